@@ -1,0 +1,328 @@
+"""Family `system`: CPU topology, memory, swap, filesystems, required processes, kernel, load.
+
+Where the data comes from: /sys/devices/system/cpu (topology, `lscpu`), /proc/cpuinfo (model),
+/proc/meminfo and /sys/devices/system/node/node*/meminfo (`numactl -H`), /proc/swaps (`swapon`),
+/proc/mounts + statvfs (`df -h`, `df -i`), /proc/<pid>/comm (`pgrep -x`), /proc/sys/kernel/osrelease
+(`uname -r`) and /proc/loadavg (`uptime`).
+"""
+from __future__ import annotations
+
+import fnmatch
+from dataclasses import dataclass
+from typing import FrozenSet, List, Optional, Tuple
+
+from ..host import HostError, parse_cpulist
+from ..parsers import LoadAvg, Mount, SwapArea, parse_cpuinfo_models, parse_loadavg, parse_meminfo, parse_mounts, \
+    parse_swaps
+from ..registry import Param, check, gatherer
+from ..result import Result, Status
+
+GIB_KB = 1024 * 1024
+ALL = ("prolog", "epilog", "health", "manual")
+
+
+# -- gatherers ---------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class CpuTopology:
+    online: FrozenSet[int]
+    offline: FrozenSet[int]
+    sockets: int
+    cores: int  # physical cores, all sockets
+    threads: int  # logical CPUs online
+    models: Tuple[str, ...]
+
+
+@gatherer("system.cpu")
+def read_cpu(ctx) -> CpuTopology:
+    """/sys/devices/system/cpu/{online,offline,cpuN/topology/{physical_package_id,core_id}}."""
+    host = ctx.host
+    online = parse_cpulist(host.read_text("/sys/devices/system/cpu/online"), "/sys/devices/system/cpu/online")
+    offline = parse_cpulist(host.read_text("/sys/devices/system/cpu/offline", default=""),
+                            "/sys/devices/system/cpu/offline")
+    packages, cores = set(), set()
+    for cpu in online:
+        base = "/sys/devices/system/cpu/cpu%d/topology/" % cpu
+        package = host.read_int(base + "physical_package_id")
+        packages.add(package)
+        cores.add((package, host.read_int(base + "core_id")))
+    models = parse_cpuinfo_models(host.read_text("/proc/cpuinfo", default=""))
+    return CpuTopology(online, offline, len(packages), len(cores), len(online), tuple(models))
+
+
+@dataclass(frozen=True)
+class MemoryState:
+    total_kb: int
+    available_kb: int
+    numa: Tuple[Tuple[int, int, int], ...]  # (node, MemTotal kB, MemFree kB)
+
+
+@gatherer("system.memory")
+def read_memory(ctx) -> MemoryState:
+    """/proc/meminfo and /sys/devices/system/node/node*/meminfo."""
+    host = ctx.host
+    info = parse_meminfo(host.read_text("/proc/meminfo"))
+    numa = []
+    for path in host.glob("/sys/devices/system/node", "node[0-9]*"):
+        node = int(path.rsplit("node", 1)[1])
+        values = parse_meminfo(host.read_text(path + "/meminfo"), path + "/meminfo")
+        numa.append((node, values.get("MemTotal", 0), values.get("MemFree", 0)))
+    return MemoryState(info.get("MemTotal", 0), info.get("MemAvailable", info.get("MemFree", 0)), tuple(sorted(numa)))
+
+
+@gatherer("system.swap")
+def read_swap(ctx) -> Tuple[SwapArea, ...]:
+    """/proc/swaps."""
+    return tuple(parse_swaps(ctx.host.read_text("/proc/swaps", default="")))
+
+
+@dataclass(frozen=True)
+class FsState:
+    path: str
+    mount: Optional[Mount]  # the mount holding `path` (longest mount point that prefixes it)
+    is_mountpoint: bool  # `path` is itself a mount point
+    free_percent: Optional[float]  # None when statvfs failed (error says why)
+    free_inodes_percent: Optional[float]
+    error: Optional[str] = None
+
+
+@gatherer("system.filesystems")
+def read_filesystems(ctx) -> Tuple[FsState, ...]:
+    """/proc/mounts (the kernel's view, not /etc/fstab) and statvfs(2) of each configured path.
+
+    Only the configured paths are stat'ed ([checks."system.filesystems"] mounted + writable):
+    statvfs on a dead NFS mount can block, and this runs under the check's timeout.
+    """
+    mounts = parse_mounts(ctx.host.read_text("/proc/mounts"))
+    params = ctx.config.check("system.filesystems").params
+    states = []
+    for path in list(dict.fromkeys(list(params.mounted) + list(params.writable))):
+        mount = _holding_mount(path, mounts)
+        is_mountpoint = mount is not None and mount.mountpoint == path
+        try:
+            st = ctx.host.statvfs(path)
+        except HostError as exc:
+            states.append(FsState(path, mount, is_mountpoint, None, None, str(exc)))
+            continue
+        free = 100.0 * st.f_bavail / st.f_blocks if st.f_blocks else 100.0
+        inodes = 100.0 * st.f_favail / st.f_files if st.f_files else 100.0
+        states.append(FsState(path, mount, is_mountpoint, free, inodes))
+    return tuple(states)
+
+
+def _holding_mount(path: str, mounts: List[Mount]) -> Optional[Mount]:
+    """The last-mounted entry whose mount point is `path` or its longest parent (what `df PATH` shows)."""
+    best = None
+    for mount in mounts:
+        point = mount.mountpoint.rstrip("/") + "/"
+        if (path.rstrip("/") + "/").startswith(point) and (best is None or len(mount.mountpoint) >= len(best.mountpoint)):
+            best = mount
+    return best
+
+
+@gatherer("system.processes")
+def read_process_names(ctx) -> FrozenSet[str]:
+    """Names of running processes from /proc/<pid>/comm (what `pgrep -x` matches)."""
+    names = set()
+    for entry in ctx.host.listdir("/proc"):
+        if entry.isdigit():
+            comm = ctx.host.read_text("/proc/%s/comm" % entry, default=None, max_bytes=64)
+            if comm:  # processes exit while we look: a vanished one is simply not running
+                names.add(comm.strip())
+    return frozenset(names)
+
+
+@gatherer("system.kernel")
+def read_kernel_release(ctx) -> str:
+    """/proc/sys/kernel/osrelease (`uname -r`)."""
+    return ctx.host.read_text("/proc/sys/kernel/osrelease").strip()
+
+
+@gatherer("system.load")
+def read_load(ctx) -> Tuple[LoadAvg, int]:
+    """/proc/loadavg and the online CPU count."""
+    return parse_loadavg(ctx.host.read_text("/proc/loadavg")), ctx.get("system.cpu").threads
+
+
+# -- checks ------------------------------------------------------------------------------------
+
+@check(name="system.cpu", contexts=ALL, timeout=1.0, needs=("system.cpu",), params=(
+    Param("sockets", int, 0, "expected sockets (0 = don't check)"),
+    Param("cores_per_socket", int, 0, "expected physical cores per socket (0 = don't check)"),
+    Param("threads_per_core", int, 0, "expected hardware threads per core (0 = don't check)"),
+    Param("allow_offline", bool, False, "accept CPUs listed in /sys/devices/system/cpu/offline"),
+))
+def cpu_topology(cpu: CpuTopology, params) -> Result:
+    """CPU sockets, cores and threads match what this node should have (NHC check_hw_cpuinfo).
+
+    A missing socket or cores disabled in BIOS/by a kernel parameter silently shrink every job
+    on the node. Source: /sys/devices/system/cpu (`lscpu`). Fix: check BIOS settings and
+    `nosmt`/`maxcpus=` on the kernel command line, then reboot.
+    """
+    per_socket = cpu.cores // cpu.sockets if cpu.sockets else 0
+    per_core = cpu.threads // cpu.cores if cpu.cores else 0
+    found = {"sockets": cpu.sockets, "cores_per_socket": per_socket, "threads_per_core": per_core}
+    summary = "%d sockets x %d cores x %d threads (%d CPUs)" % (cpu.sockets, per_socket, per_core, cpu.threads)
+    details = dict(found, online=cpu.threads, offline=sorted(cpu.offline), models=list(cpu.models))
+    wrong = ["%s %d, expected %d" % (key, found[key], params[key]) for key in found
+             if params[key] and found[key] != params[key]]
+    if wrong:
+        return Result("system.cpu", Status.FAIL, "CPU topology: " + "; ".join(wrong), details=details)
+    if cpu.offline and not params.allow_offline:
+        return Result("system.cpu", Status.FAIL, "%d CPUs offline: %s" % (len(cpu.offline), sorted(cpu.offline)),
+                      details=details)
+    return Result("system.cpu", Status.OK, summary, details=details)
+
+
+@check(name="system.memory", contexts=ALL, timeout=1.0, needs=("system.memory",), params=(
+    Param("min_total_gib", float, 0.0, "FAIL below this much physical memory (0 = don't check)"),
+    Param("min_free_percent_per_numa", float, 0.0,
+          "WARN when a NUMA node's MemFree is below this percent of its MemTotal (0 = off)"),
+))
+def memory(mem: MemoryState, params) -> List[Result]:
+    """Physical memory present, and free memory on every NUMA node.
+
+    A failed DIMM shows up as less MemTotal; a NUMA node with no free memory makes the job's
+    allocations land on the far socket. Source: /proc/meminfo, /sys/devices/system/node/node*/meminfo
+    (`numactl -H`). Fix: reseat/replace the DIMM; drop caches or find the process holding memory.
+    """
+    total_gib = mem.total_kb / GIB_KB
+    results = []
+    if params.min_total_gib and total_gib < params.min_total_gib:
+        results.append(Result("system.memory", Status.FAIL, "%.1f GiB physical memory, expected >= %.1f GiB"
+                              % (total_gib, params.min_total_gib), details={"total_gib": round(total_gib, 2)}))
+    for node, node_total, node_free in mem.numa:
+        percent = 100.0 * node_free / node_total if node_total else 0.0
+        if params.min_free_percent_per_numa and percent < params.min_free_percent_per_numa:
+            results.append(Result("system.memory", Status.WARN, "NUMA node %d: %.1f%% free (%.1f GiB), below %.1f%%"
+                                  % (node, percent, node_free / GIB_KB, params.min_free_percent_per_numa),
+                                  component="numa:%d" % node, details={"free_kb": node_free, "total_kb": node_total}))
+    if results:
+        return results
+    return [Result("system.memory", Status.OK, "%.1f GiB total, %.1f GiB available, %d NUMA node(s)"
+                   % (total_gib, mem.available_kb / GIB_KB, len(mem.numa)),
+                   details={"numa_free_gib": {str(n): round(f / GIB_KB, 2) for n, _, f in mem.numa}})]
+
+
+@check(name="system.swap", contexts=ALL, timeout=1.0, needs=("system.swap",), params=(
+    Param("allow_swap", bool, True, "WARN when any swap area is active and this is false"),
+    Param("max_used_percent", float, 50.0, "WARN when more than this percent of swap is in use"),
+))
+def swap(areas: Tuple[SwapArea, ...], params) -> Result:
+    """Swap usage: a node that swaps runs its job at disk speed.
+
+    Source: /proc/swaps (`swapon --show`). Fix: find the memory hog (leftover process?) or swapoff.
+    """
+    size = sum(a.size_kb for a in areas)
+    used = sum(a.used_kb for a in areas)
+    details = {"areas": [a.name for a in areas], "size_kb": size, "used_kb": used}
+    if areas and not params.allow_swap:
+        return Result("system.swap", Status.WARN, "swap is active (%s) but not allowed" % ", ".join(details["areas"]),
+                      details=details)
+    if size and 100.0 * used / size > params.max_used_percent:
+        return Result("system.swap", Status.WARN, "%.0f%% of swap in use (%d MiB)" % (100.0 * used / size, used // 1024),
+                      details=details)
+    return Result("system.swap", Status.OK, "no swap" if not areas else "%d MiB swap, %d MiB used"
+                  % (size // 1024, used // 1024), details=details)
+
+
+@check(name="system.filesystems", contexts=ALL, timeout=2.0, needs=("system.filesystems",), params=(
+    Param("mounted", list, [], "paths that must be mount points of their own (e.g. /scratch, /home)", item_type=str),
+    Param("writable", list, ["/", "/tmp"], "paths whose file system must be read-write with free space and inodes",
+          item_type=str),
+    Param("min_free_percent", float, 5.0, "FAIL when a checked file system has less free space (percent)"),
+    Param("min_free_inodes_percent", float, 5.0, "FAIL when a checked file system has fewer free inodes (percent)"),
+))
+def filesystems(states: Tuple[FsState, ...], params) -> List[Result]:
+    """Required file systems are mounted, writable, and have free space and inodes.
+
+    A missing /scratch mount, a read-only /tmp or a full file system fails the job minutes in.
+    Source: /proc/mounts and statvfs(2) (`findmnt`, `df -h`, `df -i`). Fix: mount/remount or fsck,
+    clean up, or check the storage server.
+    """
+    must_mount = set(params.mounted)
+    return [_judge_fs(state, state.path in must_mount, params) for state in states] or \
+        [Result("system.filesystems", Status.SKIP, "no file systems configured")]
+
+
+def _judge_fs(fs: FsState, must_be_mountpoint: bool, params) -> Result:
+    comp = "fs:" + fs.path
+    if must_be_mountpoint and not fs.is_mountpoint:
+        return Result("system.filesystems", Status.FAIL, "%s is not mounted" % fs.path, component=comp)
+    if fs.mount is not None and "ro" in fs.mount.options:
+        return Result("system.filesystems", Status.FAIL, "%s is on a read-only file system (%s)"
+                      % (fs.path, fs.mount.mountpoint), component=comp,
+                      details={"device": fs.mount.device, "options": list(fs.mount.options)})
+    if fs.error:
+        return Result("system.filesystems", Status.UNKNOWN, "cannot stat %s: %s" % (fs.path, fs.error), component=comp)
+    details = {"free_percent": round(fs.free_percent, 1), "free_inodes_percent": round(fs.free_inodes_percent, 1),
+               "mount": fs.mount.mountpoint if fs.mount else None}
+    if fs.free_percent < params.min_free_percent:
+        return Result("system.filesystems", Status.FAIL, "%s: %.1f%% free space, below %.1f%%"
+                      % (fs.path, fs.free_percent, params.min_free_percent), component=comp, details=details)
+    if fs.free_inodes_percent < params.min_free_inodes_percent:
+        return Result("system.filesystems", Status.FAIL, "%s: %.1f%% free inodes, below %.1f%%"
+                      % (fs.path, fs.free_inodes_percent, params.min_free_inodes_percent), component=comp,
+                      details=details)
+    return Result("system.filesystems", Status.OK, "%s: %.0f%% free" % (fs.path, fs.free_percent), component=comp,
+                  details=details)
+
+
+@check(name="system.processes", contexts=ALL, timeout=1.0, needs=("system.processes",), params=(
+    Param("required", list, [], "process names (as in /proc/<pid>/comm) that must be running, e.g. munged",
+          item_type=str),
+    Param("forbidden", list, [], "process names that must not be running (e.g. a stray xorg)", item_type=str),
+))
+def processes(running: FrozenSet[str], params) -> Result:
+    """Required daemons are running and forbidden ones are not.
+
+    Source: /proc/<pid>/comm (`pgrep -x NAME`). Fix: start the service (systemctl start ...) or kill
+    the stray process. Names are the kernel's 15-character comm names.
+    """
+    missing = [name for name in params.required if name[:15] not in running]
+    present = [name for name in params.forbidden if name[:15] in running]
+    if not params.required and not params.forbidden:
+        return Result("system.processes", Status.SKIP, "no required or forbidden processes configured")
+    details = {"missing": missing, "forbidden_running": present}
+    if missing or present:
+        parts = (["not running: " + ", ".join(missing)] if missing else []) + \
+            (["running but forbidden: " + ", ".join(present)] if present else [])
+        return Result("system.processes", Status.FAIL, "; ".join(parts), details=details)
+    return Result("system.processes", Status.OK, "%d required running, %d forbidden absent"
+                  % (len(params.required), len(params.forbidden)), details=details)
+
+
+@check(name="system.kernel", contexts=ALL, timeout=1.0, needs=("system.kernel",), params=(
+    Param("allow", list, [], "kernel releases allowed (shell patterns like '5.15.0-1*'); empty = any", item_type=str),
+    Param("deny", list, [], "kernel releases refused (shell patterns)", item_type=str),
+))
+def kernel(release: str, params) -> Result:
+    """The running kernel is on the allow list and not on the deny list.
+
+    A node rebooted into the wrong kernel lacks matching GPU/IB modules or carries a known bug.
+    Source: /proc/sys/kernel/osrelease (`uname -r`). Fix: set the default boot entry and reboot.
+    """
+    if any(fnmatch.fnmatchcase(release, pattern) for pattern in params.deny):
+        return Result("system.kernel", Status.FAIL, "kernel %s is on the deny list" % release,
+                      details={"release": release})
+    if params.allow and not any(fnmatch.fnmatchcase(release, pattern) for pattern in params.allow):
+        return Result("system.kernel", Status.FAIL, "kernel %s is not on the allow list (%s)"
+                      % (release, ", ".join(params.allow)), details={"release": release})
+    return Result("system.kernel", Status.OK, "kernel %s" % release, details={"release": release})
+
+
+@check(name="system.load", contexts=("prolog", "health", "manual"), timeout=1.0, needs=("system.load",), params=(
+    Param("max_load_per_cpu", float, 1.5, "WARN when the 1-minute load average per online CPU exceeds this"),
+))
+def load(sample: Tuple[LoadAvg, int], params) -> Result:
+    """Load average per CPU before a job starts: a busy idle node hides a leftover or runaway process.
+
+    Source: /proc/loadavg (`uptime`). Fix: look for leftovers (`ps -eo pid,user,pcpu,comm --sort=-pcpu`).
+    """
+    avg, cpus = sample
+    per_cpu = avg.one / cpus if cpus else avg.one
+    details = {"load1": avg.one, "load5": avg.five, "cpus": cpus, "per_cpu": round(per_cpu, 2)}
+    if params.max_load_per_cpu and per_cpu > params.max_load_per_cpu:
+        return Result("system.load", Status.WARN, "load %.2f on %d CPUs (%.2f per CPU > %.2f)"
+                      % (avg.one, cpus, per_cpu, params.max_load_per_cpu), details=details)
+    return Result("system.load", Status.OK, "load %.2f on %d CPUs" % (avg.one, cpus), details=details)

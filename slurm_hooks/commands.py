@@ -1,0 +1,69 @@
+"""What each CLI verb does, in terms of the library (config, registry, runner, output)."""
+from __future__ import annotations
+
+import os
+import sys
+import threading
+from typing import Any, Dict
+
+from .config import Config, load_config, render_toml
+from .registry import Registry, load_builtin_checks
+
+
+def load(args) -> "tuple[Registry, Config]":
+    registry = load_builtin_checks()
+    extra: Dict[str, Any] = {}
+    if getattr(args, "root", None):
+        extra["general"] = {"root": os.path.abspath(args.root)}
+    return registry, load_config(registry, args.config, extra)
+
+
+def cmd_check(args) -> int:
+    from .host import Host
+    from .output import render_table, use_colour, write_json
+    from .runner import run_checks, select_checks
+
+    registry, config = load(args)
+    try:
+        specs = select_checks(registry, args.context, args.names, args.all_contexts)
+    except KeyError as exc:
+        print("slurm-hooks: no check or family named %s (see `slurm-hooks list`)" % exc, file=sys.stderr)
+        return 3
+    root = config.get("general", "root")
+    report = run_checks(registry, config, Host(root), args.context, specs, deadline=args.deadline)
+    if args.json:
+        write_json(report, sys.stdout, root)
+    else:
+        sys.stdout.write(render_table(report, verbose=args.verbose, colour=use_colour(sys.stdout)))
+    return report.status.exit_code
+
+
+def cmd_list(args) -> int:
+    registry = load_builtin_checks()
+    rows = [(spec.name, ",".join(c for c in ("prolog", "epilog", "health", "manual") if c in spec.contexts),
+             spec.description) for spec in registry.sorted_checks()]
+    width = [max(len(r[i]) for r in rows) for i in range(2)]
+    for name, contexts, description in rows:
+        print("%s  %s  %s" % (name.ljust(width[0]), contexts.ljust(width[1]), description))
+    return 0
+
+
+def cmd_config(args) -> int:
+    _registry, config = load(args)
+    sys.stdout.write(render_toml(config))
+    print("# configuration is valid", file=sys.stderr)
+    return 0
+
+
+def finish(code: int) -> int:
+    """Exit now if a timed-out check thread is still stuck (e.g. in a hung NVML call).
+
+    Interpreter shutdown could otherwise wait on, or crash in, a thread blocked in C code; the
+    results are already written, so flush and leave with os._exit.
+    """
+    stuck = [t for t in threading.enumerate() if t.name.startswith("check:") and t.is_alive()]
+    if stuck:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    return code

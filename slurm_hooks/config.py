@@ -1,0 +1,291 @@
+"""Configuration: /etc/slurm-hooks/config.toml plus conf.d/*.toml drop-ins, validated before anything runs.
+
+Later files override earlier ones key by key. Check tables are keyed by the check's registry name
+(``[checks."gpu.ecc"] enabled = false``); their keys are the parameters the check declares. Every
+error names the file, the key and what was expected. Files must be owned by root and not
+group/world-writable (they decide whether nodes get drained) unless
+SLURM_HOOKS_ALLOW_INSECURE_CONFIG=1 is set (tests, development).
+"""
+from __future__ import annotations
+
+import difflib
+import glob
+import os
+import stat
+import sys
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+
+from .registry import CheckSpec, Param, Params, Registry
+
+DEFAULT_CONFIG = "/etc/slurm-hooks/config.toml"
+INSECURE_OVERRIDE_ENV = "SLURM_HOOKS_ALLOW_INSECURE_CONFIG"
+CONFIG_ENV = "SLURM_HOOKS_CONFIG"
+
+
+class ConfigError(Exception):
+    """A configuration problem; the message names the file and key."""
+
+
+@dataclass(frozen=True)
+class Setting:
+    type: type
+    default: Any
+    help: str
+    choices: Optional[Tuple[Any, ...]] = None
+
+
+# Sections other than [checks.*]: section -> key -> Setting. Later features add their sections here.
+SECTIONS: Dict[str, Dict[str, Setting]] = {
+    "general": {
+        "mode": Setting(str, "enforce", "enforce: drain on node-broken failures; observe: log what would be done",
+                        ("enforce", "observe")),
+        "root": Setting(str, "/", "filesystem root to read /sys, /proc, /dev from (a captured or fake tree)"),
+        "expect_gpus": Setting(bool, False, "this node must have NVIDIA GPUs: a missing driver is FAIL, not SKIP"),
+        "log_level": Setting(str, "info", "logging threshold", ("debug", "info", "warning", "error")),
+    },
+    "deadline": {
+        "prolog": Setting(float, 5.0, "seconds for all prolog checks together (keep well under PrologEpilogTimeout)"),
+        "epilog": Setting(float, 20.0, "seconds for all epilog checks together"),
+        "health": Setting(float, 45.0, "seconds for health checks (Slurm kills HealthCheckProgram at 60 s)"),
+        "manual": Setting(float, 30.0, "seconds for `slurm-hooks check`"),
+    },
+    "nvml": {
+        "library": Setting(str, "", "explicit path of libnvidia-ml.so.1; empty = the dynamic loader's choice"),
+    },
+}
+
+
+@dataclass(frozen=True)
+class CheckConfig:
+    enabled: bool
+    params: Params
+
+
+@dataclass(frozen=True)
+class Config:
+    settings: Mapping[str, Mapping[str, Any]]
+    checks: Mapping[str, CheckConfig]
+    sources: Tuple[str, ...] = field(default_factory=tuple)
+
+    def get(self, section: str, key: str) -> Any:
+        return self.settings[section][key]
+
+    def check(self, name: str) -> CheckConfig:
+        return self.checks[name]
+
+
+# -- loading ---------------------------------------------------------------------------------
+
+def config_files(path: Optional[str] = None) -> Tuple[List[str], bool]:
+    """The files to read, in order, and whether the main file is required to exist."""
+    explicit = path or os.environ.get(CONFIG_ENV)
+    main = explicit or DEFAULT_CONFIG
+    dropin_dir = os.path.join(os.path.dirname(main), "conf.d")
+    files = [main] if os.path.exists(main) or explicit else []
+    files += sorted(glob.glob(os.path.join(dropin_dir, "*.toml")))
+    return files, bool(explicit)
+
+
+def load_config(registry: Registry, path: Optional[str] = None, extra: Optional[Mapping[str, Any]] = None) -> Config:
+    """Read, merge and validate the configuration. `extra` (already parsed) is applied last (CLI flags)."""
+    files, _required = config_files(path)
+    merged: Dict[str, Any] = {}
+    origin: Dict[Tuple[str, ...], str] = {}
+    for file in files:
+        _check_secure(file)
+        data = _parse_toml(file)
+        _merge(merged, data, origin, file, ())
+    if extra:
+        _merge(merged, dict(extra), origin, "<command line>", ())
+    return validate(registry, merged, origin, tuple(files))
+
+
+def _parse_toml(file: str) -> Dict[str, Any]:
+    try:
+        with open(file, "rb") as handle:
+            raw = handle.read()
+    except OSError as exc:
+        raise ConfigError("%s: cannot read: %s" % (file, exc.strerror or exc)) from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError("%s: not UTF-8 text (byte %d)" % (file, exc.start)) from None
+    try:
+        return _toml_loads(text)
+    except Exception as exc:  # tomllib.TOMLDecodeError / toml.TomlDecodeError and friends
+        raise ConfigError("%s: invalid TOML: %s" % (file, exc)) from None
+
+
+def _toml_loads(text: str) -> Dict[str, Any]:
+    if sys.version_info >= (3, 11):
+        import tomllib
+
+        return tomllib.loads(text)
+    import toml  # Python < 3.11: the 'toml' package (a declared dependency there)
+
+    return toml.loads(text)
+
+
+def _check_secure(file: str) -> None:
+    """Refuse files (and their directory) that someone other than root could have written."""
+    if os.environ.get(INSECURE_OVERRIDE_ENV) == "1":
+        return
+    for target in (file, os.path.dirname(os.path.abspath(file))):
+        try:
+            info = os.stat(target)
+        except OSError as exc:
+            raise ConfigError("%s: cannot stat: %s" % (target, exc.strerror or exc)) from None
+        if info.st_uid != 0:
+            raise ConfigError("%s: owned by uid %d, not root; refusing it (set %s=1 only for tests)"
+                              % (target, info.st_uid, INSECURE_OVERRIDE_ENV))
+        if info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+            raise ConfigError("%s: group- or world-writable (mode %04o); refusing it: chmod go-w"
+                              % (target, stat.S_IMODE(info.st_mode)))
+
+
+def _merge(into: Dict[str, Any], new: Mapping[str, Any], origin: Dict[Tuple[str, ...], str], file: str,
+           prefix: Tuple[str, ...]) -> None:
+    for key, value in new.items():
+        keypath = prefix + (key,)
+        if isinstance(value, Mapping) and isinstance(into.get(key), dict):
+            _merge(into[key], value, origin, file, keypath)
+            continue
+        into[key] = dict(value) if isinstance(value, Mapping) else value
+        origin[keypath] = file
+        if isinstance(value, Mapping):
+            _mark_origin(value, origin, file, keypath)
+
+
+def _mark_origin(table: Mapping[str, Any], origin: Dict[Tuple[str, ...], str], file: str,
+                 prefix: Tuple[str, ...]) -> None:
+    for key, value in table.items():
+        origin[prefix + (key,)] = file
+        if isinstance(value, Mapping):
+            _mark_origin(value, origin, file, prefix + (key,))
+
+
+# -- validation ------------------------------------------------------------------------------
+
+def validate(registry: Registry, data: Mapping[str, Any], origin: Optional[Dict[Tuple[str, ...], str]] = None,
+             sources: Tuple[str, ...] = ()) -> Config:
+    origin = origin or {}
+
+    def where(*keypath: str) -> str:
+        return origin.get(tuple(keypath), origin.get(tuple(keypath[:1]), "<config>"))
+
+    known = list(SECTIONS) + ["checks"]
+    for section in data:
+        if section not in known:
+            raise ConfigError("%s: unknown section [%s]%s" % (where(section), section, _hint(section, known)))
+    settings = {}
+    for section, schema in SECTIONS.items():
+        table = data.get(section, {})
+        if not isinstance(table, Mapping):
+            raise ConfigError("%s: [%s] must be a table" % (where(section), section))
+        settings[section] = _validate_settings(section, table, schema, where)
+    checks_table = data.get("checks", {})
+    if not isinstance(checks_table, Mapping):
+        raise ConfigError("%s: 'checks' must be a table of [checks.\"<name>\"] tables" % where("checks"))
+    for name in checks_table:
+        if name not in registry.checks:
+            raise ConfigError('%s: [checks."%s"]: no such check%s (see `slurm-hooks list`)'
+                              % (where("checks", name), name, _hint(name, registry.checks)))
+    checks = {}
+    for name, spec in registry.checks.items():
+        table = checks_table.get(name, {})
+        if not isinstance(table, Mapping):
+            raise ConfigError('%s: [checks."%s"] must be a table' % (where("checks", name), name))
+        checks[name] = _validate_check(spec, table, lambda key, n=name: where("checks", n, key))
+    return Config(settings=settings, checks=checks, sources=sources)
+
+
+def _validate_settings(section: str, table: Mapping[str, Any], schema: Mapping[str, Setting], where) -> Dict[str, Any]:
+    values = {key: setting.default for key, setting in schema.items()}
+    for key, value in table.items():
+        if key not in schema:
+            raise ConfigError("%s: [%s] unknown key %r%s" % (where(section, key), section, key, _hint(key, schema)))
+        setting = schema[key]
+        values[key] = coerce(value, setting.type, None, setting.choices,
+                             "%s: [%s] %s" % (where(section, key), section, key))
+    return values
+
+
+def _validate_check(spec: CheckSpec, table: Mapping[str, Any], where) -> CheckConfig:
+    enabled = spec.enabled_by_default
+    params = spec.default_params()
+    for key, value in table.items():
+        label = '%s: [checks."%s"] %s' % (where(key), spec.name, key)
+        if key == "enabled":
+            enabled = coerce(value, bool, None, None, label)
+            continue
+        param = spec.param(key)
+        if param is None:
+            valid = ["enabled"] + [p.name for p in spec.params]
+            raise ConfigError("%s: unknown parameter%s; valid: %s" % (label, _hint(key, valid), ", ".join(valid)))
+        params[key] = coerce_param(value, param, label)
+    return CheckConfig(enabled=enabled, params=Params(params))
+
+
+def coerce_param(value: Any, param: Param, label: str) -> Any:
+    return coerce(value, param.type, param.item_type, param.choices, label)
+
+
+def coerce(value: Any, expected: type, item_type: Optional[type], choices: Optional[Sequence[Any]], label: str) -> Any:
+    """Check a TOML value against the declared type; ints are accepted where floats are expected."""
+    if expected is float and isinstance(value, int) and not isinstance(value, bool):
+        value = float(value)
+    ok = isinstance(value, expected) and not (expected is int and isinstance(value, bool))
+    if not ok:
+        raise ConfigError("%s: expected %s, got %s %r" % (label, _type_name(expected, item_type),
+                                                          type(value).__name__, value))
+    if expected is list and item_type is not None:
+        value = [coerce(item, item_type, None, None, "%s[%d]" % (label, i)) for i, item in enumerate(value)]
+    if choices and value not in choices:
+        raise ConfigError("%s: %r is not one of %s" % (label, value, ", ".join(repr(c) for c in choices)))
+    return value
+
+
+def _type_name(expected: type, item_type: Optional[type]) -> str:
+    names = {bool: "a boolean (true/false)", int: "an integer", float: "a number", str: "a string",
+             list: "a list"}
+    name = names.get(expected, expected.__name__)
+    if expected is list and item_type is not None:
+        name += " of " + names.get(item_type, item_type.__name__).split(" ", 1)[-1] + "s"
+    return name
+
+
+def _hint(word: str, candidates) -> str:
+    close = difflib.get_close_matches(word, list(candidates), n=1)
+    return " (did you mean %r?)" % close[0] if close else ""
+
+
+# -- rendering -------------------------------------------------------------------------------
+
+def render_toml(config: Config) -> str:
+    """The effective configuration as TOML (what `slurm-hooks config check` prints)."""
+    lines = ["# effective configuration; sources: %s" % (", ".join(config.sources) or "built-in defaults")]
+    for section, values in config.settings.items():
+        lines.append("\n[%s]" % section)
+        lines.extend("%s = %s" % (key, _toml_value(value)) for key, value in values.items())
+    for name in sorted(config.checks):
+        check = config.checks[name]
+        lines.append('\n[checks."%s"]' % name)
+        lines.append("enabled = %s" % _toml_value(check.enabled))
+        lines.extend("%s = %s" % (key, _toml_value(value)) for key, value in check.params.items())
+    return "\n".join(lines) + "\n"
+
+
+def _toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    if isinstance(value, str):
+        escaped = value.replace("\\", "\\\\").replace('"', '\\"')
+        return '"%s"' % escaped
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    if isinstance(value, Mapping):
+        return "{ " + ", ".join("%s = %s" % (k, _toml_value(v)) for k, v in value.items()) + " }"
+    raise TypeError("cannot render %r as TOML" % (value,))

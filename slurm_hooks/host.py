@@ -1,0 +1,257 @@
+"""Host: every read of /sys, /proc, /dev, /etc and the kernel log goes through here.
+
+``Host("/")`` reads the live machine; ``Host("/tmp/captured")`` reads a captured or fake tree
+the same way (``slurm-hooks check --root DIR``). Paths given to a Host are absolute *host* paths
+("/sys/bus/pci/devices"); they are mapped under the root, and symlinks are resolved inside it so
+a captured tree never leaks into the real machine. Reads are bounded in size. A missing file
+raises MissingFile unless the caller passes ``default=`` (then a missing optional file is explicit).
+"""
+from __future__ import annotations
+
+import errno
+import fnmatch
+import os
+from typing import Any, List, Optional
+
+DEFAULT_MAX_BYTES = 1 << 20  # 1 MiB: more than any sysfs/procfs file we read
+_MISSING: Any = object()
+_MAX_SYMLINKS = 40
+
+
+class HostError(Exception):
+    """A read from the host failed; names the host path."""
+
+    def __init__(self, path: str, message: str):
+        super().__init__("%s: %s" % (path, message))
+        self.path = path
+
+
+class MissingFile(HostError):
+    """The file does not exist (and no default was given)."""
+
+
+class ParseError(HostError):
+    """The file exists but its content is not what we expected."""
+
+    def __init__(self, path: str, value: str, expected: str):
+        shown = value if len(value) <= 80 else value[:77] + "..."
+        super().__init__(path, "cannot parse %r: expected %s" % (shown, expected))
+        self.value = value
+        self.expected = expected
+
+
+class Host:
+    def __init__(self, root: str = "/"):
+        self.root = os.path.abspath(root)
+
+    def __repr__(self) -> str:
+        return "Host(%r)" % self.root
+
+    @property
+    def is_live(self) -> bool:
+        return self.root == "/"
+
+    # -- paths -------------------------------------------------------------------------------
+    def path(self, host_path: str) -> str:
+        """The real filesystem path of a host path (no symlink resolution)."""
+        if not host_path.startswith("/"):
+            raise ValueError("host paths are absolute, got %r" % host_path)
+        if self.is_live:
+            return host_path
+        return os.path.join(self.root, host_path.lstrip("/"))
+
+    def realpath(self, host_path: str) -> str:
+        """Resolve symlinks like os.path.realpath, but never outside the root; returns a host path."""
+        parts = [p for p in host_path.split("/") if p]
+        resolved: List[str] = []
+        hops = 0
+        while parts:
+            part = parts.pop(0)
+            if part == ".":
+                continue
+            if part == "..":
+                if resolved:
+                    resolved.pop()
+                continue
+            candidate = "/" + "/".join(resolved + [part])
+            real = self.path(candidate)
+            if os.path.islink(real):
+                hops += 1
+                if hops > _MAX_SYMLINKS:
+                    raise HostError(host_path, "too many levels of symbolic links")
+                target = os.readlink(real)
+                if target.startswith("/"):
+                    resolved = []
+                parts = [p for p in target.split("/") if p] + parts
+                continue
+            resolved.append(part)
+        return "/" + "/".join(resolved)
+
+    # -- reads -------------------------------------------------------------------------------
+    def read_bytes(self, host_path: str, default: Any = _MISSING, max_bytes: int = DEFAULT_MAX_BYTES) -> bytes:
+        try:
+            with open(self.path(host_path), "rb") as handle:
+                return handle.read(max_bytes)
+        except FileNotFoundError:
+            if default is not _MISSING:
+                return default
+            raise MissingFile(host_path, "no such file") from None
+        except OSError as exc:
+            if exc.errno in (errno.ENOTDIR,) and default is not _MISSING:
+                return default
+            raise HostError(host_path, exc.strerror or str(exc)) from None
+
+    def read_text(self, host_path: str, default: Any = _MISSING, max_bytes: int = DEFAULT_MAX_BYTES) -> str:
+        """File content decoded as UTF-8 (bad bytes replaced), trailing newline stripped."""
+        data = self.read_bytes(host_path, default=_MISSING if default is _MISSING else None, max_bytes=max_bytes)
+        if data is None:
+            return default
+        return data.decode("utf-8", errors="replace").rstrip("\n")
+
+    def read_int(self, host_path: str, default: Any = _MISSING, base: int = 10) -> int:
+        text = self.read_text(host_path, default=None if default is not _MISSING else _MISSING)
+        if text is None:
+            return default
+        try:
+            return int(text.strip(), base)
+        except ValueError:
+            raise ParseError(host_path, text, "an integer (base %d)" % base) from None
+
+    def exists(self, host_path: str) -> bool:
+        return os.path.lexists(self.path(host_path))
+
+    def isdir(self, host_path: str) -> bool:
+        return os.path.isdir(self.path(self.realpath(host_path)))
+
+    def listdir(self, host_path: str, default: Any = _MISSING) -> List[str]:
+        try:
+            return sorted(os.listdir(self.path(self.realpath(host_path))))
+        except (FileNotFoundError, NotADirectoryError):
+            if default is not _MISSING:
+                return default
+            raise MissingFile(host_path, "no such directory") from None
+        except OSError as exc:
+            raise HostError(host_path, exc.strerror or str(exc)) from None
+
+    def glob(self, host_dir: str, pattern: str) -> List[str]:
+        """Host paths of the entries of host_dir matching a shell pattern (sorted)."""
+        return [host_dir.rstrip("/") + "/" + name for name in self.listdir(host_dir, default=[])
+                if fnmatch.fnmatchcase(name, pattern)]
+
+    def statvfs(self, host_path: str) -> os.statvfs_result:
+        """Filesystem usage of the file system holding host_path (statvfs(2), like `df`)."""
+        try:
+            return os.statvfs(self.path(host_path))
+        except OSError as exc:
+            raise HostError(host_path, exc.strerror or str(exc)) from None
+
+    def readlink_name(self, host_path: str) -> Optional[str]:
+        """Last component of a symlink's target (e.g. the driver of a PCI device), None if absent."""
+        try:
+            return os.path.basename(os.readlink(self.path(host_path)))
+        except OSError:
+            return None
+
+    def read_lines(self, host_path: str, default: Any = _MISSING, max_bytes: int = DEFAULT_MAX_BYTES) -> List[str]:
+        text = self.read_text(host_path, default=None if default is not _MISSING else _MISSING, max_bytes=max_bytes)
+        if text is None:
+            return default
+        return text.splitlines()
+
+    def read_kmsg(self, host_path: str = "/dev/kmsg", max_records: int = 100000) -> List[str]:
+        """Raw kernel log records, oldest first.
+
+        On the live /dev/kmsg (a character device) each read() returns one record
+        ("prio,seq,usec,flags;message") and EAGAIN at the end (we open it non-blocking, so it
+        never waits for new messages); EPIPE means a record was overwritten while reading and
+        is skipped. In a captured tree /dev/kmsg is a regular file with one record per line.
+        Needs root (or CAP_SYSLOG) when dmesg_restrict=1; that is reported as a HostError.
+        """
+        real = self.path(host_path)
+        try:
+            fd = os.open(real, os.O_RDONLY | os.O_NONBLOCK)
+        except FileNotFoundError:
+            raise MissingFile(host_path, "no such file") from None
+        except OSError as exc:
+            raise HostError(host_path, exc.strerror or str(exc)) from None
+        try:
+            if not _is_char_device(fd):
+                with os.fdopen(os.dup(fd), "rb") as handle:
+                    data = handle.read(64 * DEFAULT_MAX_BYTES)
+                lines = data.decode("utf-8", errors="replace").splitlines()
+                return lines[-max_records:]
+            return _read_kmsg_device(fd, max_records)
+        finally:
+            os.close(fd)
+
+
+def _is_char_device(fd: int) -> bool:
+    import stat
+
+    return stat.S_ISCHR(os.fstat(fd).st_mode)
+
+
+def _read_kmsg_device(fd: int, max_records: int) -> List[str]:
+    records: List[str] = []
+    while len(records) < max_records:
+        try:
+            chunk = os.read(fd, 8192)
+        except BlockingIOError:
+            break
+        except OSError as exc:
+            if exc.errno == errno.EPIPE:  # ring buffer overwrote the record we were at
+                continue
+            if exc.errno == errno.EINVAL:  # record longer than our buffer: cannot happen at 8 KiB
+                break
+            raise HostError("/dev/kmsg", exc.strerror or str(exc)) from None
+        if not chunk:
+            break
+        records.append(chunk.decode("utf-8", errors="replace").rstrip("\n"))
+    return records
+
+
+def parse_cpulist(text: str, source: str = "<cpulist>") -> frozenset:
+    """'0-3,8-11' -> {0,1,2,3,8,9,10,11}; '' -> empty. Raises ParseError naming the source."""
+    cpus = set()
+    text = text.strip()
+    if not text:
+        return frozenset()
+    for part in text.split(","):
+        part = part.strip()
+        try:
+            if "-" in part:
+                lo_text, hi_text = part.split("-", 1)
+                step = 1
+                if ":" in hi_text:  # kernel 'a-b:c/d' stride syntax is rare; accept a-b:step only
+                    hi_text, step_text = hi_text.split(":", 1)
+                    step = int(step_text.split("/")[0])
+                lo, hi = int(lo_text), int(hi_text)
+                if lo > hi or lo < 0 or hi - lo > 1 << 16:
+                    raise ValueError
+                cpus.update(range(lo, hi + 1, step))
+            else:
+                value = int(part)
+                if value < 0:
+                    raise ValueError
+                cpus.add(value)
+        except ValueError:
+            raise ParseError(source, text, "a CPU list like '0-3,8-11'") from None
+    return frozenset(cpus)
+
+
+def format_cpulist(cpus) -> str:
+    """{0,1,2,3,8} -> '0-3,8' (the kernel's own cpulist style)."""
+    ordered = sorted(cpus)
+    ranges: List[str] = []
+    start = prev = None
+    for cpu in ordered:
+        if start is None:
+            start = prev = cpu
+        elif cpu == prev + 1:
+            prev = cpu
+        else:
+            ranges.append(str(start) if start == prev else "%d-%d" % (start, prev))
+            start = prev = cpu
+    if start is not None:
+        ranges.append(str(start) if start == prev else "%d-%d" % (start, prev))
+    return ",".join(ranges)

@@ -1,0 +1,212 @@
+"""The one registry of checks and gatherers.
+
+A check's name (``family.what``) is its CLI name, config table key, kill-switch key, log field
+and metric label; it is declared once, here, by the ``@check`` marker.
+
+Gather, then judge: a *gatherer* (``@gatherer("system.cpu")``) is the only code that touches the
+OS; it takes a GatherContext and returns an immutable snapshot. A *check* is a pure function of
+the snapshots it ``needs`` plus its ``params``; it returns a Result or a list of Results.
+"""
+from __future__ import annotations
+
+import importlib
+import inspect
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, FrozenSet, Iterable, List, Mapping, Optional, Tuple
+
+CONTEXTS = ("prolog", "epilog", "health", "manual")
+DEFAULT_CONTEXTS = frozenset({"prolog", "health", "manual"})
+
+# Modules that hold built-in checks; importing one registers its checks.
+BUILTIN_CHECK_MODULES = ("slurm_hooks.checks.system", "slurm_hooks.checks.pci", "slurm_hooks.checks.gpu")
+
+
+class RegistryError(Exception):
+    """A programming or configuration error in what was registered (duplicate name, bad marker)."""
+
+
+@dataclass(frozen=True)
+class Param:
+    """One typed, documented parameter of a check: `[checks."<name>"] <param> = value`."""
+
+    name: str
+    type: type  # bool, int, float, str or list
+    default: Any
+    help: str
+    item_type: Optional[type] = None  # for lists: type of each element
+    choices: Optional[Tuple[Any, ...]] = None
+
+    def describe_type(self) -> str:
+        if self.type is list:
+            return "list of %s" % (self.item_type.__name__ if self.item_type else "values")
+        if self.choices:
+            return "one of " + ", ".join(repr(c) for c in self.choices)
+        return self.type.__name__
+
+
+class Params(Mapping):
+    """Read-only parameter values of one check; attribute or item access."""
+
+    def __init__(self, values: Mapping[str, Any]):
+        object.__setattr__(self, "_values", dict(values))
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return self._values[name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError("Params are read-only")
+
+    def __getitem__(self, key: str) -> Any:
+        return self._values[key]
+
+    def __iter__(self):
+        return iter(self._values)
+
+    def __len__(self) -> int:
+        return len(self._values)
+
+    def __repr__(self) -> str:
+        return "Params(%r)" % (self._values,)
+
+
+@dataclass(frozen=True)
+class CheckSpec:
+    name: str
+    func: Callable[..., Any]
+    contexts: FrozenSet[str]
+    timeout: float
+    needs: Tuple[str, ...]
+    params: Tuple[Param, ...]
+    enabled_by_default: bool = True
+
+    @property
+    def family(self) -> str:
+        return self.name.split(".", 1)[0]
+
+    @property
+    def description(self) -> str:
+        doc = inspect.getdoc(self.func) or ""
+        return doc.splitlines()[0] if doc else ""
+
+    @property
+    def doc(self) -> str:
+        return inspect.getdoc(self.func) or ""
+
+    def default_params(self) -> Dict[str, Any]:
+        return {p.name: p.default for p in self.params}
+
+    def param(self, name: str) -> Optional[Param]:
+        return next((p for p in self.params if p.name == name), None)
+
+
+@dataclass(frozen=True)
+class GathererSpec:
+    name: str
+    func: Callable[..., Any]
+
+
+@dataclass
+class Registry:
+    checks: Dict[str, CheckSpec] = field(default_factory=dict)
+    gatherers: Dict[str, GathererSpec] = field(default_factory=dict)
+
+    def check(
+        self,
+        name: str,
+        contexts: Iterable[str] = DEFAULT_CONTEXTS,
+        timeout: float = 1.0,
+        needs: Iterable[str] = (),
+        params: Iterable[Param] = (),
+        enabled_by_default: bool = True,
+    ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+        """Register a check: ``@check(name="gpu.ecc", contexts={"prolog"}, timeout=1, needs=(...))``."""
+
+        def mark(func: Callable[..., Any]) -> Callable[..., Any]:
+            spec = CheckSpec(
+                name=name,
+                func=func,
+                contexts=frozenset(contexts),
+                timeout=float(timeout),
+                needs=tuple(needs),
+                params=tuple(params),
+                enabled_by_default=enabled_by_default,
+            )
+            self.add_check(spec)
+            return func
+
+        return mark
+
+    def add_check(self, spec: CheckSpec) -> None:
+        _validate_name(spec.name, "check", spec.func)
+        if spec.name in self.checks:
+            first = self.checks[spec.name].func
+            raise RegistryError(
+                "duplicate check name %r: defined by %s and %s; every check needs its own name"
+                % (spec.name, _where(first), _where(spec.func))
+            )
+        unknown = spec.contexts.difference(CONTEXTS)
+        if unknown or not spec.contexts:
+            raise RegistryError(
+                "check %r (%s): contexts %s; expected a non-empty subset of %s"
+                % (spec.name, _where(spec.func), sorted(unknown) or "empty", ", ".join(CONTEXTS))
+            )
+        if spec.timeout <= 0:
+            raise RegistryError("check %r: timeout must be > 0, got %r" % (spec.name, spec.timeout))
+        names = [p.name for p in spec.params]
+        if len(set(names)) != len(names) or "enabled" in names:
+            raise RegistryError("check %r: parameter names must be unique and not 'enabled'" % spec.name)
+        self.checks[spec.name] = spec
+
+    def gatherer(self, name: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+        """Register a gatherer: ``@gatherer("system.cpu") def read_cpu(ctx) -> Snapshot``."""
+
+        def mark(func: Callable[..., Any]) -> Callable[..., Any]:
+            _validate_name(name, "gatherer", func)
+            if name in self.gatherers:
+                raise RegistryError(
+                    "duplicate gatherer %r: %s and %s" % (name, _where(self.gatherers[name].func), _where(func))
+                )
+            self.gatherers[name] = GathererSpec(name, func)
+            return func
+
+        return mark
+
+    def for_context(self, context: str) -> List[CheckSpec]:
+        return [spec for name, spec in sorted(self.checks.items()) if context in spec.contexts]
+
+    def sorted_checks(self) -> List[CheckSpec]:
+        return [self.checks[name] for name in sorted(self.checks)]
+
+
+def _validate_name(name: str, kind: str, func: Callable[..., Any]) -> None:
+    parts = name.split(".")
+    if len(parts) < 2 or not all(p and p.replace("-", "").replace("_", "").isalnum() for p in parts):
+        raise RegistryError("%s name %r (%s) must look like 'family.what'" % (kind, name, _where(func)))
+    if name != name.lower():
+        raise RegistryError("%s name %r (%s) must be lower case" % (kind, name, _where(func)))
+
+
+def _where(func: Callable[..., Any]) -> str:
+    code = getattr(func, "__code__", None)
+    if code is None:
+        return repr(func)
+    return "%s:%d" % (code.co_filename, code.co_firstlineno)
+
+
+REGISTRY = Registry()
+check = REGISTRY.check
+gatherer = REGISTRY.gatherer
+_loaded = False
+
+
+def load_builtin_checks() -> Registry:
+    """Import every built-in check module once (registration happens on import)."""
+    global _loaded
+    if not _loaded:
+        for module in BUILTIN_CHECK_MODULES:
+            importlib.import_module(module)
+        _loaded = True
+    return REGISTRY

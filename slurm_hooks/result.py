@@ -1,0 +1,106 @@
+"""Status and Result: what every check returns.
+
+A check never prints, exits or drains; it returns one Result or a list of them (one per
+affected component). The runner combines them (worst wins) and policy decides what to do.
+"""
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Any, Dict, Iterable, Mapping, Optional
+
+
+class Status(enum.Enum):
+    """Outcome of one check. `exit_code` is the Nagios code; `severity` orders them for 'worst wins'."""
+
+    OK = "OK"
+    WARN = "WARN"
+    FAIL = "FAIL"
+    UNKNOWN = "UNKNOWN"  # could not evaluate (missing function, parse error, timeout, our bug)
+    SKIP = "SKIP"  # not applicable here (no GPUs, disabled, not supported on this SKU)
+
+    @property
+    def severity(self) -> int:
+        return _SEVERITY[self]
+
+    @property
+    def exit_code(self) -> int:
+        return _EXIT_CODE[self]
+
+
+_SEVERITY = {Status.SKIP: 0, Status.OK: 1, Status.WARN: 2, Status.UNKNOWN: 3, Status.FAIL: 4}
+_EXIT_CODE = {Status.SKIP: 0, Status.OK: 0, Status.WARN: 1, Status.FAIL: 2, Status.UNKNOWN: 3}
+
+
+class Action(enum.Enum):
+    """What an operator (or policy) should do about a failing component."""
+
+    NONE = "none"
+    DRAIN = "drain"
+    RESET_GPU = "reset-gpu"
+    REBOOT = "reboot"
+    RMA = "rma"
+
+
+class Blame(enum.Enum):
+    """Who is broken when a check does not pass. Only NODE may lead to a drain."""
+
+    NODE = "node"  # the hardware/OS of this node is bad: drain
+    JOB = "job"  # the job (or its request) is bad: fail the job, keep the node
+    CHECK = "check"  # we could not evaluate (our bug, missing NVML function): alert only
+
+
+@dataclass(frozen=True)
+class Result:
+    """One finding of one check about one component (or the whole node when component is None)."""
+
+    check: str
+    status: Status
+    summary: str
+    component: Optional[str] = None  # e.g. "gpu:3 0000:3b:00.0", "hca:mlx5_2", "numa:1"
+    details: Mapping[str, Any] = field(default_factory=dict)
+    action: Action = Action.NONE
+    blame: Optional[Blame] = None  # None = derived from status (see effective_blame)
+
+    @property
+    def effective_blame(self) -> Optional[Blame]:
+        """FAIL defaults to NODE, UNKNOWN to CHECK; OK/WARN/SKIP blame nobody."""
+        if self.blame is not None:
+            return self.blame
+        if self.status is Status.FAIL:
+            return Blame.NODE
+        if self.status is Status.UNKNOWN:
+            return Blame.CHECK
+        return None
+
+    def to_dict(self) -> Dict[str, Any]:
+        blame = self.effective_blame
+        return {
+            "check": self.check,
+            "status": self.status.value,
+            "summary": self.summary,
+            "component": self.component,
+            "action": self.action.value,
+            "blame": blame.value if blame else None,
+            "details": _jsonable(self.details),
+        }
+
+
+def worst(statuses: Iterable[Status]) -> Status:
+    """The most severe status; SKIP when there is none."""
+    return max(statuses, key=lambda s: s.severity, default=Status.SKIP)
+
+
+def _jsonable(value: Any) -> Any:
+    """Details may hold tuples, sets, enums and dataclass-like objects; JSON needs plain types."""
+    if isinstance(value, Mapping):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, (set, frozenset)):
+        return sorted(_jsonable(v) for v in value)
+    if isinstance(value, enum.Enum):
+        return value.value
+    if value is None or isinstance(value, (str, int, float, bool)):
+        return value
+    return str(value)
