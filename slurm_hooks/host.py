@@ -11,7 +11,8 @@ from __future__ import annotations
 import errno
 import fnmatch
 import os
-from typing import Any, List, Optional
+import posixpath
+from typing import Any, Dict, List, Optional
 
 DEFAULT_MAX_BYTES = 1 << 20  # 1 MiB: more than any sysfs/procfs file we read
 _MISSING: Any = object()
@@ -43,6 +44,7 @@ class ParseError(HostError):
 class Host:
     def __init__(self, root: str = "/"):
         self.root = os.path.abspath(root)
+        self._dir_cache: Dict[str, str] = {}
 
     def __repr__(self) -> str:
         return "Host(%r)" % self.root
@@ -59,6 +61,31 @@ class Host:
         if self.is_live:
             return host_path
         return os.path.join(self.root, host_path.lstrip("/"))
+
+    def real(self, host_path: str) -> str:
+        """The real filesystem path to open for a host path.
+
+        Under a non-/ root, symlinks (absolute ones included) are resolved inside the root so a
+        captured tree can never make us read the live machine's files. Resolved directories are
+        cached: a run reads many files in few sysfs directories.
+        """
+        if self.is_live:
+            return host_path
+        directory, base = posixpath.split(host_path)
+        resolved = self._dir_cache.get(directory)
+        if resolved is None:
+            resolved = self._dir_cache[directory] = self.realpath(directory)
+        candidate = posixpath.join(resolved, base)
+        if base and os.path.islink(self.path(candidate)):
+            candidate = self.realpath(candidate)
+        return self.path(candidate)
+
+    def real_link(self, host_path: str) -> str:
+        """The real path of a symlink itself (its directory resolved, the link not followed)."""
+        if self.is_live:
+            return host_path
+        directory, base = posixpath.split(host_path)
+        return posixpath.join(self.real(directory), base)
 
     def realpath(self, host_path: str) -> str:
         """Resolve symlinks like os.path.realpath, but never outside the root; returns a host path."""
@@ -90,7 +117,7 @@ class Host:
     # -- reads -------------------------------------------------------------------------------
     def read_bytes(self, host_path: str, default: Any = _MISSING, max_bytes: int = DEFAULT_MAX_BYTES) -> bytes:
         try:
-            with open(self.path(host_path), "rb") as handle:
+            with open(self.real(host_path), "rb") as handle:
                 return handle.read(max_bytes)
         except FileNotFoundError:
             if default is not _MISSING:
@@ -118,14 +145,14 @@ class Host:
             raise ParseError(host_path, text, "an integer (base %d)" % base) from None
 
     def exists(self, host_path: str) -> bool:
-        return os.path.lexists(self.path(host_path))
+        return os.path.lexists(self.real(host_path))
 
     def isdir(self, host_path: str) -> bool:
-        return os.path.isdir(self.path(self.realpath(host_path)))
+        return os.path.isdir(self.real(host_path))
 
     def listdir(self, host_path: str, default: Any = _MISSING) -> List[str]:
         try:
-            return sorted(os.listdir(self.path(self.realpath(host_path))))
+            return sorted(os.listdir(self.real(host_path)))
         except (FileNotFoundError, NotADirectoryError):
             if default is not _MISSING:
                 return default
@@ -141,14 +168,14 @@ class Host:
     def statvfs(self, host_path: str) -> os.statvfs_result:
         """Filesystem usage of the file system holding host_path (statvfs(2), like `df`)."""
         try:
-            return os.statvfs(self.path(host_path))
+            return os.statvfs(self.real(host_path))
         except OSError as exc:
             raise HostError(host_path, exc.strerror or str(exc)) from None
 
     def readlink_name(self, host_path: str) -> Optional[str]:
         """Last component of a symlink's target (e.g. the driver of a PCI device), None if absent."""
         try:
-            return os.path.basename(os.readlink(self.path(host_path)))
+            return os.path.basename(os.readlink(self.real_link(host_path)))
         except OSError:
             return None
 
@@ -167,7 +194,7 @@ class Host:
         is skipped. In a captured tree /dev/kmsg is a regular file with one record per line.
         Needs root (or CAP_SYSLOG) when dmesg_restrict=1; that is reported as a HostError.
         """
-        real = self.path(host_path)
+        real = self.real(host_path)
         try:
             fd = os.open(real, os.O_RDONLY | os.O_NONBLOCK)
         except FileNotFoundError:

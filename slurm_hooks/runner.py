@@ -179,7 +179,12 @@ def _execute(spec: CheckSpec, params: Any, gather: GatherContext) -> List[Result
 
 
 def _normalise(spec: CheckSpec, returned: Any) -> List[Result]:
-    results = [returned] if isinstance(returned, Result) else list(returned or [])
+    if isinstance(returned, Result):
+        results = [returned]
+    elif isinstance(returned, (list, tuple)):
+        results = list(returned)
+    else:
+        results = []
     if not results or not all(isinstance(r, Result) for r in results):
         return [Result(spec.name, Status.UNKNOWN, "internal error: check returned %r, not Result(s)"
                        % (type(returned).__name__,), blame=Blame.CHECK)]

@@ -1,0 +1,44 @@
+"""Shared fixtures. Config files written by tests live in root-owned temp dirs; outside root-run CI
+the ownership check would refuse them, so tests that need that opt in explicitly."""
+from __future__ import annotations
+
+import os
+import sys
+
+import pytest
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if REPO not in sys.path:
+    sys.path.insert(0, REPO)
+
+
+@pytest.fixture
+def registry():
+    from slurm_hooks.registry import load_builtin_checks
+
+    return load_builtin_checks()
+
+
+@pytest.fixture
+def default_config(registry):
+    from slurm_hooks.config import validate
+
+    return validate(registry, {})
+
+
+@pytest.fixture
+def write_tree(tmp_path):
+    """write_tree({"proc/loadavg": "0.1 ...", ...}) -> root dir with those files."""
+
+    def write(files, root=None):
+        base = root or tmp_path / "root"
+        for rel, content in files.items():
+            path = base / rel
+            path.parent.mkdir(parents=True, exist_ok=True)
+            if isinstance(content, bytes):
+                path.write_bytes(content)
+            else:
+                path.write_text(content)
+        return str(base)
+
+    return write

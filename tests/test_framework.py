@@ -1,0 +1,240 @@
+"""Result, registry, config and runner: the framework every check relies on."""
+from __future__ import annotations
+
+import os
+import threading
+import time
+
+import pytest
+
+from slurm_hooks.config import ConfigError, load_config, render_toml, validate
+from slurm_hooks.host import Host
+from slurm_hooks.registry import Param, Registry, RegistryError
+from slurm_hooks.result import Action, Blame, Result, Status, worst
+from slurm_hooks.runner import JobContext, run_checks, select_checks
+
+
+def test_worst_status_order():
+    assert worst([Status.OK, Status.WARN, Status.SKIP]) is Status.WARN
+    assert worst([Status.WARN, Status.UNKNOWN]) is Status.UNKNOWN
+    assert worst([Status.UNKNOWN, Status.FAIL, Status.OK]) is Status.FAIL
+    assert worst([]) is Status.SKIP
+    assert [s.exit_code for s in (Status.OK, Status.WARN, Status.FAIL, Status.UNKNOWN, Status.SKIP)] == [0, 1, 2, 3, 0]
+
+
+def test_result_blame_defaults_and_json():
+    fail = Result("x.y", Status.FAIL, "bad", component="gpu:3 0000:3b:00.0", action=Action.RESET_GPU,
+                  details={"set": {2, 1}, "t": (1, 2)})
+    assert fail.effective_blame is Blame.NODE
+    assert Result("x.y", Status.UNKNOWN, "?").effective_blame is Blame.CHECK
+    assert Result("x.y", Status.FAIL, "job", blame=Blame.JOB).effective_blame is Blame.JOB
+    assert Result("x.y", Status.OK, "fine").effective_blame is None
+    data = fail.to_dict()
+    assert data["action"] == "reset-gpu" and data["blame"] == "node" and data["details"] == {"set": [1, 2], "t": [1, 2]}
+
+
+def _registry_with(*specs):
+    reg = Registry()
+    for name, func, kwargs in specs:
+        reg.check(name=name, **kwargs)(func)
+    return reg
+
+
+def test_registry_rejects_duplicates_with_both_locations():
+    reg = Registry()
+
+    @reg.check(name="fam.one")
+    def first(params):
+        """first"""
+
+    with pytest.raises(RegistryError) as err:
+        @reg.check(name="fam.one")
+        def second(params):
+            """second"""
+    assert "duplicate check name 'fam.one'" in str(err.value) and "test_framework.py" in str(err.value)
+
+
+@pytest.mark.parametrize("name,kwargs,message", [
+    ("nofamily", {}, "family.what"),
+    ("Fam.Upper", {}, "lower case"),
+    ("fam.ctx", {"contexts": {"bogus"}}, "contexts"),
+    ("fam.timeout", {"timeout": 0}, "timeout"),
+    ("fam.params", {"params": (Param("enabled", bool, True, "x"),)}, "not 'enabled'"),
+])
+def test_registry_rejects_bad_markers(name, kwargs, message):
+    with pytest.raises(RegistryError, match=message):
+        Registry().check(name=name, **kwargs)(lambda params: None)
+
+
+def test_builtin_names_are_unique_and_documented(registry):
+    assert registry.checks, "no checks registered"
+    for spec in registry.checks.values():
+        assert spec.description, "%s has no docstring" % spec.name
+        assert spec.timeout > 0
+
+
+@pytest.fixture
+def small_registry():
+    reg = Registry()
+
+    @reg.check(name="demo.threshold", params=(Param("limit", int, 5, "max"), Param("names", list, [], "n", str)))
+    def threshold(params):
+        """demo"""
+        return Result("demo.threshold", Status.OK, "limit %d" % params.limit)
+
+    return reg
+
+
+def test_config_unknown_check_key_and_type_errors_name_file_and_key(tmp_path, small_registry, monkeypatch):
+    monkeypatch.setenv("SLURM_HOOKS_ALLOW_INSECURE_CONFIG", "1")
+    main = tmp_path / "config.toml"
+    cases = [
+        ('[checks."demo.treshold"]\nlimit = 3\n', "no such check (did you mean 'demo.threshold'?)"),
+        ('[checks."demo.threshold"]\nlimt = 3\n', "unknown parameter (did you mean 'limit'?)"),
+        ('[checks."demo.threshold"]\nlimit = "3"\n', "limit: expected an integer, got str '3'"),
+        ('[checks."demo.threshold"]\nlimit = true\n', "expected an integer, got bool"),
+        ('[checks."demo.threshold"]\nnames = [1]\n', "names[0]: expected a string"),
+        ('[general]\nmode = "loud"\n', "'loud' is not one of 'enforce', 'observe'"),
+        ('[genral]\n', "unknown section [genral] (did you mean 'general'?)"),
+        ('[checks."demo.threshold"\n', "invalid TOML"),
+    ]
+    for text, expected in cases:
+        main.write_text(text)
+        with pytest.raises(ConfigError) as err:
+            load_config(small_registry, str(main))
+        assert str(main) in str(err.value) and expected in str(err.value), text
+
+
+def test_config_dropins_override_in_order(tmp_path, small_registry, monkeypatch):
+    monkeypatch.setenv("SLURM_HOOKS_ALLOW_INSECURE_CONFIG", "1")
+    (tmp_path / "conf.d").mkdir()
+    (tmp_path / "config.toml").write_text('[checks."demo.threshold"]\nlimit = 1\nnames = ["a"]\n')
+    (tmp_path / "conf.d" / "20-late.toml").write_text('[checks."demo.threshold"]\nlimit = 3\n')
+    (tmp_path / "conf.d" / "10-early.toml").write_text('[checks."demo.threshold"]\nlimit = 2\nenabled = false\n')
+    config = load_config(small_registry, str(tmp_path / "config.toml"))
+    check = config.check("demo.threshold")
+    assert check.params.limit == 3 and check.params.names == ["a"] and check.enabled is False
+    assert [os.path.basename(s) for s in config.sources] == ["config.toml", "10-early.toml", "20-late.toml"]
+    assert 'limit = 3' in render_toml(config)
+
+
+def test_config_refuses_writable_or_foreign_files(tmp_path, small_registry, monkeypatch):
+    monkeypatch.delenv("SLURM_HOOKS_ALLOW_INSECURE_CONFIG", raising=False)
+    os.chmod(tmp_path, 0o755)
+    main = tmp_path / "config.toml"
+    main.write_text("")
+    os.chmod(main, 0o666)
+    with pytest.raises(ConfigError, match="world-writable"):
+        load_config(small_registry, str(main))
+    os.chmod(main, 0o644)
+    if os.geteuid() == 0:
+        os.chown(main, 1234, 0)
+        with pytest.raises(ConfigError, match="owned by uid 1234"):
+            load_config(small_registry, str(main))
+        os.chown(main, 0, 0)
+        assert load_config(small_registry, str(main)).check("demo.threshold").params.limit == 5
+
+
+def test_missing_explicit_config_is_an_error(tmp_path, small_registry, monkeypatch):
+    monkeypatch.setenv("SLURM_HOOKS_ALLOW_INSECURE_CONFIG", "1")
+    with pytest.raises(ConfigError, match="cannot"):
+        load_config(small_registry, str(tmp_path / "nope.toml"))
+
+
+def _runner_registry(block_event: threading.Event):
+    reg = Registry()
+
+    @reg.check(name="demo.fast", timeout=1)
+    def fast(params):
+        """fast"""
+        return Result("demo.fast", Status.OK, "fine")
+
+    @reg.check(name="demo.hang", timeout=0.3)
+    def hang(params):
+        """blocks forever, like a hung NVML call"""
+        block_event.wait()  # never set during the test
+        return Result("demo.hang", Status.OK, "unreachable")
+
+    @reg.check(name="demo.raises", timeout=1)
+    def raises(params):
+        """our own bug"""
+        raise ZeroDivisionError("oops")
+
+    @reg.check(name="demo.later", timeout=1)
+    def later(params):
+        """runs after the hang"""
+        return [Result("demo.later", Status.WARN, "a", component="c1"), Result("demo.later", Status.OK, "b")]
+
+    return reg
+
+
+def test_blocked_check_cannot_exceed_deadline():
+    never = threading.Event()
+    reg = _runner_registry(never)
+    config = validate(reg, {})
+    started = time.monotonic()
+    report = run_checks(reg, config, Host("/"), "prolog", select_checks(reg, "prolog"), deadline=1.0)
+    elapsed = time.monotonic() - started
+    by_name = {run.name: run for run in report.runs}
+    assert elapsed < 1.0 + 0.2
+    assert by_name["demo.hang"].timed_out and by_name["demo.hang"].status is Status.UNKNOWN
+    assert by_name["demo.hang"].results[0].details["timed_out"] is True
+    assert by_name["demo.fast"].status is Status.OK
+    assert by_name["demo.later"].status is Status.WARN  # ran after the hang
+    raised = by_name["demo.raises"].results[0]
+    assert raised.status is Status.UNKNOWN and raised.effective_blame is Blame.CHECK
+    assert "ZeroDivisionError" in raised.summary and "traceback" in raised.details
+    never.set()
+
+
+def test_global_deadline_stops_remaining_checks():
+    never = threading.Event()
+    reg = Registry()
+    for i in range(4):
+        reg.check(name="demo.h%d" % i, timeout=0.2)(lambda params: never.wait())
+    config = validate(reg, {})
+    started = time.monotonic()
+    report = run_checks(reg, config, Host("/"), "prolog", select_checks(reg, "prolog"), deadline=0.5)
+    assert time.monotonic() - started < 0.5 + 0.2
+    assert report.deadline_hit
+    assert all(run.status is Status.UNKNOWN for run in report.runs)
+    assert "deadline" in report.runs[-1].results[0].summary
+    never.set()
+
+
+def test_disabled_check_is_skipped_and_params_reach_check(small_registry):
+    config = validate(small_registry, {"checks": {"demo.threshold": {"limit": 9}}})
+    report = run_checks(small_registry, config, Host("/"), "manual", select_checks(small_registry, "manual"))
+    assert report.runs[0].results[0].summary == "limit 9"
+    config = validate(small_registry, {"checks": {"demo.threshold": {"enabled": False}}})
+    report = run_checks(small_registry, config, Host("/"), "manual", select_checks(small_registry, "manual"))
+    assert report.runs[0].status is Status.SKIP and "disabled" in report.runs[0].results[0].summary
+
+
+def test_select_checks_by_family_and_unknown(registry):
+    names = [s.name for s in select_checks(registry, "manual", ["system"])]
+    assert "system.cpu" in names and all(n.startswith("system.") for n in names)
+    with pytest.raises(KeyError):
+        select_checks(registry, "manual", ["nope"])
+
+
+def test_gatherer_runs_once_and_errors_are_shared():
+    reg = Registry()
+    calls = []
+
+    @reg.gatherer("demo.data")
+    def data(ctx):
+        calls.append(1)
+        raise OSError("boom")
+
+    for i in range(3):
+        reg.check(name="demo.c%d" % i, needs=("demo.data",))(lambda snap, params: Result("x", Status.OK, "no"))
+    report = run_checks(reg, validate(reg, {}), Host("/"), "manual", select_checks(reg, "manual"))
+    assert len(calls) == 1
+    assert all(run.status is Status.UNKNOWN and "boom" in run.results[0].summary for run in report.runs)
+
+
+def test_job_context_scoping():
+    job = JobContext(job_id="42", gpus=(0, 2))
+    assert job.covers_gpu(2) and not job.covers_gpu(1)
+    assert JobContext().covers_gpu(7)
