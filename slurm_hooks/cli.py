@@ -42,6 +42,7 @@ def build_parser() -> argparse.ArgumentParser:
     config_sub = config.add_subparsers(dest="config_command", metavar="SUBCOMMAND", parser_class=_Parser)
     config_sub.required = True
     config_sub.add_parser("check", help="validate the configuration and print the effective result")
+    config_sub.add_parser("reference", help="print the configuration reference (Markdown) from the registry")
     return parser
 
 

@@ -49,6 +49,11 @@ def cmd_list(args) -> int:
 
 
 def cmd_config(args) -> int:
+    if args.config_command == "reference":
+        from .config import render_reference
+
+        sys.stdout.write(render_reference(load_builtin_checks()))
+        return 0
     _registry, config = load(args)
     sys.stdout.write(render_toml(config))
     print("# configuration is valid", file=sys.stderr)

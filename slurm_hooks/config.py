@@ -119,7 +119,7 @@ def _parse_toml(file: str) -> Dict[str, Any]:
 
 def _toml_loads(text: str) -> Dict[str, Any]:
     if sys.version_info >= (3, 11):
-        import tomllib
+        import tomllib  # novermin (guarded by the version check above)
 
         return tomllib.loads(text)
     import toml  # Python < 3.11: the 'toml' package (a declared dependency there)
@@ -289,3 +289,28 @@ def _toml_value(value: Any) -> str:
     if isinstance(value, Mapping):
         return "{ " + ", ".join("%s = %s" % (k, _toml_value(v)) for k, v in value.items()) + " }"
     raise TypeError("cannot render %r as TOML" % (value,))
+
+
+def render_reference(registry: Registry) -> str:
+    """Markdown reference of every setting and every check parameter (README's config reference)."""
+    lines = ["| key | type | default | meaning |", "|---|---|---|---|"]
+    for section, schema in SECTIONS.items():
+        for key, setting in schema.items():
+            kind = "one of " + ", ".join(setting.choices) if setting.choices else _type_name(setting.type, None)
+            lines.append("| `[%s] %s` | %s | `%s` | %s |" % (section, key, kind, _toml_value(setting.default),
+                                                             setting.help))
+    for spec in registry.sorted_checks():
+        lines.append("")
+        lines.append('### `[checks."%s"]`' % spec.name)
+        lines.append("")
+        lines.append("%s Contexts: %s; timeout %gs." % (spec.description, ", ".join(
+            c for c in ("prolog", "epilog", "health", "manual") if c in spec.contexts), spec.timeout))
+        lines.append("")
+        lines.append("| key | type | default | meaning |")
+        lines.append("|---|---|---|---|")
+        lines.append("| `enabled` | a boolean (true/false) | `%s` | run this check |"
+                     % _toml_value(spec.enabled_by_default))
+        for param in spec.params:
+            lines.append("| `%s` | %s | `%s` | %s |" % (param.name, param.describe_type(), _toml_value(param.default),
+                                                       param.help))
+    return "\n".join(lines) + "\n"

@@ -12,8 +12,16 @@ from dataclasses import dataclass
 from typing import FrozenSet, List, Optional, Tuple
 
 from ..host import HostError, parse_cpulist
-from ..parsers import LoadAvg, Mount, SwapArea, parse_cpuinfo_models, parse_loadavg, parse_meminfo, parse_mounts, \
-    parse_swaps
+from ..parsers import (
+    LoadAvg,
+    Mount,
+    SwapArea,
+    parse_cpuinfo_models,
+    parse_loadavg,
+    parse_meminfo,
+    parse_mounts,
+    parse_swaps,
+)
 from ..registry import Param, check, gatherer
 from ..result import Result, Status
 
