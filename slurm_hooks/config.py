@@ -53,6 +53,33 @@ SECTIONS: Dict[str, Dict[str, Setting]] = {
     "nvml": {
         "library": Setting(str, "", "explicit path of libnvidia-ml.so.1; empty = the dynamic loader's choice"),
     },
+    "drain": {
+        "reason_prefix": Setting(str, "slurm-hooks:", "every drain reason we set starts with this; we only ever "
+                                 "resume or re-reason drains that carry it"),
+        "max_reason_length": Setting(int, 200, "drain reasons are cut to this many characters"),
+        "on_timeout": Setting(str, "alert", "a check that timed out (hung NVML call, blocked read): alert only, "
+                              "or treat as node-broken and drain", ("alert", "drain")),
+        "skip_states": Setting(list, ["DOWN", "REBOOT_REQUESTED", "REBOOT_ISSUED", "POWERED_DOWN", "POWERING_DOWN",
+                                      "POWERING_UP", "POWER_DOWN", "FUTURE", "MAINTENANCE", "RESERVED",
+                                      "CLOUD"],
+                               "node states/flags in which we never drain or resume (logged instead)"),
+        "backend": Setting(str, "auto", "how to talk to slurmctld: pyslurm when a matching one is installed, "
+                           "else scontrol", ("auto", "scontrol", "pyslurm")),
+        "timeout": Setting(float, 5.0, "seconds for one Slurm client call"),
+        "attempts": Setting(int, 2, "tries of one Slurm call on transient errors (controller down, timeout)"),
+        "allow_job_opt_out": Setting(bool, False, "honour a job's --extra/--comment 'slurm_hooks=skip' "
+                                     "(its prolog checks are then skipped and logged)"),
+    },
+    "breaker": {
+        "max_percent": Setting(float, 10.0, "do not drain when this percent of the cluster's nodes are "
+                               "already drained by us"),
+        "min_nodes": Setting(int, 2, "... but always allow draining until this many nodes are drained by us"),
+    },
+    "paths": {
+        "state_dir": Setting(str, "/var/lib/slurm-hooks", "local state: pending drains, prolog snapshots"),
+        "log_file": Setting(str, "/var/log/slurm-hooks/slurm-hooks.log", "decision log (empty = none)"),
+        "syslog": Setting(bool, True, "also log decisions to syslog/journald through /dev/log"),
+    },
 }
 
 
