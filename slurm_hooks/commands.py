@@ -10,6 +10,30 @@ from .config import Config, load_config, render_toml
 from .registry import Registry, load_builtin_checks
 
 
+def add_parsers(sub) -> None:
+    from .cli import Parser, add_run_options
+
+    check = sub.add_parser("check", help="run checks now and print the results",
+                           description="Run checks (default: those of the 'manual' context). Exit code: 0 OK, "
+                                       "1 WARN, 2 FAIL, 3 UNKNOWN (Nagios).")
+    check.add_argument("names", nargs="*", metavar="NAME", help="check names or families (e.g. system.cpu, gpu)")
+    check.add_argument("--all-contexts", action="store_true", help="run every check, whatever its contexts")
+    check.add_argument("--context", choices=("prolog", "epilog", "health", "manual"), default="manual",
+                       help="run the checks of this context (default manual)")
+    add_run_options(check)
+    check.set_defaults(handler=cmd_check)
+
+    sub.add_parser("list", help="list every check with its contexts and description").set_defaults(handler=cmd_list)
+
+    config = sub.add_parser("config", help="configuration commands")
+    config_sub = config.add_subparsers(dest="config_command", metavar="SUBCOMMAND", parser_class=Parser)
+    config_sub.required = True
+    config_sub.add_parser("check", help="validate the configuration and print the effective result") \
+        .set_defaults(handler=cmd_config)
+    config_sub.add_parser("reference", help="print the configuration reference (Markdown) from the registry") \
+        .set_defaults(handler=cmd_config)
+
+
 def load(args) -> "tuple[Registry, Config]":
     registry = load_builtin_checks()
     extra: Dict[str, Any] = {}
