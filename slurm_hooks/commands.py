@@ -34,12 +34,16 @@ def add_parsers(sub) -> None:
         .set_defaults(handler=cmd_config)
 
 
-def load(args) -> "tuple[Registry, Config]":
+def load_registry_and_config(config_path, root=None) -> "tuple[Registry, Config]":
     registry = load_builtin_checks()
     extra: Dict[str, Any] = {}
-    if getattr(args, "root", None):
-        extra["general"] = {"root": os.path.abspath(args.root)}
-    return registry, load_config(registry, args.config, extra)
+    if root:
+        extra["general"] = {"root": os.path.abspath(root)}
+    return registry, load_config(registry, config_path, extra)
+
+
+def load(args) -> "tuple[Registry, Config]":
+    return load_registry_and_config(args.config, getattr(args, "root", None))
 
 
 def cmd_check(args) -> int:

@@ -57,8 +57,8 @@ SECTIONS: Dict[str, Dict[str, Setting]] = {
         "reason_prefix": Setting(str, "slurm-hooks:", "every drain reason we set starts with this; we only ever "
                                  "resume or re-reason drains that carry it"),
         "max_reason_length": Setting(int, 200, "drain reasons are cut to this many characters"),
-        "on_timeout": Setting(str, "alert", "a check that timed out (hung NVML call, blocked read): alert only, "
-                              "or treat as node-broken and drain", ("alert", "drain")),
+        "on_timeout": Setting(str, "alert", "a check that timed out or crashed the check process (hung or aborting "
+                              "NVML call, blocked read): alert only, or treat as node-broken and drain", ("alert", "drain")),
         "skip_states": Setting(list, ["DOWN", "REBOOT_REQUESTED", "REBOOT_ISSUED", "POWERED_DOWN", "POWERING_DOWN",
                                       "POWERING_UP", "POWER_DOWN", "FUTURE", "MAINTENANCE", "RESERVED",
                                       "CLOUD"],

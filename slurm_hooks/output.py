@@ -101,3 +101,17 @@ def _footer(report: RunReport) -> str:
 
 def _ms(seconds: float) -> str:
     return "%dms" % round(seconds * 1000) if seconds < 10 else "%.1fs" % seconds
+
+
+def report_from_dict(data: Dict[str, Any]) -> RunReport:
+    """Inverse of report_to_dict (the isolated check process sends its report as this JSON)."""
+    from .result import result_from_dict
+    from .runner import CheckRun, JobContext
+
+    job_data = data.get("job") or {}
+    gpus = job_data.get("gpus")
+    job = JobContext(job_id=job_data.get("id"), user=job_data.get("user"), node_name=data.get("node"),
+                     gpus=tuple(gpus) if gpus is not None else None)
+    runs = [CheckRun(run["name"], [result_from_dict(r) for r in run["results"]], run["duration_s"], run["timed_out"])
+            for run in data["checks"]]
+    return RunReport(data["context"], runs, data["duration_s"], data["deadline_s"], data["deadline_hit"], job)

@@ -41,7 +41,7 @@ class Decision:
 
 
 def is_node_broken(result: Result, on_timeout: str) -> bool:
-    if result.details.get("timed_out") and on_timeout == "drain":
+    if (result.details.get("timed_out") or result.details.get("crashed")) and on_timeout == "drain":
         return True
     return result.status is Status.FAIL and result.effective_blame is Blame.NODE
 

@@ -104,3 +104,11 @@ def _jsonable(value: Any) -> Any:
     if value is None or isinstance(value, (str, int, float, bool)):
         return value
     return str(value)
+
+
+def result_from_dict(data: Mapping[str, Any]) -> Result:
+    """Inverse of Result.to_dict (used to carry results out of the isolated check process)."""
+    blame = data.get("blame")
+    return Result(check=str(data["check"]), status=Status(data["status"]), summary=str(data["summary"]),
+                  component=data.get("component"), details=dict(data.get("details") or {}),
+                  action=Action(data.get("action", "none")), blame=Blame(blame) if blame else None)

@@ -1,0 +1,199 @@
+"""The prolog, epilog and health modes: run checks, decide, drain or resume, log, pick the exit code.
+
+Fail open on our own problems: a broken config, a hostile job environment or a crash in our code
+logs loudly and exits 0, because a hook that exits non-zero makes slurmctld drain the node — and a
+bug of ours must never drain a cluster. Only a node-broken FAIL (policy.decide) drains.
+
+Local state (paths.state_dir/node-state.json) remembers what we drained and drains we could not
+deliver (slurmctld down); the health mode re-runs those checks and resumes or retries, so the happy
+path makes no Slurm call at all.
+"""
+from __future__ import annotations
+
+import os
+import socket
+import sys
+import time
+from dataclasses import dataclass
+from typing import Any, Dict, Mapping, Optional, Sequence
+
+from . import drainer, logs, policy
+from .atomicio import read_json, write_json_atomic
+from .config import Config, ConfigError
+from .drainer import Outcome
+from .jobenv import JobEnvError, job_from_env
+from .output import report_from_dict, report_to_dict
+from .registry import Registry
+from .result import Result, Status
+from .runner import CheckRun, JobContext, RunReport, run_checks, select_checks
+
+OPT_OUT_TOKEN = "slurm_hooks=skip"
+ISOLATION_GRACE_S = 1.0
+# Outcomes after which the job must not start here (prolog) / the hook reports failure (epilog, health)
+FAILING_OUTCOMES = {Outcome.DRAINED, Outcome.REFINED, Outcome.ALREADY_OURS, Outcome.FOREIGN_DRAIN,
+                    Outcome.SKIPPED_STATE, Outcome.SLURM_UNAVAILABLE, Outcome.SLURM_ERROR}
+
+
+@dataclass
+class HookResult:
+    exit_code: int
+    report: Optional[RunReport] = None
+    decision: Optional[policy.Decision] = None
+    enacted: Optional[drainer.Enacted] = None
+    slurm_calls: int = 0
+
+
+def node_name(job: JobContext, explicit: Optional[str] = None) -> str:
+    """SLURMD_NODENAME (what slurmd calls this node), else --node, else the short host name."""
+    return job.node_name or explicit or socket.gethostname().split(".")[0]
+
+
+def state_path(config: Config) -> str:
+    return os.path.join(config.get("paths", "state_dir"), "node-state.json")
+
+
+def load_state(config: Config, log) -> Dict[str, Any]:
+    try:
+        state = read_json(state_path(config), default={})
+        return state if isinstance(state, dict) else {}
+    except (OSError, ValueError) as exc:
+        log.error(logs.kv(event="state-unreadable", error=exc))
+        return {}
+
+
+def save_state(config: Config, state: Mapping[str, Any], log) -> None:
+    try:
+        write_json_atomic(state_path(config), dict(state))
+    except OSError as exc:  # full disk, read-only /var: the decision still stands, only memory is lost
+        log.error(logs.kv(event="state-not-saved", path=state_path(config), error=exc))
+
+
+def run_isolated_checks(registry: Registry, config: Config, context: str, job: JobContext,
+                        extra_names: Sequence[str] = ()) -> RunReport:
+    """Run the context's checks (plus extra_names) in a forked child, bounded by the deadline."""
+    from .host import Host
+    from .isolation import run_isolated
+
+    specs = select_checks(registry, context)
+    for name in extra_names:
+        if name in registry.checks and registry.checks[name] not in specs:
+            specs.append(registry.checks[name])
+    deadline = config.get("deadline", context)
+    root = config.get("general", "root")
+
+    def work() -> Dict[str, Any]:
+        return report_to_dict(run_checks(registry, config, Host(root), context, specs, job=job), root)
+
+    data, why = run_isolated(work, deadline + ISOLATION_GRACE_S)
+    if data is not None:
+        return report_from_dict(data)
+    crashed = Result("slurm-hooks.runner", Status.UNKNOWN, why, details={"crashed": True, "timed_out": True,
+                     "checks": [s.name for s in specs]})
+    return RunReport(context, [CheckRun("slurm-hooks.runner", [crashed], deadline, timed_out=True)],
+                     deadline, deadline, True, job)
+
+
+def opted_out(env: Mapping[str, str], config: Config) -> bool:
+    if not config.get("drain", "allow_job_opt_out"):
+        return False
+    return any(OPT_OUT_TOKEN in env.get(var, "") for var in ("SLURM_JOB_EXTRA", "SLURM_JOB_COMMENT"))
+
+
+def run_hook(context: str, registry: Registry, config: Config, env: Mapping[str, str],
+             node: Optional[str] = None, client=None) -> HookResult:
+    log = logs.setup(config.settings)
+    try:
+        job = job_from_env(env, require_job=context in ("prolog", "epilog"))
+    except JobEnvError as exc:
+        log.critical(logs.kv(context=context, event="bad-job-environment", error=exc, decision="fail-open"))
+        return HookResult(0)
+    name = node_name(job, node)
+    if context == "prolog" and opted_out(env, config):
+        log.warning(logs.kv(context=context, job=job.job_id, node=name, event="job-opted-out"))
+        return HookResult(0)
+    state = load_state(config, log)
+    remembered = [c for entry in (state.get("drained"), state.get("pending")) if entry for c in entry.get("checks", [])]
+    report = run_isolated_checks(registry, config, context, job, remembered if context == "health" else ())
+    decision = policy.decide(report.results(), config.settings)
+    client = client or drainer.make_client(config.settings)
+    enacted = None
+    if decision.verdict is policy.Verdict.DRAIN:
+        enacted = drainer.drain(client, name, decision.reason, config.settings)
+        _remember_drain(state, enacted, decision, job, context)
+        save_state(config, state, log)
+    elif context == "health" and (state.get("drained") or state.get("pending")):
+        enacted = _recover(client, name, state, report, config, log)
+        save_state(config, state, log)
+    _log_decision(log, context, name, job, report, decision, enacted)
+    code = 1 if enacted is not None and enacted.outcome in FAILING_OUTCOMES else 0
+    return HookResult(code, report, decision, enacted, client.calls)
+
+
+def _remember_drain(state: Dict[str, Any], enacted: drainer.Enacted, decision: policy.Decision,
+                    job: JobContext, context: str) -> None:
+    entry = {"reason": decision.reason, "checks": list(decision.checks), "time": time.time(), "job": job.job_id,
+             "context": context}
+    if enacted.outcome in (Outcome.DRAINED, Outcome.REFINED, Outcome.ALREADY_OURS):
+        state["drained"] = entry
+        state.pop("pending", None)
+    elif enacted.outcome in (Outcome.SLURM_UNAVAILABLE, Outcome.SLURM_ERROR):
+        state["pending"] = entry  # delivered by a later health run, if the checks still fail
+
+
+def _recover(client, name: str, state: Dict[str, Any], report: RunReport, config: Config, log) -> drainer.Enacted:
+    """Health run found nothing node-broken: resume what we drained; forget undelivered drains."""
+    state.pop("pending", None)
+    enacted = drainer.resume(client, name, config.settings)
+    if enacted.outcome in (Outcome.RESUMED, Outcome.NOT_DRAINED, Outcome.NOT_OURS):
+        state.pop("drained", None)  # resumed, or someone else took over the node: not ours to track
+    return enacted
+
+
+def _log_decision(log, context: str, name: str, job: JobContext, report: RunReport, decision: policy.Decision,
+                  enacted: Optional[drainer.Enacted]) -> None:
+    level = "info"
+    if enacted is not None and enacted.outcome is Outcome.BREAKER:
+        level = "critical"
+    elif decision.verdict is policy.Verdict.DRAIN or (enacted and enacted.outcome is Outcome.SLURM_UNAVAILABLE):
+        level = "error"
+    elif decision.verdict is policy.Verdict.ALERT:
+        level = "warning"
+    first = decision.findings[0] if decision.findings else None
+    getattr(log, level)(logs.kv(
+        context=context, job=job.job_id, user=job.user, node=name, status=report.status.value,
+        decision=decision.verdict.value, blame=decision.blame.value if decision.blame else None,
+        outcome=enacted.outcome.value if enacted else None, check=first.check if first else None,
+        component=first.component if first else None, reason=decision.reason or (first.summary if first else None),
+        detail=enacted.message if enacted else None, duration_ms=int(report.duration * 1000)))
+
+
+def fail_open(context: str, error: Exception) -> int:
+    """A problem of ours (config, bug): say so everywhere we can, and let the job run."""
+    message = "slurm-hooks %s: %s: %s -- failing open (exit 0)" % (context, type(error).__name__, error)
+    print(message, file=sys.stderr)
+    try:
+        import syslog
+
+        syslog.openlog("slurm-hooks")
+        syslog.syslog(syslog.LOG_CRIT, message)
+    except Exception:  # syslog is best effort here
+        pass
+    return 0
+
+
+def main_hook(context: str, config_path: Optional[str], env: Mapping[str, str], node: Optional[str] = None,
+              root: Optional[str] = None) -> int:
+    from .commands import load_registry_and_config
+
+    try:
+        registry, config = load_registry_and_config(config_path, root)
+        return run_hook(context, registry, config, env, node).exit_code
+    except ConfigError as exc:
+        return fail_open(context, exc)
+    except Exception as exc:  # our bug must never drain the node
+        import traceback
+
+        traceback.print_exc()
+        return fail_open(context, exc)
+
+
