@@ -42,3 +42,6 @@ def write_tree(tmp_path):
         return str(base)
 
     return write
+
+
+from slurmcluster import slurm_cluster, slurm_cluster_factory  # noqa: E402,F401  (pytest fixtures)

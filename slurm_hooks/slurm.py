@@ -1,0 +1,648 @@
+"""Talking to slurmctld: node-state parser, SlurmClient, scontrol and pyslurm backends.
+
+Only a decision to drain/resume reaches this module: constructing a SlurmClient makes no Slurm call
+and imports nothing heavy; the backend is chosen on first use (``client.calls`` counts every call).
+
+Data sources and their shell equivalents:
+  show_node   ``scontrol --all --oneliner show node NAME``   | ``pyslurm.Node.load(NAME)``
+  list_nodes  ``scontrol --all --oneliner show node``        | ``pyslurm.Nodes.load()``
+  drain       ``scontrol update NodeName=N State=DRAIN Reason=R`` | ``Node(N).modify(Node(state="DRAIN", reason=R))``
+  resume      ``scontrol update NodeName=N State=RESUME``    | ``Node(N).modify(Node(state="RESUME"))``
+Seen on Slurm 22.05: ``State=IDLE+DRAIN``; Reason is followed by ``[user@YYYY-MM-DDTHH:MM:SS]``;
+an unknown node gives "Node x not found" (show) / "Invalid node name specified" (update); RESUME of
+a node that is not drained/down gives "Invalid node state specified"; after RESUME the node shows
+``IDLE+NOT_RESPONDING`` (``idle*``) for ~1 s; any client blocks ~MessageTimeout when slurmctld is down.
+"""
+from __future__ import annotations
+
+import abc
+import os
+import re
+import subprocess
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, FrozenSet, List, Optional, Sequence, Tuple
+
+# ---------------------------------------------------------------------------------------------
+# errors
+
+
+class SlurmError(Exception):
+    """Base class of everything this module raises."""
+
+
+class SlurmParseError(SlurmError, ValueError):
+    """Slurm output we do not understand (the text is in the message, truncated)."""
+
+
+class SlurmUnavailable(SlurmError):
+    """slurmctld could not be reached in the time allowed (down, hung, munge broken, no client)."""
+
+
+class NodeNotFound(SlurmError):
+    """Slurm does not know this node name."""
+
+    def __init__(self, node: str, detail: str = "") -> None:
+        super().__init__("node %r not found%s" % (node, ": " + detail.strip() if detail else ""))
+        self.node = node
+
+
+class SlurmCommandError(SlurmError):
+    """Slurm refused the request (non-zero rc / RPC error that is not transient): not retried."""
+
+    def __init__(self, argv: Sequence[str], returncode: Optional[int], stderr: str) -> None:
+        super().__init__("%s failed (rc=%s): %s" % (" ".join(argv), returncode, stderr.strip()))
+        self.argv, self.returncode, self.stderr = tuple(argv), returncode, stderr
+
+
+# ---------------------------------------------------------------------------------------------
+# node state
+
+BASE_STATES = frozenset({"IDLE", "ALLOCATED", "MIXED", "DOWN", "ERROR", "FUTURE", "UNKNOWN"})
+KNOWN_FLAGS = frozenset({
+    "DRAIN", "NOT_RESPONDING", "COMPLETING", "CLOUD", "FAIL", "MAINTENANCE", "RESERVED", "PLANNED",
+    "POWER_DOWN", "POWER_UP", "POWERED_DOWN", "POWERING_DOWN", "POWERING_UP", "POWER_DRAIN",
+    "REBOOT_REQUESTED", "REBOOT_ISSUED", "INVALID_REG", "DYNAMIC_FUTURE", "DYNAMIC_NORM", "BLOCKED",
+    "PERFCTRS", "RESUME", "UNDRAIN",
+})
+# single-word states (sinfo %T/%t, old scontrol) -> (base, flags)
+_STATE_ALIASES = {
+    "ALLOC": ("ALLOCATED", ()), "MIX": ("MIXED", ()), "UNK": ("UNKNOWN", ()), "FUTR": ("FUTURE", ()),
+    "DRAIN": ("IDLE", ("DRAIN",)), "DRAINED": ("IDLE", ("DRAIN",)),
+    "DRAINING": ("ALLOCATED", ("DRAIN",)), "DRNG": ("ALLOCATED", ("DRAIN",)),
+    "COMPLETING": ("ALLOCATED", ("COMPLETING",)), "COMP": ("ALLOCATED", ("COMPLETING",)),
+    "FAIL": ("IDLE", ("FAIL",)), "FAILING": ("ALLOCATED", ("FAIL",)), "FAILG": ("ALLOCATED", ("FAIL",)),
+    "MAINT": ("IDLE", ("MAINTENANCE",)), "MAINTENANCE": ("IDLE", ("MAINTENANCE",)),
+    "RESV": ("IDLE", ("RESERVED",)), "RESERVED": ("IDLE", ("RESERVED",)),
+    "PLND": ("IDLE", ("PLANNED",)), "PLANNED": ("IDLE", ("PLANNED",)),
+    "INVAL": ("IDLE", ("INVALID_REG",)), "BLOCKED": ("IDLE", ("BLOCKED",)),
+    "POWERED_DOWN": ("IDLE", ("POWERED_DOWN",)), "POWERING_DOWN": ("IDLE", ("POWERING_DOWN",)),
+    "POWERING_UP": ("IDLE", ("POWERING_UP",)), "POW_DN": ("IDLE", ("POWERING_DOWN",)),
+    "POW_UP": ("IDLE", ("POWERING_UP",)), "REBOOT": ("IDLE", ("REBOOT_REQUESTED",)),
+}
+_FLAG_ALIASES = {"MAINT": "MAINTENANCE", "NO_RESPOND": "NOT_RESPONDING", "DRAINED": "DRAIN",
+                 "DRAINING": "DRAIN", "RES": "RESERVED", "POWER": "POWERED_DOWN"}
+# sinfo's one-character suffixes (idle*, idle~, ...)
+_SUFFIX_FLAGS = {"*": "NOT_RESPONDING", "~": "POWERED_DOWN", "#": "POWERING_UP", "%": "POWERING_DOWN",
+                 "!": "POWER_DOWN", "$": "MAINTENANCE", "@": "REBOOT_REQUESTED", "^": "REBOOT_ISSUED",
+                 "-": "PLANNED"}
+_STATE_CHARS = re.compile(r"[A-Za-z_+*~#%!$@^-]+\Z")
+POWER_FLAGS = frozenset({"POWER_DOWN", "POWERED_DOWN", "POWERING_DOWN", "POWERING_UP", "POWER_UP"})
+
+
+def parse_state(text: str) -> Tuple[str, FrozenSet[str]]:
+    """'IDLE+DRAIN' -> ('IDLE', {'DRAIN'}); also 'drained', 'idle*', 'MIXED+DRAIN', 'down~'.
+
+    Unknown words are kept (upper-cased) so callers can refuse to act on states they do not know
+    (see NodeInfo.known_state); only empty or non-state text raises SlurmParseError.
+    """
+    s = (text or "").strip()
+    if not s or not _STATE_CHARS.match(s):
+        raise SlurmParseError("not a node state: %r" % s[:80])
+    flags = set()
+    while s and s[-1] in _SUFFIX_FLAGS:
+        flags.add(_SUFFIX_FLAGS[s[-1]])
+        s = s[:-1]
+    parts = s.upper().split("+")
+    if not s or any(not p for p in parts):
+        raise SlurmParseError("not a node state: %r" % text[:80])
+    first = parts[0]
+    if first in BASE_STATES:
+        base = first
+    elif first in _STATE_ALIASES:
+        base, extra = _STATE_ALIASES[first]
+        flags.update(extra)
+    else:
+        base = first
+    flags.update(_FLAG_ALIASES.get(p, p) for p in parts[1:])
+    return base, frozenset(flags)
+
+
+@dataclass(frozen=True)
+class NodeInfo:
+    """One node as slurmctld reports it. state is the base state, flags the '+'-joined rest."""
+
+    name: str
+    state: str
+    flags: FrozenSet[str] = frozenset()
+    reason: Optional[str] = None
+    reason_user: Optional[str] = None
+    reason_time: Optional[str] = None  # Slurm's local time, 'YYYY-MM-DDTHH:MM:SS'
+    partitions: Tuple[str, ...] = ()
+    raw: str = field(default="", compare=False, repr=False)
+
+    @property
+    def state_string(self) -> str:
+        return "+".join([self.state] + sorted(self.flags))
+
+    @property
+    def is_drained(self) -> bool:
+        """DRAIN flag set (sinfo: 'drained' when idle, 'draining' while jobs still run)."""
+        return "DRAIN" in self.flags
+
+    @property
+    def is_draining(self) -> bool:
+        return self.is_drained and (self.state in ("ALLOCATED", "MIXED") or "COMPLETING" in self.flags)
+
+    @property
+    def is_down(self) -> bool:
+        return self.state == "DOWN"
+
+    @property
+    def is_not_responding(self) -> bool:
+        return "NOT_RESPONDING" in self.flags
+
+    @property
+    def is_power_saving(self) -> bool:
+        return bool(self.flags & POWER_FLAGS)
+
+    @property
+    def is_rebooting(self) -> bool:
+        return bool(self.flags & {"REBOOT_REQUESTED", "REBOOT_ISSUED"})
+
+    @property
+    def known_state(self) -> bool:
+        """False when Slurm reported a base state or flag this module does not know."""
+        return self.state in BASE_STATES and self.flags <= KNOWN_FLAGS
+
+
+_KEY = re.compile(r"(?:^|(?<=\s))([A-Za-z][A-Za-z0-9_]*)=")
+_REASON_KEY = re.compile(r"(?:^|\s)Reason=")
+_REASON_STAMP = re.compile(r"\s*\[([^\]\s@]+)@(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)\]")
+_TAIL_KEY = re.compile(r"\s+[A-Z][A-Za-z0-9_]*=")
+
+
+def _split_reason(line: str) -> Tuple[str, Optional[str], Optional[str], Optional[str]]:
+    """Cut 'Reason=text [user@time]' out of a line: (rest, reason, user, time)."""
+    m = _REASON_KEY.search(line)
+    if not m:
+        return line, None, None, None
+    head, rest = line[:m.start()], line[m.end():]
+    for stamp in reversed(list(_REASON_STAMP.finditer(rest))):
+        after = rest[stamp.end():]
+        if not after.strip() or _TAIL_KEY.match(after):
+            return head + after, rest[:stamp.start()], stamp.group(1), stamp.group(2)
+    tail = re.search(r"\s+(?:Comment|Extra|ResumeAfterTime|InstanceId|InstanceType)=", rest)
+    if tail:
+        return head + rest[tail.start():], rest[:tail.start()], None, None
+    return head, rest.rstrip(), None, None
+
+
+def parse_fields(line: str) -> dict:
+    """Key=Value pairs of one scontrol one-liner; a value runs until the next ' Key='."""
+    keys = list(_KEY.finditer(line))
+    out = {}
+    for i, k in enumerate(keys):
+        end = keys[i + 1].start() if i + 1 < len(keys) else len(line)
+        out[k.group(1)] = line[k.end():end].strip()
+    return out
+
+
+def parse_node_line(line: str) -> NodeInfo:
+    """Parse one line of ``scontrol show node -o``; raises SlurmParseError, never anything else."""
+    if not isinstance(line, str):
+        raise SlurmParseError("expected str, got %s" % type(line).__name__)
+    text = line.strip()
+    if not text.startswith("NodeName="):
+        raise SlurmParseError("not a node record (no leading NodeName=): %r" % text[:120])
+    rest, reason, user, when = _split_reason(text)
+    fields = parse_fields(rest)
+    name = fields.get("NodeName", "")
+    if not name or " " in name:
+        raise SlurmParseError("bad NodeName in %r" % text[:120])
+    if "State" not in fields:
+        raise SlurmParseError("no State= for node %s: %r" % (name, text[:120]))
+    base, flags = parse_state(fields["State"])
+    parts = fields.get("Partitions", "")
+    partitions = tuple(p for p in parts.split(",") if p and p != "(null)")
+    return NodeInfo(name=name, state=base, flags=flags, reason=reason or None, reason_user=user,
+                    reason_time=when, partitions=partitions, raw=text)
+
+
+def parse_nodes(text: str) -> List[NodeInfo]:
+    """All records of ``scontrol show node`` (one-line or multi-line format)."""
+    records: List[str] = []
+    for line in (text or "").splitlines():
+        s = line.strip()
+        if not s:
+            continue
+        if s.startswith("NodeName="):
+            records.append(s)
+        elif records:
+            records[-1] += " " + s
+        elif s.startswith("No nodes in the system"):
+            return []
+        else:
+            raise SlurmParseError("unexpected scontrol output: %r" % s[:120])
+    return [parse_node_line(r) for r in records]
+
+
+# ---------------------------------------------------------------------------------------------
+# validation
+
+_NODE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}\Z")
+MAX_REASON = 512
+
+
+def check_node_name(name: str) -> str:
+    """One plain node name: no hostlist ('n[1-9]'), comma or whitespace, so we never hit many nodes."""
+    if not isinstance(name, str) or not _NODE_NAME.match(name):
+        raise ValueError("invalid node name %r" % (name,))
+    return name
+
+
+def check_reason(reason: str) -> str:
+    """Reasons must read back exactly: scontrol strips a leading/trailing '"'; no control chars."""
+    if not isinstance(reason, str) or not reason.strip():
+        raise ValueError("a drain reason is required")
+    if len(reason) > MAX_REASON:
+        raise ValueError("reason longer than %d characters" % MAX_REASON)
+    if any(ord(c) < 32 or ord(c) == 127 for c in reason):
+        raise ValueError("reason contains control characters: %r" % reason)
+    if reason[0] in "\" " or reason[-1] in "\" ":
+        raise ValueError("reason must not start/end with a quote or space: %r" % reason)
+    return reason
+
+
+# ---------------------------------------------------------------------------------------------
+# error classification shared by both backends
+
+_NOT_FOUND = re.compile(r"Invalid node name specified|\bNode '?\S+?'? (?:not found|does not exist)")
+_TRANSIENT = re.compile(
+    r"Unable to contact slurm controller|Socket timed out|Connection refused|Connection timed out|"
+    r"Zero Bytes were transmitted|Communication connection failure|Communication send failure|"
+    r"Communication receive failure|Transport endpoint|standby mode|Resource temporarily unavailable|"
+    r"slurmctld is busy|Slurm temporarily unable", re.I)
+_NO_AUTH = re.compile(r"[Mm]unge|authentication", re.I)
+_TRANSIENT_ERRNO = {1001, 1002, 1003, 5004, 5005}  # COMMUNICATIONS_*, SOCKET_IMPL_TIMEOUT, ZERO_BYTES
+
+
+def classify(message: str, errno: Optional[int] = None) -> str:
+    """'not_found' | 'transient' (retry) | 'unavailable' (give up now) | 'permanent'."""
+    if _NOT_FOUND.search(message or ""):
+        return "not_found"
+    if errno in _TRANSIENT_ERRNO or _TRANSIENT.search(message or ""):
+        return "transient"
+    if _NO_AUTH.search(message or ""):
+        return "unavailable"
+    return "permanent"
+
+
+class _Retry:
+    """Bounded attempts with exponential backoff inside one overall deadline."""
+
+    def __init__(self, timeout: float, attempts: int, backoff: float, deadline: Optional[float]) -> None:
+        if timeout <= 0 or attempts < 1 or backoff < 0:
+            raise ValueError("timeout > 0, attempts >= 1 and backoff >= 0 required")
+        self.timeout, self.attempts, self.backoff = float(timeout), int(attempts), float(backoff)
+        self.deadline = float(deadline) if deadline else self.timeout * self.attempts + self.backoff * (
+            2 ** (self.attempts - 1) - 1)
+
+    def run(self, what: str, once: Callable[[float], Any]) -> Any:
+        """once(timeout) returns a value or raises _Transient; anything else propagates."""
+        start, last = time.monotonic(), "no attempt made"
+        for attempt in range(1, self.attempts + 1):
+            remaining = self.deadline - (time.monotonic() - start)
+            if remaining <= 0.01:
+                break
+            try:
+                return once(min(self.timeout, remaining))
+            except _Transient as exc:
+                last = str(exc)
+            pause = min(self.backoff * 2 ** (attempt - 1), self.deadline - (time.monotonic() - start))
+            if attempt < self.attempts and pause > 0:
+                time.sleep(pause)
+        raise SlurmUnavailable("%s: slurmctld unavailable after %.1fs: %s"
+                               % (what, time.monotonic() - start, last.strip()))
+
+
+class _Transient(Exception):
+    pass
+
+
+# ---------------------------------------------------------------------------------------------
+# backends
+
+
+class Backend(abc.ABC):
+    """What SlurmClient needs. Every method is one bounded request to slurmctld (plus retries)."""
+
+    name = "abstract"
+
+    def __init__(self) -> None:
+        self.calls = 0  # requests actually sent (each retry counts)
+        self.probe_calls = 0  # requests made while choosing this backend (version probe)
+
+    @abc.abstractmethod
+    def show_node(self, name: str) -> NodeInfo: ...
+
+    @abc.abstractmethod
+    def list_nodes(self) -> List[NodeInfo]: ...
+
+    @abc.abstractmethod
+    def drain(self, name: str, reason: str) -> None: ...
+
+    @abc.abstractmethod
+    def resume(self, name: str) -> None: ...
+
+
+Runner = Callable[[List[str], float, Optional[dict]], Tuple[int, str, str]]
+
+
+def run_argv(argv: List[str], timeout: float, env: Optional[dict]) -> Tuple[int, str, str]:
+    """subprocess.run without a shell; raises subprocess.TimeoutExpired (child killed) or OSError."""
+    res = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=timeout,
+                         stdin=subprocess.DEVNULL)
+    return res.returncode, res.stdout, res.stderr
+
+
+def client_env(env: Optional[dict] = None) -> dict:
+    """Environment for Slurm clients: ours, with SLURM_TIME_FORMAT forced to ISO timestamps."""
+    out = dict(os.environ if env is None else env)
+    out["SLURM_TIME_FORMAT"] = "standard"
+    return out
+
+
+class ScontrolBackend(Backend):
+    """scontrol as a subprocess: argv lists only, per-call timeout, bounded retries.
+
+    Worst case when slurmctld is down: deadline (default timeout*attempts + backoff = 10.5 s).
+    """
+
+    name = "scontrol"
+
+    def __init__(self, timeout: float = 5.0, attempts: int = 2, backoff: float = 0.5,
+                 deadline: Optional[float] = None, scontrol: str = "scontrol", env: Optional[dict] = None,
+                 runner: Optional[Runner] = None) -> None:
+        super().__init__()
+        self.retry = _Retry(timeout, attempts, backoff, deadline)
+        self.scontrol, self.env, self.runner = scontrol, client_env(env), runner or run_argv
+
+    def _run(self, args: List[str], node: Optional[str] = None) -> str:
+        argv = [self.scontrol] + args
+
+        def once(timeout: float) -> str:
+            self.calls += 1
+            try:
+                rc, out, err = self.runner(argv, timeout, self.env)
+            except subprocess.TimeoutExpired:
+                raise _Transient("%s timed out after %.1fs" % (argv[0], timeout)) from None
+            except OSError as exc:
+                raise SlurmUnavailable("cannot run %s: %s" % (argv[0], exc)) from exc
+            if rc == 0:
+                return out
+            err = (err or "").strip() or (out or "").strip()  # "Node x not found" goes to stdout
+            kind = classify(err)
+            if kind == "not_found" and node is not None:
+                raise NodeNotFound(node, err)
+            if kind == "transient":
+                raise _Transient(err)
+            if kind == "unavailable":
+                raise SlurmUnavailable("%s: %s" % (argv[0], err.strip()))
+            raise SlurmCommandError(argv, rc, err)
+
+        return self.retry.run(" ".join(argv[:4]), once)
+
+    def show_node(self, name: str) -> NodeInfo:
+        for node in parse_nodes(self._run(["--all", "--oneliner", "show", "node", name], node=name)):
+            if node.name == name:
+                return node
+        raise NodeNotFound(name, "not in scontrol output")
+
+    def list_nodes(self) -> List[NodeInfo]:
+        return parse_nodes(self._run(["--all", "--oneliner", "show", "node"]))
+
+    def drain(self, name: str, reason: str) -> None:
+        self._run(["update", "NodeName=" + name, "State=DRAIN", "Reason=" + reason], node=name)
+
+    def resume(self, name: str) -> None:
+        self._run(["update", "NodeName=" + name, "State=RESUME"], node=name)
+
+
+def _iso_local(ts: Any) -> Optional[str]:
+    if isinstance(ts, (int, float)) and ts > 0:
+        return time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(ts))
+    if isinstance(ts, str) and re.match(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\Z", ts):
+        return ts
+    return None
+
+
+def node_from_pyslurm(n: Any) -> NodeInfo:
+    """pyslurm.Node -> NodeInfo (.state is slurm_node_state_string_complete, e.g. 'IDLE+DRAIN')."""
+    name = getattr(n, "name", None)
+    if not name:
+        raise SlurmParseError("pyslurm node without a name")
+    state_text = getattr(n, "state", None) or ""
+    base, flags = parse_state(state_text)
+    reason = getattr(n, "reason", None) or None
+    parts = getattr(n, "partitions", None) or ()
+    return NodeInfo(
+        name=name, state=base, flags=flags, reason=reason,
+        reason_user=(getattr(n, "reason_user", None) or None) if reason else None,
+        reason_time=_iso_local(getattr(n, "reason_time", None)) if reason else None,
+        partitions=tuple(str(p) for p in parts),
+        raw="pyslurm NodeName=%s State=%s Reason=%s" % (name, state_text, reason),
+    )
+
+
+class PyslurmBackend(Backend):
+    """pyslurm's object API (>= 22.5). RPCs run in-process: Slurm's own MessageTimeout bounds each
+    attempt (a blocked C call cannot be interrupted), we bound attempts and the overall deadline."""
+
+    name = "pyslurm"
+
+    def __init__(self, module: Any = None, attempts: int = 2, backoff: float = 0.5,
+                 deadline: Optional[float] = None, message_timeout: float = 10.0) -> None:
+        super().__init__()
+        self._mod = module
+        self.retry = _Retry(message_timeout, attempts, backoff, deadline)
+
+    @property
+    def pyslurm(self) -> Any:
+        if self._mod is None:
+            if slurm_conf_path() is None:  # importing without a config retries 60 s, then exits
+                raise SlurmUnavailable("no usable slurm.conf; refusing to import pyslurm")
+            try:
+                import pyslurm  # noqa: PLC0415 - lazy on purpose
+            except ImportError as exc:  # e.g. built against another libslurm
+                raise SlurmUnavailable("cannot import pyslurm: %s" % exc) from exc
+            self._mod = pyslurm
+        return self._mod
+
+    def _call(self, what: str, fn: Callable[[Any], Any], node: Optional[str] = None) -> Any:
+        mod = self.pyslurm
+        rpc_error = getattr(mod, "RPCError", ())
+
+        def once(_timeout: float) -> Any:
+            self.calls += 1
+            try:
+                return fn(mod)
+            except rpc_error as exc:  # type: ignore[misc]
+                msg = str(getattr(exc, "msg", None) or exc)
+                kind = classify(msg, getattr(exc, "errno", None))
+                if kind == "not_found" and node is not None:
+                    raise NodeNotFound(node, msg) from exc
+                if kind == "transient":
+                    raise _Transient(msg) from exc
+                if kind == "unavailable":
+                    raise SlurmUnavailable("%s: %s" % (what, msg)) from exc
+                raise SlurmCommandError(["pyslurm", what], getattr(exc, "errno", None), msg) from exc
+
+        return self.retry.run("pyslurm " + what, once)
+
+    def show_node(self, name: str) -> NodeInfo:
+        n = self._call("Node.load", lambda m: m.Node.load(name), node=name)
+        if getattr(n, "name", None) != name:
+            raise NodeNotFound(name, "pyslurm returned %r" % getattr(n, "name", None))
+        return node_from_pyslurm(n)
+
+    def list_nodes(self) -> List[NodeInfo]:
+        nodes = self._call("Nodes.load", lambda m: m.Nodes.load() if hasattr(m.Nodes, "load") else m.Nodes())
+        values = nodes.values() if hasattr(nodes, "values") else nodes
+        return [node_from_pyslurm(n) for n in values]
+
+    def drain(self, name: str, reason: str) -> None:
+        self._call("Node.modify", lambda m: m.Node(name).modify(m.Node(state="DRAIN", reason=reason)), node=name)
+
+    def resume(self, name: str) -> None:
+        self._call("Node.modify", lambda m: m.Node(name).modify(m.Node(state="RESUME")), node=name)
+
+
+# ---------------------------------------------------------------------------------------------
+# choosing a backend
+
+CONF_CANDIDATES = ("/etc/slurm/slurm.conf", "/run/slurm/conf/slurm.conf")
+
+
+def slurm_conf_path(env: Optional[dict] = None) -> Optional[str]:
+    """The slurm.conf a Slurm library would read: $SLURM_CONF (must be a readable file), else the
+    compiled-in default (Debian: /etc/slurm/slurm.conf) or slurmd's configless cache."""
+    env = os.environ if env is None else env
+    if env.get("SLURM_CONF"):
+        path = env["SLURM_CONF"]
+        return path if os.path.isfile(path) and os.access(path, os.R_OK) else None
+    for path in CONF_CANDIDATES:
+        if os.path.isfile(path) and os.access(path, os.R_OK):
+            return path
+    return None
+
+
+def parse_version(text: str) -> Optional[Tuple[int, int, int]]:
+    """'slurm 22.05.8' / 'slurm-wlm 24.11.5' / '22.5.3' -> (22, 5, 8)."""
+    m = re.search(r"(\d+)\.(\d+)(?:\.(\d+))?", text or "")
+    return (int(m.group(1)), int(m.group(2)), int(m.group(3) or 0)) if m else None
+
+
+def slurm_version(env: Optional[dict] = None, timeout: float = 5.0,
+                  runner: Optional[Runner] = None) -> Optional[Tuple[int, int, int]]:
+    """Version of the installed Slurm clients (``sinfo --version``; it needs a slurm.conf on 22.05)."""
+    try:
+        rc, out, _err = (runner or run_argv)(["sinfo", "--version"], timeout, client_env(env))
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return parse_version(out) if rc == 0 else None
+
+
+def pyslurm_version(module: Any = None) -> Optional[str]:
+    """Installed pyslurm version without importing it (importing needs a working slurm.conf)."""
+    if module is not None:
+        ver = getattr(module, "version", None)
+        return str(ver() if callable(ver) else getattr(module, "__version__", "")) or None
+    import importlib.util
+
+    if importlib.util.find_spec("pyslurm") is None:
+        return None
+    try:
+        from importlib.metadata import version
+
+        return version("pyslurm")
+    except Exception:  # noqa: BLE001 - metadata missing: treat as unknown
+        return None
+
+
+def pyslurm_unusable(env: Optional[dict] = None, module: Any = None,
+                     runner: Optional[Runner] = None, counter: Optional[Backend] = None) -> Optional[str]:
+    """None if pyslurm can be used here, else why not (cheapest checks first)."""
+    pv = pyslurm_version(module)
+    if pv is None:
+        return "pyslurm is not installed"
+    conf = slurm_conf_path(env)
+    if conf is None:
+        return "no readable slurm.conf ($SLURM_CONF or %s)" % CONF_CANDIDATES[0]
+    if module is None and env is not None and env.get("SLURM_CONF") != os.environ.get("SLURM_CONF"):
+        return "pyslurm reads SLURM_CONF from the process environment, not from the env given"
+    if counter is not None:
+        counter.probe_calls += 1
+    sv = slurm_version(env, runner=runner)
+    if sv is None:
+        return "cannot determine the Slurm version (sinfo --version failed)"
+    pvt = parse_version(pv)
+    if pvt is None or pvt[:2] != sv[:2]:
+        return "pyslurm %s does not match Slurm %d.%02d.%d" % (pv, sv[0], sv[1], sv[2])
+    return None
+
+
+def choose_backend(preferred: str = "auto", *, env: Optional[dict] = None, pyslurm_module: Any = None,
+                   timeout: float = 5.0, attempts: int = 2, backoff: float = 0.5,
+                   runner: Optional[Runner] = None) -> Tuple[Backend, str]:
+    """(backend, why). preferred: 'auto' (pyslurm when usable, else scontrol), 'pyslurm' (raise
+    SlurmError if unusable), 'scontrol'. May run ``sinfo --version`` (counted in probe_calls)."""
+    if preferred not in ("auto", "pyslurm", "scontrol"):
+        raise ValueError("preferred must be auto, pyslurm or scontrol, not %r" % preferred)
+    scontrol = ScontrolBackend(timeout=timeout, attempts=attempts, backoff=backoff, env=env, runner=runner)
+    if preferred == "scontrol":
+        return scontrol, "scontrol: requested"
+    why_not = pyslurm_unusable(env, pyslurm_module, runner, counter=scontrol)
+    if why_not is None:
+        backend = PyslurmBackend(pyslurm_module, attempts=attempts, backoff=backoff)
+        backend.probe_calls = scontrol.probe_calls
+        return backend, "pyslurm %s matches the running Slurm" % pyslurm_version(pyslurm_module)
+    if preferred == "pyslurm":
+        raise SlurmError("pyslurm backend requested but unusable: " + why_not)
+    return scontrol, "scontrol: " + why_not
+
+
+# ---------------------------------------------------------------------------------------------
+# the client
+
+
+class SlurmClient:
+    """Drain/resume/inspect nodes. Nothing talks to Slurm until a method is called."""
+
+    def __init__(self, backend: Optional[Backend] = None, preferred: str = "auto",
+                 env: Optional[dict] = None, timeout: float = 5.0, attempts: int = 2,
+                 backoff: float = 0.5) -> None:
+        self._backend = backend
+        self.backend_reason = "given" if backend is not None else ""
+        self._choice = dict(preferred=preferred, env=env, timeout=timeout, attempts=attempts, backoff=backoff)
+        self.ops: List[Tuple[str, ...]] = []  # every operation requested, in order
+
+    @property
+    def backend(self) -> Backend:
+        if self._backend is None:
+            self._backend, self.backend_reason = choose_backend(**self._choice)  # type: ignore[arg-type]
+        return self._backend
+
+    @property
+    def calls(self) -> int:
+        """Requests sent to Slurm so far (retries and the version probe included)."""
+        b = self._backend
+        return 0 if b is None else b.calls + b.probe_calls
+
+    def show_node(self, name: str) -> NodeInfo:
+        self.ops.append(("show_node", check_node_name(name)))
+        return self.backend.show_node(name)
+
+    def list_nodes(self) -> List[NodeInfo]:
+        self.ops.append(("list_nodes",))
+        return self.backend.list_nodes()
+
+    def drain(self, name: str, reason: str) -> None:
+        """Set DRAIN with reason. Slurm replaces an existing reason: read the node first (policy)."""
+        self.ops.append(("drain", check_node_name(name), check_reason(reason)))
+        self.backend.drain(name, reason)
+
+    def resume(self, name: str) -> None:
+        """RESUME a drained/down node (SlurmCommandError 'Invalid node state' if it is neither)."""
+        self.ops.append(("resume", check_node_name(name)))
+        self.backend.resume(name)

@@ -1,0 +1,614 @@
+"""slurm_hooks.slurm: parser table tests, backend unit tests, and ONE contract suite that runs against
+(a) ScontrolBackend on the real slurmctld, (b) PyslurmBackend over tests/pyslurm_double.py (also the
+real slurmctld underneath), (c) PyslurmBackend over real pyslurm when a matching one is importable."""
+from __future__ import annotations
+
+import dataclasses
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from pyslurm_double import PyslurmDouble
+from slurmcluster import slurm_cluster_factory  # noqa: F401 - fixture (until conftest imports it)
+
+from slurm_hooks import slurm
+from slurm_hooks.slurm import (
+    NodeInfo,
+    NodeNotFound,
+    PyslurmBackend,
+    ScontrolBackend,
+    SlurmClient,
+    SlurmCommandError,
+    SlurmError,
+    SlurmParseError,
+    SlurmUnavailable,
+    choose_backend,
+    parse_node_line,
+    parse_nodes,
+    parse_state,
+)
+
+# ---------------------------------------------------------------------------------------------
+# parser tables
+
+# verbatim from Slurm 22.05.8 (Debian 12) on the test cluster
+L2205_IDLE = (
+    "NodeName=node1 Arch=x86_64 CoresPerSocket=2  CPUAlloc=0 CPUEfctv=2 CPUTot=2 CPULoad=0.17 "
+    "AvailableFeatures=(null) ActiveFeatures=(null) Gres=gpu:8 NodeAddr=127.0.0.1 NodeHostName=localhost "
+    "Version=22.05.8 OS=Linux 6.18.44-fc-v1045 #1 SMP PREEMPT_DYNAMIC @0  RealMemory=1024 AllocMem=0 "
+    "FreeMem=23879 Sockets=1 Boards=1 State=IDLE ThreadsPerCore=1 TmpDisk=0 Weight=1 Owner=N/A "
+    "MCS_label=N/A Partitions=debug  BootTime=2026-12-02T14:41:06 SlurmdStartTime=2026-12-02T14:46:34 "
+    "LastBusyTime=2026-12-02T14:46:34 CfgTRES=cpu=2,mem=1G,billing=2 AllocTRES= CapWatts=n/a "
+    "CurrentWatts=0 AveWatts=0 ExtSensorsJoules=n/s ExtSensorsWatts=0 ExtSensorsTemp=n/s")
+L2205_DOWN_DRAIN = (
+    "NodeName=node2 CoresPerSocket=1  CPUAlloc=0 CPUEfctv=1 CPUTot=1 CPULoad=N/A AvailableFeatures=(null) "
+    "ActiveFeatures=(null) Gres=(null) NodeAddr=127.0.0.1 NodeHostName=localhost Port=35365  RealMemory=1024 "
+    "AllocMem=0 FreeMem=N/A Sockets=1 Boards=1 State=DOWN+DRAIN+NOT_RESPONDING ThreadsPerCore=1 TmpDisk=0 "
+    "Weight=1 Owner=N/A MCS_label=N/A Partitions=debug  BootTime=None SlurmdStartTime=None "
+    "LastBusyTime=Unknown CfgTRES=cpu=1,mem=1G,billing=1 AllocTRES= CapWatts=n/a CurrentWatts=0 AveWatts=0 "
+    "ExtSensorsJoules=n/s ExtSensorsWatts=0 ExtSensorsTemp=n/s "
+    "Reason=slurm-hooks: gpu.ecc: GPU 3 (0000:3b:00.0) DBE=2 volatile [root@2026-12-02T10:00:00]")
+# 24.11-style record (ResumeAfterTime, gres/gpu in CfgTRES, Comment after Reason)
+L2411_CLOUD = (
+    "NodeName=gpu-a17 Arch=x86_64 CoresPerSocket=56 CPUAlloc=0 CPUEfctv=224 CPUTot=224 CPULoad=0.01 "
+    "AvailableFeatures=h100,ib ActiveFeatures=h100,ib Gres=gpu:h100:8(S:0-1) NodeAddr=gpu-a17 "
+    "NodeHostName=gpu-a17 Version=24.11.5 OS=Linux 6.12.38+deb13-amd64 #1 SMP PREEMPT_DYNAMIC Debian "
+    "6.12.38-1 (2025-07-16) RealMemory=2000000 AllocMem=0 FreeMem=N/A Sockets=2 Boards=1 "
+    "State=IDLE+CLOUD+POWERED_DOWN ThreadsPerCore=2 TmpDisk=0 Weight=1 Owner=N/A MCS_label=N/A "
+    "Partitions=gpu,gpu-long BootTime=None SlurmdStartTime=None LastBusyTime=2025-11-02T08:00:00 "
+    "ResumeAfterTime=None CfgTRES=cpu=224,mem=2000000M,billing=224,gres/gpu=8 AllocTRES= CurrentWatts=0 "
+    "AveWatts=0 Reason=power save [slurm@2025-11-02T08:10:00] Comment=rack 7")
+
+CASES = [
+    # (line, name, state, flags, reason, reason_user, reason_time, partitions)
+    (L2205_IDLE, "node1", "IDLE", set(), None, None, None, ("debug",)),
+    (L2205_DOWN_DRAIN, "node2", "DOWN", {"DRAIN", "NOT_RESPONDING"},
+     "slurm-hooks: gpu.ecc: GPU 3 (0000:3b:00.0) DBE=2 volatile", "root", "2026-12-02T10:00:00", ("debug",)),
+    (L2411_CLOUD, "gpu-a17", "IDLE", {"CLOUD", "POWERED_DOWN"}, "power save", "slurm", "2025-11-02T08:10:00",
+     ("gpu", "gpu-long")),
+    ("NodeName=n1 State=IDLE+DRAIN Partitions=p Reason=Prolog error [root@2024-01-01T00:00:00]",
+     "n1", "IDLE", {"DRAIN"}, "Prolog error", "root", "2024-01-01T00:00:00", ("p",)),
+    ("NodeName=n1 State=MIXED Partitions=a,b", "n1", "MIXED", set(), None, None, None, ("a", "b")),
+    ("NodeName=n1 State=MIXED+DRAIN Reason=x [u1@2024-01-01T00:00:00]", "n1", "MIXED", {"DRAIN"}, "x", "u1",
+     "2024-01-01T00:00:00", ()),
+    ("NodeName=n1 State=ALLOCATED+COMPLETING Partitions=(null)", "n1", "ALLOCATED", {"COMPLETING"},
+     None, None, None, ()),
+    ("NodeName=n1 State=IDLE+NOT_RESPONDING", "n1", "IDLE", {"NOT_RESPONDING"}, None, None, None, ()),
+    ("NodeName=n1 State=DOWN+NOT_RESPONDING Reason=Not responding [slurm@2024-05-05T05:05:05]",
+     "n1", "DOWN", {"NOT_RESPONDING"}, "Not responding", "slurm", "2024-05-05T05:05:05", ()),
+    ("NodeName=n1 State=IDLE+DRAIN+REBOOT_REQUESTED Reason=reboot requested [root@2024-01-01T00:00:00]",
+     "n1", "IDLE", {"DRAIN", "REBOOT_REQUESTED"}, "reboot requested", "root", "2024-01-01T00:00:00", ()),
+    ("NodeName=n1 State=IDLE+MAINTENANCE+RESERVED", "n1", "IDLE", {"MAINTENANCE", "RESERVED"}, None, None,
+     None, ()),
+    ("NodeName=n1 State=UNKNOWN+DRAIN Reason=kept [root@2024-01-01T00:00:00]", "n1", "UNKNOWN", {"DRAIN"},
+     "kept", "root", "2024-01-01T00:00:00", ()),
+    ("NodeName=n1 State=IDLE+DRAIN+DYNAMIC_NORM Reason=a=b c=d State=x [root@2024-01-01T00:00:00]",
+     "n1", "IDLE", {"DRAIN", "DYNAMIC_NORM"}, "a=b c=d State=x", "root", "2024-01-01T00:00:00", ()),
+    # our own structured reason with brackets inside; only the final [user@time] is Slurm's
+    ("NodeName=n1 State=IDLE+DRAIN Reason=slurm-hooks: gpu.xid: [xid 79] fell off the bus [root@2026-12-02T10:00:00]",
+     "n1", "IDLE", {"DRAIN"}, "slurm-hooks: gpu.xid: [xid 79] fell off the bus", "root", "2026-12-02T10:00:00", ()),
+    # reason without Slurm's stamp (older/odd output) runs to the end of the line
+    ("NodeName=n1 State=DOWN Reason=set in slurm.conf", "n1", "DOWN", set(), "set in slurm.conf", None, None, ()),
+    ("NodeName=n1 State=DRAINED", "n1", "IDLE", {"DRAIN"}, None, None, None, ()),
+    ("NodeName=n1 State=FUTURE", "n1", "FUTURE", set(), None, None, None, ()),
+    ("NodeName=n1 State=FROBNICATED+WOBBLY", "n1", "FROBNICATED", {"WOBBLY"}, None, None, None, ()),
+]
+
+
+@pytest.mark.parametrize("line,name,state,flags,reason,user,when,parts", CASES)
+def test_parse_node_line(line, name, state, flags, reason, user, when, parts):
+    n = parse_node_line(line)
+    assert (n.name, n.state, set(n.flags), n.reason, n.reason_user, n.reason_time, n.partitions) == (
+        name, state, flags, reason, user, when, parts)
+    assert n.raw == line.strip()
+    assert n.is_drained == ("DRAIN" in flags)
+
+
+def test_nodeinfo_helpers():
+    n = parse_node_line(L2205_DOWN_DRAIN)
+    assert n.is_drained and n.is_down and n.is_not_responding and not n.is_draining and n.known_state
+    assert n.state_string == "DOWN+DRAIN+NOT_RESPONDING"
+    assert parse_node_line("NodeName=a State=MIXED+DRAIN").is_draining
+    assert parse_node_line(L2411_CLOUD).is_power_saving
+    assert parse_node_line("NodeName=a State=IDLE+REBOOT_ISSUED").is_rebooting
+    assert not parse_node_line("NodeName=n1 State=FROBNICATED").known_state
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        n.state = "IDLE"
+
+
+@pytest.mark.parametrize("text,base,flags", [
+    ("IDLE", "IDLE", set()), ("idle*", "IDLE", {"NOT_RESPONDING"}), ("drained", "IDLE", {"DRAIN"}),
+    ("draining", "ALLOCATED", {"DRAIN"}), ("drng", "ALLOCATED", {"DRAIN"}), ("drain*", "IDLE", {"DRAIN", "NOT_RESPONDING"}),
+    ("mixed*", "MIXED", {"NOT_RESPONDING"}), ("down", "DOWN", set()), ("idle~", "IDLE", {"POWERED_DOWN"}),
+    ("alloc", "ALLOCATED", set()), ("maint", "IDLE", {"MAINTENANCE"}), ("IDLE+MAINT", "IDLE", {"MAINTENANCE"}),
+    ("down$", "DOWN", {"MAINTENANCE"}), ("idle@", "IDLE", {"REBOOT_REQUESTED"}), ("unk*", "UNKNOWN", {"NOT_RESPONDING"}),
+    ("IDLE+CLOUD+POWERED_DOWN", "IDLE", {"CLOUD", "POWERED_DOWN"}), ("completing", "ALLOCATED", {"COMPLETING"}),
+])
+def test_parse_state(text, base, flags):
+    assert parse_state(text) == (base, frozenset(flags))
+
+
+GARBAGE = [
+    "", "   ", "garbage", "NodeName=", "NodeName= State=IDLE", "State=IDLE NodeName=n1", "NodeName=n1",
+    "NodeName=n1 Arch=x86_64", "NodeName=n1 State=", "NodeName=n1 State=IDLE++DRAIN", "NodeName=n1 State=+",
+    "NodeName=n1 State=IDLE;rm", "NodeName=n1 State=IDLE\x00", "slurm_load_node error: Unable to contact",
+    "Node node9 not found", None, b"NodeName=n1 State=IDLE", 42,
+]
+
+
+@pytest.mark.parametrize("line", GARBAGE)
+def test_parse_garbage_raises_parse_error(line):
+    with pytest.raises(SlurmParseError):
+        parse_node_line(line)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(max_size=200))
+def test_parser_never_crashes(text):
+    for candidate in (text, "NodeName=n1 " + text, "NodeName=n1 State=IDLE Reason=" + text):
+        try:
+            node = parse_node_line(candidate)
+        except SlurmParseError:
+            continue
+        assert isinstance(node, NodeInfo)
+
+
+def test_parse_nodes_multi_and_multiline():
+    nodes = parse_nodes("\n".join([L2205_IDLE, L2205_DOWN_DRAIN, L2411_CLOUD]) + "\n")
+    assert [n.name for n in nodes] == ["node1", "node2", "gpu-a17"]
+    multi = "NodeName=a Arch=x86_64\n   State=IDLE+DRAIN ThreadsPerCore=1\n   Reason=r [root@2024-01-01T00:00:00]\n\n" \
+            "NodeName=b\n   State=IDLE\n"
+    got = parse_nodes(multi)
+    assert [(n.name, n.state_string, n.reason) for n in got] == [("a", "IDLE+DRAIN", "r"), ("b", "IDLE", None)]
+    assert parse_nodes("") == [] and parse_nodes("No nodes in the system\n") == []
+    with pytest.raises(SlurmParseError):
+        parse_nodes("error: something\nNodeName=a State=IDLE")
+
+
+@pytest.mark.parametrize("reason", ["", "  ", "a\nb", '"quoted"', "x\"", " lead", "trail ", "t\tab", "x" * 600])
+def test_bad_reasons_rejected(reason):
+    with pytest.raises(ValueError):
+        SlurmClient(backend=_NoBackend()).drain("node1", reason)
+
+
+@pytest.mark.parametrize("name", ["", "node[1-4]", "a,b", "a b", "-x", "n;rm", "ALL x"])
+def test_bad_names_rejected(name):
+    client = SlurmClient(backend=_NoBackend())
+    for call in (lambda: client.drain(name, "r"), lambda: client.resume(name), lambda: client.show_node(name)):
+        with pytest.raises(ValueError):
+            call()
+    assert client.calls == 0
+
+
+class _NoBackend(slurm.Backend):
+    def show_node(self, name):
+        raise AssertionError("no call expected")
+
+    list_nodes = drain = resume = show_node
+
+
+# ---------------------------------------------------------------------------------------------
+# ScontrolBackend with a scripted runner (no Slurm needed)
+
+
+class Script:
+    """Runner double: replies in order; each reply is (rc, stdout, stderr) or an exception."""
+
+    def __init__(self, *replies):
+        self.replies, self.argvs, self.timeouts = list(replies), [], []
+
+    def __call__(self, argv, timeout, env):
+        self.argvs.append(argv)
+        self.timeouts.append(timeout)
+        assert isinstance(argv, list) and all(isinstance(a, str) for a in argv)
+        assert env["SLURM_TIME_FORMAT"] == "standard"
+        reply = self.replies.pop(0)
+        if isinstance(reply, BaseException):
+            raise reply
+        return reply
+
+
+def test_scontrol_argv_and_parse():
+    run = Script((0, L2205_IDLE + "\n", ""), (0, "", ""), (0, "", ""), (0, L2205_IDLE + "\n" + L2205_DOWN_DRAIN, ""))
+    b = ScontrolBackend(runner=run)
+    client = SlurmClient(backend=b)
+    assert client.calls == 0
+    assert client.show_node("node1").state == "IDLE"
+    client.drain("node1", "slurm-hooks: gpu.ecc: GPU 3 DBE=2 [x]; $(rm -rf /) `id`")
+    client.resume("node1")
+    assert [n.name for n in client.list_nodes()] == ["node1", "node2"]
+    assert run.argvs == [
+        ["scontrol", "--all", "--oneliner", "show", "node", "node1"],
+        ["scontrol", "update", "NodeName=node1", "State=DRAIN", "Reason=slurm-hooks: gpu.ecc: GPU 3 DBE=2 [x]; $(rm -rf /) `id`"],
+        ["scontrol", "update", "NodeName=node1", "State=RESUME"],
+        ["scontrol", "--all", "--oneliner", "show", "node"],
+    ]
+    assert client.calls == 4 and [op[0] for op in client.ops] == ["show_node", "drain", "resume", "list_nodes"]
+
+
+def test_scontrol_retries_transient_then_succeeds():
+    run = Script((1, "", "slurm_load_node error: Unable to contact slurm controller (connect failure)\n"),
+                 (0, L2205_IDLE, ""))
+    b = ScontrolBackend(runner=run, backoff=0.01)
+    assert b.show_node("node1").name == "node1" and b.calls == 2
+
+
+@pytest.mark.parametrize("first", [
+    subprocess.TimeoutExpired(["scontrol"], 5),
+    (1, "", "slurm_load_node error: Socket timed out on send/recv operation\n"),
+    (1, "", "slurm_update error: Zero Bytes were transmitted or received\n"),
+])
+def test_scontrol_transient_exhausts_to_unavailable(first):
+    run = Script(first, first)
+    b = ScontrolBackend(runner=run, timeout=1.0, attempts=2, backoff=0.01)
+    with pytest.raises(SlurmUnavailable):
+        b.drain("node1", "r")
+    assert b.calls == 2 and run.timeouts[0] == 1.0
+
+
+@pytest.mark.parametrize("reply,exc", [
+    ((1, "", "Node node9 not found\n"), NodeNotFound),
+    ((1, "", " slurm_update error: Invalid node name specified\n"), NodeNotFound),
+    ((1, "", " slurm_update error: Invalid node state specified\n"), SlurmCommandError),
+    ((1, "", "slurm_update error: Access/permission denied\n"), SlurmCommandError),
+    ((1, "", "auth/munge: _encode: Munge encode failed: Failed to access socket\n"), SlurmUnavailable),
+    (FileNotFoundError(2, "No such file", "scontrol"), SlurmUnavailable),
+])
+def test_scontrol_permanent_errors_not_retried(reply, exc):
+    run = Script(reply, (0, "", ""))
+    b = ScontrolBackend(runner=run, backoff=0.01)
+    with pytest.raises(exc):
+        b.resume("node9")
+    assert b.calls == 1
+
+
+def test_scontrol_deadline_bounds_total_time():
+    def slow(argv, timeout, env):
+        time.sleep(timeout)
+        raise subprocess.TimeoutExpired(argv, timeout)
+
+    b = ScontrolBackend(runner=slow, timeout=0.3, attempts=5, backoff=0.05, deadline=0.5)
+    t0 = time.monotonic()
+    with pytest.raises(SlurmUnavailable):
+        b.show_node("node1")
+    assert time.monotonic() - t0 < 0.7 and b.calls == 2
+
+
+def test_scontrol_garbage_output_is_parse_error():
+    with pytest.raises(SlurmParseError):
+        ScontrolBackend(runner=Script((0, "what is this\n", ""))).show_node("node1")
+    with pytest.raises(NodeNotFound):
+        ScontrolBackend(runner=Script((0, "", ""))).show_node("node1")
+
+
+# ---------------------------------------------------------------------------------------------
+# choose_backend
+
+
+class FakeModule:
+    def __init__(self, version):
+        self.__version__ = version
+
+    def version(self):
+        return self.__version__
+
+
+def test_choose_backend(tmp_path):
+    conf = tmp_path / "slurm.conf"
+    conf.write_text("ClusterName=x\n")
+    env = {"SLURM_CONF": str(conf), "PATH": os.environ.get("PATH", "")}
+    v2205 = Script((0, "slurm-wlm 22.05.8\n", ""))
+    b, why = choose_backend(env=env, pyslurm_module=FakeModule("22.5.3"), runner=v2205)
+    assert isinstance(b, PyslurmBackend) and "22.5.3" in why and b.probe_calls == 1
+    b, why = choose_backend(env=env, pyslurm_module=FakeModule("25.11.0"), runner=Script((0, "slurm 22.05.8\n", "")))
+    assert isinstance(b, ScontrolBackend) and "does not match Slurm 22.05.8" in why
+    b, why = choose_backend(env={"SLURM_CONF": str(tmp_path / "missing")}, pyslurm_module=FakeModule("22.5.3"))
+    assert isinstance(b, ScontrolBackend) and "slurm.conf" in why and b.probe_calls == 0
+    b, why = choose_backend(env=env, pyslurm_module=FakeModule("22.5.3"), runner=Script((1, "", "fatal")))
+    assert isinstance(b, ScontrolBackend) and "version" in why
+    with pytest.raises(SlurmError, match="requested but unusable"):
+        choose_backend("pyslurm", env=env, pyslurm_module=FakeModule("25.11.0"),
+                       runner=Script((0, "slurm 22.05.8\n", "")))
+    b, why = choose_backend("scontrol", pyslurm_module=FakeModule("22.5.3"))
+    assert isinstance(b, ScontrolBackend) and b.probe_calls == 0
+    with pytest.raises(ValueError):
+        choose_backend("rest")
+
+
+def test_client_lazy_backend_makes_no_calls(monkeypatch):
+    monkeypatch.setattr(slurm, "pyslurm_version", lambda module=None: None)
+    client = SlurmClient(env={"SLURM_CONF": "/nonexistent"})
+    assert client.calls == 0 and client._backend is None
+    assert isinstance(client.backend, ScontrolBackend) and "not installed" in client.backend_reason
+    assert client.calls == 0
+
+
+def test_pyslurm_not_imported_without_conf(monkeypatch):
+    monkeypatch.setenv("SLURM_CONF", "/nonexistent/slurm.conf")
+    with pytest.raises(SlurmUnavailable, match="refusing to import"):
+        PyslurmBackend().show_node("node1")
+    assert "pyslurm" not in sys.modules or sys.modules["pyslurm"] is not None
+
+
+# ---------------------------------------------------------------------------------------------
+# PyslurmBackend error mapping with an in-memory stub (shape from pyslurm/core/node.pyx)
+
+
+class StubRPCError(Exception):
+    def __init__(self, errno=-1, msg=None):
+        self.errno, self.msg = errno, msg
+        super().__init__(msg)
+
+
+def stub_module(behaviour):
+    class Node:
+        def __init__(self, name=None, **kw):
+            self.name, self.kw = name, kw
+
+        @staticmethod
+        def load(name):
+            return behaviour("load", name)
+
+        def modify(self, changes):
+            return behaviour("modify", self.name, changes.kw)
+
+    class Nodes(list):
+        @staticmethod
+        def load():
+            return behaviour("nodes")
+
+    mod = type("pyslurm", (), {})()
+    mod.Node, mod.Nodes, mod.RPCError = Node, Nodes, StubRPCError
+    return mod
+
+
+@pytest.mark.parametrize("err,exc,calls", [
+    (StubRPCError(msg="Node 'node9' does not exist"), NodeNotFound, 1),
+    (StubRPCError(2018, "Invalid node name specified"), NodeNotFound, 1),
+    (StubRPCError(1001, "Unable to contact slurm controller (connect failure)"), SlurmUnavailable, 2),
+    (StubRPCError(5004, "Socket timed out on send/recv operation"), SlurmUnavailable, 2),
+    (StubRPCError(2002, "Access/permission denied"), SlurmCommandError, 1),
+])
+def test_pyslurm_error_mapping(err, exc, calls):
+    def behaviour(*args):
+        raise err
+
+    b = PyslurmBackend(stub_module(behaviour), attempts=2, backoff=0.01)
+    with pytest.raises(exc):
+        b.show_node("node9")
+    assert b.calls == calls
+
+
+def test_pyslurm_modify_arguments_and_node_mapping():
+    seen = []
+
+    class N:
+        name, state, reason, reason_user, reason_time, partitions = "node1", "IDLE+DRAIN", "r x", "root", 0, ["p"]
+
+    def behaviour(*args):
+        seen.append(args)
+        return N() if args[0] == "load" else ([N()] if args[0] == "nodes" else None)
+
+    b = PyslurmBackend(stub_module(behaviour))
+    b.drain("node1", "slurm-hooks: x")
+    b.resume("node1")
+    node = b.show_node("node1")
+    assert seen[:2] == [("modify", "node1", {"state": "DRAIN", "reason": "slurm-hooks: x"}),
+                        ("modify", "node1", {"state": "RESUME"})]
+    assert (node.state, node.flags, node.reason, node.reason_user, node.partitions) == (
+        "IDLE", frozenset({"DRAIN"}), "r x", "root", ("p",))
+    assert [n.name for n in b.list_nodes()] == ["node1"]
+
+
+# ---------------------------------------------------------------------------------------------
+# the contract suite on the real daemons
+
+OUR = "slurm-hooks: gpu.ecc: GPU 3 (0000:3b:00.0) DBE=2 [volatile] x=1 'q' (test)"
+BACKEND_KINDS = ("scontrol", "pyslurm-double", "pyslurm-real")
+
+
+@pytest.fixture(scope="module")
+def cluster(slurm_cluster_factory):  # noqa: F811
+    # MessageTimeout=2: a client facing a dead slurmctld gives up in ~1 s instead of ~9 s
+    return slurm_cluster_factory("client", nodes=("node1", "node2", "node3"), message_timeout=2)
+
+
+def _real_pyslurm(cluster):
+    """Real pyslurm, only when installed AND matching the running Slurm (else skip, saying why)."""
+    conf = cluster.env["SLURM_CONF"]
+    if slurm.pyslurm_version() is None:
+        pytest.skip("real pyslurm backend not tested: pyslurm is not installed")
+    if "pyslurm" in sys.modules and os.environ.get("SLURM_CONF") != conf:
+        pytest.skip("real pyslurm backend not tested: pyslurm already imported against another slurm.conf")
+    saved = os.environ.get("SLURM_CONF")
+    os.environ["SLURM_CONF"] = conf  # pyslurm reads it once, at import (slurm_init)
+    why = slurm.pyslurm_unusable(env=cluster.env)
+    if why:
+        if saved is None:
+            del os.environ["SLURM_CONF"]
+        else:
+            os.environ["SLURM_CONF"] = saved
+        pytest.skip("real pyslurm backend not tested: %s" % why)
+    import pyslurm
+
+    return pyslurm
+
+
+def make_backend(kind, cluster, **kw):
+    if kind == "scontrol":
+        return ScontrolBackend(env=cluster.env, **kw)
+    kw.pop("timeout", None)
+    module = PyslurmDouble(cluster.env) if kind == "pyslurm-double" else _real_pyslurm(cluster)
+    return PyslurmBackend(module, message_timeout=cluster.message_timeout, **kw)
+
+
+@pytest.fixture(params=BACKEND_KINDS)
+def client(request, cluster):
+    c = SlurmClient(backend=make_backend(request.param, cluster, timeout=5.0, attempts=2, backoff=0.2))
+    c.kind = request.param
+    yield c
+    cluster.start_ctld()  # no-op unless a test stopped it
+    if "DRAIN" in cluster.node_state("node1").split("+"):
+        cluster.scontrol("update", "NodeName=node1", "State=RESUME")
+    cluster.wait_state("node1", "IDLE", timeout=15)
+
+
+def _settled(client, name, pred, timeout=10.0):
+    deadline = time.monotonic() + timeout
+    while True:
+        node = client.show_node(name)
+        if pred(node) or time.monotonic() > deadline:
+            return node
+        time.sleep(0.05)
+
+
+@pytest.mark.slurm
+def test_contract_show_idle_node(client):
+    node = client.show_node("node1")
+    assert (node.name, node.state, node.flags, node.reason) == ("node1", "IDLE", frozenset(), None)
+    assert node.partitions == ("debug",) and not node.is_drained and node.known_state
+    if client.kind == "pyslurm-double":
+        assert client.backend.pyslurm.rpcs >= 1  # really went through the double
+
+
+@pytest.mark.slurm
+def test_contract_drain_then_resume_round_trip(client, record_property):
+    t0 = time.monotonic()
+    client.drain("node1", OUR)
+    node = client.show_node("node1")
+    drain_rt = time.monotonic() - t0
+    assert node.is_drained and node.state == "IDLE" and node.reason == OUR, node
+    assert node.reason_user == "root" and node.reason_time and len(node.reason_time) == 19
+    t0 = time.monotonic()
+    client.resume("node1")
+    node = client.show_node("node1")
+    assert not node.is_drained, node  # right after RESUME: IDLE+NOT_RESPONDING ('idle*') for ~1 s
+    assert node.state == "IDLE" and node.flags <= {"NOT_RESPONDING"}
+    node = _settled(client, "node1", lambda n: not n.flags)
+    resume_settle = time.monotonic() - t0
+    assert node.state_string == "IDLE", node
+    record_property("timings", "drain+show %.3fs, resume->IDLE %.2fs" % (drain_rt, resume_settle))
+    print("[%s] drain+show %.3fs, resume->IDLE %.2fs" % (client.kind, drain_rt, resume_settle))
+
+
+@pytest.mark.slurm
+def test_contract_unknown_node(client):
+    for call in (lambda: client.show_node("node99"), lambda: client.drain("node99", "r"),
+                 lambda: client.resume("node99")):
+        with pytest.raises(NodeNotFound):
+            call()
+    assert client.calls == 3  # not retried
+
+
+@pytest.mark.slurm
+def test_contract_resume_of_undrained_node_is_a_command_error(client):
+    with pytest.raises(SlurmCommandError, match="Invalid node state"):
+        client.resume("node1")
+
+
+@pytest.mark.slurm
+def test_contract_list_nodes_with_reasons(client, cluster):
+    client.drain("node2", "slurm-hooks: gpu.count: other node")
+    client.drain("node1", OUR)
+    nodes = {n.name: n for n in client.list_nodes()}
+    assert set(nodes) == {"node1", "node2", "node3"}
+    assert nodes["node1"].reason == OUR and nodes["node1"].is_drained
+    assert nodes["node2"].reason == "slurm-hooks: gpu.count: other node" and nodes["node2"].is_drained
+    assert nodes["node2"].state == "DOWN" and nodes["node3"].state == "DOWN"
+    assert client.calls == 3
+
+
+@pytest.mark.slurm
+def test_contract_controller_down_is_unavailable_in_bounded_time(client, cluster):
+    cluster.stop_ctld()
+    t0 = time.monotonic()
+    with pytest.raises(SlurmUnavailable):
+        client.show_node("node1")
+    took = time.monotonic() - t0
+    # scontrol: min(timeout, ~MessageTimeout-1) per attempt; pyslurm: ~MessageTimeout-1 per attempt
+    bound = 2 * min(5.0, cluster.message_timeout) + 0.2 + 1.5
+    print("[%s] SlurmUnavailable after %.2fs (bound %.1fs)" % (client.kind, took, bound))
+    assert took < bound and client.calls == 2
+
+
+@pytest.mark.slurm
+def test_hung_controller_times_out_by_our_timeout(cluster):
+    """SIGSTOPped slurmctld: connect succeeds, no answer; our per-call timeout ends it."""
+    client = SlurmClient(backend=ScontrolBackend(env=cluster.env, timeout=1.0, attempts=2, backoff=0.1))
+    cluster.sigstop_ctld()
+    try:
+        t0 = time.monotonic()
+        with pytest.raises(SlurmUnavailable, match="timed out"):
+            client.drain("node1", OUR)
+        took = time.monotonic() - t0
+    finally:
+        cluster.sigcont_ctld()
+    print("SIGSTOPped ctld: SlurmUnavailable after %.2fs" % took)
+    assert took < 2.0 + 0.1 + 0.5 and client.calls == 2
+    # the drain may still land once slurmctld continues; clean up
+    time.sleep(0.2)
+    if "DRAIN" in cluster.node_state("node1").split("+"):
+        cluster.scontrol("update", "NodeName=node1", "State=RESUME")
+    cluster.wait_state("node1", "IDLE", timeout=15)
+
+
+# ---------------------------------------------------------------------------------------------
+# Slurm keeps our drain reason when the prolog then fails
+
+
+@pytest.fixture(scope="module")
+def prolog_cluster(slurm_cluster_factory, tmp_path_factory):  # noqa: F811
+    d = tmp_path_factory.mktemp("prolog-drain")
+    prolog = d / "prolog.sh"
+    c = slurm_cluster_factory("prolog-drain", nodes=("node1",), prolog=str(prolog),
+                              extra_conf="SchedulerParameters=bf_interval=1,nohold_on_prolog_fail")
+    flag = d / "DRAIN_FIRST"
+    prolog.write_text(
+        "#!/bin/sh\n"
+        "if [ -e %(flag)s ]; then\n"
+        "  SLURM_CONF=%(conf)s scontrol update NodeName=$SLURMD_NODENAME State=DRAIN "
+        "Reason=\"slurm-hooks: gpu.ecc: drained by prolog job $SLURM_JOB_ID\" || exit 3\n"
+        "fi\n"
+        "exit 1\n" % {"flag": flag, "conf": c.conf})
+    prolog.chmod(0o755)
+    c.drain_flag = flag
+    return c
+
+
+def _fail_prolog_once(cluster):
+    job = cluster.sbatch()
+    cluster.wait_state("node1", lambda s: "DRAIN" in s.split("+"), timeout=20)
+    time.sleep(0.5)  # let slurmctld finish its own prolog-failure handling
+    reason = cluster.node_reason("node1")
+    cluster.run("scancel", str(job), check=False)
+    return job, reason
+
+
+@pytest.mark.slurm
+def test_failed_prolog_without_drain_gives_generic_reason(prolog_cluster):
+    c = prolog_cluster
+    job, reason = _fail_prolog_once(c)
+    assert reason.startswith("Prolog error ["), reason
+    c.scontrol("update", "NodeName=node1", "State=RESUME")
+    c.wait_state("node1", "IDLE", timeout=15)
+
+
+@pytest.mark.slurm
+def test_drain_before_failing_prolog_keeps_our_reason(prolog_cluster):
+    """DESIGN.md principle 8, verified: slurmctld's own "Prolog error" drain does not replace a DRAIN
+    that is already set (node_mgr.c _drain_node returns early), so drain first, then exit 1."""
+    c = prolog_cluster
+    c.drain_flag.write_text("1")
+    job, reason = _fail_prolog_once(c)
+    assert reason.startswith("slurm-hooks: gpu.ecc: drained by prolog job %d [root@" % job), reason
+    log = (c.log / "slurmctld.log").read_text()
+    assert "prolog" in log.lower()
+    node = SlurmClient(backend=ScontrolBackend(env=c.env)).show_node("node1")
+    assert node.is_drained and node.reason == "slurm-hooks: gpu.ecc: drained by prolog job %d" % job
+    c.drain_flag.unlink()
+    c.scontrol("update", "NodeName=node1", "State=RESUME")
+    c.wait_state("node1", "IDLE", timeout=15)

@@ -1,0 +1,131 @@
+"""The throw-away Slurm cluster fixture works, and what it shows about Slurm is recorded here."""
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+import slurmcluster
+from slurmcluster import (
+    SlurmCluster,
+    SlurmNotInstalled,
+    node_registered,
+    require_slurm,
+    slurm_cluster_factory,  # noqa: F401 - fixture (until conftest imports it)
+)
+
+PROLOG_NAMES = ("10-first", "20-second", "30-third")
+
+
+@pytest.fixture(scope="module")
+def cluster(slurm_cluster_factory, tmp_path_factory):  # noqa: F811
+    d = tmp_path_factory.mktemp("hooks")
+    out = d / "out"
+    out.mkdir()
+    for name in PROLOG_NAMES:  # each appends its name and dumps the environment
+        p = d / "prolog.d" / name
+        p.parent.mkdir(exist_ok=True)
+        p.write_text("#!/bin/sh\necho %s >> %s/order.$SLURM_JOB_ID\nenv | sort > %s/%s.$SLURM_JOB_ID.env\n"
+                     % (name, out, out, name))
+        p.chmod(0o755)
+    epilog = d / "epilog.sh"
+    epilog.write_text("#!/bin/sh\nenv | sort > %s/epilog.$SLURM_JOB_ID.env\n" % out)
+    epilog.chmod(0o755)
+    c = slurm_cluster_factory("fixture", nodes=("node1", "node2", "node3"),
+                              prolog=str(d / "prolog.d" / "*"), epilog=str(epilog))
+    c.hook_out = out
+    return c
+
+
+@pytest.mark.slurm
+def test_cluster_starts_fast_with_idle_node(cluster):
+    assert cluster.start_seconds is not None and cluster.start_seconds < 5.0, cluster.start_seconds
+    print("cluster start: %.2fs" % cluster.start_seconds)
+    assert cluster.node_state("node1") == "IDLE"
+    assert cluster.sinfo_state("node1") == "idle"
+    assert cluster.ctld_port not in (6817, 6818) or cluster.slurmd_port not in (6817, 6818)
+    assert os.environ.get("SLURM_CONF") != str(cluster.conf)  # only cluster.env points at it
+    assert cluster.env["SLURM_CONF"] == str(cluster.conf)
+
+
+@pytest.mark.slurm
+def test_extra_nodes_have_no_slurmd_and_can_be_drained(cluster):
+    """node2/node3: defined, no slurmd. They show DOWN (no reason; +NOT_RESPONDING after the first
+    ping) and accept DRAIN with a reason: State=DOWN+DRAIN, sinfo 'drained'. Used to simulate
+    'other nodes already drained by us' for the circuit breaker."""
+    st = cluster.node_state("node2")
+    assert st.split("+")[0] == "DOWN", st
+    cluster.scontrol("update", "NodeName=node2", "State=DRAIN", "Reason=slurm-hooks: gpu.ecc: simulated")
+    st = cluster.node_state("node2")
+    assert set(st.split("+")) >= {"DOWN", "DRAIN"}, st
+    assert cluster.node_reason("node2").startswith("slurm-hooks: gpu.ecc: simulated [root@")
+    assert cluster.sinfo_state("node2") == "drained"
+    # an unknown node is refused, and DRAIN without a reason is refused by scontrol
+    with pytest.raises(slurmcluster.SlurmClusterError, match="Invalid node name"):
+        cluster.scontrol("update", "NodeName=node99", "State=DRAIN", "Reason=x")
+    with pytest.raises(slurmcluster.SlurmClusterError):
+        cluster.scontrol("update", "NodeName=node3", "State=DRAIN")
+
+
+@pytest.mark.slurm
+def test_batch_job_with_gpus_runs_prolog_glob_in_reverse_order(cluster):
+    job = cluster.sbatch(gpus=2)
+    assert cluster.wait_job(job, ("COMPLETED",), timeout=30) == "COMPLETED"
+    out = cluster.hook_out
+    order = (out / ("order.%d" % job)).read_text().split()
+    assert order == sorted(PROLOG_NAMES, reverse=True)  # Prolog=/dir/prolog.d/* : reverse alphabetical
+    env = dict(line.split("=", 1) for line in (out / ("10-first.%d.env" % job)).read_text().splitlines()
+               if "=" in line)
+    assert env["SLURM_JOB_GPUS"] == "0,1"
+    assert env["CUDA_VISIBLE_DEVICES"] == "0,1"
+    assert env["SLURM_SCRIPT_CONTEXT"] == "prolog_slurmd"
+    assert env["SLURMD_NODENAME"] == "node1"
+    assert env["SLURM_JOB_ID"] == str(job)
+    deadline = time.monotonic() + 10
+    while not (out / ("epilog.%d.env" % job)).exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    epi = (out / ("epilog.%d.env" % job)).read_text()
+    assert "SLURM_SCRIPT_CONTEXT=epilog_slurmd" in epi and "SLURM_JOB_EXIT_CODE=" in epi
+
+
+@pytest.mark.slurm
+def test_restart_and_sigstop_controller_keep_drain(cluster):
+    cluster.scontrol("update", "NodeName=node1", "State=DRAIN", "Reason=slurm-hooks: kept over restart")
+    t0 = time.monotonic()
+    cluster.restart_ctld()
+    restart = time.monotonic() - t0
+    assert restart < 5.0, restart
+    st = cluster.node_state("node1")
+    assert node_registered(st) and "DRAIN" in st.split("+"), st
+    assert cluster.node_reason("node1").startswith("slurm-hooks: kept over restart [")
+    cluster.sigstop_ctld()
+    cluster.sigcont_ctld()
+    cluster.scontrol("update", "NodeName=node1", "State=RESUME")
+    cluster.wait_state("node1", "IDLE", timeout=10)
+
+
+def test_require_slurm_skips_or_fails(monkeypatch):
+    monkeypatch.setattr(slurmcluster, "find_binary", lambda name: None)
+    monkeypatch.setenv("CI", "true")
+    with pytest.raises(SlurmNotInstalled, match="CI=true"):
+        require_slurm()
+    monkeypatch.delenv("CI")
+    with pytest.raises(pytest.skip.Exception, match="real Slurm unavailable"):
+        require_slurm()
+    with pytest.raises(SlurmNotInstalled):
+        SlurmCluster("/nonexistent", nodes=("node1",)).start()
+
+
+def test_config_text(monkeypatch, tmp_path):
+    monkeypatch.setattr(slurmcluster, "_HW_CACHE", {"CPUs": "4", "Boards": "1", "SocketsPerBoard": "1",
+                                                    "CoresPerSocket": "4", "ThreadsPerCore": "1"})
+    c = SlurmCluster(tmp_path, nodes=("node1", "node2"), prolog="/p/prolog.d/*", health_check="/bin/true",
+                     extra_conf="SchedulerParameters=nohold_on_prolog_fail")
+    text = c.slurm_conf_text()
+    assert "Prolog=/p/prolog.d/*\n" in text and "Epilog=" not in text
+    assert "SlurmctldPort=%d\n" % c.ctld_port in text and "SlurmdPort=%d\n" % c.slurmd_port in text
+    assert "NodeName=node1 NodeAddr=127.0.0.1 NodeHostname=localhost CPUs=4 " in text
+    assert "NodeName=node2 NodeAddr=127.0.0.1 NodeHostname=localhost Port=%d " % c.dead_port in text
+    assert "Gres=gpu:8" in text and "HealthCheckProgram=/bin/true" in text
+    assert text.rstrip().endswith("SchedulerParameters=nohold_on_prolog_fail")
+    assert len({c.ctld_port, c.slurmd_port, c.dead_port}) == 3
