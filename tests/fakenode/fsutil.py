@@ -1,0 +1,56 @@
+"""Tiny helpers to write files and relative symlinks under a fake root."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Set, Union
+
+
+class Tree:
+    """Writes absolute-looking paths ('/sys/...') under ``root``; symlinks are relative and stay inside it."""
+
+    def __init__(self, root: Union[str, Path]) -> None:
+        self.root = Path(root)
+        self._base = str(self.root)
+        self._dirs: Set[str] = set()
+
+    def p(self, path: str) -> Path:
+        return self.root / path.lstrip("/")
+
+    def _host(self, path: str) -> str:
+        return self._base + "/" + path.lstrip("/")
+
+    def _mkdirs(self, host_dir: str) -> None:
+        if host_dir not in self._dirs:
+            os.makedirs(host_dir, exist_ok=True)
+            self._dirs.add(host_dir)
+
+    def write(self, path: str, content: Union[str, bytes, int], newline: bool = True) -> None:
+        """Write a file (plain os calls: a DGX tree is ~3000 files and this is the hot path)."""
+        host = self._host(path)
+        self._mkdirs(os.path.dirname(host))
+        if isinstance(content, bytes):
+            data = content
+        else:
+            text = str(content)
+            if newline and not text.endswith("\n"):
+                text += "\n"
+            data = text.encode()
+        fd = os.open(host, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            os.write(fd, data)
+        finally:
+            os.close(fd)
+
+    def mkdir(self, path: str) -> None:
+        self._mkdirs(self._host(path))
+
+    def link(self, path: str, target: str) -> None:
+        """Create ``path`` -> ``target`` (both root-absolute) as a relative symlink, like sysfs does."""
+        host = self._host(path)
+        self._mkdirs(os.path.dirname(host))
+        rel = os.path.relpath(target, os.path.dirname(path))
+        if os.path.islink(host):
+            os.unlink(host)
+        os.symlink(rel, host)

@@ -1,0 +1,175 @@
+"""/proc, /dev and /etc for a resolved spec."""
+
+from __future__ import annotations
+
+from typing import Any, Dict, List
+
+from .fsutil import Tree
+from .spec import cpu_location
+from .sysfs import MODULE_SIZES, module_users
+
+
+def write_procfs(t: Tree, spec: Dict[str, Any]) -> None:
+    node = spec["node"]
+    t.write("/proc/cpuinfo", cpuinfo(spec), newline=False)
+    t.write("/proc/meminfo", meminfo(spec), newline=False)
+    la = node["loadavg"]
+    t.write("/proc/loadavg", "%.2f %.2f %.2f 2/%d 48213" % (la[0], la[1], la[2], 1200 + spec["cpu"]["count"]))
+    t.write("/proc/uptime", "%.2f %.2f" % (node["uptime_s"], node["uptime_s"] * spec["cpu"]["count"] * 0.95))
+    t.write("/proc/swaps", swaps(spec), newline=False)
+    mounts = "".join("%s %s %s %s 0 0\n" % (m["device"], m["mountpoint"], m["fstype"], m["options"])
+                     for m in spec["mounts"])
+    t.write("/proc/mounts", mounts, newline=False)
+    t.write("/proc/self/mounts", mounts, newline=False)
+    t.write("/proc/cmdline", node["cmdline"])
+    t.write("/proc/version", proc_version(spec))
+    t.write("/proc/sys/kernel/osrelease", node["kernel_release"])
+    t.write("/proc/sys/kernel/hostname", node["hostname"])
+    t.write("/proc/sys/kernel/numa_balancing", node["numa_balancing"])
+    t.write("/proc/sys/kernel/tainted", 12288 if any(m["taint"] for m in spec["modules"].values()) else 0)
+    t.write("/proc/sys/vm/zone_reclaim_mode", node["zone_reclaim_mode"])
+    t.write("/proc/modules", proc_modules(spec), newline=False)
+    t.write("/etc/hostname", node["hostname"])
+    t.write("/etc/os-release", 'PRETTY_NAME="%s"\nNAME="%s"\n' % (node["os_release"], node["os_release"].split()[0]),
+            newline=False)
+    _nvidia(t, spec)
+    _dev(t, spec)
+
+
+def cpuinfo(spec: Dict[str, Any]) -> str:
+    c = spec["cpu"]
+    flags = list(c["flags"])
+    if spec["node"]["virtualization"] != "none" and "hypervisor" not in flags:
+        flags.append("hypervisor")
+    siblings = c["cores_per_socket"] * c["threads_per_core"]
+    out = []
+    for i in range(c["count"]):
+        sock, core, thread = cpu_location(spec, i)
+        apic = (sock * 128) + core * 2 + thread
+        rows = [("processor", i), ("vendor_id", c["vendor_id"]), ("cpu family", c["family"]),
+                ("model", c["model"]), ("model name", c["model_name"]), ("stepping", c["stepping"]),
+                ("microcode", "0x2b000590"), ("cpu MHz", "%.3f" % c["mhz"]), ("cache size", "%d KB" % c["cache_kb"]),
+                ("physical id", sock), ("siblings", siblings), ("core id", core),
+                ("cpu cores", c["cores_per_socket"]), ("apicid", apic), ("initial apicid", apic), ("fpu", "yes"),
+                ("fpu_exception", "yes"), ("cpuid level", 32), ("wp", "yes"), ("flags", " ".join(flags)),
+                ("bugs", "spectre_v1 spectre_v2 spec_store_bypass swapgs eibrs_pbrsb"),
+                ("bogomips", "%.2f" % (c["mhz"] * 2)), ("clflush size", 64), ("cache_alignment", 64),
+                ("address sizes", "46 bits physical, 57 bits virtual")]
+        out.append("".join("%s%s: %s\n" % (k, "\t" if len(k) >= 8 else "\t\t", v) for k, v in rows)
+                   + "power management:\n")
+    return "\n".join(out) + "\n"
+
+
+def meminfo(spec: Dict[str, Any]) -> str:
+    total = spec["memory"]["total_kb"]
+    free = spec["memory"]["free_kb"]
+    swap_total = sum(s["size_kb"] for s in spec["swap"])
+    swap_free = swap_total - sum(s["used_kb"] for s in spec["swap"])
+    hp_size = spec["memory"]["hugepagesize_kb"]
+    key = "%dkB" % hp_size
+    hp_total = sum(n["hugepages"].get(key, {}).get("nr", 0) for n in spec["numa"].values())
+    hp_free = sum(n["hugepages"].get(key, {}).get("free", 0) for n in spec["numa"].values())
+    cached = (total - free) // 4
+    rows = [("MemTotal", total), ("MemFree", free), ("MemAvailable", free + cached), ("Buffers", 1048576),
+            ("Cached", cached), ("SwapCached", 0), ("Active", cached // 2), ("Inactive", cached // 2),
+            ("SwapTotal", swap_total), ("SwapFree", swap_free), ("Dirty", 128), ("Writeback", 0),
+            ("AnonPages", (total - free) // 8), ("Mapped", 524288), ("Shmem", 65536), ("Slab", 4194304),
+            ("PageTables", 131072), ("CommitLimit", total // 2 + swap_total), ("Committed_AS", (total - free) // 4),
+            ("VmallocTotal", 34359738367), ("HardwareCorrupted", 0), ("AnonHugePages", 0)]
+    lines = ["%-16s%8d kB" % (k + ":", v) for k, v in rows]
+    lines += ["%-16s%8d" % (k + ":", v) for k, v in (("HugePages_Total", hp_total), ("HugePages_Free", hp_free),
+                                                    ("HugePages_Rsvd", 0), ("HugePages_Surp", 0))]
+    lines += ["%-16s%8d kB" % ("Hugepagesize:", hp_size), "%-16s%8d kB" % ("Hugetlb:", hp_total * hp_size)]
+    return "\n".join(lines) + "\n"
+
+
+def swaps(spec: Dict[str, Any]) -> str:
+    out = "Filename\t\t\t\tType\t\tSize\t\tUsed\t\tPriority\n"
+    for s in spec["swap"]:
+        out += "%-40s%-16s%-16d%-16d%d\n" % (s["filename"], s["type"], s["size_kb"], s["used_kb"], s["priority"])
+    return out
+
+
+def proc_version(spec: Dict[str, Any]) -> str:
+    node = spec["node"]
+    if node["proc_version"]:
+        return node["proc_version"]
+    return ("Linux version %s (buildd@lcy02-amd64-080) (x86_64-linux-gnu-gcc-12 (Ubuntu 12.3.0-1ubuntu1~22.04) "
+            "12.3.0, GNU ld (GNU Binutils for Ubuntu) 2.38) #115-Ubuntu SMP Mon Apr 15 09:52:04 UTC 2024"
+            % node["kernel_release"])
+
+
+def proc_modules(spec: Dict[str, Any]) -> str:
+    users = module_users(spec)
+    out = []
+    for name, m in spec["modules"].items():
+        deps = "".join(u + "," for u in users[name]) or "-"
+        size = m["size"] or MODULE_SIZES.get(name, 16384)
+        taint = " " + m["taint"] if m["taint"] else ""
+        out.append("%s %d %d %s Live 0x%016x%s\n" % (name, size, len(users[name]), deps, 0, taint))
+    return "".join(out)
+
+
+def kmsg_records(spec: Dict[str, Any]) -> List[str]:
+    """'/dev/kmsg' records: 'prio,seq,usec,flags;message' with prio = facility*8 + level."""
+    node, lines = spec["node"], []
+    if node["kmsg_boot_lines"]:
+        lines.append((5, 0, "Linux version " + proc_version(spec)[len("Linux version "):]))
+        lines.append((6, 0, "Command line: " + node["cmdline"]))
+        mode = spec["iommu"]["mode"]
+        if mode != "off":
+            lines.append((6, 0, "DMAR: IOMMU enabled" if spec["iommu"]["vendor"] == "intel" else "AMD-Vi: IOMMU enabled"))
+            lines.append((6, 0, "iommu: Default domain type: %s (set via kernel command line)"
+                          % ("Passthrough" if mode == "passthrough" else "Translated")))
+        for nic in spec["nic"].values():
+            if nic["driver"] == "mlx5_core":
+                lines.append((6, 0, "mlx5_core %s: firmware version: %s" % (nic["pci"], nic["fw_ver"])))
+        if "nvidia" in spec["modules"]:
+            lines.append((4, 0, "nvidia: loading out-of-tree module taints kernel."))
+            lines.append((6, 0, "nvidia-nvlink: Nvlink Core is being initialized, major device number 234"))
+            lines.append((6, 0, "NVRM: loading NVIDIA UNIX x86_64 Kernel Module  %s  Tue Mar  5 22:23:56 UTC 2024"
+                          % spec["nvml"]["driver_version"]))
+    records, ts = [], 0
+    n_user = len(spec["kmsg"])
+    for seq, (level, fac, msg) in enumerate(lines):
+        ts = 1000 + seq * 250000
+        records.append("%d,%d,%d,-;%s" % (fac * 8 + level, seq, ts, msg))
+    up_us = int(spec["node"]["uptime_s"] * 1e6)
+    for i, m in enumerate(spec["kmsg"]):
+        seq = len(records)
+        t_us = m["ts_us"] if m["ts_us"] >= 0 else max(up_us - (n_user - i) * 1000000, ts + 1 + i)
+        records.append("%d,%d,%d,-;%s" % (m["facility"] * 8 + m["level"], seq, t_us, m["msg"]))
+    return records
+
+
+def _nvidia(t: Tree, spec: Dict[str, Any]) -> None:
+    if "nvidia" not in spec["modules"]:
+        return
+    drv = spec["nvml"]["driver_version"]
+    t.write("/proc/driver/nvidia/version",
+            "NVRM version: NVIDIA UNIX x86_64 Kernel Module  %s  Tue Mar  5 22:23:56 UTC 2024\n"
+            "GCC version:  gcc version 12.3.0 (Ubuntu 12.3.0-1ubuntu1~22.04)" % drv)
+    for g in spec["gpu"].values():
+        info = [("Model", g["name"]), ("IRQ", 0), ("GPU UUID", g["uuid"]), ("Video BIOS", g["vbios"]),
+                ("Bus Type", "PCIe"), ("DMA Size", "52 bits"), ("DMA Mask", "0xfffffffffffff"),
+                ("Bus Location", g["pci"]), ("Device Minor", g["minor_number"]), ("GPU Excluded", "No")]
+        t.write("/proc/driver/nvidia/gpus/%s/information" % g["pci"],
+                "".join("%-22s%s\n" % (k + ":", v) for k, v in info), newline=False)
+
+
+def _dev(t: Tree, spec: Dict[str, Any]) -> None:
+    t.write("/dev/kmsg", "".join(r + "\n" for r in kmsg_records(spec)), newline=False)
+    if "nvidia" in spec["modules"]:
+        for g in spec["gpu"].values():
+            t.write("/dev/nvidia%d" % g["minor_number"], "", newline=False)
+        t.write("/dev/nvidiactl", "", newline=False)
+    if "nvidia_uvm" in spec["modules"]:
+        t.write("/dev/nvidia-uvm", "", newline=False)
+        t.write("/dev/nvidia-uvm-tools", "", newline=False)
+    rdma = [n for n in spec["nic"].values() if n["rdma"]]
+    for i, nic in enumerate(sorted(rdma, key=lambda n: n["name"])):
+        t.write("/dev/infiniband/uverbs%d" % i, "", newline=False)
+        t.write("/sys/class/infiniband_verbs/uverbs%d/ibdev" % i, nic["name"])
+    for name in sorted(spec["nvme"]):
+        t.write("/dev/%s" % name, "", newline=False)
+        t.write("/dev/%sn1" % name, "", newline=False)
