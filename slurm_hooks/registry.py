@@ -18,7 +18,8 @@ CONTEXTS = ("prolog", "epilog", "health", "manual")
 DEFAULT_CONTEXTS = frozenset({"prolog", "health", "manual"})
 
 # Modules that hold built-in checks; importing one registers its checks.
-BUILTIN_CHECK_MODULES = ("slurm_hooks.checks.system", "slurm_hooks.checks.pci", "slurm_hooks.checks.gpu")
+BUILTIN_CHECK_MODULES = ("slurm_hooks.checks.system", "slurm_hooks.checks.pci", "slurm_hooks.checks.gpu",
+                         "slurm_hooks.checks.xid")
 
 
 class RegistryError(Exception):

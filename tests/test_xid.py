@@ -1,4 +1,4 @@
-"""Tests for slurm_hooks.xid: kernel-log parsing, the packaged Xid catalog, classification."""
+"""Tests for slurm_hooks.kmsg (kernel-log parsing) and slurm_hooks.xid (the packaged Xid catalog, classification)."""
 
 from __future__ import annotations
 
@@ -8,24 +8,27 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from slurm_hooks import kmsg as K
 from slurm_hooks import xid as X
-from slurm_hooks.xid import (
-    Classification,
+from slurm_hooks.kmsg import (
     KmsgRecord,
     SxidEvent,
-    XidCatalog,
     XidEvent,
-    classify,
-    classify_all,
-    classify_sxid,
-    explain,
-    load_catalog,
     normalize_pci,
     parse_kmsg_record,
     parse_sxid,
     parse_xid,
     scan,
     scan_sxid,
+)
+from slurm_hooks.xid import (
+    Classification,
+    XidCatalog,
+    classify,
+    classify_all,
+    classify_sxid,
+    explain,
+    load_catalog,
     validate_overrides,
 )
 
@@ -110,8 +113,8 @@ def test_kmsg_level_from_priority():
         "[abc] msg",
         "[Wed Foo  2 10:00:00 2026] msg",
         "Dec 02 10:00:00 gpu01 systemd[1]: Started foo",  # not a kernel line
-        "x" * (X.MAX_LINE + 1),
-        "6,1,2,-;" + "A" * (X.MAX_LINE + 10),
+        "x" * (K.MAX_LINE + 1),
+        "6,1,2,-;" + "A" * (K.MAX_LINE + 10),
         b"\xff\xfe\x00\x81garbage".decode("utf-8", "replace"),
         None,
         12345,
@@ -248,8 +251,8 @@ def test_parse_xid_variants(message, xid, pci, pid, process, text):
         "NVRM: Xid (PCI:0000:3b:00): 79123456, x",  # absurd code
         "Xid 79 GPU has fallen off the bus",  # not a driver line
         "nvidia-nvswitch0: SXid (PCI:0000:05:00.0): 20034, Fatal, Link 14 LTSSM Fault Up",
-        "x" * (X.MAX_LINE + 1),
-        "NVRM: Xid (PCI:0000:3b:00): 79, " + "y" * X.MAX_LINE,
+        "x" * (K.MAX_LINE + 1),
+        "NVRM: Xid (PCI:0000:3b:00): 79, " + "y" * K.MAX_LINE,
         b"\x80\x81NVRM: Xid (\xff".decode("utf-8", "replace"),
         None,
     ],

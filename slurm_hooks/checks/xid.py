@@ -1,0 +1,311 @@
+"""Family `xid`: NVIDIA Xid (GPU) and NVSwitch SXid errors in the kernel log since boot.
+
+Where the data comes from: the kernel ring buffer, read from /dev/kmsg (the records `dmesg` and
+`journalctl -k -b` show; `dmesg | grep -E 'NVRM: Xid|SXid'` by hand); the boot id from
+/proc/sys/kernel/random/boot_id; and the acknowledgement file <[paths] state_dir>/xid-ack.json that
+`slurm-hooks xid ack` writes when an admin has fixed a GPU. Parsing is slurm_hooks.kmsg, meaning
+(NVIDIA's Xid catalog) is slurm_hooks.xid; `slurm-hooks explain xid N` prints what one code means.
+
+Position and acknowledgement: everything still in the ring buffer counts (it starts empty at boot,
+so "since boot"); an admin clears events with `slurm-hooks xid ack` (entries {boot_id, seq}: the
+kmsg sequence number of one record in one boot). A reboot clears everything, since sequence
+numbers restart and the boot id changes. Limit: an old Xid that the ring buffer has overwritten
+is no longer seen (a GPU that fell off the bus still fails gpu.count).
+"""
+from __future__ import annotations
+
+import json
+import threading
+from dataclasses import dataclass
+from typing import Any, Dict, FrozenSet, Iterable, List, Mapping, Optional, Sequence, Tuple
+
+from .. import xid as catalog
+from ..host import HostError
+from ..kmsg import SxidEvent, XidEvent, scan, scan_sxid
+from ..registry import Param, check, gatherer
+from ..result import Action, Blame, Result, Status
+from . import gpu as _gpu  # noqa: F401  (registers the gpu.inventory gatherer we map bus ids with)
+
+KMSG = "/dev/kmsg"
+BOOT_ID = "/proc/sys/kernel/random/boot_id"
+ACK_FILE = "xid-ack.json"
+ACK_SCHEMA = "slurm-hooks.xid-ack/1"
+NVML_WAIT_S = 1.5  # a GPU that fell off the bus can hang NVML: map bus ids without it rather than hang
+MAX_LISTED = 20  # events listed in one result's details
+ALL = ("prolog", "epilog", "health", "manual")
+_ACTION_RANK = {"none": 0, "drain": 1, "reset-gpu": 2, "reboot": 3, "rma": 4}
+
+
+# -- gatherers ---------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class KernelLog:
+    """The Xid/SXid events in the kernel log, and which of them an admin acknowledged."""
+
+    boot_id: Optional[str]
+    xids: Tuple[XidEvent, ...]
+    sxids: Tuple[SxidEvent, ...]
+    acked: FrozenSet[int]  # kmsg sequence numbers acknowledged for this boot
+    notes: Tuple[str, ...] = ()  # problems worth showing (corrupt ack file, unknown boot id)
+
+
+@dataclass(frozen=True)
+class GpuMap:
+    """PCI bus id (0000:3b:00.0) -> NVML GPU index; `by_bus` is None when NVML could not tell."""
+
+    by_bus: Optional[Mapping[str, int]]
+    error: Optional[str] = None
+
+
+def ack_path(state_dir: str) -> str:
+    return state_dir.rstrip("/") + "/" + ACK_FILE
+
+
+def parse_acks(text: Optional[str]) -> Tuple[List[Dict[str, Any]], Optional[str]]:
+    """Entries of an ack file ({"schema", "acks": [{boot_id, seq, ...}]} or a bare list), and a problem.
+
+    Never raises: a missing file is no entries; a corrupt one is no entries plus a message; bad
+    entries are dropped (and counted in the message).
+    """
+    if text is None or not text.strip():
+        return [], None
+    try:
+        data = json.loads(text)
+    except ValueError as exc:
+        return [], "ack file is not JSON (%s); ignoring it" % exc
+    entries = data.get("acks") if isinstance(data, dict) else data
+    if not isinstance(entries, list):
+        return [], "ack file has no 'acks' list; ignoring it"
+    good = [e for e in entries if isinstance(e, dict) and isinstance(e.get("boot_id"), str)
+            and isinstance(e.get("seq"), int) and not isinstance(e.get("seq"), bool)]
+    bad = len(entries) - len(good)
+    return good, ("ack file: %d malformed entries ignored" % bad if bad else None)
+
+
+@gatherer("xid.log")
+def read_kernel_log(ctx) -> KernelLog:
+    """/dev/kmsg records mentioning Xid/SXid, /proc/sys/kernel/random/boot_id, <state_dir>/xid-ack.json."""
+    host = ctx.host
+    # A live record may carry "\n KEY=value" dictionary lines; the message is the first line.
+    lines = [record.split("\n", 1)[0] for record in host.read_kmsg(KMSG) if "Xid" in record]
+    boot_id = (host.read_text(BOOT_ID, default="") or "").strip() or None
+    path = ack_path(ctx.config.get("paths", "state_dir"))
+    notes: List[str] = []
+    try:
+        text = host.read_text(path, default=None)
+    except (HostError, ValueError) as exc:  # unreadable, or a relative state_dir: never hide an Xid over it
+        text = None
+        notes.append("cannot read the ack file: %s" % exc)
+    entries, problem = parse_acks(text)
+    if problem:
+        notes.append("%s: %s" % (path, problem))
+    if boot_id is None:
+        notes.append("%s unreadable: acknowledgements not applied" % BOOT_ID)
+    acked = frozenset(e["seq"] for e in entries if boot_id is not None and e["boot_id"] == boot_id)
+    return KernelLog(boot_id, tuple(scan(lines)), tuple(scan_sxid(lines)), acked, tuple(notes))
+
+
+@gatherer("xid.gpus")
+def read_gpu_map(ctx) -> GpuMap:
+    """Bus id -> GPU index from the gpu.inventory gatherer (NVML), waited for at most NVML_WAIT_S.
+
+    NVML may hang on exactly the GPU an Xid is about; then events are reported per PCI address
+    (and count for every job) instead of the whole check timing out. Without Xids, NVML is not asked.
+    """
+    try:
+        if not ctx.get("xid.log").xids:
+            return GpuMap({})
+    except Exception:  # xid.events reports the unreadable log itself
+        return GpuMap(None, "kernel log unreadable")
+    box: List[Any] = []
+
+    def work() -> None:
+        try:
+            box.append(ctx.get("gpu.inventory"))
+        except Exception as exc:  # reported as "could not map", never fatal here
+            box.append(exc)
+
+    worker = threading.Thread(target=work, name="check:xid.gpus", daemon=True)
+    worker.start()
+    worker.join(NVML_WAIT_S)
+    if not box:
+        return GpuMap(None, "NVML did not answer within %gs" % NVML_WAIT_S)
+    inventory = box[0]
+    if isinstance(inventory, Exception):
+        return GpuMap(None, "gpu.inventory failed: %s" % inventory)
+    if inventory.error is not None:
+        return GpuMap(None, str(inventory.error))
+    return GpuMap({device.bus_id: device.index for device in inventory.devices})
+
+
+# -- parameters --------------------------------------------------------------------------------
+
+def parse_overrides(entries: Sequence[str], label: str = "overrides") -> Dict[int, Dict[str, str]]:
+    """['79=FAIL:rma', '13=OK'] -> {79: {'status': 'FAIL', 'action': 'rma'}, 13: {'status': 'OK'}}.
+
+    Syntax: CODE=STATUS[:ACTION], STATUS one of OK, WARN, FAIL, UNKNOWN; ACTION one of drain,
+    reset-gpu, reboot, rma (FAIL without one keeps the catalog's action, or drain). Raises
+    ValueError naming the entry.
+    """
+    out: Dict[int, Dict[str, str]] = {}
+    for entry in entries:
+        code, sep, value = entry.partition("=")
+        status, _, action = value.partition(":")
+        spec = {"status": status.strip()}
+        if action.strip():
+            spec["action"] = action.strip()
+        try:
+            if not sep or not status.strip():
+                raise ValueError("expected CODE=STATUS[:ACTION], e.g. '79=FAIL:reboot' or '13=OK'")
+            clean = catalog.validate_overrides({code.strip(): spec})
+            number, = clean
+            if clean[number]["status"] == "FAIL" and clean[number].get("action") == "none":
+                raise ValueError("FAIL needs an action (drain, reset-gpu, reboot, rma); leave it out to keep "
+                                 "the catalog's")
+            if number in out:
+                raise ValueError("code %d is overridden twice" % number)
+        except ValueError as exc:
+            raise ValueError("%s entry %r: %s" % (label, entry, exc)) from None
+        out.update(clean)
+    return out
+
+
+_SYNTAX = "(STATUS: OK, WARN, FAIL, UNKNOWN; ACTION: drain, reset-gpu, reboot, rma)"
+
+
+def _bad_params(name: str, exc: ValueError) -> Result:
+    return Result(name, Status.UNKNOWN, '[checks."%s"] %s' % (name, exc), blame=Blame.CHECK,
+                  details={"error": str(exc)})
+
+
+# -- checks ------------------------------------------------------------------------------------
+
+@check(name="xid.events", contexts=ALL, timeout=3.0, needs=("xid.log", "xid.gpus", "job"), params=(
+    Param("overrides", list, [], "decisions replacing the catalog's, as XID=STATUS[:ACTION] strings: "
+          "'79=FAIL:rma', '13=OK', '31=WARN' " + _SYNTAX, item_type=str),
+    Param("ignore", list, [], "Xids left out entirely (not reported, not counted)", item_type=int),
+))
+def xid_events(log: KernelLog, gpus: GpuMap, job, params) -> List[Result]:
+    """No GPU Xid error since boot that breaks the node (or, as a warning, the job).
+
+    Each unacknowledged Xid in the kernel log (/dev/kmsg; `dmesg`, `journalctl -k -b`) is looked up
+    in NVIDIA's Xid catalog. FAIL: the GPU needs a reset (`nvidia-smi -r -i N` with no process on
+    it), the node a reboot, or a human (drain) - the action says which; once fixed, clear it with
+    `slurm-hooks xid ack --all` (a reboot clears it anyway). WARN blamed on the job: the application
+    crashed the GPU context (e.g. Xid 13, 31, 43); the node is fine, the user should debug their code.
+    UNKNOWN: an Xid our catalog does not know (`slurm-hooks explain xid N`); never drains. In a job
+    (prolog/epilog with GPUs), Xids on GPUs not allocated to it are left out; those NVML cannot map
+    count for every job. Operators override decisions per Xid with `overrides`.
+    """
+    try:
+        overrides = parse_overrides(params.overrides)
+    except ValueError as exc:
+        return [_bad_params("xid.events", exc)]
+    events = [e for e in log.xids if e.xid not in params.ignore]
+    live = [e for e in events if e.seq is None or e.seq not in log.acked]
+    counts = {"since_boot": len(events), "acknowledged": len(events) - len(live),
+              "ignored": len(log.xids) - len(events), "other_gpus": 0}
+    findings = []
+    for event, cls in zip(live, catalog.classify_all(live, overrides)):
+        index = (gpus.by_bus or {}).get(event.pci or "")
+        if index is not None and job.gpus is not None and index not in job.gpus:
+            counts["other_gpus"] += 1
+            continue
+        component = "gpu:%d %s" % (index, event.pci) if index is not None else \
+            ("pci:%s" % event.pci if event.pci else None)
+        findings.append((component, event, cls))
+    common = _common_details(log, counts, gpus.error if live else None)
+    results = _group("xid.events", findings, "Xid", common)
+    if results:
+        return results
+    return [Result("xid.events", Status.OK, _ok_summary("Xid", counts), details=common)]
+
+
+@check(name="xid.sxid", contexts=ALL, timeout=2.0, needs=("xid.log",), params=(
+    Param("overrides", list, [], "decisions replacing the severity-based ones, as SXID=STATUS[:ACTION] "
+          "strings: '20034=WARN', '12028=FAIL:drain' " + _SYNTAX, item_type=str),
+    Param("ignore", list, [], "SXids left out entirely (not reported, not counted)", item_type=int),
+))
+def xid_sxid(log: KernelLog, params) -> List[Result]:
+    """No fatal NVSwitch SXid error since boot.
+
+    NVSwitch driver lines `nvidia-nvswitchN: SXid (PCI:...): CODE, Fatal|Non-fatal, ...` in the
+    kernel log (/dev/kmsg; `dmesg | grep SXid`). Fatal -> FAIL, reboot: the fabric's GPUs and
+    switches need a reset and Fabric Manager a restart, which a reboot does in one step (check
+    `nv-fabricmanager` logs and the link/cable if it recurs). Non-fatal -> WARN (link errors that
+    were corrected; watch for repeats). No severity printed -> UNKNOWN. NVSwitches serve every GPU,
+    so SXids count for every job. Clear after repair with `slurm-hooks xid ack --all`.
+    """
+    try:
+        overrides = parse_overrides(params.overrides)
+    except ValueError as exc:
+        return [_bad_params("xid.sxid", exc)]
+    events = [e for e in log.sxids if e.sxid not in params.ignore]
+    live = [e for e in events if e.seq is None or e.seq not in log.acked]
+    counts = {"since_boot": len(events), "acknowledged": len(events) - len(live),
+              "ignored": len(log.sxids) - len(events)}
+    findings = [(_switch_component(e), e, catalog.classify_sxid(e, overrides)) for e in live]
+    common = _common_details(log, counts, None)
+    results = _group("xid.sxid", findings, "SXid", common)
+    return results or [Result("xid.sxid", Status.OK, _ok_summary("SXid", counts), details=common)]
+
+
+# -- helpers -----------------------------------------------------------------------------------
+
+def _switch_component(event: SxidEvent) -> str:
+    name = "nvswitch:%d" % event.switch if event.switch is not None else "nvswitch"
+    return "%s %s" % (name, event.pci) if event.pci else name
+
+
+def _code(event: Any) -> int:
+    return event.xid if isinstance(event, XidEvent) else event.sxid
+
+
+def _common_details(log: KernelLog, counts: Mapping[str, int], map_error: Optional[str]) -> Dict[str, Any]:
+    details: Dict[str, Any] = {"boot_id": log.boot_id}
+    details.update(counts)
+    notes = list(log.notes)
+    if map_error:
+        notes.append("GPU indices unknown (%s): events counted for every job" % map_error)
+    if notes:
+        details["notes"] = notes
+    return details
+
+
+def _ok_summary(kind: str, counts: Mapping[str, int]) -> str:
+    if not counts["since_boot"]:
+        return "no %s since boot" % kind
+    parts = ["%d %s" % (counts[k], k.replace("_", " ")) for k in ("acknowledged", "other_gpus") if counts.get(k)]
+    return "%d %s since boot, none needing action%s" % (counts["since_boot"], kind,
+                                                        " (%s)" % ", ".join(parts) if parts else "")
+
+
+def _group(name: str, findings: Iterable[Tuple[Optional[str], Any, Any]], kind: str,
+           common: Mapping[str, Any]) -> List[Result]:
+    """One Result per (component, status, blame); OK classifications are left out."""
+    groups: Dict[Tuple[Optional[str], str, str], List[Tuple[Any, Any]]] = {}
+    for component, event, cls in findings:
+        if cls.status != "OK":
+            groups.setdefault((component, cls.status, cls.blame), []).append((event, cls))
+    results = []
+    for (component, status, blame), items in groups.items():
+        head_event, head = max(items, key=lambda item: _ACTION_RANK.get(item[1].action, 0))
+        codes = sorted({_code(event) for event, _ in items} - {_code(head_event)})
+        text = (head_event.text or head.reason)[:100]
+        summary = "%s %d: %s" % (kind, _code(head_event), text)
+        if len(items) > 1:
+            summary += " (%d events%s)" % (len(items), "; also %s %s" % (kind, ", ".join(map(str, codes)))
+                                           if codes else "")
+        details = dict(common)
+        details["events"] = [_event_dict(event, cls) for event, cls in items[:MAX_LISTED]]
+        details["reason"] = head.reason
+        results.append(Result(name, Status(status), summary, component=component, details=details,
+                              action=Action(head.action) if status == "FAIL" else Action.NONE, blame=Blame(blame)))
+    return results
+
+
+def _event_dict(event: Any, cls: Any) -> Dict[str, Any]:
+    return {"code": _code(event), "pci": event.pci, "seq": event.seq, "usec": event.usec,
+            "pid": getattr(event, "pid", None), "process": getattr(event, "process", None), "text": event.text,
+            "status": cls.status, "action": cls.action, "blame": cls.blame, "reason": cls.reason,
+            "overridden": cls.overridden}

@@ -1,0 +1,193 @@
+"""`slurm-hooks explain xid N`, `slurm-hooks xid [FILE|-]` and `slurm-hooks xid ack`, run as subprocesses."""
+from __future__ import annotations
+
+import json
+import os
+import stat
+import subprocess
+import sys
+
+import pytest
+from conftest import REPO
+
+BOOT = "0b7e6d5c-4a3b-2c1d-0e9f-8a7b6c5d4e3f"
+X79 = "NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, name=python, GPU has fallen off the bus."
+X13 = "NVRM: Xid (PCI:0000:18:00): 13, pid=77, name=train, Graphics Exception: ESR 0x50"
+SXID = "nvidia-nvswitch0: SXid (PCI:0000:05:00.0): 20034, Fatal, Link 14 LTSSM Fault Up"
+PASTED = "\n".join([
+    "[  812.123456] " + X79,                        # dmesg
+    "Dec 02 10:00:00 gpu01 kernel: " + X13,         # journalctl -k
+    "[Wed Dec  2 10:00:01 2026] " + SXID,           # dmesg -T
+    "[  813.000000] usb 1-1: new high-speed USB device",
+    "complete garbage \x07 here",
+]) + "\n"
+
+
+@pytest.fixture
+def config(tmp_path):
+    """An empty config file of our own, so a machine's /etc/slurm-hooks never leaks into the tests."""
+
+    def write(text: str = "") -> str:
+        path = tmp_path / "etc" / "config.toml"
+        path.parent.mkdir(exist_ok=True)
+        path.write_text(text)
+        return str(path)
+
+    return write
+
+
+def cli(args, config_file, stdin=None):
+    env = dict(os.environ, SLURM_HOOKS_CONFIG=config_file, SLURM_HOOKS_ALLOW_INSECURE_CONFIG="1")
+    return subprocess.run([sys.executable, "-m", "slurm_hooks"] + args, input=stdin, capture_output=True,
+                          text=True, cwd=REPO, env=env, timeout=60)
+
+
+def test_explain_known_xid(config):
+    proc = cli(["explain", "xid", "79"], config())
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("Xid 79") and "Action: reboot" in proc.stdout and "Catalog version" in proc.stdout
+
+
+def test_explain_applies_configured_overrides(config):
+    proc = cli(["explain", "xid", "13"], config('[checks."xid.events"]\noverrides = ["13=FAIL:reset-gpu"]\n'))
+    assert proc.returncode == 0 and "Action: reset-gpu" in proc.stdout and "[operator override]" in proc.stdout
+
+
+@pytest.mark.parametrize("number", ["9999", "0"])
+def test_explain_unknown_xid_exits_3(config, number):
+    proc = cli(["explain", "xid", number], config())
+    assert proc.returncode == 3 and proc.stdout == ""
+    assert "Xid %s is not in the packaged catalog" % number in proc.stderr and "overrides" in proc.stderr
+
+
+def test_explain_needs_a_number(config):
+    proc = cli(["explain", "xid", "seventy-nine"], config())
+    assert proc.returncode == 3 and "invalid int value" in proc.stderr
+
+
+def test_xid_from_stdin(config):
+    proc = cli(["xid", "-"], config(), stdin=PASTED)
+    assert proc.returncode == 2, proc.stderr  # worst: FAIL
+    lines = proc.stdout.splitlines()
+    assert len(lines) == 3
+    assert lines[0].split()[:5] == ["FAIL", "reboot", "Xid", "79", "0000:3b:00.0"] and "t=812.123456" in lines[0]
+    assert lines[1].split()[:4] == ["WARN", "none", "Xid", "13"]
+    assert lines[2].split()[:4] == ["FAIL", "reboot", "SXid", "20034"]
+
+
+def test_xid_json(config):
+    proc = cli(["xid", "-", "--json"], config(), stdin=PASTED)
+    assert proc.returncode == 2
+    rows = json.loads(proc.stdout)
+    assert [(r["kind"], r["code"], r["status"], r["action"], r["blame"]) for r in rows] == [
+        ("xid", 79, "FAIL", "reboot", "node"), ("xid", 13, "WARN", "none", "job"),
+        ("sxid", 20034, "FAIL", "reboot", "node")]
+    assert rows[0]["usec"] == 812123456 and rows[0]["pid"] == 1234 and rows[1]["wallclock"] == "Dec 02 10:00:00"
+    assert rows[2]["severity"] == "Fatal" and rows[2]["link"] == 14 and rows[0]["acknowledged"] is False
+
+
+@pytest.mark.parametrize("text,code", [("", 0), ("just noise\n", 0), ("[1.0] " + X13 + "\n", 1),
+                                       ("[1.0] NVRM: Xid (PCI:0000:3b:00): 999, new\n", 3)])
+def test_xid_exit_code_is_the_worst_classification(config, text, code):
+    proc = cli(["xid", "-"], config(), stdin=text)
+    assert proc.returncode == code, proc.stdout + proc.stderr
+    if code == 0:
+        assert proc.stdout == "no Xid or SXid events\n"
+    assert cli(["xid", "-", "--json"], config(), stdin=text).returncode == code
+
+
+def test_xid_file_since_seq_and_config(config, tmp_path):
+    log = tmp_path / "kmsg.txt"
+    log.write_text("3,10,100,-;%s\n3,11,200,-;%s\n" % (X79, X13))
+    proc = cli(["xid", str(log), "--since-seq", "10", "--json"], config())
+    assert [r["code"] for r in json.loads(proc.stdout)] == [13] and proc.returncode == 1
+    tuned = config('[checks."xid.events"]\noverrides = ["79=WARN"]\nignore = [13]\n')
+    proc = cli(["xid", str(log)], tuned)
+    assert proc.returncode == 1 and "operator override" in proc.stdout and "1 event(s) left out" in proc.stderr
+    bad = config('[checks."xid.events"]\noverrides = ["79=FAIL:rebot"]\n')
+    proc = cli(["xid", str(log)], bad)
+    assert proc.returncode == 3 and "overrides entry '79=FAIL:rebot'" in proc.stderr
+
+
+def test_xid_missing_file_and_bad_options(config, tmp_path):
+    proc = cli(["xid", str(tmp_path / "nope.log")], config())
+    assert proc.returncode == 3 and "cannot read" in proc.stderr
+    assert cli(["xid", "-", "--all"], config(), stdin="").returncode == 3
+    assert cli(["xid", "ack", "--json"], config()).returncode == 3
+
+
+@pytest.fixture
+def live(write_tree):
+    """A node tree whose /dev/kmsg holds an Xid 79 (seq 100), an Xid 13 (seq 101) and an SXid (seq 102)."""
+    records = ["6,1,10,-;Linux version 6.8.0", "3,100,5000000,-;" + X79, "4,101,5000100,-;" + X13,
+               "3,102,5000200,-;" + SXID]
+    return write_tree({"dev/kmsg": "\n".join(records) + "\n", "proc/sys/kernel/random/boot_id": BOOT + "\n"})
+
+
+def ack_file(root: str) -> str:
+    return os.path.join(root, "var/lib/slurm-hooks/xid-ack.json")
+
+
+def check_json(root, config_file, name):
+    proc = cli(["check", name, "--root", root, "--json"], config_file)
+    return proc.returncode, json.loads(proc.stdout)["checks"][0]["results"]
+
+
+def test_ack_seq_then_all(config, live):
+    conf = config()
+    assert cli(["xid", "--root", live], conf).returncode == 2  # the live kernel log, read under --root
+    proc = cli(["xid", "ack", "--seq", "100", "--root", live], conf)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "acknowledged seq=100 Xid 79 0000:3b:00.0\n"
+    path = ack_file(live)
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+    data = json.loads(open(path).read())
+    assert data["schema"] == "slurm-hooks.xid-ack/1"
+    assert [(a["boot_id"], a["seq"], a["kind"], a["code"]) for a in data["acks"]] == [(BOOT, 100, "xid", 79)]
+    assert not [n for n in os.listdir(os.path.dirname(path)) if n != "xid-ack.json"]  # no temp file left
+    code, results = check_json(live, conf, "xid.events")
+    assert code == 1 and [r["status"] for r in results] == ["WARN"]  # only Xid 13 is left
+    rows = json.loads(cli(["xid", "--root", live, "--json"], conf).stdout)
+    assert [r["acknowledged"] for r in rows] == [True, False, False]
+
+    proc = cli(["xid", "ack", "--all", "--root", live], conf)
+    assert proc.returncode == 0 and proc.stdout.splitlines() == [
+        "acknowledged seq=101 Xid 13 0000:18:00.0", "acknowledged seq=102 SXid 20034 0000:05:00.0"]
+    assert [a["seq"] for a in json.loads(open(path).read())["acks"]] == [100, 101, 102]
+    assert check_json(live, conf, "xid.events")[0] == 0 and check_json(live, conf, "xid.sxid")[0] == 0
+    assert cli(["xid", "--root", live], conf).returncode == 0  # everything acknowledged
+    assert cli(["xid", "ack", "--all", "--root", live], conf).stdout == "nothing to acknowledge\n"
+
+
+def test_ack_replaces_other_boots_and_corrupt_files(config, live):
+    conf = config()
+    path = ack_file(live)
+    os.makedirs(os.path.dirname(path))
+    with open(path, "w") as handle:
+        json.dump({"acks": [{"boot_id": "old-boot", "seq": 5}, {"boot_id": BOOT, "seq": 101}]}, handle)
+    assert cli(["xid", "ack", "--seq", "100", "--root", live], conf).returncode == 0
+    assert [(a["boot_id"], a["seq"]) for a in json.loads(open(path).read())["acks"]] == [(BOOT, 101), (BOOT, 100)]
+    with open(path, "w") as handle:
+        handle.write("{garbage")
+    proc = cli(["xid", "ack", "--seq", "102", "--root", live], conf)
+    assert proc.returncode == 0 and "not JSON" in proc.stderr
+    assert [a["seq"] for a in json.loads(open(path).read())["acks"]] == [102]
+
+
+def test_ack_errors(config, live):
+    conf = config()
+    proc = cli(["xid", "ack", "--root", live], conf)
+    assert proc.returncode == 3 and "say --all" in proc.stderr
+    proc = cli(["xid", "ack", "--seq", "1", "--root", live], conf)  # a record, but not an Xid
+    assert proc.returncode == 3 and "sequence number 1 " in proc.stderr
+    assert cli(["xid", "ack", "--all", "--seq", "100", "--root", live], conf).returncode == 3
+    os.unlink(os.path.join(live, "proc/sys/kernel/random/boot_id"))
+    proc = cli(["xid", "ack", "--all", "--root", live], conf)
+    assert proc.returncode == 3 and "boot id" in proc.stderr
+    assert not os.path.exists(ack_file(live))
+
+
+def test_help_says_a_reboot_clears_xids(config):
+    proc = cli(["xid", "--help"], config())
+    assert proc.returncode == 0 and "A reboot clears them anyway" in proc.stdout
+    assert "explain" in cli(["--help"], config()).stdout
