@@ -122,45 +122,58 @@ def select_checks(registry: Registry, context: str, names: Sequence[str] = (), a
 def run_checks(registry: Registry, config: Config, host: Host, context: str, checks: Iterable[CheckSpec],
                job: Optional[JobContext] = None, deadline: Optional[float] = None,
                clock: Callable[[], float] = time.monotonic) -> RunReport:
+    """Run `checks` concurrently, each in its own daemon thread, and collect them in order.
+
+    Concurrency keeps one hung check (and the checks that share its gatherer) from starving the
+    others of the global budget: the system checks still report while an NVML call hangs. Each
+    check gets min(its own timeout, time left before the deadline).
+    """
     job = job or JobContext()
     budget = deadline if deadline is not None else config.get("deadline", context if context in
                                                                 config.settings["deadline"] else "manual")
     gather = GatherContext(registry, host, config, job)
     start = clock()
     end = start + budget
-    runs: List[CheckRun] = []
-    deadline_hit = False
+    started: List[Tuple[CheckSpec, Optional[_Worker]]] = []
     for spec in checks:
         check_config = config.check(spec.name)
-        if not check_config.enabled:
+        started.append((spec, _Worker(spec, check_config.params, gather, clock) if check_config.enabled else None))
+    runs: List[CheckRun] = []
+    for spec, worker in started:
+        if worker is None:
             runs.append(CheckRun(spec.name, [Result(spec.name, Status.SKIP, "disabled in config")], 0.0))
             continue
-        left = end - clock()
-        if left <= 0:
-            deadline_hit = True
-            runs.append(CheckRun(spec.name, [_deadline_result(spec, budget)], 0.0, timed_out=True))
-            continue
-        runs.append(_run_one(spec, check_config.params, gather, min(spec.timeout, left), clock))
-        if runs[-1].timed_out and clock() >= end:
-            deadline_hit = True
+        runs.append(worker.collect(min(worker.started + spec.timeout, end), clock, budget))
+    deadline_hit = any(run.timed_out for run in runs) and clock() >= end - 1e-3
     return RunReport(context, runs, clock() - start, budget, deadline_hit, job)
 
 
-def _run_one(spec: CheckSpec, params: Any, gather: GatherContext, timeout: float,
-             clock: Callable[[], float]) -> CheckRun:
-    box: List[List[Result]] = []
-    t0 = clock()
-    worker = threading.Thread(target=lambda: box.append(_execute(spec, params, gather)),
-                              name="check:" + spec.name, daemon=True)
-    worker.start()
-    worker.join(timeout)
-    elapsed = clock() - t0
-    if worker.is_alive() or not box:
-        result = Result(spec.name, Status.UNKNOWN,
-                        "did not finish within %.2gs (hung NVML call or blocked read?)" % timeout,
-                        details={"timed_out": True, "timeout_s": round(timeout, 3)}, blame=Blame.CHECK)
-        return CheckRun(spec.name, [result], elapsed, timed_out=True)
-    return CheckRun(spec.name, box[0], elapsed)
+class _Worker:
+    """One check running in a daemon thread; `collect` waits for it until a point in time."""
+
+    def __init__(self, spec: CheckSpec, params: Any, gather: GatherContext, clock: Callable[[], float]):
+        self.spec = spec
+        self.box: List[List[Result]] = []
+        self.started = clock()
+        self.finished: Optional[float] = None
+        self.thread = threading.Thread(target=self._run, args=(params, gather, clock), name="check:" + spec.name,
+                                       daemon=True)
+        self.thread.start()
+
+    def _run(self, params: Any, gather: GatherContext, clock: Callable[[], float]) -> None:
+        self.box.append(_execute(self.spec, params, gather))
+        self.finished = clock()
+
+    def collect(self, until: float, clock: Callable[[], float], budget: float) -> CheckRun:
+        self.thread.join(max(until - clock(), 0.0))
+        if self.thread.is_alive() or not self.box:
+            limited_by_deadline = until < self.started + self.spec.timeout
+            summary = ("not finished when the %.3gs deadline was reached" % budget if limited_by_deadline else
+                       "did not finish within its %.3gs timeout (hung NVML call or blocked read?)" % self.spec.timeout)
+            result = Result(self.spec.name, Status.UNKNOWN, summary, blame=Blame.CHECK,
+                            details={"timed_out": True, "timeout_s": self.spec.timeout, "deadline_s": budget})
+            return CheckRun(self.spec.name, [result], clock() - self.started, timed_out=True)
+        return CheckRun(self.spec.name, self.box[0], (self.finished or clock()) - self.started)
 
 
 def _execute(spec: CheckSpec, params: Any, gather: GatherContext) -> List[Result]:
@@ -189,8 +202,3 @@ def _normalise(spec: CheckSpec, returned: Any) -> List[Result]:
         return [Result(spec.name, Status.UNKNOWN, "internal error: check returned %r, not Result(s)"
                        % (type(returned).__name__,), blame=Blame.CHECK)]
     return [r if r.check == spec.name else replace(r, check=spec.name) for r in results]
-
-
-def _deadline_result(spec: CheckSpec, budget: float) -> Result:
-    return Result(spec.name, Status.UNKNOWN, "not run: the %.3gs deadline was reached" % budget,
-                  details={"timed_out": True, "deadline_s": budget}, blame=Blame.CHECK)

@@ -45,3 +45,20 @@ def write_tree(tmp_path):
 
 
 from slurmcluster import slurm_cluster, slurm_cluster_factory  # noqa: E402,F401  (pytest fixtures)
+
+
+@pytest.fixture
+def fake_node():
+    """fake_node("dgx-h100", overrides=None) -> a built FakeNode (tree + fake libnvidia-ml), removed afterwards."""
+    from tests.fakenode import FakeNode
+
+    built = []
+
+    def build(spec="dgx-h100", overrides=None):
+        node = FakeNode.build_temp(spec, overrides)
+        built.append(node)
+        return node
+
+    yield build
+    for node in built:
+        node.cleanup()

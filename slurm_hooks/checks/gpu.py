@@ -104,7 +104,8 @@ def gpu_count(inventory: GpuInventory, pci: Tuple[PciDevice, ...], settings, par
         return [unavailable_result("gpu.count", inventory, settings, len(on_bus))]
     seen = sorted(d.bus_id for d in inventory.devices)
     details = {"nvml": inventory.count, "pci": len(on_bus), "expected": params.expected,
-               "driver": inventory.driver_version, "lost": sorted(set(on_bus) - set(seen))}
+               "driver": inventory.driver_version, "nvml_version": inventory.nvml_version,
+               "lost": sorted(set(on_bus) - set(seen))}
     results = []
     for index, error in inventory.device_errors:
         results.append(Result("gpu.count", error.outcome.status if error.outcome.status is not Status.SKIP

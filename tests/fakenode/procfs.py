@@ -21,6 +21,8 @@ def write_procfs(t: Tree, spec: Dict[str, Any]) -> None:
                      for m in spec["mounts"])
     t.write("/proc/mounts", mounts, newline=False)
     t.write("/proc/self/mounts", mounts, newline=False)
+    for directory in [m["mountpoint"] for m in spec["mounts"]] + ["/tmp", "/var/tmp"]:
+        t.mkdir(directory)  # exist as directories, so statvfs(2) of them answers
     t.write("/proc/cmdline", node["cmdline"])
     t.write("/proc/version", proc_version(spec))
     t.write("/proc/sys/kernel/osrelease", node["kernel_release"])
