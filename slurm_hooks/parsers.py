@@ -110,3 +110,22 @@ def parse_cpuinfo_models(text: str) -> List[str]:
         if key.strip() in ("model name", "Model") and value.strip() and value.strip() not in models:
             models.append(value.strip())
     return models
+
+
+def parse_cpuinfo_topology(text: str) -> Dict[int, Tuple[int, int]]:
+    """/proc/cpuinfo -> {processor: (physical id, core id)}; processors lacking either are left out."""
+    places: Dict[int, Tuple[int, int]] = {}
+    processor = package = None
+    for line in text.splitlines() + [""]:
+        key, _, value = line.partition(":")
+        key = key.strip()
+        try:
+            if key == "processor":
+                processor, package = int(value), None
+            elif key == "physical id":
+                package = int(value)
+            elif key == "core id" and processor is not None and package is not None:
+                places[processor] = (package, int(value))
+        except ValueError:
+            continue  # a field we cannot read: that CPU falls back to sysfs
+    return places

@@ -98,3 +98,11 @@ def test_parse_loadavg_mounts_swaps():
     swaps = parse_swaps("Filename Type Size Used Priority\n/dev/dm-1 partition 8388604 1024 -2\n")
     assert swaps[0].size_kb == 8388604 and swaps[0].used_kb == 1024
     assert parse_swaps("Filename Type Size Used Priority\n") == []
+
+
+def test_parse_cpuinfo_topology():
+    from slurm_hooks.parsers import parse_cpuinfo_topology
+
+    text = ("processor\t: 0\nphysical id\t: 0\ncore id\t\t: 0\n\nprocessor\t: 1\nphysical id\t: 1\ncore id\t\t: 4\n\n"
+            "processor\t: 2\nmodel name\t: Arm\n\nprocessor\t: 3\nphysical id\t: x\ncore id\t: 1\n")
+    assert parse_cpuinfo_topology(text) == {0: (0, 0), 1: (1, 4)}

@@ -17,6 +17,7 @@ from ..parsers import (
     Mount,
     SwapArea,
     parse_cpuinfo_models,
+    parse_cpuinfo_topology,
     parse_loadavg,
     parse_meminfo,
     parse_mounts,
@@ -43,19 +44,25 @@ class CpuTopology:
 
 @gatherer("system.cpu")
 def read_cpu(ctx) -> CpuTopology:
-    """/sys/devices/system/cpu/{online,offline,cpuN/topology/{physical_package_id,core_id}}."""
+    """/sys/devices/system/cpu/{online,offline} and the topology of each online CPU.
+
+    Sockets and cores come from /proc/cpuinfo's 'physical id'/'core id' (one read, x86) or, where
+    cpuinfo lacks them (Arm), from /sys/devices/system/cpu/cpuN/topology/{physical_package_id,core_id}.
+    """
     host = ctx.host
     online = parse_cpulist(host.read_text("/sys/devices/system/cpu/online"), "/sys/devices/system/cpu/online")
     offline = parse_cpulist(host.read_text("/sys/devices/system/cpu/offline", default=""),
                             "/sys/devices/system/cpu/offline")
-    packages, cores = set(), set()
-    for cpu in online:
-        base = "/sys/devices/system/cpu/cpu%d/topology/" % cpu
-        package = host.read_int(base + "physical_package_id")
-        packages.add(package)
-        cores.add((package, host.read_int(base + "core_id")))
-    models = parse_cpuinfo_models(host.read_text("/proc/cpuinfo", default=""))
-    return CpuTopology(online, offline, len(packages), len(cores), len(online), tuple(models))
+    cpuinfo = host.read_text("/proc/cpuinfo", default="", max_bytes=16 << 20)
+    places = parse_cpuinfo_topology(cpuinfo)
+    if not online.issubset(places):
+        places = {}
+        for cpu in online:
+            base = "/sys/devices/system/cpu/cpu%d/topology/" % cpu
+            places[cpu] = (host.read_int(base + "physical_package_id"), host.read_int(base + "core_id"))
+    cores = {places[cpu] for cpu in online}
+    packages = {package for package, _ in cores}
+    return CpuTopology(online, offline, len(packages), len(cores), len(online), tuple(parse_cpuinfo_models(cpuinfo)))
 
 
 @dataclass(frozen=True)
