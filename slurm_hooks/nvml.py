@@ -61,8 +61,8 @@ ERROR_TABLE: Dict[int, ErrorOutcome] = {
                             "NVIDIA kernel driver not loaded: modprobe nvidia / check dmesg, then reboot"),
     TIMEOUT: _row("TIMEOUT", _U, Action.NONE, _CHECK, "NVML call timed out"),
     IRQ_ISSUE: _row("IRQ_ISSUE", _F, Action.REBOOT, _NODE, "kernel reported an interrupt problem with a GPU"),
-    LIBRARY_NOT_FOUND: _row("LIBRARY_NOT_FOUND", _F, Action.REBOOT, _NODE,
-                            "libnvidia-ml.so.1 not found: NVIDIA driver user space missing"),
+    LIBRARY_NOT_FOUND: _row("LIBRARY_NOT_FOUND", _F, Action.DRAIN, _NODE,
+                            "libnvidia-ml.so.1 not found: NVIDIA driver user space missing (reinstall the driver)"),
     FUNCTION_NOT_FOUND: _row("FUNCTION_NOT_FOUND", _U, Action.NONE, _CHECK,
                              "this driver's NVML lacks the function (older driver)"),
     CORRUPTED_INFOROM: _row("CORRUPTED_INFOROM", _F, Action.RMA, _NODE, "GPU infoROM corrupted: RMA the board"),
@@ -96,6 +96,19 @@ def outcome(code: int) -> ErrorOutcome:
                                               "unrecognised NVML return code %d" % code))
 
 
+# Enum values from nvml.h that checks pass as arguments (ABI: they never change meaning).
+MEMORY_ERROR_CORRECTED, MEMORY_ERROR_UNCORRECTED = 0, 1  # nvmlMemoryErrorType_t
+VOLATILE_ECC, AGGREGATE_ECC = 0, 1  # nvmlEccCounterType_t
+MEMORY_LOCATION_DRAM, MEMORY_LOCATION_SRAM = 2, 7  # nvmlMemoryLocation_t
+CLOCK_GRAPHICS, CLOCK_SM, CLOCK_MEM = 0, 1, 2  # nvmlClockType_t
+TEMPERATURE_GPU = 0  # nvmlTemperatureSensors_t
+TEMPERATURE_THRESHOLD_SHUTDOWN, TEMPERATURE_THRESHOLD_SLOWDOWN = 0, 1  # nvmlTemperatureThresholds_t
+PAGE_RETIREMENT_SINGLE_BIT, PAGE_RETIREMENT_DOUBLE_BIT = 0, 1  # nvmlPageRetirementCause_t
+FI_DEV_NVLINK_LINK_COUNT = 91  # nvmlDeviceGetFieldValues field ids
+FI_DEV_GET_GPU_RECOVERY_ACTION = 230  # NVML >= 12.560 (R560); older drivers answer NOT_SUPPORTED per value
+NVLINK_MAX_LINKS = 18  # NVML_NVLINK_MAX_LINKS
+
+
 class NvmlError(Exception):
     """An NVML call failed; `outcome` says what that means."""
 
@@ -110,12 +123,49 @@ class NvmlUnavailable(NvmlError):
     """NVML could not be initialised at all (no library, no driver, version mismatch)."""
 
 
-# Functions whose name changed between driver generations: newest first.
-VERSIONED: Dict[str, Tuple[str, ...]] = {
-    "clock_event_reasons": ("nvmlDeviceGetCurrentClocksEventReasons", "nvmlDeviceGetCurrentClocksThrottleReasons"),
-    "memory_info": ("nvmlDeviceGetMemoryInfo",),
-    "compute_processes": ("nvmlDeviceGetComputeRunningProcesses",),
+# What an operator should do when nvmlInit fails, by return code: shown in gpu.count's summary.
+INIT_ADVICE: Dict[int, str] = {
+    LIBRARY_NOT_FOUND: "libnvidia-ml.so.1 could not be loaded: the NVIDIA driver's user-space libraries are not "
+                       "installed (or not on the loader path); reinstall the driver package, or point "
+                       "[nvml] library at the file",
+    DRIVER_NOT_LOADED: "the NVIDIA kernel module is not loaded: check `lsmod | grep nvidia` and `dmesg | grep NVRM`, "
+                       "then `modprobe nvidia` or reboot",
+    LIB_RM_VERSION_MISMATCH: "libnvidia-ml.so.1 and the loaded kernel module are different driver versions (the "
+                             "driver was upgraded without a reboot; compare `cat /proc/driver/nvidia/version`): "
+                             "reboot the node",
+    NO_PERMISSION: "no permission to open /dev/nvidia*: run slurm-hooks as root (slurmd's prolog does)",
 }
+
+
+def init_advice(code: int) -> str:
+    return INIT_ADVICE.get(code, outcome(code).meaning)
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One way of asking NVML for a value: a pynvml wrapper, plus keyword arguments naming pynvml constants."""
+
+    function: str
+    constant_kwargs: Tuple[Tuple[str, str], ...] = ()  # (keyword, pynvml constant name)
+
+
+# Families of functions whose name or struct version changed between driver generations, newest first.
+# A variant answering FUNCTION_NOT_FOUND (symbol absent from an older libnvidia-ml) or
+# ARGUMENT_VERSION_MISMATCH (struct version unknown to the driver) falls through to the next one.
+VERSIONED: Dict[str, Tuple[Variant, ...]] = {
+    # R535 renamed "throttle reasons" to "clocks event reasons"; the bits are the same.
+    "clock_event_reasons": (Variant("nvmlDeviceGetCurrentClocksEventReasons"),
+                            Variant("nvmlDeviceGetCurrentClocksThrottleReasons")),
+    # _v3 (R510+) carries GPU/compute instance ids; _v2 is the R470 layout.
+    "compute_processes": (Variant("nvmlDeviceGetComputeRunningProcesses_v3"),
+                          Variant("nvmlDeviceGetComputeRunningProcesses_v2")),
+    # v2 (R510+) reports `reserved` separately, so `used` is what processes hold.
+    "memory_info": (Variant("nvmlDeviceGetMemoryInfo", (("version", "nvmlMemory_v2"),)),
+                    Variant("nvmlDeviceGetMemoryInfo")),
+    "retired_pages": (Variant("nvmlDeviceGetRetiredPages_v2"), Variant("nvmlDeviceGetRetiredPages")),
+    "temperature": (Variant("nvmlDeviceGetTemperatureV"), Variant("nvmlDeviceGetTemperature")),
+}
+_FALL_THROUGH = (FUNCTION_NOT_FOUND, ARGUMENT_VERSION_MISMATCH)
 
 
 class NvmlSession:
@@ -150,16 +200,17 @@ class NvmlSession:
                 self._init_error = NvmlUnavailable(LIBRARY_NOT_FOUND, "import pynvml",
                                                    "nvidia-ml-py is not installed: %s" % exc)
                 raise self._init_error from None
-            except OSError as exc:
-                self._init_error = NvmlUnavailable(LIBRARY_NOT_FOUND, "nvmlInit", str(exc))
+            except OSError as exc:  # only from our own CDLL(self.library)
+                self._init_error = NvmlUnavailable(LIBRARY_NOT_FOUND, "nvmlInit", "cannot load %s ([nvml] library): "
+                                                   "%s; %s" % (self.library, exc, init_advice(LIBRARY_NOT_FOUND)))
                 raise self._init_error from None
             except Exception as exc:
                 code = getattr(exc, "value", UNKNOWN_ERROR)
-                self._init_error = NvmlUnavailable(code, "nvmlInit", str(exc))
+                self._init_error = NvmlUnavailable(code, "nvmlInit", "%s; %s" % (exc, init_advice(code)))
                 raise self._init_error from None
             self._pynvml = pynvml
 
-    def call(self, function: str, *args: Any) -> Any:
+    def call(self, function: str, *args: Any, **kwargs: Any) -> Any:
         """Call pynvml.<function>(*args), turning NVMLError into NvmlError with the reviewed outcome."""
         lib = self.pynvml
         fn: Optional[Callable[..., Any]] = getattr(lib, function, None)
@@ -167,24 +218,65 @@ class NvmlSession:
             self._log_missing(function)
             raise NvmlError(FUNCTION_NOT_FOUND, function, "pynvml has no such function")
         try:
-            return fn(*args)
+            return fn(*args, **kwargs)
         except lib.NVMLError as exc:
             if exc.value == FUNCTION_NOT_FOUND:
                 self._log_missing(function)
             raise NvmlError(exc.value, function, str(exc)) from None
+        except getattr(lib, "NVMLLibraryMismatchError", ()) as exc:  # an unversioned wrapper, symbol absent
+            self._log_missing(function)
+            raise NvmlError(FUNCTION_NOT_FOUND, function, str(exc)) from None
 
     def call_versioned(self, key: str, *args: Any) -> Any:
-        """Call the newest available function of a VERSIONED family."""
+        """Call the newest variant of a VERSIONED family this driver answers."""
         last: Optional[NvmlError] = None
-        for function in VERSIONED[key]:
+        for variant in VERSIONED[key]:
+            kwargs = {name: getattr(self.pynvml, constant) for name, constant in variant.constant_kwargs
+                      if hasattr(self.pynvml, constant)}
+            if len(kwargs) != len(variant.constant_kwargs):  # this pynvml predates the struct version
+                continue
             try:
-                return self.call(function, *args)
+                return self.call(variant.function, *args, **kwargs)
             except NvmlError as exc:
-                if exc.code != FUNCTION_NOT_FOUND:
+                if exc.code not in _FALL_THROUGH:
                     raise
                 last = exc
-        assert last is not None
-        raise last
+        raise last if last is not None else NvmlError(FUNCTION_NOT_FOUND, key, "no variant available")
+
+    def field_value(self, handle: Any, field_id: int) -> Any:
+        """One nvmlDeviceGetFieldValues entry as a Python number; its own nvmlReturn becomes NvmlError."""
+        name = "nvmlDeviceGetFieldValues(%d)" % field_id
+        values = self.call("nvmlDeviceGetFieldValues", handle, [field_id])
+        entry = values[0]
+        if entry.nvmlReturn != 0:
+            raise NvmlError(entry.nvmlReturn, name)
+        member = {0: "dVal", 1: "uiVal", 2: "ulVal", 3: "ullVal", 4: "sllVal", 5: "siVal", 6: "usVal"}.get(
+            entry.valueType)
+        if member is None:
+            raise NvmlError(UNKNOWN_ERROR, name, "unknown value type %d" % entry.valueType)
+        return getattr(entry.value, member)
+
+    def fabric_info(self, handle: Any) -> Tuple[int, int, int]:
+        """(state, status, health_mask) of the GPU's NVLink fabric registration (R550+, NVSwitch systems).
+
+        nvmlDeviceGetGpuFabricInfoV with a v3 struct, then v2, then the original call (no health mask).
+        """
+        lib = self.pynvml
+        for struct, version in (("c_nvmlGpuFabricInfo_v3_t", "nvmlGpuFabricInfo_v3"),
+                                ("c_nvmlGpuFabricInfo_v2_t", "nvmlGpuFabricInfo_v2")):
+            if not hasattr(lib, struct) or not hasattr(lib, version):
+                continue
+            info = getattr(lib, struct)()
+            info.version = getattr(lib, version)
+            try:
+                self.call("nvmlDeviceGetGpuFabricInfoV", handle, ctypes.byref(info))
+                return int(info.state), int(info.status), int(info.healthMask)
+            except NvmlError as exc:
+                if exc.code not in _FALL_THROUGH:
+                    raise
+        info = lib.c_nvmlGpuFabricInfo_t()
+        self.call("nvmlDeviceGetGpuFabricInfo", handle, ctypes.byref(info))
+        return int(info.state), int(info.status), 0
 
     def _log_missing(self, function: str) -> None:
         if function not in self._missing_logged:
@@ -203,3 +295,9 @@ def session(library: str = "") -> NvmlSession:
         if library not in _sessions:
             _sessions[library] = NvmlSession(library)
         return _sessions[library]
+
+
+def reset_sessions() -> None:
+    """Forget every session (tests: the next use re-imports state and calls nvmlInit again)."""
+    with _sessions_lock:
+        _sessions.clear()

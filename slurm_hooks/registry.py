@@ -19,7 +19,8 @@ DEFAULT_CONTEXTS = frozenset({"prolog", "health", "manual"})
 
 # Modules that hold built-in checks; importing one registers its checks.
 BUILTIN_CHECK_MODULES = ("slurm_hooks.checks.system", "slurm_hooks.checks.pci", "slurm_hooks.checks.gpu",
-                         "slurm_hooks.checks.xid")
+                         "slurm_hooks.checks.gpu_memory", "slurm_hooks.checks.gpu_state",
+                         "slurm_hooks.checks.gpu_links", "slurm_hooks.checks.gpu_procs", "slurm_hooks.checks.xid")
 
 
 class RegistryError(Exception):

@@ -1,0 +1,127 @@
+"""Shared plumbing of the per-GPU checks (gpu_memory, gpu_state, gpu_links, gpu_procs).
+
+A gatherer reads a fixed set of NVML values for each GPU the run looks at (the job's GPUs in a
+prolog/epilog, every GPU otherwise; see gpu.select_gpus); each value is the NVML answer or the
+NvmlError it raised, so one unsupported or failing call never hides the others. Checks then turn an
+error into a Result through the reviewed table in slurm_hooks.nvml: GPU_IS_LOST -> FAIL reboot,
+FUNCTION_NOT_FOUND -> UNKNOWN, NOT_SUPPORTED -> the check's `not_supported` parameter (SKIP by default).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Tuple
+
+from .. import nvml
+from ..registry import Param
+from ..result import Action, Blame, Result, Status
+from .gpu import GpuDevice, GpuInventory, GpuSelection
+
+Reader = Callable[[nvml.NvmlSession, Any], Any]  # (session, device handle) -> value
+
+NOT_SUPPORTED_PARAM = Param("not_supported", str, "skip", "outcome when NVML says a reading is not supported on "
+                            "this GPU or driver (NOT_SUPPORTED)", choices=("skip", "ok", "warn", "unknown"))
+_NOT_SUPPORTED_STATUS = {"skip": Status.SKIP, "ok": Status.OK, "warn": Status.WARN, "unknown": Status.UNKNOWN}
+
+
+@dataclass(frozen=True)
+class GpuReadings:
+    """Per-GPU values: `gpus` pairs each selected device with {reading name: value or NvmlError}."""
+
+    gpus: Tuple[Tuple[GpuDevice, Mapping[str, Any]], ...] = ()
+    error: Optional[nvml.NvmlError] = None  # NVML unusable: gpu.count says why
+    selection: Optional[GpuSelection] = None
+    node: Mapping[str, Any] = field(default_factory=dict)  # node-wide values (e.g. VBIOS of every GPU)
+
+
+def read_gpus(ctx, readers: Mapping[str, Reader], devices: Optional[Iterable[GpuDevice]] = None) -> GpuReadings:
+    """Run every reader on every selected GPU (or `devices`), keeping NvmlErrors as values."""
+    inventory: GpuInventory = ctx.get("gpu.inventory")
+    if inventory.error is not None:
+        return GpuReadings(error=inventory.error)
+    selection: GpuSelection = ctx.get("gpu.selection")
+    session = nvml.session(ctx.config.get("nvml", "library"))
+    gpus = []
+    for device in (selection.devices if devices is None else devices):
+        handle = inventory.handles[device.index]
+        gpus.append((device, {name: probe(reader, session, handle) for name, reader in readers.items()}))
+    return GpuReadings(tuple(gpus), None, selection)
+
+
+def probe(reader: Reader, session: nvml.NvmlSession, handle: Any) -> Any:
+    try:
+        return reader(session, handle)
+    except nvml.NvmlError as exc:
+        return exc
+
+
+def failed(value: Any) -> bool:
+    return isinstance(value, nvml.NvmlError)
+
+
+def error_result(name: str, device: GpuDevice, what: str, error: nvml.NvmlError, params) -> Result:
+    """An NVML error reading `what` on `device`, judged by the reviewed table (NOT_SUPPORTED: by config)."""
+    out = error.outcome
+    details = {"reading": what, "nvml_error": str(error), "nvml_code": error.code}
+    if out.status is Status.SKIP:
+        status = _NOT_SUPPORTED_STATUS[params.not_supported]
+        return Result(name, status, "%s not supported on this GPU/driver" % what, component=device.component,
+                      details=details, blame=Blame.CHECK if status is Status.UNKNOWN else None)
+    return Result(name, out.status, "%s: %s" % (what, out.meaning), component=device.component, details=details,
+                  action=out.action if out.status is Status.FAIL else Action.NONE, blame=out.blame)
+
+
+def no_gpus_result(name: str, readings: GpuReadings) -> Optional[Result]:
+    """SKIP when there is nothing to look at: NVML unusable (gpu.count reports it) or a job without GPUs."""
+    if readings.error is not None:
+        return Result(name, Status.SKIP, "NVML unavailable (%s); see gpu.count" % readings.error.outcome.name,
+                      details={"nvml_error": str(readings.error)})
+    if not readings.gpus:
+        selection = readings.selection
+        if selection is not None and selection.missing:
+            return Result(name, Status.SKIP, "none of the job's GPUs (%s) is visible to NVML; see gpu.count"
+                          % ",".join(map(str, selection.missing)))
+        job = selection is not None and selection.requested is not None
+        return Result(name, Status.SKIP, "the job has no GPUs on this node" if job else "no GPUs")
+    return None
+
+
+def per_gpu(name: str, readings: GpuReadings, params,
+            judge: Callable[[GpuDevice, Mapping[str, Any], Any], List[Result]], ok_summary: str) -> List[Result]:
+    """Judge every GPU; only findings are returned, or one OK result for all GPUs."""
+    empty = no_gpus_result(name, readings)
+    if empty is not None:
+        return [empty]
+    findings = [r for device, values in readings.gpus for r in judge(device, values, params)]
+    if findings:
+        return findings
+    gpus = [device.index for device, _ in readings.gpus]
+    return [Result(name, Status.OK, "%s (GPU%s %s)" % (ok_summary, "s" if len(gpus) > 1 else "",
+                                                       ",".join(map(str, gpus))), details={"gpus": gpus})]
+
+
+def first_error(name: str, device: GpuDevice, values: Mapping[str, Any], keys: Iterable[str], params
+                ) -> Optional[Result]:
+    """The Result for the first of `keys` whose reading failed, or None when all were read."""
+    for key in keys:
+        if failed(values.get(key)):
+            return error_result(name, device, key, values[key], params)
+    return None
+
+
+def finding(name: str, device: GpuDevice, status: Status, summary: str, action: Action = Action.NONE,
+            **details: Any) -> Result:
+    return Result(name, status, summary, component=device.component, details=details,
+                  action=action if status is Status.FAIL else Action.NONE)
+
+
+def severity_param(name: str, default: str, help_text: str) -> Param:
+    return Param(name, str, default, help_text, choices=("fail", "warn", "ignore"))
+
+
+def severity_status(choice: str) -> Optional[Status]:
+    return {"fail": Status.FAIL, "warn": Status.WARN}.get(choice)
+
+
+def as_dict(*pairs: Tuple[str, Any]) -> Dict[str, Any]:
+    """Readings for details: values as they are, errors as their NVML name."""
+    return {k: (v.outcome.name if failed(v) else v) for k, v in pairs}
