@@ -77,10 +77,14 @@ def drain(client: SlurmClient, node_name: str, reason: str, settings: Mapping[st
 
 
 def resume(client: SlurmClient, node_name: str, settings: Mapping[str, Mapping[str, Any]],
-           force: bool = False) -> Enacted:
-    """Resume node_name if (and only if) the drain is ours; `force` is for an admin at the keyboard."""
+           force: bool = False, by_admin: bool = False) -> Enacted:
+    """Resume node_name if (and only if) the drain is ours; `force` is for an admin at the keyboard.
+
+    Observe mode only logs the health mode's automatic resumes; an admin's `slurm-hooks resume`
+    (by_admin) acts, because it is how nodes drained before a switch back to observe come back.
+    """
     prefix = settings["drain"]["reason_prefix"]
-    if settings["general"]["mode"] == "observe" and not force:
+    if settings["general"]["mode"] == "observe" and not (force or by_admin):
         return Enacted(Outcome.OBSERVE, "observe mode: would resume %s" % node_name)
     try:
         node = client.show_node(node_name)

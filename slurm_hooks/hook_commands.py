@@ -69,7 +69,7 @@ def cmd_resume(args) -> int:
     from .drainer import Outcome, resume
 
     config, client, name = _setup(args)
-    enacted = resume(client, name, config.settings, force=args.force)
+    enacted = resume(client, name, config.settings, force=args.force, by_admin=True)
     print(enacted.message)
     return 0 if enacted.outcome in (Outcome.RESUMED, Outcome.NOT_DRAINED) else 1
 

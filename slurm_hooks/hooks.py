@@ -124,7 +124,7 @@ def run_hook(context: str, registry: Registry, config: Config, env: Mapping[str,
     elif context == "health" and (state.get("drained") or state.get("pending")):
         enacted = _recover(client, name, state, report, config, log)
         save_state(config, state, log)
-    _log_decision(log, context, name, job, report, decision, enacted)
+    _log_decision(log, context, name, job, report, decision, enacted, client.calls)
     code = 1 if enacted is not None and enacted.outcome in FAILING_OUTCOMES else 0
     return HookResult(code, report, decision, enacted, client.calls)
 
@@ -150,7 +150,9 @@ def _recover(client, name: str, state: Dict[str, Any], report: RunReport, config
 
 
 def _log_decision(log, context: str, name: str, job: JobContext, report: RunReport, decision: policy.Decision,
-                  enacted: Optional[drainer.Enacted]) -> None:
+                  enacted: Optional[drainer.Enacted], slurm_calls: int) -> None:
+    """One line per decision; slurm_calls (requests sent to slurmctld, 0 on the happy path) lets an
+    operator, and the end-to-end tests, see what a hook cost the controller."""
     level = "info"
     if enacted is not None and enacted.outcome is Outcome.BREAKER:
         level = "critical"
@@ -164,7 +166,8 @@ def _log_decision(log, context: str, name: str, job: JobContext, report: RunRepo
         decision=decision.verdict.value, blame=decision.blame.value if decision.blame else None,
         outcome=enacted.outcome.value if enacted else None, check=first.check if first else None,
         component=first.component if first else None, reason=decision.reason or (first.summary if first else None),
-        detail=enacted.message if enacted else None, duration_ms=int(report.duration * 1000)))
+        detail=enacted.message if enacted else None, slurm_calls=slurm_calls,
+        duration_ms=int(report.duration * 1000)))
 
 
 def fail_open(context: str, error: Exception) -> int:
