@@ -12,7 +12,8 @@ import sys
 from typing import List, Optional
 
 EXIT_UNKNOWN = 3  # Nagios UNKNOWN: also used for usage and configuration errors
-VERB_MODULES = ("slurm_hooks.commands", "slurm_hooks.xid_commands", "slurm_hooks.hook_commands")
+VERB_MODULES = ("slurm_hooks.commands", "slurm_hooks.xid_commands", "slurm_hooks.hook_commands",
+                "slurm_hooks.record_commands")
 
 
 class Parser(argparse.ArgumentParser):

@@ -80,6 +80,28 @@ SECTIONS: Dict[str, Dict[str, Setting]] = {
         "log_file": Setting(str, "/var/log/slurm-hooks/slurm-hooks.log", "decision log (empty = none)"),
         "syslog": Setting(bool, True, "also log decisions to syslog/journald through /dev/log"),
     },
+    "records": {
+        "enabled": Setting(bool, True, "prolog: store a counter snapshot; epilog: write a per-job record "
+                           "(docs/records.md)"),
+        "dir": Setting(str, "/var/log/slurm-hooks/jobs", "per-job records go to DIR/<node>/<job id>.json "
+                       "(may be a shared file system)"),
+        "max_records": Setting(int, 10000, "keep at most this many records of this node (oldest removed first)"),
+        "max_mb": Setting(int, 200, "... and at most this many MiB of them"),
+        "snapshot_timeout": Setting(float, 3.0, "seconds for one counter snapshot (NVML can hang); add it to "
+                                    "the deadline when sizing PrologEpilogTimeout"),
+        "ib_counters": Setting(list, ["symbol_error", "link_downed", "port_rcv_errors", "link_error_recovery",
+                                      "port_rcv_remote_physical_errors", "port_xmit_discards",
+                                      "local_link_integrity_errors", "excessive_buffer_overrun_errors"],
+                               "InfiniBand port counters (/sys/class/infiniband/*/ports/*/counters/) recorded"),
+        "leftover_memory_mib": Setting(int, 1024, "GPU memory still used after the job above this is abnormal"),
+        "snapshot_max_age_days": Setting(int, 30, "prolog snapshots whose epilog never ran are removed after this"),
+    },
+    "metrics": {
+        "textfile_dir": Setting(str, "", "node_exporter textfile collector directory for slurm_hooks.prom "
+                                "(empty = no metrics)"),
+        "dcgm_job_mapping_dir": Setting(str, "", "dcgm-exporter --hpc-job-mapping-dir: one file per GPU index "
+                                        "holding the job ids using it (empty = not written)"),
+    },
 }
 
 

@@ -125,6 +125,10 @@ def run_hook(context: str, registry: Registry, config: Config, env: Mapping[str,
         enacted = _recover(client, name, state, report, config, log)
         save_state(config, state, log)
     _log_decision(log, context, name, job, report, decision, enacted, client.calls)
+    from . import metrics, records  # lazy: prometheus_client only when [metrics] textfile_dir is set
+
+    records.on_hook(context, config, job, name, report, decision, enacted, log)  # prolog snapshot / epilog record
+    metrics.write_textfile(config, context, report, decision, enacted, log=log)
     code = 1 if enacted is not None and enacted.outcome in FAILING_OUTCOMES else 0
     return HookResult(code, report, decision, enacted, client.calls)
 

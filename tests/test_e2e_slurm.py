@@ -111,6 +111,7 @@ class Rig:
         data: Dict[str, Dict[str, object]] = {
             "general": {"root": str(self.fake.root)},
             "paths": {"state_dir": str(self.state_dir), "log_file": str(self.log_file), "syslog": False},
+            "records": {"dir": str(self.state_dir / "jobs")},
         }
         for name, values in sections.items():
             data.setdefault(name, {}).update(values)
@@ -306,6 +307,8 @@ def test_healthy_node_runs_job_and_makes_no_slurm_call(hooks):
     assert "outcome" not in prolog and "outcome" not in epilog
     assert c.node_state("node1") == "IDLE" and c.node_reason("node1") is None
     assert hooks.local_state() == {}
+    record = json.loads((hooks.state_dir / "jobs" / "node1" / ("%s.json" % job)).read_text())
+    assert record["job"]["id"] == str(job) and record["prolog_snapshot"] != "missing", record.get("prolog_snapshot")
     report("prolog checks (healthy, 2 GPUs)", int(prolog["duration_ms"]) / 1000.0)
 
 

@@ -43,6 +43,7 @@ def setup(tmp_path):
     def config(**sections):
         data = {"paths": {"state_dir": str(tmp_path / "state"), "log_file": str(tmp_path / "log" / "hooks.log"),
                           "syslog": False},
+                "records": {"dir": str(tmp_path / "jobs")},
                 "deadline": {"prolog": 1.0, "health": 1.0, "epilog": 1.0}}
         for key, value in sections.items():
             data.setdefault(key, {}).update(value)
@@ -163,3 +164,15 @@ def test_broken_config_fails_open(tmp_path, monkeypatch, capsys):
     bad.write_text("[checks.\"gpu.nope\"]\n")
     assert main_hook("prolog", str(bad), JOB_ENV) == 0
     assert "failing open" in capsys.readouterr().err
+
+
+def test_prolog_then_epilog_leaves_a_job_record(setup):
+    reg, config, verdict, tmp = setup
+    backend = cluster()
+    run_hook("prolog", reg, config(), JOB_ENV, client=SlurmClient(backend))
+    assert (tmp / "state" / "snapshots" / "42.json").exists()
+    run_hook("epilog", reg, config(), JOB_ENV, client=SlurmClient(backend))
+    record = json.loads((tmp / "jobs" / "node1" / "42.json").read_text())
+    assert record["job"]["id"] == "42" and record["job"]["user"] == "alice"
+    assert record["prolog_snapshot"] != "missing"
+    assert not (tmp / "state" / "snapshots" / "42.json").exists()  # consumed by the epilog

@@ -1,0 +1,299 @@
+"""Durable per-job records: a counter snapshot at prolog, a JSON record per job x node at epilog.
+
+Prolog (`prolog_snapshot`): snapshot.take() for the job's GPUs and the node, run in a forked child
+bounded by [records] snapshot_timeout (NVML can hang), stored as <[paths] state_dir>/snapshots/<job>.json
+(mode 0600, written atomically: temp file + fsync + rename + fsync of the directory).
+
+Epilog (`epilog_record`): snapshot again (with leftover processes and memory), read the Xid/SXid
+lines of the kernel log, and write <[records] dir>/<node>/<job>.json (recordbuild.RECORD_SCHEMA,
+documented in docs/records.md): deltas since the prolog, Xids logged during the job, leftover GPU
+processes, the epilog's check results, the decision, timings, GPU UUIDs and serials. Only the
+validated job id, user and GPU list come from the job; never its environment. Then the node's
+directory is trimmed to [records] max_records and max_mb (oldest first). One directory per node
+keeps retention local to the node that writes, so the records directory may be a shared file system.
+
+Everything here fails soft: a full disk, a read-only /var/log or a bug of ours is logged (event=
+record-not-written ...) and the hook goes on; earlier records are never touched by a failed write.
+A missing prolog snapshot (prolog skipped or failed, node rebooted, state dir wiped) still gives a
+record, marked "prolog_snapshot": "missing" and without deltas.
+"""
+from __future__ import annotations
+
+import errno
+import logging
+import os
+import re
+import time
+from typing import Any, Dict, List, Optional, Tuple
+
+from . import logs
+from .atomicio import read_json, write_atomic, write_json_atomic
+from .config import Config
+from .runner import JobContext
+
+SNAPSHOT_DIR = "snapshots"
+RECORD_MODE, RECORD_DIR_MODE = 0o640, 0o750  # readable by the directory's group (setgid dir: admins)
+STALE_TEMP_S = 3600  # a temp file this old was left by a writer killed mid-write
+_SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+
+
+def _log(log: Optional[logging.Logger]) -> logging.Logger:
+    return log or logging.getLogger(logs.LOGGER_NAME)
+
+
+def safe_name(value: Optional[str], what: str) -> str:
+    """Job ids and node names become file names: refuse anything but a plain name."""
+    if not value or not _SAFE_NAME.match(value) or value in (".", ".."):
+        raise ValueError("%s %r cannot be used as a file name" % (what, value))
+    return value
+
+
+# -- paths -------------------------------------------------------------------------------------
+
+def snapshot_path(config: Config, job_id: str) -> str:
+    return os.path.join(config.get("paths", "state_dir"), SNAPSHOT_DIR, safe_name(job_id, "job id") + ".json")
+
+
+def record_path(directory: str, node: str, job_id: str) -> str:
+    return os.path.join(directory, safe_name(node, "node name"), safe_name(job_id, "job id") + ".json")
+
+
+# -- gathering, isolated -----------------------------------------------------------------------
+
+def gather(config: Config, job: JobContext, epilog: bool) -> Tuple[Optional[Dict[str, Any]], str]:
+    """snapshot.take in a forked child within [records] snapshot_timeout; (snapshot, "") or (None, why).
+
+    In the epilog the child also returns the kernel log's Xid/SXid lines (`xid_lines`).
+    """
+    from .host import Host, HostError
+    from .isolation import run_isolated
+
+    settings = config.settings
+
+    def work() -> Dict[str, Any]:
+        from . import snapshot
+
+        host = Host(settings["general"]["root"])
+        snap = snapshot.take(host, settings["nvml"]["library"], job.gpus, settings["records"]["ib_counters"],
+                             processes=epilog)
+        if epilog:
+            try:
+                snap["xid_lines"] = snapshot.read_xid_lines(host)
+            except HostError as exc:
+                snap["notes"].append("kernel log unreadable: %s" % exc)
+        return snap
+
+    return run_isolated(work, settings["records"]["snapshot_timeout"])
+
+
+# -- prolog ------------------------------------------------------------------------------------
+
+def prolog_snapshot(config: Config, job: JobContext, log: Optional[logging.Logger] = None) -> Optional[str]:
+    """Take and store the job's start snapshot; its path, or None (disabled, no job, or failed: logged)."""
+    return _prolog(config, job, _log(log))[0]
+
+
+def _prolog(config: Config, job: JobContext, log: logging.Logger) -> Tuple[Optional[str], Optional[Dict[str, Any]]]:
+    if not config.get("records", "enabled") or not job.job_id:
+        return None, None
+    snap = None
+    try:
+        path = snapshot_path(config, job.job_id)
+        snap, why = gather(config, job, epilog=False)
+        if snap is None:
+            log.error(logs.kv(event="snapshot-failed", context="prolog", job=job.job_id, error=why))
+            return None, None
+        write_json_atomic(path, snap, mode=0o600)
+        prune_snapshots(os.path.dirname(path), config.get("records", "snapshot_max_age_days") * 86400.0)
+        return path, snap
+    except OSError as exc:
+        log.error(logs.kv(event="snapshot-not-written", job=job.job_id, error=_oserror(exc)))
+    except Exception as exc:  # our bug: the job must still start
+        log.exception(logs.kv(event="snapshot-bug", job=job.job_id, error=repr(exc)))
+    return None, snap
+
+
+def prune_snapshots(directory: str, max_age_s: float, now: Optional[float] = None) -> int:
+    """Remove start snapshots whose epilog never came (node crashed mid-job) once older than max_age_s."""
+    now = time.time() if now is None else now
+    removed = 0
+    for entry in _scan(directory):
+        try:
+            if entry.is_file() and now - entry.stat().st_mtime > max_age_s:
+                os.unlink(entry.path)
+                removed += 1
+        except OSError:
+            continue
+    return removed
+
+
+def load_snapshot(config: Config, job_id: str) -> Tuple[Optional[Dict[str, Any]], str]:
+    """(snapshot, "ok") or (None, "missing" | "corrupt: ...")."""
+    try:
+        snap = read_json(snapshot_path(config, job_id))
+    except (OSError, ValueError) as exc:
+        return None, "corrupt: %s" % exc
+    if snap is None:
+        return None, "missing"
+    if not isinstance(snap, dict) or not isinstance(snap.get("gpus"), list):
+        return None, "corrupt: not a slurm-hooks snapshot"
+    return snap, "ok"
+
+
+# -- epilog ------------------------------------------------------------------------------------
+
+def epilog_record(config: Config, job: JobContext, node: str, report=None, decision=None, enacted=None,
+                  log: Optional[logging.Logger] = None) -> Optional[str]:
+    """Build and write the job's record on this node; its path, or None (disabled, no job, failed: logged)."""
+    from .recordbuild import build_record
+
+    log = _log(log)
+    if not config.get("records", "enabled") or not job.job_id:
+        return None
+    path = None
+    try:
+        started = time.monotonic()
+        path = record_path(config.get("records", "dir"), node, job.job_id)
+        before, prolog_state = load_snapshot(config, job.job_id)
+        after, why = gather(config, job, epilog=True)
+        record = build_record(job, node, before, prolog_state, after, why, report, decision, enacted,
+                              config.settings)
+        record["timings"]["record_build_s"] = round(time.monotonic() - started, 4)
+        write_record(path, record)
+        _remove_quietly(snapshot_path(config, job.job_id))
+        enforce_retention(os.path.dirname(path), config.get("records", "max_records"),
+                          config.get("records", "max_mb") << 20)
+        return path
+    except OSError as exc:
+        log.error(logs.kv(event="record-not-written", job=job.job_id, node=node, path=path, error=_oserror(exc)))
+    except Exception as exc:  # our bug must not fail the epilog (that would drain the node)
+        log.exception(logs.kv(event="record-bug", job=job.job_id, node=node, error=repr(exc)))
+    _remove_quietly(snapshot_path(config, job.job_id))  # the job is over: its start snapshot is useless now
+    return None
+
+
+HEADER_KEYS = ("schema", "version", "job", "node", "start", "end", "prolog_snapshot", "summary")
+
+
+def write_record(path: str, record: Dict[str, Any]) -> None:
+    """Compact JSON, atomically; directories are created group-readable (see RECORD_DIR_MODE).
+
+    The first line holds the header keys (HEADER_KEYS, the summary among them) and ends with ",":
+    the file is one JSON document, and `report` can read just that line (report.read_header).
+    """
+    os.makedirs(os.path.dirname(path), mode=RECORD_DIR_MODE, exist_ok=True)
+    write_atomic(path, encode_record(record), mode=RECORD_MODE)
+
+
+def encode_record(record: Dict[str, Any]) -> bytes:
+    import json
+
+    def dump(part: Dict[str, Any]) -> str:
+        return json.dumps(part, separators=(",", ":"), allow_nan=False)
+
+    header = {k: record[k] for k in HEADER_KEYS if k in record}
+    body = {k: v for k, v in record.items() if k not in header}
+    if not header or not body:
+        return (dump(record) + "\n").encode("utf-8")
+    return (dump(header)[:-1] + ",\n" + dump(body)[1:] + "\n").encode("utf-8")
+
+
+def enforce_retention(directory: str, max_records: int, max_bytes: int, now: Optional[float] = None
+                      ) -> List[str]:
+    """Delete the oldest records (by mtime) until at most max_records files and max_bytes remain.
+
+    Also removes temp files left by writers killed mid-write once they are STALE_TEMP_S old. Returns
+    the removed paths. Only this node's directory is ever touched.
+    """
+    now = time.time() if now is None else now
+    records: List[Tuple[float, int, str]] = []
+    for entry in _scan(directory):
+        try:
+            if not entry.is_file(follow_symlinks=False):
+                continue
+            info = entry.stat(follow_symlinks=False)
+        except OSError:
+            continue
+        if entry.name.startswith("."):
+            if entry.name.endswith(".tmp") and now - info.st_mtime > STALE_TEMP_S:
+                _remove_quietly(entry.path)
+            continue
+        if entry.name.endswith(".json"):
+            records.append((info.st_mtime, info.st_size, entry.path))
+    records.sort()
+    total = sum(size for _, size, _ in records)
+    removed = []
+    for _mtime, size, path in records:
+        if len(records) - len(removed) <= max_records and total <= max_bytes:
+            break
+        if _remove_quietly(path):
+            removed.append(path)
+            total -= size
+    return removed
+
+
+# -- finding records (record show, report --job) ------------------------------------------------
+
+def find_records(directories: List[str], job_id: str, node: Optional[str] = None) -> List[str]:
+    """Paths of the records of job_id (on node, when given) under the records directories."""
+    name = safe_name(job_id, "job id") + ".json"
+    found = []
+    for directory in directories:
+        if node is not None:
+            path = os.path.join(directory, safe_name(node, "node name"), name)
+            if os.path.isfile(path):
+                found.append(path)
+            continue
+        if os.path.isfile(os.path.join(directory, name)):  # a node directory given directly
+            found.append(os.path.join(directory, name))
+        for entry in _scan(directory):
+            if entry.is_dir() and not entry.name.startswith(".") and os.path.isfile(os.path.join(entry.path, name)):
+                found.append(os.path.join(entry.path, name))
+    return sorted(found)
+
+
+# -- the one call hooks.run_hook makes ---------------------------------------------------------
+
+def on_hook(context: str, config: Config, job: JobContext, node: str, report=None, decision=None, enacted=None,
+            log: Optional[logging.Logger] = None) -> Optional[str]:
+    """After the prolog's/epilog's decision: snapshot or record, and the dcgm-exporter job mapping.
+
+    Never raises; returns the snapshot/record path when one was written.
+    """
+    from . import dcgm_mapping
+
+    if context == "prolog":
+        path, snap = _prolog(config, job, _log(log))
+        # dcgm-exporter names files by NVML index; Slurm's indices are minor numbers (see snapshot.read_gpus)
+        indices = [g["index"] for g in snap["gpus"]] if snap and snap.get("gpus") else None
+        dcgm_mapping.on_prolog(config, job, indices, log=_log(log))
+        return path
+    if context == "epilog":
+        dcgm_mapping.on_epilog(config, job, log=_log(log))
+        return epilog_record(config, job, node, report, decision, enacted, log)
+    return None
+
+
+# -- helpers -----------------------------------------------------------------------------------
+
+def _scan(directory: str) -> List[os.DirEntry]:
+    try:
+        with os.scandir(directory) as entries:
+            return list(entries)
+    except OSError:
+        return []
+
+
+def _remove_quietly(path: str) -> bool:
+    try:
+        os.unlink(path)
+        return True
+    except OSError:
+        return False
+
+
+def _oserror(exc: OSError) -> str:
+    """'No space left on device (ENOSPC): /var/log/...' -- what an operator greps for."""
+    code = errno.errorcode.get(exc.errno or 0, "")
+    where = exc.filename or ""
+    return "%s%s%s" % (exc.strerror or exc, " (%s)" % code if code else "", ": %s" % where if where else "")

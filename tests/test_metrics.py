@@ -1,0 +1,157 @@
+"""node_exporter textfile metrics (parsed back with prometheus_client's own parser) and the dcgm-exporter
+job mapping files."""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import stat
+
+import pytest
+
+from slurm_hooks import dcgm_mapping, metrics, records
+from slurm_hooks.config import validate
+from slurm_hooks.drainer import Enacted, Outcome
+from slurm_hooks.policy import BreakerState
+from slurm_hooks.registry import load_builtin_checks
+from slurm_hooks.result import Result, Status
+from slurm_hooks.runner import CheckRun, JobContext, RunReport
+
+
+def make_config(tmp_path, textfile=True, dcgm=False):
+    return validate(load_builtin_checks(), {
+        "paths": {"state_dir": str(tmp_path / "state"), "log_file": "", "syslog": False},
+        "records": {"dir": str(tmp_path / "jobs")},
+        "metrics": {"textfile_dir": str(tmp_path / "textfile") if textfile else "",
+                    "dcgm_job_mapping_dir": str(tmp_path / "dcgm") if dcgm else ""}})
+
+
+def run_report(context, *runs):
+    return RunReport(context, [CheckRun(name, results, duration) for name, results, duration in runs], 0.25, 5.0)
+
+
+def samples(path):
+    """{(metric name, frozenset(labels)): value} from the .prom file, parsed by prometheus_client."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    with open(path) as handle:
+        text = handle.read()
+    return {(s.name, frozenset(s.labels.items())): s.value
+            for family in text_string_to_metric_families(text) for s in family.samples}
+
+
+GPU3 = "gpu:3 0000:3b:00.0"
+PROLOG = run_report("prolog",
+                    ("gpu.memory", [Result("gpu.memory", Status.OK, "fine", component="gpu:0 0000:18:00.0"),
+                                    Result("gpu.memory", Status.FAIL, "remap pending", component=GPU3),
+                                    Result("gpu.memory", Status.WARN, "meh", component=GPU3)], 0.012),
+                    ("system.cpu", [Result("system.cpu", Status.OK, "fine")], 0.003),
+                    ("system.kernel", [Result("system.kernel", Status.SKIP, "disabled in config")], 0.0))
+
+
+def test_textfile_holds_check_status_durations_and_run_time(tmp_path):
+    config = make_config(tmp_path)
+    path = metrics.write_textfile(config, "prolog", PROLOG, now=1_700_000_000.0)
+    assert path == str(tmp_path / "textfile" / "slurm_hooks.prom")
+    got = samples(path)
+    status = {dict(k[1])["component"]: v for k, v in got.items()
+              if k[0] == "slurm_hooks_check_status" and dict(k[1])["check"] == "gpu.memory"}
+    assert status == {"gpu:0 0000:18:00.0": 0, GPU3: 2}  # the worst result per component wins
+    assert got[("slurm_hooks_check_status", frozenset({"check": "system.cpu", "component": ""}.items()))] == 0
+    assert got[("slurm_hooks_check_status", frozenset({"check": "system.kernel", "component": ""}.items()))] == -1
+    assert got[("slurm_hooks_check_duration_seconds", frozenset({"check": "gpu.memory"}.items()))] == 0.012
+    assert got[("slurm_hooks_last_run_timestamp_seconds", frozenset({"mode": "prolog"}.items()))] == 1_700_000_000.0
+    assert got[("slurm_hooks_run_duration_seconds", frozenset({"mode": "prolog"}.items()))] == 0.25
+    assert got[("slurm_hooks_drains_total", frozenset())] == 0
+    assert not any(name.startswith("slurm_hooks_breaker") for name, _ in got)  # unknown until a drain
+    assert os.listdir(str(tmp_path / "textfile")) == ["slurm_hooks.prom"]  # temp file renamed away
+
+
+def test_runs_of_other_modes_merge_and_a_rerun_check_replaces_its_components(tmp_path):
+    config = make_config(tmp_path)
+    metrics.write_textfile(config, "prolog", PROLOG, now=100.0)
+    health = run_report("health", ("gpu.memory", [Result("gpu.memory", Status.OK, "fine", component=GPU3)], 0.02))
+    got = samples(metrics.write_textfile(config, "health", health, now=200.0))
+    status = {dict(k[1])["component"]: v for k, v in got.items()
+              if k[0] == "slurm_hooks_check_status" and dict(k[1])["check"] == "gpu.memory"}
+    assert status == {GPU3: 0}  # gpu:0's stale line is gone with the rerun
+    assert got[("slurm_hooks_check_status", frozenset({"check": "system.cpu", "component": ""}.items()))] == 0
+    last = {dict(k[1])["mode"]: v for k, v in got.items() if k[0] == "slurm_hooks_last_run_timestamp_seconds"}
+    assert last == {"prolog": 100.0, "health": 200.0}
+
+
+def test_drains_count_and_breaker_state(tmp_path):
+    config = make_config(tmp_path)
+    report = run_report("health", ("gpu.memory", [Result("gpu.memory", Status.FAIL, "x", component=GPU3)], 0.01))
+    drained = Enacted(Outcome.DRAINED, "drained", breaker=BreakerState(1, 100, 10))
+    metrics.write_textfile(config, "health", report, enacted=drained)
+    got = samples(metrics.write_textfile(config, "epilog", report, enacted=drained))
+    assert got[("slurm_hooks_drains_total", frozenset())] == 2
+    assert got[("slurm_hooks_breaker_tripped", frozenset())] == 0
+    assert got[("slurm_hooks_breaker_drained_nodes", frozenset())] == 1
+    assert got[("slurm_hooks_breaker_limit_nodes", frozenset())] == 10
+    tripped = Enacted(Outcome.BREAKER, "circuit breaker", breaker=BreakerState(10, 100, 10))
+    got = samples(metrics.write_textfile(config, "health", report, enacted=tripped))
+    assert got[("slurm_hooks_drains_total", frozenset())] == 2 and got[("slurm_hooks_breaker_tripped", frozenset())] == 1
+
+
+def test_disabled_metrics_write_nothing(tmp_path):
+    assert metrics.write_textfile(make_config(tmp_path, textfile=False), "prolog", PROLOG) is None
+    assert not (tmp_path / "state").exists()
+
+
+def test_unwritable_textfile_dir_is_logged_not_raised(tmp_path, caplog):
+    config = make_config(tmp_path)
+    (tmp_path / "textfile").write_text("a file where the directory should be")
+    with caplog.at_level(logging.ERROR, logger="slurm_hooks.decisions"):
+        assert metrics.write_textfile(config, "prolog", PROLOG) is None
+    assert "event=metrics-not-written" in caplog.text and "textfile" in caplog.text
+
+
+def test_corrupt_state_is_reset(tmp_path, caplog):
+    config = make_config(tmp_path)
+    (tmp_path / "state").mkdir()
+    (tmp_path / "state" / metrics.STATE_NAME).write_text("{not json")
+    with caplog.at_level(logging.WARNING, logger="slurm_hooks.decisions"):
+        path = metrics.write_textfile(config, "prolog", PROLOG, now=5.0)
+    assert path is not None and "metrics-state-reset" in caplog.text
+    state = json.loads((tmp_path / "state" / metrics.STATE_NAME).read_text())
+    assert state["last_run"] == {"prolog": 5.0}
+
+
+# -- dcgm-exporter job mapping ---------------------------------------------------------------------
+
+def test_job_mapping_files_follow_jobs_sharing_gpus(tmp_path):
+    directory = str(tmp_path / "dcgm")
+    dcgm_mapping.add_job(directory, "101", [0, 1])
+    dcgm_mapping.add_job(directory, "102", [1, 2])
+    dcgm_mapping.add_job(directory, "102", [1])  # idempotent
+    read = lambda name: (tmp_path / "dcgm" / name).read_text()  # noqa: E731
+    assert (read("0"), read("1"), read("2")) == ("101\n", "101\n102\n", "102\n")
+    assert stat.S_IMODE(os.stat(str(tmp_path / "dcgm" / "1")).st_mode) == 0o644  # dcgm-exporter is not root
+    dcgm_mapping.remove_job(directory, "101")
+    assert sorted(os.listdir(directory)) == ["1", "2"] and read("1") == "102\n"
+    dcgm_mapping.remove_job(directory, "102")
+    assert os.listdir(directory) == []
+
+
+def test_on_hook_writes_snapshot_and_mapping_in_prolog_and_undoes_the_mapping_in_epilog(tmp_path):
+    config = validate(load_builtin_checks(), {
+        "general": {"root": str(tmp_path / "empty-root")}, "nvml": {"library": str(tmp_path / "no-libnvidia-ml.so")},
+        "paths": {"state_dir": str(tmp_path / "state"), "log_file": "", "syslog": False},
+        "records": {"dir": str(tmp_path / "jobs")}, "metrics": {"dcgm_job_mapping_dir": str(tmp_path / "dcgm")}})
+    job = JobContext("55", "carol", "n7", (2, 3))
+    snap = records.on_hook("prolog", config, job, "n7")
+    assert snap == str(tmp_path / "state" / "snapshots" / "55.json")
+    assert sorted(os.listdir(str(tmp_path / "dcgm"))) == ["2", "3"]
+    record = records.on_hook("epilog", config, job, "n7")
+    assert record == str(tmp_path / "jobs" / "n7" / "55.json") and os.listdir(str(tmp_path / "dcgm")) == []
+    data = json.loads(open(record).read())
+    assert data["prolog_snapshot"] == "ok" and any("NVML unusable" in n for n in data["notes"])
+    assert records.on_hook("health", config, JobContext(), "n7") is None
+
+
+@pytest.mark.parametrize("name, ok", [("0", True), ("12", True), ("2.1", True), (".0.x.tmp", False),
+                                      ("lock", False), ("1.2.3", False)])
+def test_only_gpu_files_are_touched(name, ok):
+    assert dcgm_mapping._is_gpu_file(name) is ok

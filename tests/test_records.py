@@ -1,0 +1,315 @@
+"""Prolog snapshot -> epilog record on the fake node; atomicity under kill -9; full disk; retention."""
+from __future__ import annotations
+
+import errno
+import json
+import logging
+import os
+import signal
+import stat
+import subprocess
+import sys
+import time
+
+import pytest
+from test_snapshot import BOOT_ID, gpu_node  # noqa: F401  (fixture)
+
+from slurm_hooks import policy, records
+from slurm_hooks.config import validate
+from slurm_hooks.drainer import Enacted, Outcome
+from slurm_hooks.jobenv import job_from_env
+from slurm_hooks.registry import load_builtin_checks
+from slurm_hooks.result import Result, Status
+from slurm_hooks.runner import CheckRun, JobContext, RunReport
+
+XID_79 = "NVRM: Xid (PCI:0000:%s): 79, pid=1234, name=python, GPU has fallen off the bus."
+ENV = {"SLURM_JOB_ID": "4242", "SLURM_JOB_USER": "alice", "SLURMD_NODENAME": "node1", "SLURM_JOB_GPUS": "0,1",
+       "SLURM_JOB_COMMENT": "token=hunter2-SECRET", "AWS_SECRET_ACCESS_KEY": "AKIA-SECRET"}
+
+
+def make_config(tmp_path, root="/", **records_settings):
+    data = {"general": {"root": str(root)},
+            "paths": {"state_dir": str(tmp_path / "state"), "log_file": "", "syslog": False},
+            "records": dict({"dir": str(tmp_path / "jobs"), "snapshot_timeout": 10.0}, **records_settings)}
+    return validate(load_builtin_checks(), data)
+
+
+def epilog_report(job):
+    bad = Result("gpu.memory", Status.FAIL, "row remap pending", component="gpu:1 0000:2a:00.0")
+    ok = Result("system.cpu", Status.OK, "fine")
+    return RunReport("epilog", [CheckRun("system.cpu", [ok], 0.01), CheckRun("gpu.memory", [bad], 0.02)], 0.05, 20.0,
+                     False, job)
+
+
+def test_prolog_to_epilog_round_trip_gives_the_right_deltas(gpu_node, tmp_path, caplog):  # noqa: F811
+    node = gpu_node
+    bus0, bus1 = node.spec["gpu"][0]["pci"], node.spec["gpu"][1]["pci"]
+    node.add_kmsg(XID_79 % bus1[5:12])  # before the job: must not be blamed on it
+    config = make_config(tmp_path, node.root)
+    job = job_from_env(ENV)
+    snap_path = records.prolog_snapshot(config, job)
+    assert snap_path == str(tmp_path / "state" / "snapshots" / "4242.json")
+    assert stat.S_IMODE(os.stat(snap_path).st_mode) == 0o600
+    # -- the job runs: counters move on its GPUs (0, 1) and on GPU 2, which is not its
+    node.set_states({"gpu.0.ecc.volatile.corrected.dram": 5, "gpu.0.ecc.volatile.uncorrected.sram": 1,
+                     "gpu.0.nvlink.links.3.errors.crc_flit": 7, "gpu.0.nvlink.links.3.errors.replay": 2,
+                     "gpu.1.pcie.replay_counter": 4, "gpu.1.remapped_rows.uncorrected": 1,
+                     "gpu.1.remapped_rows.pending": 1, "gpu.1.violation_ns.thermal": 3 * 10 ** 9,
+                     "gpu.1.violation_ns.low_utilization": 9 * 10 ** 9,
+                     "gpu.1.processes": "777:1073741824", "process.777.name": "python3",
+                     "gpu.1.memory.used": 1 << 30,  # the fake derives it from the spec only at build time
+                     "gpu.2.pcie.replay_counter": 1000})
+    node.write("/sys/class/infiniband/mlx5_0/ports/1/counters/symbol_error", "6")
+    node.add_kmsg(XID_79 % bus0[5:12])
+    node.add_kmsg("nvidia-nvswitch2: SXid (PCI:0000:05:00.0): 20034, Fatal, Link 14 LTSSM Fault Up")
+    decision = policy.decide(epilog_report(job).results(), config.settings)
+    enacted = Enacted(Outcome.DRAINED, "drained node1")
+    path = records.epilog_record(config, job, "node1", epilog_report(job), decision, enacted)
+
+    assert path == str(tmp_path / "jobs" / "node1" / "4242.json")
+    assert stat.S_IMODE(os.stat(path).st_mode) == records.RECORD_MODE
+    assert not os.path.exists(snap_path)  # consumed
+    text = open(path).read()
+    rec = json.loads(text)
+    assert rec["schema"] == "slurm-hooks.job-record/1" and rec["prolog_snapshot"] == "ok"
+    assert rec["job"] == {"id": "4242", "user": "alice", "gpus": [0, 1]} and rec["node"] == "node1"
+    assert rec["duration_s"] >= 0 and rec["rebooted_during_job"] is False
+    g0, g1 = rec["gpus"]
+    assert (g0["index"], g0["bus_id"], g1["bus_id"]) == (0, bus0, bus1)
+    assert g0["uuid"].startswith("GPU-") and g0["serial"]
+    assert {k: v for k, v in g0["delta"].items() if v} == {
+        "ecc.volatile.corrected": 5, "ecc.volatile.uncorrected": 1, "nvlink.crc_flit": 7, "nvlink.replay": 2}
+    assert g0["nvlink_delta"] == {"3": {"crc_flit": 7, "replay": 2}}
+    assert {k: v for k, v in g1["delta"].items() if v} == {
+        "pcie.replay": 4, "remapped_rows.uncorrected": 1, "violation_ns.thermal": 3 * 10 ** 9,
+        "violation_ns.low_utilization": 9 * 10 ** 9}
+    assert g1["flags"]["remapped_rows.pending"] is True
+    assert g1["processes"] == [{"pid": 777, "kind": "compute", "used_memory_bytes": 1 << 30, "name": "python3"}]
+    assert g0["processes"] == []
+    ib = {p["port"]: p["delta"] for p in rec["ib"]}
+    assert ib["mlx5_0:1"]["symbol_error"] == 6 and ib["mlx5_1:1"]["symbol_error"] == 0
+    assert rec["events_scope"] == "job" and rec["xid_count"] == 1 and rec["sxid_count"] == 1
+    assert [(x["xid"], x["pci"], x["job_gpu"]) for x in rec["xids"]] == [(79, bus0, 0)]
+    assert rec["sxids"][0]["sxid"] == 20034 and rec["sxids"][0]["severity"] == "Fatal"
+    assert rec["checks"]["status"] == "FAIL" and rec["checks"]["passed"] == ["system.cpu"]
+    assert [r["check"] for r in rec["checks"]["results"]] == ["gpu.memory"]
+    assert rec["decision"]["verdict"] == "drain" and rec["decision"]["outcome"] == "drained"
+    s = rec["summary"]
+    assert (s["ecc_corrected"], s["ecc_uncorrected"], s["remapped_rows"], s["nvlink_errors"], s["pcie_replays"],
+            s["ib_errors"], s["xids"], s["sxids"], s["leftover_processes"]) == (5, 1, 1, 9, 4, 6, 1, 1, 1)
+    assert s["throttle_s"] == 3.0  # thermal only: low utilisation is idling, not throttling
+    assert s["leftover_memory_bytes"] == 1 << 30
+    assert set(s["abnormal"]) >= {"xids", "sxids", "ecc_uncorrected", "nvlink_errors", "leftover_processes",
+                                  "pending_repair", "checks_fail", "drained"}
+    # No environment, no secrets: only the validated job id, user and GPUs come from the job.
+    assert "SECRET" not in text and "hunter2" not in text and "SLURM_JOB_COMMENT" not in text
+
+
+def test_missing_prolog_snapshot_is_marked_and_nothing_is_blamed_on_the_job(gpu_node, tmp_path):  # noqa: F811
+    gpu_node.add_kmsg(XID_79 % gpu_node.spec["gpu"][0]["pci"][5:12])
+    config = make_config(tmp_path, gpu_node.root)
+    job = JobContext("77", "bob", "node1", (0,))
+    rec = json.loads(open(records.epilog_record(config, job, "node1")).read())
+    assert rec["prolog_snapshot"] == "missing" and rec["start"] is None and rec["duration_s"] is None
+    assert rec["gpus"][0]["delta"] is None and rec["gpus"][0]["end"]["pcie.replay"] == 0
+    assert rec["events_scope"] == "boot" and rec["xid_count"] == 1  # listed, marked as the whole boot's
+    assert rec["summary"]["xids"] == 0 and rec["summary"]["deltas"] is False
+    assert rec["checks"] is None and rec["decision"] is None
+
+
+def test_corrupt_snapshot_is_marked(gpu_node, tmp_path):  # noqa: F811
+    config = make_config(tmp_path, gpu_node.root)
+    os.makedirs(str(tmp_path / "state" / "snapshots"))
+    (tmp_path / "state" / "snapshots" / "78.json").write_text('{"gpus": [')
+    rec = json.loads(open(records.epilog_record(config, JobContext("78", "bob", "n1", (0,)), "n1")).read())
+    assert rec["prolog_snapshot"].startswith("corrupt: ") and rec["gpus"][0]["delta"] is None
+
+
+def test_reboot_during_the_job_makes_counters_incomparable(gpu_node, tmp_path):  # noqa: F811
+    config = make_config(tmp_path, gpu_node.root)
+    job = JobContext("79", "bob", "n1", (0,))
+    records.prolog_snapshot(config, job)
+    gpu_node.write("/proc/sys/kernel/random/boot_id", "another-boot")
+    rec = json.loads(open(records.epilog_record(config, job, "n1")).read())
+    assert rec["rebooted_during_job"] is True and rec["gpus"][0]["delta"] is None
+    assert rec["events_scope"] == "boot" and "rebooted" in rec["summary"]["abnormal"]
+
+
+def test_hung_nvml_in_the_epilog_still_gives_a_record(gpu_node, tmp_path):  # noqa: F811
+    config = make_config(tmp_path, gpu_node.root, snapshot_timeout=1.0)
+    job = JobContext("80", "bob", "n1", (0,))
+    records.prolog_snapshot(config, job)
+    gpu_node.inject_hang("nvmlDeviceGetCount")
+    started = time.monotonic()
+    rec = json.loads(open(records.epilog_record(config, job, "n1")).read())
+    assert time.monotonic() - started < 5
+    assert rec["epilog_snapshot"].startswith("failed: ") and "1s" in rec["epilog_snapshot"]
+    assert rec["prolog_snapshot"] == "ok" and rec["gpus"][0]["delta"] is None
+
+
+def test_disabled_or_jobless_writes_nothing(tmp_path):
+    config = make_config(tmp_path, enabled=False)
+    assert records.prolog_snapshot(config, JobContext("5")) is None
+    assert records.epilog_record(config, JobContext("5"), "n1") is None
+    assert records.epilog_record(make_config(tmp_path), JobContext(None), "n1") is None
+    assert not (tmp_path / "jobs").exists() and not (tmp_path / "state").exists()
+
+
+def test_hostile_names_never_become_paths(tmp_path):
+    with pytest.raises(ValueError, match="node name"):
+        records.record_path(str(tmp_path), "../etc", "1")
+    with pytest.raises(ValueError, match="job id"):
+        records.record_path(str(tmp_path), "n1", "1/../../x")
+
+
+# -- retention -------------------------------------------------------------------------------------
+
+def _fill(directory, count, size=1000, start=1_000_000):
+    os.makedirs(directory, exist_ok=True)
+    for i in range(count):
+        path = os.path.join(directory, "%d.json" % (start + i))
+        with open(path, "w") as handle:
+            handle.write("x" * size)
+        os.utime(path, (start + i, start + i))
+
+
+def test_retention_by_count_keeps_the_newest(tmp_path):
+    node_dir = str(tmp_path / "n1")
+    _fill(node_dir, 12)
+    other = str(tmp_path / "n2")
+    _fill(other, 3)
+    removed = records.enforce_retention(node_dir, max_records=5, max_bytes=1 << 30)
+    assert len(removed) == 7
+    assert sorted(os.listdir(node_dir)) == ["%d.json" % (1_000_000 + i) for i in range(7, 12)]
+    assert len(os.listdir(other)) == 3  # another node's records are never touched
+
+
+def test_retention_by_bytes(tmp_path):
+    node_dir = str(tmp_path / "n1")
+    _fill(node_dir, 10, size=1000)
+    records.enforce_retention(node_dir, max_records=100, max_bytes=3500)
+    assert sorted(os.listdir(node_dir)) == ["%d.json" % (1_000_000 + i) for i in range(7, 10)]
+
+
+def test_retention_removes_stale_temp_files_only(tmp_path):
+    node_dir = tmp_path / "n1"
+    node_dir.mkdir()
+    stale, fresh = node_dir / ".1.json.abc.tmp", node_dir / ".2.json.def.tmp"
+    stale.write_text("x")
+    fresh.write_text("y")
+    os.utime(str(stale), (time.time() - 2 * records.STALE_TEMP_S,) * 2)
+    records.enforce_retention(str(node_dir), 10, 1 << 20)
+    assert not stale.exists() and fresh.exists()
+
+
+def test_retention_runs_after_each_epilog_record(tmp_path):
+    config = make_config(tmp_path, max_records=3)
+    for job_id in range(1, 6):
+        records.epilog_record(config, JobContext(str(job_id), "u", "n1", ()), "n1")
+        time.sleep(0.01)  # distinct mtimes
+    assert sorted(os.listdir(str(tmp_path / "jobs" / "n1"))) == ["3.json", "4.json", "5.json"]
+
+
+def test_prune_stale_prolog_snapshots(tmp_path):
+    directory = tmp_path / "snapshots"
+    directory.mkdir()
+    (directory / "1.json").write_text("{}")
+    (directory / "2.json").write_text("{}")
+    os.utime(str(directory / "1.json"), (1000, 1000))
+    assert records.prune_snapshots(str(directory), 86400) == 1
+    assert os.listdir(str(directory)) == ["2.json"]
+
+
+# -- crash safety ----------------------------------------------------------------------------------
+
+WRITER = r"""
+import sys
+from slurm_hooks.records import write_record
+path, n = sys.argv[1], 0
+while True:
+    n += 1
+    write_record(path, {"schema": "x", "n": n, "pad": "p" * 400000, "end": "END"})
+"""
+
+
+def test_kill_9_during_writes_never_leaves_a_torn_record(tmp_path):
+    path = str(tmp_path / "jobs" / "n1" / "1.json")
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ, PYTHONPATH=repo)
+    seen = set()
+    for attempt in range(15):
+        proc = subprocess.Popen([sys.executable, "-c", WRITER, path], env=env)
+        time.sleep(0.15 + 0.037 * attempt)  # land at different points of write/fsync/rename
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+        if not os.path.exists(path):
+            continue
+        with open(path) as handle:
+            record = json.loads(handle.read())  # a torn file would not parse
+        assert record["end"] == "END" and len(record["pad"]) == 400000
+        seen.add(record["n"])
+    assert seen, "the writer never completed a record: the test proves nothing"
+    leftovers = [n for n in os.listdir(os.path.dirname(path)) if n != "1.json"]
+    assert all(n.startswith(".1.json.") and n.endswith(".tmp") for n in leftovers)
+
+
+def _write_previous(tmp_path, config):
+    job = JobContext("1", "u", "n1", ())
+    first = records.epilog_record(config, job, "n1")
+    return first, open(first).read()
+
+
+def test_disk_full_is_logged_and_previous_records_stay_intact(tmp_path, monkeypatch, caplog):
+    config = make_config(tmp_path)
+    first, content = _write_previous(tmp_path, config)
+    real_write = os.write
+
+    def full(fd, data):
+        if os.fstat(fd).st_size + len(data) > 100:  # the disk fills during the record write
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return real_write(fd, data)
+
+    monkeypatch.setattr(os, "write", full)
+    with caplog.at_level(logging.ERROR, logger="slurm_hooks.decisions"):
+        assert records.epilog_record(config, JobContext("2", "u", "n1", ()), "n1") is None
+    monkeypatch.undo()
+    assert "event=record-not-written" in caplog.text and "ENOSPC" in caplog.text and "job=2" in caplog.text
+    assert open(first).read() == content
+    assert sorted(os.listdir(os.path.dirname(first))) == ["1.json"]  # no torn 2.json, no temp file
+
+
+def test_disk_full_on_a_real_tiny_tmpfs(tmp_path, caplog):
+    mount = tmp_path / "tiny"
+    mount.mkdir()
+    if os.geteuid() != 0 or subprocess.call(["mount", "-t", "tmpfs", "-o", "size=48k", "tmpfs", str(mount)],
+                                            stderr=subprocess.DEVNULL) != 0:
+        pytest.skip("cannot mount a tmpfs here (needs root)")
+    try:
+        config = validate(load_builtin_checks(), {
+            "paths": {"state_dir": str(tmp_path / "state"), "log_file": "", "syslog": False},
+            "records": {"dir": str(mount)}})
+        first, content = _write_previous(tmp_path, config)
+        with open(str(mount / "filler"), "wb") as handle:  # leave less room than one record needs
+            try:
+                handle.write(b"f" * (1 << 20))
+            except OSError:
+                pass
+        with caplog.at_level(logging.ERROR, logger="slurm_hooks.decisions"):
+            assert records.epilog_record(config, JobContext("2", "u", "n1", ()), "n1") is None
+        assert "No space left on device" in caplog.text
+        assert open(first).read() == content and sorted(os.listdir(str(mount / "n1"))) == ["1.json"]
+    finally:
+        subprocess.call(["umount", str(mount)])
+
+
+def test_dcgm_mapping_uses_nvml_indices_from_the_prolog_snapshot(gpu_node, tmp_path):  # noqa: F811
+    gpu_node.set_states({"gpu.0.minor_number": 1, "gpu.1.minor_number": 0})
+    config = validate(load_builtin_checks(), {
+        "general": {"root": str(gpu_node.root)},
+        "paths": {"state_dir": str(tmp_path / "state"), "log_file": "", "syslog": False},
+        "records": {"dir": str(tmp_path / "jobs")}, "metrics": {"dcgm_job_mapping_dir": str(tmp_path / "dcgm")}})
+    job = JobContext("90", "u", "n1", (0,))  # Slurm's GPU 0 = /dev/nvidia0 = NVML index 1 here
+    records.on_hook("prolog", config, job, "n1")
+    assert os.listdir(str(tmp_path / "dcgm")) == ["1"] and (tmp_path / "dcgm" / "1").read_text() == "90\n"
+    records.on_hook("epilog", config, job, "n1")
+    assert os.listdir(str(tmp_path / "dcgm")) == []
