@@ -191,7 +191,9 @@ class NvmlSession:
             if self._init_error is not None:
                 raise self._init_error
             try:
-                import pynvml
+                from .vendor import import_pynvml  # the node's nvidia-ml-py, else the RPM's bundled copy
+
+                pynvml = import_pynvml()
 
                 if self.library and pynvml.nvmlLib is None:
                     pynvml.nvmlLib = ctypes.CDLL(self.library)  # an explicit path wins over the loader
