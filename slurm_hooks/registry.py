@@ -20,7 +20,8 @@ DEFAULT_CONTEXTS = frozenset({"prolog", "health", "manual"})
 # Modules that hold built-in checks; importing one registers its checks.
 BUILTIN_CHECK_MODULES = ("slurm_hooks.checks.system", "slurm_hooks.checks.pci", "slurm_hooks.checks.gpu",
                          "slurm_hooks.checks.gpu_memory", "slurm_hooks.checks.gpu_state",
-                         "slurm_hooks.checks.gpu_links", "slurm_hooks.checks.gpu_procs", "slurm_hooks.checks.xid")
+                         "slurm_hooks.checks.gpu_links", "slurm_hooks.checks.gpu_procs", "slurm_hooks.checks.xid",
+                         "slurm_hooks.checks.topology", "slurm_hooks.checks.gpudirect", "slurm_hooks.checks.numa")
 
 
 class RegistryError(Exception):
@@ -210,5 +211,6 @@ def load_builtin_checks() -> Registry:
     if not _loaded:
         for module in BUILTIN_CHECK_MODULES:
             importlib.import_module(module)
+        importlib.import_module("slurm_hooks.plugins").load_site_checks()  # /etc/slurm-hooks/checks.d/*.py
         _loaded = True
     return REGISTRY

@@ -20,7 +20,8 @@ class Open:
 OPEN = Open()
 
 TOP_LEVEL = ("node", "cpu", "memory", "numa", "pcie", "iommu", "nvml", "memory_peers", "modules", "swap",
-             "mounts", "kmsg", "switch", "gpu_defaults", "gpu", "nic", "nvme")
+             "mounts", "kmsg", "switch", "gpu_defaults", "gpu", "nic", "nvme", "cgroup", "slurm", "job", "process",
+             "irq")
 
 VIRT = ("none", "kvm", "vmware", "xen", "hyperv", "other")
 
@@ -240,3 +241,46 @@ NVME = dict(_DEV, **{
     "max_link_gen": 4,
     "max_link_width": 4,
 })
+
+
+# ---- Slurm side of the node: cgroups, gres.conf/slurm.conf, jobs, host processes, IRQs
+
+CGROUP = {
+    "version": "v2",              # v2 (unified, /sys/fs/cgroup/cgroup.controllers) | v1 (cpuset hierarchy) | none
+}
+
+SLURM = {
+    "gres_conf": "",              # /etc/slurm/gres.conf text; "auto" = correct Cores per GPU; "" = no file
+    "slurm_conf": "",             # /etc/slurm/slurm.conf text; "" = no file
+}
+
+JOB = {                           # [job.<id>]: the job's Slurm cgroup (as task/cgroup writes it)
+    "cpus": "",                   # cpuset.cpus(.effective); required
+    "mems": "",                   # default: the NUMA nodes holding those CPUs
+    "uid": 1000,                  # cgroup v1 path: /sys/fs/cgroup/cpuset/slurm/uid_<uid>/job_<id>
+    "pids": [],                   # cgroup.procs
+}
+
+HOST_PROCESS = {                  # [[process]]: /proc/<pid>/{comm,status,cgroup,cmdline}
+    "pid": 0,
+    "comm": "",
+    "cpus": "",                   # Cpus_allowed_list; "" = every CPU
+    "cgroup": "/system.slice/unknown.service",
+    "kthread": False,
+}
+
+# Daemons every node runs, unpinned (systemd's default); [[process]] entries with the same pid replace them.
+HOST_PROCESSES = [
+    {"pid": 1, "comm": "systemd", "cgroup": "/init.scope"},
+    {"pid": 2, "comm": "kthreadd", "cgroup": "/", "kthread": True},
+    {"pid": 812, "comm": "sshd", "cgroup": "/system.slice/ssh.service"},
+    {"pid": 845, "comm": "munged", "cgroup": "/system.slice/munge.service"},
+    {"pid": 901, "comm": "slurmd", "cgroup": "/system.slice/slurmd.service"},
+    {"pid": 1210, "comm": "nvidia-persiste", "cgroup": "/system.slice/nvidia-persistenced.service"},
+]
+
+IRQ = {                           # [[irq]]: /proc/interrupts line + /proc/irq/<n>/smp_affinity_list
+    "irq": 0,
+    "name": "",                   # action name, e.g. mlx5_comp0@pci:0000:19:00.0 or nvme0q1
+    "cpus": "",                   # "" = the device's local CPUs
+}

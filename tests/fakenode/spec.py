@@ -23,7 +23,7 @@ SPEC_DIR = Path(__file__).resolve().parent / "specs"
 
 # collection name -> (id field in array-of-tables form, id type)
 COLLECTIONS = {"gpu": ("index", int), "switch": ("name", str), "nic": ("name", str),
-               "nvme": ("name", str), "numa": ("id", int)}
+               "nvme": ("name", str), "numa": ("id", int), "job": ("id", str)}
 
 
 class SpecError(ValueError):
@@ -195,7 +195,34 @@ def resolve(raw: Dict[str, Any], source: str) -> Dict[str, Any]:
                  for k, v in sorted(raw.get("nvme", {}).items())}
     _resolve_node(s, source)
     _unique_bdfs(s, source)
+    _resolve_slurm_side(s, raw, source)
     return s
+
+
+def _resolve_slurm_side(s: Dict[str, Any], raw: Dict[str, Any], source: str) -> None:
+    """cgroup version, Slurm files, job cgroups, host processes and IRQs (see README 'Slurm side')."""
+    s["cgroup"] = check(raw.get("cgroup", {}), D.CGROUP, "cgroup", source)
+    if s["cgroup"]["version"] not in ("v2", "v1", "none"):
+        raise SpecError("%s: cgroup.version: %r not one of v2, v1, none" % (source, s["cgroup"]["version"]))
+    s["slurm"] = check(raw.get("slurm", {}), D.SLURM, "slurm", source)
+    s["job"] = {}
+    for job_id, job in sorted(raw.get("job", {}).items()):
+        where = "job.%s" % job_id
+        if not str(job_id).isdigit():
+            raise SpecError("%s: %s: job ids are numbers" % (source, where))
+        j = check(job, D.JOB, where, source)
+        _require(j, ("cpus",), where, source)
+        cpus = set(parse_cpulist(j["cpus"]))
+        if not j["mems"]:
+            j["mems"] = format_cpulist([n for n, node in s["numa"].items() if cpus & set(node["cpus"])])
+        s["job"][str(job_id)] = j
+    procs = {p["pid"]: dict(D.HOST_PROCESS, **p) for p in D.HOST_PROCESSES}
+    for i, p in enumerate(_list(raw, "process", source)):
+        entry = check(p, D.HOST_PROCESS, "process[%d]" % i, source)
+        _require(entry, ("pid", "comm"), "process[%d]" % i, source)
+        procs[entry["pid"]] = entry
+    s["process"] = [procs[pid] for pid in sorted(procs)]
+    s["irq"] = [check(x, D.IRQ, "irq[%d]" % i, source) for i, x in enumerate(_list(raw, "irq", source))]
 
 
 def _list(raw: Dict[str, Any], key: str, source: str, default: Optional[list] = None) -> list:

@@ -225,7 +225,8 @@ def _modules(t: Tree, spec: Dict[str, Any]) -> None:
         for u in users[name]:
             t.link("%s/holders/%s" % (d, u), "/sys/module/" + u)
     for name, version in spec["memory_peers"].items():
-        t.write("/sys/kernel/mm/memory_peers/%s/version" % name, version)
+        if version:  # "" = the peer-memory client is not registered (an overlay cannot delete a key)
+            t.write("/sys/kernel/mm/memory_peers/%s/version" % name, version)
 
 
 def _misc(t: Tree, spec: Dict[str, Any]) -> None:

@@ -1,0 +1,138 @@
+"""Family `topology` on fake nodes: GPU-NIC/NVMe locality, ACS, IOMMU (in-process, real pynvml, fake library)."""
+from __future__ import annotations
+
+import pytest
+
+from slurm_hooks import nvml
+from slurm_hooks.config import validate
+from slurm_hooks.host import Host
+from slurm_hooks.result import Action, Status
+from slurm_hooks.runner import run_checks, select_checks
+
+# GPUs 6 and 7 (switch sw3, NUMA 1) lose every NIC on their socket: sw2 moves to NUMA 0 and takes
+# mlx5_6/mlx5_7 along; the storage NICs move to NUMA 0 as well.
+SYS_GPUS = {"switch": {"sw2": {"numa_node": 0}},
+            "nic": {"mlx5_6": {"pci": "0000:9e:00.0", "switch": "sw2"},
+                    "mlx5_7": {"pci": "0000:9f:00.0", "switch": "sw2"},
+                    "mlx5_8": {"numa_node": 0}, "mlx5_9": {"numa_node": 0}}}
+
+
+@pytest.fixture
+def nvml_node(fake_node):
+    from tests.fakenode import fakenvml
+
+    def build(spec="dgx-h100", overrides=None):
+        node = fake_node(spec, overrides)
+        fakenvml.unload_from_pynvml()
+        nvml.reset_sessions()
+        node.load_into_pynvml()
+        return node
+
+    yield build
+    fakenvml.unload_from_pynvml()
+    nvml.reset_sessions()
+
+
+def run(registry, node, names, config=None):
+    report = run_checks(registry, validate(registry, config or {}), Host(str(node.root)), "manual",
+                        select_checks(registry, "manual", names))
+    return report.results()
+
+
+def by_check(results, name):
+    return [r for r in results if r.check == name]
+
+
+def test_healthy_dgx_passes_and_explains_the_topology(registry, nvml_node):
+    results = run(registry, nvml_node(), ["topology"])
+    assert {r.check: r.status for r in results} == {
+        "topology.gpu-nic": Status.OK, "topology.acs": Status.OK, "topology.iommu": Status.OK,
+        "topology.gpu-nvme": Status.SKIP}
+    (nic,) = by_check(results, "topology.gpu-nic")
+    assert nic.summary == "8 GPUs, each with an RDMA NIC at PXB or better"
+    assert nic.details["nvml_cross_check"] == "agrees"  # NVML's GPU-pair levels match the sysfs tree
+    table = nic.details["topology"].splitlines()
+    assert table[0].split() == ["GPU", "PCI", "NUMA", "NIC", "NVMe"]
+    assert table[1].split() == ["GPU0", "0000:18:00.0", "0", "mlx5_0,mlx5_1", "PIX", "nvme0,nvme1", "NODE"]
+    assert table[8].split() == ["GPU7", "0000:c6:00.0", "1", "mlx5_6,mlx5_7", "PIX", "nvme2,nvme3", "NODE"]
+    assert by_check(results, "topology.iommu")[0].summary == "IOMMU in passthrough for GPUs and NICs"
+
+
+def test_gpus_across_the_socket_from_every_nic(registry, nvml_node):
+    node = nvml_node(overrides=SYS_GPUS)
+    results = by_check(run(registry, node, ["topology.gpu-nic"]), "topology.gpu-nic")
+    assert [(r.status, r.component) for r in results] == [
+        (Status.FAIL, "gpu:6 0000:c4:00.0"), (Status.FAIL, "gpu:7 0000:c6:00.0")]
+    assert results[0].summary == ("GPU6 (0000:c4:00.0, NUMA 1): nearest RDMA NIC is mlx5_0 at SYS, worse than PXB")
+    assert results[0].action is Action.DRAIN and "move the RDMA NIC" in results[0].details["fix"]
+    assert "GPU6  0000:c4:00.0  1     mlx5_0,mlx5_1+8 SYS" in results[0].details["topology"]
+    relaxed = run(registry, node, ["topology.gpu-nic"],
+                  {"checks": {"topology.gpu-nic": {"on_violation": "warn"}}})
+    assert {r.status for r in relaxed} == {Status.WARN}
+    accepting = run(registry, node, ["topology.gpu-nic"], {"checks": {"topology.gpu-nic": {"max_level": "SYS"}}})
+    assert [r.status for r in accepting] == [Status.OK]
+
+
+def test_acs_redirect_on_one_switch(registry, nvml_node):
+    results = run(registry, nvml_node(overrides={"switch": {"sw1": {"acs_redirect": True}}}), ["topology.acs"])
+    assert [(r.status, r.component) for r in results] == [
+        (Status.FAIL, "pci:0000:41:00.0"), (Status.FAIL, "pci:0000:41:01.0"),
+        (Status.FAIL, "pci:0000:41:02.0"), (Status.FAIL, "pci:0000:41:03.0")]
+    first = results[0]
+    assert first.summary.startswith("bridge 0000:41:00.0 has ACS ReqRedir+CmpltRedir enabled on the path GPU2-")
+    assert first.details["ACSCtl"].startswith("SrcValid+ TransBlk- ReqRedir+ CmpltRedir+")
+    assert "setpci -s 0000:41:00.0 ECAP_ACS+6.w=0000" in first.details["fix"]
+
+
+def test_acs_needs_root_to_read_extended_config_space(registry, nvml_node):
+    node = nvml_node()
+    for bridge in ("0000:17:00.0", "0000:17:01.0"):
+        real = node.path("/sys/bus/pci/devices/%s" % bridge).resolve() / "config"
+        real.write_bytes(real.read_bytes()[:64])  # what an unprivileged read returns
+    results = run(registry, node, ["topology.acs"])
+    assert [r.status for r in results] == [Status.UNKNOWN]
+    assert results[0].summary == ("cannot read the ACS capability of 2 bridges (0000:17:00.0, 0000:17:01.0): only 64 "
+                                  "bytes of config space readable: extended capabilities need root; run as root")
+    assert results[0].action is Action.NONE and results[0].effective_blame.value == "check"
+
+
+def test_acs_is_skipped_inside_a_vm(registry, nvml_node):
+    results = run(registry, nvml_node(overrides={"node": {"virtualization": "kvm"},
+                                                 "switch": {"sw1": {"acs_redirect": True}}}), ["topology.acs"])
+    assert [r.status for r in results] == [Status.SKIP]
+    assert "virtual machine (CPU flag 'hypervisor')" in results[0].summary
+
+
+def test_iommu_in_translation_mode(registry, nvml_node):
+    node = nvml_node(overrides={"iommu": {"mode": "translated"}})
+    (result,) = run(registry, node, ["topology.iommu"])
+    assert result.status is Status.WARN and "IOMMU translates DMA for 18 GPUs/NICs" in result.summary
+    assert "boot with iommu=pt" in result.summary
+    (strict,) = run(registry, node, ["topology.iommu"], {"checks": {"topology.iommu": {"translated": "fail"}}})
+    assert strict.status is Status.FAIL and strict.action is Action.DRAIN
+
+
+def test_iommu_off_is_fine(registry, nvml_node):
+    (result,) = run(registry, nvml_node(overrides={"iommu": {"mode": "off"}}), ["topology.iommu"])
+    assert (result.status, result.summary) == (Status.OK, "IOMMU off")
+
+
+def test_gpu_nvme_locality_for_gpudirect_storage(registry, nvml_node):
+    required = {"checks": {"topology.gpu-nvme": {"required": True}}}
+    results = run(registry, nvml_node(), ["topology.gpu-nvme"], required)
+    assert len(results) == 8 and {r.status for r in results} == {Status.FAIL}
+    assert results[0].summary == "GPU0 (0000:18:00.0, NUMA 0): nearest NVMe drive is nvme0 at NODE, worse than PXB"
+    # nvidia_fs loaded and a data drive on every GPU switch: GDS-ready without any configuration
+    local = {"modules": {"nvidia_fs": "2.20.5"},
+             "nvme": {"nvme%d" % i: {"pci": "0000:%02x:00.0" % bus, "switch": sw, "root_port": "", "numa_node": None}
+                      for i, (bus, sw) in enumerate([(0x1c, "sw0"), (0x46, "sw1"), (0x9e, "sw2"), (0xc8, "sw3")])}}
+    node = nvml_node(overrides=local)
+    results = run(registry, node, ["topology.gpu-nvme", "gpudirect.storage"])
+    assert [(r.check, r.status) for r in results] == [("topology.gpu-nvme", Status.OK),
+                                                      ("gpudirect.storage", Status.OK)]
+    assert results[1].summary == "nvidia_fs 2.20.5 loaded; 4 NVMe drives at PXB or better to a GPU"
+
+
+def test_cpu_node_skips(registry, fake_node):
+    results = run(registry, fake_node("cpu-only"), ["topology"])
+    assert {r.status for r in results} == {Status.SKIP}
