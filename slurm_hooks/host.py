@@ -66,19 +66,9 @@ class Host:
         """The real filesystem path to open for a host path.
 
         Under a non-/ root, symlinks (absolute ones included) are resolved inside the root so a
-        captured tree can never make us read the live machine's files. Resolved directories are
-        cached: a run reads many files in few sysfs directories.
+        captured tree can never make us read the live machine's files.
         """
-        if self.is_live:
-            return host_path
-        directory, base = posixpath.split(host_path)
-        resolved = self._dir_cache.get(directory)
-        if resolved is None:
-            resolved = self._dir_cache[directory] = self.realpath(directory)
-        candidate = posixpath.join(resolved, base)
-        if base and os.path.islink(self.path(candidate)):
-            candidate = self.realpath(candidate)
-        return self.path(candidate)
+        return host_path if self.is_live else self.path(self.realpath(host_path))
 
     def real_link(self, host_path: str) -> str:
         """The real path of a symlink itself (its directory resolved, the link not followed)."""
@@ -87,32 +77,35 @@ class Host:
         directory, base = posixpath.split(host_path)
         return posixpath.join(self.real(directory), base)
 
-    def realpath(self, host_path: str) -> str:
-        """Resolve symlinks like os.path.realpath, but never outside the root; returns a host path."""
-        parts = [p for p in host_path.split("/") if p]
-        resolved: List[str] = []
-        hops = 0
-        while parts:
-            part = parts.pop(0)
-            if part == ".":
-                continue
-            if part == "..":
-                if resolved:
-                    resolved.pop()
-                continue
-            candidate = "/" + "/".join(resolved + [part])
-            real = self.path(candidate)
-            if os.path.islink(real):
-                hops += 1
-                if hops > _MAX_SYMLINKS:
-                    raise HostError(host_path, "too many levels of symbolic links")
-                target = os.readlink(real)
-                if target.startswith("/"):
-                    resolved = []
-                parts = [p for p in target.split("/") if p] + parts
-                continue
-            resolved.append(part)
-        return "/" + "/".join(resolved)
+    def realpath(self, host_path: str, _hops: int = 0) -> str:
+        """Resolve symlinks like os.path.realpath, but never outside the root; returns a host path.
+
+        The parent directory comes from a cache (a run reads many files in few sysfs directories),
+        so resolving costs one lstat per new path component.
+        """
+        if _hops > _MAX_SYMLINKS:
+            raise HostError(host_path, "too many levels of symbolic links")
+        directory, base = posixpath.split(host_path)
+        if not base:
+            return "/" if directory == "/" else self._resolve_dir(directory, _hops)
+        parent = self._resolve_dir(directory, _hops)
+        if base == ".":
+            return parent
+        if base == "..":
+            return posixpath.dirname(parent)
+        candidate = posixpath.join(parent, base)
+        real = self.path(candidate)
+        if os.path.islink(real):
+            target = os.readlink(real)
+            return self.realpath(target if target.startswith("/") else posixpath.join(parent, target), _hops + 1)
+        return candidate
+
+    def _resolve_dir(self, directory: str, hops: int = 0) -> str:
+        cached = self._dir_cache.get(directory)
+        if cached is None:
+            cached = "/" if directory in ("/", "") else self.realpath(directory, hops)
+            self._dir_cache[directory] = cached
+        return cached
 
     # -- reads -------------------------------------------------------------------------------
     def read_bytes(self, host_path: str, default: Any = _MISSING, max_bytes: int = DEFAULT_MAX_BYTES) -> bytes:

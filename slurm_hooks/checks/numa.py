@@ -66,15 +66,9 @@ def read_job_cpuset(ctx) -> Optional[cgroup.JobCpuset]:
 
 @gatherer("numa.cores")
 def read_cores(ctx) -> List[FrozenSet[int]]:
-    """CPUs of each core in Slurm's logical core order (from cpuN/topology/{physical_package_id,core_id})."""
-    host = ctx.host
-    online = parse_cpulist(host.read_text("/sys/devices/system/cpu/online", default=""), "/sys/devices/system/cpu/online")
-    rows = []
-    for cpu in sorted(online):
-        base = "/sys/devices/system/cpu/cpu%d/topology/" % cpu
-        rows.append((cpu, host.read_int(base + "physical_package_id", default=0), host.read_int(base + "core_id",
-                                                                                                 default=cpu)))
-    return gres.logical_cores(rows)
+    """CPUs of each core in Slurm's logical core order (placement from the system.cpu_places gatherer)."""
+    places = ctx.get("system.cpu_places").places
+    return gres.logical_cores([(cpu, package, core) for cpu, (package, core) in sorted(places.items())])
 
 
 @dataclass(frozen=True)

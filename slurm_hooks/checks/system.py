@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import fnmatch
 from dataclasses import dataclass
-from typing import FrozenSet, List, Optional, Tuple
+from typing import FrozenSet, List, Mapping, Optional, Tuple
 
 from ..host import HostError, parse_cpulist
 from ..parsers import (
@@ -42,27 +42,47 @@ class CpuTopology:
     models: Tuple[str, ...]
 
 
-@gatherer("system.cpu")
-def read_cpu(ctx) -> CpuTopology:
-    """/sys/devices/system/cpu/{online,offline} and the topology of each online CPU.
+@dataclass(frozen=True)
+class CpuPlaces:
+    online: FrozenSet[int]
+    offline: FrozenSet[int]
+    places: Mapping[int, Tuple[int, int]]  # online CPU -> (package id, core id)
 
-    Sockets and cores come from /proc/cpuinfo's 'physical id'/'core id' (one read, x86) or, where
-    cpuinfo lacks them (Arm), from /sys/devices/system/cpu/cpuN/topology/{physical_package_id,core_id}.
+
+@gatherer("system.cpuinfo")
+def read_cpuinfo(ctx) -> str:
+    """/proc/cpuinfo (one read; large on big nodes, so shared by every check that needs it)."""
+    return ctx.host.read_text("/proc/cpuinfo", default="", max_bytes=16 << 20)
+
+
+@gatherer("system.cpu_places")
+def read_cpu_places(ctx) -> CpuPlaces:
+    """/sys/devices/system/cpu/{online,offline} and where each online CPU sits (socket, core).
+
+    Placement comes from /proc/cpuinfo's 'physical id'/'core id' (x86: one read) or, where cpuinfo
+    lacks them (Arm), from /sys/devices/system/cpu/cpuN/topology/{physical_package_id,core_id}.
     """
     host = ctx.host
     online = parse_cpulist(host.read_text("/sys/devices/system/cpu/online"), "/sys/devices/system/cpu/online")
     offline = parse_cpulist(host.read_text("/sys/devices/system/cpu/offline", default=""),
                             "/sys/devices/system/cpu/offline")
-    cpuinfo = host.read_text("/proc/cpuinfo", default="", max_bytes=16 << 20)
-    places = parse_cpuinfo_topology(cpuinfo)
+    places = parse_cpuinfo_topology(ctx.get("system.cpuinfo"))
     if not online.issubset(places):
         places = {}
         for cpu in online:
             base = "/sys/devices/system/cpu/cpu%d/topology/" % cpu
             places[cpu] = (host.read_int(base + "physical_package_id"), host.read_int(base + "core_id"))
-    cores = {places[cpu] for cpu in online}
+    return CpuPlaces(online, offline, {cpu: places[cpu] for cpu in online})
+
+
+@gatherer("system.cpu")
+def read_cpu(ctx) -> CpuTopology:
+    """Sockets, cores and threads from system.cpu_places; model names from /proc/cpuinfo."""
+    cpu = ctx.get("system.cpu_places")
+    cores = set(cpu.places.values())
     packages = {package for package, _ in cores}
-    return CpuTopology(online, offline, len(packages), len(cores), len(online), tuple(parse_cpuinfo_models(cpuinfo)))
+    return CpuTopology(cpu.online, cpu.offline, len(packages), len(cores), len(cpu.online),
+                       tuple(parse_cpuinfo_models(ctx.get("system.cpuinfo"))))
 
 
 @dataclass(frozen=True)
