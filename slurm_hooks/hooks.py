@@ -15,23 +15,27 @@ import socket
 import sys
 import time
 from dataclasses import dataclass
-from typing import Any, Dict, Mapping, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Dict, Mapping, Optional, Sequence, Tuple
 
-from . import drainer, logs, policy
+from . import logs, policy
 from .atomicio import read_json, write_json_atomic
 from .config import Config, ConfigError
-from .drainer import Outcome
 from .jobenv import JobEnvError, job_from_env
 from .output import report_from_dict, report_to_dict
 from .registry import Registry
 from .result import Result, Status
 from .runner import CheckRun, JobContext, RunReport, run_checks, select_checks
 
+if TYPE_CHECKING:
+    from . import drainer
+
 OPT_OUT_TOKEN = "slurm_hooks=skip"
 ISOLATION_GRACE_S = 1.0
-# Outcomes after which the job must not start here (prolog) / the hook reports failure (epilog, health)
-FAILING_OUTCOMES = {Outcome.DRAINED, Outcome.REFINED, Outcome.ALREADY_OURS, Outcome.FOREIGN_DRAIN,
-                    Outcome.SKIPPED_STATE, Outcome.SLURM_UNAVAILABLE, Outcome.SLURM_ERROR}
+# Outcomes (drainer.Outcome values) after which the job must not start here (prolog) / the hook reports
+# failure (epilog, health). drainer.py (and the Slurm client) is imported only when a drain or resume
+# is on the table: the happy path neither talks to nor loads anything of Slurm's.
+FAILING_OUTCOMES = {"drained", "refined", "already-drained-by-us", "foreign-drain-kept", "skipped-state",
+                    "slurm-unavailable", "slurm-error"}
 
 
 @dataclass
@@ -69,10 +73,16 @@ def save_state(config: Config, state: Mapping[str, Any], log) -> None:
 
 
 def run_isolated_checks(registry: Registry, config: Config, context: str, job: JobContext,
-                        extra_names: Sequence[str] = ()) -> RunReport:
-    """Run the context's checks (plus extra_names) in a forked child, bounded by the deadline."""
+                        extra_names: Sequence[str] = ()) -> Tuple[RunReport, Any]:
+    """Run the context's checks (plus extra_names) in a forked child, bounded by the deadline.
+
+    The prolog's/epilog's counter snapshot (records.py) is taken in the same child right after the
+    checks, so NVML starts once per hook; it is skipped there when a check hung (NVML may be stuck)
+    and records.py then takes it in a child of its own. Returns (report, (snapshot, why) or None).
+    """
     from .host import Host
     from .isolation import run_isolated
+    from .records import wanted as records_wanted
 
     specs = select_checks(registry, context)
     for name in extra_names:
@@ -80,17 +90,42 @@ def run_isolated_checks(registry: Registry, config: Config, context: str, job: J
             specs.append(registry.checks[name])
     deadline = config.get("deadline", context)
     root = config.get("general", "root")
+    snapshot_s = config.get("records", "snapshot_timeout") if records_wanted(config, job, context) else 0.0
 
     def work() -> Dict[str, Any]:
-        return report_to_dict(run_checks(registry, config, Host(root), context, specs, job=job), root)
+        report = run_checks(registry, config, Host(root), context, specs, job=job)
+        gathered = None
+        if snapshot_s and not any(run.timed_out for run in report.runs):
+            gathered = _snapshot_bounded(config, job, context == "epilog", snapshot_s)
+        return {"report": report_to_dict(report, root), "snapshot": gathered}
 
-    data, why = run_isolated(work, deadline + ISOLATION_GRACE_S)
+    data, why = run_isolated(work, deadline + snapshot_s + ISOLATION_GRACE_S)
     if data is not None:
-        return report_from_dict(data)
+        return report_from_dict(data["report"]), data["snapshot"]
     crashed = Result("slurm-hooks.runner", Status.UNKNOWN, why, details={"crashed": True, "timed_out": True,
                      "checks": [s.name for s in specs]})
     return RunReport(context, [CheckRun("slurm-hooks.runner", [crashed], deadline, timed_out=True)],
-                     deadline, deadline, True, job)
+                     deadline, deadline, True, job), None
+
+
+def _snapshot_bounded(config: Config, job: JobContext, epilog: bool, timeout: float) -> Optional[list]:
+    """records.take_snapshot in a thread of the check child, abandoned after `timeout` (NVML can hang)."""
+    import threading
+
+    from .records import take_snapshot
+
+    box: list = []
+
+    def take() -> None:
+        try:
+            box.append([take_snapshot(config, job, epilog), ""])
+        except Exception as exc:  # recorded as the reason the record has no snapshot
+            box.append([None, "snapshot failed: %r" % exc])
+
+    worker = threading.Thread(target=take, name="check:snapshot", daemon=True)
+    worker.start()
+    worker.join(timeout)
+    return box[0] if box else [None, "snapshot did not finish within %.3gs" % timeout]
 
 
 def opted_out(env: Mapping[str, str], config: Config) -> bool:
@@ -113,42 +148,49 @@ def run_hook(context: str, registry: Registry, config: Config, env: Mapping[str,
         return HookResult(0)
     state = load_state(config, log)
     remembered = [c for entry in (state.get("drained"), state.get("pending")) if entry for c in entry.get("checks", [])]
-    report = run_isolated_checks(registry, config, context, job, remembered if context == "health" else ())
+    report, gathered = run_isolated_checks(registry, config, context, job, remembered if context == "health" else ())
     decision = policy.decide(report.results(), config.settings)
-    client = client or drainer.make_client(config.settings)
+    recovering = context == "health" and bool(state.get("drained") or state.get("pending"))
     enacted = None
-    if decision.verdict is policy.Verdict.DRAIN:
-        enacted = drainer.drain(client, name, decision.reason, config.settings)
-        _remember_drain(state, enacted, decision, job, context)
+    if decision.verdict is policy.Verdict.DRAIN or recovering:
+        from . import drainer  # only now: the happy path loads nothing of Slurm's
+
+        client = client or drainer.make_client(config.settings)
+        if decision.verdict is policy.Verdict.DRAIN:
+            enacted = drainer.drain(client, name, decision.reason, config.settings)
+            _remember_drain(state, enacted, decision, job, context)
+        else:
+            enacted = _recover(client, name, state, report, config, log)
         save_state(config, state, log)
-    elif context == "health" and (state.get("drained") or state.get("pending")):
-        enacted = _recover(client, name, state, report, config, log)
-        save_state(config, state, log)
-    _log_decision(log, context, name, job, report, decision, enacted, client.calls)
+    calls = client.calls if client is not None else 0
+    _log_decision(log, context, name, job, report, decision, enacted, calls)
     from . import metrics, records  # lazy: prometheus_client only when [metrics] textfile_dir is set
 
-    records.on_hook(context, config, job, name, report, decision, enacted, log)  # prolog snapshot / epilog record
+    records.on_hook(context, config, job, name, report, decision, enacted, log,  # prolog snapshot / epilog record
+                    tuple(gathered) if gathered else None)
     metrics.write_textfile(config, context, report, decision, enacted, log=log)
-    code = 1 if enacted is not None and enacted.outcome in FAILING_OUTCOMES else 0
-    return HookResult(code, report, decision, enacted, client.calls)
+    code = 1 if enacted is not None and enacted.outcome.value in FAILING_OUTCOMES else 0
+    return HookResult(code, report, decision, enacted, calls)
 
 
 def _remember_drain(state: Dict[str, Any], enacted: drainer.Enacted, decision: policy.Decision,
                     job: JobContext, context: str) -> None:
     entry = {"reason": decision.reason, "checks": list(decision.checks), "time": time.time(), "job": job.job_id,
              "context": context}
-    if enacted.outcome in (Outcome.DRAINED, Outcome.REFINED, Outcome.ALREADY_OURS):
+    if enacted.outcome.value in ("drained", "refined", "already-drained-by-us"):
         state["drained"] = entry
         state.pop("pending", None)
-    elif enacted.outcome in (Outcome.SLURM_UNAVAILABLE, Outcome.SLURM_ERROR):
+    elif enacted.outcome.value in ("slurm-unavailable", "slurm-error"):
         state["pending"] = entry  # delivered by a later health run, if the checks still fail
 
 
 def _recover(client, name: str, state: Dict[str, Any], report: RunReport, config: Config, log) -> drainer.Enacted:
     """Health run found nothing node-broken: resume what we drained; forget undelivered drains."""
     state.pop("pending", None)
-    enacted = drainer.resume(client, name, config.settings)
-    if enacted.outcome in (Outcome.RESUMED, Outcome.NOT_DRAINED, Outcome.NOT_OURS):
+    from .drainer import resume
+
+    enacted = resume(client, name, config.settings)
+    if enacted.outcome.value in ("resumed", "not-drained", "not-ours"):
         state.pop("drained", None)  # resumed, or someone else took over the node: not ours to track
     return enacted
 
@@ -158,9 +200,9 @@ def _log_decision(log, context: str, name: str, job: JobContext, report: RunRepo
     """One line per decision; slurm_calls (requests sent to slurmctld, 0 on the happy path) lets an
     operator, and the end-to-end tests, see what a hook cost the controller."""
     level = "info"
-    if enacted is not None and enacted.outcome is Outcome.BREAKER:
+    if enacted is not None and enacted.outcome.value == "breaker-tripped":
         level = "critical"
-    elif decision.verdict is policy.Verdict.DRAIN or (enacted and enacted.outcome is Outcome.SLURM_UNAVAILABLE):
+    elif decision.verdict is policy.Verdict.DRAIN or (enacted and enacted.outcome.value == "slurm-unavailable"):
         level = "error"
     elif decision.verdict is policy.Verdict.ALERT:
         level = "warning"

@@ -60,46 +60,62 @@ def record_path(directory: str, node: str, job_id: str) -> str:
 
 # -- gathering, isolated -----------------------------------------------------------------------
 
-def gather(config: Config, job: JobContext, epilog: bool) -> Tuple[Optional[Dict[str, Any]], str]:
-    """snapshot.take in a forked child within [records] snapshot_timeout; (snapshot, "") or (None, why).
+def take_snapshot(config: Config, job: JobContext, epilog: bool) -> Dict[str, Any]:
+    """snapshot.take for the job's GPUs and the node, in this process (callers bound it in time).
 
-    In the epilog the child also returns the kernel log's Xid/SXid lines (`xid_lines`).
+    In the epilog the snapshot also carries the kernel log's Xid/SXid lines (`xid_lines`).
     """
+    from . import snapshot
     from .host import Host, HostError
-    from .isolation import run_isolated
 
     settings = config.settings
+    host = Host(settings["general"]["root"])
+    snap = snapshot.take(host, settings["nvml"]["library"], job.gpus, settings["records"]["ib_counters"],
+                         processes=epilog)
+    if epilog:
+        try:
+            snap["xid_lines"] = snapshot.read_xid_lines(host)
+        except HostError as exc:
+            snap["notes"].append("kernel log unreadable: %s" % exc)
+    return snap
 
-    def work() -> Dict[str, Any]:
-        from . import snapshot
 
-        host = Host(settings["general"]["root"])
-        snap = snapshot.take(host, settings["nvml"]["library"], job.gpus, settings["records"]["ib_counters"],
-                             processes=epilog)
-        if epilog:
-            try:
-                snap["xid_lines"] = snapshot.read_xid_lines(host)
-            except HostError as exc:
-                snap["notes"].append("kernel log unreadable: %s" % exc)
-        return snap
+def wanted(config: Config, job: JobContext, context: str) -> bool:
+    """Whether this hook run takes a snapshot at all."""
+    return context in ("prolog", "epilog") and bool(job.job_id) and config.get("records", "enabled")
 
-    return run_isolated(work, settings["records"]["snapshot_timeout"])
+
+def gather(config: Config, job: JobContext, epilog: bool) -> Tuple[Optional[Dict[str, Any]], str]:
+    """take_snapshot in a forked child within [records] snapshot_timeout; (snapshot, "") or (None, why).
+
+    hooks.py normally takes the snapshot in the child that ran the checks (one NVML start-up per
+    hook) and passes it in as `gathered`; this is the fallback when that child could not.
+    """
+    from .isolation import run_isolated
+
+    return run_isolated(lambda: take_snapshot(config, job, epilog), config.get("records", "snapshot_timeout"))
 
 
 # -- prolog ------------------------------------------------------------------------------------
 
-def prolog_snapshot(config: Config, job: JobContext, log: Optional[logging.Logger] = None) -> Optional[str]:
+Gathered = Optional[Tuple[Optional[Dict[str, Any]], str]]  # (snapshot, why not) taken by the caller, or None
+
+
+def prolog_snapshot(config: Config, job: JobContext, log: Optional[logging.Logger] = None,
+                    gathered: Gathered = None) -> Optional[str]:
     """Take and store the job's start snapshot; its path, or None (disabled, no job, or failed: logged)."""
-    return _prolog(config, job, _log(log))[0]
+    return _prolog(config, job, _log(log), gathered)[0]
 
 
-def _prolog(config: Config, job: JobContext, log: logging.Logger) -> Tuple[Optional[str], Optional[Dict[str, Any]]]:
+def _prolog(config: Config, job: JobContext, log: logging.Logger, gathered: Gathered = None
+            ) -> Tuple[Optional[str], Optional[Dict[str, Any]]]:
     if not config.get("records", "enabled") or not job.job_id:
         return None, None
     snap = None
     try:
         path = snapshot_path(config, job.job_id)
-        snap, why = gather(config, job, epilog=False)
+        snap, why = gathered if gathered is not None and gathered[0] is not None else \
+            gather(config, job, epilog=False)
         if snap is None:
             log.error(logs.kv(event="snapshot-failed", context="prolog", job=job.job_id, error=why))
             return None, None
@@ -143,7 +159,7 @@ def load_snapshot(config: Config, job_id: str) -> Tuple[Optional[Dict[str, Any]]
 # -- epilog ------------------------------------------------------------------------------------
 
 def epilog_record(config: Config, job: JobContext, node: str, report=None, decision=None, enacted=None,
-                  log: Optional[logging.Logger] = None) -> Optional[str]:
+                  log: Optional[logging.Logger] = None, gathered: Gathered = None) -> Optional[str]:
     """Build and write the job's record on this node; its path, or None (disabled, no job, failed: logged)."""
     from .recordbuild import build_record
 
@@ -155,7 +171,8 @@ def epilog_record(config: Config, job: JobContext, node: str, report=None, decis
         started = time.monotonic()
         path = record_path(config.get("records", "dir"), node, job.job_id)
         before, prolog_state = load_snapshot(config, job.job_id)
-        after, why = gather(config, job, epilog=True)
+        after, why = gathered if gathered is not None and gathered[0] is not None else \
+            gather(config, job, epilog=True)
         record = build_record(job, node, before, prolog_state, after, why, report, decision, enacted,
                               config.settings)
         record["timings"]["record_build_s"] = round(time.monotonic() - started, 4)
@@ -255,7 +272,7 @@ def find_records(directories: List[str], job_id: str, node: Optional[str] = None
 # -- the one call hooks.run_hook makes ---------------------------------------------------------
 
 def on_hook(context: str, config: Config, job: JobContext, node: str, report=None, decision=None, enacted=None,
-            log: Optional[logging.Logger] = None) -> Optional[str]:
+            log: Optional[logging.Logger] = None, gathered: Gathered = None) -> Optional[str]:
     """After the prolog's/epilog's decision: snapshot or record, and the dcgm-exporter job mapping.
 
     Never raises; returns the snapshot/record path when one was written.
@@ -263,14 +280,14 @@ def on_hook(context: str, config: Config, job: JobContext, node: str, report=Non
     from . import dcgm_mapping
 
     if context == "prolog":
-        path, snap = _prolog(config, job, _log(log))
+        path, snap = _prolog(config, job, _log(log), gathered)
         # dcgm-exporter names files by NVML index; Slurm's indices are minor numbers (see snapshot.read_gpus)
         indices = [g["index"] for g in snap["gpus"]] if snap and snap.get("gpus") else None
         dcgm_mapping.on_prolog(config, job, indices, log=_log(log))
         return path
     if context == "epilog":
         dcgm_mapping.on_epilog(config, job, log=_log(log))
-        return epilog_record(config, job, node, report, decision, enacted, log)
+        return epilog_record(config, job, node, report, decision, enacted, log, gathered)
     return None
 
 
