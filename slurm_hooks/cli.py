@@ -49,13 +49,42 @@ def add_run_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--deadline", type=float, metavar="SECONDS", help="override the run's global deadline")
 
 
+HOOK_VERBS = ("prolog", "epilog", "health")
+
+
+def hook_parser() -> argparse.ArgumentParser:
+    """The prolog/epilog/health command line alone: slurmd runs these before/after every job, so they
+    skip building the full parser (every verb module imported, dozens of sub-parsers)."""
+    parser = Parser(prog="slurm-hooks")
+    parser.add_argument("--config", metavar="FILE")
+    parser.add_argument("context", choices=HOOK_VERBS)
+    parser.add_argument("--root", metavar="DIR")
+    parser.add_argument("--node", metavar="NAME")
+    return parser
+
+
+def _is_hook_call(argv: List[str]) -> bool:
+    words = [w for i, w in enumerate(argv) if not (w.startswith("-") or (i and argv[i - 1] == "--config"))]
+    return bool(words) and words[0] in HOOK_VERBS and not any(w in ("-h", "--help", "--version") for w in argv)
+
+
 def main(argv: Optional[List[str]] = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if _is_hook_call(argv):
+        from .hook_commands import cmd_hook
+
+        args = hook_parser().parse_args(argv)
+        return _finish(cmd_hook, args)
     parser = build_parser()
     args = parser.parse_args(argv)
     handler = getattr(args, "handler", None)
     if handler is None:
         parser.print_help()
         return EXIT_UNKNOWN
+    return _finish(handler, args)
+
+
+def _finish(handler, args: argparse.Namespace) -> int:
     from .commands import finish
     from .config import ConfigError
 

@@ -84,3 +84,14 @@ def test_hung_nvml_call_cannot_outlast_the_deadline(fake_node):
 def test_unknown_check_name_and_bad_usage_exit_unknown():
     assert run_cli(["check", "nope"]).returncode == 3
     assert run_cli(["check", "--bogus"]).returncode == 3
+
+
+def test_hook_verbs_take_the_fast_parser_and_agree_with_the_full_one():
+    from slurm_hooks.cli import _is_hook_call, build_parser, hook_parser
+
+    for argv in (["prolog"], ["--config", "/x.toml", "epilog"], ["health", "--node", "n1", "--root", "/r"]):
+        assert _is_hook_call(argv)
+        fast, full = vars(hook_parser().parse_args(argv)), vars(build_parser().parse_args(argv))
+        assert all(full[key] == value for key, value in fast.items()), (fast, full)
+    for argv in (["check"], ["prolog", "--help"], ["--config", "prolog", "check"], []):
+        assert not _is_hook_call(argv)
