@@ -106,3 +106,16 @@ def test_parse_cpuinfo_topology():
     text = ("processor\t: 0\nphysical id\t: 0\ncore id\t\t: 0\n\nprocessor\t: 1\nphysical id\t: 1\ncore id\t\t: 4\n\n"
             "processor\t: 2\nmodel name\t: Arm\n\nprocessor\t: 3\nphysical id\t: x\ncore id\t: 1\n")
     assert parse_cpuinfo_topology(text) == {0: (0, 0), 1: (1, 4)}
+
+
+def test_symlink_loop_is_an_error_not_a_hang(tmp_path):
+    from slurm_hooks.host import HostError
+
+    root = tmp_path / "root"
+    (root / "sys").mkdir(parents=True)
+    os.symlink("b", root / "sys" / "a")
+    os.symlink("a", root / "sys" / "b")
+    with pytest.raises(HostError, match="too many levels"):
+        Host(str(root)).read_text("/sys/a/x")
+    with pytest.raises(HostError):  # a default covers a missing file, not a broken tree
+        Host(str(root)).read_text("/sys/a/x", default="none")
