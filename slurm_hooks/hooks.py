@@ -29,6 +29,7 @@ from .runner import CheckRun, JobContext, RunReport, run_checks, select_checks
 if TYPE_CHECKING:
     from . import drainer
 
+EXIT_NODE_BROKEN = 10  # the job must not run here; prolog.d/epilog.d turn it into 1, any other failure into 0
 OPT_OUT_TOKEN = "slurm_hooks=skip"
 ISOLATION_GRACE_S = 1.0
 # Outcomes (drainer.Outcome values) after which the job must not start here (prolog) / the hook reports
@@ -169,7 +170,7 @@ def run_hook(context: str, registry: Registry, config: Config, env: Mapping[str,
     records.on_hook(context, config, job, name, report, decision, enacted, log,  # prolog snapshot / epilog record
                     tuple(gathered) if gathered else None)
     metrics.write_textfile(config, context, report, decision, enacted, log=log)
-    code = 1 if enacted is not None and enacted.outcome.value in FAILING_OUTCOMES else 0
+    code = EXIT_NODE_BROKEN if enacted is not None and enacted.outcome.value in FAILING_OUTCOMES else 0
     return HookResult(code, report, decision, enacted, calls)
 
 

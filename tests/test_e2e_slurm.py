@@ -266,7 +266,7 @@ def test_hook_copies_differ_from_the_real_scripts_by_the_binary_path_only(rig):
     for kind in HOOK_KINDS:
         real = (REPO / ("%s.d" % kind) / "50-slurm-hooks").read_text()
         copy = rig.hook_script(kind).read_text()
-        assert real.count(INSTALLED_BINARY) == 1 and "exec %s %s" % (INSTALLED_BINARY, kind) in real
+        assert real.count(INSTALLED_BINARY) == 1 and "\n%s %s\n" % (INSTALLED_BINARY, kind) in real
         changed = [(a, b) for a, b in zip(real.splitlines(), copy.splitlines()) if a != b]
         assert len(real.splitlines()) == len(copy.splitlines()) and len(changed) == 1, \
             "".join(difflib.unified_diff(real.splitlines(True), copy.splitlines(True)))

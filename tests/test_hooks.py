@@ -9,7 +9,7 @@ from test_drainer import REASON, cluster
 
 from slurm_hooks.config import validate
 from slurm_hooks.drainer import Outcome
-from slurm_hooks.hooks import main_hook, run_hook
+from slurm_hooks.hooks import EXIT_NODE_BROKEN, main_hook, run_hook
 from slurm_hooks.registry import Registry
 from slurm_hooks.result import Action, Blame, Result, Status
 from slurm_hooks.slurm import NodeInfo, SlurmClient
@@ -65,7 +65,7 @@ def test_node_broken_prolog_drains_then_exits_1(setup):
     verdict.write_text("node")
     backend = cluster()
     outcome = run_hook("prolog", reg, config(), JOB_ENV, client=SlurmClient(backend))
-    assert outcome.enacted.outcome is Outcome.DRAINED and outcome.exit_code == 1
+    assert outcome.enacted.outcome is Outcome.DRAINED and outcome.exit_code == EXIT_NODE_BROKEN
     assert backend.nodes["node1"].reason == REASON.replace("gpu.memory", "demo.gpu")
     state = json.loads((tmp / "state" / "node-state.json").read_text())
     assert state["drained"]["checks"] == ["demo.gpu"] and state["drained"]["job"] == "42"
@@ -90,7 +90,7 @@ def test_crash_in_check_process_is_contained(setup):
     assert result.status is Status.UNKNOWN and "signal 6 (SIGABRT)" in result.summary
     assert outcome.exit_code == 0 and backend.calls == 0  # alert by default
     outcome = run_hook("prolog", reg, config(drain={"on_timeout": "drain"}), JOB_ENV, client=SlurmClient(backend))
-    assert outcome.enacted.outcome is Outcome.DRAINED and outcome.exit_code == 1
+    assert outcome.enacted.outcome is Outcome.DRAINED and outcome.exit_code == EXIT_NODE_BROKEN
 
 
 def test_hang_is_bounded_by_deadline(setup):
@@ -109,7 +109,7 @@ def test_slurm_down_keeps_a_pending_record_and_health_delivers_it(setup):
     backend = cluster()
     backend.down = True
     outcome = run_hook("prolog", reg, config(), JOB_ENV, client=SlurmClient(backend))
-    assert outcome.enacted.outcome is Outcome.SLURM_UNAVAILABLE and outcome.exit_code == 1
+    assert outcome.enacted.outcome is Outcome.SLURM_UNAVAILABLE and outcome.exit_code == EXIT_NODE_BROKEN
     state = json.loads((tmp / "state" / "node-state.json").read_text())
     assert state["pending"]["reason"].startswith("slurm-hooks: demo.gpu:")
     backend.down = False
@@ -152,7 +152,7 @@ def test_hostile_environment_and_opt_out(setup):
     bad = dict(JOB_ENV, SLURM_JOB_GPUS="0;reboot")
     assert run_hook("prolog", reg, config(), bad, client=SlurmClient(backend)).exit_code == 0
     opt = dict(JOB_ENV, SLURM_JOB_EXTRA="slurm_hooks=skip")
-    assert run_hook("prolog", reg, config(), opt, client=SlurmClient(backend)).exit_code == 1  # off by default
+    assert run_hook("prolog", reg, config(), opt, client=SlurmClient(backend)).exit_code == EXIT_NODE_BROKEN  # off by default
     backend = cluster()
     out = run_hook("prolog", reg, config(drain={"allow_job_opt_out": True}), opt, client=SlurmClient(backend))
     assert out.exit_code == 0 and backend.calls == 0

@@ -105,7 +105,7 @@ def test_shell_scripts_parse():
 def test_healthcheck_logrotate_and_snippet_agree_with_the_code():
     from slurm_hooks.config import SECTIONS
 
-    assert read("packaging", "slurm-hooks-healthcheck").rstrip().endswith("\nexec /usr/bin/slurm-hooks health")
+    assert "\n/usr/bin/slurm-hooks health\n" in read("packaging", "slurm-hooks-healthcheck")
     log_dir = os.path.dirname(SECTIONS["paths"]["log_file"].default)
     assert re.search(r"^%s/\*\.log \{$" % re.escape(log_dir), read("packaging", "slurm-hooks.logrotate"), re.M)
     snippet = [line for line in read("packaging", "slurm.conf.snippet").splitlines() if line and line[0] != "#"]
