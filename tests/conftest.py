@@ -62,3 +62,32 @@ def fake_node():
     yield build
     for node in built:
         node.cleanup()
+
+
+@pytest.fixture
+def nvml_node(fake_node):
+    """fake_node, plus the real pynvml pointed at its library (in-process) and fresh slurm_hooks.nvml sessions."""
+    from slurm_hooks import nvml
+    from tests.fakenode import fakenvml
+
+    def build(spec="dgx-h100", overrides=None):
+        node = fake_node(spec, overrides)
+        fakenvml.unload_from_pynvml()
+        nvml.reset_sessions()
+        node.load_into_pynvml()
+        return node
+
+    yield build
+    fakenvml.unload_from_pynvml()
+    nvml.reset_sessions()
+
+
+def run_on_node(registry, node, names, config=None, job=None, context="manual"):
+    """Results of the named checks (or families) on a fake node, in-process, as `slurm-hooks check` runs them."""
+    from slurm_hooks.config import validate
+    from slurm_hooks.host import Host
+    from slurm_hooks.runner import run_checks, select_checks
+
+    report = run_checks(registry, validate(registry, config or {}), Host(str(node.root)), context,
+                        select_checks(registry, context, names), job=job)
+    return report.results()

@@ -3,12 +3,11 @@ node passes, and each injected fault is caught with the right status, component 
 from __future__ import annotations
 
 import pytest
+from conftest import run_on_node as run
 
 from slurm_hooks import nvml
-from slurm_hooks.config import validate
-from slurm_hooks.host import Host
 from slurm_hooks.result import Action, Blame, Status
-from slurm_hooks.runner import JobContext, run_checks, select_checks
+from slurm_hooks.runner import JobContext
 
 GPU_BDF = {0: "0000:18:00.0", 1: "0000:1a:00.0", 2: "0000:42:00.0", 3: "0000:44:00.0", 4: "0000:9a:00.0",
            5: "0000:9c:00.0", 6: "0000:c4:00.0", 7: "0000:c6:00.0"}
@@ -18,30 +17,6 @@ PER_GPU_CHECKS = ["gpu.ecc", "gpu.remap", "gpu.recovery", "gpu.driver", "gpu.clo
 
 def component(index):
     return "gpu:%d %s" % (index, GPU_BDF[index])
-
-
-@pytest.fixture
-def nvml_node(fake_node):
-    """fake_node, plus the real pynvml pointed at its library and fresh slurm_hooks.nvml sessions."""
-    from tests.fakenode import fakenvml
-
-    def build(spec="dgx-h100", overrides=None):
-        node = fake_node(spec, overrides)
-        fakenvml.unload_from_pynvml()
-        nvml.reset_sessions()
-        node.load_into_pynvml()
-        return node
-
-    yield build
-    fakenvml.unload_from_pynvml()
-    nvml.reset_sessions()
-
-
-def run(registry, node, names, config=None, job=None, context="manual"):
-    """Results of the named checks (in-process, real pynvml, fake library)."""
-    report = run_checks(registry, validate(registry, config or {}), Host(str(node.root)), context,
-                        select_checks(registry, context, names), job=job)
-    return report.results()
 
 
 def test_healthy_node_passes_every_gpu_check(registry, nvml_node):

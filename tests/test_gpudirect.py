@@ -5,40 +5,14 @@ import json
 import subprocess
 import sys
 
-import pytest
 from conftest import REPO
+from conftest import run_on_node as run
 
-from slurm_hooks import nvml
-from slurm_hooks.config import validate
-from slurm_hooks.host import Host
 from slurm_hooks.result import Action, Status
-from slurm_hooks.runner import run_checks, select_checks
 
 PEERMEM_WITHOUT_SYSFS = {"modules": {"nvidia_peermem": {"version": ""}}, "memory_peers": {"nv_mem": ""}}
 NO_PEERMEM = {"modules": {"nvidia_peermem": False}, "memory_peers": {"nv_mem": ""}}
 OPEN_MODULE = "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  550.54.15  Release Build  (dvs-builder@U16)\n"
-
-
-@pytest.fixture
-def nvml_node(fake_node):
-    from tests.fakenode import fakenvml
-
-    def build(spec="dgx-h100", overrides=None):
-        node = fake_node(spec, overrides)
-        fakenvml.unload_from_pynvml()
-        nvml.reset_sessions()
-        node.load_into_pynvml()
-        return node
-
-    yield build
-    fakenvml.unload_from_pynvml()
-    nvml.reset_sessions()
-
-
-def run(registry, node, names, config=None):
-    report = run_checks(registry, validate(registry, config or {}), Host(str(node.root)), "manual",
-                        select_checks(registry, "manual", names))
-    return report.results()
 
 
 def test_healthy_dgx(registry, nvml_node):

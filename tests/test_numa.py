@@ -2,12 +2,10 @@
 from __future__ import annotations
 
 import pytest
+from conftest import run_on_node as run
 
-from slurm_hooks import nvml
-from slurm_hooks.config import validate
-from slurm_hooks.host import Host
 from slurm_hooks.result import Action, Blame, Status
-from slurm_hooks.runner import JobContext, run_checks, select_checks
+from slurm_hooks.runner import JobContext
 
 HOUSEKEEPING = "0-1,112-113"
 SWAPPED_GRES = ("NodeName=dgx-h100-[01-16] Name=gpu Type=h100 File=/dev/nvidia[0-3] Cores=56-111\n"
@@ -19,28 +17,6 @@ PINNED_DAEMONS = [{"pid": pid, "comm": comm, "cpus": HOUSEKEEPING, "cgroup": "/s
 DCGM_ON_JOB_CPUS = {"pid": 3001, "comm": "nv-hostengine", "cpus": "8-15", "cgroup": "/system.slice/nvidia-dcgm.service"}
 JOB_TASK = {"pid": 5000, "comm": "python3", "cpus": "2-31",
             "cgroup": "/system.slice/slurmstepd.scope/job_4242/step_0/user/task_0"}
-
-
-@pytest.fixture
-def nvml_node(fake_node):
-    from tests.fakenode import fakenvml
-
-    def build(spec="dgx-h100", overrides=None):
-        node = fake_node(spec, overrides)
-        fakenvml.unload_from_pynvml()
-        nvml.reset_sessions()
-        node.load_into_pynvml()
-        return node
-
-    yield build
-    fakenvml.unload_from_pynvml()
-    nvml.reset_sessions()
-
-
-def run(registry, node, names, config=None, job=None, context="manual"):
-    report = run_checks(registry, validate(registry, config or {}), Host(str(node.root)), context,
-                        select_checks(registry, context, names), job=job)
-    return report.results()
 
 
 def job(gpus=(0, 1), job_id="4242"):

@@ -1,13 +1,9 @@
 """Family `topology` on fake nodes: GPU-NIC/NVMe locality, ACS, IOMMU (in-process, real pynvml, fake library)."""
 from __future__ import annotations
 
-import pytest
+from conftest import run_on_node as run
 
-from slurm_hooks import nvml
-from slurm_hooks.config import validate
-from slurm_hooks.host import Host
 from slurm_hooks.result import Action, Status
-from slurm_hooks.runner import run_checks, select_checks
 
 # GPUs 6 and 7 (switch sw3, NUMA 1) lose every NIC on their socket: sw2 moves to NUMA 0 and takes
 # mlx5_6/mlx5_7 along; the storage NICs move to NUMA 0 as well.
@@ -15,28 +11,6 @@ SYS_GPUS = {"switch": {"sw2": {"numa_node": 0}},
             "nic": {"mlx5_6": {"pci": "0000:9e:00.0", "switch": "sw2"},
                     "mlx5_7": {"pci": "0000:9f:00.0", "switch": "sw2"},
                     "mlx5_8": {"numa_node": 0}, "mlx5_9": {"numa_node": 0}}}
-
-
-@pytest.fixture
-def nvml_node(fake_node):
-    from tests.fakenode import fakenvml
-
-    def build(spec="dgx-h100", overrides=None):
-        node = fake_node(spec, overrides)
-        fakenvml.unload_from_pynvml()
-        nvml.reset_sessions()
-        node.load_into_pynvml()
-        return node
-
-    yield build
-    fakenvml.unload_from_pynvml()
-    nvml.reset_sessions()
-
-
-def run(registry, node, names, config=None):
-    report = run_checks(registry, validate(registry, config or {}), Host(str(node.root)), "manual",
-                        select_checks(registry, "manual", names))
-    return report.results()
 
 
 def by_check(results, name):
