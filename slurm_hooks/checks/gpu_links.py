@@ -13,7 +13,7 @@ import fnmatch
 from typing import Any, List, Mapping, Optional, Tuple
 
 from .. import nvml
-from ..registry import Param, check, gatherer
+from ..registry import CONTEXTS, Param, check, gatherer
 from ..result import Action, Result, Status
 from .gpu import GpuDevice
 from .gpu_common import (
@@ -30,7 +30,7 @@ from .gpu_common import (
 )
 from .gpu_state import GPU_IDLE
 
-ALL = ("prolog", "epilog", "health", "manual")
+ALL = CONTEXTS  # every context
 FABRIC_STATES = {0: "NOT_SUPPORTED", 1: "NOT_STARTED", 2: "IN_PROGRESS", 3: "COMPLETED"}
 FABRIC_COMPLETED = 3
 DEGRADED_BW_TRUE = 1  # NVML_GPU_FABRIC_HEALTH_MASK_DEGRADED_BW_TRUE, bits 0-1 of the health mask

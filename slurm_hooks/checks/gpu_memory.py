@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any, List, Mapping
 
 from .. import nvml
-from ..registry import Param, check, gatherer
+from ..registry import CONTEXTS, Param, check, gatherer
 from ..result import Action, Result, Status
 from .gpu import GpuDevice
 from .gpu_common import (
@@ -26,7 +26,7 @@ from .gpu_common import (
     read_gpus,
 )
 
-ALL = ("prolog", "epilog", "health", "manual")
+ALL = CONTEXTS  # every context
 _LOCATIONS = (("dram", nvml.MEMORY_LOCATION_DRAM), ("sram", nvml.MEMORY_LOCATION_SRAM))
 
 

@@ -14,7 +14,7 @@ import fnmatch
 from typing import Any, Dict, List, Mapping
 
 from .. import nvml
-from ..registry import Param, check, gatherer
+from ..registry import CONTEXTS, Param, check, gatherer
 from ..result import Action, Result, Status
 from .gpu import GpuDevice, GpuInventory
 from .gpu_common import (
@@ -32,7 +32,7 @@ from .gpu_common import (
     severity_status,
 )
 
-ALL = ("prolog", "epilog", "health", "manual")
+ALL = CONTEXTS  # every context
 COMPUTE_MODES = {0: "default", 1: "exclusive_thread", 2: "prohibited", 3: "exclusive_process"}
 
 # nvmlClocksEventReason* bits (nvml.h). Idle, application clocks, SW power cap and sync boost are normal.

@@ -23,11 +23,11 @@ from ..parsers import (
     parse_mounts,
     parse_swaps,
 )
-from ..registry import Param, check, gatherer
+from ..registry import CONTEXTS, Param, check, gatherer
 from ..result import Result, Status
 
 GIB_KB = 1024 * 1024
-ALL = ("prolog", "epilog", "health", "manual")
+ALL = CONTEXTS  # every context
 
 
 # -- gatherers ---------------------------------------------------------------------------------

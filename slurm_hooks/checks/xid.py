@@ -22,7 +22,7 @@ from typing import Any, Dict, FrozenSet, Iterable, List, Mapping, Optional, Sequ
 from .. import xid as catalog
 from ..host import HostError
 from ..kmsg import SxidEvent, XidEvent, scan, scan_sxid
-from ..registry import Param, check, gatherer
+from ..registry import CONTEXTS, Param, check, gatherer
 from ..result import Action, Blame, Result, Status
 from . import gpu as _gpu  # noqa: F401  (registers the gpu.inventory gatherer we map bus ids with)
 
@@ -32,7 +32,7 @@ ACK_FILE = "xid-ack.json"
 ACK_SCHEMA = "slurm-hooks.xid-ack/1"
 NVML_WAIT_S = 1.5  # a GPU that fell off the bus can hang NVML: map bus ids without it rather than hang
 MAX_LISTED = 20  # events listed in one result's details
-ALL = ("prolog", "epilog", "health", "manual")
+ALL = CONTEXTS  # every context
 _ACTION_RANK = {"none": 0, "drain": 1, "reset-gpu": 2, "reboot": 3, "rma": 4}
 
 
