@@ -34,7 +34,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#define FAKE_MAX_GPUS 64
+#define FAKE_MAX_GPUS 128 /* bench/ builds 72-GPU (NVL72-sized) nodes */
 
 struct nvmlDevice_st {
     unsigned int index;

@@ -1,0 +1,30 @@
+"""bench/run.py --smoke: the benchmark still runs end to end (a few iterations, no results file).
+
+Timings are not asserted (they depend on the machine and its load); only that every section is
+produced and the Slurm-call counts, which are not timings, are what the design promises.
+"""
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+
+from conftest import REPO
+
+
+def test_benchmark_smoke_run_produces_every_section(tmp_path):
+    output = tmp_path / "results.md"
+    proc = subprocess.run([sys.executable, "bench/run.py", "--smoke", "--output", str(output)], cwd=REPO,
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    for title in ("1. Whole-process latency", "2. Where a prolog's time goes", "2b. Imports of one prolog",
+                  "2c. Slowest checks", "3. Cost growth", "4. Epilog record", "5. Slurm calls per hook run"):
+        assert "== " + title in proc.stdout, title
+    assert not output.exists()  # --smoke writes nothing
+    calls = {m.group(1).strip(): int(m.group(2)) for m in
+             re.finditer(r"^  (prolog, healthy|epilog, healthy|health, healthy|GPU lost: prolog drains)\s+\S+(?: \d+)?"
+                          r"\s+(\d+)", proc.stdout, re.M)}
+    assert calls == {"prolog, healthy": 0, "epilog, healthy": 0, "health, healthy": 0,
+                     "GPU lost: prolog drains": 3}, proc.stdout
+    assert re.search(r"prolog decision lines: \d+, with status != OK or slurm_calls != 0: 0", proc.stdout)
+    assert re.search(r"prolog vs GPU: -?[0-9.]+ ms per GPU", proc.stdout)
