@@ -122,58 +122,122 @@ def select_checks(registry: Registry, context: str, names: Sequence[str] = (), a
 def run_checks(registry: Registry, config: Config, host: Host, context: str, checks: Iterable[CheckSpec],
                job: Optional[JobContext] = None, deadline: Optional[float] = None,
                clock: Callable[[], float] = time.monotonic) -> RunReport:
-    """Run `checks` concurrently, each in its own daemon thread, and collect them in order.
+    """Run `checks` on a small pool of daemon threads and collect them in order (see _Scheduler).
 
-    Concurrency keeps one hung check (and the checks that share its gatherer) from starving the
-    others of the global budget: the system checks still report while an NVML call hangs. Each
-    check gets min(its own timeout, time left before the deadline).
+    Each check gets min(its own timeout, time left before the deadline); a hung one (an NVML call
+    that never returns, a blocked read) is abandoned and reported UNKNOWN with details.timed_out.
     """
     job = job or JobContext()
     budget = deadline if deadline is not None else config.get("deadline", context if context in
                                                                 config.settings["deadline"] else "manual")
     gather = GatherContext(registry, host, config, job)
     start = clock()
-    end = start + budget
-    started: List[Tuple[CheckSpec, Optional[_Worker]]] = []
-    for spec in checks:
-        check_config = config.check(spec.name)
-        started.append((spec, _Worker(spec, check_config.params, gather, clock) if check_config.enabled else None))
-    runs: List[CheckRun] = []
-    for spec, worker in started:
-        if worker is None:
-            runs.append(CheckRun(spec.name, [Result(spec.name, Status.SKIP, "disabled in config")], 0.0))
-            continue
-        runs.append(worker.collect(min(worker.started + spec.timeout, end), clock, budget))
-    deadline_hit = any(run.timed_out for run in runs) and clock() >= end - 1e-3
+    specs = list(checks)
+    enabled = [(spec, config.check(spec.name).params) for spec in specs if config.check(spec.name).enabled]
+    done = _Scheduler(enabled, gather, clock, budget, start + budget).run()
+    runs = [done.get(spec.name) or CheckRun(spec.name, [Result(spec.name, Status.SKIP, "disabled in config")], 0.0)
+            for spec in specs]
+    deadline_hit = any(run.timed_out for run in runs) and clock() >= start + budget - 1e-3
     return RunReport(context, runs, clock() - start, budget, deadline_hit, job)
 
 
-class _Worker:
-    """One check running in a daemon thread; `collect` waits for it until a point in time."""
+class _Scheduler:
+    """Runs checks on POOL_SIZE worker threads taking them from a queue, in order.
 
-    def __init__(self, spec: CheckSpec, params: Any, gather: GatherContext, clock: Callable[[], float]):
-        self.spec = spec
-        self.box: List[List[Result]] = []
-        self.started = clock()
-        self.finished: Optional[float] = None
-        self.thread = threading.Thread(target=self._run, args=(params, gather, clock), name="check:" + spec.name,
-                                       daemon=True)
-        self.thread.start()
+    A few threads, not one per check: with ~30 checks a thread each costs more in GIL hand-offs
+    than the checks themselves. A check running longer than PARKED_S is "parked" (probably stuck
+    on NVML or a blocked read, or waiting for a gatherer that is): an extra worker is started for
+    the rest of the queue, so one hang cannot starve the other checks of the global budget. A
+    check past its timeout is reported and its worker abandoned; if that worker ever comes back,
+    it finds its result already written and exits.
+    """
 
-    def _run(self, params: Any, gather: GatherContext, clock: Callable[[], float]) -> None:
-        self.box.append(_execute(self.spec, params, gather))
-        self.finished = clock()
+    POOL_SIZE = 3
+    PARKED_S = 0.1
 
-    def collect(self, until: float, clock: Callable[[], float], budget: float) -> CheckRun:
-        self.thread.join(max(until - clock(), 0.0))
-        if self.thread.is_alive() or not self.box:
-            limited_by_deadline = until < self.started + self.spec.timeout
-            summary = ("not finished when the %.3gs deadline was reached" % budget if limited_by_deadline else
-                       "did not finish within its %.3gs timeout (hung NVML call or blocked read?)" % self.spec.timeout)
-            result = Result(self.spec.name, Status.UNKNOWN, summary, blame=Blame.CHECK,
-                            details={"timed_out": True, "timeout_s": self.spec.timeout, "deadline_s": budget})
-            return CheckRun(self.spec.name, [result], clock() - self.started, timed_out=True)
-        return CheckRun(self.spec.name, self.box[0], (self.finished or clock()) - self.started)
+    def __init__(self, items: List[Tuple[CheckSpec, Any]], gather: GatherContext, clock: Callable[[], float],
+                 budget: float, end: float):
+        self.pending = list(items)
+        self.gather, self.clock, self.budget, self.end = gather, clock, budget, end
+        self.cond = threading.Condition()
+        self.running: Dict[str, Tuple[CheckSpec, float]] = {}  # name -> (spec, start)
+        self.done: Dict[str, CheckRun] = {}
+        self.parked: set = set()
+        self.workers = 0
+
+    def run(self) -> Dict[str, CheckRun]:
+        with self.cond:
+            for _ in range(min(self.POOL_SIZE, len(self.pending))):
+                self._spawn()
+            while self.pending or self.running:
+                now = self.clock()
+                wake = self._expire(now)
+                if now >= self.end:
+                    self._give_up()
+                    break
+                self.cond.wait(max(min(wake, self.end) - now, 0.001))
+        return self.done
+
+    def _spawn(self) -> None:
+        self.workers += 1
+        threading.Thread(target=self._work, name="check:worker-%d" % self.workers, daemon=True).start()
+
+    def _expire(self, now: float) -> float:
+        """Time out what is past its limit, park what is slow; returns when to look again."""
+        wake = self.end
+        for name, (spec, started) in list(self.running.items()):
+            limit = min(started + spec.timeout, self.end)
+            if now >= limit:
+                del self.running[name]
+                self.done[name] = _timed_out(spec, now - started, limit < started + spec.timeout, self.budget)
+                continue
+            if name not in self.parked:
+                if now - started >= self.PARKED_S:
+                    self.parked.add(name)
+                    if self.pending:
+                        self._spawn()
+                else:
+                    wake = min(wake, started + self.PARKED_S)
+            wake = min(wake, limit)
+        return wake
+
+    def _give_up(self) -> None:
+        now = self.clock()
+        for name, (spec, started) in list(self.running.items()):
+            self.done[name] = _timed_out(spec, now - started, True, self.budget)
+        for spec, _params in self.pending:
+            self.done[spec.name] = _timed_out(spec, 0.0, True, self.budget, started=False)
+        self.running.clear()
+        self.pending = []
+
+    def _work(self) -> None:
+        while True:
+            with self.cond:
+                if not self.pending:
+                    return
+                spec, params = self.pending.pop(0)
+                started = self.clock()
+                self.running[spec.name] = (spec, started)
+                self.cond.notify_all()  # the scheduler times this one from now
+            results = _execute(spec, params, self.gather)
+            with self.cond:
+                if spec.name in self.done:  # reported as timed out; a replacement took over the queue
+                    return
+                self.running.pop(spec.name, None)
+                self.done[spec.name] = CheckRun(spec.name, results, self.clock() - started)
+                self.cond.notify_all()
+
+
+def _timed_out(spec: CheckSpec, waited: float, by_deadline: bool, budget: float, started: bool = True) -> CheckRun:
+    if not started:
+        summary = "not started: the %.3gs deadline was reached" % budget
+    elif by_deadline:
+        summary = "not finished when the %.3gs deadline was reached" % budget
+    else:
+        summary = "did not finish within its %.3gs timeout (hung NVML call or blocked read?)" % spec.timeout
+    result = Result(spec.name, Status.UNKNOWN, summary, blame=Blame.CHECK,
+                    details={"timed_out": True, "timeout_s": spec.timeout, "deadline_s": budget})
+    return CheckRun(spec.name, [result], waited, timed_out=True)
 
 
 def _execute(spec: CheckSpec, params: Any, gather: GatherContext) -> List[Result]:

@@ -240,3 +240,39 @@ def test_job_context_scoping():
     job = JobContext(job_id="42", gpus=(0, 2))
     assert job.covers_gpu(2) and not job.covers_gpu(1)
     assert JobContext().covers_gpu(7)
+
+
+def test_checks_behind_a_hung_gatherer_still_run():
+    """A hung NVML init stalls every check that needs it; the queue behind them must still drain."""
+    never = threading.Event()
+    reg = Registry()
+
+    @reg.gatherer("demo.nvml")
+    def hung_nvml(ctx):
+        never.wait()
+
+    for i in range(12):
+        reg.check(name="demo.gpu%02d" % i, timeout=1.5, needs=("demo.nvml",))(lambda snap, params: None)
+    for i in range(5):
+        reg.check(name="demo.sys%d" % i, timeout=1.5)(lambda params: Result("x", Status.OK, "fine"))
+    started = time.monotonic()
+    report = run_checks(reg, validate(reg, {}), Host("/"), "prolog", select_checks(reg, "prolog"), deadline=2.0)
+    assert time.monotonic() - started < 2.0 + 0.2
+    by_name = {run.name: run for run in report.runs}
+    assert all(by_name["demo.sys%d" % i].status is Status.OK for i in range(5))
+    assert all(by_name["demo.gpu%02d" % i].timed_out for i in range(12))
+    never.set()
+
+
+def test_healthy_run_uses_a_small_pool():
+    reg = Registry()
+    names = []
+
+    for i in range(30):
+        def check(params, i=i):
+            names.append(threading.current_thread().name)
+            return Result("x", Status.OK, "fine")
+        reg.check(name="demo.c%02d" % i)(check)
+    report = run_checks(reg, validate(reg, {}), Host("/"), "manual", select_checks(reg, "manual"))
+    assert report.status is Status.OK and len(report.runs) == 30
+    assert len(set(names)) <= 3  # no thread per check: they cost more in GIL hand-offs than the checks
