@@ -151,7 +151,9 @@ def run_hook(context: str, registry: Registry, config: Config, env: Mapping[str,
     remembered = [c for entry in (state.get("drained"), state.get("pending")) if entry for c in entry.get("checks", [])]
     report, gathered = run_isolated_checks(registry, config, context, job, remembered if context == "health" else ())
     decision = policy.decide(report.results(), config.settings)
-    recovering = context == "health" and bool(state.get("drained") or state.get("pending"))
+    if context == "health" and decision.verdict is not policy.Verdict.DRAIN and state.pop("pending", None):
+        save_state(config, state, log)  # an undelivered drain whose checks pass now: forget it, no Slurm call
+    recovering = context == "health" and bool(state.get("drained"))
     enacted = None
     if decision.verdict is policy.Verdict.DRAIN or recovering:
         from . import drainer  # only now: the happy path loads nothing of Slurm's
@@ -186,8 +188,7 @@ def _remember_drain(state: Dict[str, Any], enacted: drainer.Enacted, decision: p
 
 
 def _recover(client, name: str, state: Dict[str, Any], report: RunReport, config: Config, log) -> drainer.Enacted:
-    """Health run found nothing node-broken: resume what we drained; forget undelivered drains."""
-    state.pop("pending", None)
+    """Health run found nothing node-broken: resume what we drained."""
     from .drainer import resume
 
     enacted = resume(client, name, config.settings)

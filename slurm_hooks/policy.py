@@ -71,27 +71,39 @@ def _action_rank(result: Result) -> int:
     return _ACTION_RANK[result.action]
 
 
-_UNSAFE = re.compile(r"[^A-Za-z0-9 .,:;_=+/@%()\[\]<>#-]")
+_UNSAFE = re.compile(r"[^A-Za-z0-9 .,:;_=+/@%()\[\]<>#|-]")
 
 
 def sanitize(text: str) -> str:
     """Reasons go through scontrol/RPC and into sinfo tables: no newlines, quotes or control bytes."""
-    return re.sub(r"\s+", " ", _UNSAFE.sub("?", text.replace('"', "").replace("'", ""))).strip()
+    for quote in ('"', "'", "`"):  # quoting marks carry no meaning in a reason: dropped, not '?'
+        text = text.replace(quote, "")
+    return re.sub(r"\s+", " ", _UNSAFE.sub("?", text)).strip()
 
 
 def format_reason(result: Result, prefix: str, max_length: int, more: int = 0) -> str:
-    """'slurm-hooks: gpu.memory: gpu:3 0000:3b:00.0 row-remap pending -> reset-gpu' (bounded, sanitized)."""
+    """'slurm-hooks: gpu.memory: gpu:3 0000:3b:00.0 row-remap pending -> reset-gpu' (bounded, sanitized).
+
+    A long summary is cut, not the end: the action and the '(+N more)' count are what an admin
+    reading `sinfo -R` acts on, so they survive the cut ('... redirected to the root c... -> drain').
+    """
     parts = [prefix.strip(), result.check + ":"]
     if result.component:
         parts.append(result.component)
     parts.append(result.summary)
+    tail = []
     if result.action is not Action.NONE:
-        parts.append("-> " + result.action.value)
+        tail.append("-> " + result.action.value)
     if more:
-        parts.append("(+%d more)" % more)
-    reason = sanitize(" ".join(parts))
+        tail.append("(+%d more)" % more)
+    head = sanitize(" ".join(parts))
+    end = sanitize(" ".join(tail))
+    reason = (head + " " + end).strip()
     if len(reason) > max_length:
-        reason = reason[: max(max_length - 3, 0)].rstrip() + "..."
+        keep = max_length - 3 - (len(end) + 1 if end else 0)
+        if keep < len(prefix.strip()) + len(result.check) + 2:  # too short for the tail: plain cut
+            return reason[: max(max_length - 3, 0)].rstrip() + "..."
+        reason = head[:keep].rstrip() + "..." + (" " + end if end else "")
     return reason
 
 

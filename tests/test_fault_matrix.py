@@ -1,0 +1,472 @@
+"""The fault matrix: one row per injected fault, across every check family, asserting what an admin
+and Slurm would see — the check, its status, the component, the suggested action — and whether
+policy.decide drains the node (the verdict the prolog acts on).
+
+Faults are injected the way the hardware would show them on the fake DGX-H100 node:
+- `overrides`: a spec overlay, built as its own node, so that sysfs and NVML agree (PCIe trees, link
+  widths, modules, HCA ports, gres.conf, cgroups...);
+- `nvml`: NVML-only values and injected NVML error codes, written into the fake library's state file of
+  one shared healthy node (ECC counters, remapping, clocks, fabric, processes have no sysfs view);
+- `files` / `kmsg`: files of the shared node replaced, or kernel log records appended (Xid, SXid);
+- `config`: the fault is a node that differs from what the site configured.
+Shared-node edits are undone after each row, so rows are independent and the whole matrix runs in a
+few seconds. tests/test_fault_matrix_slurm.py drives a subset through the real prolog and slurmctld.
+"""
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Any, Dict, Optional, Tuple
+
+import pytest
+
+from slurm_hooks import nvml, policy
+from slurm_hooks.config import validate
+from slurm_hooks.host import Host
+from slurm_hooks.result import Action, Blame, Status
+from slurm_hooks.runner import JobContext, run_checks, select_checks
+
+NODE = "dgx-h100-01"
+JOB = JobContext(job_id="4242", user="alice", node_name=NODE, gpus=tuple(range(8)))
+GPU_BDF = {0: "0000:18:00.0", 1: "0000:1a:00.0", 2: "0000:42:00.0", 3: "0000:44:00.0", 4: "0000:9a:00.0",
+           5: "0000:9c:00.0", 6: "0000:c4:00.0", 7: "0000:c6:00.0"}
+GIB = 1 << 30
+
+
+def gpu(index: int) -> str:
+    return "gpu:%d %s" % (index, GPU_BDF[index])
+
+
+def xid(bus: str, code: int, text: str) -> str:
+    """A kernel log line as the NVIDIA driver prints it (`dmesg | grep Xid`)."""
+    return "NVRM: Xid (PCI:%s): %d, pid=1234, name=python3, %s" % (bus[:-2], code, text)
+
+
+@dataclass(frozen=True)
+class Fault:
+    id: str
+    family: str
+    check: str
+    status: Status
+    component: Optional[str]
+    action: Action
+    drains: bool  # policy.decide -> Verdict.DRAIN
+    words: str  # must appear in the summary: what the admin reads
+    overrides: Optional[Dict[str, Any]] = None
+    nvml: Dict[str, Any] = field(default_factory=dict)
+    files: Dict[str, str] = field(default_factory=dict)
+    kmsg: Tuple[str, ...] = ()
+    config: Dict[str, Any] = field(default_factory=dict)  # [checks."<check>"] parameters
+    settings: Dict[str, Any] = field(default_factory=dict)  # other config sections
+    blame: Optional[Blame] = None  # expected effective blame when not the default for the status
+
+
+SWAPPED_GRES = ("NodeName=dgx-h100-[01-16] Name=gpu Type=h100 File=/dev/nvidia[0-3] Cores=56-111\n"
+                "NodeName=dgx-h100-[01-16] Name=gpu Type=h100 File=/dev/nvidia[4-7] Cores=0-55\n")
+SYS_GPUS = {"switch": {"sw2": {"numa_node": 0}},
+            "nic": {"mlx5_6": {"pci": "0000:9e:00.0", "switch": "sw2"},
+                    "mlx5_7": {"pci": "0000:9f:00.0", "switch": "sw2"},
+                    "mlx5_8": {"numa_node": 0}, "mlx5_9": {"numa_node": 0}}}
+PINNED_DAEMONS = [{"pid": pid, "comm": comm, "cpus": "0-1,112-113", "cgroup": "/system.slice/%s" % unit}
+                  for pid, comm, unit in ((812, "sshd", "ssh.service"), (845, "munged", "munge.service"),
+                                          (901, "slurmd", "slurmd.service"),
+                                          (1210, "nvidia-persiste", "nvidia-persistenced.service"))]
+DCGM_ON_JOB_CPUS = {"pid": 3001, "comm": "nv-hostengine", "cpus": "8-15", "cgroup": "/system.slice/nvidia-dcgm.service"}
+HOUSEKEEPING = {"housekeeping_cpus": "0-1,112-113"}
+
+FAULTS = [
+    # -- GPU (NVML) ----------------------------------------------------------------------------
+    Fault("gpu-fell-off-bus", "GPU", "gpu.count", Status.FAIL, "gpu:5", Action.REBOOT, True,
+          "nvmlDeviceGetHandleByIndex", nvml={"fault.nvmlDeviceGetHandleByIndex.5": nvml.GPU_IS_LOST}),
+    Fault("driver-not-loaded", "GPU", "gpu.count", Status.FAIL, None, Action.REBOOT, True, "modprobe nvidia",
+          nvml={"driver_loaded": 0}),
+    Fault("gpu-count-below-expected", "GPU", "gpu.count", Status.FAIL, None, Action.REBOOT, True, "8",
+          nvml={"gpu.count": 7}),
+    Fault("ecc-uncorrectable", "GPU", "gpu.ecc", Status.FAIL, gpu(3), Action.RESET_GPU, True,
+          "2 uncorrectable ECC errors", nvml={"gpu.3.ecc.volatile.uncorrected.dram": 2}),
+    Fault("ecc-disabled", "GPU", "gpu.ecc", Status.FAIL, gpu(1), Action.DRAIN, True, "ECC is disabled",
+          nvml={"gpu.1.ecc.mode": 0, "gpu.1.ecc.pending": 0}),
+    Fault("ecc-many-corrected", "GPU", "gpu.ecc", Status.WARN, gpu(4), Action.NONE, False,
+          "20000 corrected ECC errors", nvml={"gpu.4.ecc.volatile.corrected.dram": 20000}),
+    Fault("row-remap-pending", "GPU", "gpu.remap", Status.FAIL, gpu(0), Action.RESET_GPU, True, "row remap pending",
+          nvml={"gpu.0.remapped_rows.pending": 1}),
+    Fault("row-remap-failed", "GPU", "gpu.remap", Status.FAIL, gpu(6), Action.RMA, True, "row remapping failed",
+          nvml={"gpu.6.remapped_rows.failure": 1}),
+    Fault("recovery-node-reboot", "GPU", "gpu.recovery", Status.FAIL, gpu(2), Action.REBOOT, True, "NODE_REBOOT",
+          nvml={"gpu.2.recovery_action": 2}),
+    Fault("recovery-unknown-code", "GPU", "gpu.recovery", Status.UNKNOWN, gpu(3), Action.NONE, False,
+          "unknown to slurm-hooks", nvml={"gpu.3.recovery_action": 99}),
+    Fault("hw-slowdown", "GPU", "gpu.clocks", Status.FAIL, gpu(2), Action.DRAIN, True, "HW slowdown active",
+          nvml={"gpu.2.clocks_event_reasons": 0x8}),
+    Fault("at-slowdown-temperature", "GPU", "gpu.thermal", Status.FAIL, gpu(4), Action.DRAIN, True,
+          "at or above the slowdown", nvml={"gpu.4.temperature.gpu": 89}),
+    Fault("power-limit-lowered", "GPU", "gpu.power", Status.WARN, gpu(1), Action.NONE, False,
+          "below the default 700 W", nvml={"gpu.1.power.enforced_limit_mw": 500000}),
+    Fault("mig-enabled", "GPU", "gpu.driver", Status.FAIL, gpu(5), Action.DRAIN, True, "MIG is enabled",
+          nvml={"gpu.5.mig.current": 1, "gpu.5.mig.pending": 1}),
+    Fault("driver-denied", "GPU", "gpu.driver", Status.FAIL, None, Action.DRAIN, True, "driver 550.54.15 is denied",
+          config={"deny": ["550.*"]}),
+    Fault("leftover-process", "GPU", "gpu.leftovers", Status.FAIL, gpu(2), Action.DRAIN, True,
+          "leftover process on the GPU before the job: python3 (pid 4242",
+          nvml={"gpu.2.processes": "4242:%d" % (2 * GIB), "process.4242.name": "python3"}),
+    Fault("leftover-memory", "GPU", "gpu.leftovers", Status.FAIL, gpu(5), Action.RESET_GPU, True,
+          "3072 MiB of GPU memory in use with no process", nvml={"gpu.5.memory.used": 3 * GIB}),
+    Fault("nvml-gpu-lost-mid-check", "GPU", "gpu.ecc", Status.FAIL, gpu(5), Action.REBOOT, True, "GPU fell off the bus",
+          nvml={"fault.nvmlDeviceGetEccMode.5": nvml.GPU_IS_LOST}),
+    Fault("nvml-no-permission", "GPU", "gpu.thermal", Status.UNKNOWN, gpu(2), Action.NONE, False, "",
+          nvml={"fault.nvmlDeviceGetTemperatureThreshold.2": nvml.NO_PERMISSION}),
+    Fault("nvml-function-missing", "GPU", "gpu.remap", Status.UNKNOWN, gpu(1), Action.NONE, False, "",
+          nvml={"fault.nvmlDeviceGetRemappedRows.1": nvml.FUNCTION_NOT_FOUND}),
+    # -- NVLink ---------------------------------------------------------------------------------
+    Fault("nvlink-links-down", "NVLink", "gpu.nvlink", Status.FAIL, gpu(6), Action.DRAIN, True,
+          "16 of 18 NVLinks active, 18 expected (inactive: 5,9)",
+          nvml={"gpu.6.nvlink.links.5.state": 0, "gpu.6.nvlink.links.9.state": 0}),
+    Fault("fabric-registration-failed", "NVLink", "gpu.nvlink", Status.FAIL, gpu(0), Action.DRAIN, True,
+          "registration failed", nvml={"gpu.0.fabric.state": 3, "gpu.0.fabric.status": 27}),
+    Fault("fabric-degraded", "NVLink", "gpu.nvlink", Status.WARN, gpu(0), Action.NONE, False, "degraded",
+          nvml={"gpu.0.fabric.state": 3, "gpu.0.fabric.health_mask": 1}),
+    # -- PCIe -----------------------------------------------------------------------------------
+    Fault("gpu-link-x8", "PCIe", "gpu.pcie", Status.FAIL, gpu(3), Action.DRAIN, True, "downtrained: x8 of x16",
+          overrides={"gpu": {3: {"pcie": {"width": 8}}}}),
+    Fault("gpu-link-gen3-under-load", "PCIe", "gpu.pcie", Status.FAIL, gpu(2), Action.DRAIN, True,
+          "downtrained under load: Gen3 of Gen5", overrides={"gpu": {2: {"pcie": {"gen": 3}, "clocks_event_reasons": 0}}}),
+    Fault("slot-max-gen4", "PCIe", "gpu.pcie", Status.WARN, gpu(1), Action.NONE, False,
+          "maximum is Gen4, the GPU supports Gen5", overrides={"gpu": {1: {"pcie": {"max_gen": 4}}}}),
+    Fault("pcie-inforom-corrupted", "PCIe", "gpu.pcie", Status.FAIL, gpu(7), Action.RMA, True, "",
+          nvml={"fault.nvmlDeviceGetCurrPcieLinkWidth.7": nvml.CORRUPTED_INFOROM}),
+    # -- XID / SXID (kernel log) ---------------------------------------------------------------
+    Fault("xid79-fell-off-bus", "XID", "xid.events", Status.FAIL, gpu(2), Action.REBOOT, True,
+          "Xid 79: GPU has fallen off the bus.", kmsg=(xid(GPU_BDF[2], 79, "GPU has fallen off the bus."),)),
+    Fault("xid48-double-bit-ecc", "XID", "xid.events", Status.FAIL, gpu(4), Action.RESET_GPU, True, "Xid 48",
+          kmsg=(xid(GPU_BDF[4], 48, "An uncorrectable double bit error (DBE) has been detected on GPU in the "
+                                    "framebuffer at partition 6, subpartition 0."),)),
+    Fault("xid13-job-exception", "XID", "xid.events", Status.WARN, gpu(0), Action.NONE, False, "Xid 13",
+          kmsg=(xid(GPU_BDF[0], 13, "Graphics Exception: ESR 0x50 0x1"),), blame=Blame.JOB),
+    Fault("xid31-job-page-fault", "XID", "xid.events", Status.WARN, gpu(1), Action.NONE, False, "Xid 31",
+          kmsg=(xid(GPU_BDF[1], 31, "Ch 00000008, intr 00000000. MMU Fault: ENGINE GRAPHICS GPCCLIENT_T1_0 "
+                                    "faulted @ 0x7f4c_12000000. Fault is of type FAULT_PDE ACCESS_TYPE_READ"),),
+          blame=Blame.JOB),
+    Fault("xid-unknown-code", "XID", "xid.events", Status.UNKNOWN, gpu(0), Action.NONE, False, "999",
+          kmsg=(xid(GPU_BDF[0], 999, "something new"),)),
+    Fault("xid-truncated-line", "XID", "xid.events", Status.OK, None, Action.NONE, False, "no Xid since boot",
+          kmsg=("NVRM: Xid (PCI:0000:42:00): ",)),
+    Fault("sxid-fatal", "XID", "xid.sxid", Status.FAIL, "nvswitch:2 0000:05:00.0", Action.REBOOT, True, "SXid 20034",
+          kmsg=("nvidia-nvswitch2: SXid (PCI:0000:05:00.0): 20034, Fatal, Link 14 LTSSM Fault Up",)),
+    Fault("sxid-non-fatal", "XID", "xid.sxid", Status.WARN, "nvswitch:0 0000:06:00.0", Action.NONE, False, "SXid 19084",
+          kmsg=("nvidia-nvswitch0: SXid (PCI:0000:06:00.0): 19084, Non-fatal, Link 3 AN1 Heartbeat Timeout",),
+          blame=Blame.NODE),  # the fabric's problem, not the job's; a WARN never drains
+    # -- topology -------------------------------------------------------------------------------
+    Fault("gpu-nic-across-socket", "topology", "topology.gpu-nic", Status.FAIL, gpu(6), Action.DRAIN, True,
+          "nearest RDMA NIC is mlx5_0 at SYS, worse than PXB", overrides=SYS_GPUS),
+    Fault("gpu-nic-across-socket-warn-only", "topology", "topology.gpu-nic", Status.WARN, gpu(6), Action.NONE, False,
+          "worse than PXB", overrides=SYS_GPUS, config={"on_violation": "warn"}),
+    Fault("gds-nvme-far", "topology", "topology.gpu-nvme", Status.FAIL, gpu(0), Action.DRAIN, True,
+          "nearest NVMe drive is nvme0 at NODE, worse than PXB", config={"required": True}),
+    # -- ACS ------------------------------------------------------------------------------------
+    Fault("acs-redirect-on-switch", "ACS", "topology.acs", Status.FAIL, "pci:0000:41:00.0", Action.DRAIN, True,
+          "has ACS ReqRedir+CmpltRedir enabled", overrides={"switch": {"sw1": {"acs_redirect": True}}}),
+    Fault("acs-unreadable-without-root", "ACS", "topology.acs", Status.UNKNOWN, None, Action.NONE, False,
+          "extended capabilities need root", files={"truncate-config": "0000:17:00.0"}),
+    # -- IOMMU ----------------------------------------------------------------------------------
+    Fault("iommu-translating", "IOMMU", "topology.iommu", Status.WARN, None, Action.NONE, False,
+          "IOMMU translates DMA for 18 GPUs/NICs", overrides={"iommu": {"mode": "translated"}}),
+    Fault("iommu-translating-strict", "IOMMU", "topology.iommu", Status.FAIL, None, Action.DRAIN, True,
+          "boot with iommu=pt", overrides={"iommu": {"mode": "translated"}}, config={"translated": "fail"}),
+    # -- peer memory / GPUDirect ---------------------------------------------------------------
+    Fault("peermem-without-sysfs", "peermem", "gpudirect.rdma", Status.FAIL, None, Action.DRAIN, True,
+          "NCCL will not use GPUDirect RDMA",
+          overrides={"modules": {"nvidia_peermem": {"version": ""}}, "memory_peers": {"nv_mem": ""}}),
+    Fault("no-peermem-no-dmabuf", "peermem", "gpudirect.rdma", Status.FAIL, None, Action.DRAIN, True,
+          "no peer-memory module (modprobe nvidia_peermem)",
+          overrides={"modules": {"nvidia_peermem": False}, "memory_peers": {"nv_mem": ""}}),
+    Fault("gds-required-nvidia-fs-missing", "peermem", "gpudirect.storage", Status.FAIL, None, Action.DRAIN, True,
+          "nvidia_fs is not loaded", config={"required": True}),
+    # -- HCA ------------------------------------------------------------------------------------
+    Fault("hca-port-down", "HCA", "gpudirect.hca", Status.FAIL, "hca:mlx5_3/1", Action.DRAIN, True,
+          "mlx5_3/1 is DOWN/Disabled, expected ACTIVE/LinkUp",
+          overrides={"nic": {"mlx5_3": {"ports": {"1": {"state": "1: DOWN", "phys_state": "3: Disabled"}}}}}),
+    Fault("hca-port-slow", "HCA", "gpudirect.hca", Status.WARN, "hca:mlx5_5/1", Action.NONE, False,
+          "runs at 200 Gb/sec (4X HDR)", overrides={"nic": {"mlx5_5": {"ports": {"1": {"rate": "200 Gb/sec (4X HDR)"}}}}}),
+    Fault("hca-missing", "HCA", "gpudirect.hca", Status.FAIL, "hca:mlx5_10", Action.DRAIN, True, "mlx5_10",
+          config={"expected": ["mlx5_%d" % i for i in range(8)] + ["mlx5_10"]}),
+    Fault("hca-wrong-link-layer", "HCA", "gpudirect.hca", Status.FAIL, "hca:mlx5_8/1", Action.DRAIN, True,
+          "link layer is Ethernet, expected InfiniBand", config={"link_layer": "InfiniBand"}),
+    # -- NUMA / cpuset --------------------------------------------------------------------------
+    Fault("job-cpuset-far-from-gpus", "NUMA", "numa.job-affinity", Status.WARN, gpu(0), Action.NONE, False,
+          "has none of the job's CPUs (56-63) on its NUMA node", overrides={"job": {"4242": {"cpus": "56-63"}}},
+          blame=Blame.JOB),
+    Fault("numa-balancing-on", "NUMA", "numa.sysctl", Status.WARN, "sysctl:kernel.numa_balancing", Action.NONE, False,
+          "kernel.numa_balancing = 1, expected 0", overrides={"node": {"numa_balancing": 1}},
+          config={"numa_balancing": 0}),
+    Fault("zone-reclaim-on", "NUMA", "numa.sysctl", Status.WARN, "sysctl:vm.zone_reclaim_mode", Action.NONE, False,
+          "vm.zone_reclaim_mode = 1", overrides={"node": {"zone_reclaim_mode": 1}}),
+    # -- gres.conf ------------------------------------------------------------------------------
+    Fault("gres-cores-swapped", "gres.conf", "numa.gres-affinity", Status.FAIL, gpu(0), Action.DRAIN, True,
+          "gres.conf Cores give CPUs 56-111,168-223", overrides={"slurm": {"gres_conf": SWAPPED_GRES}}),
+    Fault("gres-cores-unparsable", "gres.conf", "numa.gres-affinity", Status.UNKNOWN, None, Action.NONE, False,
+          "/etc/slurm/gres.conf:1 Cores=", overrides={"slurm": {"gres_conf": "Name=gpu File=/dev/nvidia0 Cores=0-x\n"}}),
+    # -- housekeeping ---------------------------------------------------------------------------
+    Fault("daemon-on-job-cpus", "housekeeping", "numa.housekeeping", Status.WARN, "pid:3001", Action.NONE, False,
+          "nv-hostengine (pid 3001", overrides={"job": {"4242": {"cpus": "2-31"}}, "process": PINNED_DAEMONS + [DCGM_ON_JOB_CPUS]},
+          config=HOUSEKEEPING),
+    Fault("daemon-on-job-cpus-strict", "housekeeping", "numa.housekeeping", Status.FAIL, "pid:3001", Action.NONE,
+          True, "may run on the job's CPUs 8-15",
+          overrides={"job": {"4242": {"cpus": "2-31"}}, "process": PINNED_DAEMONS + [DCGM_ON_JOB_CPUS]},
+          config=dict(HOUSEKEEPING, on_violation="fail")),
+    # -- system ---------------------------------------------------------------------------------
+    Fault("cpu-socket-missing", "system", "system.cpu", Status.FAIL, None, Action.NONE, True,
+          "sockets 2, expected 4", config={"sockets": 4}),
+    Fault("memory-missing", "system", "system.memory", Status.FAIL, None, Action.NONE, True,
+          "expected >= 4096.0", config={"min_total_gib": 4096.0}),
+    Fault("swapping", "system", "system.swap", Status.WARN, None, Action.NONE, False, "swap",
+          overrides={"swap": [{"filename": "/dev/dm-1", "type": "partition", "size_kb": 8388608,
+                               "used_kb": 7340032, "priority": -2}]}),
+    Fault("scratch-not-mounted", "system", "system.filesystems", Status.FAIL, "fs:/scratch", Action.NONE, True,
+          "/scratch is not mounted", config={"mounted": ["/scratch"]}),
+    Fault("kernel-denied", "system", "system.kernel", Status.FAIL, None, Action.NONE, True, "5.15.0-1042-nvidia",
+          config={"deny": ["5.15.0-1042*"]}),
+    Fault("required-daemon-missing", "system", "system.processes", Status.FAIL, None, Action.NONE, True,
+          "not running: nv-fabricmanager", config={"required": ["nvidia-persistenced", "nv-fabricmanager"]}),
+    Fault("busy-before-job", "system", "system.load", Status.WARN, None, Action.NONE, False, "per CPU",
+          overrides={"node": {"loadavg": [900.0, 850.0, 800.0]}}),
+    Fault("loadavg-garbage", "system", "system.load", Status.UNKNOWN, None, Action.NONE, False, "/proc/loadavg",
+          files={"/proc/loadavg": "\x00\xff not a load average"}),
+]
+
+
+def test_the_matrix_covers_every_family_with_at_least_40_faults():
+    families = {f.family for f in FAULTS}
+    assert families >= {"GPU", "XID", "NVLink", "PCIe", "topology", "ACS", "IOMMU", "peermem", "HCA", "NUMA",
+                        "gres.conf", "housekeeping", "system"}
+    assert len(FAULTS) >= 40 and len({f.id for f in FAULTS}) == len(FAULTS)
+    assert sum(f.drains for f in FAULTS) >= 20 and sum(not f.drains for f in FAULTS) >= 15
+
+
+def matrix_table() -> str:
+    """The Markdown table of every row, as docs/reliability.md shows it."""
+    rows = ["| fault | family | check | status | component | action | drains |", "|---|---|---|---|---|---|---|"]
+    for f in FAULTS:
+        rows.append("| `%s` | %s | `%s` | %s | %s | %s | %s |" % (
+            f.id, f.family, f.check, f.status.value, "`%s`" % f.component if f.component else "node", f.action.value,
+            "yes" if f.drains else "no"))
+    return "\n".join(rows) + "\n"
+
+
+def test_docs_show_the_matrix_as_tested():
+    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "docs", "reliability.md")
+    with open(path) as handle:
+        text = handle.read()
+    start, end = "<!-- fault-matrix:start -->\n", "<!-- fault-matrix:end -->"
+    assert start in text and end in text, "docs/reliability.md lost its fault-matrix markers"
+    shown = text[text.index(start) + len(start):text.index(end)]
+    assert shown == matrix_table(), "docs/reliability.md is stale: paste matrix_table() between the markers"
+
+
+# ------------------------------------------------------------------------------------------------
+# nodes: one shared healthy node, plus one per distinct overlay; pynvml is pointed at one at a time
+
+
+class Nodes:
+    def __init__(self) -> None:
+        from tests.fakenode import FakeNode
+
+        self._build = FakeNode.build_temp
+        self.healthy = self._build("dgx-h100")
+        self._by_overlay: Dict[str, Any] = {}
+        self._active = None
+
+    def for_fault(self, fault: Fault):
+        if fault.overrides is None:
+            return self.healthy
+        key = json.dumps(fault.overrides, sort_keys=True, default=str)
+        if key not in self._by_overlay:
+            self._by_overlay[key] = self._build("dgx-h100", fault.overrides)
+        return self._by_overlay[key]
+
+    def activate(self, node) -> None:
+        """Point the real pynvml at `node`'s fake library with fresh slurm_hooks.nvml sessions."""
+        from tests.fakenode import fakenvml
+
+
+        nvml.reset_sessions()  # every row starts like a new prolog process: nvmlInit sees the injected state
+        if self._active is not node:
+            fakenvml.unload_from_pynvml()
+            node.load_into_pynvml()
+            self._active = node
+
+    def close(self) -> None:
+        from tests.fakenode import fakenvml
+
+        fakenvml.unload_from_pynvml()
+        nvml.reset_sessions()
+        for node in [self.healthy] + list(self._by_overlay.values()):
+            node.cleanup()
+
+
+@pytest.fixture(scope="module")
+def nodes():
+    built = Nodes()
+    yield built
+    built.close()
+
+
+class Edits:
+    """Shared-node edits (NVML state keys, files, kernel log records), undone in reverse order."""
+
+    def __init__(self, node) -> None:
+        self.node = node
+        self.undo = []
+
+    def nvml(self, changes: Dict[str, Any]) -> None:
+        before = self.node.state()
+        self.node.set_states(changes)
+        self.undo.append(lambda: self.node.set_states({k: before.get(k) for k in changes}))
+
+    def file(self, path: str, content: str) -> None:
+        real = self.node.path(path).resolve()  # write through sysfs symlinks, restore the target
+        saved = real.read_bytes()
+        real.write_bytes(content.encode("utf-8", "surrogateescape") if isinstance(content, str) else content)
+        self.undo.append(lambda: real.write_bytes(saved))
+
+    def truncate_config_space(self, bdf: str) -> None:
+        """What an unprivileged read of /sys/bus/pci/devices/<bdf>/config returns: 64 bytes."""
+        real = self.node.path("/sys/bus/pci/devices/%s" % bdf).resolve() / "config"
+        saved = real.read_bytes()
+        real.write_bytes(saved[:64])
+        self.undo.append(lambda: real.write_bytes(saved))
+
+    def kmsg(self, messages) -> None:
+        kmsg = self.node.path("/dev/kmsg")
+        saved = kmsg.read_bytes()
+        for message in messages:
+            self.node.add_kmsg(message)
+        self.undo.append(lambda: kmsg.write_bytes(saved))
+
+    def restore(self) -> None:
+        while self.undo:
+            self.undo.pop()()
+
+
+def run_fault(registry, nodes, fault: Fault):
+    node = nodes.for_fault(fault)
+    edits = Edits(node)
+    try:
+        if fault.nvml:
+            edits.nvml(fault.nvml)
+        for path, content in fault.files.items():
+            if path == "truncate-config":
+                edits.truncate_config_space(content)
+            else:
+                edits.file(path, content)
+        if fault.kmsg:
+            edits.kmsg(fault.kmsg)
+        nodes.activate(node)
+        data = dict(fault.settings)
+        if fault.config:
+            data["checks"] = {fault.check: fault.config}
+        config = validate(registry, data)
+        report = run_checks(registry, config, Host(str(node.root)), "prolog",
+                            select_checks(registry, "prolog", [fault.check]), job=JOB)
+        return report.results(), policy.decide(report.results(), config.settings)
+    finally:
+        edits.restore()
+
+
+def _shown(results):
+    return [(r.status.value, r.component, r.action.value, r.summary) for r in results]
+
+
+@pytest.mark.parametrize("fault", FAULTS, ids=[f.id for f in FAULTS])
+def test_fault(registry, nodes, fault):
+    results, decision = run_fault(registry, nodes, fault)
+    assert {r.check for r in results} == {fault.check}
+    found = [r for r in results if r.status is fault.status]
+    assert found, _shown(results)
+    first = found[0]
+    assert (first.component, first.action) == (fault.component, fault.action), _shown(results)
+    assert fault.words in first.summary, _shown(results)
+    worst = max(r.status.severity for r in results)
+    assert worst == fault.status.severity, _shown(results)  # nothing worse than the injected fault
+    expected_blame = fault.blame or {Status.FAIL: Blame.NODE, Status.UNKNOWN: Blame.CHECK}.get(fault.status)
+    assert first.effective_blame is expected_blame
+    assert (decision.verdict is policy.Verdict.DRAIN) is fault.drains, (decision.verdict, _shown(results))
+    if fault.drains:
+        assert decision.reason.startswith("slurm-hooks: %s: " % fault.check), decision.reason
+        if fault.component:
+            assert fault.component in decision.reason
+        if fault.action is not Action.NONE:
+            assert ("-> " + fault.action.value) in decision.reason
+        assert len(decision.reason) <= 200
+    elif fault.status is Status.OK:
+        assert decision.verdict is policy.Verdict.PASS
+    else:
+        assert decision.verdict is policy.Verdict.ALERT and decision.reason == ""
+
+
+def test_shared_node_is_healthy_after_the_matrix(registry, nodes):
+    """Every edit was undone: the shared node still passes every prolog check (runs last in this file)."""
+    nodes.activate(nodes.healthy)
+    config = validate(registry, {})
+    report = run_checks(registry, config, Host(str(nodes.healthy.root)), "prolog",
+                        select_checks(registry, "prolog"), job=JOB)
+    assert {r.status for r in report.results()} <= {Status.OK, Status.SKIP}, _shown(
+        [r for r in report.results() if r.status not in (Status.OK, Status.SKIP)])
+    assert policy.decide(report.results(), config.settings).verdict is policy.Verdict.PASS
+
+
+# ------------------------------------------------------------------------------------------------
+# 1,000 consecutive prologs on the healthy node: no drain, no non-OK result, no Slurm call
+
+SOAK_RUNS = int(os.environ.get("SLURM_HOOKS_SOAK_RUNS", "1000"))  # lower it for a quick local run only
+SOAK_GPU_SETS = ("0-7", "0,1", "2,3", "4-7", "5", "")  # whole node, pairs, half, one GPU, a CPU-only job
+
+
+def test_consecutive_healthy_prologs_never_drain(registry, nodes, tmp_path, capsys):
+    """The prolog path slurmd runs (hooks.run_hook: job environment, forked check process with its
+    deadline, policy, decision log), 1,000 times in a row against the in-memory Slurm of
+    test_drainer.py. A false positive here (a flaky parse, a check timing out under load) would drain
+    healthy nodes cluster-wide. Job records are off: their snapshot fork is tested in test_records.py
+    and would only add time here."""
+    from test_drainer import cluster
+
+    from slurm_hooks.hooks import run_hook
+    from slurm_hooks.slurm import SlurmClient
+
+    node = nodes.healthy
+    nodes.activate(node)
+    nvml.reset_sessions()  # each run's forked check process starts NVML itself, as a new prolog would
+    log_file = tmp_path / "log" / "slurm-hooks.log"
+    config = validate(registry, {"general": {"root": str(node.root)},
+                                 "paths": {"state_dir": str(tmp_path / "state"), "log_file": str(log_file),
+                                           "syslog": False},
+                                 "records": {"enabled": False}})
+    backend = cluster()
+    statuses, verdicts, codes, durations = {}, {}, {}, []
+    started = time.monotonic()
+    for run in range(SOAK_RUNS):
+        env = {"SLURM_JOB_ID": str(100000 + run), "SLURM_JOB_USER": "alice", "SLURMD_NODENAME": "node1",
+               "SLURM_JOB_GPUS": SOAK_GPU_SETS[run % len(SOAK_GPU_SETS)], "SLURM_SCRIPT_CONTEXT": "prolog_slurmd"}
+        outcome = run_hook("prolog", registry, config, env, client=SlurmClient(backend))
+        codes[outcome.exit_code] = codes.get(outcome.exit_code, 0) + 1
+        verdicts[outcome.decision.verdict] = verdicts.get(outcome.decision.verdict, 0) + 1
+        for result in outcome.report.results():
+            if result.status not in (Status.OK, Status.SKIP) or result.details.get("timed_out"):
+                statuses.setdefault(result.check, []).append((run, result.status.value, result.summary))
+        durations.append(outcome.report.duration)
+        capsys.readouterr()  # the decision lines also go to stderr: don't hold 1,000 of them
+    elapsed = time.monotonic() - started
+    assert statuses == {}, {k: v[:3] for k, v in statuses.items()}
+    assert codes == {0: SOAK_RUNS} and verdicts == {policy.Verdict.PASS: SOAK_RUNS}
+    assert backend.calls == 0 and not any(n.is_drained for n in backend.nodes.values())
+    lines = log_file.read_text().splitlines()
+    assert len(lines) == SOAK_RUNS and all("decision=pass" in line and "slurm_calls=0" in line for line in lines)
+    state_dir = tmp_path / "state"
+    assert not (state_dir / "node-state.json").exists()  # nothing drained, nothing pending
+    durations.sort()
+    with capsys.disabled():
+        print("\n[reliability] %d consecutive healthy prologs: 0 drains, 0 non-OK results, 0 Slurm calls; "
+              "%.1f s in all (%.0f ms per run, fork included); checks p50 %.0f ms, p99 %.0f ms"
+              % (SOAK_RUNS, elapsed, 1000 * elapsed / SOAK_RUNS, 1000 * durations[len(durations) // 2],
+                 1000 * durations[int(len(durations) * 0.99)]))
