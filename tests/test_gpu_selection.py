@@ -3,15 +3,12 @@ fallback; per-GPU checks look only at the job's GPUs; a GPU Slurm allocated that
 from __future__ import annotations
 
 import pytest
-import test_gpu_checks
 from test_gpu_checks import component, run
 
 from slurm_hooks import nvml
 from slurm_hooks.checks.gpu import GpuDevice, select_gpus
 from slurm_hooks.result import Action, Blame, Status
 from slurm_hooks.runner import JobContext
-
-nvml_node = test_gpu_checks.nvml_node  # the fixture (in-process pynvml on a fake node)
 
 
 def devices(minors):

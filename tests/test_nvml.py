@@ -7,7 +7,6 @@ import logging
 import re
 
 import pytest
-import test_gpu_checks
 from test_gpu_checks import component, run
 
 from slurm_hooks import nvml
@@ -50,7 +49,6 @@ REVIEWED = {
     999: (U, Action.NONE, Blame.CHECK),  # UNKNOWN
 }
 
-nvml_node = test_gpu_checks.nvml_node  # the fixture (in-process pynvml on a fake node)
 
 
 @pytest.mark.parametrize("code", sorted(nvml.ERROR_TABLE))
