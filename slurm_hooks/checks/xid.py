@@ -201,10 +201,8 @@ def xid_events(log: KernelLog, gpus: GpuMap, job, params) -> List[Result]:
         overrides = parse_overrides(params.overrides)
     except ValueError as exc:
         return [_bad_params("xid.events", exc)]
-    events = [e for e in log.xids if e.xid not in params.ignore]
-    live = [e for e in events if e.seq is None or e.seq not in log.acked]
-    counts = {"since_boot": len(events), "acknowledged": len(events) - len(live),
-              "ignored": len(log.xids) - len(events), "other_gpus": 0}
+    live, counts = _live(log.xids, params.ignore, log.acked)
+    counts["other_gpus"] = 0
     findings = []
     for event, cls in zip(live, catalog.classify_all(live, overrides)):
         index = (gpus.by_bus or {}).get(event.pci or "")
@@ -240,10 +238,7 @@ def xid_sxid(log: KernelLog, params) -> List[Result]:
         overrides = parse_overrides(params.overrides)
     except ValueError as exc:
         return [_bad_params("xid.sxid", exc)]
-    events = [e for e in log.sxids if e.sxid not in params.ignore]
-    live = [e for e in events if e.seq is None or e.seq not in log.acked]
-    counts = {"since_boot": len(events), "acknowledged": len(events) - len(live),
-              "ignored": len(log.sxids) - len(events)}
+    live, counts = _live(log.sxids, params.ignore, log.acked)
     findings = [(_switch_component(e), e, catalog.classify_sxid(e, overrides)) for e in live]
     common = _common_details(log, counts, None)
     results = _group("xid.sxid", findings, "SXid", common)
@@ -251,6 +246,13 @@ def xid_sxid(log: KernelLog, params) -> List[Result]:
 
 
 # -- helpers -----------------------------------------------------------------------------------
+
+def _live(events: Sequence[Any], ignore: Sequence[int], acked: Any) -> Tuple[List[Any], Dict[str, int]]:
+    """Xid/SXid events neither ignored by number nor acknowledged (by kmsg sequence), and the counts."""
+    kept = [e for e in events if _code(e) not in ignore]
+    live = [e for e in kept if e.seq is None or e.seq not in acked]
+    return live, {"since_boot": len(kept), "acknowledged": len(kept) - len(live), "ignored": len(events) - len(kept)}
+
 
 def _switch_component(event: SxidEvent) -> str:
     name = "nvswitch:%d" % event.switch if event.switch is not None else "nvswitch"
