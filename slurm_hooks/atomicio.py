@@ -5,16 +5,25 @@ Errors (ENOSPC, EROFS, EACCES) propagate as OSError with the path; callers decid
 """
 from __future__ import annotations
 
+import itertools
 import json
 import os
-import tempfile
 from typing import Any
+
+_serial = itertools.count()
 
 
 def write_atomic(path: str, data: bytes, mode: int = 0o600) -> None:
     directory = os.path.dirname(os.path.abspath(path)) or "."
     os.makedirs(directory, mode=0o700, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".tmp", dir=directory)
+    # O_EXCL with pid + counter instead of tempfile.mkstemp: same safety, without importing tempfile
+    # (and random, shutil...) on the prolog's path. Leftovers of a killed writer start with '.'.
+    tmp = os.path.join(directory, ".%s.%d.%d.tmp" % (os.path.basename(path), os.getpid(), next(_serial)))
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:  # left by a killed process that had our pid: nobody else can be writing it
+        os.unlink(tmp)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     try:
         os.fchmod(fd, mode)
         view = memoryview(data)

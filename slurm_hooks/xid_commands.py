@@ -227,11 +227,10 @@ def write_acks(path: str, boot_id: str, events: List[Any]) -> None:
     Entries of other boots are dropped: they can never match again. A corrupt file is replaced.
     """
     import fcntl
-    import json
     import os
-    import tempfile
     import time
 
+    from .atomicio import write_json_atomic
     from .checks.xid import ACK_SCHEMA, parse_acks
 
     directory = os.path.dirname(path)
@@ -255,19 +254,7 @@ def write_acks(path: str, boot_id: str, events: List[Any]) -> None:
                 kind, code = ("sxid", event.sxid) if hasattr(event, "sxid") else ("xid", event.xid)
                 keep.append({"boot_id": boot_id, "seq": event.seq, "kind": kind, "code": code, "pci": event.pci,
                              "acked_at": stamp, "by": _user()})
-        fd, tmp = tempfile.mkstemp(prefix=".xid-ack.", suffix=".tmp", dir=directory)  # mode 0600
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as handle:
-                json.dump({"schema": ACK_SCHEMA, "acks": keep}, handle, indent=1)
-                handle.write("\n")
-                handle.flush()
-                os.fsync(handle.fileno())
-            os.replace(tmp, path)
-        except BaseException:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
-            raise
-        os.fsync(dir_fd)  # the rename itself survives a crash
+        write_json_atomic(path, {"schema": ACK_SCHEMA, "acks": keep})  # temp + fsync + rename, mode 0600
     finally:
         os.close(dir_fd)
 
