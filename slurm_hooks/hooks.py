@@ -11,7 +11,6 @@ path makes no Slurm call at all.
 from __future__ import annotations
 
 import os
-import socket
 import sys
 import time
 from dataclasses import dataclass
@@ -50,7 +49,7 @@ class HookResult:
 
 def node_name(job: JobContext, explicit: Optional[str] = None) -> str:
     """SLURMD_NODENAME (what slurmd calls this node), else --node, else the short host name."""
-    return job.node_name or explicit or socket.gethostname().split(".")[0]
+    return job.node_name or explicit or os.uname().nodename.split(".")[0]
 
 
 def state_path(config: Config) -> str:

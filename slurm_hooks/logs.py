@@ -7,7 +7,6 @@ reported on stderr once and never stop a hook.
 from __future__ import annotations
 
 import logging
-import logging.handlers
 import os
 import sys
 from typing import Any, Mapping
@@ -24,12 +23,9 @@ def setup(settings: Mapping[str, Mapping[str, Any]], stderr: bool = True) -> log
     logger.propagate = False
     paths = settings["paths"]
     if paths["syslog"] and os.path.exists("/dev/log"):
-        try:
-            handler = logging.handlers.SysLogHandler(address="/dev/log")
-            handler.setFormatter(logging.Formatter("slurm-hooks[%(process)d]: %(levelname)s %(message)s"))
-            logger.addHandler(handler)
-        except OSError as exc:
-            print("slurm-hooks: syslog unavailable: %s" % exc, file=sys.stderr)
+        handler = SyslogHandler()
+        handler.setFormatter(logging.Formatter("%(levelname)s %(message)s"))
+        logger.addHandler(handler)
     if paths["log_file"]:
         try:
             os.makedirs(os.path.dirname(paths["log_file"]), mode=0o750, exist_ok=True)
@@ -43,6 +39,29 @@ def setup(settings: Mapping[str, Mapping[str, Any]], stderr: bool = True) -> log
         handler.setFormatter(logging.Formatter("slurm-hooks: %(levelname)s %(message)s"))
         logger.addHandler(handler)
     return logger
+
+
+class SyslogHandler(logging.Handler):
+    """Records to syslog/journald through the C library's syslog(3) (`journalctl -t slurm-hooks`).
+
+    Not logging.handlers.SysLogHandler: that one pulls in the socket machinery, which the prolog
+    would import before every job, and syslog(3) already knows /dev/log and reconnects on its own.
+    """
+
+    _PRIORITIES = {"CRITICAL": 2, "ERROR": 3, "WARNING": 4, "INFO": 6, "DEBUG": 7}  # LOG_CRIT .. LOG_DEBUG
+
+    def __init__(self) -> None:
+        super().__init__()
+        import syslog
+
+        self._syslog = syslog
+        syslog.openlog("slurm-hooks", syslog.LOG_PID, syslog.LOG_DAEMON)
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            self._syslog.syslog(self._PRIORITIES.get(record.levelname, 6), self.format(record))
+        except Exception:  # logging must never break a hook
+            self.handleError(record)
 
 
 def kv(**fields: Any) -> str:

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 from collections import Counter
 from typing import Any, Dict, List, TextIO
 
@@ -21,7 +20,7 @@ def report_to_dict(report: RunReport, root: str = "/") -> Dict[str, Any]:
         "schema": JSON_SCHEMA,
         "version": __version__,
         "context": report.context,
-        "node": job.node_name or socket.gethostname(),
+        "node": job.node_name or os.uname().nodename,
         "root": root,
         "status": report.status.value,
         "exit_code": report.status.exit_code,

@@ -176,3 +176,21 @@ def test_prolog_then_epilog_leaves_a_job_record(setup):
     assert record["job"]["id"] == "42" and record["job"]["user"] == "alice"
     assert record["prolog_snapshot"] != "missing"
     assert not (tmp / "state" / "snapshots" / "42.json").exists()  # consumed by the epilog
+
+
+def test_decisions_reach_syslog_with_their_priority(monkeypatch):
+    import logging
+    import syslog
+
+    from slurm_hooks.logs import SyslogHandler
+
+    sent = []
+    monkeypatch.setattr(syslog, "openlog", lambda *args: sent.append(("open",) + args))
+    monkeypatch.setattr(syslog, "syslog", lambda priority, message: sent.append((priority, message)))
+    logger = logging.getLogger("test.syslog")
+    logger.addHandler(SyslogHandler())
+    logger.setLevel("INFO")
+    logger.critical("decision=drain")
+    logger.info("decision=pass")
+    assert sent[0] == ("open", "slurm-hooks", syslog.LOG_PID, syslog.LOG_DAEMON)
+    assert sent[1:] == [(syslog.LOG_CRIT, "decision=drain"), (syslog.LOG_INFO, "decision=pass")]
