@@ -155,9 +155,8 @@ def main(gpus: int, repeat: int) -> None:
 
 def _timed_gatherers(registry: Any, self_times: Dict[str, float]) -> Any:
     """A copy of the registry whose gatherers record their self time (minus nested gatherers)."""
-    import dataclasses
-
     from slurm_hooks.registry import Registry
+    from slurm_hooks.structs import replace
 
     stack: List[float] = []
 
@@ -176,7 +175,7 @@ def _timed_gatherers(registry: Any, self_times: Dict[str, float]) -> Any:
 
         return run
 
-    gatherers = {name: dataclasses.replace(spec, func=wrap(name, spec.func))
+    gatherers = {name: replace(spec, func=wrap(name, spec.func))
                  for name, spec in registry.gatherers.items()}
     return Registry(checks=dict(registry.checks), gatherers=gatherers)
 

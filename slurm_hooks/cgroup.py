@@ -20,17 +20,16 @@ A process: /proc/<pid>/status ``Cpus_allowed_list`` (`taskset -cp PID`) and /pro
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from typing import FrozenSet, List, Optional, Tuple
 
 from .host import Host, parse_cpulist
+from .structs import Struct
 
 CGROUP_ROOT = "/sys/fs/cgroup"
 _JOB_ID = re.compile(r"^[0-9]{1,10}$")
 
 
-@dataclass(frozen=True)
-class JobCpuset:
+class JobCpuset(Struct):
     """What we found for a job. `cpus` is None when no cgroup was found; `reason` then says why."""
 
     job_id: str
@@ -73,8 +72,7 @@ def find_job_cpuset(host: Host, job_id: str) -> JobCpuset:
                      reason="no cgroup for job %s under %s (cgroup %s)" % (job_id, CGROUP_ROOT, version or "not mounted"))
 
 
-@dataclass(frozen=True)
-class ProcessAffinity:
+class ProcessAffinity(Struct):
     pid: int
     comm: str
     cpus: FrozenSet[int]

@@ -13,10 +13,10 @@ import glob
 import os
 import stat
 import sys
-from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from .registry import CheckSpec, Param, Params, Registry
+from .structs import Struct, field
 
 DEFAULT_CONFIG = "/etc/slurm-hooks/config.toml"
 INSECURE_OVERRIDE_ENV = "SLURM_HOOKS_ALLOW_INSECURE_CONFIG"
@@ -27,8 +27,7 @@ class ConfigError(Exception):
     """A configuration problem; the message names the file and key."""
 
 
-@dataclass(frozen=True)
-class Setting:
+class Setting(Struct):
     type: type
     default: Any
     help: str
@@ -105,14 +104,12 @@ SECTIONS: Dict[str, Dict[str, Setting]] = {
 }
 
 
-@dataclass(frozen=True)
-class CheckConfig:
+class CheckConfig(Struct):
     enabled: bool
     params: Params
 
 
-@dataclass(frozen=True)
-class Config:
+class Config(Struct):
     settings: Mapping[str, Mapping[str, Any]]
     checks: Mapping[str, CheckConfig]
     sources: Tuple[str, ...] = field(default_factory=tuple)

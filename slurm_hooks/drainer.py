@@ -8,11 +8,11 @@ typed (slurm.SlurmUnavailable, NodeNotFound, SlurmCommandError) and becomes an O
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
 from typing import Any, Mapping, Optional
 
 from . import policy
 from .slurm import NodeInfo, SlurmClient, SlurmError, SlurmUnavailable
+from .structs import Struct
 
 
 class Outcome(enum.Enum):
@@ -31,8 +31,7 @@ class Outcome(enum.Enum):
     STILL_FAILING = "still-failing"
 
 
-@dataclass(frozen=True)
-class Enacted:
+class Enacted(Struct):
     outcome: Outcome
     message: str
     node: Optional[NodeInfo] = None

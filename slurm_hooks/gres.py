@@ -13,14 +13,13 @@ Cores=0-55 ...``), so a saved copy of its output parses the same way.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
 from typing import Dict, FrozenSet, Iterable, List, Mapping, Optional, Tuple
 
 from .host import ParseError, parse_cpulist
+from .structs import Struct, field
 
 
-@dataclass(frozen=True)
-class GresLine:
+class GresLine(Struct):
     line_no: int
     text: str
     fields: Mapping[str, str]  # keys lower-cased
@@ -36,8 +35,7 @@ class GresLine:
         return not self.node_names or node in self.node_names
 
 
-@dataclass(frozen=True)
-class GresConf:
+class GresConf(Struct):
     lines: Tuple[GresLine, ...]
     autodetect: str = ""  # global AutoDetect=nvml|nvidia|rsmi|oneapi|off ('' = not set)
     node_autodetect: Dict[str, str] = field(default_factory=dict)  # per-NodeName AutoDetect lines

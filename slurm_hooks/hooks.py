@@ -13,7 +13,6 @@ from __future__ import annotations
 import os
 import sys
 import time
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Dict, Mapping, Optional, Sequence, Tuple
 
 from . import logs, policy
@@ -24,6 +23,7 @@ from .output import report_from_dict, report_to_dict
 from .registry import Registry
 from .result import Result, Status
 from .runner import CheckRun, JobContext, RunReport, run_checks, select_checks
+from .structs import Struct
 
 if TYPE_CHECKING:
     from . import drainer
@@ -38,8 +38,7 @@ FAILING_OUTCOMES = {"drained", "refined", "already-drained-by-us", "foreign-drai
                     "slurm-unavailable", "slurm-error"}
 
 
-@dataclass
-class HookResult:
+class HookResult(Struct, frozen=False):
     exit_code: int
     report: Optional[RunReport] = None
     decision: Optional[policy.Decision] = None

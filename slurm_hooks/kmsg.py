@@ -22,8 +22,9 @@ never raises. What the codes mean is slurm_hooks.xid's job (catalog, classificat
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field, replace
 from typing import Any, Iterable, List, Optional, Union
+
+from .structs import Struct, field, replace
 
 __all__ = [
     "MAX_LINE",
@@ -43,8 +44,7 @@ __all__ = [
 MAX_LINE = 8192
 
 
-@dataclass(frozen=True)
-class KmsgRecord:
+class KmsgRecord(Struct):
     """One kernel log record, from /dev/kmsg, ``dmesg``, ``dmesg -T`` or ``journalctl -k``.
 
     ``seq`` is only known for /dev/kmsg records; ``usec`` (microseconds since boot) for /dev/kmsg
@@ -65,8 +65,7 @@ class KmsgRecord:
         return None if self.priority is None else self.priority & 7
 
 
-@dataclass(frozen=True)
-class XidEvent:
+class XidEvent(Struct):
     """One ``NVRM: Xid`` message. ``pci`` is a full bus id (``0000:3b:00.0``) or None if absent."""
 
     xid: int
@@ -80,8 +79,7 @@ class XidEvent:
     wallclock: Optional[str] = None
 
 
-@dataclass(frozen=True)
-class SxidEvent:
+class SxidEvent(Struct):
     """One ``nvidia-nvswitchN: SXid`` message. ``severity`` is "Fatal", "Non-fatal" or None (not printed)."""
 
     sxid: int

@@ -15,10 +15,10 @@ from __future__ import annotations
 import ctypes
 import logging
 import threading
-from dataclasses import dataclass
 from typing import Any, Callable, Dict, Optional, Tuple
 
 from .result import Action, Blame, Status
+from .structs import Struct
 
 log = logging.getLogger(__name__)
 
@@ -32,8 +32,7 @@ INSUFFICIENT_RESOURCES, FREQ_NOT_SUPPORTED, ARGUMENT_VERSION_MISMATCH, DEPRECATE
 NOT_READY, GPU_NOT_FOUND, INVALID_STATE, RESET_TYPE_NOT_SUPPORTED, UNKNOWN_ERROR = 27, 28, 29, 30, 999
 
 
-@dataclass(frozen=True)
-class ErrorOutcome:
+class ErrorOutcome(Struct):
     name: str
     status: Status
     action: Action
@@ -141,8 +140,7 @@ def init_advice(code: int) -> str:
     return INIT_ADVICE.get(code, outcome(code).meaning)
 
 
-@dataclass(frozen=True)
-class Variant:
+class Variant(Struct):
     """One way of asking NVML for a value: a pynvml wrapper, plus keyword arguments naming pynvml constants."""
 
     function: str

@@ -17,10 +17,10 @@ from __future__ import annotations
 import enum
 import re
 import struct
-from dataclasses import dataclass, field
 from typing import Dict, Iterable, List, Optional, Tuple
 
 from .host import Host, HostError, ParseError, parse_cpulist
+from .structs import Struct, field
 
 PCI_DEVICES = "/sys/bus/pci/devices"
 _BDF = re.compile(r"^[0-9a-f]{4,8}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
@@ -59,8 +59,7 @@ class Level(enum.IntEnum):
         return cls(value) if value in cls._value2member_map_ else None
 
 
-@dataclass(frozen=True)
-class PciNode:
+class PciNode(Struct):
     bdf: str
     chain: Tuple[str, ...]  # addresses from the root port (first) down to this device (last)
     host_bridge: str  # "pci0000:15": the sysfs directory of the host bridge
@@ -74,8 +73,7 @@ class PciNode:
         return self.chain[-2] if len(self.chain) > 1 else None
 
 
-@dataclass(frozen=True)
-class PciTree:
+class PciTree(Struct):
     nodes: Dict[str, PciNode]
 
     def get(self, bdf: str) -> Optional[PciNode]:

@@ -13,10 +13,10 @@ from __future__ import annotations
 import enum
 import math
 import re
-from dataclasses import dataclass
 from typing import Iterable, List, Mapping, Optional, Sequence, Tuple
 
 from .result import Action, Blame, Result, Status
+from .structs import Struct
 
 SLURM_OWN_REASONS = ("Prolog error", "Epilog error", "Not responding", "Kill task failed")
 REFINABLE_REASONS = ("Prolog error", "Epilog error")
@@ -28,8 +28,7 @@ class Verdict(enum.Enum):
     DRAIN = "drain"  # node-broken: take the node out of service
 
 
-@dataclass(frozen=True)
-class Decision:
+class Decision(Struct):
     verdict: Verdict
     blame: Optional[Blame]
     findings: Tuple[Result, ...]  # the results that led to the verdict, worst first
@@ -134,8 +133,7 @@ def blocking_state(flags: Iterable[str], state: str, skip_states: Iterable[str])
     return None
 
 
-@dataclass(frozen=True)
-class BreakerState:
+class BreakerState(Struct):
     drained_by_us: int  # other nodes currently drained with our prefix
     total_nodes: int
     limit: int

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import importlib
 import inspect
-from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, FrozenSet, Iterable, List, Mapping, Optional, Tuple
+
+from .structs import Struct, field
 
 CONTEXTS = ("prolog", "epilog", "health", "manual")
 DEFAULT_CONTEXTS = frozenset({"prolog", "health", "manual"})
@@ -28,8 +29,7 @@ class RegistryError(Exception):
     """A programming or configuration error in what was registered (duplicate name, bad marker)."""
 
 
-@dataclass(frozen=True)
-class Param:
+class Param(Struct):
     """One typed, documented parameter of a check: `[checks."<name>"] <param> = value`."""
 
     name: str
@@ -75,8 +75,7 @@ class Params(Mapping):
         return "Params(%r)" % (self._values,)
 
 
-@dataclass(frozen=True)
-class CheckSpec:
+class CheckSpec(Struct):
     name: str
     func: Callable[..., Any]
     contexts: FrozenSet[str]
@@ -105,14 +104,12 @@ class CheckSpec:
         return next((p for p in self.params if p.name == name), None)
 
 
-@dataclass(frozen=True)
-class GathererSpec:
+class GathererSpec(Struct):
     name: str
     func: Callable[..., Any]
 
 
-@dataclass
-class Registry:
+class Registry(Struct, frozen=False):
     checks: Dict[str, CheckSpec] = field(default_factory=dict)
     gatherers: Dict[str, GathererSpec] = field(default_factory=dict)
 

@@ -18,10 +18,10 @@ import json
 import os
 import re
 import time
-from dataclasses import dataclass, field
 from typing import Any, Dict, Iterable, Iterator, List, Optional, Tuple
 
 from .recordbuild import ERROR_FIELDS, RECORD_SCHEMA, rank_key
+from .structs import Struct, field
 
 SUM_FIELDS = ERROR_FIELDS + ("xids", "sxids", "throttle_s", "leftover_processes", "energy_j")
 WORST_JOBS = 3  # per node, the jobs to look at first
@@ -33,8 +33,7 @@ class ReportError(Exception):
     """Bad input to the report (an unparsable --since, a missing path); the message says which."""
 
 
-@dataclass
-class NodeTotals:
+class NodeTotals(Struct, frozen=False):
     node: str
     jobs: int = 0
     abnormal_jobs: int = 0
@@ -76,8 +75,7 @@ class NodeTotals:
                 "worst_jobs": [job for _, job in sorted(self.worst, reverse=True)]}
 
 
-@dataclass
-class Fleet:
+class Fleet(Struct, frozen=False):
     nodes: Dict[str, NodeTotals] = field(default_factory=dict)
     records: int = 0
     skipped_old: int = 0

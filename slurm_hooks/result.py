@@ -6,8 +6,9 @@ affected component). The runner combines them (worst wins) and policy decides wh
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass, field
 from typing import Any, Dict, Iterable, Mapping, Optional
+
+from .structs import Struct, field
 
 
 class Status(enum.Enum):
@@ -50,8 +51,7 @@ class Blame(enum.Enum):
     CHECK = "check"  # we could not evaluate (our bug, missing NVML function): alert only
 
 
-@dataclass(frozen=True)
-class Result:
+class Result(Struct):
     """One finding of one check about one component (or the whole node when component is None)."""
 
     check: str

@@ -13,17 +13,16 @@ from __future__ import annotations
 import threading
 import time
 import traceback
-from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
 from .config import Config
 from .host import Host, HostError
 from .registry import CheckSpec, Registry
 from .result import Blame, Result, Status, worst
+from .structs import Struct, field, replace
 
 
-@dataclass(frozen=True)
-class JobContext:
+class JobContext(Struct):
     """The job a prolog/epilog runs for; validated from slurmd's environment. Empty for manual runs."""
 
     job_id: Optional[str] = None
@@ -69,8 +68,7 @@ class GatherContext:
         return value
 
 
-@dataclass
-class CheckRun:
+class CheckRun(Struct, frozen=False):
     name: str
     results: List[Result]
     duration: float
@@ -86,8 +84,7 @@ class CheckRun:
         return next(r for r in self.results if r.status is status)
 
 
-@dataclass
-class RunReport:
+class RunReport(Struct, frozen=False):
     context: str
     runs: List[CheckRun]
     duration: float

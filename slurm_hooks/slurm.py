@@ -20,8 +20,9 @@ import os
 import re
 import subprocess
 import time
-from dataclasses import dataclass, field
 from typing import Any, Callable, FrozenSet, List, Optional, Sequence, Tuple
+
+from .structs import Struct, field
 
 # ---------------------------------------------------------------------------------------------
 # errors
@@ -118,8 +119,7 @@ def parse_state(text: str) -> Tuple[str, FrozenSet[str]]:
     return base, frozenset(flags)
 
 
-@dataclass(frozen=True)
-class NodeInfo:
+class NodeInfo(Struct):
     """One node as slurmctld reports it. state is the base state, flags the '+'-joined rest."""
 
     name: str

@@ -16,11 +16,11 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple, Union
 
 from .kmsg import SxidEvent, XidEvent
+from .structs import Struct
 
 __all__ = [
     "STATUSES",
@@ -55,8 +55,7 @@ IMMEDIATE_BUCKETS = frozenset({
 _DATA_FILE = "xid_catalog.json"
 
 
-@dataclass(frozen=True)
-class XidEntry:
+class XidEntry(Struct):
     """One row of the packaged Xid catalog."""
 
     xid: int
@@ -73,8 +72,7 @@ class XidEntry:
     notes: Optional[str] = None
 
 
-@dataclass(frozen=True)
-class Classification:
+class Classification(Struct):
     """Our decision about one event. Strings match slurm_hooks.result Status/Action/Blame values."""
 
     status: str  # OK | WARN | FAIL | UNKNOWN

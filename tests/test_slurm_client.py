@@ -3,7 +3,6 @@
 real slurmctld underneath), (c) PyslurmBackend over real pyslurm when a matching one is importable."""
 from __future__ import annotations
 
-import dataclasses
 import os
 import subprocess
 import sys
@@ -31,6 +30,7 @@ from slurm_hooks.slurm import (
     parse_nodes,
     parse_state,
 )
+from slurm_hooks.structs import FrozenError
 
 # ---------------------------------------------------------------------------------------------
 # parser tables
@@ -116,7 +116,7 @@ def test_nodeinfo_helpers():
     assert parse_node_line(L2411_CLOUD).is_power_saving
     assert parse_node_line("NodeName=a State=IDLE+REBOOT_ISSUED").is_rebooting
     assert not parse_node_line("NodeName=n1 State=FROBNICATED").known_state
-    with pytest.raises(dataclasses.FrozenInstanceError):
+    with pytest.raises(FrozenError):
         n.state = "IDLE"
 
 

@@ -14,19 +14,18 @@ when minor numbers are unavailable. A Slurm index with no matching GPU is node-b
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Tuple
 
 from .. import nvml
 from ..registry import Param, check, gatherer
 from ..result import Action, Blame, Result, Status
+from ..structs import Struct, field
 from .pci import PciDevice, normalize_bus_id
 
 DRIVER_VERSION_FILE = "/proc/driver/nvidia/version"
 
 
-@dataclass(frozen=True)
-class GpuDevice:
+class GpuDevice(Struct):
     index: int  # NVML index
     name: str
     uuid: str
@@ -38,8 +37,7 @@ class GpuDevice:
         return "gpu:%d %s" % (self.index, self.bus_id)
 
 
-@dataclass(frozen=True)
-class GpuInventory:
+class GpuInventory(Struct):
     """What NVML reported. `error` is set when NVML is unusable (then `devices` is empty)."""
 
     error: Optional[nvml.NvmlError] = None
@@ -55,8 +53,7 @@ class GpuInventory:
         return next((d for d in self.devices if d.index == index), None)
 
 
-@dataclass(frozen=True)
-class GpuSelection:
+class GpuSelection(Struct):
     """The GPUs per-GPU checks look at: all of them, or the job's (matched by `method`)."""
 
     devices: Tuple[GpuDevice, ...]

@@ -8,12 +8,12 @@ FUNCTION_NOT_FOUND -> UNKNOWN, NOT_SUPPORTED -> the check's `not_supported` para
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Tuple
 
 from .. import nvml
 from ..registry import Param
 from ..result import Action, Blame, Result, Status
+from ..structs import Struct, field
 from .gpu import GpuDevice, GpuInventory, GpuSelection
 
 Reader = Callable[[nvml.NvmlSession, Any], Any]  # (session, device handle) -> value
@@ -23,8 +23,7 @@ NOT_SUPPORTED_PARAM = Param("not_supported", str, "skip", "outcome when NVML say
 _NOT_SUPPORTED_STATUS = {"skip": Status.SKIP, "ok": Status.OK, "warn": Status.WARN, "unknown": Status.UNKNOWN}
 
 
-@dataclass(frozen=True)
-class GpuReadings:
+class GpuReadings(Struct):
     """Per-GPU values: `gpus` pairs each selected device with {reading name: value or NvmlError}."""
 
     gpus: Tuple[Tuple[GpuDevice, Mapping[str, Any]], ...] = ()

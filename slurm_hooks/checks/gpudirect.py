@@ -9,13 +9,13 @@ module), /sys/class/infiniband/<hca>/ports/<n>/{state,phys_state,rate,link_layer
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from typing import Dict, List, Optional, Tuple
 
 from ..host import ParseError
 from ..pcie import Level
 from ..registry import Param, check, gatherer
 from ..result import Action, Result, Status
+from ..structs import Struct
 from .topology import Topology
 
 ALL = ("prolog", "health", "manual")
@@ -24,8 +24,7 @@ PEER_FILES = ("/sys/kernel/mm/memory_peers/nv_mem/version", "/sys/kernel/mm/memo
 PEER_MODULES = ("nvidia_peermem", "nv_peer_mem")
 
 
-@dataclass(frozen=True)
-class IbPort:
+class IbPort(Struct):
     hca: str
     port: int
     state: str  # "4: ACTIVE" -> "ACTIVE"
@@ -39,8 +38,7 @@ class IbPort:
         return "%s/%d" % (self.hca, self.port)
 
 
-@dataclass(frozen=True)
-class GpuDirectState:
+class GpuDirectState(Struct):
     peer_files: Tuple[str, ...]  # which of PEER_FILES exist
     modules: Tuple[str, ...]  # names in /proc/modules
     kernel_release: str

@@ -10,20 +10,19 @@ Where the data comes from: each GPU's /sys/bus/pci/devices/<bdf>/{numa_node,loca
 from __future__ import annotations
 
 import fnmatch
-from dataclasses import dataclass
 from typing import Dict, FrozenSet, List, Optional, Tuple
 
 from .. import cgroup, gres, nvml
 from ..host import ParseError, format_cpulist, parse_cpulist
 from ..registry import Param, check, gatherer
 from ..result import Action, Blame, Result, Status
+from ..structs import Struct
 from .topology import Endpoint, Topology
 
 ALL = ("prolog", "health", "manual")
 
 
-@dataclass(frozen=True)
-class GpuPlace:
+class GpuPlace(Struct):
     gpu: Endpoint
     numa_node: int
     local_cpus: FrozenSet[int]  # sysfs local_cpulist
@@ -71,8 +70,7 @@ def read_cores(ctx) -> List[FrozenSet[int]]:
     return gres.logical_cores([(cpu, package, core) for cpu, (package, core) in sorted(places.items())])
 
 
-@dataclass(frozen=True)
-class GresSource:
+class GresSource(Struct):
     path: str
     node: str
     conf: Optional[gres.GresConf]  # None: file absent
@@ -230,15 +228,13 @@ def _judge_gres(place: GpuPlace, dev: str, line: gres.GresLine, cpus: FrozenSet[
 
 # -- housekeeping CPUs: system daemons and device IRQs stay off the job's CPUs ---------------------
 
-@dataclass(frozen=True)
-class Irq:
+class Irq(Struct):
     number: int
     name: str  # the action name(s) at the end of the /proc/interrupts line
     cpus: FrozenSet[int]
 
 
-@dataclass(frozen=True)
-class HousekeepingState:
+class HousekeepingState(Struct):
     processes: Tuple[cgroup.ProcessAffinity, ...]
     irqs: Tuple[Irq, ...]
     slurm_node: Dict[str, str]  # this node's slurm.conf NodeName line (CpuSpecList, CoreSpecCount)
@@ -352,8 +348,7 @@ def _violation(status: Status, who: str, cpus: FrozenSet[int], allowed: FrozenSe
 
 # -- NUMA sysctls and hugepages ---------------------------------------------------------------
 
-@dataclass(frozen=True)
-class NumaSysctls:
+class NumaSysctls(Struct):
     numa_balancing: Optional[int]
     zone_reclaim_mode: Optional[int]
     hugepages: Dict[int, Dict[str, Tuple[int, int]]]  # node -> size ('2048kB') -> (nr, free)

@@ -1,18 +1,17 @@
 """Gatherer `pci.devices`: the PCI devices in sysfs (`lspci -D -n`), shared by the GPU and topology families."""
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Tuple
 
 from ..registry import gatherer
+from ..structs import Struct
 
 PCI_DEVICES = "/sys/bus/pci/devices"
 NVIDIA_VENDOR = 0x10DE
 GPU_CLASSES = (0x0302, 0x0300)  # 3D controller (datacenter GPUs), VGA controller
 
 
-@dataclass(frozen=True)
-class PciDevice:
+class PciDevice(Struct):
     bdf: str  # 0000:18:00.0
     vendor: int
     device: int

@@ -8,7 +8,6 @@ Where the data comes from: /sys/devices/system/cpu (topology, `lscpu`), /proc/cp
 from __future__ import annotations
 
 import fnmatch
-from dataclasses import dataclass
 from typing import FrozenSet, List, Mapping, Optional, Tuple
 
 from ..host import HostError, parse_cpulist
@@ -25,6 +24,7 @@ from ..parsers import (
 )
 from ..registry import CONTEXTS, Param, check, gatherer
 from ..result import Result, Status
+from ..structs import Struct
 
 GIB_KB = 1024 * 1024
 ALL = CONTEXTS  # every context
@@ -32,8 +32,7 @@ ALL = CONTEXTS  # every context
 
 # -- gatherers ---------------------------------------------------------------------------------
 
-@dataclass(frozen=True)
-class CpuTopology:
+class CpuTopology(Struct):
     online: FrozenSet[int]
     offline: FrozenSet[int]
     sockets: int
@@ -42,8 +41,7 @@ class CpuTopology:
     models: Tuple[str, ...]
 
 
-@dataclass(frozen=True)
-class CpuPlaces:
+class CpuPlaces(Struct):
     online: FrozenSet[int]
     offline: FrozenSet[int]
     places: Mapping[int, Tuple[int, int]]  # online CPU -> (package id, core id)
@@ -85,8 +83,7 @@ def read_cpu(ctx) -> CpuTopology:
                        tuple(parse_cpuinfo_models(ctx.get("system.cpuinfo"))))
 
 
-@dataclass(frozen=True)
-class MemoryState:
+class MemoryState(Struct):
     total_kb: int
     available_kb: int
     numa: Tuple[Tuple[int, int, int], ...]  # (node, MemTotal kB, MemFree kB)
@@ -111,8 +108,7 @@ def read_swap(ctx) -> Tuple[SwapArea, ...]:
     return tuple(parse_swaps(ctx.host.read_text("/proc/swaps", default="")))
 
 
-@dataclass(frozen=True)
-class FsState:
+class FsState(Struct):
     path: str
     mount: Optional[Mount]  # the mount holding `path` (longest mount point that prefixes it)
     is_mountpoint: bool  # `path` is itself a mount point

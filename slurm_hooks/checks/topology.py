@@ -9,7 +9,6 @@ from each bridge's config space (`lspci -vvv | grep ACSCtl`), and the IOMMU from
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Tuple
 
 from .. import nvml, pcie
@@ -17,6 +16,7 @@ from ..host import HostError
 from ..pcie import Level, PciTree
 from ..registry import Param, check, gatherer
 from ..result import Action, Result, Status
+from ..structs import Struct, field
 from .pci import PCI_DEVICES
 
 ALL = ("prolog", "health", "manual")
@@ -25,8 +25,7 @@ VM_VENDORS = ("qemu", "kvm", "vmware", "xen", "microsoft corporation", "innotek"
               "openstack", "bochs", "parallels")
 
 
-@dataclass(frozen=True)
-class Endpoint:
+class Endpoint(Struct):
     kind: str  # gpu | nic | nvme
     name: str  # "GPU3" (NVML index) or "GPU@<bdf>", "mlx5_2", "nvme1"
     bdf: str
@@ -41,8 +40,7 @@ class Endpoint:
         return "%s %s" % (label, self.bdf)
 
 
-@dataclass(frozen=True)
-class Topology:
+class Topology(Struct):
     tree: PciTree
     gpus: Tuple[Endpoint, ...]
     nics: Tuple[Endpoint, ...]  # RDMA devices only: GPUDirect RDMA needs verbs
@@ -335,8 +333,7 @@ def _judge_bridge(topo: Topology, bridge: str, users: List[str], params) -> Opti
 
 # -- IOMMU ------------------------------------------------------------------------------------
 
-@dataclass(frozen=True)
-class IommuState:
+class IommuState(Struct):
     units: Tuple[str, ...]  # /sys/class/iommu entries (dmar0, ivhd0, ...)
     group_types: Dict[str, str]  # GPU/NIC bdf -> /sys/kernel/iommu_groups/<n>/type ('' when no group)
     cmdline: str

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import threading
-from dataclasses import dataclass
 from typing import Any, Dict, FrozenSet, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 from .. import xid as catalog
@@ -24,6 +23,7 @@ from ..host import HostError
 from ..kmsg import SxidEvent, XidEvent, scan, scan_sxid
 from ..registry import CONTEXTS, Param, check, gatherer
 from ..result import Action, Blame, Result, Status
+from ..structs import Struct
 from . import gpu as _gpu  # noqa: F401  (registers the gpu.inventory gatherer we map bus ids with)
 
 KMSG = "/dev/kmsg"
@@ -38,8 +38,7 @@ _ACTION_RANK = {"none": 0, "drain": 1, "reset-gpu": 2, "reboot": 3, "rma": 4}
 
 # -- gatherers ---------------------------------------------------------------------------------
 
-@dataclass(frozen=True)
-class KernelLog:
+class KernelLog(Struct):
     """The Xid/SXid events in the kernel log, and which of them an admin acknowledged."""
 
     boot_id: Optional[str]
@@ -49,8 +48,7 @@ class KernelLog:
     notes: Tuple[str, ...] = ()  # problems worth showing (corrupt ack file, unknown boot id)
 
 
-@dataclass(frozen=True)
-class GpuMap:
+class GpuMap(Struct):
     """PCI bus id (0000:3b:00.0) -> NVML GPU index; `by_bus` is None when NVML could not tell."""
 
     by_bus: Optional[Mapping[str, int]]
