@@ -6,24 +6,22 @@ pays only for what it uses (start-up time is the prolog's cost floor).
 """
 from __future__ import annotations
 
-import argparse
 import importlib
 import sys
-from typing import List, Optional
+from types import SimpleNamespace
+from typing import TYPE_CHECKING, Dict, List, Optional
+
+if TYPE_CHECKING:
+    import argparse
 
 EXIT_UNKNOWN = 3  # Nagios UNKNOWN: also used for usage and configuration errors
 VERB_MODULES = ("slurm_hooks.commands", "slurm_hooks.xid_commands", "slurm_hooks.hook_commands",
                 "slurm_hooks.record_commands")
 
 
-class Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # argparse would exit 2, which means FAIL to Nagios
-        self.print_usage(sys.stderr)
-        self.exit(EXIT_UNKNOWN, "%s: error: %s\n" % (self.prog, message))
-
-
 def build_parser() -> argparse.ArgumentParser:
     from . import __version__
+    from .cli_parser import Parser
 
     parser = Parser(prog="slurm-hooks", description="GPU node checks for Slurm prolog/epilog/health and admins.")
     parser.add_argument("--version", action="version", version="slurm-hooks " + __version__)
@@ -41,40 +39,44 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def add_run_options(parser: argparse.ArgumentParser) -> None:
-    """Options shared by every verb that runs checks."""
-    parser.add_argument("--json", action="store_true", help="print JSON (schema slurm-hooks.check/1)")
-    parser.add_argument("-v", "--verbose", action="store_true", help="show every result with its details")
-    parser.add_argument("--root", metavar="DIR", help="read /sys, /proc, /dev under DIR (a captured or fake tree)")
-    parser.add_argument("--deadline", type=float, metavar="SECONDS", help="override the run's global deadline")
-
-
 HOOK_VERBS = ("prolog", "epilog", "health")
+_GLOBAL_OPTIONS = ("--config",)
+_HOOK_OPTIONS = ("--root", "--node")
 
 
-def hook_parser() -> argparse.ArgumentParser:
-    """The prolog/epilog/health command line alone: slurmd runs these before/after every job, so they
-    skip building the full parser (every verb module imported, dozens of sub-parsers)."""
-    parser = Parser(prog="slurm-hooks")
-    parser.add_argument("--config", metavar="FILE")
-    parser.add_argument("context", choices=HOOK_VERBS)
-    parser.add_argument("--root", metavar="DIR")
-    parser.add_argument("--node", metavar="NAME")
-    return parser
+def parse_hook_args(argv: List[str]) -> Optional[Dict[str, Optional[str]]]:
+    """`[--config FILE] prolog|epilog|health [--root DIR] [--node NAME]` parsed without argparse.
 
-
-def _is_hook_call(argv: List[str]) -> bool:
-    words = [w for i, w in enumerate(argv) if not (w.startswith("-") or (i and argv[i - 1] == "--config"))]
-    return bool(words) and words[0] in HOOK_VERBS and not any(w in ("-h", "--help", "--version") for w in argv)
+    slurmd runs these before/after every job, and argparse (with the shutil, gettext and locale it
+    pulls in) costs a few ms of every prolog. Anything else, help and mistakes included, returns
+    None and goes through the full parser, which also gives the error messages.
+    """
+    values: Dict[str, Optional[str]] = {"config": None, "context": None, "root": None, "node": None}
+    words = list(argv)
+    while words:
+        word = words.pop(0)
+        name, eq, value = word.partition("=")
+        allowed = _HOOK_OPTIONS if values["context"] else _GLOBAL_OPTIONS
+        if name in allowed:
+            if not eq:
+                if not words or words[0].startswith("-"):
+                    return None
+                value = words.pop(0)
+            values[name[2:]] = value
+        elif values["context"] is None and word in HOOK_VERBS:
+            values["context"] = word
+        else:
+            return None
+    return values if values["context"] else None
 
 
 def main(argv: Optional[List[str]] = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
-    if _is_hook_call(argv):
+    hook_args = parse_hook_args(argv)
+    if hook_args is not None:
         from .hook_commands import cmd_hook
 
-        args = hook_parser().parse_args(argv)
-        return _finish(cmd_hook, args)
+        return _finish(cmd_hook, SimpleNamespace(**hook_args))
     parser = build_parser()
     args = parser.parse_args(argv)
     handler = getattr(args, "handler", None)
@@ -84,7 +86,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     return _finish(handler, args)
 
 
-def _finish(handler, args: argparse.Namespace) -> int:
+def _finish(handler, args) -> int:  # args: argparse.Namespace, or a SimpleNamespace from parse_hook_args
     from .commands import finish
     from .config import ConfigError
 

@@ -11,7 +11,7 @@ from .registry import Registry, load_builtin_checks
 
 
 def add_parsers(sub) -> None:
-    from .cli import Parser, add_run_options
+    from .cli_parser import Parser, add_run_options
 
     check = sub.add_parser("check", help="run checks now and print the results",
                            description="Run checks (default: those of the 'manual' context). Exit code: 0 OK, "

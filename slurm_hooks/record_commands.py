@@ -10,7 +10,7 @@ EXIT_UNKNOWN = 3
 
 
 def add_parsers(sub) -> None:
-    from .cli import Parser
+    from .cli_parser import Parser
 
     record = sub.add_parser("record", help="per-job records written by the epilog")
     record_sub = record.add_subparsers(dest="record_command", metavar="SUBCOMMAND", parser_class=Parser)

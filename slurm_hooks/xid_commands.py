@@ -27,7 +27,7 @@ id (/proc/sys/kernel/random/boot_id), and the kernel log starts afresh.
 
 
 def add_parsers(sub) -> None:
-    from .cli import Parser
+    from .cli_parser import Parser
 
     explain = sub.add_parser("explain", help="explain an error code: explain xid 79")
     what = explain.add_subparsers(dest="explain_what", metavar="WHAT", parser_class=Parser)

@@ -1,0 +1,25 @@
+"""The argparse pieces of the command line, kept apart from cli.py so the prolog never imports argparse.
+
+argparse brings shutil, gettext and locale with it (a few ms); `slurm-hooks prolog|epilog|health`
+parse their few options by hand (cli.parse_hook_args) and only the admin verbs build parsers.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+
+from .cli import EXIT_UNKNOWN
+
+
+class Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # argparse would exit 2, which means FAIL to Nagios
+        self.print_usage(sys.stderr)
+        self.exit(EXIT_UNKNOWN, "%s: error: %s\n" % (self.prog, message))
+
+
+def add_run_options(parser: argparse.ArgumentParser) -> None:
+    """Options shared by every verb that runs checks."""
+    parser.add_argument("--json", action="store_true", help="print JSON (schema slurm-hooks.check/1)")
+    parser.add_argument("-v", "--verbose", action="store_true", help="show every result with its details")
+    parser.add_argument("--root", metavar="DIR", help="read /sys, /proc, /dev under DIR (a captured or fake tree)")
+    parser.add_argument("--deadline", type=float, metavar="SECONDS", help="override the run's global deadline")
