@@ -28,6 +28,22 @@ def test_host_reads_are_bounded(write_tree):
     assert len(host.read_text("/big", max_bytes=100)) == 100
 
 
+@pytest.mark.parametrize("size,max_bytes", [(0, 1 << 20), (5, 1 << 20), (65536, 1 << 20), (65537, 1 << 20),
+                                            (200000, 1 << 20), (200000, 65536), (200000, 70000), (200000, 1)])
+def test_host_reads_whole_files_across_chunks_up_to_the_bound(write_tree, size, max_bytes):
+    content = bytes(i % 251 for i in range(size))  # position-dependent: a lost or repeated chunk shows
+    root = write_tree({"blob": content})
+    assert Host(root).read_bytes("/blob", max_bytes=max_bytes) == content[:max_bytes]
+
+
+def test_host_reads_procfs_files_longer_than_a_page():
+    with open("/proc/self/maps", "rb") as handle:  # seq_file: returns at most a page per read(2)
+        expected = handle.read()
+    got = Host("/").read_bytes("/proc/self/maps")
+    assert len(got) > 4096 or len(expected) <= 4096
+    assert got.splitlines()[0] == expected.splitlines()[0] and got.count(b"\n") >= expected.count(b"\n") - 8
+
+
 def test_realpath_stays_inside_root(tmp_path):
     root = tmp_path / "root"
     (root / "sys/devices/pci0000:00/0000:00:01.0/0000:01:00.0").mkdir(parents=True)
