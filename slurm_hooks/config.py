@@ -8,7 +8,6 @@ SLURM_HOOKS_ALLOW_INSECURE_CONFIG=1 is set (tests, development).
 """
 from __future__ import annotations
 
-import difflib
 import glob
 import os
 import stat
@@ -302,6 +301,8 @@ def _type_name(expected: type, item_type: Optional[type]) -> str:
 
 
 def _hint(word: str, candidates) -> str:
+    import difflib  # only to word an error
+
     close = difflib.get_close_matches(word, list(candidates), n=1)
     return " (did you mean %r?)" % close[0] if close else ""
 

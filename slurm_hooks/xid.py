@@ -15,8 +15,8 @@ the decision table.
 from __future__ import annotations
 
 import json
+import os
 import re
-from pathlib import Path
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple, Union
 
 from .kmsg import SxidEvent, XidEvent
@@ -90,23 +90,29 @@ class Classification(Struct):
 
 
 def _read_packaged_text() -> str:
+    """The catalog shipped as slurm_hooks/data/xid_catalog.json: a plain file beside this module in
+    every install we make (RPM, pip, checkout); importlib.resources (and the pathlib it imports,
+    a few ms of every prolog) only for a zipped install."""
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", _DATA_FILE)
     try:
+        with open(path, encoding="utf-8") as handle:
+            return handle.read()
+    except FileNotFoundError:
         from importlib import resources
 
-        files = getattr(resources, "files", None)
-        if files is not None:
-            return (files("slurm_hooks") / "data" / _DATA_FILE).read_text(encoding="utf-8")
-    except (ImportError, FileNotFoundError, ModuleNotFoundError, TypeError, AttributeError):
-        pass
-    return (Path(__file__).resolve().parent / "data" / _DATA_FILE).read_text(encoding="utf-8")
+        return (resources.files("slurm_hooks") / "data" / _DATA_FILE).read_text(encoding="utf-8")
 
 
 class XidCatalog:
     """The packaged Xid catalog (or one loaded from ``path``/``data``)."""
 
-    def __init__(self, data: Optional[Mapping[str, Any]] = None, path: Optional[Union[str, Path]] = None):
+    def __init__(self, data: Optional[Mapping[str, Any]] = None, path: Optional[Union[str, "os.PathLike[str]"]] = None):
         if data is None:
-            text = Path(path).read_text(encoding="utf-8") if path is not None else _read_packaged_text()
+            if path is None:
+                text = _read_packaged_text()
+            else:
+                with open(path, encoding="utf-8") as handle:
+                    text = handle.read()
             data = json.loads(text)
         self.raw: Mapping[str, Any] = data
         self.schema_version: int = int(data["schema_version"])
