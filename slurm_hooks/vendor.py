@@ -13,10 +13,12 @@ an ImportError means nvidia-ml-py is not installed (`pip install nvidia-ml-py`).
 """
 from __future__ import annotations
 
+import contextlib
 import importlib
 import os
 import sys
 from types import ModuleType
+from typing import Iterator
 
 VENDOR_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_vendor")
 
@@ -27,11 +29,42 @@ def import_pynvml() -> ModuleType:
     Raises ImportError (from the first attempt, which names the missing module) when neither exists;
     nvml.py turns that into "nvidia-ml-py is not installed".
     """
-    try:
+    with _lazy_ctypes_util():
+        try:
+            return importlib.import_module("pynvml")
+        except ImportError:
+            if not os.path.isfile(os.path.join(VENDOR_DIR, "pynvml.py")):
+                raise
+        if VENDOR_DIR not in sys.path:
+            sys.path.append(VENDOR_DIR)
         return importlib.import_module("pynvml")
-    except ImportError:
-        if not os.path.isfile(os.path.join(VENDOR_DIR, "pynvml.py")):
-            raise
-    if VENDOR_DIR not in sys.path:
-        sys.path.append(VENDOR_DIR)
-    return importlib.import_module("pynvml")
+
+
+@contextlib.contextmanager
+def _lazy_ctypes_util() -> Iterator[None]:
+    """While pynvml imports, `ctypes.util` is a stand-in whose find_library loads the real one.
+
+    pynvml.py does `from ctypes.util import find_library` at the top and never calls it (it opens
+    libnvidia-ml.so.1 by name), but ctypes.util imports subprocess, shutil and tempfile: ~3 ms of
+    every prolog's check process on 2 cores, a tenth of its Python start-up. The stand-in leaves
+    sys.modules afterwards, so any later `import ctypes.util` gets the real module; if pynvml ever
+    calls find_library, the call is passed to the real function.
+    """
+    if "ctypes.util" in sys.modules:
+        yield
+        return
+    stand_in = ModuleType("ctypes.util", "slurm-hooks stand-in: the real ctypes.util loads on first use")
+
+    def find_library(name: str):
+        if sys.modules.get("ctypes.util") is stand_in:
+            del sys.modules["ctypes.util"]
+        real = importlib.import_module("ctypes.util")
+        return real.find_library(name)
+
+    stand_in.find_library = find_library  # type: ignore[attr-defined]
+    sys.modules["ctypes.util"] = stand_in
+    try:
+        yield
+    finally:
+        if sys.modules.get("ctypes.util") is stand_in:
+            del sys.modules["ctypes.util"]

@@ -249,3 +249,16 @@ def test_vendor_prefers_the_installed_nvidia_ml_py(tmp_path):
 def test_vendor_without_either_raises_import_error_naming_pynvml(tmp_path):
     done = _import_pynvml_in_child(str(tmp_path / "absent"), with_site=False)
     assert done.returncode == 1 and "No module named 'pynvml'" in done.stderr
+
+
+def test_pynvml_import_skips_ctypes_util_yet_the_real_one_still_works():
+    pytest.importorskip("pynvml")
+    code = ("import sys; from slurm_hooks import vendor\n"
+            "pynvml = vendor.import_pynvml()\n"
+            "print(sorted(m for m in ('ctypes.util', 'subprocess', 'shutil', 'tempfile') if m in sys.modules))\n"
+            "import ctypes.util\n"
+            "print(type(ctypes.util.find_library).__name__, ctypes.util.__file__ is not None)\n"
+            "print(pynvml.find_library('c') == ctypes.util.find_library('c') != None)\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["[]", "function True", "True"]
