@@ -37,13 +37,14 @@ def parse_importtime(text: str) -> List[Tuple[str, int, float, float]]:
     return rows
 
 
-def importtime(argv: Sequence[str], env: Mapping[str, str], runs: int) -> Dict[str, Any]:
-    """Median import total and the top-level-or-nested modules with the largest cumulative time."""
+def importtime(python: Sequence[str], argv: Sequence[str], env: Mapping[str, str], runs: int) -> Dict[str, Any]:
+    """Median import total and the top-level-or-nested modules with the largest cumulative time
+    (`python` is the interpreter and its flags, argv the script and its arguments)."""
     totals, counts = [], []
     per_module: Dict[str, List[float]] = {}
     self_times: Dict[str, List[float]] = {}
     for _ in range(runs):
-        proc = subprocess.run([sys.executable, "-X", "importtime"] + list(argv), env=dict(env),
+        proc = subprocess.run(list(python) + ["-X", "importtime"] + list(argv), env=dict(env),
                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, timeout=120)
         rows = parse_importtime(proc.stderr)
         totals.append(sum(cum for _, depth, _, cum in rows if depth == 0))

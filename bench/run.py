@@ -7,8 +7,10 @@
 
 Everything runs against fake nodes (tests/fakenode: sysfs/procfs tree + fake libnvidia-ml.so.1), built
 in a temp dir (tmpfs when available), with the default configuration except: observe mode, state/log/
-records paths in the temp dir, syslog off. The hooks run as slurmd runs them: the installed console
-script (`slurm-hooks`, next to this interpreter), no arguments, slurmd's job variables, no PATH.
+records paths in the temp dir, syslog off. The hooks run as slurmd runs them: a console script
+`#!python -s` over a regular (non-editable) install of this checkout made in a temp venv, the layout
+the RPM installs (bench/install.py: the dev venv's editable finder costs every start ~8 ms that no
+node pays), no arguments, slurmd's job variables, no PATH.
 Needs gcc and the `[test]` extra (nvidia-nvml-dev), like the tests; the drain-path Slurm figures use
 a real slurmctld (tests/slurmcluster.py) when Slurm is installed and we are root, else the in-memory
 backend. NVML figures are the fake library's: a real driver's nvmlInit and calls cost more.
@@ -18,8 +20,10 @@ from __future__ import annotations
 import argparse
 import os
 import platform
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
@@ -28,6 +32,7 @@ if REPO not in sys.path:
     sys.path.insert(0, REPO)
 
 from bench import breakdown, records_bench, slurm_bench, specs  # noqa: E402
+from bench.install import check_entry_point, make_install  # noqa: E402
 from bench.measure import interleaved, least_squares, run_once, stats_of  # noqa: E402
 from bench.nodeenv import BenchNode, log_fields, slurm_calls  # noqa: E402
 from bench.render import Section, markdown, mib, ms, text, verdict  # noqa: E402
@@ -51,8 +56,9 @@ MODES: Dict[str, Dict[str, Any]] = {
 class Bench:
     def __init__(self, mode: str):
         self.mode, self.cfg = mode, MODES[mode]
-        self.hook = _hook_command()
-        self.python = sys.executable
+        check_entry_point()
+        self.install_dir = tempfile.mkdtemp(prefix="slurm-hooks-bench-install-")
+        self.python, self.hook = make_install(self.install_dir)  # what nodes run: no editable finder
         self.job_id = 1000
         self.sections: List[Section] = []
         self.failures: List[str] = []
@@ -69,7 +75,7 @@ class Bench:
     def latency(self, node: BenchNode) -> None:
         cfg = self.cfg
         self.log("latency: %d interleaved runs each of python -c pass, prolog, check" % cfg["latency"])
-        commands = {"python -c pass": ([self.python, "-c", "pass"], {"LANG": "C.UTF-8"}),
+        commands = {"python -c pass": ([self.python, "-s", "-c", "pass"], {"LANG": "C.UTF-8"}),
                     "/bin/sh -c :": (["/bin/sh", "-c", ":"], {}),
                     "slurm-hooks prolog": (self.hook + ["prolog"], node.hook_env("prolog", 1)),
                     "slurm-hooks check --all-contexts --json": (self.hook + ["check", "--all-contexts", "--json"],
@@ -109,8 +115,8 @@ class Bench:
     def breakdown(self, node: BenchNode) -> None:
         cfg = self.cfg
         self.log("breakdown: -X importtime, in-process probe, check --json")
-        imports = breakdown.importtime(self.hook + ["prolog"], node.hook_env("prolog", self.next_job()),
-                                       cfg["importtime"])
+        imports = breakdown.importtime([self.python, "-s"], self.hook + ["prolog"],
+                                       node.hook_env("prolog", self.next_job()), cfg["importtime"])
         probe = breakdown.probe(node, cfg["probe"], cfg["repeat"])
         checks = breakdown.check_durations(self.hook + ["check", "--all-contexts", "--json"], node.base_env(),
                                            cfg["check_json"])
@@ -129,7 +135,7 @@ class Bench:
         sec = Section("2. Where a prolog's time goes (8 GPUs; medians)", ["phase", "ms", "what"])
         sec.rows += [
             ["whole prolog process", ms(whole), "section 1 median"],
-            ["interpreter start", ms(self.facts["python_ms"]), "python -c pass (site, venv .pth files)"],
+            ["interpreter start", ms(self.facts["python_ms"]), "python -s -c pass (the console script's interpreter)"],
             ["imports (prolog process)", ms(v("imports")), "CLI, verb modules, hooks, check modules (probe)"],
             ["  (all processes)", ms(imports["total_s"] * 1e3), "python -X importtime: %d imports incl. the "
              "forked children's" % imports["modules"]],
@@ -296,15 +302,11 @@ class Bench:
             self.breakdown(node)
             self.records(node)
             self.slurm(node)
+            self.growth()
         finally:
             node.cleanup()
-        self.growth()
+            shutil.rmtree(self.install_dir, ignore_errors=True)
         self.sections.sort(key=lambda sec: sec.title.split(" ", 1)[0])  # growth runs last, shows third
-
-
-def _hook_command() -> List[str]:
-    script = os.path.join(os.path.dirname(sys.executable), "slurm-hooks")
-    return [script] if os.access(script, os.X_OK) else [sys.executable, "-m", "slurm_hooks"]
 
 
 def _n(value: Any) -> str:
