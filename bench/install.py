@@ -18,7 +18,7 @@ import sysconfig
 from typing import List, Tuple
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-ENTRY_POINT = ("slurm_hooks.cli", "main")  # pyproject.toml [project.scripts] slurm-hooks
+ENTRY_POINT = ("slurm_hooks.cli", "run")  # pyproject.toml [project.scripts] slurm-hooks
 
 
 def make_install(base: str) -> Tuple[str, List[str]]:

@@ -203,3 +203,13 @@ def test_slow_but_answering_nvml_is_not_a_fault(prolog):
     kv = prolog.decision()
     assert (rc, kv["decision"], kv["status"]) == (0, "pass", "OK"), (kv, stderr)
     assert seconds < BOUND
+
+
+def test_a_healthy_prolog_leaves_its_log_and_stderr_complete(prolog):
+    """The console script leaves hook verbs through os._exit (cli.run): the decision log file and
+    stderr must have been flushed first."""
+    rc, _seconds, stderr = prolog.run()
+    kv = prolog.decision()
+    assert (rc, kv["decision"], kv["status"], kv["job"]) == (0, "pass", "OK", "4242"), (kv, stderr)
+    assert prolog.log.read_text().endswith("\n")
+    assert "decision=pass" in stderr and stderr.endswith("\n"), stderr

@@ -61,12 +61,12 @@ def test_spec_sources_exist_and_are_in_the_sdist():
 def test_spec_console_script_comes_from_the_entry_point():
     """The spec writes /usr/bin/slurm-hooks from the sdist's entry_points.txt; pyproject declares it."""
     pyproject = read("pyproject.toml")
-    assert re.search(r'^\[project\.scripts\]\nslurm-hooks = "slurm_hooks\.cli:main"$', pyproject, re.M)
+    assert re.search(r'^\[project\.scripts\]\nslurm-hooks = "slurm_hooks\.cli:run"$', pyproject, re.M)
     spec = read("packaging", "slurm-hooks.spec")
     assert "entry=$(sed -n 's/^slurm-hooks *= *//p' *.egg-info/entry_points.txt)" in spec
-    from slurm_hooks.cli import main
+    from slurm_hooks.cli import run
 
-    assert callable(main)
+    assert callable(run)
 
 
 def test_spec_check_tests_need_no_daemons_or_extra_packages():
