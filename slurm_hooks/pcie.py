@@ -63,7 +63,7 @@ class PciNode(Struct):
     bdf: str
     chain: Tuple[str, ...]  # addresses from the root port (first) down to this device (last)
     host_bridge: str  # "pci0000:15": the sysfs directory of the host bridge
-    numa_node: int  # -1 when the platform does not say (single-socket machines)
+    numa_node: int  # -1 when the platform does not say (single-socket machines), or not read (read_pci_tree)
     local_cpus: frozenset
     config: bytes = field(default=b"", repr=False, compare=False)  # b"" when unreadable
     config_error: Optional[str] = None
@@ -97,9 +97,17 @@ class PciTree(Struct):
         return pcie_port_type(node.config) if node is not None and node.config else None
 
 
-def read_pci_tree(host: Host, with_config: Iterable[str] = ()) -> PciTree:
-    """Every device under /sys/bus/pci/devices with its chain; config space for bridges and `with_config`."""
+def read_pci_tree(host: Host, with_config: Iterable[str] = (), locality_for: Optional[Iterable[str]] = None
+                  ) -> PciTree:
+    """Every device under /sys/bus/pci/devices with its chain; config space for bridges and `with_config`.
+
+    numa_node and local_cpulist are read for the devices in `locality_for` (default: all). Levels
+    only compare endpoints (GPUs, NICs, NVMe drives); reading both files for every bridge and
+    function was two reads per device that nothing used, the largest part of the per-device cost.
+    Devices left out get numa_node -1 and no local CPUs.
+    """
     wanted = set(with_config)
+    local = None if locality_for is None else {bdf.lower() for bdf in locality_for}
     nodes: Dict[str, PciNode] = {}
     for bdf in host.listdir(PCI_DEVICES, default=[]):
         base = "%s/%s" % (PCI_DEVICES, bdf)
@@ -109,10 +117,11 @@ def read_pci_tree(host: Host, with_config: Iterable[str] = ()) -> PciTree:
         chain = tuple(p.lower() for p in parts if _BDF.match(p.lower()))
         if not chain or chain[-1] != bdf.lower():
             continue  # not a PCI function path we understand (virtual functions in odd places): leave it out
-        numa = host.read_int(base + "/numa_node", default=-1)
-        cpus_text = host.read_text(base + "/local_cpulist", default="")
-        nodes[bdf.lower()] = PciNode(bdf.lower(), chain, bridges[0] if bridges else "?", numa,
-                                     parse_cpulist(cpus_text, base + "/local_cpulist"))
+        numa, cpus = -1, frozenset()
+        if local is None or bdf.lower() in local:
+            numa = host.read_int(base + "/numa_node", default=-1)
+            cpus = parse_cpulist(host.read_text(base + "/local_cpulist", default=""), base + "/local_cpulist")
+        nodes[bdf.lower()] = PciNode(bdf.lower(), chain, bridges[0] if bridges else "?", numa, cpus)
     is_bridge = {b for n in nodes.values() for b in n.chain[:-1]}
     for bdf in list(nodes):
         if bdf in is_bridge or bdf in wanted:

@@ -110,3 +110,31 @@ def test_gpu_nvme_locality_for_gpudirect_storage(registry, nvml_node):
 def test_cpu_node_skips(registry, fake_node):
     results = run(registry, fake_node("cpu-only"), ["topology"])
     assert {r.status for r in results} == {Status.SKIP}
+
+
+def test_pci_tree_reads_numa_locality_only_for_the_endpoints_asked(fake_node):
+    from slurm_hooks import pcie
+    from slurm_hooks.host import Host
+
+    class CountingHost(Host):
+        reads = 0
+
+        def read_bytes(self, host_path, *args, **kwargs):
+            if host_path.endswith(("/numa_node", "/local_cpulist")):
+                CountingHost.reads += 1
+            return super().read_bytes(host_path, *args, **kwargs)
+
+    node = fake_node("dgx-h100")
+    full = pcie.read_pci_tree(Host(str(node.root)))
+    gpu = next(bdf for bdf, n in full.nodes.items() if n.numa_node >= 0 and n.local_cpus and bdf not in
+               {b for m in full.nodes.values() for b in m.chain[:-1]})
+    bridge = full.nodes[gpu].chain[0]
+    assert full.nodes[bridge].numa_node >= 0  # every device by default
+
+    host = CountingHost(str(node.root))
+    some = pcie.read_pci_tree(host, locality_for=[gpu.upper()])
+    assert CountingHost.reads == 2
+    assert (some.nodes[gpu].numa_node, some.nodes[gpu].local_cpus) == (full.nodes[gpu].numa_node,
+                                                                         full.nodes[gpu].local_cpus)
+    assert (some.nodes[bridge].numa_node, some.nodes[bridge].local_cpus) == (-1, frozenset())
+    assert some.nodes.keys() == full.nodes.keys() and some.nodes[gpu].chain == full.nodes[gpu].chain

@@ -61,7 +61,12 @@ class Topology(Struct):
 def read_topology(ctx) -> Topology:
     host = ctx.host
     gpu_bdfs = sorted(d.bdf for d in ctx.get("pci.devices") if d.is_nvidia_gpu)
-    tree = pcie.read_pci_tree(host)
+    nic_bdfs = [(hca, _device_bdf(host, "/sys/class/infiniband/%s/device" % hca))
+                for hca in host.listdir("/sys/class/infiniband", default=[])]
+    nvme_bdfs = [(name, _device_bdf(host, "/sys/class/nvme/%s/device" % name))
+                 for name in host.listdir("/sys/class/nvme", default=[])]
+    endpoints = gpu_bdfs + [bdf for _, bdf in nic_bdfs + nvme_bdfs if bdf]
+    tree = pcie.read_pci_tree(host, locality_for=endpoints)
     nvml_index, nvml_levels, nvml_error = _nvml_view(ctx, gpu_bdfs)
     gpus = []
     for bdf in gpu_bdfs:
@@ -69,16 +74,11 @@ def read_topology(ctx) -> Topology:
         gpus.append(Endpoint("gpu", "GPU%d" % index if index is not None else "GPU@" + bdf, bdf, index,
                              _gpu_minor(host, bdf)))
     nics = []
-    for hca in host.listdir("/sys/class/infiniband", default=[]):
-        bdf = _device_bdf(host, "/sys/class/infiniband/%s/device" % hca)
+    for hca, bdf in nic_bdfs:
         if bdf in tree.nodes:
             layer = host.read_text("/sys/class/infiniband/%s/ports/1/link_layer" % hca, default="")
             nics.append(Endpoint("nic", hca, bdf, link_layer=layer.strip()))
-    nvmes = []
-    for name in host.listdir("/sys/class/nvme", default=[]):
-        bdf = _device_bdf(host, "/sys/class/nvme/%s/device" % name)
-        if bdf in tree.nodes:
-            nvmes.append(Endpoint("nvme", name, bdf))
+    nvmes = [Endpoint("nvme", name, bdf) for name, bdf in nvme_bdfs if bdf in tree.nodes]
     return Topology(tree, tuple(g for g in gpus if g.bdf in tree.nodes), tuple(nics), tuple(nvmes),
                     detect_virtualization(host), host.isdir("/sys/module/nvidia_fs"), nvml_levels, nvml_error)
 
