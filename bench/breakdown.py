@@ -6,7 +6,6 @@ import json
 import os
 import statistics
 import subprocess
-import sys
 from typing import Any, Dict, List, Mapping, Sequence, Tuple
 
 from .nodeenv import BenchNode
@@ -61,12 +60,13 @@ def importtime(python: Sequence[str], argv: Sequence[str], env: Mapping[str, str
                     for cum, name in top]}
 
 
-def probe(node: BenchNode, runs: int, repeat: int) -> Dict[str, Any]:
-    """Median of each phase over `runs` probe processes (each phase repeated `repeat` times inside)."""
+def probe(python: str, node: BenchNode, runs: int, repeat: int) -> Dict[str, Any]:
+    """Median of each phase over `runs` probe processes (each phase repeated `repeat` times inside),
+    run by `python` (the installed copy's interpreter, so slurm_hooks is imported from there)."""
     results: List[Dict[str, Any]] = []
     errors: Dict[str, str] = {}
     for _ in range(runs):
-        proc = subprocess.run([sys.executable, os.path.join(BENCH_DIR, "probe.py"), str(node.gpu_count), str(repeat)],
+        proc = subprocess.run([python, "-s", os.path.join(BENCH_DIR, "probe.py"), str(node.gpu_count), str(repeat)],
                               env=node.base_env(), cwd=os.path.dirname(BENCH_DIR), capture_output=True, text=True,
                               timeout=300)
         lines = proc.stdout.strip().splitlines()

@@ -3,11 +3,11 @@
     SLURM_HOOKS_CONFIG=... LD_LIBRARY_PATH=<fake lib> python bench/probe.py GPUS REPEAT
 
 Prints one JSON object of phase -> seconds (and counts). Phases, in the order the prolog meets them:
-imports (what `slurm-hooks prolog` imports in its own process: the CLI and its verb modules, the
-hooks, the check modules; not pynvml, which the forked children import), config (TOML + validation),
-fork_empty (run_isolated of a no-op: fork + pipe + wait), checks_isolated (the prolog's check phase as
-hooks.run_isolated_checks runs it: a forked child that opens NVML itself), snapshot_isolated
-(records.prolog_snapshot: fork, NVML, atomic write), then, with NVML opened in this process:
+imports (what `slurm-hooks prolog` imports in its own process: the CLI's hook path, the hooks, the
+check modules; not pynvml, which the forked child imports), config (TOML + validation), fork_empty
+(run_isolated of a no-op: fork + pipe + wait), checks_isolated (the prolog's check phase as
+hooks.run_isolated_checks runs it: a forked child that opens NVML itself, runs the checks and takes
+the counter snapshot), then, with NVML opened in this process:
 pynvml_import, nvml_init, and one sequential gather pass with every Host read and NVML call timed
 (host_reads, nvml_calls, gather_other = the gatherers' own Python), judge (the pure check functions),
 checks_threaded (runner.run_checks as the child runs it, NVML warm) and snapshot_take (snapshot.take,
@@ -77,10 +77,11 @@ def main(gpus: int, repeat: int) -> None:
     started = time.perf_counter()
     import re  # noqa: F401  (the console script's own import)
 
-    from slurm_hooks.cli import build_parser
+    from slurm_hooks.cli import parse_hook_args
     from slurm_hooks.commands import load_registry_and_config
 
-    build_parser()  # imports every verb module, as `slurm-hooks prolog` does
+    parse_hook_args(["prolog"])  # what `slurm-hooks prolog` imports, in its order: CLI, hook verbs, hooks
+    from slurm_hooks import hook_commands  # noqa: F401
     from slurm_hooks.registry import load_builtin_checks
 
     load_builtin_checks()
@@ -94,7 +95,6 @@ def main(gpus: int, repeat: int) -> None:
     job = JobContext(job_id="1001", user="alice", node_name="node1", gpus=tuple(range(gpus)))
     timed("fork_empty", lambda: run_isolated(lambda: {}, 10.0), max(repeat, 10))
     timed("checks_isolated", lambda: hooks.run_isolated_checks(registry, config, "prolog", job), repeat)
-    timed("snapshot_isolated", lambda: records.prolog_snapshot(config, job), repeat)
 
     from slurm_hooks import nvml
     from slurm_hooks.host import Host

@@ -117,7 +117,7 @@ class Bench:
         self.log("breakdown: -X importtime, in-process probe, check --json")
         imports = breakdown.importtime([self.python, "-s"], self.hook + ["prolog"],
                                        node.hook_env("prolog", self.next_job()), cfg["importtime"])
-        probe = breakdown.probe(node, cfg["probe"], cfg["repeat"])
+        probe = breakdown.probe(self.python, node, cfg["probe"], cfg["repeat"])
         checks = breakdown.check_durations(self.hook + ["check", "--all-contexts", "--json"], node.base_env(),
                                            cfg["check_json"])
         p = probe.get
@@ -130,19 +130,19 @@ class Bench:
         threads = None
         if None not in (v("checks_threaded"), v("gather"), v("judge")):
             threads = v("checks_threaded") - v("gather") - v("judge")
-        known = [self.facts["python_ms"], v("imports"), v("config"), v("checks_isolated"), v("snapshot_isolated")]
+        known = [self.facts["python_ms"], v("imports"), v("config"), v("checks_isolated")]
         rest = whole - sum(x for x in known if x is not None)
         sec = Section("2. Where a prolog's time goes (8 GPUs; medians)", ["phase", "ms", "what"])
         sec.rows += [
             ["whole prolog process", ms(whole), "section 1 median"],
             ["interpreter start", ms(self.facts["python_ms"]), "python -s -c pass (the console script's interpreter)"],
-            ["imports (prolog process)", ms(v("imports")), "CLI, verb modules, hooks, check modules (probe)"],
+            ["imports (prolog process)", ms(v("imports")), "CLI hook path, hooks, check modules (probe)"],
             ["  (all processes)", ms(imports["total_s"] * 1e3), "python -X importtime: %d imports incl. the "
              "forked children's" % imports["modules"]],
             ["config load + validation", ms(v("config")), "TOML, registry defaults, ownership checks"],
-            ["fork isolation (empty child)", ms(v("fork_empty")), "isolation.run_isolated(no-op)"],
-            ["checks in the forked child", ms(v("checks_isolated")), "hooks.run_isolated_checks: %s prolog checks"
-             % p("checks", "?")],
+            ["checks in the forked child", ms(v("checks_isolated")), "hooks.run_isolated_checks: %s prolog checks "
+             "and the counter snapshot" % p("checks", "?")],
+            ["  fork isolation (empty child)", ms(v("fork_empty")), "isolation.run_isolated(no-op)"],
             ["  pynvml import", ms(v("pynvml_import")), "paid in each forked child that uses NVML"],
             ["  NVML init", ms(v("nvml_init")), "nvmlInit (fake library)"],
             ["  NVML calls", ms(v("nvml_calls")), "%s calls (fake library), sequential" % _n(p("nvml_call_count"))],
@@ -150,9 +150,8 @@ class Bench:
             ["  gatherers' own Python", ms(v("gather_other")), "parsing, topology"],
             ["  judging (pure checks)", ms(v("judge")), "check functions on the snapshots"],
             ["  threads (runner) overhead", ms(threads), "run_checks (threaded, NVML warm) - gather - judge"],
-            ["counter snapshot (forked)", ms(v("snapshot_isolated")), "records.prolog_snapshot: fork, NVML, write"],
-            ["  snapshot.take in-process", ms(v("snapshot_take")), "NVML warm, no fork"],
-            ["rest", ms(rest), "whole - the unindented rows: decision, log, exit (< 0: noise between runs)"],
+            ["  counter snapshot", ms(v("snapshot_take")), "snapshot.take, NVML warm"],
+            ["rest", ms(rest), "whole - the unindented rows: decision, log, snapshot file, exit (< 0: noise)"],
         ]
         sec.notes.append("indented rows are parts of the row above; phases come from separate processes "
                          "(bench/probe.py), so they add up to the whole only roughly on a loaded machine")
@@ -216,7 +215,7 @@ class Bench:
                                   lambda name, s: self.failures.append("growth %s %s exited %d" % (x, name,
                                                                                                    s.returncode)))
             prolog = stats_of(samples["prolog"]).ms()
-            gatherers = breakdown.probe(node, 1, 1).get("gatherers") or {} if probe else {}
+            gatherers = breakdown.probe(self.python, node, 1, 1).get("gatherers") or {} if probe else {}
             return {"x": x, "gpus": node.gpu_count, "pci": specs.pci_function_count(node.node.spec),
                     "prolog": prolog["median"], "prolog_p90": prolog["p90"],
                     "check": stats_of(samples["check"]).ms()["median"],
