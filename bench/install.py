@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import compileall
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -18,17 +19,26 @@ import sysconfig
 from typing import List, Tuple
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-ENTRY_POINT = ("slurm_hooks.cli", "run")  # pyproject.toml [project.scripts] slurm-hooks
 
 
-def make_install(base: str) -> Tuple[str, List[str]]:
-    """Create base/venv with a copy of slurm_hooks; returns (its python, the console script's argv)."""
+def entry_point(source: str = REPO) -> Tuple[str, str]:
+    """(module, function) of the `slurm-hooks` console script in source/pyproject.toml, as the spec reads it."""
+    with open(os.path.join(source, "pyproject.toml")) as handle:
+        match = re.search(r'^slurm-hooks = "([\w.]+):(\w+)"$', handle.read(), re.M)
+    if match is None:
+        raise RuntimeError("%s/pyproject.toml declares no slurm-hooks console script" % source)
+    return match.group(1), match.group(2)
+
+
+def make_install(base: str, source: str = REPO) -> Tuple[str, List[str]]:
+    """Create base/venv with a copy of source/slurm_hooks; returns (its python, the console script's argv)."""
+    module, function = entry_point(source)
     venv = os.path.join(base, "venv")
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", venv], check=True, timeout=120)
     python = os.path.join(venv, "bin", "python")
     site = subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
                           check=True, capture_output=True, text=True, timeout=60).stdout.strip()
-    shutil.copytree(os.path.join(REPO, "slurm_hooks"), os.path.join(site, "slurm_hooks"),
+    shutil.copytree(os.path.join(source, "slurm_hooks"), os.path.join(site, "slurm_hooks"),
                     ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
     compileall.compile_dir(os.path.join(site, "slurm_hooks"), quiet=1)  # as the spec's %install does
     with open(os.path.join(site, "dev-venv-dependencies.pth"), "w") as handle:
@@ -36,15 +46,6 @@ def make_install(base: str) -> Tuple[str, List[str]]:
     script = os.path.join(venv, "bin", "slurm-hooks")
     with open(script, "w") as handle:
         handle.write("#!%s -s\nimport sys\n\nfrom %s import %s\n\nsys.exit(%s())\n"
-                     % (python, ENTRY_POINT[0], ENTRY_POINT[1], ENTRY_POINT[1]))
+                     % (python, module, function, function))
     os.chmod(script, 0o755)
     return python, [script]
-
-
-def check_entry_point() -> None:
-    """ENTRY_POINT must be what pyproject.toml declares (the spec reads it from there too)."""
-    with open(os.path.join(REPO, "pyproject.toml")) as handle:
-        text = handle.read()
-    declared = 'slurm-hooks = "%s:%s"' % ENTRY_POINT
-    if declared not in text:
-        raise RuntimeError("bench/install.py: pyproject.toml no longer declares %s" % declared)

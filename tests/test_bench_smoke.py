@@ -28,3 +28,17 @@ def test_benchmark_smoke_run_produces_every_section(tmp_path):
                      "GPU lost: prolog drains": 3}, proc.stdout
     assert re.search(r"prolog decision lines: \d+, with status != OK or slurm_calls != 0: 0", proc.stdout)
     assert re.search(r"prolog vs GPU: -?[0-9.]+ ms per GPU", proc.stdout)
+
+
+def test_compare_runs_a_revision_against_the_working_tree():
+    proc = subprocess.run([sys.executable, "bench/compare.py", "HEAD", "--runs", "1"], cwd=REPO,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert re.search(r"^HEAD +median +[0-9.]+ ms .*\(1 runs\)$", proc.stdout, re.M), proc.stdout
+    assert re.search(r"^ratio working tree / HEAD: [0-9.]+ \(medians\)$", proc.stdout, re.M), proc.stdout
+
+
+def test_compare_refuses_a_revision_that_does_not_exist():
+    proc = subprocess.run([sys.executable, "bench/compare.py", "no-such-revision", "--runs", "1"], cwd=REPO,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode != 0 and "no-such-revision" in proc.stderr

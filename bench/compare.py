@@ -1,0 +1,92 @@
+#!/usr/bin/env python3
+"""Prolog latency of a git revision against the working tree, as a ratio, on the same machine at the same time.
+
+    .venv/bin/python bench/compare.py 4519b2a            # 100 interleaved runs of each
+    .venv/bin/python bench/compare.py HEAD~3 --runs 200
+
+Absolute milliseconds on a shared VM move with its load (this project's 2-core VM has shown the
+same prolog at 130 ms and at 470 ms hours apart); a ratio of runs interleaved one by one does not.
+Both sides are regular installs made by bench/install.py (the revision's slurm_hooks/ and
+pyproject.toml from `git archive`), run as slurmd runs the prolog on the 8-GPU example node with
+the bench configuration (bench/nodeenv.py); every run must exit 0 with status OK.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+from typing import Dict, List, Optional
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if REPO not in sys.path:
+    sys.path.insert(0, REPO)
+
+from bench.install import make_install  # noqa: E402
+from bench.measure import Stats  # noqa: E402
+from bench.nodeenv import BenchNode, log_fields  # noqa: E402
+
+WARMUP = 3
+
+
+def export_revision(revision: str, target: str) -> str:
+    """slurm_hooks/ and pyproject.toml of `revision`, extracted under target."""
+    archive = os.path.join(target, "source.tar")
+    subprocess.run(["git", "archive", "--format=tar", "-o", archive, revision, "slurm_hooks", "pyproject.toml"],
+                   cwd=REPO, check=True, timeout=60)
+    source = os.path.join(target, "source")
+    with tarfile.open(archive) as tar:
+        tar.extractall(source)  # our own repository's files
+    return source
+
+
+def compare(revision: str, runs: int) -> int:
+    base = tempfile.mkdtemp(prefix="slurm-hooks-compare-")
+    node = BenchNode.create("dgx-h100")
+    try:
+        before = make_install(os.path.join(base, "before"), export_revision(revision, base))[1]
+        after = make_install(os.path.join(base, "after"))[1]
+        times: Dict[str, List[float]] = {"before": [], "after": []}
+        job = 1000
+        for i in range(runs + WARMUP):
+            order = (("before", before), ("after", after)) if i % 2 else (("after", after), ("before", before))
+            for name, hook in order:  # alternate who goes first: neither side always follows the other
+                job += 1
+                started = time.perf_counter()
+                done = subprocess.run(hook + ["prolog"], env=node.hook_env("prolog", job), capture_output=True)
+                if i >= WARMUP:
+                    times[name].append(time.perf_counter() - started)
+                if done.returncode != 0:
+                    print("%s prolog exited %d: %s" % (name, done.returncode, done.stderr.decode()[-500:]))
+                    return 1
+        bad = [line for line in node.decision_lines() if log_fields(line).get("status") != "OK"]
+        stats = {name: Stats(values).ms() for name, values in times.items()}
+        for name, label in (("before", revision), ("after", "working tree")):
+            st = stats[name]
+            print("%-14s median %6.1f ms  p90 %6.1f ms  p99 %6.1f ms  (%d runs)"
+                  % (label, st["median"], st["p90"], st["p99"], st["n"]))
+        print("ratio working tree / %s: %.3f (medians)" % (revision, stats["after"]["median"] / stats["before"]["median"]))
+        print("load average now: %s" % " ".join("%.2f" % x for x in os.getloadavg()))
+        if bad:
+            print("non-OK decisions: %d, e.g. %s" % (len(bad), bad[0]))
+            return 1
+        return 0
+    finally:
+        node.cleanup()
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("revision", help="git revision to compare with (e.g. a commit, HEAD~3, a tag)")
+    parser.add_argument("--runs", type=int, default=100, help="runs of each side after %d warm-up rounds" % WARMUP)
+    args = parser.parse_args(argv)
+    return compare(args.revision, args.runs)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
