@@ -1,14 +1,17 @@
 #!/usr/bin/env python3
 """Prolog latency of a git revision against the working tree, as a ratio, on the same machine at the same time.
 
-    .venv/bin/python bench/compare.py 4519b2a            # 100 interleaved runs of each
+    .venv/bin/python bench/compare.py 4519b2a            # 100 interleaved runs of each, 8-GPU example node
     .venv/bin/python bench/compare.py HEAD~3 --runs 200
+    .venv/bin/python bench/compare.py 4519b2a --gpus 72 --runs 10        # a 72-GPU node (bench/specs.py)
+    .venv/bin/python bench/compare.py 4519b2a --extra-nvme 400 --runs 10 # the example node + 400 NVMe drives
 
 Absolute milliseconds on a shared VM move with its load (this project's 2-core VM has shown the
 same prolog at 130 ms and at 470 ms hours apart); a ratio of runs interleaved one by one does not.
 Both sides are regular installs made by bench/install.py (the revision's slurm_hooks/ and
-pyproject.toml from `git archive`), run as slurmd runs the prolog on the 8-GPU example node with
-the bench configuration (bench/nodeenv.py); every run must exit 0 with status OK.
+pyproject.toml from `git archive`), run as slurmd runs the prolog on the 8-GPU example node (or
+one of bench/specs.py's shapes) with the bench configuration (bench/nodeenv.py); every run must
+exit 0 with status OK.
 """
 from __future__ import annotations
 
@@ -26,6 +29,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if REPO not in sys.path:
     sys.path.insert(0, REPO)
 
+from bench import specs  # noqa: E402
 from bench.install import make_install  # noqa: E402
 from bench.measure import Stats  # noqa: E402
 from bench.nodeenv import BenchNode, log_fields  # noqa: E402
@@ -44,9 +48,12 @@ def export_revision(revision: str, target: str) -> str:
     return source
 
 
-def compare(revision: str, runs: int) -> int:
+def compare(revision: str, runs: int, gpus: Optional[int] = None, extra_nvme: Optional[int] = None) -> int:
     base = tempfile.mkdtemp(prefix="slurm-hooks-compare-")
-    node = BenchNode.create("dgx-h100")
+    if gpus is not None:
+        node = BenchNode.create(specs.gpu_node_spec(gpus))
+    else:
+        node = BenchNode.create("dgx-h100", specs.pcie_node_spec(extra_nvme) if extra_nvme else None)
     try:
         before = make_install(os.path.join(base, "before"), export_revision(revision, base))[1]
         after = make_install(os.path.join(base, "after"))[1]
@@ -84,8 +91,11 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("revision", help="git revision to compare with (e.g. a commit, HEAD~3, a tag)")
     parser.add_argument("--runs", type=int, default=100, help="runs of each side after %d warm-up rounds" % WARMUP)
+    shape = parser.add_mutually_exclusive_group()
+    shape.add_argument("--gpus", type=int, metavar="N", help="a node of N GPUs, 4 per switch and NUMA node")
+    shape.add_argument("--extra-nvme", type=int, metavar="N", help="the example node with N more NVMe drives")
     args = parser.parse_args(argv)
-    return compare(args.revision, args.runs)
+    return compare(args.revision, args.runs, args.gpus, args.extra_nvme)
 
 
 if __name__ == "__main__":
