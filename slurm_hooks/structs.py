@@ -2,9 +2,9 @@
 
 Why not @dataclass: every dataclass compiles its generated __init__/__eq__/__repr__ with exec() when
 its module is imported, and `dataclasses` itself pulls in inspect, ast and dis. With ~50 of them
-that was ~15-20 ms of every prolog on a 2-core node (bench/results.md, section 2b), the largest
-single import cost. A Struct reads its fields from the class annotations once, at class creation,
-and shares one generic __init__/__eq__/__repr__, so defining a class costs microseconds.
+that was ~20 ms of every prolog on a 2-core node (144 -> 121 ms, docs/performance.md), the
+largest single import cost. A Struct reads its fields from the class annotations once, at class
+creation, and shares one generic __init__/__eq__/__repr__, so defining a class costs microseconds.
 
     class Point(Struct):                  # frozen (immutable, hashable) unless frozen=False
         x: int
