@@ -22,11 +22,12 @@ from .jobenv import JobEnvError, job_from_env
 from .output import report_from_dict, report_to_dict
 from .registry import Registry
 from .result import Result, Status
-from .runner import CheckRun, JobContext, RunReport, run_checks, select_checks
+from .runner import CheckRun, GatherContext, JobContext, RunReport, run_checks, select_checks
 from .structs import Struct
 
 if TYPE_CHECKING:
     from . import drainer
+    from .kmsg import KmsgView
 
 EXIT_NODE_BROKEN = 10  # the job must not run here; prolog.d/epilog.d turn it into 1, any other failure into 0
 OPT_OUT_TOKEN = "slurm_hooks=skip"
@@ -92,10 +93,13 @@ def run_isolated_checks(registry: Registry, config: Config, context: str, job: J
     snapshot_s = config.get("records", "snapshot_timeout") if records_wanted(config, job, context) else 0.0
 
     def work() -> Dict[str, Any]:
-        report = run_checks(registry, config, Host(root), context, specs, job=job)
+        host = Host(root)
+        gather = GatherContext(registry, host, config, job)
+        report = run_checks(registry, config, host, context, specs, job=job, gather=gather)
         gathered = None
         if snapshot_s and not any(run.timed_out for run in report.runs):
-            gathered = _snapshot_bounded(config, job, context == "epilog", snapshot_s)
+            kernel_log = getattr(gather.peek("xid.log"), "kmsg", None)  # /dev/kmsg read once per hook
+            gathered = _snapshot_bounded(config, job, context == "epilog", snapshot_s, kernel_log)
         return {"report": report_to_dict(report, root), "snapshot": gathered}
 
     data, why = run_isolated(work, deadline + snapshot_s + ISOLATION_GRACE_S)
@@ -107,7 +111,8 @@ def run_isolated_checks(registry: Registry, config: Config, context: str, job: J
                      deadline, deadline, True, job), None
 
 
-def _snapshot_bounded(config: Config, job: JobContext, epilog: bool, timeout: float) -> Optional[list]:
+def _snapshot_bounded(config: Config, job: JobContext, epilog: bool, timeout: float,
+                      kernel_log: Optional[KmsgView] = None) -> Optional[list]:
     """records.take_snapshot in a thread of the check child, abandoned after `timeout` (NVML can hang)."""
     import threading
 
@@ -117,7 +122,7 @@ def _snapshot_bounded(config: Config, job: JobContext, epilog: bool, timeout: fl
 
     def take() -> None:
         try:
-            box.append([take_snapshot(config, job, epilog), ""])
+            box.append([take_snapshot(config, job, epilog, kernel_log), ""])
         except Exception as exc:  # recorded as the reason the record has no snapshot
             box.append([None, "snapshot failed: %r" % exc])
 

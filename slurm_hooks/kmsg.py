@@ -22,13 +22,15 @@ never raises. What the codes mean is slurm_hooks.xid's job (catalog, classificat
 from __future__ import annotations
 
 import re
-from typing import Any, Iterable, List, Optional, Union
+from typing import Any, Iterable, List, Optional, Sequence, Tuple, Union
 
 from .structs import Struct, field, replace
 
 __all__ = [
     "MAX_LINE",
     "KmsgRecord",
+    "KmsgView",
+    "view",
     "XidEvent",
     "SxidEvent",
     "parse_kmsg_record",
@@ -131,6 +133,29 @@ def _clean(line: Any) -> Optional[str]:
     if len(line) > MAX_LINE:
         return None
     return line.rstrip("\r\n")
+
+
+class KmsgView(Struct):
+    """What a hook needs from one read of /dev/kmsg: the newest record's sequence number (where the
+    job's window starts or ends) and the first line of every record mentioning Xid or SXid.
+
+    A live /dev/kmsg returns one record per read(2) (~1.6 us each; a full 1 MiB ring holds ~10,000
+    records), so the Xid checks read it once and the counter snapshot reuses this view.
+    """
+
+    last_seq: Optional[int]
+    xid_lines: Tuple[str, ...]
+
+
+def view(records: Sequence[str]) -> KmsgView:
+    """KmsgView of raw /dev/kmsg records, oldest first (Host.read_kmsg); a record's message is its first line."""
+    last_seq = None
+    for record in reversed(records):
+        parsed = parse_kmsg_record(record.split("\n", 1)[0])
+        if parsed is not None and parsed.seq is not None:
+            last_seq = parsed.seq
+            break
+    return KmsgView(last_seq, tuple(r.split("\n", 1)[0] for r in records if "Xid" in r))
 
 
 def parse_kmsg_record(line: Union[str, bytes]) -> Optional[KmsgRecord]:

@@ -24,12 +24,15 @@ import logging
 import os
 import re
 import time
-from typing import Any, Dict, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
 
 from . import logs
 from .atomicio import read_json, write_atomic, write_json_atomic
 from .config import Config
 from .runner import JobContext
+
+if TYPE_CHECKING:
+    from .kmsg import KmsgView
 
 SNAPSHOT_DIR = "snapshots"
 RECORD_MODE, RECORD_DIR_MODE = 0o640, 0o750  # readable by the directory's group (setgid dir: admins)
@@ -60,21 +63,28 @@ def record_path(directory: str, node: str, job_id: str) -> str:
 
 # -- gathering, isolated -----------------------------------------------------------------------
 
-def take_snapshot(config: Config, job: JobContext, epilog: bool) -> Dict[str, Any]:
+def take_snapshot(config: Config, job: JobContext, epilog: bool, kernel_log: Optional[KmsgView] = None
+                  ) -> Dict[str, Any]:
     """snapshot.take for the job's GPUs and the node, in this process (callers bound it in time).
 
     In the epilog the snapshot also carries the kernel log's Xid/SXid lines (`xid_lines`).
+    `kernel_log`: the hook's own read of /dev/kmsg (the Xid checks'), else it is read here.
     """
     from . import snapshot
     from .host import Host, HostError
 
     settings = config.settings
     host = Host(settings["general"]["root"])
+    if kernel_log is None and epilog:  # one read for both the position and the Xid lines
+        try:
+            kernel_log = snapshot.read_kernel_log(host)
+        except HostError:  # snapshot.take reads again and records why it could not
+            pass
     snap = snapshot.take(host, settings["nvml"]["library"], job.gpus, settings["records"]["ib_counters"],
-                         processes=epilog)
+                         processes=epilog, kernel_log=kernel_log)
     if epilog:
         try:
-            snap["xid_lines"] = snapshot.read_xid_lines(host)
+            snap["xid_lines"] = snapshot.read_xid_lines(host, kernel_log)
         except HostError as exc:
             snap["notes"].append("kernel log unreadable: %s" % exc)
     return snap

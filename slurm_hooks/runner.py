@@ -67,6 +67,11 @@ class GatherContext:
             raise value
         return value
 
+    def peek(self, name: str) -> Any:
+        """What gatherer `name` returned in this run, or None (not run, failed, or still running)."""
+        ok, value = self._cache.get(name, (False, None))
+        return value if ok else None
+
 
 class CheckRun(Struct, frozen=False):
     name: str
@@ -118,16 +123,17 @@ def select_checks(registry: Registry, context: str, names: Sequence[str] = (), a
 
 def run_checks(registry: Registry, config: Config, host: Host, context: str, checks: Iterable[CheckSpec],
                job: Optional[JobContext] = None, deadline: Optional[float] = None,
-               clock: Callable[[], float] = time.monotonic) -> RunReport:
+               clock: Callable[[], float] = time.monotonic, gather: Optional[GatherContext] = None) -> RunReport:
     """Run `checks` on a small pool of daemon threads and collect them in order (see _Scheduler).
 
     Each check gets min(its own timeout, time left before the deadline); a hung one (an NVML call
     that never returns, a blocked read) is abandoned and reported UNKNOWN with details.timed_out.
+    A caller that passes its own `gather` (same host and job) can look at the snapshots afterwards.
     """
     job = job or JobContext()
     budget = deadline if deadline is not None else config.get("deadline", context if context in
                                                                 config.settings["deadline"] else "manual")
-    gather = GatherContext(registry, host, config, job)
+    gather = gather or GatherContext(registry, host, config, job)
     start = clock()
     specs = list(checks)
     enabled = [(spec, config.check(spec.name).params) for spec in specs if config.check(spec.name).enabled]

@@ -20,6 +20,8 @@ recorded under ``unavailable``, never guessed):
   RunningProcesses, nvmlSystemGetProcessName, nvmlDeviceGetMemoryInfo (`nvidia-smi --query-compute-apps`).
 - Kernel log position: the sequence number of the last /dev/kmsg record and the boot id
   (/proc/sys/kernel/random/boot_id), so the epilog lists exactly the Xids logged during the job.
+  When the hook's Xid checks have just read /dev/kmsg, their read is reused (kmsg.KmsgView):
+  reading a live /dev/kmsg costs one system call per record.
 - InfiniBand port error counters: /sys/class/infiniband/<hca>/ports/<port>/counters/<name>
   (`perfquery`, `ibstat`). Older kernels report some as saturating 16/32-bit values: a counter stuck
   at its maximum shows no delta, and `perfquery -x`/`-R` is the place to look.
@@ -36,7 +38,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from . import nvml
 from .host import Host, HostError
-from .kmsg import parse_kmsg_record
+from .kmsg import KmsgView, view
 
 SNAPSHOT_SCHEMA = "slurm-hooks.snapshot/1"
 KMSG = "/dev/kmsg"
@@ -56,15 +58,17 @@ _TEXT_CALLS = (("uuid", "nvmlDeviceGetUUID"), ("serial", "nvmlDeviceGetSerial"),
 
 
 def take(host: Host, library: str = "", gpus: Optional[Sequence[int]] = None,
-         ib_counters: Sequence[str] = (), processes: bool = False, clock: Callable[[], float] = time.time
-         ) -> Dict[str, Any]:
+         ib_counters: Sequence[str] = (), processes: bool = False, clock: Callable[[], float] = time.time,
+         kernel_log: Optional[KmsgView] = None) -> Dict[str, Any]:
     """One snapshot of the node (kernel log position, IB ports) and of the GPUs `gpus` (None = all).
 
-    Never raises for a missing or failing source: the snapshot says what it could not read.
+    `kernel_log` is a read of /dev/kmsg taken moments before in this hook (the Xid checks'); without
+    it /dev/kmsg is read here. Never raises for a missing or failing source: the snapshot says what
+    it could not read.
     """
     started = time.monotonic()
     snap: Dict[str, Any] = {"schema": SNAPSHOT_SCHEMA, "time": round(clock(), 3), "notes": []}
-    snap["boot_id"], snap["kmsg_seq"] = kernel_log_position(host, snap["notes"])
+    snap["boot_id"], snap["kmsg_seq"] = kernel_log_position(host, snap["notes"], kernel_log)
     snap["ib"] = read_ib_counters(host, ib_counters, snap["notes"])
     snap["gpus"] = read_gpus(library, gpus, processes, snap["notes"])
     snap["duration_s"] = round(time.monotonic() - started, 4)
@@ -73,28 +77,31 @@ def take(host: Host, library: str = "", gpus: Optional[Sequence[int]] = None,
 
 # -- kernel log and InfiniBand (files) --------------------------------------------------------
 
-def kernel_log_position(host: Host, notes: List[str]) -> Tuple[Optional[str], Optional[int]]:
-    """(boot id, sequence number of the newest /dev/kmsg record); None where unreadable."""
+def kernel_log_position(host: Host, notes: List[str], seen: Optional[KmsgView] = None
+                        ) -> Tuple[Optional[str], Optional[int]]:
+    """(boot id, sequence number of the newest /dev/kmsg record, from `seen` if given); None where unreadable."""
     boot_id = None
     try:
         boot_id = (host.read_text(BOOT_ID, default="") or "").strip() or None
     except HostError as exc:
         notes.append("boot id unreadable: %s" % exc)
-    seq = None
-    try:
-        for line in reversed(host.read_kmsg(KMSG)):
-            record = parse_kmsg_record(line.split("\n", 1)[0])
-            if record is not None and record.seq is not None:
-                seq = record.seq
-                break
-    except HostError as exc:
-        notes.append("kernel log unreadable: %s" % exc)
-    return boot_id, seq
+    if seen is None:
+        try:
+            seen = read_kernel_log(host)
+        except HostError as exc:
+            notes.append("kernel log unreadable: %s" % exc)
+            return boot_id, None
+    return boot_id, seen.last_seq
 
 
-def read_xid_lines(host: Host) -> List[str]:
-    """The /dev/kmsg records that mention an Xid or SXid (first line of each record)."""
-    return [r.split("\n", 1)[0] for r in host.read_kmsg(KMSG) if "Xid" in r]
+def read_kernel_log(host: Host) -> KmsgView:
+    """One read of /dev/kmsg (HostError when it cannot be read)."""
+    return view(host.read_kmsg(KMSG))
+
+
+def read_xid_lines(host: Host, seen: Optional[KmsgView] = None) -> List[str]:
+    """The /dev/kmsg records that mention an Xid or SXid (first line of each record), from `seen` if given."""
+    return list((seen or read_kernel_log(host)).xid_lines)
 
 
 def read_ib_counters(host: Host, names: Sequence[str], notes: List[str]) -> Dict[str, Dict[str, int]]:

@@ -313,3 +313,37 @@ def test_dcgm_mapping_uses_nvml_indices_from_the_prolog_snapshot(gpu_node, tmp_p
     assert os.listdir(str(tmp_path / "dcgm")) == ["1"] and (tmp_path / "dcgm" / "1").read_text() == "90\n"
     records.on_hook("epilog", config, job, "n1")
     assert os.listdir(str(tmp_path / "dcgm")) == []
+
+
+@pytest.mark.parametrize("xid_checks", [True, False], ids=["xid-checks-on", "xid-checks-off"])
+@pytest.mark.parametrize("context", ["prolog", "epilog"])
+def test_a_hook_reads_the_kernel_log_once_and_its_snapshot_agrees(gpu_node, tmp_path, monkeypatch,  # noqa: F811
+                                                                   context, xid_checks):
+    """A live /dev/kmsg costs a system call per record: the check child reads it once, and the counter
+    snapshot takes its position (and, in the epilog, its Xid lines) from that read."""
+    from slurm_hooks import hooks, isolation
+    from slurm_hooks.host import Host
+
+    node = gpu_node
+    xid_line = XID_79 % node.spec["gpu"][0]["pci"][5:12]
+    xid_record = node.add_kmsg(xid_line)
+    node.add_kmsg("mlx5_core 0000:3b:00.0: Port module event: module 0, Cable plugged")
+    newest = node.add_kmsg("eth0: link up")
+    reads = []
+    read_kmsg = Host.read_kmsg
+    monkeypatch.setattr(Host, "read_kmsg", lambda self, *args, **kw: reads.append(1) or read_kmsg(self, *args, **kw))
+    monkeypatch.setattr(isolation, "run_isolated", lambda work, timeout: (json.loads(json.dumps(work())), ""))
+    data = {"general": {"root": str(node.root)},
+            "paths": {"state_dir": str(tmp_path / "state"), "log_file": "", "syslog": False},
+            "records": {"dir": str(tmp_path / "jobs"), "snapshot_timeout": 10.0}}
+    if not xid_checks:
+        data["checks"] = {"xid.events": {"enabled": False}, "xid.sxid": {"enabled": False}}
+    registry = load_builtin_checks()
+    report, gathered = hooks.run_isolated_checks(registry, validate(registry, data), context, job_from_env(ENV))
+    snap, why = gathered
+    assert why == "" and snap is not None
+    assert snap["kmsg_seq"] == int(newest.split(",")[1]) and snap["boot_id"] == BOOT_ID
+    if context == "epilog":
+        assert snap["xid_lines"] == [xid_record]
+    assert len(reads) == 1
+    assert {run.name for run in report.runs if run.name.startswith("xid.")} == {"xid.events", "xid.sxid"}

@@ -854,3 +854,17 @@ def test_scan_sxid():
 def test_scan_bytes_lines():
     raw = [line.encode("utf-8") for line in KMSG] + [b"\xff\xfe4,105,6,-;junk"]
     assert [e.xid for e in scan(raw)] == [13, 79, 154]
+
+
+def test_kmsg_view_keeps_the_newest_sequence_number_and_the_xid_lines():
+    from slurm_hooks.kmsg import view
+
+    records = ["6,5,100,-;eth0: link up",
+               "3,6,200,-;NVRM: Xid (PCI:0000:18:00): 79, pid=1, name=x, GPU has fallen off the bus.\n"
+               " SUBSYSTEM=pci\n DEVICE=+pci:0000:18:00.0",
+               "4,7,300,-;nvidia-nvswitch0: SXid (PCI:0000:05:00.0): 12028, Non-fatal, Link 3",
+               "not a kmsg record at all", ""]
+    seen = view(records)
+    assert seen.last_seq == 7  # the newest record that has one: garbage after it is skipped
+    assert seen.xid_lines == (records[1].split("\n")[0], records[2])  # message lines only, oldest first
+    assert view([]).last_seq is None and view(["junk"]).xid_lines == ()

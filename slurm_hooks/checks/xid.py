@@ -20,7 +20,8 @@ from typing import Any, Dict, FrozenSet, Iterable, List, Mapping, Optional, Sequ
 
 from .. import xid as catalog
 from ..host import HostError
-from ..kmsg import SxidEvent, XidEvent, scan, scan_sxid
+from ..kmsg import KmsgView, SxidEvent, XidEvent, scan, scan_sxid
+from ..kmsg import view as kmsg_view
 from ..registry import CONTEXTS, Param, check, gatherer
 from ..result import Action, Blame, Result, Status
 from ..structs import Struct
@@ -46,6 +47,7 @@ class KernelLog(Struct):
     sxids: Tuple[SxidEvent, ...]
     acked: FrozenSet[int]  # kmsg sequence numbers acknowledged for this boot
     notes: Tuple[str, ...] = ()  # problems worth showing (corrupt ack file, unknown boot id)
+    kmsg: Optional[KmsgView] = None  # the read itself: the hooks' counter snapshot reuses it
 
 
 class GpuMap(Struct):
@@ -84,8 +86,8 @@ def parse_acks(text: Optional[str]) -> Tuple[List[Dict[str, Any]], Optional[str]
 def read_kernel_log(ctx) -> KernelLog:
     """/dev/kmsg records mentioning Xid/SXid, /proc/sys/kernel/random/boot_id, <state_dir>/xid-ack.json."""
     host = ctx.host
-    # A live record may carry "\n KEY=value" dictionary lines; the message is the first line.
-    lines = [record.split("\n", 1)[0] for record in host.read_kmsg(KMSG) if "Xid" in record]
+    seen = kmsg_view(host.read_kmsg(KMSG))  # a live record's "\n KEY=value" lines are dropped there
+    lines = list(seen.xid_lines)
     boot_id = (host.read_text(BOOT_ID, default="") or "").strip() or None
     path = ack_path(ctx.config.get("paths", "state_dir"))
     notes: List[str] = []
@@ -100,7 +102,7 @@ def read_kernel_log(ctx) -> KernelLog:
     if boot_id is None:
         notes.append("%s unreadable: acknowledgements not applied" % BOOT_ID)
     acked = frozenset(e["seq"] for e in entries if boot_id is not None and e["boot_id"] == boot_id)
-    return KernelLog(boot_id, tuple(scan(lines)), tuple(scan_sxid(lines)), acked, tuple(notes))
+    return KernelLog(boot_id, tuple(scan(lines)), tuple(scan_sxid(lines)), acked, tuple(notes), seen)
 
 
 @gatherer("xid.gpus")
