@@ -94,3 +94,15 @@ def test_the_hook_path_imports_neither_dataclasses_nor_inspect():
             "print(sorted(m for m in ('dataclasses', 'inspect', 'argparse') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_copies_and_pickles_round_trip_frozen_structs():
+    import copy
+    import pickle
+
+    p = Point(1, 2, ["a"], raw="r")
+    for clone in (copy.copy(p), copy.deepcopy(p), pickle.loads(pickle.dumps(p))):
+        assert clone == p and clone.raw == "r" and type(clone) is Point
+    deep = copy.deepcopy(p)
+    deep.tags.append("b")
+    assert p.tags == ["a"]
