@@ -1,17 +1,17 @@
-"""The RPM, built for real: tools/build_rpm.sh (sdist -> rpmbuild -ba with %check), its file list and
-flags, an install into a scratch root whose INSTALLED slurm-hooks runs against the example fake GPU
-node, and upgrades that must keep an edited config (with a .rpmnew when the packaged one changed).
+"""The RPMs, built for real for each target (EL9, EL8 with python39) by tools/build_rpm.sh (sdist ->
+rpmbuild -ba), inspected (requires, file list, flags, bytecode, rpmlint), installed into a scratch
+root laid out like an EL node whose 3.9 interpreter runs the INSTALLED prolog, epilog and health
+check with nothing but the RPM's files and its declared dependencies (tests/elroot.py), rebuilt
+from the source RPM, and upgraded over an edited config.
 
-Needs rpmbuild, rpm2cpio and cpio (Debian: apt-get install rpm cpio; .ci/rpm.sh does it) and root
-(rpm --root writes root-owned files). Missing tools skip the module locally and fail it in CI
-(CI=true), so CI can never go green without having built the package.
-
-The installed code runs under the interpreter the package was built for (the spec's %__python3,
-/usr/bin/python3 on Debian), with PYTHONPATH at the scratch root's site-packages: that interpreter
-has no nvidia-ml-py here, so GPU checks work only through the pynvml the RPM bundles.
+Needs rpmbuild, rpm2cpio, cpio and rpmlint (Debian: apt-get install rpm cpio rpmlint; .ci/rpm.sh
+does it), a CPython 3.9 (pyenv's here; tests/elroot.py says where it looks), unshare and chroot,
+and root (rpm --root writes root-owned files, chroot). Anything missing skips the module locally
+and fails it in CI (CI=true), so CI can never go green without having built and run the packages.
 """
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import os
 import re
@@ -23,24 +23,41 @@ import time
 from pathlib import Path
 from typing import Dict, List, Tuple
 
+import elroot
 import pytest
 from conftest import REPO
 
 BUILD_SCRIPT = os.path.join(REPO, "tools", "build_rpm.sh")
+RPMLINT_CONFIG = os.path.join(REPO, "packaging", "rpmlint.toml")
 FAKE_DRIVER_VERSION = "550.54.15"  # tests/fakenode/defaults.py: proves the fake library answered
+SITELIB = "/usr/lib/python3.9/site-packages"  # both targets: EL9's python3 and EL8's python39 are 3.9
+# What each target's RPM must look like: the interpreter its scripts name and its package prefix.
+TARGETS = {"el9": {"python": "/usr/bin/python3", "prefix": "python3"},
+           "el8": {"python": "/usr/bin/python3.9", "prefix": "python39"}}
+# The rpmlint messages issue 15 named; they must never appear, and no filter may hide them.
+RPMLINT_MUST_NOT_SAY = ("no-changelogname-tag", "no-url-tag", "invalid-url URL", "missing-dependency-to-logrotate",
+                        "manpage-not-compressed", "description-line-too-long")
+JOB_ENV = {"SLURM_JOB_ID": "4242", "SLURM_JOB_USER": "root", "SLURM_JOB_UID": "0", "SLURMD_NODENAME": "node1",
+           "SLURM_SCRIPT_CONTEXT": "prolog_slurmd"}  # what slurmd 22.05 gives a prolog (no PATH)
 
 
-def _require_environment() -> None:
-    missing = [tool for tool in ("rpmbuild", "rpm", "rpm2cpio", "cpio") if shutil.which(tool) is None]
+def _require_environment() -> str:
+    """The CPython 3.9 to run the installed packages with; skips (fails in CI) what is missing."""
+    missing = [tool for tool in ("rpmbuild", "rpm", "rpm2cpio", "cpio", "rpmlint", "unshare", "chroot")
+               if shutil.which(tool) is None]
     problem = ""
+    python39 = elroot.find_python39()
     if missing:
-        problem = "missing %s (Debian: apt-get install rpm cpio; see .ci/rpm.sh)" % ", ".join(missing)
+        problem = "missing %s (Debian: apt-get install rpm cpio rpmlint; see .ci/rpm.sh)" % ", ".join(missing)
     elif os.geteuid() != 0:
-        problem = "rpm --root installs need root"
+        problem = "rpm --root installs and chroot need root"
+    elif python39 is None:
+        problem = "no CPython 3.9 (EL9's and EL8-python39's version) here: see tests/elroot.py"
     if problem:
         if os.environ.get("CI") == "true":
             pytest.fail("RPM tests cannot run in CI: " + problem, pytrace=False)
         pytest.skip(problem)
+    return python39
 
 
 def _run(argv: List[str], **kwargs) -> subprocess.CompletedProcess:
@@ -50,18 +67,17 @@ def _run(argv: List[str], **kwargs) -> subprocess.CompletedProcess:
     return subprocess.run(argv, **kwargs)
 
 
-def _build(source: str, out: Path, check: bool) -> Tuple[Path, Path, str, float]:
-    """Run build_rpm.sh; return (binary rpm, source rpm, rpmbuild output, seconds)."""
-    argv = ["bash", BUILD_SCRIPT, "--source", source, "--out", str(out), "--python", sys.executable, "--verbose"]
-    started = time.monotonic()
-    done = _run(argv + ([] if check else ["--nocheck"]))
-    seconds = time.monotonic() - started
-    assert done.returncode == 0, "build_rpm.sh failed:\n%s\n%s" % (done.stdout, done.stderr[-6000:])
-    paths = [Path(line) for line in done.stdout.split()]
+def _build_argv(source: str, out: Path, target: str, check: bool) -> List[str]:
+    argv = ["bash", BUILD_SCRIPT, "--target", target, "--source", source, "--out", str(out), "--python", sys.executable]
+    return argv + ([] if check else ["--nocheck"])
+
+
+def _rpms(stdout: str) -> Tuple[Path, Path]:
+    paths = [Path(line) for line in stdout.split()]
     binary = [p for p in paths if p.name.endswith(".noarch.rpm")]
     source_rpm = [p for p in paths if p.name.endswith(".src.rpm")]
-    assert len(binary) == 1 and len(source_rpm) == 1, done.stdout
-    return binary[0], source_rpm[0], done.stderr, seconds
+    assert len(binary) == 1 and len(source_rpm) == 1, stdout
+    return binary[0], source_rpm[0]
 
 
 def _query(rpm_file: Path, fmt: str) -> List[str]:
@@ -70,46 +86,82 @@ def _query(rpm_file: Path, fmt: str) -> List[str]:
     return [line for line in done.stdout.split("\n") if line]
 
 
+def _requires(rpm_file: Path) -> List[str]:
+    return [" ".join(r.split()) for r in _query(rpm_file, "[%{REQUIRENAME} %{REQUIREFLAGS:depflags} %{REQUIREVERSION}\\n]")]
+
+
 def _install(root: Path, rpm_file: Path, upgrade: bool = False) -> None:
     done = _run(["rpm", "-U" if upgrade else "-i", "--root", str(root), "--nodeps", "--noscripts", str(rpm_file)])
     assert done.returncode == 0, done.stderr
 
 
+def _unpack(rpm_file: Path, directory: Path) -> None:
+    directory.mkdir(parents=True, exist_ok=True)
+    done = subprocess.run("rpm2cpio '%s' | cpio -idm --quiet" % rpm_file, shell=True, cwd=str(directory),
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+
+
 @pytest.fixture(scope="module")
-def built(tmp_path_factory):
-    _require_environment()
+def python39() -> str:
+    return _require_environment()
+
+
+@pytest.fixture(scope="module")
+def built(python39, tmp_path_factory) -> Dict[str, dict]:
+    """Both targets, built in parallel: el9 with %check (the unit tests against the buildroot), el8 without
+    (the same tests under the same interpreter would prove nothing new)."""
     out = tmp_path_factory.mktemp("rpms")
-    binary, source_rpm, log, seconds = _build(REPO, out, check=True)
-    print("\nRPM build with %%check: %.1f s" % seconds, file=sys.stderr)
-    return {"rpm": binary, "srpm": source_rpm, "log": log, "seconds": seconds, "out": out}
+    started = time.monotonic()
+    running = {target: subprocess.Popen(_build_argv(REPO, out / target, target, check=target == "el9") + ["--verbose"],
+                                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+               for target in TARGETS}
+    result = {}
+    for target, process in running.items():
+        stdout, stderr = process.communicate(timeout=300)
+        assert process.returncode == 0, "build_rpm.sh --target %s failed:\n%s\n%s" % (target, stdout, stderr[-6000:])
+        binary, source_rpm = _rpms(stdout)
+        result[target] = {"rpm": binary, "srpm": source_rpm, "log": stderr}
+    print("\nRPM builds el9 (with %%check) + el8, in parallel: %.1f s" % (time.monotonic() - started), file=sys.stderr)
+    return result
+
+
+@pytest.fixture(scope="module")
+def python_deps(built, python39, tmp_path_factory) -> Path:
+    """The RPMs' declared Python dependencies, installed for 3.9 by pip (what python3-psutil & co. are)."""
+    wanted = set()
+    for target in TARGETS:
+        wanted.update(elroot.python_requirements(_requires(built[target]["rpm"])))
+    directory = tmp_path_factory.mktemp("python39-deps")
+    done = _run([python39, "-m", "pip", "install", "-q", "--disable-pip-version-check", "--no-compile",
+                 "--target", str(directory)] + sorted(wanted))
+    assert done.returncode == 0, done.stderr
+    return directory
+
+
+@pytest.fixture(scope="module")
+def el_roots(built, python39, python_deps, tmp_path_factory) -> Dict[str, Path]:
+    """target -> a scratch EL root with the target's RPM installed (see tests/elroot.py)."""
+    roots = {}
+    for target, spec in TARGETS.items():
+        root = tmp_path_factory.mktemp("el-root-" + target)
+        elroot.build(root, python39, [], python3_link=spec["python"] == "/usr/bin/python3")
+        packages = set(elroot.python_requirements(_requires(built[target]["rpm"])))
+        for entry in python_deps.iterdir():  # only what THIS target's RPM requires
+            project = entry.name.split("-")[0].split(".")[0].lower()
+            if project in packages or entry.name.lower().startswith(tuple(p + "-" for p in packages)):
+                destination = root / SITELIB.lstrip("/") / entry.name
+                (shutil.copytree if entry.is_dir() else shutil.copy2)(str(entry), str(destination))
+        _install(root, built[target]["rpm"])
+        roots[target] = root
+    return roots
 
 
 @pytest.fixture(scope="module")
 def files(built) -> Dict[str, str]:
-    """Packaged path -> file flags as rpm prints them (c config, n noreplace, d doc, ...)."""
-    rows = _query(built["rpm"], "[%{FILENAMES} %{FILEFLAGS:fflags}\\n]")
+    """Packaged path -> file flags as rpm prints them (c config, n noreplace, d doc, ...), el9."""
+    rows = _query(built["el9"]["rpm"], "[%{FILENAMES} %{FILEFLAGS:fflags}\\n]")
     return {row.split(" ")[0]: row.split(" ", 1)[1] if " " in row else "" for row in rows}
-
-
-@pytest.fixture(scope="module")
-def sitelib(files) -> str:
-    init = [path for path in files if path.endswith("/site-packages/slurm_hooks/__init__.py")]
-    assert len(init) == 1, init
-    return init[0][: -len("/slurm_hooks/__init__.py")]
-
-
-@pytest.fixture(scope="module")
-def target_python() -> str:
-    """The interpreter the package targets: the spec's %__python3 (Debian's rpm defines none)."""
-    done = _run(["rpm", "--eval", "%{?__python3}"])
-    return done.stdout.strip() or "/usr/bin/python3"
-
-
-@pytest.fixture(scope="module")
-def installed(built, tmp_path_factory) -> Path:
-    root = tmp_path_factory.mktemp("scratch-root")
-    _install(root, built["rpm"])
-    return root
 
 
 @pytest.fixture(scope="module")
@@ -121,39 +173,84 @@ def example_node():
     node.cleanup()
 
 
-def installed_cli(root: Path, sitelib: str, target_python: str, args: List[str], extra_env=None):
-    """Run ROOT/usr/bin/slurm-hooks (the installed script) with the target interpreter and the
-    scratch root's site-packages; no site-packages of this virtualenv, no insecure-config override."""
-    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(root) + sitelib, "LANG": "C.UTF-8",
+def outside_cli(root: Path, python39: str, args: List[str], extra_env=None, deps: Path = None):
+    """ROOT/usr/bin/slurm-hooks run from outside ROOT by the 3.9 interpreter with -S (no site-packages of
+    its own), ROOT's site-packages and DEPS on the path: for the fake node, which lives outside ROOT."""
+    path = str(root) + SITELIB + (":" + str(deps) if deps else "")
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": path, "LANG": "C.UTF-8",
            "SLURM_HOOKS_CHECKS_DIR": str(root / "etc/slurm-hooks/checks.d")}
     env.update(extra_env or {})
-    return _run([target_python, "-s", str(root / "usr/bin/slurm-hooks")] + args, env=env, cwd=str(root))
+    return _run([python39, "-S", str(root / "usr/bin/slurm-hooks")] + args, env=env, cwd=str(root))
 
 
-# -- the package ---------------------------------------------------------------------------------
+def _pyc_digests(root: Path) -> Dict[str, bytes]:
+    import hashlib
+
+    base = root / SITELIB.lstrip("/") / "slurm_hooks"
+    return {str(p.relative_to(base)): hashlib.sha256(p.read_bytes()).digest() for p in base.rglob("*.pyc")}
+
+
+# -- the packages ---------------------------------------------------------------------------------
 
 def test_build_ran_the_unit_tests_in_check_against_the_buildroot(built):
-    log = built["log"]
+    log = built["el9"]["log"]
     assert "Executing(%check)" in log
     passed = re.search(r"^(\d+) passed", log, re.M)
     assert passed and int(passed.group(1)) >= 20, log[-3000:]
     # %check imported the buildroot copy, not the unpacked sources
     assert re.search(r"^rpm check: testing /.*/BUILDROOT/.*/site-packages/slurm_hooks/__init__\.py$", log, re.M)
-    assert re.search(r"^Wrote: .*\.noarch\.rpm$", log, re.M)
+    assert re.search(r"^Wrote: .*\.el9\.noarch\.rpm$", log, re.M)
 
 
-def test_file_list(files, sitelib):
+def test_a_build_without_a_target_on_a_non_rpm_host_is_refused(tmp_path):
+    """On Debian the host's python3 (3.11 here) says nothing about the nodes': no silent host build."""
+    if _run(["rpm", "-q", "--quiet", "--whatprovides", "python3"]).returncode == 0:
+        pytest.skip("an RPM-based host builds for itself")
+    done = _run(["bash", BUILD_SCRIPT, "--out", str(tmp_path), "--nocheck"])
+    assert done.returncode == 2 and "pass --target el8 or el9" in done.stderr
+    done = _run(["bash", BUILD_SCRIPT, "--target", "el7", "--out", str(tmp_path), "--nocheck"])
+    assert done.returncode == 2 and "unknown --target el7 (known: el8 el9 )" in done.stderr
+    assert not list(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("target", sorted(TARGETS))
+def test_nothing_of_the_build_hosts_python_in_the_package(built, target, python39, tmp_path):
+    """python(abi) of the target only, files under the target's paths only, bytecode 3.9's only."""
+    rpm_file = built[target]["rpm"]
+    requires = _requires(rpm_file)
+    assert [r for r in requires if r.startswith("python(abi)")] == ["python(abi) = 3.9"], requires
+    host = "%d.%d" % sys.version_info[:2]
+    if host != "3.9":
+        assert not [r for r in requires if host in r], requires
+    names = _query(rpm_file, "[%{FILENAMES}\\n]")
+    versions = {match for name in names for match in re.findall(r"python(\d\.\d+)", name)}
+    assert versions == {"3.9"}, versions
+    assert not [n for n in names if "/site-packages/" in n and not n.startswith(SITELIB + "/")]
+    compiled = [n for n in names if n.endswith(".pyc")]
+    assert len(compiled) >= 30 and all(n.endswith(".cpython-39.pyc") for n in compiled), compiled[:5]
+    # ... and the bytes inside are 3.9's: the magic number of the 3.9 interpreter
+    magic = _run([python39, "-Ic", "import importlib.util; print(importlib.util.MAGIC_NUMBER.hex())"]).stdout.strip()
+    _unpack(rpm_file, tmp_path)
+    for name in compiled:
+        assert (tmp_path / name.lstrip("/")).read_bytes()[:4].hex() == magic, name
+    shebang = (tmp_path / "usr/bin/slurm-hooks").read_text().split("\n", 1)[0]
+    assert shebang == "#!%s -s" % TARGETS[target]["python"]
+
+
+@pytest.mark.parametrize("target", sorted(TARGETS))
+def test_file_list(built, target):
     from slurm_hooks import __version__
 
-    other = {path for path in files if not path.startswith(sitelib)}
-    docs = {path for path in other if path.startswith("/usr/share/doc/")}
-    docdir = min(docs, key=len)  # /usr/share/doc/slurm-hooks (EL, Fedora) or .../slurm-hooks-VERSION (Debian's rpm)
-    assert re.fullmatch(r"/usr/share/doc/slurm-hooks(-[\w.~+]+)?", docdir)
+    names = set(_query(built[target]["rpm"], "[%{FILENAMES}\\n]"))
+    other = {path for path in names if not path.startswith(SITELIB)}
+    docdir = "/usr/share/doc/slurm-hooks"  # EL's %_docdir_fmt: no version in the name (docs/admin.md says so)
     guides = [name for name in os.listdir(os.path.join(REPO, "docs")) if name.endswith(".md")]
     assert "admin.md" in guides
+    docs = {path for path in other if path.startswith("/usr/share/doc/")}
     assert docs == {docdir} | {docdir + "/" + name for name in ["README.md", "slurm.conf.snippet"] + guides}
-    man = {path for path in other if path.startswith("/usr/share/man/")}
-    assert len(man) == 1 and re.fullmatch(r"/usr/share/man/man1/slurm-hooks\.1(\.gz|\.xz|\.bz2|\.zst)?", man.pop())
+    assert {p for p in other if p.startswith("/usr/share/licenses/")} == {
+        "/usr/share/licenses/slurm-hooks", "/usr/share/licenses/slurm-hooks/LICENSE"}
+    assert {p for p in other if p.startswith("/usr/share/man/")} == {"/usr/share/man/man1/slurm-hooks.1.gz"}
     expected = {
         "/usr/bin/slurm-hooks",
         "/etc/slurm/prolog.d", "/etc/slurm/prolog.d/50-slurm-hooks",
@@ -163,8 +260,9 @@ def test_file_list(files, sitelib):
         "/etc/logrotate.d/slurm-hooks",
         "/var/lib/slurm-hooks", "/var/log/slurm-hooks",
     }
-    assert {p for p in other if not p.startswith(("/usr/share/doc/", "/usr/share/man/"))} == expected
-    python = {path[len(sitelib) + 1:] for path in files if path.startswith(sitelib + "/")}
+    assert {p for p in other if not p.startswith(("/usr/share/doc/", "/usr/share/man/", "/usr/share/licenses/"))} \
+        == expected
+    python = {path[len(SITELIB) + 1:] for path in names if path.startswith(SITELIB + "/")}
     distinfo = "slurm_hooks-%s.dist-info" % __version__
     assert {p for p in python if p.startswith(distinfo)} == {distinfo} | {
         distinfo + "/" + name for name in ("METADATA", "entry_points.txt", "top_level.txt", "INSTALLER")}
@@ -172,8 +270,7 @@ def test_file_list(files, sitelib):
                if p.is_file() and "__pycache__" not in p.parts and p.suffix not in (".pyc", ".pyo")}
     assert sources and sources <= python, sorted(sources - python)
     assert "slurm_hooks/_vendor/pynvml.py" in python
-    compiled = {p for p in python if p.endswith(".pyc")}
-    assert any("slurm_hooks/__pycache__/cli." in p for p in compiled)  # byte-compiled at build time
+    assert any("slurm_hooks/__pycache__/cli." in p for p in python)  # byte-compiled at build time
 
 
 def test_config_and_noreplace_flags_exactly_where_intended(files):
@@ -186,10 +283,11 @@ def test_config_and_noreplace_flags_exactly_where_intended(files):
         assert files[code] == "", "%s is code: it must be replaced on upgrade, not kept" % code
     documentation = [path for path in files if re.match(r"/usr/share/(doc/[^/]+|man/man1)/.", path)]
     assert len(documentation) >= 4 and all("d" in files[path] for path in documentation)
+    assert files["/usr/share/licenses/slurm-hooks/LICENSE"] == "l"
 
 
 def test_modes_and_owners(built):
-    rows = _query(built["rpm"], "[%{FILENAMES} %{FILEMODES:octal} %{FILEUSERNAME}:%{FILEGROUPNAME}\\n]")
+    rows = _query(built["el9"]["rpm"], "[%{FILENAMES} %{FILEMODES:octal} %{FILEUSERNAME}:%{FILEGROUPNAME}\\n]")
     modes = {row.split()[0]: (row.split()[1], row.split()[2]) for row in rows}
     assert {owner for _mode, owner in modes.values()} == {"root:root"}
     assert modes["/var/lib/slurm-hooks"][0] == "40700"
@@ -201,65 +299,128 @@ def test_modes_and_owners(built):
         assert modes[script][0] == "100755"
 
 
-def test_dependencies(built, target_python):
-    requires = set(_query(built["rpm"], "[%{REQUIRENAME} %{REQUIREFLAGS:depflags} %{REQUIREVERSION}\\n]"))
-    requires = {" ".join(r.split()) for r in requires}
-    assert "python3 >= 3.9" in requires
-    assert "python3-psutil" in requires
-    old_python = _run([target_python, "-c", "import sys; print(sys.version_info < (3, 11))"]).stdout.strip()
-    assert ("python3-toml" in requires) == (old_python == "True")
-    assert not [r for r in requires if "nvidia" in r or "pynvml" in r], requires  # bundled, not required
-    provides = _query(built["rpm"], "[%{PROVIDENAME} %{PROVIDEVERSION}\\n]")
-    import importlib.metadata
+def _declared_python_dependencies() -> List[str]:
+    """pyproject's runtime dependencies that the RPM takes from the distribution (nvidia-ml-py is bundled;
+    prometheus_client is optional there: a weak dependency)."""
+    from slurm_hooks.config import _toml_loads
 
+    with open(os.path.join(REPO, "pyproject.toml")) as handle:
+        dependencies = _toml_loads(handle.read())["project"]["dependencies"]
+    names = [re.match(r"[A-Za-z0-9_.\-]+", d).group(0).lower().replace("_", "-") for d in dependencies]
+    return [n for n in names if n not in ("nvidia-ml-py", "prometheus-client")]
+
+
+@pytest.mark.parametrize("target", sorted(TARGETS))
+def test_dependencies(built, target):
+    prefix, python = TARGETS[target]["prefix"], TARGETS[target]["python"]
+    requires = {r for r in _requires(built[target]["rpm"]) if not r.startswith(("rpmlib(", "config("))}
+    # Python 3.9 has no tomllib: the toml package is required on both targets
+    expected = {"/bin/sh", python, "logrotate", "python(abi) = 3.9", "%s >= 3.9" % prefix} | {
+        "%s-%s" % (prefix, name) for name in _declared_python_dependencies()}
+    assert requires == expected
+    recommends = _query(built[target]["rpm"], "[%{RECOMMENDNAME}\\n]")
+    assert recommends == ["%s-prometheus_client" % prefix]
+    provides = _query(built[target]["rpm"], "[%{PROVIDENAME} %{PROVIDEVERSION}\\n]")
     assert "bundled(python3dist(nvidia-ml-py)) %s" % importlib.metadata.version("nvidia-ml-py") in provides
 
 
-def test_source_rpm_is_self_contained(built, tmp_path):
-    """The SRPM's spec carries the version, so `rpmbuild --rebuild`/mock need no defines."""
-    done = subprocess.run("rpm2cpio %s | cpio -idm --quiet" % built["srpm"], shell=True, cwd=str(tmp_path),
-                          capture_output=True, text=True)
-    assert done.returncode == 0, done.stderr
-    names = sorted(p.name for p in tmp_path.iterdir())
-    assert names[-1] == "slurm-hooks.spec" and "pynvml.py" in names
+@pytest.mark.parametrize("target", sorted(TARGETS))
+def test_rpmlint_is_clean(built, target):
+    with open(RPMLINT_CONFIG) as handle:
+        config = handle.read()
+    filters = re.findall(r"^\s*'([^']+)',", config, re.M)
+    assert filters and not [f for f in filters if any(re.search(f, " " + id_) for id_ in RPMLINT_MUST_NOT_SAY)]
+    for rpm_file in (built[target]["rpm"], built[target]["srpm"]):
+        done = _run(["rpmlint", "-c", RPMLINT_CONFIG, str(rpm_file)])
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert re.search(r"\b0 errors, 0 warnings\b", done.stdout), done.stdout
+        for message in RPMLINT_MUST_NOT_SAY:
+            assert message not in done.stdout
+    # and each of those would have been caught: the spec has what they look for
+    spec = _query(built[target]["rpm"], "%{URL}\\n%{CHANGELOGNAME}\\n")
+    assert spec[0].startswith("https://") and " <" in spec[1]
+
+
+def test_source_rpm_is_self_contained_and_rebuilds(built, python39, tmp_path):
+    """The SRPM's spec carries version, URL and changelog: `rpmbuild --rebuild` needs only the target's
+    macros (on an EL node its own; here the el9 file) and gives the same package."""
     from slurm_hooks import __version__
 
-    assert "%%global upstream_version %s\n" % __version__ in (tmp_path / "slurm-hooks.spec").read_text()
+    _unpack(built["el9"]["srpm"], tmp_path / "srpm")
+    names = sorted(p.name for p in (tmp_path / "srpm").iterdir())
+    assert names == sorted(["slurm-hooks.spec", "pynvml.py", "slurm_hooks-%s.tar.gz" % __version__])
+    spec = (tmp_path / "srpm" / "slurm-hooks.spec").read_text()
+    assert "%%global upstream_version %s\n" % __version__ in spec
+    assert re.search(r"^%%changelog\n\* \w{3} \w{3} \d\d \d{4} .+ <.+> - %s-1\n" % re.escape(__version__), spec, re.M)
+    top = tmp_path / "top"
+    done = _run(["rpmbuild", "--rebuild", "--nodeps", "--without", "check",
+                 "--load", os.path.join(REPO, "packaging", "rpm-targets", "el9.macros"),
+                 "--define", "_topdir %s" % top, "--define", "build_python %s" % sys.executable,
+                 "--define", "bytecompile_python %s" % python39, str(built["el9"]["srpm"])])
+    assert done.returncode == 0, done.stderr[-4000:]
+    rebuilt = list(top.glob("RPMS/noarch/*.rpm"))
+    assert [p.name for p in rebuilt] == [built["el9"]["rpm"].name]
+    assert _query(rebuilt[0], "[%{FILENAMES}\\n]") == _query(built["el9"]["rpm"], "[%{FILENAMES}\\n]")
+    assert _requires(rebuilt[0]) == _requires(built["el9"]["rpm"])
 
 
-# -- the installed tree ---------------------------------------------------------------------------
+# -- the installed package, run by Python 3.9 in an EL-shaped root ---------------------------------
 
-def test_installed_version_list_and_config(installed, sitelib, target_python, registry):
+@pytest.mark.parametrize("target", sorted(TARGETS))
+def test_installed_hooks_run_with_only_the_package_and_its_dependencies(el_roots, target):
+    """slurmd's view: the installed prolog.d/epilog.d scripts and the HealthCheckProgram, no PATH, in a root
+    that holds Python 3.9, /bin/sh, the declared dependencies and the RPM. Each must decide (a decision
+    line with slurm_calls=0), not fail open, and Python must find the shipped bytecode valid."""
+    root = el_roots[target]
+    (root / "etc/slurm-hooks/conf.d/00-observe.toml").write_text('[general]\nmode = "observe"\n')
+    before = _pyc_digests(root)
+    log = root / "var/log/slurm-hooks/slurm-hooks.log"
+    for script, context, env in (("/etc/slurm/prolog.d/50-slurm-hooks", "prolog", JOB_ENV),
+                                 ("/etc/slurm/epilog.d/50-slurm-hooks", "epilog", dict(JOB_ENV, SLURM_SCRIPT_CONTEXT="epilog_slurmd")),
+                                 ("/usr/libexec/slurm-hooks/healthcheck", "health", {"SLURMD_NODENAME": "node1"})):
+        done = elroot.run_chrooted(root, [script], env)
+        assert done.returncode == 0, done.stderr
+        assert "broke" not in done.stderr and "Traceback" not in done.stderr, done.stderr
+        lines = [line for line in log.read_text().splitlines() if " context=%s " % context in line]
+        assert lines, "no %s decision in %s:\n%s" % (context, log, done.stderr)
+        assert "decision=" in lines[-1] and "fail-open" not in lines[-1] and "slurm_calls=0" in lines[-1], lines[-1]
+        if context != "health":
+            assert " job=4242 " in lines[-1]
+    # the shipped .pyc files were valid for 3.9: nothing recompiled, nothing added
+    assert _pyc_digests(root) == before and len(before) >= 30
+
+
+@pytest.mark.parametrize("target", sorted(TARGETS))
+def test_installed_version_list_and_config(el_roots, target, registry):
     from slurm_hooks import __version__
 
-    done = installed_cli(installed, sitelib, target_python, ["--version"])
+    root = el_roots[target]
+    run = lambda *args: elroot.run_chrooted(root, ["/usr/bin/slurm-hooks"] + list(args), {"LANG": "C.UTF-8"})  # noqa: E731
+    done = run("--version")
     assert (done.returncode, done.stdout.strip()) == (0, "slurm-hooks " + __version__), done.stderr
-    done = installed_cli(installed, sitelib, target_python, ["list"])
+    done = run("list")
     assert done.returncode == 0, done.stderr
     assert {line.split()[0] for line in done.stdout.splitlines() if line.strip()} == set(registry.checks)
-    config = str(installed / "etc/slurm-hooks/config.toml")
-    done = installed_cli(installed, sitelib, target_python, ["--config", config, "config", "check"])
+    done = run("config", "check")
     assert done.returncode == 0, done.stderr  # packaged file and directory pass the root-only ownership check
-    assert 'mode = "enforce"' in done.stdout and config in done.stdout
+    assert "/etc/slurm-hooks/config.toml" in done.stdout
 
 
-def test_installed_pynvml_is_the_bundled_copy_unless_the_node_has_one(installed, sitelib, target_python):
-    code = "from slurm_hooks.vendor import import_pynvml; print(import_pynvml().__file__)"
-    env = {"PYTHONPATH": str(installed) + sitelib}
-    # cwd: not the repository, whose slurm_hooks/ (no _vendor) `-c` would import first
-    done = _run([target_python, "-s", "-c", code], env=env, cwd=str(installed))
+def test_installed_pynvml_is_the_bundled_copy(el_roots):
+    """The EL root has no nvidia-ml-py: the RPM's bundled pynvml is what the installed code imports."""
+    done = elroot.run_chrooted(el_roots["el9"], ["/usr/bin/python3", "-s", "-c",
+                                                 "from slurm_hooks.vendor import import_pynvml; "
+                                                 "print(import_pynvml().__file__)"], {})
     assert done.returncode == 0, done.stderr
-    node_has_one = _run([target_python, "-s", "-c", "import pynvml"], env={}, cwd=str(installed)).returncode == 0
-    bundled = str(installed) + sitelib + "/slurm_hooks/_vendor/pynvml.py"
-    assert (done.stdout.strip() == bundled) != node_has_one
+    assert done.stdout.strip() == SITELIB + "/slurm_hooks/_vendor/pynvml.py"
 
 
-def test_installed_check_against_the_example_node(installed, sitelib, target_python, example_node):
-    """The installed tree, its packaged config and the bundled pynvml drive the fake GPU node."""
-    config = str(installed / "etc/slurm-hooks/config.toml")
-    done = installed_cli(installed, sitelib, target_python,
-                         ["--config", config, "check", "--json", "--root", str(example_node.root), "gpu.count",
-                          "system"], extra_env=dict(example_node.env))
+def test_installed_check_against_the_example_node(el_roots, python39, example_node):
+    """The installed tree, its packaged config and the bundled pynvml drive the fake GPU node, under 3.9."""
+    root = el_roots["el9"]
+    config = str(root / "etc/slurm-hooks/config.toml")
+    done = outside_cli(root, python39, ["--config", config, "check", "--json", "--root", str(example_node.root),
+                                        "gpu.count", "system"], extra_env=dict(example_node.env))
     report = json.loads(done.stdout)
     by_name = {check["name"]: check for check in report["checks"]}
     gpu = by_name["gpu.count"]["results"][0]
@@ -271,23 +432,20 @@ def test_installed_check_against_the_example_node(installed, sitelib, target_pyt
     assert report["root"] == str(example_node.root) and done.returncode == 0
 
 
-def test_installed_hook_scripts_exec_the_installed_cli(installed):
+@pytest.mark.parametrize("target", sorted(TARGETS))
+def test_installed_hook_scripts_run_the_installed_cli(el_roots, target):
+    root = el_roots[target]
     for path, verb in (("etc/slurm/prolog.d/50-slurm-hooks", "prolog"), ("etc/slurm/epilog.d/50-slurm-hooks", "epilog"),
                        ("usr/libexec/slurm-hooks/healthcheck", "health")):
-        text = (installed / path).read_text()
+        text = (root / path).read_text()
         assert text.startswith("#!/bin/sh\n") and ("\n/usr/bin/slurm-hooks %s\n" % verb) in text
-    shebang = (installed / "usr/bin/slurm-hooks").read_text().split("\n", 1)[0]
-    assert re.fullmatch(r"#!/usr/bin/python3(\.\d+)? -[sP]+", shebang), shebang
 
 
 # -- upgrades -------------------------------------------------------------------------------------
 
 def _patched_source(built, directory: Path, version: str, config_note: str = "", prolog_note: str = "") -> str:
     """The sdist inside the SRPM, unpacked, with __version__ (and optionally files) changed."""
-    directory.mkdir()
-    done = subprocess.run("rpm2cpio %s | cpio -idm --quiet" % built["srpm"], shell=True, cwd=str(directory),
-                          capture_output=True, text=True)
-    assert done.returncode == 0, done.stderr
+    _unpack(built["el9"]["srpm"], directory)
     tarball = next(directory.glob("*.tar.gz"))
     with tarfile.open(str(tarball)) as archive:
         if hasattr(tarfile, "data_filter"):  # Python >= 3.12 (and backports): refuse odd members
@@ -316,9 +474,7 @@ def upgrades(built, tmp_path_factory):
     sources = {"v2": _patched_source(built, base / "v2-src", versions["v2"], prolog_note="changed in v2"),
                "v3": _patched_source(built, base / "v3-src", versions["v3"], config_note="changed in v3")}
     started = time.monotonic()
-    running = {name: subprocess.Popen(["bash", BUILD_SCRIPT, "--source", sources[name], "--out", str(base / name),
-                                       "--python", sys.executable, "--nocheck"],
-                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    running = {name: subprocess.Popen(_build_argv(sources[name], base / name, "el9", check=False), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
                for name in sources}
     rpms = {}
     for name, process in running.items():
@@ -329,10 +485,10 @@ def upgrades(built, tmp_path_factory):
     return {"rpms": rpms, "versions": versions}
 
 
-def test_upgrade_keeps_edited_config_and_replaces_code(built, upgrades, sitelib, target_python, tmp_path):
+def test_upgrade_keeps_edited_config_and_replaces_code(built, upgrades, python39, python_deps, tmp_path):
     root = tmp_path / "root"
     root.mkdir()
-    _install(root, built["rpm"])
+    _install(root, built["el9"]["rpm"])
     config = root / "etc/slurm-hooks/config.toml"
     packaged_v1 = config.read_text()
     edited = packaged_v1 + '\n[general]\nmode = "observe"\n'
@@ -352,7 +508,7 @@ def test_upgrade_keeps_edited_config_and_replaces_code(built, upgrades, sitelib,
     assert "\n/usr/bin/slurm-hooks prolog\n" in prolog.read_text()
     assert not list(root.glob("etc/slurm/prolog.d/*.rpm*"))
     assert site.exists() and state.exists()
-    done = installed_cli(root, sitelib, target_python, ["--version"])
+    done = outside_cli(root, python39, ["--version"], deps=python_deps)
     assert done.stdout.strip() == "slurm-hooks " + upgrades["versions"]["v2"]
 
     # v3: the packaged config changed -> the edited one stays, the new default lands as .rpmnew
@@ -360,7 +516,7 @@ def test_upgrade_keeps_edited_config_and_replaces_code(built, upgrades, sitelib,
     assert config.read_text() == edited
     rpmnew = root / "etc/slurm-hooks/config.toml.rpmnew"
     assert rpmnew.read_text() == packaged_v1 + "# changed in v3\n"
-    done = installed_cli(root, sitelib, target_python, ["--config", str(config), "config", "check"])
+    done = outside_cli(root, python39, ["--config", str(config), "config", "check"], deps=python_deps)
     assert done.returncode == 0, done.stderr
     assert 'mode = "observe"' in done.stdout and 'reason_prefix = "site-hooks:"' in done.stdout
     assert _run(["rpm", "--root", str(root), "-q", "slurm-hooks"]).stdout.strip().startswith(
