@@ -93,7 +93,14 @@ def test_spec_marks_config_noreplace_and_code_plain():
 
 
 def test_shell_scripts_parse():
-    for script in ("tools/build_rpm.sh", ".ci/rpm.sh", "packaging/slurm-hooks-healthcheck"):
+    for script in ("tools/build_rpm.sh", "tools/build_deb.sh", ".ci/rpm.sh", ".ci/deb.sh",
+                   "packaging/slurm-hooks-healthcheck", "packaging/debian/postrm", "packaging/debian/rules"):
+        if script.endswith("/rules"):
+            done = subprocess.run(["make", "-n", "-f", os.path.join(REPO, script), "-C", REPO, "override_dh_fixperms"],
+                                  capture_output=True, text=True)
+            assert done.returncode == 0, (script, done.stderr)
+            assert os.access(os.path.join(REPO, script), os.X_OK), "%s is not executable" % script
+            continue
         shell = "sh" if script.startswith("packaging") else "bash"
         done = subprocess.run([shell, "-n", os.path.join(REPO, script)], capture_output=True, text=True)
         assert done.returncode == 0, (script, done.stderr)
@@ -108,16 +115,56 @@ def test_healthcheck_logrotate_and_snippet_agree_with_the_code():
     assert "\n/usr/bin/slurm-hooks health\n" in read("packaging", "slurm-hooks-healthcheck")
     log_dir = os.path.dirname(SECTIONS["paths"]["log_file"].default)
     assert re.search(r"^%s/\*\.log \{$" % re.escape(log_dir), read("packaging", "slurm-hooks.logrotate"), re.M)
-    snippet = [line for line in read("packaging", "slurm.conf.snippet").splitlines() if line and line[0] != "#"]
+    snippet = slurm_conf_settings(read("packaging", "slurm.conf.snippet"))
     assert snippet == ["Prolog=/etc/slurm/prolog.d/*", "Epilog=/etc/slurm/epilog.d/*", "PrologFlags=Alloc,Contain",
                        "PrologEpilogTimeout=60", "HealthCheckProgram=/usr/libexec/slurm-hooks/healthcheck",
-                       "HealthCheckInterval=300", "HealthCheckNodeState=ANY,CYCLE"]
+                       "HealthCheckInterval=300", "HealthCheckNodeState=ANY,CYCLE",
+                       "#SchedulerParameters=nohold_on_prolog_fail"]
     timeout = int(snippet[3].split("=")[1])
     assert timeout > SECTIONS["deadline"]["epilog"].default + 10 > SECTIONS["deadline"]["prolog"].default
     assert "%{_libexecdir}/slurm-hooks/healthcheck" in read("packaging", "slurm-hooks.spec")
+
+
+def slurm_conf_settings(text: str):
+    """The setting lines of a slurm.conf text, optional (commented-out) ones included, without prose."""
+    return [line for line in text.splitlines() if re.match(r"#?[A-Za-z]+=", line)]
+
+
+def test_slurm_conf_lines_are_identical_in_readme_admin_guide_and_snippet():
+    """One set of lines for admins to copy, wherever they read it; the optional SchedulerParameters line
+    is commented out everywhere and each place says to merge it into an existing line."""
+    snippet_text = read("packaging", "slurm.conf.snippet")
+    blocks = {}
+    for name, text in (("README.md", read("README.md")), ("docs/admin.md", read("docs", "admin.md"))):
+        found = re.findall(r"<!-- slurm-conf-snippet:start -->\n```\n(.*?)```\n<!-- slurm-conf-snippet:end -->", text, re.S)
+        assert len(found) == 1, name
+        blocks[name] = found[0].splitlines()
+        assert "existing" in text[text.index("nohold_on_prolog_fail"):][:2000], "%s must say to merge the line" % name
+    assert blocks["README.md"] == blocks["docs/admin.md"] == slurm_conf_settings(snippet_text)
+    assert "existing line" in snippet_text
+    for line in blocks["README.md"]:
+        assert line.startswith("#") == line.startswith("#SchedulerParameters=")
+
+
+def test_docs_describe_the_hook_scripts_and_paths_as_shipped():
     guide = read("docs", "admin.md")
-    block = re.search(r"<!-- slurm-conf-snippet:start -->\n```\n(.*?)```\n<!-- slurm-conf-snippet:end -->", guide, re.S)
-    assert block and block.group(1).splitlines() == snippet
+    for script in ("prolog.d/50-slurm-hooks", "epilog.d/50-slurm-hooks", "packaging/slurm-hooks-healthcheck"):
+        assert "exec " not in read(script)  # they run slurm-hooks and map its exit status ...
+    assert "exec /usr/bin/slurm-hooks" not in guide and "`exec " not in guide  # ... so the guide must not say exec
+    # the doc directory as the packages install it (EL's %_docdir_fmt, Debian's): no version in the name
+    assert "/usr/share/doc/slurm-hooks/slurm.conf.snippet" in guide
+    for text in (guide, read("README.md")):
+        assert "/usr/share/doc/slurm-hooks-" not in text
+    assert "%_docdir_fmt %%{NAME}" in read("packaging", "rpm-targets", "el9.macros")
+    assert "%_docdir_fmt %%{NAME}" in read("packaging", "rpm-targets", "el8.macros")
+
+
+def test_readme_install_command_installs_the_package_alone():
+    text = read("README.md")
+    install = re.search(r"<!-- install-command -->\n```sh\n(.+?)\n```", text).group(1)
+    test = re.search(r"<!-- test-command -->\n```sh\n(.+?)\n```", text).group(1)
+    assert "pip install -q -e . " in install and "[test]" not in install and "slurm-hooks check" in install
+    assert "pip install -q -e '.[test]'" in test and "pytest" in test
 
 
 def test_default_config_is_current():
