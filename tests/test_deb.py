@@ -256,12 +256,16 @@ def test_upgrade_keeps_the_edited_config(host):
 
 
 def test_remove_keeps_configuration_and_purge_removes_what_the_package_made(host):
+    # A rotated log of our own: other test runs on a shared host append to (and may clean up) the live
+    # slurm-hooks.log, so what remove keeps and purge deletes is shown with a file only this test touches.
+    rotated = LOG_DIR / "slurm-hooks.log.1"
+    rotated.write_text("rotated by logrotate\n")
     done = _run(APT + ["remove", "slurm-hooks"])
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr
     assert _status() == "deinstall ok config-files"
     assert not os.path.exists("/usr/bin/slurm-hooks") and not os.path.exists(SITE + "/slurm_hooks")  # bytecode too
     assert CONFIG.exists() and PROLOG.exists() and Path("/etc/logrotate.d/slurm-hooks").exists()  # conffiles stay
-    assert (STATE_DIR / "node-state.json").exists() and (LOG_DIR / "slurm-hooks.log").exists()
+    assert (STATE_DIR / "node-state.json").exists() and rotated.exists()
 
     done = _run(APT + ["purge", "slurm-hooks"])
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr
