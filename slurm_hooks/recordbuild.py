@@ -105,7 +105,7 @@ def _ib_entries(before, after, comparable: bool) -> List[Dict[str, Any]]:
 def _kernel_events(before, after, comparable: bool, gpus: List[Dict[str, Any]]) -> Dict[str, Any]:
     """Xids/SXids since the prolog's kernel log position; without one, those of the whole boot,
     marked scope "boot" (they are listed but not counted against the job)."""
-    from .kmsg import scan, scan_sxid
+    from .kmsg import scan_all
     from .xid import classify_all, classify_sxid
 
     lines = (after or {}).get("xid_lines")
@@ -113,7 +113,7 @@ def _kernel_events(before, after, comparable: bool, gpus: List[Dict[str, Any]]) 
         return {"events_scope": None, "xid_count": None, "sxid_count": None, "xids": [], "sxids": []}
     since = before.get("kmsg_seq") if comparable else None
     scope = "job" if since is not None else "boot"
-    xids, sxids = scan(lines, since_seq=since), scan_sxid(lines, since_seq=since)
+    xids, sxids = scan_all(lines, since_seq=since)
     by_bus = {g["bus_id"]: g["index"] for g in gpus if g.get("bus_id")}
     xid_rows = []
     for event, cls in zip(xids[:MAX_EVENTS], classify_all(xids[:MAX_EVENTS])):

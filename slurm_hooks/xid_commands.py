@@ -14,10 +14,17 @@ MAX_INPUT = 64 << 20  # bytes read from a log file or stdin
 
 XID_DESCRIPTION = """\
 Classify NVIDIA Xid and NVSwitch SXid lines with the packaged catalog, one line per event (or a
-JSON list with --json). FILE holds `dmesg`, `dmesg -T`, `journalctl -k` or /dev/kmsg output; '-'
-reads stdin (paste it); no FILE reads this node's kernel log (/dev/kmsg under --root) and marks
-what was acknowledged. Exit code by the worst classification, like `check`: 0 OK, 1 WARN, 2 FAIL,
-3 UNKNOWN. Operator overrides and ignore lists come from [checks."xid.events"] / [checks."xid.sxid"].
+JSON list with --json); an NVSwitch report (event, Severity and Data lines) is one event. FILE
+holds `dmesg` (plain, -T, -r, -x), `journalctl -k` or /dev/kmsg output; '-' reads stdin (paste it);
+no FILE reads this node's kernel log (/dev/kmsg under --root) and marks what was acknowledged.
+Exit code by the worst classification, like `check`: 0 OK, 1 WARN, 2 FAIL, 3 UNKNOWN. Operator
+overrides and ignore lists come from [checks."xid.events"] / [checks."xid.sxid"].
+
+Only lines the driver wrote count: the message must start with "NVRM: Xid (PCI:...): N" or
+"nvidia-nvswitchN: SXid (PCI:...): N" (a crashing program's name in the kernel's segfault line is
+not an Xid), and where the format keeps the syslog facility (/dev/kmsg, dmesg -r, dmesg -x) it must
+be the kernel's. Plain dmesg and journalctl text lose the facility and are judged by the prefix;
+use `journalctl -k` or `dmesg -x`, not /var/log/messages, where `logger -t kernel` forges lines.
 
 `slurm-hooks xid ack --all` (or --seq N, repeatable) clears this boot's Xids/SXids once the GPU is
 fixed, so xid.events/xid.sxid stop reporting them. It writes <[paths] state_dir>/xid-ack.json
@@ -111,7 +118,7 @@ def cmd_xid(args) -> int:
 
 
 def _events(args, config) -> Tuple[List[Any], List[Any], frozenset]:
-    from .kmsg import scan, scan_sxid
+    from .kmsg import scan_all
 
     if args.target is None:
         log = _read_log(args, config)
@@ -123,8 +130,8 @@ def _events(args, config) -> Tuple[List[Any], List[Any], frozenset]:
     else:
         with open(args.target, "rb") as handle:
             data = handle.read(MAX_INPUT)
-    lines = data.decode("utf-8", errors="replace").splitlines()
-    return scan(lines), scan_sxid(lines), frozenset()
+    xids, sxids = scan_all(data.decode("utf-8", errors="replace").splitlines())
+    return xids, sxids, frozenset()
 
 
 def _read_log(args, config):

@@ -261,7 +261,11 @@ REAL_LINES = ["NVRM: Xid (PCI:0000:42:00): 79, pid=1234, name=python, GPU has fa
               "NVRM: Xid (PCI:0000:18:00): 48, pid=77, name=train, An uncorrectable double bit error (DBE)",
               "NVRM: Xid (PCI:0000:9a:00): 74, pid=5, name=x, NVLink: fatal error detected on link 3(0x0, 0x0, 0x10)",
               "NVRM: Xid (PCI:0000:c4:00): 154, GPU recovery action changed from 0x0 (None) to 0x2 (Node Reboot Required)",
-              "nvidia-nvswitch2: SXid (PCI:0000:05:00.0): 20034, Fatal, Link 14 LTSSM Fault Up"]
+              "nvidia-nvswitch2: SXid (PCI:0000:05:00.0): 20034, Fatal, Link 14 LTSSM Fault Up",
+              "nvidia-nvswitch2: SXid (PCI:0000:05:00.0): 20034, Severity 1 Engine instance 14 Sub-engine instance 00",
+              "nvidia-nvswitch2: SXid (PCI:0000:05:00.0): 20034, Data {0x50610002, 0x10100030, 0x00000000}",
+              "python3[4242]: segfault at 0 ip 00007f8d2c41a2b0 sp 00007ffd6f0e1c28 error 4 in NVRM: Xid (PCI:0000:"
+              "42:00): 79, x[7f8d2c400000+1b000]"]
 kmsg_lines = st.one_of(
     st.text(max_size=200),
     st.binary(max_size=200).map(lambda b: b.decode("utf-8", "replace")),
@@ -271,7 +275,8 @@ kmsg_lines = st.one_of(
 
 
 @FAST
-@given(lines=st.lists(kmsg_lines, max_size=8), header=st.sampled_from(["3,%d,%d,-;", "", "[%d.%06d] "]))
+@given(lines=st.lists(kmsg_lines, max_size=8),
+       header=st.sampled_from(["3,%d,%d,-;", "", "[%d.%06d] ", "12,%d,%d,-;", "<4>[%d.%06d] "]))
 def test_kernel_log_lines_parse_and_classify_without_crash(lines, header):
     records = [(header % (100 + i, 5000 + i) if "%" in header else header) + line for i, line in enumerate(lines)]
     for event in kmsg.scan(records):

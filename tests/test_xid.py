@@ -371,6 +371,11 @@ _PREFIXES = st.sampled_from(
         "NVRM: Xid (",
         "NVRM: Xid (PCI:0000:3b:00): ",
         "nvidia-nvswitch0: SXid (PCI:0000:05:00.0): ",
+        "nvidia-nvswitch0: SXid (PCI:0000:05:00.0): 20034, Severity ",
+        "nvidia-nvswitch0: SXid (PCI:0000:05:00.0): 20034, Data {",
+        "kern  :err   : [1.0] ",
+        "<12>[1.0] ",
+        "12,1,2,-;",
     ]
 )
 
@@ -557,11 +562,14 @@ def test_catalog_loads_from_path(tmp_path, cat):
         (54, "", "FAIL", "drain", "node"),
         (78, "", "FAIL", "drain", "node"),
         (159, "", "FAIL", "reset-gpu", "node"),
-        # RESTART_APP: job broken, node fine
+        # RESTART_APP: the application stopped, the node stays in service; blamed on the job only where the
+        # catalog says the application typically causes it
         (13, "Graphics Exception", "WARN", "none", "job"),
         (31, "MMU Fault", "WARN", "none", "job"),
-        (32, "", "WARN", "none", "job"),
-        (94, "Contained: SM (0x1)", "WARN", "none", "job"),
+        (32, "", "WARN", "none", "node"),  # push buffer DMA faults reflect PCIe quality, not the application
+        # Xid 94, contained ECC error: a hardware error that killed the job (issue 13 section 4)
+        (94, "Contained: SM (0x1)", "WARN", "none", "node"),
+        (94, "Contained: SM (0x1). RST: No, D-RST: No", "WARN", "none", "node"),
         # IGNORE
         (43, "", "OK", "none", "job"),
         (63, "", "OK", "none", "node"),

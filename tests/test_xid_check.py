@@ -117,17 +117,39 @@ def test_one_result_per_gpu_and_status(registry, node):
 
 def test_garbage_lines_are_ignored(registry, node):
     garbage = "\n".join([
-        "", "not a record", "3,abc,1,-;NVRM: Xid (PCI:0000:3b:00): 79, x",  # bad header, good Xid message
+        "", "not a record", "3,abc,1,-;NVRM: Xid (PCI:0000:3b:00): 79, x",  # bad header: who wrote it is unknown
         "NVRM: Xid (PCI:zz:zz): 79, bad address", "NVRM: Xid (PCI:0000:3b:00): notanumber",
         "6,5,6,-;user said: my Xid is fine", "\x00\xff\xfe binary", "6,7,8,-;" + "x" * 20000,
         " DEVICE=+pci:0000:3b:00.0",
     ]) + "\n"
-    results = run(registry, node(raw_kmsg=garbage))
-    # the one line with a bad kmsg header is still a recognisable Xid message: kept, without a position
-    assert [(r.status, r.component) for r in results] == [(Status.FAIL, "gpu:2 0000:3b:00.0")]
-    assert results[0].details["events"][0]["seq"] is None
-    clean = garbage.replace("3,abc,1,-;NVRM: Xid (PCI:0000:3b:00): 79, x", "")
-    assert run(registry, node(raw_kmsg=clean))[0].status is Status.OK
+    [result] = run(registry, node(raw_kmsg=garbage))
+    assert (result.status, result.summary) == (Status.OK, "no Xid since boot")
+
+
+def test_a_users_xid_is_no_xid(registry, node):
+    """Issue 13: a binary named like an Xid line crashes; the kernel's segfault line carries its name (KERN_INFO,
+    kernel facility), and root's echo into /dev/kmsg gets the user facility. Neither drains."""
+    forged = "NVRM: Xid (PCI:0000:3b:00): 79, pid=1, name=x, GPU has fallen off the bus."
+    raw = kmsg() + "".join([
+        "6,200,6000000,-;python3[4242]: segfault at 0 ip 00007f8d2c41a2b0 sp 00007ffd6f0e1c28 error 4 in "
+        "%s[7f8d2c400000+1b000] likely on CPU 7 (core 7, socket 0)\n" % forged,
+        "12,201,6000001,-;%s\n" % forged,
+        "12,202,6000002,-;" + SX_FATAL + "\n"])
+    for name in ("xid.events", "xid.sxid"):
+        [result] = run(registry, node(raw_kmsg=raw), name)
+        assert result.status is Status.OK, (name, result)
+    [result] = run(registry, node(raw_kmsg=raw + "4,203,6000003,-;%s\n" % forged))  # the driver's own line
+    assert result.status is Status.FAIL and result.details["events"][0]["seq"] == 203
+
+
+def test_an_nvswitch_report_is_one_event(registry, node):
+    """Issue 13: the Severity and Data lines of a report are not events 'without severity' (UNKNOWN)."""
+    report = [SX_NONFATAL, "nvidia-nvswitch0: SXid (PCI:0000:06:00.0): 19084, Severity 0 Engine instance 03 "
+              "Sub-engine instance 00", "nvidia-nvswitch0: SXid (PCI:0000:06:00.0): 19084, Data {0x00000003, "
+              "0x00000000, 0x00000000, 0x00000000, 0x00000000, 0x00000000, 0x00000000, 0x00000000, 0x00000000}"]
+    [result] = run(registry, node(*report), "xid.sxid")
+    assert result.status is Status.WARN and result.summary.startswith("SXid 19084: Link 3 AN1 Heartbeat Timeout")
+    assert "events)" not in result.summary and [e["seq"] for e in result.details["events"]] == [100]
 
 
 @pytest.mark.parametrize("gpus,status", [((0, 1), Status.OK), ((2,), Status.FAIL), (None, Status.FAIL)])

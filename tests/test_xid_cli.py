@@ -96,6 +96,31 @@ def test_xid_exit_code_is_the_worst_classification(config, text, code):
     assert cli(["xid", "-", "--json"], config(), stdin=text).returncode == code
 
 
+def test_a_pasted_nvswitch_report_is_one_event(config):
+    """Issue 13: `slurm-hooks xid -` exited 3 (UNKNOWN) on a normal report; lines of NVIDIA/nvtrust#124."""
+    report = "\n".join([
+        "[   38.178720] nvidia-nvswitch3: SXid (PCI:0000:04:00.0): 22013, Non-fatal, Link 44 Minion Link DLREQ interrupt",
+        "[   38.180708] nvidia-nvswitch3: SXid (PCI:0000:04:00.0): 22013, Severity 0 Engine instance 44 Sub-engine "
+        "instance 00",
+        "[   38.183583] nvidia-nvswitch3: SXid (PCI:0000:04:00.0): 22013, Data {0x0000002c, 0x0000002c, 0x00000000, "
+        "0x0000002c, 0x80005302, 0x00000000, 0x00000000, 0x00000000, 0x00000000}"]) + "\n"
+    proc = cli(["xid", "-", "--json"], config(), stdin=report)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    [row] = json.loads(proc.stdout)
+    assert (row["code"], row["severity"], row["status"], row["link"]) == (22013, "Non-fatal", "WARN", 44)
+
+
+def test_pasted_segfault_and_user_lines_are_not_xids(config):
+    forged = "NVRM: Xid (PCI:0000:3b:00): 79, pid=1, name=x, GPU has fallen off the bus."
+    text = "\n".join([
+        "[81234.567001] python3[4242]: segfault at 0 ip 00007f8d2c41a2b0 sp 00007ffd6f0e1c28 error 4 in "
+        "%s[7f8d2c400000+1b000]" % forged,
+        "user  :warn  : [81234.568001] " + forged,   # dmesg -x keeps the facility: written from user space
+        "<12>[81234.569001] " + forged]) + "\n"       # dmesg -r: priority 12 = user.warning
+    proc = cli(["xid", "-"], config(), stdin=text)
+    assert proc.returncode == 0 and proc.stdout == "no Xid or SXid events\n", proc.stdout + proc.stderr
+
+
 def test_xid_file_since_seq_and_config(config, tmp_path):
     log = tmp_path / "kmsg.txt"
     log.write_text("3,10,100,-;%s\n3,11,200,-;%s\n" % (X79, X13))

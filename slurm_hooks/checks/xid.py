@@ -20,7 +20,7 @@ from typing import Any, Dict, FrozenSet, Iterable, List, Mapping, Optional, Sequ
 
 from .. import xid as catalog
 from ..host import HostError
-from ..kmsg import KmsgView, SxidEvent, XidEvent, scan, scan_sxid
+from ..kmsg import KmsgView, SxidEvent, XidEvent, scan_all
 from ..kmsg import view as kmsg_view
 from ..registry import CONTEXTS, Param, check, gatherer
 from ..result import Action, Blame, Result, Status
@@ -102,7 +102,8 @@ def read_kernel_log(ctx) -> KernelLog:
     if boot_id is None:
         notes.append("%s unreadable: acknowledgements not applied" % BOOT_ID)
     acked = frozenset(e["seq"] for e in entries if boot_id is not None and e["boot_id"] == boot_id)
-    return KernelLog(boot_id, tuple(scan(lines)), tuple(scan_sxid(lines)), acked, tuple(notes), seen)
+    xids, sxids = scan_all(lines)  # one pass: a log may hold 100,000 Xid lines (bench/xid_scale.py)
+    return KernelLog(boot_id, tuple(xids), tuple(sxids), acked, tuple(notes), seen)
 
 
 @gatherer("xid.gpus")
