@@ -278,8 +278,14 @@ def _default_classification(event: XidEvent, entry: Optional[XidEntry], related:
         status, action, blame, template = _SIMPLE_BUCKETS[b]
         return _c(status, action, blame, template % entry.description, x, b)
     if b == "RESTART_APP":
-        app = "typically caused by the application" if entry.job_caused else "job affected, node healthy"
-        return _c("WARN", "none", "job", "catalog RESTART_APP: %s (%s)" % (entry.description, app), x, b)
+        if entry.job_caused:
+            return _c("WARN", "none", "job", "catalog RESTART_APP: %s (typically caused by the application)"
+                      % entry.description, x, b)
+        # The GPU or driver faulted and the application using it was stopped: the job was a victim, not
+        # the cause (Xid 94, a contained uncorrectable memory error, kills the job that touched the bad row).
+        # The node stays in service; a pending row remap or recovery action is reported by gpu.memory / Xid 154.
+        return _c("WARN", "none", "node", "catalog RESTART_APP: %s (a hardware/driver fault stopped the "
+                  "application; not caused by the job)" % entry.description, x, b)
     if b == "IGNORE":
         extra = ""
         if entry.investigatory not in ("IGNORE", "N/A", "UNKNOWN"):
@@ -386,9 +392,25 @@ def classify(event: XidEvent, overrides: Optional[Mapping[Any, Any]] = None, *,
     becomes "none" for OK/WARN/UNKNOWN and "drain" for a FAIL that had none.
     """
     cat = catalog or load_catalog()
-    ov = validate_overrides(overrides)
+    return _classify(event, validate_overrides(overrides), _related_set(related, event.xid), cat)
+
+
+# Buckets whose decision reads the message text, and those that read the other Xids of the GPU.
+_TEXT_BUCKETS = frozenset({"WORKFLOW_NVLINK_ERR", "WORKFLOW_NVLINK5_ERR", "XID_154"})
+_RELATED_BUCKETS = frozenset({"WORKFLOW_XID_45", "WORKFLOW_XID_48"})
+
+
+def _decision_key(event: XidEvent, entry: Optional[XidEntry], related: Optional[set]) -> Tuple[Any, ...]:
+    """What a classification depends on: the Xid, and the text or related Xids only where its bucket reads them."""
+    bucket = entry.immediate if entry is not None else None
+    return (event.xid, event.text if bucket in _TEXT_BUCKETS else None,
+            frozenset(related) if bucket in _RELATED_BUCKETS and related else None)
+
+
+def _classify(event: XidEvent, ov: Mapping[int, Mapping[str, str]], related: Optional[set],
+              cat: XidCatalog) -> Classification:
     entry = cat.lookup(event.xid)
-    result = _default_classification(event, entry, _related_set(related, event.xid))
+    result = _default_classification(event, entry, related)
     spec = ov.get(event.xid)
     if not spec:
         return result
@@ -421,13 +443,34 @@ def classify(event: XidEvent, overrides: Optional[Mapping[Any, Any]] = None, *,
 
 def classify_all(events: Iterable[XidEvent], overrides: Optional[Mapping[Any, Any]] = None,
                  catalog: Optional[XidCatalog] = None) -> List[Classification]:
-    """Classify a window of events, passing each one the other Xids seen on the same GPU."""
+    """Classify a window of events, passing each one the other Xids seen on the same GPU.
+
+    Overrides are validated once, and events that decide alike (same Xid; same text or related
+    Xids only where the bucket reads them) share one decision: a flood of 100,000 Xid lines is a
+    few distinct decisions (bench/xid_scale.py).
+    """
     evs = list(events)
     by_gpu: Dict[Optional[str], set] = {}
     for e in evs:
         by_gpu.setdefault(e.pci, set()).add(e.xid)
-    validate_overrides(overrides)
-    return [classify(e, overrides, related=by_gpu.get(e.pci, set()), catalog=catalog) for e in evs]
+    ov = validate_overrides(overrides)
+    cat = catalog or load_catalog()
+    decided: Dict[Tuple[Any, ...], Classification] = {}
+    related_of: Dict[Tuple[Optional[str], int], Tuple[Optional[set], Tuple[Any, ...]]] = {}
+    out = []
+    for e in evs:
+        known = related_of.get((e.pci, e.xid))
+        if known is None:
+            related = _related_set(by_gpu.get(e.pci, set()), e.xid)
+            known = related_of[(e.pci, e.xid)] = (related, _decision_key(e, cat.lookup(e.xid), related))
+        related, key = known
+        if key[1] is not None:  # the bucket reads the message: the key includes this event's text
+            key = (key[0], e.text, key[2])
+        cls = decided.get(key)
+        if cls is None:
+            cls = decided[key] = _classify(e, ov, related, cat)
+        out.append(cls)
+    return out
 
 
 def classify_sxid(event: SxidEvent, overrides: Optional[Mapping[Any, Any]] = None) -> Classification:
@@ -495,8 +538,9 @@ def explain(xid: Union[int, str], overrides: Optional[Mapping[Any, Any]] = None,
                                                      else "not typically" + (" - " + basis if basis else "")))
         if entry.notes:
             lines.append("  Notes:                %s" % entry.notes)
-    verdict = {"job": "job-broken (node stays in service)", "node": "node-broken" if cls.status != "OK"
-               else "nothing broken", "check": "undecided (recorded only, no drain)"}[cls.blame]
+    node_verdict = {"OK": "nothing broken", "WARN": "a node/hardware fault, alert only (node stays in service)"}
+    verdict = {"job": "job-broken (node stays in service)", "node": node_verdict.get(cls.status, "node-broken"),
+               "check": "undecided (recorded only, no drain)"}[cls.blame]
     lines.append("slurm-hooks classification (message-independent default):")
     lines.append("  Status: %s   Action: %s   Blame: %s - %s%s"
                  % (cls.status, cls.action, cls.blame, verdict, "   [operator override]" if cls.overridden else ""))
