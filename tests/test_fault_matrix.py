@@ -78,12 +78,12 @@ HOUSEKEEPING = {"housekeeping_cpus": "0-1,112-113"}
 
 FAULTS = [
     # -- GPU (NVML) ----------------------------------------------------------------------------
-    Fault("gpu-fell-off-bus", "GPU", "gpu.count", Status.FAIL, "gpu:5", Action.REBOOT, True,
+    Fault("gpu-fell-off-bus", "GPU", "gpu.count", Status.FAIL, gpu(5), Action.REBOOT, True,
           "nvmlDeviceGetHandleByIndex", nvml={"fault.nvmlDeviceGetHandleByIndex.5": nvml.GPU_IS_LOST}),
     Fault("driver-not-loaded", "GPU", "gpu.count", Status.FAIL, None, Action.REBOOT, True, "modprobe nvidia",
           nvml={"driver_loaded": 0}),
-    Fault("gpu-count-below-expected", "GPU", "gpu.count", Status.FAIL, None, Action.REBOOT, True, "8",
-          nvml={"gpu.count": 7}),
+    Fault("gpu-count-below-expected", "GPU", "gpu.count", Status.FAIL, "pci:" + GPU_BDF[7], Action.REBOOT, True,
+          "NVML sees 7 of 8", nvml={"gpu.count": 7}),
     Fault("ecc-uncorrectable", "GPU", "gpu.ecc", Status.FAIL, gpu(3), Action.RESET_GPU, True,
           "2 uncorrectable ECC errors", nvml={"gpu.3.ecc.volatile.uncorrected.dram": 2}),
     Fault("ecc-disabled", "GPU", "gpu.ecc", Status.FAIL, gpu(1), Action.DRAIN, True, "ECC is disabled",

@@ -191,3 +191,44 @@ def test_per_gpu_checks_without_nvml_skip_and_leave_it_to_gpu_count(registry, nv
     assert "modprobe nvidia" in by["gpu.count"].summary
     assert {by[name].status for name in PER_GPU_CHECKS} == {Status.SKIP}
     assert "DRIVER_NOT_LOADED" in by["gpu.ecc"].summary
+
+
+# -- gpu.count: what NVML cannot read vs what it does not see (issue 13, section 4) --------------------
+
+def _decide(registry, results):
+    from slurm_hooks import policy
+    from slurm_hooks.config import validate
+
+    return policy.decide(results, validate(registry, {}).settings)
+
+
+def test_a_gpu_that_requires_a_reset_is_not_also_lost(registry, nvml_node):
+    """NVML answers RESET_REQUIRED for every call on GPU 3 (its handle included): it counts 8 GPUs and the bus has 8,
+    so nothing fell off the bus. One result, reset-gpu, naming the GPU; the drain reason says reset-gpu."""
+    node = nvml_node()
+    node.inject_fault("*", 3, nvml.RESET_REQUIRED)
+    results = run(registry, node, ["gpu.count"])
+    assert [(r.status, r.component, r.action) for r in results] == [(Status.FAIL, component(3), Action.RESET_GPU)]
+    assert "lost" not in results[0].summary and "NVML sees" not in results[0].summary
+    decision = _decide(registry, results)
+    assert decision.reason.startswith("slurm-hooks: gpu.count: " + component(3)) and "-> reset-gpu" in decision.reason
+
+
+def test_an_unreadable_gpu_is_named_by_the_bus_id_nvml_gave(registry, nvml_node):
+    node = nvml_node()
+    node.inject_fault("nvmlDeviceGetUUID", 2, nvml.GPU_IS_LOST)  # handle and PCI info answered, then lost
+    node.inject_fault("*", 5, nvml.RESET_REQUIRED)  # nothing answered: two nameless would be ambiguous, one is not
+    results = run(registry, node, ["gpu.count"])
+    assert sorted((r.component, r.action) for r in results) == [(component(2), Action.REBOOT),
+                                                                 (component(5), Action.RESET_GPU)]
+
+
+def test_a_gpu_missing_from_nvml_is_named_in_the_component(registry, nvml_node):
+    """NVML counts 7 of the 8 GPUs on the bus (fallen off): the lost one is the component tools key on."""
+    node = nvml_node()
+    node.set_state("gpu.count", 7)
+    results = run(registry, node, ["gpu.count"])
+    lost = [r for r in results if r.component == "pci:" + GPU_BDF[7]]
+    assert [(r.status, r.action) for r in lost] == [(Status.FAIL, Action.REBOOT)], [r.summary for r in results]
+    assert GPU_BDF[7] in lost[0].summary and "7 of 8" in lost[0].summary
+    assert "pci:" + GPU_BDF[7] in _decide(registry, results).reason

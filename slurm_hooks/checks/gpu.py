@@ -48,6 +48,7 @@ class GpuInventory(Struct):
     count: int = 0
     handles: Dict[int, Any] = field(default_factory=dict, compare=False, repr=False)
     kernel_module: str = ""  # first line of /proc/driver/nvidia/version, read when NVML init failed
+    error_bus_ids: Dict[int, str] = field(default_factory=dict)  # bus ids of unreadable GPUs, where NVML gave one
 
     def device(self, index: int) -> Optional[GpuDevice]:
         return next((d for d in self.devices if d.index == index), None)
@@ -73,18 +74,22 @@ def read_inventory(ctx) -> GpuInventory:
     except nvml.NvmlError as exc:
         module = (ctx.host.read_text(DRIVER_VERSION_FILE, default="") or "").split("\n", 1)[0].strip()
         return GpuInventory(error=exc, kernel_module=module)
-    devices, errors, handles = [], [], {}
+    devices, errors, handles, error_bus = [], [], {}, {}
     for index in range(count):
+        bus_id = None
         try:
             handle = session.call("nvmlDeviceGetHandleByIndex", index)
-            pci = session.call("nvmlDeviceGetPciInfo", handle)
+            bus_id = normalize_bus_id(nvml_text(session.call("nvmlDeviceGetPciInfo", handle).busId))
             devices.append(GpuDevice(index, nvml_text(session.call("nvmlDeviceGetName", handle)),
                                      nvml_text(session.call("nvmlDeviceGetUUID", handle)),
-                                     normalize_bus_id(nvml_text(pci.busId)), _minor(session, handle)))
+                                     bus_id, _minor(session, handle)))
             handles[index] = handle
         except nvml.NvmlError as exc:
             errors.append((index, exc))
-    return GpuInventory(None, nvml_text(driver), nvml_text(version), tuple(devices), tuple(errors), count, handles)
+            if bus_id is not None:
+                error_bus[index] = bus_id
+    return GpuInventory(None, nvml_text(driver), nvml_text(version), tuple(devices), tuple(errors), count, handles,
+                        error_bus_ids=error_bus)
 
 
 def _minor(session: nvml.NvmlSession, handle: Any) -> int:
@@ -146,8 +151,11 @@ def gpu_count(inventory: GpuInventory, pci: Tuple[PciDevice, ...], settings, sel
               params) -> List[Result]:
     """NVML sees every GPU on the PCI bus, as many as configured, and every GPU Slurm gave the job.
 
-    A GPU that NVML lost but sysfs still lists has "fallen off the bus" (often XID 79); a GPU
-    missing from both is dead or unseated. Sources: nvmlDeviceGetCount (`nvidia-smi -L`) and
+    A GPU that NVML does not count but sysfs still lists has "fallen off the bus" (often XID 79):
+    FAIL reboot, one result per GPU with component `pci:<bus id>`; a GPU missing from both is dead
+    or unseated (`expected`). A GPU NVML counts but cannot read gets the reviewed outcome of its
+    error instead (GPU_IS_LOST -> reboot, RESET_REQUIRED -> reset-gpu), named `gpu:<index> <bus id>`
+    - it is not also "lost". Sources: nvmlDeviceGetCount (`nvidia-smi -L`) and
     /sys/bus/pci/devices/*/{vendor,class} (`lspci -d 10de: -nn`). Fix: reboot; if it recurs, RMA.
     In a prolog, a SLURM_JOB_GPUS index that matches no NVML device (by minor number, see the module
     docstring) is node-broken too: the GPU fell off, or gres.conf lists GPUs the node does not have.
@@ -155,19 +163,12 @@ def gpu_count(inventory: GpuInventory, pci: Tuple[PciDevice, ...], settings, sel
     on_bus = sorted(d.bdf for d in pci if d.is_nvidia_gpu)
     if inventory.error is not None:
         return [unavailable_result("gpu.count", inventory, settings, len(on_bus))]
-    seen = sorted(d.bus_id for d in inventory.devices)
+    error_bus = attribute_error_bus_ids(inventory, on_bus)
+    unseen = sorted(set(on_bus) - {d.bus_id for d in inventory.devices} - set(error_bus.values()))
     details = {"nvml": inventory.count, "pci": len(on_bus), "expected": params.expected,
-               "driver": inventory.driver_version, "nvml_version": inventory.nvml_version,
-               "lost": sorted(set(on_bus) - set(seen))}
-    results = []
-    for index, error in inventory.device_errors:
-        results.append(Result("gpu.count", error.outcome.status if error.outcome.status is not Status.SKIP
-                              else Status.UNKNOWN, "GPU %d: %s" % (index, error), component="gpu:%d" % index,
-                              action=error.outcome.action, blame=error.outcome.blame))
-    if details["lost"] or inventory.count < len(on_bus):
-        results.append(Result("gpu.count", Status.FAIL, "NVML sees %d GPUs but %d are on the PCI bus (lost: %s)"
-                              % (inventory.count, len(on_bus), ", ".join(details["lost"]) or "?"),
-                              action=Action.REBOOT, details=details))
+               "driver": inventory.driver_version, "nvml_version": inventory.nvml_version, "lost": unseen}
+    results = [_device_error(index, error, error_bus.get(index)) for index, error in inventory.device_errors]
+    results += _lost_gpus(inventory, on_bus, unseen, error_bus, details)
     if params.expected and inventory.count != params.expected:
         results.append(Result("gpu.count", Status.FAIL, "%d GPUs, expected %d" % (inventory.count, params.expected),
                               action=Action.REBOOT, details=details))
@@ -175,6 +176,54 @@ def gpu_count(inventory: GpuInventory, pci: Tuple[PciDevice, ...], settings, sel
         results.append(_missing_job_gpus(selection, details))
     return results or [Result("gpu.count", Status.OK, "%d GPUs, driver %s" % (inventory.count,
                                                                            inventory.driver_version), details=details)]
+
+
+def attribute_error_bus_ids(inventory: GpuInventory, on_bus: List[str]) -> Dict[int, str]:
+    """Bus ids of the GPUs NVML counts but cannot read: what NVML said, or - when exactly one such GPU
+    has none (its handle failed) and exactly one GPU on the bus is unaccounted for - that one."""
+    error_bus = dict(inventory.error_bus_ids)
+    nameless = [index for index, _ in inventory.device_errors if index not in error_bus]
+    unaccounted = sorted(set(on_bus) - {d.bus_id for d in inventory.devices} - set(error_bus.values()))
+    if len(nameless) == 1 and len(unaccounted) == 1:
+        error_bus[nameless[0]] = unaccounted[0]
+    return error_bus
+
+
+def _device_error(index: int, error: nvml.NvmlError, bus_id: Optional[str]) -> Result:
+    """A GPU NVML counts but cannot read: the error's reviewed outcome (GPU_IS_LOST -> reboot,
+    RESET_REQUIRED -> reset-gpu, ...). NVML sees it, so it is not also 'lost'."""
+    out = error.outcome
+    status = out.status if out.status is not Status.SKIP else Status.UNKNOWN
+    return Result("gpu.count", status, "GPU %d%s: %s" % (index, " (%s)" % bus_id if bus_id else "", error),
+                  component="gpu:%d %s" % (index, bus_id) if bus_id else "gpu:%d" % index,
+                  action=out.action if status is Status.FAIL else Action.NONE, blame=out.blame,
+                  details={"nvml_error": str(error), "nvml_code": error.code})
+
+
+def _lost_gpus(inventory: GpuInventory, on_bus: List[str], unseen: List[str], error_bus: Dict[int, str],
+               details: Dict[str, Any]) -> List[Result]:
+    """GPUs on the PCI bus that NVML does not count ('fell off the bus'), one result each, named in `component`.
+
+    NVML counting as many GPUs as the bus has, yet with bus ids sysfs lacks, is a disagreement of
+    the two views (an odd platform, or our normalisation): UNKNOWN, never a reboot.
+    """
+    missing = len(on_bus) - inventory.count
+    if missing > 0:
+        if len(unseen) == missing:
+            return [Result("gpu.count", Status.FAIL, "GPU at %s is on the PCI bus but NVML does not see it (NVML "
+                           "sees %d of %d GPUs)" % (bdf, inventory.count, len(on_bus)), component="pci:" + bdf,
+                           action=Action.REBOOT, details=details) for bdf in unseen]
+        return [Result("gpu.count", Status.FAIL, "NVML sees %d GPUs but %d are on the PCI bus (not seen: %s)"
+                       % (inventory.count, len(on_bus), ", ".join(unseen) or "?"),
+                       component=",".join("pci:" + bdf for bdf in unseen) or None, action=Action.REBOOT,
+                       details=details)]
+    nameless = [index for index, _ in inventory.device_errors if index not in error_bus]
+    nvml_only = sorted(({d.bus_id for d in inventory.devices} | set(error_bus.values())) - set(on_bus))
+    if len(unseen) > len(nameless) or nvml_only:  # unreadable GPUs without a bus id explain the rest
+        return [Result("gpu.count", Status.UNKNOWN, "NVML and sysfs disagree on GPU bus ids (only in sysfs: %s; only "
+                       "in NVML: %s)" % (", ".join(unseen) or "-", ", ".join(nvml_only) or "-"), blame=Blame.CHECK,
+                       details=details)]
+    return []
 
 
 def _missing_job_gpus(selection: GpuSelection, details: Dict[str, Any]) -> Result:

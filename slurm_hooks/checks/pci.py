@@ -38,9 +38,14 @@ def read_pci_devices(ctx) -> Tuple[PciDevice, ...]:
 
 
 def normalize_bus_id(bus_id: str) -> str:
-    """NVML's '00000000:18:00.0' (8-digit domain, upper case) -> sysfs '0000:18:00.0'."""
+    """NVML's '00000000:18:00.0' (8-digit domain, upper case) -> sysfs '0000:18:00.0'.
+
+    The kernel prints the domain with %04x: at least 4 digits, all of them when wider (VMD's
+    '10000:01:00.0', Hyper-V guests), so only NVML's zero padding goes, never a digit.
+    """
     bus_id = bus_id.strip().lower()
     domain, _, rest = bus_id.partition(":")
-    if rest and len(domain) > 4:
-        domain = domain[-4:]
-    return "%s:%s" % (domain, rest) if rest else bus_id
+    try:
+        return "%04x:%s" % (int(domain, 16), rest) if rest else bus_id
+    except ValueError:
+        return bus_id
