@@ -243,7 +243,7 @@ def view(records: Sequence[str]) -> KmsgView:
         if parsed is not None and parsed.seq is not None:
             last_seq = parsed.seq
             break
-    return KmsgView(last_seq, tuple(r.split("\n", 1)[0] for r in records if "Xid" in r))
+    return KmsgView(last_seq, tuple((r.split("\n", 1)[0] if "\n" in r else r) for r in records if "Xid" in r))
 
 
 def parse_kmsg_record(line: Union[str, bytes]) -> Optional[KmsgRecord]:
@@ -349,12 +349,19 @@ _XID_RE = re.compile(r"NVRM: Xid \((" + _ADDR + r")\): ?(\d{1,5})(?:,\s*|\s+|$)"
                      r"(?:name=(.*?)(?:,\s+|,$|$))?(.*)$", re.S)
 
 
+# A /dev/kmsg record holding an Xid message, in one match (the hooks' hot path): priority, seq, usec,
+# then the message and the same groups as _XID_RE.
+_KMSG_XID_RE = re.compile(r"<?(\d{1,4})>?,(\d{1,20}),(\d{1,20}),[^;]*;(" + _XID_RE.pattern + ")", re.S)
+
+
 def _xid_fields(message: str) -> Optional[Tuple[int, str, Optional[int], Optional[str], str]]:
     """(xid, pci, pid, process, text) when the message *starts with* the driver's Xid prefix."""
     m = _XID_RE.match(message)
-    if not m:
-        return None
-    addr, num, pid_text, name, rest = m.groups()
+    return _xid_groups(*m.groups()) if m else None
+
+
+def _xid_groups(addr: str, num: str, pid_text: Optional[str], name: Optional[str], rest: str
+                ) -> Optional[Tuple[int, str, Optional[int], Optional[str], str]]:
     pci = _PCI_CACHE.get(addr)
     if pci is None:
         pci = normalize_pci(addr)
@@ -377,13 +384,12 @@ _PCI_CACHE: Dict[str, str] = {}
 def _new(cls: Any, *values: Any) -> Any:
     """A Struct built from all its field values in order, without Struct.__init__'s argument checks.
 
-    The scanners build one event per log line: a kernel log with 100,000 Xid lines (bench/xid_scale.py)
-    spent most of its time in the generic __init__ (~7 us per event vs ~2 us here).
+    The scanners build one event per log line: on a kernel log of 100,000 Xid lines
+    (bench/xid_scale.py) the generic __init__ (~7 us per event) was the largest single cost; this
+    is ~1.5 us. Values must be given for every field, in the class's field order.
     """
     obj = object.__new__(cls)
-    setter = object.__setattr__
-    for name, value in zip(cls._fields, values):
-        setter(obj, name, value)
+    obj.__dict__.update(zip(cls._fields, values))
     return obj
 
 
@@ -439,24 +445,29 @@ def parse_sxid_line(message: str) -> Optional[SxidLine]:
     if not m:
         return None
     sw, addr, num, rest = m.groups()
-    pci = normalize_pci(addr)
+    pci = _PCI_CACHE.get(addr) or normalize_pci(addr)
     if pci is None:
         return None
+    if len(_PCI_CACHE) < 4096:
+        _PCI_CACHE[addr] = pci
     rest = rest.strip()
-    base = dict(sxid=int(num), switch=int(sw), pci=pci, text=rest)
+    code, switch = int(num), int(sw)
+    # SxidLine fields: kind, sxid, switch, pci, text, severity, severity_level, instance, link, data
     sev = _SEVERITY_LINE_RE.match(rest)
     if sev:
-        return SxidLine("severity", severity_level=int(sev.group(1)), instance=int(sev.group(2)), **base)
+        return _new(SxidLine, "severity", code, switch, pci, rest, None, int(sev.group(1)), int(sev.group(2)), None,
+                    ())
     data = _DATA_LINE_RE.match(rest)
     if data:
-        return SxidLine("data", data=tuple(int(w, 16) for w in _WORD_RE.findall(data.group(1))), **base)
+        words = tuple(int(w, 16) for w in _WORD_RE.findall(data.group(1)))
+        return _new(SxidLine, "data", code, switch, pci, rest, None, None, None, None, words)
     severity = None
     sm = _SEV_RE.match(rest)
     if sm:
         severity = "Fatal" if sm.group(1).lower() == "fatal" else "Non-fatal"
-        base["text"] = sm.group(2).strip()
-    lm = _LINK_RE.search(base["text"])
-    return SxidLine("event", severity=severity, link=int(lm.group(1)) if lm else None, **base)
+        rest = sm.group(2).strip()
+    lm = _LINK_RE.search(rest)
+    return _new(SxidLine, "event", code, switch, pci, rest, severity, None, None, int(lm.group(1)) if lm else None, ())
 
 
 def parse_sxid(line: Union[str, bytes]) -> Optional[SxidEvent]:
@@ -543,12 +554,25 @@ def scan_all(
     xids: List[XidEvent] = []
     reports: List[_Report] = []
     open_reports: Dict[Tuple[int, str, int], _Report] = {}
-    kmsg_match = _KMSG_RE.match
+    kmsg_match, kmsg_xid_match = _KMSG_RE.match, _KMSG_XID_RE.match
     for line in lines:
         if isinstance(line, str):
             if "Xid" not in line:
                 continue  # cheap pre-filter: every Xid and SXid line contains it
-            m = kmsg_match(line) if len(line) <= MAX_LINE else None
+            if len(line) > MAX_LINE:
+                continue
+            x = kmsg_xid_match(line)
+            if x is not None:  # the common case, in one regex call: a /dev/kmsg record of an Xid
+                g = x.groups()  # priority, seq, usec, message, then _XID_RE's groups
+                seq, usec = int(g[1]), int(g[2])
+                if int(g[0]) >> 3 == KERNEL_FACILITY and (since_seq is None or seq > since_seq) and \
+                        (since_usec is None or usec > since_usec):
+                    fields = _xid_groups(g[4], g[5], g[6], g[7], g[8])
+                    if fields is not None:
+                        xids.append(_new(XidEvent, fields[0], fields[1], fields[2], fields[3], fields[4], g[3], seq,
+                                         usec, None))
+                continue
+            m = kmsg_match(line)
         else:
             m = None
         if m is not None:  # /dev/kmsg, the hooks' source: parsed inline, no KmsgRecord per line
@@ -575,8 +599,9 @@ def scan_all(
         key = (part.switch if part.switch is not None else -1, part.pci, part.sxid)
         current = open_reports.get(key)
         if part.kind == "event" or (current is None and part.kind == "severity"):
-            report = _Report(part, KmsgRecord(message, "kmsg" if m is not None else "text", seq=seq, usec=usec,
-                                              wallclock=wallclock))
+            # KmsgRecord fields: message, source, priority, seq, usec, wallclock, host, continuation, facility
+            report = _Report(part, _new(KmsgRecord, message, "kmsg" if m is not None else "text", None, seq, usec,
+                                        wallclock, None, False, None))
             reports.append(report)
             open_reports[key] = report
         elif current is not None:

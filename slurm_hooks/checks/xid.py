@@ -205,14 +205,19 @@ def xid_events(log: KernelLog, gpus: GpuMap, job, params) -> List[Result]:
     live, counts = _live(log.xids, params.ignore, log.acked)
     counts["other_gpus"] = 0
     findings = []
+    by_bus = gpus.by_bus or {}
+    components: Dict[Optional[str], Tuple[bool, Optional[str]]] = {}  # bus id -> (the job's?, component)
     for event, cls in zip(live, catalog.classify_all(live, overrides)):
-        index = (gpus.by_bus or {}).get(event.pci or "")
-        if index is not None and job.gpus is not None and index not in job.gpus:
+        known = components.get(event.pci)
+        if known is None:
+            index = by_bus.get(event.pci or "")
+            mine = index is None or job.gpus is None or index in job.gpus
+            known = components[event.pci] = (mine, "gpu:%d %s" % (index, event.pci) if index is not None else
+                                             ("pci:%s" % event.pci if event.pci else None))
+        if not known[0]:
             counts["other_gpus"] += 1
             continue
-        component = "gpu:%d %s" % (index, event.pci) if index is not None else \
-            ("pci:%s" % event.pci if event.pci else None)
-        findings.append((component, event, cls))
+        findings.append((known[1], event, cls))
     common = _common_details(log, counts, gpus.error if live else None)
     results = _group("xid.events", findings, "Xid", common)
     if results:
@@ -250,8 +255,9 @@ def xid_sxid(log: KernelLog, params) -> List[Result]:
 
 def _live(events: Sequence[Any], ignore: Sequence[int], acked: Any) -> Tuple[List[Any], Dict[str, int]]:
     """Xid/SXid events neither ignored by number nor acknowledged (by kmsg sequence), and the counts."""
-    kept = [e for e in events if _code(e) not in ignore]
-    live = [e for e in kept if e.seq is None or e.seq not in acked]
+    ignored = set(ignore)
+    kept = [e for e in events if _code(e) not in ignored] if ignored else list(events)
+    live = [e for e in kept if e.seq is None or e.seq not in acked] if acked else kept
     return live, {"since_boot": len(kept), "acknowledged": len(kept) - len(live), "ignored": len(events) - len(kept)}
 
 
@@ -285,15 +291,29 @@ def _ok_summary(kind: str, counts: Mapping[str, int]) -> str:
 
 def _group(name: str, findings: Iterable[Tuple[Optional[str], Any, Any]], kind: str,
            common: Mapping[str, Any]) -> List[Result]:
-    """One Result per (component, status, blame); OK classifications are left out."""
-    groups: Dict[Tuple[Optional[str], str, str], List[Tuple[Any, Any]]] = {}
+    """One Result per (component, status, blame); OK classifications are left out.
+
+    The result's head is its group's first event with the strongest action; its summary counts the
+    events and names the other codes; its details list the first MAX_LISTED events. One pass: a
+    flood of 100,000 Xids is a few groups.
+    """
+    groups: Dict[Tuple[Optional[str], str, str], List[Any]] = {}  # key -> [items, head item, head rank, codes]
     for component, event, cls in findings:
-        if cls.status != "OK":
-            groups.setdefault((component, cls.status, cls.blame), []).append((event, cls))
+        if cls.status == "OK":
+            continue
+        key = (component, cls.status, cls.blame)
+        group = groups.get(key)
+        rank = _ACTION_RANK.get(cls.action, 0)
+        if group is None:
+            groups[key] = [[(event, cls)], (event, cls), rank, {_code(event)}]
+            continue
+        group[0].append((event, cls))
+        group[3].add(_code(event))
+        if rank > group[2]:
+            group[1], group[2] = (event, cls), rank
     results = []
-    for (component, status, blame), items in groups.items():
-        head_event, head = max(items, key=lambda item: _ACTION_RANK.get(item[1].action, 0))
-        codes = sorted({_code(event) for event, _ in items} - {_code(head_event)})
+    for (component, status, blame), (items, (head_event, head), _rank, all_codes) in groups.items():
+        codes = sorted(all_codes - {_code(head_event)})
         text = (head_event.text or head.reason)[:100]
         summary = "%s %d: %s" % (kind, _code(head_event), text)
         if len(items) > 1:
