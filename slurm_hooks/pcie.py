@@ -28,6 +28,7 @@ _BDF = re.compile(r"^[0-9a-f]{4,8}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
 # PCI Express capability: device/port type in bits 7:4 of the capabilities register.
 CAP_ID_EXP = 0x10
 PORT_ENDPOINT, PORT_LEGACY_ENDPOINT, PORT_ROOT, PORT_UPSTREAM, PORT_DOWNSTREAM = 0x0, 0x1, 0x4, 0x5, 0x6
+PORT_PCI_BRIDGE = 0x7  # PCI Express to PCI/PCI-X bridge: one bridge, devices behind it share its secondary bus
 ECAP_ID_ACS = 0x000D
 # ACS control register bits (PCIe Base spec 7.7.8), named as `lspci -vvv` prints them in ACSCtl.
 ACS_BITS = (("SrcValid", 0x01), ("TransBlk", 0x02), ("ReqRedir", 0x04), ("CmpltRedir", 0x08),
@@ -62,15 +63,21 @@ class Level(enum.IntEnum):
 class PciNode(Struct):
     bdf: str
     chain: Tuple[str, ...]  # addresses from the root port (first) down to this device (last)
-    host_bridge: str  # "pci0000:15": the sysfs directory of the host bridge
+    host_bridge: str  # "pci0000:15": the sysfs directory of the host bridge (the innermost, below VMD)
     numa_node: int  # -1 when the platform does not say (single-socket machines), or not read (read_pci_tree)
     local_cpus: frozenset
     config: bytes = field(default=b"", repr=False, compare=False)  # b"" when unreadable
     config_error: Optional[str] = None
+    locality: Optional[int] = None  # numa_node, or when that is -1 the nearest bridge's above it (None: numa_node)
 
     @property
     def parent(self) -> Optional[str]:
         return self.chain[-2] if len(self.chain) > 1 else None
+
+    @property
+    def node(self) -> int:
+        """The NUMA node the device's traffic enters the CPUs at: its own, else its nearest bridge's, else -1."""
+        return self.numa_node if self.locality is None else self.locality
 
 
 class PciTree(Struct):
@@ -112,21 +119,38 @@ def read_pci_tree(host: Host, with_config: Iterable[str] = (), locality_for: Opt
     for bdf in host.listdir(PCI_DEVICES, default=[]):
         base = "%s/%s" % (PCI_DEVICES, bdf)
         real = host.realpath(base)
-        parts = real.split("/")
-        bridges = [p for p in parts if p.startswith("pci") and ":" in p]
-        chain = tuple(p.lower() for p in parts if _BDF.match(p.lower()))
+        parts = [p.lower() for p in real.split("/")]
+        # The innermost host bridge: a VMD domain's root bus (pci10000:00) sits below the VMD endpoint of
+        # its parent domain (/sys/devices/pci0000:d7/0000:d7:05.5/pci10001:00/10001:00:00.0/10001:01:00.0).
+        top = max((i for i, p in enumerate(parts) if p.startswith("pci") and ":" in p), default=-1)
+        chain = tuple(p for p in parts[top + 1:] if _BDF.match(p))
         if not chain or chain[-1] != bdf.lower():
             continue  # not a PCI function path we understand (virtual functions in odd places): leave it out
-        numa, cpus = -1, frozenset()
+        numa, cpus, node = -1, frozenset(), None
         if local is None or bdf.lower() in local:
             numa = host.read_int(base + "/numa_node", default=-1)
             cpus = parse_cpulist(host.read_text(base + "/local_cpulist", default=""), base + "/local_cpulist")
-        nodes[bdf.lower()] = PciNode(bdf.lower(), chain, bridges[0] if bridges else "?", numa, cpus)
+            if numa < 0:
+                node = _bridge_locality(host, chain)
+        nodes[bdf.lower()] = PciNode(bdf.lower(), chain, parts[top] if top >= 0 else "?", numa, cpus, locality=node)
     is_bridge = {b for n in nodes.values() for b in n.chain[:-1]}
     for bdf in list(nodes):
         if bdf in is_bridge or bdf in wanted:
             nodes[bdf] = _with_config(host, nodes[bdf])
     return PciTree(nodes)
+
+
+def _bridge_locality(host: Host, chain: Tuple[str, ...]) -> int:
+    """For a device that reports no NUMA node: the node of the nearest bridge above it that reports one.
+
+    Linux gives every device the node of its host bridge, so this finds one only where firmware or
+    an admin set a bridge's node (its numa_node file is writable); -1 when none knows.
+    """
+    for bridge in reversed(chain[:-1]):
+        numa = host.read_int("%s/%s/numa_node" % (PCI_DEVICES, bridge), default=-1)
+        if numa >= 0:
+            return numa
+    return -1
 
 
 def _with_config(host: Host, node: PciNode) -> PciNode:
@@ -137,7 +161,7 @@ def _with_config(host: Host, node: PciNode) -> PciNode:
             "only %d bytes of config space readable: extended capabilities need root" % len(data))
     except HostError as exc:
         data, error = b"", str(exc)
-    return PciNode(node.bdf, node.chain, node.host_bridge, node.numa_node, node.local_cpus, data, error)
+    return PciNode(node.bdf, node.chain, node.host_bridge, node.numa_node, node.local_cpus, data, error, node.locality)
 
 
 def _common_prefix(a: Tuple[str, ...], b: Tuple[str, ...]) -> Tuple[str, ...]:
@@ -150,14 +174,21 @@ def _common_prefix(a: Tuple[str, ...], b: Tuple[str, ...]) -> Tuple[str, ...]:
 def path_level(a: PciNode, b: PciNode, port_type=lambda bdf: None) -> Level:
     """Classify the path between two devices like `nvidia-smi topo -m`.
 
-    Different host bridges: NODE when both sit on the same NUMA node (or the platform reports none,
-    -1, as single-socket machines do), else SYS. Same host bridge, different root ports: PHB.
-    Below one root port: count the PCIe switches the path crosses (a switch is its upstream port);
-    at most one is PIX, more is PXB. A bridge's port type comes from its config space when readable,
-    else from its depth (root port, upstream, downstream, upstream, ... is how PCIe links nest).
+    Different host bridges: NODE when both sit on the same NUMA node, else SYS - by NUMA node, not
+    by socket, as the driver decides (a DGX A100 in NPS4 mode shows SYS between GPUs and NICs of two
+    NUMA nodes on one socket: NVIDIA/nccl#1505). A device reporting no node (numa_node -1) takes the
+    node of the nearest bridge above it that reports one; where none does, the two devices' local
+    CPU sets decide (what `nvidia-smi topo -m` prints as "CPU Affinity"; Linux gives a -1 device
+    every CPU): equal -> NODE, different -> SYS. So -1 next to a real node is SYS on a multi-node
+    machine, never a NODE by default; two -1 devices (no NUMA information at all) are NODE.
+    Same host bridge, different root ports: PHB. Below one root port: count the PCIe switches and
+    bridges the path crosses (a switch counts once, by its upstream port): at most one is PIX, more
+    is PXB. A bridge's port type comes from its config space when readable, else from its depth
+    (root port, upstream, downstream, upstream, ... is how PCIe links nest).
     """
     if a.host_bridge != b.host_bridge:
-        same_node = a.numa_node == b.numa_node or a.numa_node < 0 or b.numa_node < 0
+        na, nb = a.node, b.node
+        same_node = na == nb if na >= 0 and nb >= 0 else a.local_cpus == b.local_cpus
         return Level.NODE if same_node else Level.SYS
     common = _common_prefix(a.chain, b.chain)
     if not common:
@@ -170,7 +201,7 @@ def path_level(a: PciNode, b: PciNode, port_type=lambda bdf: None) -> Level:
         kind = port_type(bdf)
         if kind is None:
             kind = PORT_ROOT if depth[bdf] == 0 else (PORT_UPSTREAM if depth[bdf] % 2 else PORT_DOWNSTREAM)
-        switches += kind == PORT_UPSTREAM
+        switches += kind in (PORT_UPSTREAM, PORT_PCI_BRIDGE)
     return Level.PIX if switches <= 1 else Level.PXB
 
 

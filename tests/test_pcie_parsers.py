@@ -181,8 +181,13 @@ def test_interrupts():
     assert cgroup.parse_interrupts(text) == [(0, "timer"), (120, "mlx5_comp0@pci:0000:19:00.0")]
 
 
-def node(bdf, chain, bridge="pci0000:15", numa=0):
-    return PciNode(bdf, tuple(chain), bridge, numa, frozenset())
+ALL_CPUS = frozenset(range(224))  # what Linux gives a device without a NUMA node as local_cpulist
+NODE_CPUS = {0: frozenset(range(0, 56)) | frozenset(range(112, 168)), 1: frozenset(range(56, 112)) |
+             frozenset(range(168, 224))}
+
+
+def node(bdf, chain, bridge="pci0000:15", numa=0, locality=None):
+    return PciNode(bdf, tuple(chain), bridge, numa, NODE_CPUS.get(numa, ALL_CPUS), locality=locality)
 
 
 @pytest.mark.parametrize("a,b,level", [
@@ -196,10 +201,43 @@ def node(bdf, chain, bridge="pci0000:15", numa=0):
     (node("g", ["rp1", "g"]), node("n", ["rp2", "n"]), Level.PHB),
     (node("g", ["rp1", "g"]), node("n", ["rp2", "n"], bridge="pci0000:3f"), Level.NODE),
     (node("g", ["rp1", "g"]), node("n", ["rp2", "n"], bridge="pci0000:97", numa=1), Level.SYS),
-    (node("g", ["rp1", "g"], numa=-1), node("n", ["rp2", "n"], bridge="pci0000:97", numa=1), Level.NODE),
+    # numa_node -1 (issue 18): not "the same node as anything". The nearest bridge's node when one has it ...
+    (node("g", ["rp1", "g"], numa=-1, locality=1), node("n", ["rp2", "n"], bridge="pci0000:97", numa=1), Level.NODE),
+    (node("g", ["rp1", "g"], numa=-1, locality=0), node("n", ["rp2", "n"], bridge="pci0000:97", numa=1), Level.SYS),
+    # ... else the CPU affinity: every CPU next to one node's is SYS, two devices without a node are NODE
+    (node("g", ["rp1", "g"], numa=-1), node("n", ["rp2", "n"], bridge="pci0000:97", numa=1), Level.SYS),
+    (node("g", ["rp1", "g"], numa=-1), node("n", ["rp2", "n"], bridge="pci0000:97", numa=-1), Level.NODE),
+    # a PCIe-to-PCI bridge (port type 7) below a root port counts like a switch: two devices behind it are PIX
+    (node("a", ["rp", "br", "a"]), node("b", ["rp", "br", "b"]), Level.PIX),
 ])
 def test_path_levels(a, b, level):
     assert pcie.path_level(a, b) == level and pcie.path_level(b, a) == level
+
+
+def test_vmd_domains_keep_their_digits_and_their_own_host_bridge(write_tree):
+    """NVMe behind Intel VMD: the real sysfs shape (md-raid-utilities/ledmon issue #56, /sys/block/nvme*n1 links):
+    ../devices/pci0000:d7/0000:d7:05.5/pci10001:00/10001:00:00.0/10001:01:00.0. The VMD domain is its own host
+    bridge below the VMD endpoint of domain 0000; its bus ids keep all five digits."""
+    from slurm_hooks.host import Host
+
+    files = {}
+    for rp, dev in (("10001:00:00.0", "10001:01:00.0"), ("10001:00:01.0", "10001:02:00.0")):
+        real = "sys/devices/pci0000:d7/0000:d7:05.5/pci10001:00/%s/%s" % (rp, dev)
+        files[real + "/numa_node"] = "1\n"
+        files[real + "/local_cpulist"] = "56-111,168-223\n"
+    root = write_tree(files)
+    import os
+    os.makedirs(os.path.join(root, "sys/bus/pci/devices"))
+    for rel in ("0000:d7:05.5", "0000:d7:05.5/pci10001:00/10001:00:00.0", "0000:d7:05.5/pci10001:00/10001:00:01.0",
+                "0000:d7:05.5/pci10001:00/10001:00:00.0/10001:01:00.0",
+                "0000:d7:05.5/pci10001:00/10001:00:01.0/10001:02:00.0"):
+        os.makedirs(os.path.join(root, "sys/devices/pci0000:d7", rel), exist_ok=True)
+        os.symlink("../../../devices/pci0000:d7/" + rel, os.path.join(root, "sys/bus/pci/devices", rel.split("/")[-1]))
+    tree = pcie.read_pci_tree(Host(root))
+    nvme0 = tree.nodes["10001:01:00.0"]
+    assert (nvme0.host_bridge, nvme0.chain, nvme0.numa_node) == ("pci10001:00", ("10001:00:00.0", "10001:01:00.0"), 1)
+    assert tree.nodes["0000:d7:05.5"].host_bridge == "pci0000:d7"
+    assert tree.level("10001:01:00.0", "10001:02:00.0") is Level.PHB  # two root ports of the VMD host bridge
 
 
 def test_levels_parse_and_map_nvml():
