@@ -433,3 +433,102 @@ def test_cli_run_substitutes_root_and_sets_env():
                           cwd=str(repo), capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split() == ["True", "8", "[0,", "1]"]
+
+
+# ------------------------------------------------------------------------------------------------ PCIe trees (issue 18)
+
+def _config_port_type(node, bdf):
+    cfg = node.path("/sys/bus/pci/devices/%s/config" % bdf).read_bytes()
+    offset = cfg[0x34]
+    while cfg[offset] != 0x10:
+        offset = cfg[offset + 1]
+    return (struct.unpack_from("<H", cfg, offset + 2)[0] >> 4) & 0xF
+
+
+def _bus_range(node, bdf):
+    return tuple(int(read(node, "/sys/bus/pci/devices/%s/%s" % (bdf, f))) for f in ("secondary_bus_number",
+                                                                                    "subordinate_bus_number"))
+
+
+def test_dgx_a100_nests_three_switch_levels_with_consistent_bus_numbers():
+    spec = load_spec("dgx-a100")
+    assert spec["cpu"]["count"] == 256 and len(spec["numa"]) == 8
+    assert spec["numa"][3]["cpulist"] == "48-63,176-191"  # GPU0's CPU affinity on NVIDIA/nccl#1505
+    assert spec["switch"]["q3_gpu0"]["root_port"] == "0000:00:01.1" and spec["switch"]["q3_gpu0"]["numa_node"] == 3
+    node = FakeNode.build_temp("dgx-a100")
+    try:
+        gpu0 = node.path("/sys/bus/pci/devices/0000:07:00.0").resolve().relative_to(node.root.resolve()).as_posix()
+        assert gpu0 == ("sys/devices/pci0000:00/0000:00:01.1/0000:01:00.0/0000:02:00.0/0000:03:00.0/0000:04:00.0/"
+                        "0000:05:00.0/0000:06:00.0/0000:07:00.0")
+        types = [_config_port_type(node, b) for b in gpu0.split("/")[3:]]
+        assert types == [pci.PORT_ROOT, pci.PORT_UPSTREAM, pci.PORT_DOWNSTREAM] * 1 + \
+            [pci.PORT_UPSTREAM, pci.PORT_DOWNSTREAM] * 2 + [pci.PORT_ENDPOINT]
+        assert _bus_range(node, "0000:00:01.1") == (0x01, 0x12)  # everything of the quadrant
+        assert _bus_range(node, "0000:02:00.0") == (0x03, 0x08)  # GPU-side level-2 switch and its NVMe
+        assert _bus_range(node, "0000:02:01.0") == (0x0a, 0x12)  # NIC-side level-2 switch, GPU1 below it
+        assert _bus_range(node, "0000:0b:01.0") == (0x0d, 0x0f)
+        assert read(node, "/sys/bus/pci/devices/0000:05:00.0/vendor") == "0x1000"  # PEX880xx (switch_defaults)
+        assert read(node, "/sys/bus/pci/devices/0000:07:00.0/numa_node") == "3"
+        assert read(node, "/sys/bus/pci/devices/0000:07:00.0/local_cpulist") == "48-63,176-191"
+        cfg = node.path("/sys/bus/pci/devices/0000:02:01.0/config").read_bytes()
+        assert (cfg[0x18], cfg[0x19], cfg[0x1A]) == (0x02, 0x0A, 0x12)  # primary/secondary/subordinate registers
+        state = node.state()
+        assert state["gpu.0.topology.1"] == "20" and state["gpu.0.topology.2"] == "50"  # PXB; SYS across nodes
+    finally:
+        node.cleanup()
+
+
+def test_a_bridge_below_a_root_port_without_a_switch():
+    """A PCIe-to-PCI bridge (port type 7) on a root port, two NIC functions on its secondary bus."""
+    spec = load_spec("dgx-h100", {
+        "switch": {"br0": {"kind": "bridge", "root_port": "0000:d0:01.0", "upstream": "0000:d1:00.0", "numa_node": 1}},
+        "nic": {"mlx5_8": {"pci": "0000:d2:00.0", "switch": "br0", "root_port": ""},
+                "mlx5_9": {"pci": "0000:d2:00.1", "switch": "br0", "root_port": ""}}})
+    devs = pci.topology(spec)
+    assert devs["0000:d1:00.0"]["port_type"] == pci.PORT_PCI_BRIDGE and devs["0000:d1:00.0"]["parent"] == "0000:d0:01.0"
+    assert (devs["0000:d1:00.0"]["secondary"], devs["0000:d1:00.0"]["subordinate"]) == (0xD2, 0xD2)
+    assert devs["0000:d2:00.1"]["parent"] == "0000:d1:00.0"
+    assert pci.nvml_level(devs, "0000:d2:00.0", "0000:d2:00.1") == pci.NVML_SINGLE  # one bridge: PIX
+    assert pci.nvml_level(devs, "0000:d2:00.0", "0000:9a:00.0") == pci.NVML_NODE  # another host bridge, NUMA 1
+
+
+@pytest.mark.parametrize("overlay, message", [
+    ({"switch": {"x": {"root_port": "0000:15:02.0", "parent": "sw0", "upstream": "0000:30:00.0"}}},
+     "switch.x: give either root_port"),
+    ({"switch": {"x": {"upstream": "0000:30:00.0"}}}, "switch.x: give either root_port"),
+    ({"switch": {"x": {"parent": "nope", "upstream": "0000:30:00.0"}}}, "switch.x.parent: unknown switch 'nope'"),
+    ({"switch": {"x": {"parent": "y", "upstream": "0000:30:00.0"}, "y": {"parent": "x", "upstream": "0000:31:00.0"}}},
+     "form a loop"),
+    ({"switch": {"x": {"kind": "hub", "root_port": "0000:d0:01.0", "upstream": "0000:d1:00.0"}}}, "switch.x.kind"),
+    # below sw0 (upstream 16, downstream ports on 17), a switch whose upstream port is on bus 17 itself
+    ({"switch": {"x": {"parent": "sw0", "upstream": "0000:17:00.0"}}}, "pci: "),
+    # a GPU below sw1 numbered below sw1's own upstream bus
+    ({"gpu": {2: {"pci": "0000:1c:00.0"}}}, "must be above its own bus"),
+    # sw0's range grows to 16-2f; another root port of the same host bridge claims bus 20 inside it
+    ({"nic": {"mlx5_1": {"pci": "0000:2f:00.0"}, "mlx5_8": {"pci": "0000:20:00.0", "root_port": "0000:15:02.0"}}},
+     "overlapping bus ranges"),
+    # two endpoints on different buses directly below one root port
+    ({"nvme": {"nvme1": {"root_port": "0000:00:1d.0"}}}, "secondary bus is 0000:01"),
+])
+def test_bus_numbering_that_no_machine_has_is_a_spec_error(overlay, message):
+    with pytest.raises(SpecError) as exc:
+        load_spec("dgx-h100", overlay)
+    assert message in str(exc.value)
+
+
+def test_pci_domains_wider_than_16_bits():
+    """VMD (and Hyper-V) domains: 10000:xx. sysfs names, the host bridge directory and NVML's busId keep every digit."""
+    node = FakeNode.build_temp("dgx-h100", {"gpu": {7: {"pci": "10000:01:00.0", "switch": "", "root_port":
+                                                          "10000:00:02.0", "numa_node": 1}}})
+    try:
+        link = node.path("/sys/bus/pci/devices/10000:01:00.0").resolve().relative_to(node.root.resolve())
+        assert link.as_posix() == "sys/devices/pci10000:00/10000:00:02.0/10000:01:00.0"
+        out = run_py(node, """
+            import pynvml
+            pynvml.nvmlInit()
+            print(pynvml.nvmlDeviceGetPciInfo(pynvml.nvmlDeviceGetHandleByIndex(7)).busId)
+            print(pynvml.nvmlDeviceGetHandleByPciBusId("00010000:01:00.0") is not None)
+        """)
+        assert out.split() == ["00010000:01:00.0", "True"]  # NVML_DEVICE_PCI_BUS_ID_FMT "%08X:%02X:%02X.0"
+    finally:
+        node.cleanup()

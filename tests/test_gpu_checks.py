@@ -232,3 +232,16 @@ def test_a_gpu_missing_from_nvml_is_named_in_the_component(registry, nvml_node):
     assert [(r.status, r.action) for r in lost] == [(Status.FAIL, Action.REBOOT)], [r.summary for r in results]
     assert GPU_BDF[7] in lost[0].summary and "7 of 8" in lost[0].summary
     assert "pci:" + GPU_BDF[7] in _decide(registry, results).reason
+
+
+def test_a_gpu_in_a_pci_domain_wider_than_16_bits_is_not_lost(registry, nvml_node):
+    """Issue 13: VMD/Hyper-V domains. NVML says 00010000:01:00.0, sysfs 10000:01:00.0: the same GPU."""
+    node = nvml_node("dgx-h100", {"gpu": {7: {"pci": "10000:01:00.0", "switch": "", "root_port": "10000:00:02.0",
+                                              "numa_node": 1}}})
+    [count] = run(registry, node, ["gpu.count"])
+    assert (count.status, count.summary) == (Status.OK, "8 GPUs, driver 550.54.15")
+    [ecc] = [r for r in run(registry, node, ["gpu.ecc"]) if r.status is not Status.OK] or [None]
+    assert ecc is None
+    node.add_kmsg("NVRM: Xid (PCI:10000:01:00): 79, pid=1, name=x, GPU has fallen off the bus.", level=4)
+    [xid] = run(registry, node, ["xid.events"])
+    assert (xid.status, xid.component) == (Status.FAIL, "gpu:7 10000:01:00.0")

@@ -138,3 +138,84 @@ def test_pci_tree_reads_numa_locality_only_for_the_endpoints_asked(fake_node):
                                                                          full.nodes[gpu].local_cpus)
     assert (some.nodes[bridge].numa_node, some.nodes[bridge].local_cpus) == (-1, frozenset())
     assert some.nodes.keys() == full.nodes.keys() and some.nodes[gpu].chain == full.nodes[gpu].chain
+
+
+# -- a DGX-A100-like node: GPUs three switches deep, NICs two deep, NPS4 (issue 18) ----------------------------
+
+A100_GPU = {0: "0000:07:00.0", 1: "0000:0f:00.0", 2: "0000:47:00.0", 3: "0000:4e:00.0", 4: "0000:87:00.0",
+            5: "0000:90:00.0", 6: "0000:b7:00.0", 7: "0000:bd:00.0"}
+
+
+def test_dgx_a100_gpu_nic_is_pxb_end_to_end(registry, nvml_node):
+    """Every GPU meets its two NICs at PXB, as `nvidia-smi topo -m` shows on a DGX A100 (NVIDIA/nccl#1505):
+    the default max_level PXB passes, PIX fails every GPU; NVML's answers (the fake library, deciding by NUMA
+    node like the driver) agree with the sysfs tree on all 28 GPU pairs, though 4 NUMA nodes share a socket."""
+    node = nvml_node("dgx-a100")
+    (nic,) = by_check(run(registry, node, ["topology.gpu-nic"]), "topology.gpu-nic")
+    assert (nic.status, nic.summary) == (Status.OK, "8 GPUs, each with an RDMA NIC at PXB or better")
+    assert nic.details["nvml_cross_check"] == "agrees"
+    rows = {line.split()[0]: line.split() for line in nic.details["topology"].splitlines()[1:]}
+    assert rows["GPU0"] == ["GPU0", A100_GPU[0], "3", "mlx5_0,mlx5_1", "PXB", "nvme2", "PXB"]
+    assert rows["GPU3"] == ["GPU3", A100_GPU[3], "1", "mlx5_2,mlx5_3", "PXB", "nvme3", "PXB"]
+    assert rows["GPU7"] == ["GPU7", A100_GPU[7], "5", "mlx5_8,mlx5_9", "PXB", "nvme5", "PXB"]
+    strict = run(registry, node, ["topology.gpu-nic"], {"checks": {"topology.gpu-nic": {"max_level": "PIX"}}})
+    assert [(r.status, r.component) for r in strict] == [
+        (Status.FAIL, "gpu:%d %s" % (i, A100_GPU[i])) for i in range(8)]
+    assert strict[0].summary == "GPU0 (0000:07:00.0, NUMA 3): nearest RDMA NIC is mlx5_0 at PXB, worse than PIX"
+
+
+def test_nvml_levels_follow_the_driver_by_numa_node(registry, nvml_node):
+    """NPS4: GPU0 (node 3) and GPU2 (node 1) are on one socket but different NUMA nodes: SYS for the driver
+    and for sysfs. A fake deciding by socket would answer NODE; the cross-check must catch such a disagreement."""
+    import pynvml as P
+
+    node = nvml_node("dgx-a100")  # the real pynvml, pointed at this node's fake library
+    P.nvmlInit()
+    try:
+        assert "fakenvml" in P.nvmlSystemGetNVMLVersion()
+        h0, h1, h2 = (P.nvmlDeviceGetHandleByIndex(i) for i in (0, 1, 2))
+        assert P.nvmlDeviceGetTopologyCommonAncestor(h0, h1) == P.NVML_TOPOLOGY_MULTIPLE
+        assert P.nvmlDeviceGetTopologyCommonAncestor(h0, h2) == P.NVML_TOPOLOGY_SYSTEM
+        assert len(P.nvmlDeviceGetTopologyNearestGpus(h0, P.NVML_TOPOLOGY_MULTIPLE)) == 1  # GPU1 only
+    finally:
+        P.nvmlShutdown()
+    node.set_state("gpu.0.topology.2", 40)  # what deciding by socket would say: NODE
+    results = by_check(run(registry, node, ["topology.gpu-nic"]), "topology.gpu-nic")
+    assert [(r.status, r.summary.split(";")[0]) for r in results] == [
+        (Status.WARN, "GPU0-GPU2: sysfs says SYS, NVML says NODE")]
+
+
+def _level(node, a, b):
+    from slurm_hooks import pcie
+    from slurm_hooks.host import Host
+
+    return pcie.read_pci_tree(Host(str(node.root))).level(a, b).name
+
+
+def test_numa_node_minus_one(fake_node):
+    """numa_node -1 ("no affinity"): a device takes its nearest bridge's node; with none anywhere it is NODE
+    only against another device without one (the same CPU affinity: every CPU), SYS against a real node."""
+    node = fake_node("dgx-h100", {"gpu": {7: {"numa_node": -1}}})  # GPU7 says -1, its switch (sw3) NUMA 1
+    gpu7 = "0000:c6:00.0"
+    assert node.path("/sys/bus/pci/devices/%s/numa_node" % gpu7).read_text().strip() == "-1"
+    assert node.path("/sys/bus/pci/devices/%s/local_cpulist" % gpu7).read_text().strip() == "0-223"
+    assert _level(node, gpu7, "0000:9a:00.0") == "NODE"  # GPU4: NUMA 1 on another host bridge
+    assert _level(node, gpu7, "0000:18:00.0") == "SYS"  # GPU0: NUMA 0
+    # nothing on the path says (a host bridge without _PXM): unknown next to known is SYS, next to another
+    # unknown NODE - no longer "the same node as anything", which turned SYS into NODE
+    unknown = {"nic": {"mlx5_8": {"numa_node": -1},
+                       "mlx5_9": {"numa_node": -1, "root_port": "0000:b0:01.0", "pci": "0000:b1:00.0"}}}
+    node = fake_node("dgx-h100", unknown)
+    assert node.path("/sys/bus/pci/devices/0000:a9:01.0/numa_node").read_text().strip() == "-1"
+    assert _level(node, "0000:aa:00.0", "0000:9a:00.0") == "SYS"
+    assert _level(node, "0000:aa:00.0", "0000:18:00.0") == "SYS"
+    assert _level(node, "0000:aa:00.0", "0000:b1:00.0") == "NODE"
+
+
+def test_numa_minus_one_in_the_fake_driver_too(fake_node):
+    from tests.fakenode import load_spec, pci
+
+    spec = load_spec("dgx-h100", {"gpu": {7: {"numa_node": -1}}, "switch": {"sw3": {"numa_node": -1}}})
+    levels = pci.nvml_levels(spec)
+    assert levels[(7, 6)] == pci.NVML_SINGLE  # same switch: unaffected
+    assert levels[(7, 4)] == pci.NVML_SYSTEM and levels[(7, 0)] == pci.NVML_SYSTEM  # unknown vs NUMA 1 / NUMA 0

@@ -20,8 +20,8 @@ class Open:
 OPEN = Open()
 
 TOP_LEVEL = ("node", "cpu", "memory", "numa", "pcie", "iommu", "nvml", "memory_peers", "modules", "swap",
-             "mounts", "kmsg", "switch", "gpu_defaults", "gpu", "nic", "nvme", "cgroup", "slurm", "job", "process",
-             "irq")
+             "mounts", "kmsg", "switch_defaults", "switch", "gpu_defaults", "gpu", "nic", "nvme", "cgroup", "slurm",
+             "job", "process", "irq")
 
 VIRT = ("none", "kvm", "vmware", "xen", "hyperv", "other")
 
@@ -118,9 +118,11 @@ MOUNTS = [
 KMSG = {"msg": "", "level": 6, "facility": 0, "ts_us": -1}
 
 SWITCH = {
-    "root_port": "",              # PCI address of the CPU root port above the switch
-    "upstream": "",               # PCI address of the switch upstream port; downstream ports follow on bus+1
-    "numa_node": 0,
+    "kind": "switch",             # switch | bridge (one PCIe-to-PCI bridge function, no downstream ports)
+    "root_port": "",              # PCI address of the CPU root port above it (top-level switches and bridges)
+    "parent": "",                 # or: the switch/bridge it hangs below (a downstream port is generated there)
+    "upstream": "",               # the switch's upstream port (downstream ports follow on bus+1), or the bridge
+    "numa_node": None,            # default: the parent's, else 0; -1 = the platform does not say
     "vendor": 0x1000,             # Broadcom / PLX PEX89xxx
     "device": 0xC030,
     "acs_redirect": None,         # None: [pcie].acs_redirect

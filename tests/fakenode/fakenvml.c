@@ -1121,15 +1121,12 @@ nvmlReturn_t nvmlDeviceGetNumaNodeId(nvmlDevice_t device, unsigned int *node) {
     return NVML_SUCCESS;
 }
 
+/* The level between two GPUs comes from the state file ("gpu.<a>.topology.<b>"), which the fake node
+ * computes from the same PCI tree it writes to sysfs (tests/fakenode/pci.py nvml_level): switches crossed
+ * below a root port, the host bridge, then the NUMA node - not the socket - as the real driver decides. */
 static nvmlGpuTopologyLevel_t topo_level(int a, int b) {
     if (a == b) return NVML_TOPOLOGY_INTERNAL;
-    const char *sa = GS(a, "", "switch"), *sb = GS(b, "", "switch");
-    if (*sa && !strcmp(sa, sb)) return NVML_TOPOLOGY_SINGLE;
-    if (!strcmp(GS(a, "a", "root_port"), GS(b, "b", "root_port")) && strcmp(GS(a, "none", "root_port"), "none"))
-        return NVML_TOPOLOGY_MULTIPLE;
-    if (!strcmp(GS(a, "a", "hostbridge"), GS(b, "b", "hostbridge"))) return NVML_TOPOLOGY_HOSTBRIDGE;
-    if (G(a, 0, "socket") == G(b, 0, "socket")) return NVML_TOPOLOGY_NODE;
-    return NVML_TOPOLOGY_SYSTEM;
+    return (nvmlGpuTopologyLevel_t)G(a, NVML_TOPOLOGY_SYSTEM, "topology.%d", b);
 }
 
 nvmlReturn_t nvmlDeviceGetTopologyCommonAncestor(nvmlDevice_t device1, nvmlDevice_t device2,

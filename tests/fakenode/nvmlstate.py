@@ -13,6 +13,7 @@ import tempfile
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Union
 
+from .pci import nvml_levels
 from .spec import format_cpulist
 
 SKIP_GPU_KEYS = {"fault", "hang", "crash", "delay_ms", "processes", "graphics_processes", "driver", "fields"}
@@ -61,6 +62,7 @@ def state_lines(spec: Dict[str, Any]) -> List[str]:
            "gpu.count = %d" % len(spec["gpu"])]
     for kind in ("fault", "hang", "crash", "delay_ms"):
         _injections("*", nvml[kind], kind, out)
+    levels = nvml_levels(spec)
     for idx, g in spec["gpu"].items():
         p = "gpu.%d" % idx
         out.append("")
@@ -70,6 +72,9 @@ def state_lines(spec: Dict[str, Any]) -> List[str]:
         sock_cpus = [c for n in spec["numa"].values() for c in n["cpus"]
                      if _socket_of(spec, c) == g["socket"]]
         out.append("%s.socket_cpulist = %s" % (p, format_cpulist(sock_cpus)))
+        # nvmlDeviceGetTopologyCommonAncestor towards every other GPU, decided from the PCI tree (pci.nvml_level)
+        for other in spec["gpu"]:
+            out.append("%s.topology.%d = %d" % (p, other, levels[(idx, other)]))
         out.append("%s.processes = %s" % (p, ",".join("%d:%d" % (x["pid"], x["used_memory"]) for x in g["processes"])))
         out.append("%s.graphics_processes = %s" % (p, ",".join("%d:%d" % (x["pid"], x["used_memory"])
                                                                for x in g["graphics_processes"])))

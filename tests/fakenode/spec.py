@@ -176,12 +176,11 @@ def resolve(raw: Dict[str, Any], source: str) -> Dict[str, Any]:
     s["mounts"] = [_mount(x, i, source) for i, x in enumerate(_list(raw, "mounts", source, D.MOUNTS))]
     s["kmsg"] = [_kmsg(x, i, source) for i, x in enumerate(_list(raw, "kmsg", source))]
     _resolve_cpu_numa(s, raw.get("numa", {}), source)
-    s["switch"] = {k: check(v, D.SWITCH, "switch.%s" % k, source) for k, v in raw.get("switch", {}).items()}
-    for name, sw in s["switch"].items():
-        _require(sw, ("root_port", "upstream"), "switch.%s" % name, source)
-        for key in ("root_port", "upstream"):
-            sw[key] = _bdf(sw[key], "switch.%s.%s" % (name, key), source)
-        _numa_ok(s, sw["numa_node"], "switch.%s.numa_node" % name, source)
+    switch_defaults = raw.get("switch_defaults", {})
+    check(switch_defaults, D.SWITCH, "switch_defaults", source)
+    s["switch"] = {k: check(deep_merge(switch_defaults, v), D.SWITCH, "switch.%s" % k, source)
+                   for k, v in raw.get("switch", {}).items()}
+    _resolve_switches(s, source)
     gpu_defaults = check(raw.get("gpu_defaults", {}), D.GPU, "gpu_defaults", source)
     s["gpu"] = {}
     for idx in sorted(raw.get("gpu", {})):
@@ -195,8 +194,62 @@ def resolve(raw: Dict[str, Any], source: str) -> Dict[str, Any]:
                  for k, v in sorted(raw.get("nvme", {}).items())}
     _resolve_node(s, source)
     _unique_bdfs(s, source)
+    _check_pci_tree(s, source)
     _resolve_slurm_side(s, raw, source)
     return s
+
+
+def _resolve_switches(s: Dict[str, Any], source: str) -> None:
+    """PCIe switches and bridges: below a CPU root port, or nested below another switch or bridge (``parent``).
+
+    A nested one inherits its parent's NUMA node unless it sets its own, and its ``root_port`` is
+    the CPU root port at the top of its chain.
+    """
+    switches = s["switch"]
+    for name, sw in switches.items():
+        where = "switch.%s" % name
+        if sw["kind"] not in ("switch", "bridge"):
+            raise SpecError("%s: %s.kind: %r not one of switch, bridge" % (source, where, sw["kind"]))
+        _require(sw, ("upstream",), where, source)
+        sw["upstream"] = _bdf(sw["upstream"], where + ".upstream", source)
+        if bool(sw["root_port"]) == bool(sw["parent"]):
+            raise SpecError("%s: %s: give either root_port (below a CPU root port) or parent (below another switch "
+                            "or bridge)" % (source, where))
+        if sw["root_port"]:
+            sw["root_port"] = _bdf(sw["root_port"], where + ".root_port", source)
+        elif sw["parent"] not in switches:
+            raise SpecError("%s: %s.parent: unknown switch %r (have %s)" % (source, where, sw["parent"],
+                                                                            sorted(switches)))
+    for name in sorted(switches):
+        chain, cur = [name], name
+        while switches[cur]["parent"]:
+            cur = switches[cur]["parent"]
+            if cur in chain:
+                raise SpecError("%s: switch.%s.parent: the switches %s form a loop" % (source, name, " -> ".join(chain)))
+            chain.append(cur)
+        top = switches[chain[-1]]
+        sw = switches[name]
+        sw["root_port"] = top["root_port"]
+        numa = next((switches[c]["numa_node"] for c in chain if switches[c]["numa_node"] is not None), 0)
+        sw["resolved_numa"] = numa
+    for name, sw in switches.items():
+        if sw["numa_node"] is None:
+            sw["numa_node"] = sw.pop("resolved_numa")
+        else:
+            sw.pop("resolved_numa")
+        _numa_ok(s, sw["numa_node"], "switch.%s.numa_node" % name, source)
+        sw["cpulist"] = s["numa"][sw["numa_node"]]["cpulist"] if sw["numa_node"] >= 0 else \
+            format_cpulist(list(range(s["cpu"]["count"])))
+
+
+def _check_pci_tree(s: Dict[str, Any], source: str) -> None:
+    """The bus numbers must make a real hierarchy (see pci.check_bus_numbers)."""
+    from . import pci
+
+    try:
+        pci.topology(s)
+    except pci.BusNumberingError as exc:
+        raise SpecError("%s: pci: %s" % (source, exc)) from None
 
 
 def _resolve_slurm_side(s: Dict[str, Any], raw: Dict[str, Any], source: str) -> None:
@@ -244,7 +297,7 @@ def _bdf(text: str, where: str, source: str) -> str:
         dom, bus, rest = text.strip().lower().split(":")
         dev, fn = rest.split(".")
         d, b, v, f = int(dom, 16), int(bus, 16), int(dev, 16), int(fn, 16)
-        if b > 0xFF or v > 0x1F or f > 7:
+        if b > 0xFF or v > 0x1F or f > 7 or d > 0xFFFFFFFF:
             raise ValueError
     except ValueError:
         raise SpecError("%s: %s: bad PCI address %r (want e.g. 0000:18:00.0)" % (source, where, text)) from None
@@ -428,7 +481,6 @@ def _resolve_gpu(s: Dict[str, Any], idx: int, g: Dict[str, Any], source: str) ->
         g["memory"]["used"] = sum(p["used_memory"] for p in g["processes"] + g["graphics_processes"])
     socket_of = cpu_location(s, s["numa"][g["numa_node"]]["cpus"][0])[0] if g["numa_node"] >= 0 else 0
     g["socket"] = socket_of
-    g["hostbridge"] = (g["root_port"] if g["root_port"] != "none" else g["pci"])[:7]
     return g
 
 
