@@ -27,7 +27,6 @@ import os
 import random
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -39,6 +38,7 @@ if REPO not in sys.path:
 
 from bench.compare import export_revision  # noqa: E402
 from bench.install import make_install  # noqa: E402
+from bench.measure import run_once  # noqa: E402
 from bench.nodeenv import BenchNode  # noqa: E402
 
 RESULTS = os.path.join(REPO, "bench", "xid_scale.md")
@@ -99,17 +99,16 @@ def write_kmsg(node: BenchNode, n: int, seed: int = 13) -> None:
             handle.write("%d,%d,%d,-;%s\n" % (level, first + i, 90_000_000 + i * 997, message))
 
 
-def run_checks(hook: List[str], node: BenchNode, job: int) -> Tuple[float, Dict[str, Tuple[float, bool, str]]]:
-    """(wall seconds, {check: (duration s, timed out, status)}) of one `check xid` run."""
-    started = time.perf_counter()
-    done = subprocess.run(hook + ["check", "--context", "prolog", "--json", "xid"], env=node.hook_env("prolog", job),
-                          capture_output=True, text=True, timeout=600)
-    wall = time.perf_counter() - started
+def run_checks(hook: List[str], node: BenchNode, job: int
+               ) -> Tuple[float, Dict[str, Tuple[float, bool, str]], int]:
+    """(wall seconds, {check: (duration s, timed out, status)}, peak RSS KiB) of one `check xid` run."""
+    done = run_once(hook + ["check", "--context", "prolog", "--json", "xid"], node.hook_env("prolog", job),
+                    capture=True, timeout=600)
     if not done.stdout.strip():
-        raise RuntimeError("check xid exited %d without output: %s" % (done.returncode, done.stderr[-600:]))
+        raise RuntimeError("check xid exited %d without output" % done.returncode)
     report = json.loads(done.stdout)
     runs = {run["name"]: (run["duration_s"], bool(run.get("timed_out")), run["status"]) for run in report["checks"]}
-    return wall, runs
+    return done.seconds, runs, done.max_rss_kb
 
 
 def measure(hooks: Dict[str, List[str]], sizes: List[int], runs: int) -> Dict[Tuple[str, int], Dict[str, object]]:
@@ -119,7 +118,7 @@ def measure(hooks: Dict[str, List[str]], sizes: List[int], runs: int) -> Dict[Tu
     try:
         for n in sizes:
             write_kmsg(node, n)
-            samples: Dict[str, List[Tuple[float, Dict[str, Tuple[float, bool, str]]]]] = {k: [] for k in hooks}
+            samples: Dict[str, List[Tuple[float, Dict[str, Tuple[float, bool, str]], int]]] = {k: [] for k in hooks}
             for i in range(runs + 1):  # one warm-up round
                 order = list(hooks.items()) if i % 2 == 0 else list(reversed(list(hooks.items())))
                 for label, hook in order:
@@ -128,15 +127,16 @@ def measure(hooks: Dict[str, List[str]], sizes: List[int], runs: int) -> Dict[Tu
                     if i:
                         samples[label].append(sample)
             for label, got in samples.items():
-                row: Dict[str, object] = {"wall": statistics.median(s[0] for s in got)}
+                row: Dict[str, object] = {"wall": statistics.median(s[0] for s in got),
+                                          "rss_mib": max(s[2] for s in got) / 1024.0}
                 for check in TIMEOUTS:
                     row[check] = statistics.median(s[1][check][0] for s in got)
                     row[check + ".timed_out"] = sum(s[1][check][1] for s in got)
                     row[check + ".status"] = sorted({s[1][check][2] for s in got})
                 out[(label, n)] = row
-                print("%-12s %7d lines  wall %6.2f s  xid.events %6.3f s (%s)  xid.sxid %6.3f s (%s)" % (
-                    label, n, row["wall"], row["xid.events"], "/".join(row["xid.events.status"]),
-                    row["xid.sxid"], "/".join(row["xid.sxid.status"])), flush=True)
+                print("%-12s %7d lines  wall %6.2f s  xid.events %6.3f s (%s)  xid.sxid %6.3f s (%s)  peak RSS %.0f MiB"
+                      % (label, n, row["wall"], row["xid.events"], "/".join(row["xid.events.status"]),
+                         row["xid.sxid"], "/".join(row["xid.sxid.status"]), row["rss_mib"]), flush=True)
     finally:
         node.cleanup()
     return out
@@ -153,13 +153,14 @@ def markdown(results: Dict[Tuple[str, int], Dict[str, object]], labels: List[str
              "- timeouts: xid.events 3.0 s, xid.sxid 2.0 s; a timed-out Xid check is UNKNOWN: the node's real Xid "
              "would only alert", "",
              "| code | kernel log lines | xid.events s | xid.sxid s | timed out (events/sxid) | status (events/sxid) "
-             "| whole `check xid` s |", "|---|---:|---:|---:|---|---|---:|"]
+             "| whole `check xid` s | peak RSS MiB |", "|---|---:|---:|---:|---|---|---:|---:|"]
     for n in sizes:
         for label in labels:
             row = results[(label, n)]
-            lines.append("| %s | %d | %.3f | %.3f | %d/%d of %d | %s / %s | %.2f |" % (
+            lines.append("| %s | %d | %.3f | %.3f | %d/%d of %d | %s / %s | %.2f | %.0f |" % (
                 label, n, row["xid.events"], row["xid.sxid"], row["xid.events.timed_out"], row["xid.sxid.timed_out"],
-                runs, ",".join(row["xid.events.status"]), ",".join(row["xid.sxid.status"]), row["wall"]))
+                runs, ",".join(row["xid.events.status"]), ",".join(row["xid.sxid.status"]), row["wall"],
+                row["rss_mib"]))
     return "\n".join(lines) + "\n"
 
 

@@ -22,16 +22,17 @@ Who wrote a line
 The kernel log is written by users too. The kernel's own segfault report (arch/x86/mm/fault.c,
 show_signal_msg: ``"%s[%d]: segfault at %lx ip %px sp %px error %lx"`` then ``" in %s[...]"`` with
 the base name of the crashing binary) carries a file name any user chooses, and the task name at
-its start is the user's too; root may write any record to /dev/kmsg. So an Xid or SXid is
-accepted only where the driver writes it (:func:`from_driver`):
+its start is the user's too; whoever may write /dev/kmsg adds records of their own. So an Xid or
+SXid is accepted only where the driver writes it (:func:`from_driver`):
 
 * the record's *message* starts with the driver's prefix - ``NVRM: Xid (PCI:<bus id>): <code>`` or
   ``nvidia-nvswitchN: SXid (PCI:<bus id>): <code>`` - with a well-formed bus id, not anywhere in
   the line (the segfault line starts with the task name, which is at most 15 characters: too short
   to hold a whole prefix and bus id, and the kernel's own text follows it);
 * where the record carries its syslog facility (/dev/kmsg, ``dmesg -r``, ``dmesg -x``), it is the
-  kernel's (0). A write to /dev/kmsg from user space gets facility 1 (user) unless it forges a
-  priority, which only root can.
+  kernel's (0). A write to /dev/kmsg from user space - root's too, with or without a ``<N>``
+  prefix - never gets facility 0: kernel/printk devkmsg_write() starts from LOG_USER and only
+  takes a non-zero facility from the prefix, so kernel-generated records can be told apart.
 
 Text without the facility (``dmesg``, ``dmesg -T``, ``journalctl -k``, a pasted message) is judged
 by the prefix alone. ``journalctl -k`` labels only kernel-facility records ``kernel:``; a syslog

@@ -329,7 +329,7 @@ def test_gpu_fault_drains_with_our_reason_and_requeues_the_job_held(hooks):
     assert prolog["slurm_calls"] == "3", prolog  # show node, breaker count, drain
     reason = ctld_reason(c)
     assert reason == prolog["reason"], (reason, prolog)
-    assert reason.startswith("slurm-hooks: gpu.count: gpu:0 GPU 0: nvmlDeviceGetHandleByIndex: ") and \
+    assert reason.startswith("slurm-hooks: gpu.count: gpu:0 0000:18:00.0 GPU 0: nvmlDeviceGetHandleByIndex: ") and \
         "GPU is lost) -> reboot" in reason and len(reason) <= 200, reason
     assert "Prolog error" not in reason
     # slurmctld requeues a batch job whose prolog failed, held (SchedulerParameters=nohold_on_prolog_fail

@@ -10,7 +10,9 @@ Real shapes, each with its source:
   00007ffc5b1be400 error 4 in a.out[400000+1000]``. The task name (comm) is at most 15 characters
   (TASK_COMM_LEN 16) and is the user's, as is the binary's base name.
 - a user-space write to /dev/kmsg: kernel/printk/printk.c devkmsg_write() gives facility 1 (LOG_USER)
-  and the default level 4 unless the text starts with "<N>": priority 12.
+  and the default level 4 unless the text starts with "<N>": priority 12; a "<N>" prefix sets the
+  level and only a non-zero facility ("if (LOG_FACILITY(u) != 0) facility = LOG_FACILITY(u)"), so no
+  user-space write, root's included, carries the kernel facility 0.
 - NVSwitch reports: NVIDIA/nvtrust issue #124 (driver 570.195.03, `dmesg`), lines copied verbatim:
   event ("22013, Non-fatal, Link 44 Minion Link DLREQ interrupt"), "Severity 0 Engine instance 44
   Sub-engine instance 00", "Data {...}" (nine words); the Fatal LTSSM report of Red Hat solution
@@ -75,7 +77,8 @@ def test_the_real_line_in_the_same_frames_is_an_xid():
 
 @pytest.mark.parametrize("line", [
     "12,2002,81234568,-;" + XID79,                          # echo "NVRM: Xid ..." > /dev/kmsg (as root)
-    "14,2002,81234568,-;" + XID79,                          # "<14>NVRM: ..." written: user.info
+    "14,2002,81234568,-;" + XID79,                          # echo "<6>NVRM: ..." > /dev/kmsg: user.info
+    "11,2002,81234568,-;" + XID79,                          # echo "<3>NVRM: ..." (kern.err asked): user.err
     "<12>[81234.568001] " + XID79,                          # dmesg -r of such a record
     "user  :warn  : [81234.568001] " + XID79,               # dmesg -x of it
     "daemon:err   : [81234.568001] " + XID79,

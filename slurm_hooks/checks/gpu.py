@@ -194,7 +194,7 @@ def _device_error(index: int, error: nvml.NvmlError, bus_id: Optional[str]) -> R
     RESET_REQUIRED -> reset-gpu, ...). NVML sees it, so it is not also 'lost'."""
     out = error.outcome
     status = out.status if out.status is not Status.SKIP else Status.UNKNOWN
-    return Result("gpu.count", status, "GPU %d%s: %s" % (index, " (%s)" % bus_id if bus_id else "", error),
+    return Result("gpu.count", status, "GPU %d: %s" % (index, error),  # the bus id is in the component
                   component="gpu:%d %s" % (index, bus_id) if bus_id else "gpu:%d" % index,
                   action=out.action if status is Status.FAIL else Action.NONE, blame=out.blame,
                   details={"nvml_error": str(error), "nvml_code": error.code})
