@@ -232,3 +232,16 @@ def test_an_event_is_always_a_drivers_message(frame, pieces):
         assert event.raw.startswith("nvidia-nvswitch")
     if record is not None and record.facility not in (None, 0):
         assert (xids, sxids) == ([], [])
+
+
+def test_one_kind_at_a_time():
+    """xid.sxid parses only the SXid lines and xid.events only the Xid lines of the same read (KernelLog)."""
+    lines = ["4,%d,%d,-;%s" % (300 + i, 1000 + i, line.split("] ", 1)[1]) for i, line in enumerate(LTSSM_FATAL)]
+    lines.insert(1, "4,299,999,-;" + XID79)
+    both = scan_all(lines)
+    assert scan_all(lines, kinds=("xid",)) == (both[0], []) and scan_all(lines, kinds=("sxid",)) == ([], both[1])
+    from slurm_hooks.checks.xid import KernelLog
+
+    log = KernelLog("boot", tuple(lines), frozenset())
+    assert log.sxids == tuple(both[1]) and "xids" not in log.parsed  # the Xid lines are not parsed for SXids
+    assert log.xids == tuple(both[0]) and log.xids is log.xids
