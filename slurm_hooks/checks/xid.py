@@ -329,7 +329,7 @@ def _group(name: str, findings: Iterable[Tuple[Optional[str], Any, Any]], kind: 
             groups[key] = [[(event, cls)], (event, cls), rank, {_code(event)}]
             continue
         group[0].append((event, cls))
-        group[3].add(_code(event))
+        group[3].add(cls.xid if cls.xid is not None else _code(event))  # an Xid's classification names it
         if rank > group[2]:
             group[1], group[2] = (event, cls), rank
     results = []
