@@ -5,6 +5,10 @@ the same way (``slurm-hooks check --root DIR``). Paths given to a Host are absol
 ("/sys/bus/pci/devices"); they are mapped under the root, and symlinks are resolved inside it so
 a captured tree never leaks into the real machine. Reads are bounded in size. A missing file
 raises MissingFile unless the caller passes ``default=`` (then a missing optional file is explicit).
+
+A Host given a ReadLog records every path it touches and what it read: `slurm-hooks capture`
+archives exactly that (slurm_hooks.capture), so the list of captured files cannot drift from
+what the checks read.
 """
 from __future__ import annotations
 
@@ -12,12 +16,14 @@ import errno
 import fnmatch
 import os
 import posixpath
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, NamedTuple, Optional, Set
 
 DEFAULT_MAX_BYTES = 1 << 20  # 1 MiB: more than any sysfs/procfs file we read
 _CHUNK = 1 << 16  # one read(2) of a sysfs attribute (<= one page) or a typical procfs file
 _MISSING: Any = object()
 _MAX_SYMLINKS = 40
+CAPTURE_DIR = "/.slurm-hooks"  # a capture's own metadata, beside sys/ and proc/ (slurm_hooks.capture)
+CAPTURED_STATVFS = CAPTURE_DIR + "/statvfs.json"
 
 
 class HostError(Exception):
@@ -32,6 +38,10 @@ class MissingFile(HostError):
     """The file does not exist (and no default was given)."""
 
 
+class LiveOnly(HostError):
+    """The value exists only on the running machine (statvfs, NVML) and this tree does not hold it."""
+
+
 class ParseError(HostError):
     """The file exists but its content is not what we expected."""
 
@@ -42,26 +52,52 @@ class ParseError(HostError):
         self.expected = expected
 
 
+class FsUsage(NamedTuple):
+    """The statvfs(2) fields the checks use (os.statvfs_result has the same names)."""
+
+    f_blocks: int
+    f_bavail: int
+    f_files: int
+    f_favail: int
+
+
+class ReadLog:
+    """Every host path a Host touched in a run, with what it read (`slurm-hooks capture`).
+
+    Checks run in threads; each record is one dict/set operation, atomic under the GIL.
+    """
+
+    def __init__(self) -> None:
+        self.files: Dict[str, bytes] = {}  # host path -> the bytes read (bounded like the read)
+        self.dirs: Dict[str, List[str]] = {}  # host path -> the entries listed
+        self.probed: Set[str] = set()  # exists/isdir/realpath/readlink: the path itself matters
+        self.missing: Set[str] = set()  # asked for and absent
+        self.statvfs: Dict[str, FsUsage] = {}
+        self.kmsg: Dict[str, List[str]] = {}  # kernel log records read from a character device
+
+
 class Host:
-    def __init__(self, root: str = "/"):
+    def __init__(self, root: str = "/", log: Optional[ReadLog] = None):
         self.root = os.path.abspath(root)
+        self._live = self.root == "/"
         self._dir_cache: Dict[str, str] = {}
+        self.log = log
 
     def __repr__(self) -> str:
         return "Host(%r)" % self.root
 
     @property
     def is_live(self) -> bool:
-        return self.root == "/"
+        return self._live
 
     # -- paths -------------------------------------------------------------------------------
     def path(self, host_path: str) -> str:
         """The real filesystem path of a host path (no symlink resolution)."""
         if not host_path.startswith("/"):
             raise ValueError("host paths are absolute, got %r" % host_path)
-        if self.is_live:
+        if self._live:
             return host_path
-        return os.path.join(self.root, host_path.lstrip("/"))
+        return self.root + host_path  # abspath'd root has no trailing slash; one concatenation per read
 
     def real(self, host_path: str) -> str:
         """The real filesystem path to open for a host path.
@@ -69,7 +105,7 @@ class Host:
         Under a non-/ root, symlinks (absolute ones included) are resolved inside the root so a
         captured tree can never make us read the live machine's files.
         """
-        return host_path if self.is_live else self.path(self.realpath(host_path))
+        return host_path if self._live else self.path(self.realpath(host_path))
 
     def real_link(self, host_path: str) -> str:
         """The real path of a symlink itself (its directory resolved, the link not followed)."""
@@ -84,6 +120,8 @@ class Host:
         The parent directory comes from a cache (a run reads many files in few sysfs directories),
         so resolving costs one lstat per new path component.
         """
+        if self.log is not None and not _hops:
+            self.log.probed.add(host_path)
         if _hops > _MAX_SYMLINKS:
             raise HostError(host_path, "too many levels of symbolic links")
         directory, base = posixpath.split(host_path)
@@ -94,8 +132,8 @@ class Host:
             return parent
         if base == "..":
             return posixpath.dirname(parent)
-        candidate = posixpath.join(parent, base)
-        real = self.path(candidate)
+        candidate = parent + "/" + base if parent != "/" else "/" + base
+        real = candidate if self._live else self.root + candidate
         if os.path.islink(real):
             target = os.readlink(real)
             return self.realpath(target if target.startswith("/") else posixpath.join(parent, target), _hops + 1)
@@ -111,8 +149,10 @@ class Host:
     # -- reads -------------------------------------------------------------------------------
     def read_bytes(self, host_path: str, default: Any = _MISSING, max_bytes: int = DEFAULT_MAX_BYTES) -> bytes:
         try:
-            return _read_file(self.real(host_path), max_bytes)
+            data = _read_file(self.real(host_path), max_bytes)
         except FileNotFoundError:
+            if self.log is not None:
+                self.log.missing.add(host_path)
             if default is not _MISSING:
                 return default
             raise MissingFile(host_path, "no such file") from None
@@ -120,6 +160,9 @@ class Host:
             if exc.errno in (errno.ENOTDIR,) and default is not _MISSING:
                 return default
             raise HostError(host_path, exc.strerror or str(exc)) from None
+        if self.log is not None:
+            self.log.files[host_path] = data
+        return data
 
     def read_text(self, host_path: str, default: Any = _MISSING, max_bytes: int = DEFAULT_MAX_BYTES) -> str:
         """File content decoded as UTF-8 (bad bytes replaced), trailing newline stripped."""
@@ -133,40 +176,80 @@ class Host:
         if text is None:
             return default
         try:
-            return int(text.strip(), base)
+            return int(text.strip().rstrip("\0"), base)  # "\n\0": see parse_cpulist
         except ValueError:
             raise ParseError(host_path, text, "an integer (base %d)" % base) from None
 
     def exists(self, host_path: str) -> bool:
+        if self.log is not None:
+            self.log.probed.add(host_path)
         return os.path.lexists(self.real(host_path))
 
     def isdir(self, host_path: str) -> bool:
+        if self.log is not None:
+            self.log.probed.add(host_path)
         return os.path.isdir(self.real(host_path))
 
     def listdir(self, host_path: str, default: Any = _MISSING) -> List[str]:
         try:
-            return sorted(os.listdir(self.real(host_path)))
+            names = sorted(os.listdir(self.real(host_path)))
         except (FileNotFoundError, NotADirectoryError):
+            if self.log is not None:
+                self.log.missing.add(host_path)
             if default is not _MISSING:
                 return default
             raise MissingFile(host_path, "no such directory") from None
         except OSError as exc:
             raise HostError(host_path, exc.strerror or str(exc)) from None
+        if self.log is not None:
+            self.log.dirs[host_path] = names
+        return names
 
     def glob(self, host_dir: str, pattern: str) -> List[str]:
         """Host paths of the entries of host_dir matching a shell pattern (sorted)."""
         return [host_dir.rstrip("/") + "/" + name for name in self.listdir(host_dir, default=[])
                 if fnmatch.fnmatchcase(name, pattern)]
 
-    def statvfs(self, host_path: str) -> os.statvfs_result:
-        """Filesystem usage of the file system holding host_path (statvfs(2), like `df`)."""
+    def statvfs(self, host_path: str) -> FsUsage:
+        """Filesystem usage of the file system holding host_path (statvfs(2), like `df`).
+
+        Under a root other than / this stats the analysing machine's file system that holds the
+        tree: callers use captured_statvfs there unless told to read it live.
+        """
         try:
-            return os.statvfs(self.real(host_path))
+            st = os.statvfs(self.real(host_path))
         except OSError as exc:
             raise HostError(host_path, exc.strerror or str(exc)) from None
+        usage = FsUsage(st.f_blocks, st.f_bavail, st.f_files, st.f_favail)
+        if self.log is not None:
+            self.log.statvfs[host_path] = usage
+        return usage
+
+    def captured_statvfs(self, host_path: str) -> FsUsage:
+        """What statvfs(2) said for host_path on the captured node (CAPTURED_STATVFS in the tree).
+
+        Raises LiveOnly when the tree holds no such record: free space is a property of the running
+        machine, and the analysing machine's own disk says nothing about the captured node.
+        """
+        import json  # only under --root
+
+        text = self.read_text(CAPTURED_STATVFS, default=None)
+        if text is None:
+            raise LiveOnly(host_path, "free space is only known on the running node (statvfs(2)), and this "
+                           "tree has no %s" % CAPTURED_STATVFS)
+        try:
+            entry = json.loads(text).get(host_path)
+            usage = None if entry is None else FsUsage(*(int(entry[k]) for k in FsUsage._fields))
+        except (ValueError, TypeError, KeyError, AttributeError):
+            raise ParseError(CAPTURED_STATVFS, text, "a JSON object {path: {%s}}" % ", ".join(FsUsage._fields)) from None
+        if usage is None:
+            raise LiveOnly(host_path, "not in this tree's %s (the capture did not stat it)" % CAPTURED_STATVFS)
+        return usage
 
     def readlink_name(self, host_path: str) -> Optional[str]:
         """Last component of a symlink's target (e.g. the driver of a PCI device), None if absent."""
+        if self.log is not None:
+            self.log.probed.add(host_path)
         try:
             return os.path.basename(os.readlink(self.real_link(host_path)))
         except OSError:
@@ -198,9 +281,12 @@ class Host:
             if not _is_char_device(fd):
                 with os.fdopen(os.dup(fd), "rb") as handle:
                     data = handle.read(64 * DEFAULT_MAX_BYTES)
-                lines = data.decode("utf-8", errors="replace").splitlines()
-                return lines[-max_records:]
-            return _read_kmsg_device(fd, max_records)
+                records = data.decode("utf-8", errors="replace").splitlines()[-max_records:]
+            else:
+                records = _read_kmsg_device(fd, max_records)
+            if self.log is not None:
+                self.log.kmsg[host_path] = records
+            return records
         finally:
             os.close(fd)
 
@@ -256,9 +342,13 @@ def _read_kmsg_device(fd: int, max_records: int) -> List[str]:
 
 
 def parse_cpulist(text: str, source: str = "<cpulist>") -> frozenset:
-    """'0-3,8-11' -> {0,1,2,3,8,9,10,11}; '' -> empty. Raises ParseError naming the source."""
+    """'0-3,8-11' -> {0,1,2,3,8,9,10,11}; '' -> empty. Raises ParseError naming the source.
+
+    Some kernels (5.x, the topology *_list files turned into binary attributes) end a list with
+    "\n\0": a trailing NUL is accepted.
+    """
     cpus = set()
-    text = text.strip()
+    text = text.strip().rstrip("\0").strip()
     if not text:
         return frozenset()
     for part in text.split(","):
@@ -281,6 +371,23 @@ def parse_cpulist(text: str, source: str = "<cpulist>") -> frozenset:
                 cpus.add(value)
         except ValueError:
             raise ParseError(source, text, "a CPU list like '0-3,8-11'") from None
+    return frozenset(cpus)
+
+
+def parse_cpumask(text: str, source: str = "<cpumask>") -> frozenset:
+    """'00000000,0000000f' (comma-separated 32-bit hex words, most significant first) -> {0,1,2,3}.
+
+    The mask files (thread_siblings, core_siblings, local_cpus) are all that kernels before 2.6.26
+    wrote; later ones add the *_list twins. Raises ParseError naming the source.
+    """
+    words = text.strip().rstrip("\0").strip().split(",")
+    cpus = set()
+    try:
+        for position, word in enumerate(reversed(words)):
+            value = int(word, 16)
+            cpus.update(32 * position + bit for bit in range(32) if value >> bit & 1)
+    except ValueError:
+        raise ParseError(source, text, "a CPU mask like '00000000,0000000f'") from None
     return frozenset(cpus)
 
 

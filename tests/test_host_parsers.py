@@ -135,3 +135,81 @@ def test_symlink_loop_is_an_error_not_a_hang(tmp_path):
         Host(str(root)).read_text("/sys/a/x")
     with pytest.raises(HostError):  # a default covers a missing file, not a broken tree
         Host(str(root)).read_text("/sys/a/x", default="none")
+
+
+@pytest.mark.parametrize("raw,expected", [
+    (b"0-63\n\0", set(range(64))),   # Kunpeng 920, 5.x kernel: topology/*_list (tests/captures/128arm-...)
+    (b"6\n\0", {6}),
+    (b"\n\0", set()),
+])
+def test_sysfs_lists_may_end_with_newline_nul(write_tree, raw, expected):
+    host = Host(write_tree({"sys/list": raw, "sys/id": b"-1\n\0"}))
+    assert parse_cpulist(host.read_text("/sys/list"), "/sys/list") == frozenset(expected)
+    assert host.read_int("/sys/id") == -1
+
+
+@pytest.mark.parametrize("text,expected", [
+    ("00000000,0000000f", {0, 1, 2, 3}),
+    ("f0", {4, 5, 6, 7}),
+    ("00000001,00000000\n", {32}),
+    ("0,ffffffff\n\0", set(range(32))),
+])
+def test_parse_cpumask(text, expected):
+    from slurm_hooks.host import parse_cpumask
+
+    assert parse_cpumask(text) == frozenset(expected)
+
+
+def test_parse_cpumask_rejects_garbage():
+    from slurm_hooks.host import parse_cpumask
+
+    with pytest.raises(ParseError, match="/sys/x/thread_siblings.*a CPU mask"):
+        parse_cpumask("zz,00", "/sys/x/thread_siblings")
+
+
+@pytest.mark.parametrize("text,models", [
+    ("processor\t: 0\nmodel name\t: Intel(R) Xeon(R) CPU           X7550  @ 2.00GHz\n", ["Intel(R) Xeon(R) CPU X7550 @ 2.00GHz"]),
+    ("processor\t: 0\nCPU implementer\t: 0x41\nCPU architecture: 8\nCPU variant\t: 0x0\nCPU part\t: 0xd4f\n",
+     ["Neoverse-V2"]),  # NVIDIA Grace
+    ("processor\t: 0\nCPU implementer\t: 0x41\nCPU part\t: 0xd99\n", ["ARM part 0xd99"]),
+    ("processor\t: 0\nCPU implementer\t: 0x99\nCPU part\t: 0x001\n", ["implementer 0x99 part 0x001"]),
+    ("processor\t: 0\ncpu\t\t: POWER10 (architected), altivec supported\n", ["POWER10 (architected), altivec supported"]),
+    ("processor\t: 0\nhart\t\t: 0\nisa\t\t: rv64imafdc\nuarch\t\t: sifive,u74-mc\n", ["sifive,u74-mc"]),
+    ("processor\t\t: 0\nModel Name\t\t: Loongson-3A6000\n", ["Loongson-3A6000"]),
+    ("vendor_id       : IBM/S390\nprocessor 0: version = FF,  identification = 000123,  machine = 3931\n",
+     ["IBM/S390 machine 3931"]),
+    ("processor\t: 0\nisa\t\t: rv64imafdcv\nmvendorid\t: 0x5b7\n", []),
+])
+def test_parse_cpuinfo_models(text, models):
+    from slurm_hooks.parsers import parse_cpuinfo_models
+
+    assert parse_cpuinfo_models(text) == models
+
+
+def test_read_log_records_what_a_host_touched(write_tree):
+    from slurm_hooks.host import ReadLog
+
+    root = write_tree({"proc/loadavg": "1 2 3 1/2 3\n", "sys/d/a": "x", "sys/d/b": "y"})
+    log = ReadLog()
+    host = Host(root, log=log)
+    host.read_text("/proc/loadavg")
+    host.read_text("/proc/nope", default=None)
+    host.listdir("/sys/d")
+    host.exists("/sys/d/b")
+    assert log.files == {"/proc/loadavg": b"1 2 3 1/2 3\n"}
+    assert log.dirs == {"/sys/d": ["a", "b"]} and "/sys/d/b" in log.probed and log.missing == {"/proc/nope"}
+
+
+def test_captured_statvfs_is_read_from_the_tree_never_the_analysing_disk(write_tree, tmp_path):
+    from slurm_hooks.host import LiveOnly
+
+    usage = '{"/tmp": {"f_blocks": 1000, "f_bavail": 10, "f_files": 100, "f_favail": 50}}'
+    host = Host(write_tree({".slurm-hooks/statvfs.json": usage, "tmp/x": ""}))
+    assert host.captured_statvfs("/tmp") == (1000, 10, 100, 50)
+    with pytest.raises(LiveOnly, match="did not stat it"):
+        host.captured_statvfs("/scratch")
+    (tmp_path / "bare" / "tmp").mkdir(parents=True)
+    with pytest.raises(LiveOnly, match="only known on the running node"):
+        Host(str(tmp_path / "bare")).captured_statvfs("/tmp")
+    with pytest.raises(ParseError, match="statvfs.json"):
+        Host(write_tree({".slurm-hooks/statvfs.json": "[1, 2]"}, root=tmp_path / "bad")).captured_statvfs("/tmp")
