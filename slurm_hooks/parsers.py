@@ -102,14 +102,84 @@ def parse_swaps(text: str, source: str = "/proc/swaps") -> List[SwapArea]:
     return areas
 
 
+# Arm "CPU implementer" -> (vendor, {"CPU part": core name}): the server and hybrid parts, from
+# util-linux sys-utils/lscpu-arm.c (the table lscpu prints "Model name" from).
+ARM_PARTS: Dict[int, Tuple[str, Dict[int, str]]] = {
+    0x41: ("ARM", {0xd03: "Cortex-A53", 0xd05: "Cortex-A55", 0xd07: "Cortex-A57", 0xd08: "Cortex-A72",
+                   0xd0b: "Cortex-A76", 0xd0c: "Neoverse-N1", 0xd40: "Neoverse-V1", 0xd41: "Cortex-A78",
+                   0xd46: "Cortex-A510", 0xd47: "Cortex-A710", 0xd49: "Neoverse-N2", 0xd4d: "Cortex-A715",
+                   0xd4e: "Cortex-X3", 0xd4f: "Neoverse-V2", 0xd80: "Cortex-A520", 0xd81: "Cortex-A720",
+                   0xd82: "Cortex-X4", 0xd84: "Neoverse-V3", 0xd85: "Cortex-X925", 0xd87: "Cortex-A725",
+                   0xd8e: "Neoverse-N3", 0xc0f: "Cortex-A15", 0xc09: "Cortex-A9", 0xc07: "Cortex-A7"}),
+    0x42: ("Broadcom", {0x516: "ThunderX2"}),
+    0x43: ("Cavium", {0x0a1: "ThunderX-88XX", 0x0af: "ThunderX2-99xx", 0x0b8: "ThunderX3-T110"}),
+    0x46: ("FUJITSU", {0x001: "A64FX", 0x003: "MONAKA"}),
+    0x48: ("HiSilicon", {0xd01: "Kunpeng-920", 0xd02: "Kunpeng-920", 0xd06: "Kunpeng-950"}),
+    0x4e: ("NVIDIA", {0x004: "Carmel", 0x010: "Olympus"}),
+    0x50: ("APM", {0x000: "X-Gene"}),
+    0x51: ("Qualcomm", {0xc00: "Falkor", 0x001: "Oryon"}),
+    0x61: ("Apple", {}),
+    0x6d: ("Microsoft", {0xd49: "Azure-Cobalt-100"}),
+    0x70: ("Phytium", {0x662: "FTC662", 0x663: "FTC663"}),
+    0xc0: ("Ampere", {0xac3: "Ampere-1", 0xac4: "Ampere-1a"}),
+}
+# Keys naming the CPU model, by architecture: x86 'model name', LoongArch 'Model Name' (matched
+# case-insensitively), POWER and SPARC 'cpu', RISC-V 'uarch'; Arm is implementer + part below,
+# s390 the 'machine =' of its 'processor N:' lines.
+_MODEL_KEYS = ("model name", "cpu", "uarch")
+
+
 def parse_cpuinfo_models(text: str) -> List[str]:
-    """Distinct CPU model names in /proc/cpuinfo ('model name' on x86, 'Model'/'CPU part' elsewhere)."""
+    """Distinct CPU models in /proc/cpuinfo, in order of appearance, on every architecture Linux runs HPC on.
+
+    Arm has no model string: 'CPU implementer' and 'CPU part' name it through ARM_PARTS (unknown
+    parts read 'ARM part 0xd99'); hybrid chips list one model per core type. Empty only when the
+    file names none (some RISC-V boards give only 'isa').
+    """
     models: List[str] = []
+    implementer = None
     for line in text.splitlines():
-        key, _, value = line.partition(":")
-        if key.strip() in ("model name", "Model") and value.strip() and value.strip() not in models:
-            models.append(value.strip())
+        key, sep, value = line.partition(":")
+        key, value = key.strip().lower(), value.strip()
+        if not sep:
+            continue
+        model = None
+        if key in _MODEL_KEYS and value:
+            model = value
+        elif key == "cpu implementer":
+            implementer = _hex(value)
+        elif key == "cpu part" and implementer is not None:
+            model = _arm_model(implementer, _hex(value))
+        elif key.startswith("processor ") and "machine =" in value:  # s390: 'processor 0: version = ..., machine = 2964'
+            model = "IBM/S390 machine " + value.rsplit("machine =", 1)[1].strip()
+        model = " ".join(model.split()) if model else None  # x86 pads 'Genuine Intel(R) CPU      @ 2.66GHz'
+        if model and model not in models:
+            models.append(model)
     return models
+
+
+def _hex(value: str):
+    try:
+        return int(value, 16)
+    except ValueError:
+        return None
+
+
+def _arm_model(implementer: int, part) -> str:
+    vendor, parts = ARM_PARTS.get(implementer, ("implementer 0x%02x" % implementer, {}))
+    if part in parts:
+        return parts[part]
+    return "%s part %s" % (vendor, "?" if part is None else "0x%03x" % part)
+
+
+def parse_cpuinfo_processors(text: str) -> List[int]:
+    """The 'processor : N' numbers of /proc/cpuinfo (CPUs the kernel had online when it was read)."""
+    found = []
+    for line in text.splitlines():
+        key, sep, value = line.partition(":")
+        if sep and key.strip() == "processor" and value.strip().isdigit():
+            found.append(int(value))
+    return found
 
 
 def parse_cpuinfo_topology(text: str) -> Dict[int, Tuple[int, int]]:
