@@ -79,8 +79,12 @@ class ProcessAffinity(Struct):
     cgroup: str  # v2 path ('/system.slice/sshd.service'), else the v1 cpuset path, '' if unknown
 
 
-def read_process(host: Host, pid: int) -> Optional[ProcessAffinity]:
-    """One process's name, allowed CPUs and cgroup; None when it exited meanwhile or is a kernel thread."""
+def read_process(host: Host, pid: int, cgroup: Optional[str] = None, comm: Optional[str] = None
+                 ) -> Optional[ProcessAffinity]:
+    """One process's name, allowed CPUs and cgroup; None when it exited meanwhile or is a kernel thread.
+
+    `cgroup` and `comm` when the caller already read them (a scan of 25,000 processes reads each file once).
+    """
     base = "/proc/%d" % pid
     status = host.read_text(base + "/status", default=None)
     if status is None:
@@ -91,9 +95,12 @@ def read_process(host: Host, pid: int) -> Optional[ProcessAffinity]:
     allowed = fields.get("Cpus_allowed_list")
     if allowed is None:
         return None
-    comm = host.read_text(base + "/comm", default=fields.get("Name", "?")).strip()
+    if comm is None:
+        comm = host.read_text(base + "/comm", default=fields.get("Name", "?")).strip()
     cpus = parse_cpulist(allowed.strip(), base + "/status Cpus_allowed_list")
-    return ProcessAffinity(pid, comm, cpus, process_cgroup(host.read_text(base + "/cgroup", default="")))
+    if cgroup is None:
+        cgroup = process_cgroup(host.read_text(base + "/cgroup", default=""))
+    return ProcessAffinity(pid, comm, cpus, cgroup)
 
 
 def process_cgroup(text: str) -> str:

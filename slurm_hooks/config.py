@@ -33,12 +33,18 @@ class Setting(Struct):
     choices: Optional[Tuple[Any, ...]] = None
 
 
+LIVE_SOURCES = ("nvml", "statvfs")  # what a root other than / may still read from the running machine
+
 # Sections other than [checks.*]: section -> key -> Setting. Later features add their sections here.
 SECTIONS: Dict[str, Dict[str, Setting]] = {
     "general": {
         "mode": Setting(str, "enforce", "enforce: drain on node-broken failures; observe: log what would be done",
                         ("enforce", "observe")),
         "root": Setting(str, "/", "filesystem root to read /sys, /proc, /dev from (a captured or fake tree)"),
+        "root_live_sources": Setting(list, [], "with a root other than /, live sources still read from the running "
+                                     "machine: 'nvml' (its NVIDIA driver; the fake node's library), 'statvfs' (free "
+                                     "space of the disk holding the tree); by default none, and the checks needing "
+                                     "them SKIP", LIVE_SOURCES),
         "expect_gpus": Setting(bool, False, "this node must have NVIDIA GPUs: a missing driver is FAIL, not SKIP"),
         "log_level": Setting(str, "info", "logging threshold", ("debug", "info", "warning", "error")),
     },
@@ -286,8 +292,9 @@ def coerce(value: Any, expected: type, item_type: Optional[type], choices: Optio
                                                           type(value).__name__, value))
     if expected is list and item_type is not None:
         value = [coerce(item, item_type, None, None, "%s[%d]" % (label, i)) for i, item in enumerate(value)]
-    if choices and value not in choices:
-        raise ConfigError("%s: %r is not one of %s" % (label, value, ", ".join(repr(c) for c in choices)))
+    for item in (value if expected is list else [value]) if choices else ():
+        if item not in choices:
+            raise ConfigError("%s: %r is not one of %s" % (label, item, ", ".join(repr(c) for c in choices)))
     return value
 
 
@@ -343,7 +350,8 @@ def render_reference(registry: Registry) -> str:
     lines = ["| key | type | default | meaning |", "|---|---|---|---|"]
     for section, schema in SECTIONS.items():
         for key, setting in schema.items():
-            kind = "one of " + ", ".join(setting.choices) if setting.choices else _type_name(setting.type, None)
+            kind = _type_name(setting.type, None) if not setting.choices else \
+                ("a list of " if setting.type is list else "one of ") + ", ".join(setting.choices)
             lines.append("| `[%s] %s` | %s | `%s` | %s |" % (section, key, kind, _toml_value(setting.default),
                                                              setting.help))
     for spec in registry.sorted_checks():

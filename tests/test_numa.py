@@ -161,3 +161,33 @@ def test_healthy_dgx_passes_the_whole_family(registry, nvml_node):
     assert {r.check: r.status for r in results} == {
         "numa.job-affinity": Status.OK, "numa.gres-affinity": Status.OK, "numa.housekeeping": Status.SKIP,
         "numa.sysctl": Status.OK}
+
+
+def test_housekeeping_reads_the_status_of_watched_processes_only(registry, fake_node):
+    """25,000 processes timed the check out: each process's small cgroup file decides, and only the
+    watched ones (system.slice here) have their status read."""
+    from slurm_hooks.config import validate
+    from slurm_hooks.host import Host, ReadLog
+    from slurm_hooks.runner import run_checks
+
+    node = fake_node("cpu-only", {"node": {"extra_processes": 2000}})
+    log = ReadLog()
+    config = validate(registry, {"checks": {"numa.housekeeping": {"housekeeping_cpus": "0-1"}}})
+    (result, *_rest) = run_checks(registry, config, Host(str(node.root), log=log), "manual",
+                                  [registry.checks["numa.housekeeping"]]).results()
+    statuses = sorted(p for p in log.files if p.endswith("/status"))
+    assert statuses == ["/proc/1210/status", "/proc/812/status", "/proc/845/status", "/proc/901/status"]
+    assert sum(p.endswith("/cgroup") for p in log.files) >= 2000
+    assert result.check == "numa.housekeeping" and result.status is Status.WARN  # the unpinned daemons
+
+
+def test_process_scan_is_skipped_when_nothing_is_watched(registry, fake_node):
+    from slurm_hooks.config import validate
+    from slurm_hooks.host import Host, ReadLog
+    from slurm_hooks.runner import run_checks
+
+    node = fake_node("cpu-only", {"node": {"extra_processes": 50}})
+    log = ReadLog()
+    run_checks(registry, validate(registry, {}), Host(str(node.root), log=log), "manual",
+               [registry.checks["system.processes"]])
+    assert not [p for p in log.files if p.startswith("/proc/1")]

@@ -65,9 +65,9 @@ def read_job_cpuset(ctx) -> Optional[cgroup.JobCpuset]:
 
 @gatherer("numa.cores")
 def read_cores(ctx) -> List[FrozenSet[int]]:
-    """CPUs of each core in Slurm's logical core order (placement from the system.cpu_places gatherer)."""
-    places = ctx.get("system.cpu_places").places
-    return gres.logical_cores([(cpu, package, core) for cpu, (package, core) in sorted(places.items())])
+    """CPUs of each core in Slurm's logical core order: socket by socket, cores identified by the kernel's
+    sibling lists (the system.cpu_places gatherer, slurm_hooks.cputopo)."""
+    return ctx.get("system.cpu_places").cores
 
 
 class GresSource(Struct):
@@ -248,12 +248,7 @@ def read_housekeeping(ctx) -> HousekeepingState:
     node = gres.parse_slurm_node_line(slurm_text, _host_name(ctx), params.slurm_conf) if slurm_text else {}
     if not params.housekeeping_cpus and "cpuspeclist" not in node:
         return HousekeepingState((), (), node, params.slurm_conf)  # nothing to compare against: skip the /proc walk
-    wanted_names, processes = set(n[:15] for n in params.processes), []
-    if params.processes or params.cgroups:
-        for pid in sorted(int(e) for e in host.listdir("/proc", default=[]) if e.isdigit()):
-            proc = cgroup.read_process(host, pid)
-            if proc is not None and (proc.comm in wanted_names or _in_cgroups(proc.cgroup, params)):
-                processes.append(proc)
+    processes = _watched_processes(host, params) if params.processes or params.cgroups else []
     irqs = []
     for number, name in cgroup.parse_interrupts(host.read_text("/proc/interrupts", default="")) if params.irqs else ():
         if any(fnmatch.fnmatchcase(name, pattern) for pattern in params.irqs):
@@ -262,6 +257,27 @@ def read_housekeeping(ctx) -> HousekeepingState:
             if text is not None:
                 irqs.append(Irq(number, name, parse_cpulist(text, path)))
     return HousekeepingState(tuple(processes), tuple(irqs), node, params.slurm_conf)
+
+
+def _watched_processes(host, params) -> List[cgroup.ProcessAffinity]:
+    """The processes named in `processes` or living in a watched cgroup, with their allowed CPUs.
+
+    A node can run 25,000 processes: each one's small /proc/<pid>/cgroup (and comm, when names are
+    watched) decides first, and only the few that are watched have their /proc/<pid>/status read.
+    """
+    names = set(n[:15] for n in params.processes)
+    found = []
+    for pid in sorted(int(e) for e in host.listdir("/proc", default=[]) if e.isdigit()):
+        text = host.read_text("/proc/%d/cgroup" % pid, default=None)
+        if text is None:
+            continue  # exited meanwhile
+        path = cgroup.process_cgroup(text)
+        comm = host.read_text("/proc/%d/comm" % pid, default="", max_bytes=64).strip() if names else None
+        if comm in names or _in_cgroups(path, params):
+            proc = cgroup.read_process(host, pid, path, comm)
+            if proc is not None:
+                found.append(proc)
+    return found
 
 
 def _in_cgroups(path: str, params) -> bool:
@@ -330,9 +346,15 @@ def housekeeping(state: HousekeepingState, core_cpus, job_cpus: Optional[cgroup.
                "irqs": len(state.irqs), "job_cpus": format_cpulist(job) or None}
     if len(results) > 20:
         results = results[:20] + [Result("numa.housekeeping", status, "... and %d more outside %s"
-                                         % (len(results) - 20, format_cpulist(allowed)))]
+                                         % (len(results) - 20, format_cpulist(allowed)),
+                                         action=_action(status))]
     return results or [Result("numa.housekeeping", Status.OK, "%d processes and %d IRQs on housekeeping CPUs %s"
                               % (len(state.processes), len(state.irqs), format_cpulist(allowed)), details=details)]
+
+
+def _action(status: Status) -> Action:
+    """A node-broken FAIL names what to do: drain until an admin fixes the setting; a WARN asks nothing."""
+    return Action.DRAIN if status is Status.FAIL else Action.NONE
 
 
 def _violation(status: Status, who: str, cpus: FrozenSet[int], allowed: FrozenSet[int], job: FrozenSet[int],
@@ -341,7 +363,7 @@ def _violation(status: Status, who: str, cpus: FrozenSet[int], allowed: FrozenSe
     where = ("on the job's CPUs %s" % format_cpulist(on_job)) if on_job else \
         ("on CPUs %s outside the housekeeping set" % format_cpulist(cpus - allowed))
     return Result("numa.housekeeping", status, "%s may run %s; pin it to %s" % (who, where, format_cpulist(allowed)),
-                  component=component, details={"allowed_cpus": format_cpulist(cpus),
+                  component=component, action=_action(status), details={"allowed_cpus": format_cpulist(cpus),
                                                 "housekeeping_cpus": format_cpulist(allowed),
                                                 "job_cpus_hit": format_cpulist(on_job) or None})
 
@@ -391,7 +413,7 @@ def sysctl(state: NumaSysctls, params) -> List[Result]:
         if want >= 0 and have is not None and have != want:
             results.append(Result("numa.sysctl", status, "%s = %d, expected %d (sysctl -w %s=%d)" % (key, have, want,
                                                                                                   key, want),
-                                  component="sysctl:" + key))
+                                  component="sysctl:" + key, action=_action(status)))
     for spec in params.hugepages:
         size, sep, count = spec.partition("=")
         if not sep or not count.strip().isdigit():
@@ -401,7 +423,8 @@ def sysctl(state: NumaSysctls, params) -> List[Result]:
             nr, free = sizes.get(size.strip(), (0, 0))
             if nr != int(count):
                 results.append(Result("numa.sysctl", status, "NUMA node %d has %d hugepages of %s, expected %s "
-                                      "(%d free)" % (node, nr, size, count, free), component="numa:%d" % node))
+                                      "(%d free)" % (node, nr, size, count, free), component="numa:%d" % node,
+                                      action=_action(status)))
     details = {"numa_balancing": state.numa_balancing, "zone_reclaim_mode": state.zone_reclaim_mode,
                "hugepages": {str(n): {s: "%d nr, %d free" % v for s, v in sizes.items()}
                              for n, sizes in sorted(state.hugepages.items())}}

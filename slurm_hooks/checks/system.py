@@ -8,22 +8,22 @@ Where the data comes from: /sys/devices/system/cpu (topology, `lscpu`), /proc/cp
 from __future__ import annotations
 
 import fnmatch
-from typing import FrozenSet, List, Mapping, Optional, Tuple
+from typing import FrozenSet, List, Optional, Tuple
 
-from ..host import HostError, parse_cpulist
+from ..cputopo import CpuLayout, Socket, read_cpu_layout
+from ..host import HostError, LiveOnly, format_cpulist, parse_cpulist
 from ..parsers import (
     LoadAvg,
     Mount,
     SwapArea,
     parse_cpuinfo_models,
-    parse_cpuinfo_topology,
     parse_loadavg,
     parse_meminfo,
     parse_mounts,
     parse_swaps,
 )
 from ..registry import CONTEXTS, Param, check, gatherer
-from ..result import Result, Status
+from ..result import Action, Result, Status
 from ..structs import Struct
 
 GIB_KB = 1024 * 1024
@@ -33,18 +33,14 @@ ALL = CONTEXTS  # every context
 # -- gatherers ---------------------------------------------------------------------------------
 
 class CpuTopology(Struct):
-    online: FrozenSet[int]
-    offline: FrozenSet[int]
-    sockets: int
-    cores: int  # physical cores, all sockets
-    threads: int  # logical CPUs online
+    """What system.cpu judges: the layout (slurm_hooks.cputopo) and the CPU models."""
+
+    layout: CpuLayout
     models: Tuple[str, ...]
 
-
-class CpuPlaces(Struct):
-    online: FrozenSet[int]
-    offline: FrozenSet[int]
-    places: Mapping[int, Tuple[int, int]]  # online CPU -> (package id, core id)
+    @property
+    def threads(self) -> int:
+        return len(self.layout.online)
 
 
 @gatherer("system.cpuinfo")
@@ -54,52 +50,44 @@ def read_cpuinfo(ctx) -> str:
 
 
 @gatherer("system.cpu_places")
-def read_cpu_places(ctx) -> CpuPlaces:
-    """/sys/devices/system/cpu/{online,offline} and where each online CPU sits (socket, core).
-
-    Placement comes from /proc/cpuinfo's 'physical id'/'core id' (x86: one read) or, where cpuinfo
-    lacks them (Arm), from /sys/devices/system/cpu/cpuN/topology/{physical_package_id,core_id}.
-    """
-    host = ctx.host
-    online = parse_cpulist(host.read_text("/sys/devices/system/cpu/online"), "/sys/devices/system/cpu/online")
-    offline = parse_cpulist(host.read_text("/sys/devices/system/cpu/offline", default=""),
-                            "/sys/devices/system/cpu/offline")
-    places = parse_cpuinfo_topology(ctx.get("system.cpuinfo"))
-    if not online.issubset(places):
-        places = {}
-        for cpu in online:
-            base = "/sys/devices/system/cpu/cpu%d/topology/" % cpu
-            places[cpu] = (host.read_int(base + "physical_package_id"), host.read_int(base + "core_id"))
-    return CpuPlaces(online, offline, {cpu: places[cpu] for cpu in online})
+def read_cpu_places(ctx) -> CpuLayout:
+    """Online/offline CPUs, cores and sockets from /sys/devices/system/cpu (slurm_hooks.cputopo)."""
+    return read_cpu_layout(ctx.host, ctx.get("system.cpuinfo"))
 
 
 @gatherer("system.cpu")
 def read_cpu(ctx) -> CpuTopology:
-    """Sockets, cores and threads from system.cpu_places; model names from /proc/cpuinfo."""
-    cpu = ctx.get("system.cpu_places")
-    cores = set(cpu.places.values())
-    packages = {package for package, _ in cores}
-    return CpuTopology(cpu.online, cpu.offline, len(packages), len(cores), len(cpu.online),
-                       tuple(parse_cpuinfo_models(ctx.get("system.cpuinfo"))))
+    """The layout from system.cpu_places; model names from /proc/cpuinfo (every architecture's keys)."""
+    return CpuTopology(ctx.get("system.cpu_places"), tuple(parse_cpuinfo_models(ctx.get("system.cpuinfo"))))
+
+
+class NumaMemory(Struct):
+    node: int
+    total_kb: int  # MemTotal of the node
+    free_kb: int
+    has_cpus: bool  # False: memory-only (GPU memory onlined as NUMA nodes on POWER9/Grace, CXL expanders)
 
 
 class MemoryState(Struct):
     total_kb: int
     available_kb: int
-    numa: Tuple[Tuple[int, int, int], ...]  # (node, MemTotal kB, MemFree kB)
+    numa: Tuple[NumaMemory, ...]
 
 
 @gatherer("system.memory")
 def read_memory(ctx) -> MemoryState:
-    """/proc/meminfo and /sys/devices/system/node/node*/meminfo."""
+    """/proc/meminfo and /sys/devices/system/node/node*/{meminfo,cpulist} (`numactl -H`)."""
     host = ctx.host
     info = parse_meminfo(host.read_text("/proc/meminfo"))
     numa = []
     for path in host.glob("/sys/devices/system/node", "node[0-9]*"):
         node = int(path.rsplit("node", 1)[1])
         values = parse_meminfo(host.read_text(path + "/meminfo"), path + "/meminfo")
-        numa.append((node, values.get("MemTotal", 0), values.get("MemFree", 0)))
-    return MemoryState(info.get("MemTotal", 0), info.get("MemAvailable", info.get("MemFree", 0)), tuple(sorted(numa)))
+        cpulist = host.read_text(path + "/cpulist", default=None)  # absent: assume CPUs, keep judging it
+        has_cpus = cpulist is None or bool(parse_cpulist(cpulist, path + "/cpulist"))
+        numa.append(NumaMemory(node, values.get("MemTotal", 0), values.get("MemFree", 0), has_cpus))
+    return MemoryState(info.get("MemTotal", 0), info.get("MemAvailable", info.get("MemFree", 0)),
+                       tuple(sorted(numa, key=lambda n: n.node)))
 
 
 @gatherer("system.swap")
@@ -115,6 +103,7 @@ class FsState(Struct):
     free_percent: Optional[float]  # None when statvfs failed (error says why)
     free_inodes_percent: Optional[float]
     error: Optional[str] = None
+    live_only: bool = False  # a tree under --root holds no usage for this path: not judged, not an error
 
 
 @gatherer("system.filesystems")
@@ -122,16 +111,22 @@ def read_filesystems(ctx) -> Tuple[FsState, ...]:
     """/proc/mounts (the kernel's view, not /etc/fstab) and statvfs(2) of each configured path.
 
     Only the configured paths are stat'ed ([checks."system.filesystems"] mounted + writable):
-    statvfs on a dead NFS mount can block, and this runs under the check's timeout.
+    statvfs on a dead NFS mount can block, and this runs under the check's timeout. Under a root
+    other than / the usage comes from the tree's .slurm-hooks/statvfs.json (a capture's record of
+    the node's statvfs), never from the disk that holds the tree, unless root_live_sources says so.
     """
     mounts = parse_mounts(ctx.host.read_text("/proc/mounts"))
     params = ctx.config.check("system.filesystems").params
+    live = ctx.host.is_live or "statvfs" in ctx.config.get("general", "root_live_sources")
     states = []
     for path in list(dict.fromkeys(list(params.mounted) + list(params.writable))):
         mount = _holding_mount(path, mounts)
         is_mountpoint = mount is not None and mount.mountpoint == path
         try:
-            st = ctx.host.statvfs(path)
+            st = ctx.host.statvfs(path) if live else ctx.host.captured_statvfs(path)
+        except LiveOnly as exc:
+            states.append(FsState(path, mount, is_mountpoint, None, None, str(exc), live_only=True))
+            continue
         except HostError as exc:
             states.append(FsState(path, mount, is_mountpoint, None, None, str(exc)))
             continue
@@ -153,7 +148,13 @@ def _holding_mount(path: str, mounts: List[Mount]) -> Optional[Mount]:
 
 @gatherer("system.processes")
 def read_process_names(ctx) -> FrozenSet[str]:
-    """Names of running processes from /proc/<pid>/comm (what `pgrep -x` matches)."""
+    """Names of running processes from /proc/<pid>/comm (what `pgrep -x` matches).
+
+    Nothing is read when no process is required or forbidden: a node may run 25,000 processes.
+    """
+    params = ctx.config.check("system.processes").params
+    if not params.required and not params.forbidden:
+        return frozenset()
     names = set()
     for entry in ctx.host.listdir("/proc"):
         if entry.isdigit():
@@ -179,30 +180,75 @@ def read_load(ctx) -> Tuple[LoadAvg, int]:
 
 @check(name="system.cpu", contexts=ALL, timeout=1.0, needs=("system.cpu",), params=(
     Param("sockets", int, 0, "expected sockets (0 = don't check)"),
-    Param("cores_per_socket", int, 0, "expected physical cores per socket (0 = don't check)"),
-    Param("threads_per_core", int, 0, "expected hardware threads per core (0 = don't check)"),
-    Param("allow_offline", bool, False, "accept CPUs listed in /sys/devices/system/cpu/offline"),
+    Param("cores_per_socket", int, 0, "expected physical cores in every socket (0 = don't check)"),
+    Param("threads_per_core", int, 0, "expected hardware threads per core in every socket (the most any of its "
+          "cores has: hybrid CPUs mix 2-thread and 1-thread cores); 0 = don't check"),
+    Param("allow_offline", bool, False, "accept present CPUs that are not online"),
 ))
 def cpu_topology(cpu: CpuTopology, params) -> Result:
     """CPU sockets, cores and threads match what this node should have (NHC check_hw_cpuinfo).
 
-    A missing socket or cores disabled in BIOS/by a kernel parameter silently shrink every job
-    on the node. Source: /sys/devices/system/cpu (`lscpu`). Fix: check BIOS settings and
-    `nosmt`/`maxcpus=` on the kernel command line, then reboot.
+    A missing socket, cores disabled in BIOS or CPUs taken offline (by a kernel parameter, an admin
+    or the kernel after a machine check) silently shrink every job on the node. Each socket is
+    judged on its own, so an uneven layout cannot hide behind an average, and a FAIL names the socket.
+    Source: /sys/devices/system/cpu (`lscpu`, `lscpu -e`; see slurm_hooks.cputopo). Fix: check BIOS
+    settings and `nosmt`/`maxcpus=` on the kernel command line, online CPUs with
+    `echo 1 > /sys/devices/system/cpu/cpuN/online`, or reboot.
     """
-    per_socket = cpu.cores // cpu.sockets if cpu.sockets else 0
-    per_core = cpu.threads // cpu.cores if cpu.cores else 0
-    found = {"sockets": cpu.sockets, "cores_per_socket": per_socket, "threads_per_core": per_core}
-    summary = "%d sockets x %d cores x %d threads (%d CPUs)" % (cpu.sockets, per_socket, per_core, cpu.threads)
-    details = dict(found, online=cpu.threads, offline=sorted(cpu.offline), models=list(cpu.models))
-    wrong = ["%s %d, expected %d" % (key, found[key], params[key]) for key in found
-             if params[key] and found[key] != params[key]]
+    layout = cpu.layout
+    details = _cpu_details(cpu)
+    wrong = []
+    if params.sockets and len(layout.sockets) != params.sockets:
+        wrong.append("sockets %d, expected %d" % (len(layout.sockets), params.sockets))
+    for socket in layout.sockets:
+        if params.cores_per_socket and len(socket.cores) != params.cores_per_socket:
+            wrong.append("%s: %d cores, expected %d" % (_socket_label(socket), len(socket.cores),
+                                                         params.cores_per_socket))
+        if params.threads_per_core and max(socket.thread_counts, default=0) != params.threads_per_core:
+            wrong.append("%s: %s threads per core, expected %d" % (_socket_label(socket), _span(socket.thread_counts),
+                                                                  params.threads_per_core))
     if wrong:
-        return Result("system.cpu", Status.FAIL, "CPU topology: " + "; ".join(wrong), details=details)
-    if cpu.offline and not params.allow_offline:
-        return Result("system.cpu", Status.FAIL, "%d CPUs offline: %s" % (len(cpu.offline), sorted(cpu.offline)),
-                      details=details)
-    return Result("system.cpu", Status.OK, summary, details=details)
+        return Result("system.cpu", Status.FAIL, "CPU topology: " + "; ".join(wrong[:4]) +
+                      ("; and %d more" % (len(wrong) - 4) if len(wrong) > 4 else ""), details=details,
+                      action=Action.DRAIN)
+    if layout.offline and not params.allow_offline:
+        return Result("system.cpu", Status.FAIL, "%d CPUs offline (present, not online): %s"
+                      % (len(layout.offline), format_cpulist(layout.offline)), details=details, action=Action.DRAIN)
+    return Result("system.cpu", Status.OK, _cpu_summary(layout), details=details)
+
+
+def _span(values) -> str:
+    values = sorted(set(values))
+    if not values:
+        return "0"
+    return str(values[0]) if len(values) == 1 else "%d-%d" % (values[0], values[-1])
+
+
+def _socket_label(socket: Socket) -> str:
+    return "%s (CPUs %s)" % (socket.name, format_cpulist(socket.cpus))
+
+
+def _cpu_summary(layout: CpuLayout) -> str:
+    threads = [n for socket in layout.sockets for n in socket.thread_counts]
+    return "%d sockets x %s cores x %s threads (%d CPUs)" % (
+        len(layout.sockets), _span(len(s.cores) for s in layout.sockets), _span(threads), len(layout.online))
+
+
+def _cpu_details(cpu: CpuTopology) -> dict:
+    layout = cpu.layout
+    cores = {len(s.cores) for s in layout.sockets}
+    threads = {n for s in layout.sockets for n in s.thread_counts}
+    details = {"sockets": len(layout.sockets),
+               "cores_per_socket": cores.pop() if len(cores) == 1 else None,  # None: uneven, see per_socket
+               "threads_per_core": threads.pop() if len(threads) == 1 else None,  # None: hybrid or uneven
+               "cores": sum(len(s.cores) for s in layout.sockets), "online": len(layout.online),
+               "offline": sorted(layout.offline), "present": format_cpulist(layout.present),
+               "models": list(cpu.models), "topology_from": layout.source,
+               "per_socket": [{"socket": s.name, "cpus": format_cpulist(s.cpus), "cores": len(s.cores),
+                               "threads_per_core": _span(s.thread_counts)} for s in layout.sockets]}
+    if layout.notes:
+        details["notes"] = list(layout.notes)
+    return details
 
 
 @check(name="system.memory", contexts=ALL, timeout=1.0, needs=("system.memory",), params=(
@@ -211,28 +257,37 @@ def cpu_topology(cpu: CpuTopology, params) -> Result:
           "WARN when a NUMA node's MemFree is below this percent of its MemTotal (0 = off)"),
 ))
 def memory(mem: MemoryState, params) -> List[Result]:
-    """Physical memory present, and free memory on every NUMA node.
+    """Physical memory present, and free memory on every NUMA node that has CPUs.
 
     A failed DIMM shows up as less MemTotal; a NUMA node with no free memory makes the job's
-    allocations land on the far socket. Source: /proc/meminfo, /sys/devices/system/node/node*/meminfo
+    allocations land on the far socket. NUMA nodes without CPUs hold GPU memory (POWER9 + V100,
+    Grace Hopper) or CXL memory: they are listed, not judged by the per-node floor (GPU memory is
+    meant to fill up). Source: /proc/meminfo, /sys/devices/system/node/node*/{meminfo,cpulist}
     (`numactl -H`). Fix: reseat/replace the DIMM; drop caches or find the process holding memory.
     """
     total_gib = mem.total_kb / GIB_KB
     results = []
     if params.min_total_gib and total_gib < params.min_total_gib:
         results.append(Result("system.memory", Status.FAIL, "%.1f GiB physical memory, expected >= %.1f GiB"
-                              % (total_gib, params.min_total_gib), details={"total_gib": round(total_gib, 2)}))
-    for node, node_total, node_free in mem.numa:
-        percent = 100.0 * node_free / node_total if node_total else 0.0
-        if params.min_free_percent_per_numa and percent < params.min_free_percent_per_numa:
+                              % (total_gib, params.min_total_gib), details={"total_gib": round(total_gib, 2)},
+                              action=Action.DRAIN))
+    for numa in mem.numa:
+        percent = 100.0 * numa.free_kb / numa.total_kb if numa.total_kb else 0.0
+        if numa.has_cpus and params.min_free_percent_per_numa and percent < params.min_free_percent_per_numa:
             results.append(Result("system.memory", Status.WARN, "NUMA node %d: %.1f%% free (%.1f GiB), below %.1f%%"
-                                  % (node, percent, node_free / GIB_KB, params.min_free_percent_per_numa),
-                                  component="numa:%d" % node, details={"free_kb": node_free, "total_kb": node_total}))
+                                  % (numa.node, percent, numa.free_kb / GIB_KB, params.min_free_percent_per_numa),
+                                  component="numa:%d" % numa.node,
+                                  details={"free_kb": numa.free_kb, "total_kb": numa.total_kb}))
     if results:
         return results
-    return [Result("system.memory", Status.OK, "%.1f GiB total, %.1f GiB available, %d NUMA node(s)"
-                   % (total_gib, mem.available_kb / GIB_KB, len(mem.numa)),
-                   details={"numa_free_gib": {str(n): round(f / GIB_KB, 2) for n, _, f in mem.numa}})]
+    memory_only = [n.node for n in mem.numa if not n.has_cpus]
+    nodes = "%d NUMA node(s)" % len(mem.numa) if not memory_only else \
+        "%d NUMA node(s) with CPUs, %d memory-only (GPU or CXL memory: %s)" % (
+            len(mem.numa) - len(memory_only), len(memory_only), format_cpulist(memory_only))
+    return [Result("system.memory", Status.OK, "%.1f GiB total, %.1f GiB available, %s"
+                   % (total_gib, mem.available_kb / GIB_KB, nodes),
+                   details={"numa_free_gib": {str(n.node): round(n.free_kb / GIB_KB, 2) for n in mem.numa},
+                            "memory_only_nodes": memory_only})]
 
 
 @check(name="system.swap", contexts=ALL, timeout=1.0, needs=("system.swap",), params=(
@@ -279,22 +334,27 @@ def filesystems(states: Tuple[FsState, ...], params) -> List[Result]:
 def _judge_fs(fs: FsState, must_be_mountpoint: bool, params) -> Result:
     comp = "fs:" + fs.path
     if must_be_mountpoint and not fs.is_mountpoint:
-        return Result("system.filesystems", Status.FAIL, "%s is not mounted" % fs.path, component=comp)
+        return Result("system.filesystems", Status.FAIL, "%s is not mounted" % fs.path, component=comp,
+                      action=Action.DRAIN)
     if fs.mount is not None and "ro" in fs.mount.options:
         return Result("system.filesystems", Status.FAIL, "%s is on a read-only file system (%s)"
-                      % (fs.path, fs.mount.mountpoint), component=comp,
+                      % (fs.path, fs.mount.mountpoint), component=comp, action=Action.DRAIN,
                       details={"device": fs.mount.device, "options": list(fs.mount.options)})
+    if fs.live_only:
+        return Result("system.filesystems", Status.SKIP, "free space of %s not judged: %s" % (fs.path, fs.error),
+                      component=comp)
     if fs.error:
         return Result("system.filesystems", Status.UNKNOWN, "cannot stat %s: %s" % (fs.path, fs.error), component=comp)
     details = {"free_percent": round(fs.free_percent, 1), "free_inodes_percent": round(fs.free_inodes_percent, 1),
                "mount": fs.mount.mountpoint if fs.mount else None}
     if fs.free_percent < params.min_free_percent:
         return Result("system.filesystems", Status.FAIL, "%s: %.1f%% free space, below %.1f%%"
-                      % (fs.path, fs.free_percent, params.min_free_percent), component=comp, details=details)
+                      % (fs.path, fs.free_percent, params.min_free_percent), component=comp, details=details,
+                      action=Action.DRAIN)
     if fs.free_inodes_percent < params.min_free_inodes_percent:
         return Result("system.filesystems", Status.FAIL, "%s: %.1f%% free inodes, below %.1f%%"
                       % (fs.path, fs.free_inodes_percent, params.min_free_inodes_percent), component=comp,
-                      details=details)
+                      details=details, action=Action.DRAIN)
     return Result("system.filesystems", Status.OK, "%s: %.0f%% free" % (fs.path, fs.free_percent), component=comp,
                   details=details)
 
@@ -318,7 +378,7 @@ def processes(running: FrozenSet[str], params) -> Result:
     if missing or present:
         parts = (["not running: " + ", ".join(missing)] if missing else []) + \
             (["running but forbidden: " + ", ".join(present)] if present else [])
-        return Result("system.processes", Status.FAIL, "; ".join(parts), details=details)
+        return Result("system.processes", Status.FAIL, "; ".join(parts), details=details, action=Action.DRAIN)
     return Result("system.processes", Status.OK, "%d required running, %d forbidden absent"
                   % (len(params.required), len(params.forbidden)), details=details)
 
@@ -335,10 +395,10 @@ def kernel(release: str, params) -> Result:
     """
     if any(fnmatch.fnmatchcase(release, pattern) for pattern in params.deny):
         return Result("system.kernel", Status.FAIL, "kernel %s is on the deny list" % release,
-                      details={"release": release})
+                      details={"release": release}, action=Action.REBOOT)
     if params.allow and not any(fnmatch.fnmatchcase(release, pattern) for pattern in params.allow):
         return Result("system.kernel", Status.FAIL, "kernel %s is not on the allow list (%s)"
-                      % (release, ", ".join(params.allow)), details={"release": release})
+                      % (release, ", ".join(params.allow)), details={"release": release}, action=Action.REBOOT)
     return Result("system.kernel", Status.OK, "kernel %s" % release, details={"release": release})
 
 

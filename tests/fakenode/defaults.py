@@ -40,12 +40,16 @@ NODE = {
     "zone_reclaim_mode": 0,
     "thp": "madvise",             # transparent_hugepage/enabled selection
     "kmsg_boot_lines": True,      # prepend realistic boot lines to /dev/kmsg
+    "extra_processes": 0,         # this many more user processes in /proc (pids from 100000): scale benchmarks
 }
 
 CPU = {
     "sockets": 1,
     "cores_per_socket": 8,
     "threads_per_core": 2,
+    "possible": 0,                # CPU slots the firmware lists (cpu/possible); 0 = the CPUs present. More is
+                                  # normal (VMware guests, hot-plug servers): the kernel's cpu/offline lists them
+    "offline": "",                # present CPUs taken offline (cpulist): no topology, cpuN/online = 0
     "model_name": "Intel(R) Xeon(R) Platinum 8480C",
     "vendor_id": "GenuineIntel",
     "family": 6,
@@ -102,7 +106,8 @@ MODULE = {"version": "", "taint": "", "size": 0, "loaded": True}
 
 SWAP = {"filename": "/swap.img", "type": "file", "size_kb": 8388604, "used_kb": 0, "priority": -2}
 
-MOUNT = {"device": "", "mountpoint": "", "fstype": "", "options": "rw,relatime"}
+MOUNT = {"device": "", "mountpoint": "", "fstype": "", "options": "rw,relatime",
+         "free_percent": 50.0, "free_inodes_percent": 90.0}  # what statvfs(2) says (.slurm-hooks/statvfs.json)
 
 MOUNTS = [
     "/dev/nvme0n1p2 / ext4 rw,relatime",

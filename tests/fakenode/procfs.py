@@ -6,7 +6,7 @@ from typing import Any, Dict, List
 
 from .fsutil import Tree
 from .spec import cpu_location, format_cpulist
-from .sysfs import MODULE_SIZES, module_users
+from .sysfs import MODULE_SIZES, module_users, online_cpus
 
 
 def write_procfs(t: Tree, spec: Dict[str, Any]) -> None:
@@ -22,7 +22,8 @@ def write_procfs(t: Tree, spec: Dict[str, Any]) -> None:
     t.write("/proc/mounts", mounts, newline=False)
     t.write("/proc/self/mounts", mounts, newline=False)
     for directory in [m["mountpoint"] for m in spec["mounts"]] + ["/tmp", "/var/tmp"]:
-        t.mkdir(directory)  # exist as directories, so statvfs(2) of them answers
+        t.mkdir(directory)  # exist as directories, as on the node
+    t.write("/.slurm-hooks/statvfs.json", statvfs_record(spec))
     t.write("/proc/cmdline", node["cmdline"])
     t.write("/proc/version", proc_version(spec))
     t.write("/proc/sys/kernel/osrelease", node["kernel_release"])
@@ -39,14 +40,30 @@ def write_procfs(t: Tree, spec: Dict[str, Any]) -> None:
     write_slurm_side(t, spec)
 
 
+def statvfs_record(spec: Dict[str, Any]) -> str:
+    """What statvfs(2) says for every mount point and /tmp, /var/tmp (from the mount holding each), in the
+    format `slurm-hooks capture` records it (host.CAPTURED_STATVFS): `check --root` reads free space here."""
+    import json
+
+    mounts = sorted(spec["mounts"], key=lambda m: len(m["mountpoint"]))
+    out = {}
+    for path in [m["mountpoint"] for m in mounts] + ["/tmp", "/var/tmp"]:
+        holder = [m for m in mounts if (path.rstrip("/") + "/").startswith(m["mountpoint"].rstrip("/") + "/")][-1]
+        blocks, files = 250000000, 60000000
+        out[path] = {"f_blocks": blocks, "f_bavail": int(blocks * holder["free_percent"] / 100),
+                     "f_files": files, "f_favail": int(files * holder["free_inodes_percent"] / 100)}
+    return json.dumps(out, indent=1, sort_keys=True)
+
+
 def cpuinfo(spec: Dict[str, Any]) -> str:
+    """One block per *online* CPU, as the kernel lists them."""
     c = spec["cpu"]
     flags = list(c["flags"])
     if spec["node"]["virtualization"] != "none" and "hypervisor" not in flags:
         flags.append("hypervisor")
     siblings = c["cores_per_socket"] * c["threads_per_core"]
     out = []
-    for i in range(c["count"]):
+    for i in online_cpus(spec):
         sock, core, thread = cpu_location(spec, i)
         apic = (sock * 128) + core * 2 + thread
         rows = [("processor", i), ("vendor_id", c["vendor_id"]), ("cpu family", c["family"]),
@@ -204,7 +221,47 @@ def write_slurm_side(t: Tree, spec: Dict[str, Any]) -> None:
         else:
             cg = "0::%s\n" % p["cgroup"]
         t.write(base + "/cgroup", cg, newline=False)
+    _extra_processes(t, spec)
     _irqs(t, spec)
+
+
+_USER_COMMS = ("python3", "bash", "sleep", "srun", "torchrun", "pt_elastic", "ray::IDLE", "node", "sshd", "tmux: server")
+
+
+def _extra_processes(t: Tree, spec: Dict[str, Any]) -> None:
+    """[node] extra_processes user processes (pids 100000...), with /proc/<pid>/{comm,status,cgroup} the size and
+    shape a real kernel writes (status ~1.3 KiB): the 25,000-process nodes of the scale benchmarks."""
+    count = spec["node"]["extra_processes"]
+    every = format_cpulist(list(range(spec["cpu"]["count"])))
+    mems = format_cpulist(sorted(spec["numa"]))
+    for i in range(count):
+        pid = 100000 + i
+        comm = _USER_COMMS[i % len(_USER_COMMS)]
+        base = "/proc/%d" % pid
+        t.write(base + "/comm", comm)
+        t.write(base + "/status", _status_text(comm, pid, every, mems), newline=False)
+        t.write(base + "/cgroup", "0::/user.slice/user-%d.slice/session-%d.scope\n" % (1000 + i % 50, i % 300),
+                newline=False)
+
+
+def _status_text(comm: str, pid: int, cpus: str, mems: str) -> str:
+    rows = [("Name", comm), ("Umask", "0022"), ("State", "S (sleeping)"), ("Tgid", pid), ("Ngid", 0), ("Pid", pid),
+            ("PPid", pid - 1), ("TracerPid", 0), ("Uid", "1000\t1000\t1000\t1000"), ("Gid", "1000\t1000\t1000\t1000"),
+            ("FDSize", 64), ("Groups", "1000"), ("NStgid", pid), ("NSpid", pid), ("NSpgid", pid), ("NSsid", pid),
+            ("Kthread", 0), ("VmPeak", "   12200 kB"), ("VmSize", "   12200 kB"), ("VmLck", "       0 kB"),
+            ("VmPin", "       0 kB"), ("VmHWM", "    4352 kB"), ("VmRSS", "    4352 kB"), ("RssAnon", "     640 kB"),
+            ("RssFile", "    3712 kB"), ("RssShmem", "       0 kB"), ("VmData", "     748 kB"), ("VmStk", "     132 kB"),
+            ("VmExe", "     892 kB"), ("VmLib", "    1900 kB"), ("VmPTE", "      60 kB"), ("VmSwap", "       0 kB"),
+            ("HugetlbPages", "       0 kB"), ("CoreDumping", 0), ("THP_enabled", 1), ("Threads", 1),
+            ("SigQ", "0/514689"), ("SigPnd", "0000000000000000"), ("ShdPnd", "0000000000000000"),
+            ("SigBlk", "0000000000010000"), ("SigIgn", "0000000000380004"), ("SigCgt", "000000004b817efb"),
+            ("CapInh", "0000000000000000"), ("CapPrm", "0000000000000000"), ("CapEff", "0000000000000000"),
+            ("CapBnd", "000001ffffffffff"), ("CapAmb", "0000000000000000"), ("NoNewPrivs", 0), ("Seccomp", 0),
+            ("Seccomp_filters", 0), ("Speculation_Store_Bypass", "thread vulnerable"),
+            ("SpeculationIndirectBranch", "conditional enabled"), ("Cpus_allowed", "ff" * 4),
+            ("Cpus_allowed_list", cpus), ("Mems_allowed", "00000000,00000003"), ("Mems_allowed_list", mems),
+            ("voluntary_ctxt_switches", 151), ("nonvoluntary_ctxt_switches", 2)]
+    return "".join("%s:\t%s\n" % row for row in rows)
 
 
 def gres_conf_auto(spec: Dict[str, Any]) -> str:

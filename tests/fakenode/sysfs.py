@@ -135,30 +135,50 @@ def _iommu(t: Tree, spec: Dict[str, Any], devs: Dict[str, Dict[str, Any]], paths
         t.link("/sys/class/iommu/%s%d" % (prefix, max(d["numa_node"], 0)), unit)
 
 
+def online_cpus(spec: Dict[str, Any]) -> List[int]:
+    """Present CPUs minus cpu.offline."""
+    from .spec import parse_cpulist
+    gone = set(parse_cpulist(spec["cpu"]["offline"])) if spec["cpu"]["offline"] else set()
+    return [i for i in range(spec["cpu"]["count"]) if i not in gone]
+
+
 def _cpus(t: Tree, spec: Dict[str, Any]) -> None:
+    """/sys/devices/system/cpu as an x86 kernel writes it: present/possible/online/offline, cpuN/online, and the
+    topology of online CPUs (an offline x86 CPU loses its topology directory) with *_list and mask files."""
     c = spec["cpu"]
     n = c["count"]
-    allcpus = "0-%d" % (n - 1) if n > 1 else "0"
+    possible = max(c["possible"], n)
+    online = online_cpus(spec)
     base = "/sys/devices/system/cpu"
-    for k in ("online", "possible", "present"):
-        t.write("%s/%s" % (base, k), allcpus)
+    t.write(base + "/possible", format_cpulist(list(range(possible))))
+    t.write(base + "/present", format_cpulist(list(range(n))))
+    t.write(base + "/online", format_cpulist(online))
+    t.write(base + "/offline", format_cpulist(sorted(set(range(possible)) - set(online))))  # "" -> "\n", as the kernel
+    t.write(base + "/kernel_max", 8191)
     t.write(base + "/smt/control", "on" if c["threads_per_core"] > 1 else "notsupported")
     t.write(base + "/smt/active", 1 if c["threads_per_core"] > 1 else 0)
     loc = [cpu_location(spec, i) for i in range(n)]
+    up = set(online)
     by_core: Dict[tuple, List[int]] = {}
-    for i, (sock, core, _) in enumerate(loc):
-        by_core.setdefault((sock, core), []).append(i)
-    pkg_list = {s: format_cpulist([i for i in range(n) if loc[i][0] == s]) for s in range(c["sockets"])}
+    for i in online:
+        by_core.setdefault(loc[i][:2], []).append(i)
+    pkg = {s: [i for i in online if loc[i][0] == s] for s in range(c["sockets"])}
     for i in range(n):
+        if i:
+            t.write("%s/cpu%d/online" % (base, i), 1 if i in up else 0)
+        if i not in up:
+            t.mkdir("%s/cpu%d" % (base, i))
+            continue
         sock, core, _ = loc[i]
-        sibs = by_core[(sock, core)]
         top = "%s/cpu%d/topology" % (base, i)
         t.write(top + "/physical_package_id", sock)
+        t.write(top + "/die_id", 0)
         t.write(top + "/core_id", core)
-        t.write(top + "/thread_siblings_list", format_cpulist(sibs))
-        t.write(top + "/core_siblings_list", pkg_list[sock])
-        if i:
-            t.write("%s/cpu%d/online" % (base, i), 1)
+        for names, cpus in ((("thread_siblings", "core_cpus"), by_core[(sock, core)]),
+                            (("core_siblings", "package_cpus", "die_cpus"), pkg[sock])):
+            for name in names:
+                t.write("%s/%s_list" % (top, name), format_cpulist(cpus))
+                t.write("%s/%s" % (top, name), pci.cpumask(cpus, possible))
 
 
 def _numa(t: Tree, spec: Dict[str, Any]) -> None:
