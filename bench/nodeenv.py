@@ -49,7 +49,8 @@ class BenchNode:
             raise
 
     def write_config(self, extra: str = "", mode: str = "observe") -> None:
-        text = ("[general]\nmode = %s\nroot = %s\n\n[paths]\nstate_dir = %s\nlog_file = %s\nsyslog = false\n\n"
+        text = ("[general]\nmode = %s\nroot = %s\nroot_live_sources = [\"nvml\"]\n\n"  # the fake library is its NVML
+                "[paths]\nstate_dir = %s\nlog_file = %s\nsyslog = false\n\n"
                 "[records]\ndir = %s\n" % (_q(mode), _q(str(self.node.root)), _q(self.state_dir), _q(self.log_file),
                                             _q(self.records_dir)))
         with open(self.config_path, "w") as handle:

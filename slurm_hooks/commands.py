@@ -6,7 +6,7 @@ import sys
 import threading
 from typing import Any, Dict
 
-from .config import Config, load_config, render_toml
+from .config import LIVE_SOURCES, Config, ConfigError, load_config, render_toml
 from .registry import Registry, load_builtin_checks
 
 
@@ -21,7 +21,18 @@ def add_parsers(sub) -> None:
     check.add_argument("--context", choices=("prolog", "epilog", "health", "manual"), default="manual",
                        help="run the checks of this context (default manual)")
     add_run_options(check)
+    add_live_option(check)
     check.set_defaults(handler=cmd_check)
+
+    capture = sub.add_parser("capture", help="archive the files the checks read on this node (for a ticket or the "
+                             "test corpus)", description="Run every check once, recording each file it reads, and "
+                             "archive exactly those files (redacted: see docs/admin.md 'Captures'). Unpack it and run "
+                             "`slurm-hooks --config DIR/.slurm-hooks/config.toml check --root DIR` to see this node's "
+                             "verdicts elsewhere.")
+    capture.add_argument("out", metavar="OUT.tar.gz", help="archive to write (.tar.gz, .tar.xz or .tar)")
+    capture.add_argument("--root", metavar="DIR", help="capture a tree (a fake node, another capture) instead of /")
+    add_live_option(capture)
+    capture.set_defaults(handler=cmd_capture)
 
     sub.add_parser("list", help="list every check with its contexts and description").set_defaults(handler=cmd_list)
 
@@ -34,16 +45,30 @@ def add_parsers(sub) -> None:
         .set_defaults(handler=cmd_config)
 
 
-def load_registry_and_config(config_path, root=None) -> "tuple[Registry, Config]":
+def add_live_option(parser) -> None:
+    parser.add_argument("--live", action="append", default=[], metavar="SOURCE", choices=LIVE_SOURCES,
+                        help="with --root: still read this live source of the running machine (%s); repeatable. "
+                        "'nvml' is how the fake node's library is used" % ", ".join(LIVE_SOURCES))
+
+
+def load_registry_and_config(config_path, root=None, live=()) -> "tuple[Registry, Config]":
+    """Registry and validated config; `root` (--root) must be an existing directory (else ConfigError: exit 3)."""
     registry = load_builtin_checks()
     extra: Dict[str, Any] = {}
     if root:
+        if not os.path.isdir(root):
+            raise ConfigError("--root %s: no such directory (unpack a capture first: tar xf FILE -C DIR)" % root)
         extra["general"] = {"root": os.path.abspath(root)}
-    return registry, load_config(registry, config_path, extra)
+    if live:
+        extra.setdefault("general", {})["root_live_sources"] = sorted(set(live))
+    config = load_config(registry, config_path, extra)
+    if not os.path.isdir(config.get("general", "root")):
+        raise ConfigError("[general] root = %r: no such directory" % config.get("general", "root"))
+    return registry, config
 
 
 def load(args) -> "tuple[Registry, Config]":
-    return load_registry_and_config(args.config, getattr(args, "root", None))
+    return load_registry_and_config(args.config, getattr(args, "root", None), getattr(args, "live", ()))
 
 
 def cmd_check(args) -> int:
@@ -64,6 +89,22 @@ def cmd_check(args) -> int:
     else:
         sys.stdout.write(render_table(report, verbose=args.verbose, colour=use_colour(sys.stdout)))
     return report.status.exit_code
+
+
+def cmd_capture(args) -> int:
+    from .capture import CaptureError, capture
+
+    registry, config = load(args)
+    try:
+        meta = capture(registry, config, args.out)
+    except CaptureError as exc:
+        print("slurm-hooks: %s" % exc, file=sys.stderr)
+        return 3
+    print("%s: %d entries from %s (%s); redacted: %d files; check it with:\n  mkdir DIR && tar xf %s -C DIR && "
+          "slurm-hooks --config DIR/%s/.slurm-hooks/config.toml check --root DIR/%s"
+          % (args.out, meta["entries"], meta["node"], meta["root"], len(meta["redactions"]), args.out, meta["node"],
+             meta["node"]))
+    return 0
 
 
 def cmd_list(args) -> int:

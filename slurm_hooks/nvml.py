@@ -30,6 +30,7 @@ CORRUPTED_INFOROM, GPU_IS_LOST, RESET_REQUIRED, OPERATING_SYSTEM = 14, 15, 16, 1
 LIB_RM_VERSION_MISMATCH, IN_USE, MEMORY, NO_DATA, VGPU_ECC_NOT_SUPPORTED = 18, 19, 20, 21, 22
 INSUFFICIENT_RESOURCES, FREQ_NOT_SUPPORTED, ARGUMENT_VERSION_MISMATCH, DEPRECATED = 23, 24, 25, 26
 NOT_READY, GPU_NOT_FOUND, INVALID_STATE, RESET_TYPE_NOT_SUPPORTED, UNKNOWN_ERROR = 27, 28, 29, 30, 999
+NOT_LIVE = -100  # ours, not an nvmlReturn_t: a root other than / is read, and NVML only knows this machine
 
 
 class ErrorOutcome(Struct):
@@ -87,10 +88,14 @@ ERROR_TABLE: Dict[int, ErrorOutcome] = {
     RESET_TYPE_NOT_SUPPORTED: _row("RESET_TYPE_NOT_SUPPORTED", _U, Action.NONE, _CHECK, "reset type not supported"),
     UNKNOWN_ERROR: _row("UNKNOWN", _U, Action.NONE, _CHECK, "NVML reported an unknown internal error"),
 }
+_NOT_LIVE_OUTCOME = _row("NOT_LIVE", _S, Action.NONE, _CHECK, "not read: NVML answers for the running machine, not "
+                         "for the tree under --root")
 
 
 def outcome(code: int) -> ErrorOutcome:
     """The reviewed meaning of an NVML return code; codes we have never seen are UNKNOWN."""
+    if code == NOT_LIVE:
+        return _NOT_LIVE_OUTCOME
     return ERROR_TABLE.get(code, ErrorOutcome("CODE_%d" % code, Status.UNKNOWN, Action.NONE, Blame.CHECK,
                                               "unrecognised NVML return code %d" % code))
 
@@ -138,6 +143,15 @@ INIT_ADVICE: Dict[int, str] = {
 
 def init_advice(code: int) -> str:
     return INIT_ADVICE.get(code, outcome(code).meaning)
+
+
+def refuse_under_root(ctx) -> Optional["NvmlUnavailable"]:
+    """NvmlUnavailable(NOT_LIVE) when the run reads a tree (--root, [general] root) and was not told to use
+    this machine's NVML anyway ([general] root_live_sources = ["nvml"], `--live nvml`: the fake node)."""
+    if ctx.host.is_live or "nvml" in ctx.config.get("general", "root_live_sources"):
+        return None
+    return NvmlUnavailable(NOT_LIVE, "nvmlInit", "reading the tree %s, not this machine: GPU checks need the live "
+                           "driver (pass --live nvml to use this machine's NVML)" % ctx.host.root)
 
 
 class Variant(Struct):

@@ -4,7 +4,7 @@ from __future__ import annotations
 import json
 import os
 from collections import Counter
-from typing import Any, Dict, List, TextIO
+from typing import Any, Dict, List, Optional, TextIO
 
 from . import __version__
 from .result import Status
@@ -20,7 +20,7 @@ def report_to_dict(report: RunReport, root: str = "/") -> Dict[str, Any]:
         "schema": JSON_SCHEMA,
         "version": __version__,
         "context": report.context,
-        "node": job.node_name or os.uname().nodename,
+        "node": job.node_name or node_name(root),
         "root": root,
         "status": report.status.value,
         "exit_code": report.status.exit_code,
@@ -35,6 +35,16 @@ def report_to_dict(report: RunReport, root: str = "/") -> Dict[str, Any]:
             for run in report.runs
         ],
     }
+
+
+def node_name(root: str = "/") -> Optional[str]:
+    """This machine's name; under a root other than /, the tree's /proc/sys/kernel/hostname (None if absent):
+    the analysing machine's name would label a capture with the wrong node."""
+    if os.path.abspath(root) == "/":
+        return os.uname().nodename
+    from .host import Host
+
+    return (Host(root).read_text("/proc/sys/kernel/hostname", default="") or "").strip() or None
 
 
 def write_json(report: RunReport, stream: TextIO, root: str = "/") -> None:

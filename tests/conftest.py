@@ -82,12 +82,23 @@ def nvml_node(fake_node):
     nvml.reset_sessions()
 
 
+def fake_node_config(config=None):
+    """`config` plus [general] root_live_sources = ["nvml"]: under a root other than / NVML is refused
+    unless asked for, and a fake node's NVML is the fake library (`--live nvml` on the command line)."""
+    data = dict(config or {})
+    general = dict(data.get("general", {}))
+    general.setdefault("root_live_sources", ["nvml"])
+    data["general"] = general
+    return data
+
+
 def run_on_node(registry, node, names, config=None, job=None, context="manual"):
-    """Results of the named checks (or families) on a fake node, in-process, as `slurm-hooks check` runs them."""
+    """Results of the named checks (or families) on a fake node, in-process, as `slurm-hooks check --live nvml` runs
+    them (the fake node's NVML is the fake library this process loaded)."""
     from slurm_hooks.config import validate
     from slurm_hooks.host import Host
     from slurm_hooks.runner import run_checks, select_checks
 
-    report = run_checks(registry, validate(registry, config or {}), Host(str(node.root)), context,
+    report = run_checks(registry, validate(registry, fake_node_config(config)), Host(str(node.root)), context,
                         select_checks(registry, context, names), job=job)
     return report.results()

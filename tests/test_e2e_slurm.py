@@ -109,7 +109,7 @@ class Rig:
 
     def write_config(self, **sections: Dict[str, object]) -> None:
         data: Dict[str, Dict[str, object]] = {
-            "general": {"root": str(self.fake.root)},
+            "general": {"root": str(self.fake.root), "root_live_sources": ["nvml"]},  # its NVML: the fake library
             "paths": {"state_dir": str(self.state_dir), "log_file": str(self.log_file), "syslog": False},
             "records": {"dir": str(self.state_dir / "jobs")},
         }

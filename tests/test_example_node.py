@@ -18,7 +18,7 @@ def run_cli(args, env=None, timeout=60):
 
 def test_check_on_example_node_talks_to_the_fake_library(fake_node):
     node = fake_node("dgx-h100")
-    proc = run_cli(["check", "--json", "--root", str(node.root)], env=node.subprocess_env())
+    proc = run_cli(["check", "--json", "--root", str(node.root), "--live", "nvml"], env=node.subprocess_env())
     assert proc.returncode == 0, proc.stdout + proc.stderr
     report = json.loads(proc.stdout)
     assert report["schema"] == "slurm-hooks.check/1" and report["status"] == "OK"
@@ -33,7 +33,7 @@ def test_example_node_without_library_is_a_gpu_failure(fake_node):
     node = fake_node("dgx-h100")
     env = node.subprocess_env()
     env["LD_LIBRARY_PATH"] = ""  # the driver's library is gone but the GPUs are on the PCI bus
-    proc = run_cli(["check", "gpu.count", "--root", str(node.root)], env=env)
+    proc = run_cli(["check", "gpu.count", "--root", str(node.root), "--live", "nvml"], env=env)
     assert proc.returncode == 2, proc.stdout
     assert "GPUs expected (8 NVIDIA GPUs on the PCI bus) but NVML is unusable" in proc.stdout
 
@@ -41,7 +41,7 @@ def test_example_node_without_library_is_a_gpu_failure(fake_node):
 def test_gpu_lost_from_nvml_is_caught(fake_node):
     node = fake_node("dgx-h100")
     node.inject_fault("nvmlDeviceGetHandleByIndex", 5, 15)  # GPU_IS_LOST
-    proc = run_cli(["check", "--json", "gpu.count", "--root", str(node.root)], env=node.subprocess_env())
+    proc = run_cli(["check", "--json", "gpu.count", "--root", str(node.root), "--live", "nvml"], env=node.subprocess_env())
     results = json.loads(proc.stdout)["checks"][0]["results"]
     assert proc.returncode == 2
     # the bus id of a GPU whose handle fails is the one GPU on the bus NVML could not read (gpu.count docstring)
@@ -51,12 +51,12 @@ def test_gpu_lost_from_nvml_is_caught(fake_node):
 
 def test_cpu_only_node_skips_gpu_checks_unless_gpus_expected(fake_node, tmp_path):
     node = fake_node("cpu-only")
-    proc = run_cli(["check", "gpu", "--root", str(node.root)], env=node.subprocess_env())
+    proc = run_cli(["check", "gpu", "--root", str(node.root), "--live", "nvml"], env=node.subprocess_env())
     assert proc.returncode == 0 and "SKIP" in proc.stdout and "no NVIDIA driver" in proc.stdout
     config = tmp_path / "config.toml"
     config.write_text("[general]\nexpect_gpus = true\n")
     env = dict(node.subprocess_env(), SLURM_HOOKS_ALLOW_INSECURE_CONFIG="1")
-    proc = run_cli(["--config", str(config), "check", "gpu", "--root", str(node.root)], env=env)
+    proc = run_cli(["--config", str(config), "check", "gpu", "--root", str(node.root), "--live", "nvml"], env=env)
     assert proc.returncode == 2 and "FAIL" in proc.stdout and "general.expect_gpus" in proc.stdout
 
 
@@ -74,7 +74,7 @@ def test_hung_nvml_call_cannot_outlast_the_deadline(fake_node):
     node = fake_node("dgx-h100")
     node.inject_hang("nvmlDeviceGetCount")
     started = time.monotonic()
-    proc = run_cli(["check", "--json", "--deadline", "2", "--root", str(node.root)], env=node.subprocess_env())
+    proc = run_cli(["check", "--json", "--deadline", "2", "--root", str(node.root), "--live", "nvml"], env=node.subprocess_env())
     elapsed = time.monotonic() - started
     report = json.loads(proc.stdout)
     gpu = next(c for c in report["checks"] if c["name"] == "gpu.count")

@@ -214,7 +214,7 @@ def gpu_node():
 
 PROLOG_CHECKS = select_checks(REGISTRY, "prolog")
 JOB = JobContext(job_id="4242", user="alice", node_name="dgx-h100-01", gpus=(0, 1))
-CONFIG = validate(REGISTRY, {})
+CONFIG = validate(REGISTRY, {"general": {"root_live_sources": ["nvml"]}})  # the fake node's NVML (--live nvml)
 
 
 def _judge(results):

@@ -14,7 +14,7 @@ CLI = [sys.executable, "-m", "slurm_hooks"]
 
 def prolog_env(node, tmp_path, gpus, mode="observe"):
     config = tmp_path / "config.toml"
-    config.write_text('[general]\nmode = "%s"\nroot = "%s"\n\n[paths]\nstate_dir = "%s"\nlog_file = "%s"\n'
+    config.write_text('[general]\nmode = "%s"\nroot = "%s"\nroot_live_sources = ["nvml"]\n\n[paths]\nstate_dir = "%s"\nlog_file = "%s"\n'
                       'syslog = false\n' % (mode, node.root, tmp_path / "state", tmp_path / "log" / "hooks.log"))
     env = node.subprocess_env()
     env.update({"SLURM_HOOKS_CONFIG": str(config), "SLURM_HOOKS_ALLOW_INSECURE_CONFIG": "1", "SLURM_JOB_ID": "4242",
@@ -73,7 +73,7 @@ def test_check_json_on_a_faulty_node(fake_node):
     overlay = {"gpu": {1: {"pcie": {"width": 8}}, 3: {"ecc": {"volatile": {"uncorrected": {"dram": 4}}}},
                        6: {"temperature": {"gpu": 84}}}}
     node = fake_node("dgx-h100", overlay)
-    proc = subprocess.run(CLI + ["check", "--json", "--root", str(node.root), "gpu"], capture_output=True, text=True,
+    proc = subprocess.run(CLI + ["check", "--json", "--root", str(node.root), "--live", "nvml", "gpu"], capture_output=True, text=True,
                           cwd=REPO, env=node.subprocess_env(), timeout=60)
     assert proc.returncode == 2, proc.stdout + proc.stderr
     report = json.loads(proc.stdout)
@@ -98,7 +98,7 @@ def test_full_check_on_the_example_node_stays_fast(fake_node):
     times = []
     for _ in range(5):
         started = time.monotonic()
-        proc = subprocess.run(CLI + ["check", "--root", str(node.root)], capture_output=True, text=True, cwd=REPO,
+        proc = subprocess.run(CLI + ["check", "--root", str(node.root), "--live", "nvml"], capture_output=True, text=True, cwd=REPO,
                               env=node.subprocess_env(), timeout=60)
         times.append(time.monotonic() - started)
         assert proc.returncode == 0, proc.stdout

@@ -91,13 +91,13 @@ def test_cpu_node_is_not_a_gpudirect_node(registry, fake_node):
 def test_cli_explains_the_topology_with_verbose(fake_node):
     """What an admin sees: `slurm-hooks check -v` prints the per-GPU table (subprocess, LD_LIBRARY_PATH)."""
     node = fake_node("dgx-h100", overrides={"switch": {"sw1": {"acs_redirect": True}}})
-    proc = subprocess.run([sys.executable, "-m", "slurm_hooks", "check", "-v", "--root", str(node.root),
+    proc = subprocess.run([sys.executable, "-m", "slurm_hooks", "check", "-v", "--root", str(node.root), "--live", "nvml",
                            "topology.gpu-nic", "topology.acs"], capture_output=True, text=True, cwd=REPO,
                           env=node.subprocess_env(), timeout=60)
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert "GPU3  0000:44:00.0  0     mlx5_2,mlx5_3 PIX  nvme0,nvme1 NODE" in proc.stdout
     assert "FAIL    pci:0000:41:00.0: bridge 0000:41:00.0 has ACS ReqRedir+CmpltRedir enabled" in proc.stdout
-    proc = subprocess.run([sys.executable, "-m", "slurm_hooks", "check", "--json", "--root", str(node.root),
+    proc = subprocess.run([sys.executable, "-m", "slurm_hooks", "check", "--json", "--root", str(node.root), "--live", "nvml",
                            "gpudirect"], capture_output=True, text=True, cwd=REPO, env=node.subprocess_env(),
                           timeout=60)
     assert json.loads(proc.stdout)["status"] == "OK"

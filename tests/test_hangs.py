@@ -89,7 +89,7 @@ class Prolog:
 
     def write_config(self, on_timeout: str) -> None:
         self.config.write_text("\n".join([
-            "[general]", 'root = "%s"' % self.node.root,
+            "[general]", 'root = "%s"' % self.node.root, 'root_live_sources = ["nvml"]',
             "[deadline]", "prolog = %s" % DEADLINE,
             "[drain]", 'on_timeout = "%s"' % on_timeout, 'backend = "scontrol"', "timeout = 2.0",
             "[paths]", 'state_dir = "%s"' % (self.base / "state"), 'log_file = "%s"' % self.log, "syslog = false",

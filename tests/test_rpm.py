@@ -420,7 +420,7 @@ def test_installed_check_against_the_example_node(el_roots, python39, example_no
     root = el_roots["el9"]
     config = str(root / "etc/slurm-hooks/config.toml")
     done = outside_cli(root, python39, ["--config", config, "check", "--json", "--root", str(example_node.root),
-                                        "gpu.count", "system"], extra_env=dict(example_node.env))
+                                        "--live", "nvml", "gpu.count", "system"], extra_env=dict(example_node.env))
     report = json.loads(done.stdout)
     by_name = {check["name"]: check for check in report["checks"]}
     gpu = by_name["gpu.count"]["results"][0]

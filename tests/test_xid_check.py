@@ -291,7 +291,7 @@ def test_fake_gpu_node_maps_xids_to_gpu_indices(tmp_path):
     index = next(i for i, gpu in built.spec["gpu"].items() if gpu["pci"] == "0000:44:00.0")
     env = built.subprocess_env()
     env.pop("SLURM_HOOKS_CONFIG", None)
-    proc = subprocess.run([sys.executable, "-m", "slurm_hooks", "check", "xid.events", "--root", str(built.root),
+    proc = subprocess.run([sys.executable, "-m", "slurm_hooks", "check", "xid.events", "--root", str(built.root), "--live", "nvml",
                            "--json"], capture_output=True, text=True, env=env, timeout=60)
     report = json.loads(proc.stdout)
     [result] = report["checks"][0]["results"]

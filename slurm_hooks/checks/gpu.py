@@ -65,6 +65,9 @@ class GpuSelection(Struct):
 
 @gatherer("gpu.inventory")
 def read_inventory(ctx) -> GpuInventory:
+    refusal = nvml.refuse_under_root(ctx)  # a captured tree: this machine's NVML would answer for the wrong node
+    if refusal is not None:
+        return GpuInventory(error=refusal)
     session = nvml.session(ctx.config.get("nvml", "library"))
     try:
         session.open()
@@ -131,6 +134,9 @@ def unavailable_result(name: str, inventory: GpuInventory, settings, pci_gpus: i
     details = {"nvml_error": str(error), "advice": nvml.init_advice(error.code)}
     if inventory.kernel_module:
         details["kernel_module"] = inventory.kernel_module
+    if error.code == nvml.NOT_LIVE:
+        return Result(name, Status.SKIP, "NVML is live-only: not read under --root (--live nvml reads this "
+                      "machine's driver)", details=details)
     if error.code in (nvml.LIBRARY_NOT_FOUND, nvml.DRIVER_NOT_LOADED) and not expected:
         return Result(name, Status.SKIP, "no NVIDIA driver (%s)" % error.outcome.name, details=details)
     out = error.outcome
