@@ -123,23 +123,34 @@ def _first_list(host: Host, base: str, names: Iterable[str]) -> Optional[FrozenS
 
 
 def _from_sibling_lists(host: Host, online: FrozenSet[int]) -> Tuple[Optional[Tuple[Socket, ...]], str]:
-    """Cores and sockets keyed by the kernel's sibling lists; None when an online CPU lacks them."""
+    """Cores and sockets keyed by the kernel's sibling lists; None when an online CPU lacks them.
+
+    The lists are symmetric (a CPU's siblings list it back), so each list is read once for all the
+    CPUs it names: about one read per core instead of four per CPU (224 CPUs: ~120 reads, not ~900).
+    """
     core_of: Dict[int, FrozenSet[int]] = {}
     package_of: Dict[int, FrozenSet[int]] = {}
     die_of: Dict[int, FrozenSet[int]] = {}
     package_id: Dict[FrozenSet[int], int] = {}
     for cpu in sorted(online):
         base = "%s/cpu%d/topology/" % (CPU_DIR, cpu)
-        threads = _first_list(host, base, THREAD_LISTS)
-        package = _first_list(host, base, PACKAGE_LISTS)
-        if threads is None or package is None:
-            return None, ""
-        # the kernel's lists may name offline CPUs (s390 keeps them); a CPU always belongs to its own
-        core_of[cpu] = (threads & online) | {cpu}
-        package_of[cpu] = (package & online) | {cpu}
-        die_of[cpu] = ((_cpulist(host, base + "die_cpus_list") or package) & online) | {cpu}
-        ident = host.read_int(base + "physical_package_id", default=-1)
-        package_id.setdefault(package_of[cpu], ident)
+        if cpu not in core_of:
+            threads = _first_list(host, base, THREAD_LISTS)
+            if threads is None:
+                return None, ""
+            # the kernel's lists may name offline CPUs (s390 keeps them); a CPU always belongs to its own
+            core = (threads & online) | {cpu}
+            core_of.update((member, core) for member in core if member not in core_of)
+        if cpu not in package_of:
+            listed = _first_list(host, base, PACKAGE_LISTS)
+            if listed is None:
+                return None, ""
+            package = (listed & online) | {cpu}
+            package_of.update((member, package) for member in package if member not in package_of)
+            package_id.setdefault(package, host.read_int(base + "physical_package_id", default=-1))
+        if cpu not in die_of:
+            die = ((_cpulist(host, base + "die_cpus_list") or package_of[cpu]) & online) | {cpu}
+            die_of.update((member, die) for member in die if member not in die_of)
     return _group(core_of, package_of, die_of, package_id), "sysfs sibling lists"
 
 
