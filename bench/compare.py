@@ -48,6 +48,21 @@ def export_revision(revision: str, target: str) -> str:
     return source
 
 
+def config_for(revision: str, config_path: str, base: str) -> str:
+    """The bench configuration as `revision` understands it: a setting newer than the revision (an unknown
+    key is a configuration error, and the prolog would fail open at once, measuring nothing) is left out.
+    [general] root_live_sources: before it existed, NVML was read under any root, which is what it asks for."""
+    known = subprocess.run(["git", "grep", "-q", "root_live_sources", revision, "--", "slurm_hooks/config.py"],
+                           cwd=REPO).returncode == 0
+    with open(config_path) as handle:
+        lines = handle.read().splitlines(True)
+    path = os.path.join(base, "before-config.toml")
+    with open(path, "w") as handle:
+        handle.writelines(line for line in lines if known or not line.startswith("root_live_sources"))
+    os.chmod(path, 0o644)
+    return path
+
+
 def compare(revision: str, runs: int, gpus: Optional[int] = None, extra_nvme: Optional[int] = None) -> int:
     base = tempfile.mkdtemp(prefix="slurm-hooks-compare-")
     if gpus is not None:
@@ -57,6 +72,7 @@ def compare(revision: str, runs: int, gpus: Optional[int] = None, extra_nvme: Op
     try:
         before = make_install(os.path.join(base, "before"), export_revision(revision, base))[1]
         after = make_install(os.path.join(base, "after"))[1]
+        before_config = config_for(revision, node.config_path, base)
         times: Dict[str, List[float]] = {"before": [], "after": []}
         job = 1000
         for i in range(runs + WARMUP):
@@ -64,7 +80,10 @@ def compare(revision: str, runs: int, gpus: Optional[int] = None, extra_nvme: Op
             for name, hook in order:  # alternate who goes first: neither side always follows the other
                 job += 1
                 started = time.perf_counter()
-                done = subprocess.run(hook + ["prolog"], env=node.hook_env("prolog", job), capture_output=True)
+                env = node.hook_env("prolog", job)
+                if name == "before":
+                    env["SLURM_HOOKS_CONFIG"] = before_config
+                done = subprocess.run(hook + ["prolog"], env=env, capture_output=True)
                 if i >= WARMUP:
                     times[name].append(time.perf_counter() - started)
                 if done.returncode != 0:
