@@ -4,7 +4,7 @@ The development venv holds slurm-hooks as an *editable* install: every interpret
 setuptools' editable finder from a .pth file (~8 ms: pathlib, importlib.util, urllib), which no
 node pays. The latency figures are the product's claims, so they are measured on what nodes run:
 the package in a site-packages directory and a console script like the one the spec writes
-(`#!python -s`, import, call). Dependencies (nvidia-ml-py, psutil, ...) come from the development
+(`#!python -s`, import, call). Dependencies (nvidia-ml-py, ...) come from the development
 venv through a plain .pth path line, which adds that directory without running its .pth files.
 """
 from __future__ import annotations

@@ -27,7 +27,7 @@ TARGET_VERSION = "3.9"  # EL9's system python3 and EL8's python39 module
 SHELL = "/bin/dash" if os.path.exists("/bin/dash") else "/bin/sh"
 
 # Python requirement of the spec (package name or pythonX.Ydist()) -> the PyPI name pip installs.
-PYTHON_PACKAGES = {"psutil": "psutil", "toml": "toml", "prometheus_client": "prometheus_client"}
+PYTHON_PACKAGES = {"toml": "toml", "prometheus_client": "prometheus_client"}
 
 
 def find_python39() -> Optional[str]:

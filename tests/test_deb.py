@@ -6,7 +6,7 @@ config, then removed and purged as Debian policy says.
 This installs into the host itself (/usr/bin, /usr/lib/python3/dist-packages, /etc): the module holds
 a lock so two runs never overlap, purges a leftover of a crashed run first, and purges again at the
 end whatever happened, so no slurm_hooks is left in the system's dist-packages. The packages it
-pulled in from the distribution (python3-psutil, python3-prometheus-client) stay, as apt leaves
+pulled in from the distribution (python3-prometheus-client) stay, as apt leaves
 them. Needs root, apt-get, dpkg-buildpackage with debhelper and dh-python (.ci/deb.sh installs
 them) and Slurm (.ci/install-slurm.sh); missing ones skip locally and fail in CI (CI=true).
 """

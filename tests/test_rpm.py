@@ -128,7 +128,7 @@ def built(python39, tmp_path_factory) -> Dict[str, dict]:
 
 @pytest.fixture(scope="module")
 def python_deps(built, python39, tmp_path_factory) -> Path:
-    """The RPMs' declared Python dependencies, installed for 3.9 by pip (what python3-psutil & co. are)."""
+    """The RPMs' declared Python dependencies, installed for 3.9 by pip (what python3-toml & co. are)."""
     wanted = set()
     for target in TARGETS:
         wanted.update(elroot.python_requirements(_requires(built[target]["rpm"])))

@@ -15,7 +15,7 @@
 #   --verbose     show dpkg-buildpackage's output (otherwise only its tail, on failure)
 #
 # Needs dpkg-dev, debhelper, dh-python and the Build-Depends of packaging/debian/control
-# (Debian/Ubuntu: apt-get install dpkg-dev debhelper dh-python python3-pytest python3-psutil
+# (Debian/Ubuntu: apt-get install dpkg-dev debhelper dh-python python3-pytest
 # python3-toml; .ci/deb.sh does it). The version is slurm_hooks.__version__; PEP 440 pre-releases
 # become Debian tilde versions (0.2.0rc1 -> 0.2.0~rc1, which sorts before 0.2.0).
 # The source package (.dsc) rebuilds anywhere with `dpkg-source -x` + `dpkg-buildpackage`.
