@@ -3,7 +3,10 @@
 Hang isolation: every check runs in its own daemon thread and the runner waits at most
 min(check timeout, time left before the deadline). A check stuck in a hung NVML call or a blocked
 sysfs read is abandoned (reported UNKNOWN with details.timed_out = true) and the run goes on, so a
-run never outlasts its deadline by more than the bookkeeping. Whether a timeout drains is policy.
+run never outlasts its deadline by more than the bookkeeping, and it ends as soon as every check
+has ended or been abandoned: a check hung for good costs its own timeout, not the deadline.
+`deadline_hit` is true only when the deadline cut a check short (or kept one from starting).
+Whether a timeout drains is policy.
 
 Gatherers run lazily, once per run, the first time a check needs them; their snapshot (or the
 exception they raised) is shared by every later check.
@@ -137,11 +140,11 @@ def run_checks(registry: Registry, config: Config, host: Host, context: str, che
     start = clock()
     specs = list(checks)
     enabled = [(spec, config.check(spec.name).params) for spec in specs if config.check(spec.name).enabled]
-    done = _Scheduler(enabled, gather, clock, budget, start + budget).run()
+    scheduler = _Scheduler(enabled, gather, clock, budget, start + budget)
+    done = scheduler.run()
     runs = [done.get(spec.name) or CheckRun(spec.name, [Result(spec.name, Status.SKIP, "disabled in config")], 0.0)
             for spec in specs]
-    deadline_hit = any(run.timed_out for run in runs) and clock() >= start + budget - 1e-3
-    return RunReport(context, runs, clock() - start, budget, deadline_hit, job)
+    return RunReport(context, runs, clock() - start, budget, scheduler.deadline_cut, job)
 
 
 class _Scheduler:
@@ -167,14 +170,17 @@ class _Scheduler:
         self.done: Dict[str, CheckRun] = {}
         self.parked: set = set()
         self.workers = 0
+        self.deadline_cut = False  # the global deadline, not a check's own timeout, ended some check
 
     def run(self) -> Dict[str, CheckRun]:
         with self.cond:
             for _ in range(min(self.POOL_SIZE, len(self.pending))):
                 self._spawn()
-            while self.pending or self.running:
+            while True:
                 now = self.clock()
                 wake = self._expire(now)
+                if not self.pending and not self.running:  # all ended or abandoned: do not sit out the deadline
+                    break
                 if now >= self.end:
                     self._give_up()
                     break
@@ -192,7 +198,9 @@ class _Scheduler:
             limit = min(started + spec.timeout, self.end)
             if now >= limit:
                 del self.running[name]
-                self.done[name] = _timed_out(spec, now - started, limit < started + spec.timeout, self.budget)
+                by_deadline = limit < started + spec.timeout
+                self.deadline_cut = self.deadline_cut or by_deadline
+                self.done[name] = _timed_out(spec, now - started, by_deadline, self.budget)
                 continue
             if name not in self.parked:
                 if now - started >= self.PARKED_S:
@@ -206,6 +214,7 @@ class _Scheduler:
 
     def _give_up(self) -> None:
         now = self.clock()
+        self.deadline_cut = self.deadline_cut or bool(self.running or self.pending)
         for name, (spec, started) in list(self.running.items()):
             self.done[name] = _timed_out(spec, now - started, True, self.budget)
         for spec, _params in self.pending:

@@ -187,6 +187,22 @@ def test_blocked_check_cannot_exceed_deadline():
     never.set()
 
 
+def test_run_ends_when_the_last_check_is_abandoned_not_at_the_deadline():
+    """A check hung for good costs its own timeout: the run must not sit out the global deadline, and
+    deadline_hit stays false because the deadline cut nothing (issue 14: `check` took 30 s for a 3 s hang)."""
+    never = threading.Event()
+    reg = _runner_registry(never)
+    config = validate(reg, {})
+    started = time.monotonic()
+    report = run_checks(reg, config, Host("/"), "prolog", select_checks(reg, "prolog"), deadline=20.0)
+    elapsed = time.monotonic() - started
+    assert elapsed < 0.3 + 1.0, elapsed  # demo.hang's own 0.3 s timeout plus scheduling slack, not 20 s
+    assert not report.deadline_hit
+    by_name = {run.name: run for run in report.runs}
+    assert by_name["demo.hang"].timed_out and "within its 0.3s timeout" in by_name["demo.hang"].results[0].summary
+    never.set()
+
+
 def test_global_deadline_caps_every_check():
     never = threading.Event()
     reg = Registry()
