@@ -22,4 +22,19 @@ def add_run_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print JSON (schema slurm-hooks.check/1)")
     parser.add_argument("-v", "--verbose", action="store_true", help="show every result with its details")
     parser.add_argument("--root", metavar="DIR", help="read /sys, /proc, /dev under DIR (a captured or fake tree)")
-    parser.add_argument("--deadline", type=float, metavar="SECONDS", help="override the run's global deadline")
+    parser.add_argument("--deadline", type=deadline_seconds, metavar="SECONDS",
+                        help="override the run's global deadline (0 < SECONDS <= 3600)")
+
+
+def deadline_seconds(text: str) -> float:
+    """--deadline: a finite number of seconds in (0, 3600]; anything else is a usage error (exit 3)."""
+    import math
+
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError("%r is not a number of seconds" % text) from None
+    if not math.isfinite(value) or not 0 < value <= 3600:
+        raise argparse.ArgumentTypeError("%r: the deadline must be a finite number of seconds, > 0 and <= 3600"
+                                         % text)
+    return value

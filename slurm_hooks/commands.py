@@ -68,7 +68,11 @@ def load_registry_and_config(config_path, root=None, live=()) -> "tuple[Registry
 
 
 def load(args) -> "tuple[Registry, Config]":
-    return load_registry_and_config(args.config, getattr(args, "root", None), getattr(args, "live", ()))
+    """Registry and config for an admin verb; deprecation warnings go to stderr (hooks log them in health runs)."""
+    registry, config = load_registry_and_config(args.config, getattr(args, "root", None), getattr(args, "live", ()))
+    for warning in config.warnings:
+        print("slurm-hooks: warning: %s" % warning, file=sys.stderr)
+    return registry, config
 
 
 def cmd_check(args) -> int:
@@ -125,7 +129,8 @@ def cmd_config(args) -> int:
         return 0
     _registry, config = load(args)
     sys.stdout.write(render_toml(config))
-    print("# configuration is valid", file=sys.stderr)
+    print("# configuration is valid%s" % (" (%d deprecation warning%s above)" % (
+        len(config.warnings), "s" if len(config.warnings) > 1 else "") if config.warnings else ""), file=sys.stderr)
     return 0
 
 

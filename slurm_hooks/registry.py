@@ -29,21 +29,43 @@ class RegistryError(Exception):
 
 
 class Param(Struct):
-    """One typed, documented parameter of a check: `[checks."<name>"] <param> = value`."""
+    """One typed, documented parameter of a check: `[checks."<name>"] <param> = value`.
+
+    Numbers may declare `minimum`/`maximum` (inclusive) and `above` (exclusive); nan and inf are
+    always refused. `convert(raw TOML value) -> value` replaces the type check for structured
+    parameters (tables): it raises ValueError naming what is wrong, and may return Deprecated(value,
+    how to write it now) for an old form it still accepts. All of it runs when the config is loaded.
+    """
 
     name: str
-    type: type  # bool, int, float, str or list
+    type: type  # bool, int, float, str, list or dict (a TOML table)
     default: Any
     help: str
     item_type: Optional[type] = None  # for lists: type of each element
     choices: Optional[Tuple[Any, ...]] = None
+    minimum: Optional[float] = None
+    maximum: Optional[float] = None
+    above: Optional[float] = None
+    convert: Optional[Callable[[Any], Any]] = None
 
     def describe_type(self) -> str:
         if self.type is list:
             return "list of %s" % (self.item_type.__name__ if self.item_type else "values")
+        if self.type is dict:
+            return "table"
         if self.choices:
             return "one of " + ", ".join(repr(c) for c in self.choices)
-        return self.type.__name__
+        limits = (["> %g" % self.above] if self.above is not None else []) + \
+            (["\u2265 %g" % self.minimum] if self.minimum is not None else []) + \
+            (["\u2264 %g" % self.maximum] if self.maximum is not None else [])
+        return self.type.__name__ + (" (%s)" % ", ".join(limits) if limits else "")
+
+
+class Deprecated(Struct):
+    """What a Param's converter returns for an old spelling it still accepts: the value, and how to write it now."""
+
+    value: Any
+    message: str
 
 
 class Params(Mapping):

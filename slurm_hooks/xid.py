@@ -198,7 +198,8 @@ def validate_overrides(overrides: Optional[Mapping[Any, Any]]) -> Dict[int, Dict
             raise ValueError("xid override key %r is not an Xid number" % (key,))
         xid = int(skey)
         if not isinstance(spec, Mapping):
-            raise ValueError("xid override for Xid %d must be a mapping, got %s" % (xid, type(spec).__name__))
+            raise ValueError("xid override for Xid %d must be a mapping (a table like {status = \"FAIL\", action = \"rma\"}), "
+                             "got %s %r" % (xid, type(spec).__name__, spec))
         if not spec:
             raise ValueError("xid override for Xid %d is empty" % xid)
         clean: Dict[str, str] = {}

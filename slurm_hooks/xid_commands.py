@@ -62,10 +62,10 @@ def _error(message: str) -> int:
 
 
 def _overrides(config) -> Tuple[Dict[int, Dict[str, str]], Dict[int, Dict[str, str]]]:
-    from .checks.xid import parse_overrides
+    """The configured Xid and SXid overrides (validated when the config was loaded)."""
+    from .checks.xid import _overrides as effective
 
-    return (parse_overrides(config.check("xid.events").params.overrides, '[checks."xid.events"] overrides'),
-            parse_overrides(config.check("xid.sxid").params.overrides, '[checks."xid.sxid"] overrides'))
+    return effective(config.check("xid.events").params), effective(config.check("xid.sxid").params)
 
 
 def cmd_explain_xid(args) -> int:
@@ -82,8 +82,8 @@ def cmd_explain_xid(args) -> int:
     if catalog.lookup(args.number) is None:
         return _error("Xid %d is not in the packaged catalog (NVIDIA catalog %s): newer than this release, or "
                       "not an NVIDIA Xid. xid.events reports it UNKNOWN (never drains); decide for it with "
-                      '[checks."xid.events"] overrides = ["%d=FAIL:drain"] (or "=WARN", "=OK").'
-                      % (args.number, catalog.version, args.number))
+                      '[checks."xid.events".overrides] %d = {status = "FAIL", action = "drain"} (or status '
+                      '"WARN", "OK").' % (args.number, catalog.version, args.number))
     print(explain(args.number, overrides, catalog))
     return 0
 

@@ -135,6 +135,87 @@ def test_config_refuses_writable_or_foreign_files(tmp_path, small_registry, monk
         assert load_config(small_registry, str(main)).check("demo.threshold").params.limit == 5
 
 
+REFUSED_AT_LOAD = [  # issue 14: each of these was reported "configuration is valid"
+    ("[deadline]\nprolog = -1\n", "[deadline] prolog: -1.0 is out of range: must be > 0"),
+    ("[deadline]\nprolog = 0\n", "[deadline] prolog: 0.0 is out of range"),
+    ("[deadline]\nprolog = nan\n", "[deadline] prolog: nan is not a finite number"),
+    ("[deadline]\nhealth = inf\n", "[deadline] health: inf is not a finite number"),
+    ("[deadline]\nfiles = -inf\n", "[deadline] files: -inf is not a finite number"),
+    ("[breaker]\nmax_percent = 500\n", "[breaker] max_percent: 500.0 is out of range: must be at least 0 and at "
+                                       "most 100"),
+    ("[drain]\nattempts = 0\n", "[drain] attempts: 0 is out of range: must be at least 1"),
+    ("[drain]\ntimeout = 0\n", "[drain] timeout: 0.0 is out of range"),
+    ('[drain]\nreason_prefix = "slurm \\"hooks\\":"\n', "would reach Slurm as 'slurm hooks:'"),
+    ('[drain]\nreason_prefix = "slurm-hooks:\\n"\n', "would reach Slurm as"),  # not stripped away: refused
+    ('[drain]\nreason_prefix = "sl\u00fcrm-hooks:"\n', "would reach Slurm as 'sl?rm-hooks:'"),
+    ('[drain]\nreason_prefix = "  "\n', "[drain] reason_prefix: must not be empty"),
+    ("[drain]\nmax_reason_length = 10\n", "max_reason_length = 10 leaves no room after the prefix"),
+    ("[drain]\nmax_reason_length = 600\n", "[drain] max_reason_length: 600 is out of range: must be at least 1 "
+                                           "and at most 512"),
+    ('[drain]\nskip_states = ["DOWN,DRAIN"]\n', "'DOWN,DRAIN' is not a Slurm node state word"),
+    ("[records]\nmax_records = 0\n", "[records] max_records: 0 is out of range"),
+    ("[records]\nsnapshot_timeout = inf\n", "not a finite number"),
+    ('[records]\ndir = "jobs"\n', "[records] dir: 'jobs' must be an absolute path"),
+    ('[records]\nib_counters = ["../../etc/shadow"]\n', "is not a counter file name"),
+    ('[paths]\nstate_dir = "/var/lib/x\\u0000y"\n', "[paths] state_dir: contains a NUL character"),
+    ('[checks."xid.events"]\noverrides = ["79=BROKEN:rma"]\n', "overrides entry '79=BROKEN:rma': xid override for "
+                                                              "Xid 79: key 'status' has invalid value 'BROKEN'"),
+    ('[checks."xid.sxid".overrides]\n20034 = {status = "FATAL"}\n', "invalid value 'FATAL'"),
+    ('[checks."system.load"]\nmax_load_per_cpu = nan\n', "max_load_per_cpu: nan is not a finite number"),
+]
+
+
+@pytest.mark.parametrize("text, expected", REFUSED_AT_LOAD)
+def test_config_check_refuses_bad_values_naming_file_and_key(tmp_path, text, expected):
+    """Through the real `slurm-hooks config check`: exit 3, one line naming the file, section, key and value."""
+    import subprocess
+    import sys
+
+    main = tmp_path / "config.toml"
+    main.write_text(text)
+    env = dict(os.environ, SLURM_HOOKS_ALLOW_INSECURE_CONFIG="1", SLURM_HOOKS_CHECKS_DIR="")
+    proc = subprocess.run([sys.executable, "-m", "slurm_hooks", "--config", str(main), "config", "check"],
+                          capture_output=True, text=True, env=env, timeout=60)
+    assert proc.returncode == 3, (text, proc.stdout, proc.stderr)
+    assert "configuration is valid" not in proc.stderr and "Traceback" not in proc.stderr
+    assert str(main) in proc.stderr and expected in proc.stderr, (expected, proc.stderr)
+
+
+def test_every_number_refuses_nan_and_infinity(registry):
+    """Every float setting and float check parameter, whatever its range: nan and inf never load."""
+    from slurm_hooks.config import SECTIONS
+
+    floats = [(section, key) for section, schema in SECTIONS.items() for key, s in schema.items() if s.type is float]
+    floats += [("checks", spec.name, p.name) for spec in registry.sorted_checks() for p in spec.params
+               if p.type is float]
+    assert len(floats) > 15
+    for where in floats:
+        for bad in (float("nan"), float("inf"), float("-inf")):
+            data: dict = {}
+            table = data
+            for part in where[:-1]:
+                table = table.setdefault(part, {})
+            table[where[-1]] = bad
+            with pytest.raises(ConfigError, match="is not a finite number"):
+                validate(registry, data)
+
+
+def test_prefix_and_length_that_keep_our_drains_recognisable_load(registry):
+    config = validate(registry, {"drain": {"reason_prefix": "[hc] slurm-hooks:", "max_reason_length": 60}})
+    assert config.get("drain", "max_reason_length") == 60
+    validate(registry, {"drain": {"max_reason_length": 512}})
+
+
+def test_deadline_inf_on_the_command_line_is_a_usage_error():
+    import subprocess
+    import sys
+
+    for value in ("inf", "nan", "-1", "0", "1e9"):
+        proc = subprocess.run([sys.executable, "-m", "slurm_hooks", "check", "system.load", "--deadline", value],
+                              capture_output=True, text=True, timeout=60, env=dict(os.environ, SLURM_HOOKS_CHECKS_DIR=""))
+        assert proc.returncode == 3 and "--deadline" in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+
+
 def test_missing_explicit_config_is_an_error(tmp_path, small_registry, monkeypatch):
     monkeypatch.setenv("SLURM_HOOKS_ALLOW_INSECURE_CONFIG", "1")
     with pytest.raises(ConfigError, match="cannot"):

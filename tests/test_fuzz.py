@@ -129,7 +129,7 @@ def test_any_config_text_is_valid_or_a_clear_config_error(config_file, text):
 
 
 def _wrong_value(kind: type):
-    return {str: 5, int: "5", float: "fast", bool: "yes", list: "a,b"}[kind]
+    return {str: 5, int: "5", float: "fast", bool: "yes", list: "a,b", dict: "79=FAIL"}[kind]
 
 
 WRONG_TYPED = [(section, key, setting.type) for section, schema in sorted(SECTIONS.items())

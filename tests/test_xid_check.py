@@ -12,7 +12,7 @@ import pytest
 from slurm_hooks import nvml
 from slurm_hooks.checks import xid as xc
 from slurm_hooks.checks.gpu import GpuDevice, GpuInventory
-from slurm_hooks.config import validate
+from slurm_hooks.config import ConfigError, validate
 from slurm_hooks.host import Host
 from slurm_hooks.registry import GathererSpec, Registry
 from slurm_hooks.result import Action, Blame, Status
@@ -233,10 +233,42 @@ def test_overrides(registry, node, overrides, status, action):
     ("79=FAIL:none", "FAIL needs an action"),
     ("79=BAD", "invalid value 'BAD'"),
 ])
-def test_bad_override_is_unknown_naming_the_entry(registry, node, entry, fragment):
-    [result] = run(registry, node(X79), overrides=["13=OK", entry])
-    assert result.status is Status.UNKNOWN and result.blame is Blame.CHECK
-    assert "overrides entry %r" % entry in result.summary and fragment in result.summary
+def test_bad_override_is_refused_at_load_naming_the_entry(registry, entry, fragment):
+    """Issue 14: a bad override used to load fine and surface as UNKNOWN in every prolog; it is refused when
+    the configuration is loaded (`config check`, every hook), naming the entry."""
+    with pytest.raises(ConfigError) as refused:
+        validate(registry, {"checks": {"xid.events": {"overrides": ["13=OK", entry]}}})
+    assert "overrides entry %r" % entry in str(refused.value) and fragment in str(refused.value)
+
+
+@pytest.mark.parametrize("table,fragment", [
+    ({"79": {"status": "BROKEN", "action": "rma"}}, "invalid value 'BROKEN'"),
+    ({"79": {"status": "FAIL", "action": "rebot"}}, "invalid value 'rebot'"),
+    ({"79": "FAIL:rma"}, "a table like"),
+    ({"x": {"status": "OK"}}, "not an Xid number"),
+    ({"79": {"status": "OK", "action": "reboot"}}, "contradicts status"),
+    ({"79": {"status": "FAIL", "action": "none"}}, "FAIL needs an action"),
+    ({"79": {"stat": "FAIL"}}, "unknown key 'stat'"),
+    ({"79": {}}, "is empty"),
+    ("79=FAIL", "expected a table"),
+])
+def test_bad_override_table_is_refused_at_load(registry, table, fragment):
+    with pytest.raises(ConfigError, match="overrides") as refused:
+        validate(registry, {"checks": {"xid.events": {"overrides": table}}})
+    assert fragment in str(refused.value), str(refused.value)
+
+
+def test_override_tables_apply_and_the_old_list_form_warns_with_the_table_to_write(registry, node):
+    table = {"79": {"status": "WARN"}}
+    [result] = run(registry, node(X79), overrides=table)
+    assert result.status is Status.WARN
+    config = validate(registry, {"checks": {"xid.events": {"overrides": ["79=FAIL:rma", "13=OK"]}}})
+    assert config.check("xid.events").params.overrides == {79: {"status": "FAIL", "action": "rma"},
+                                                            13: {"status": "OK"}}
+    [warning] = config.warnings
+    assert "deprecated" in warning and '[checks."xid.events".overrides]' in warning
+    assert '79 = {status = "FAIL", action = "rma"}' in warning and '13 = {status = "OK"}' in warning
+    assert validate(registry, {"checks": {"xid.events": {"overrides": table}}}).warnings == ()
 
 
 def test_duplicate_override():
@@ -273,11 +305,13 @@ def test_sxid_fatal_fails_and_nonfatal_warns(registry, node):
 def test_sxid_overrides_ignore_and_ack(registry, node):
     root = node(SX_FATAL, SX_NONFATAL)
     assert [r.status for r in run(registry, root, "xid.sxid", overrides=["20034=WARN"])] == [Status.WARN] * 2
+    assert [r.status for r in run(registry, root, "xid.sxid", overrides={"20034": {"status": "WARN"}})] == \
+        [Status.WARN] * 2
     assert run(registry, root, "xid.sxid", ignore=[20034, 19084])[0].status is Status.OK
     ack = {"acks": [{"boot_id": BOOT, "seq": 100}, {"boot_id": BOOT, "seq": 101}]}
     assert run(registry, node(SX_FATAL, SX_NONFATAL, ack=ack), "xid.sxid")[0].status is Status.OK
-    [bad] = run(registry, root, "xid.sxid", overrides=["20034=FAIL:explode"])
-    assert bad.status is Status.UNKNOWN and "'20034=FAIL:explode'" in bad.summary
+    with pytest.raises(ConfigError, match="'20034=FAIL:explode'"):
+        run(registry, root, "xid.sxid", overrides=["20034=FAIL:explode"])
 
 
 def test_fake_gpu_node_maps_xids_to_gpu_indices(tmp_path):

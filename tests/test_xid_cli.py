@@ -53,6 +53,20 @@ def test_explain_applies_configured_overrides(config):
     assert proc.returncode == 0 and "Action: reset-gpu" in proc.stdout and "[operator override]" in proc.stdout
 
 
+def test_explain_shows_the_effective_decision_of_an_override_table(config):
+    """Issue 14: overrides are TOML tables validated at load, and `explain xid N` shows the decision in force."""
+    table = config('[checks."xid.events".overrides]\n13 = {status = "FAIL", action = "rma"}\n')
+    proc = cli(["explain", "xid", "13"], table)
+    assert proc.returncode == 0, proc.stderr
+    assert "Status: FAIL   Action: rma   Blame: node" in proc.stdout and "[operator override]" in proc.stdout
+    assert "deprecated" not in proc.stderr
+    old = cli(["explain", "xid", "13"], config('[checks."xid.events"]\noverrides = ["13=FAIL:rma"]\n'))
+    assert "Status: FAIL   Action: rma" in old.stdout
+    assert "deprecated" in old.stderr and '13 = {status = "FAIL", action = "rma"}' in old.stderr
+    broken = cli(["config", "check"], config('[checks."xid.events".overrides]\n13 = {status = "BROKEN"}\n'))
+    assert broken.returncode == 3 and "invalid value 'BROKEN'" in broken.stderr
+
+
 @pytest.mark.parametrize("number", ["9999", "0"])
 def test_explain_unknown_xid_exits_3(config, number):
     proc = cli(["explain", "xid", number], config())

@@ -16,13 +16,13 @@ from __future__ import annotations
 
 import json
 import threading
-from typing import Any, Dict, FrozenSet, Iterable, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, FrozenSet, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 from .. import xid as catalog
 from ..host import HostError
 from ..kmsg import KmsgView, SxidEvent, XidEvent, gc_paused, scan_all
 from ..kmsg import view as kmsg_view
-from ..registry import CONTEXTS, Param, check, gatherer
+from ..registry import CONTEXTS, Deprecated, Param, check, gatherer
 from ..result import Action, Blame, Result, Status
 from ..structs import Struct, field
 from . import gpu as _gpu  # noqa: F401  (registers the gpu.inventory gatherer we map bus ids with)
@@ -187,7 +187,49 @@ def parse_overrides(entries: Sequence[str], label: str = "overrides") -> Dict[in
     return out
 
 
-_SYNTAX = "(STATUS: OK, WARN, FAIL, UNKNOWN; ACTION: drain, reset-gpu, reboot, rma)"
+_SYNTAX = "(status: OK, WARN, FAIL, UNKNOWN; action: drain, reset-gpu, reboot, rma)"
+
+
+def overrides_param(check_name: str, kind: str) -> Callable[[Any], Any]:
+    """The converter of the `overrides` parameter, run when the config is loaded (registry.Param.convert).
+
+    The form is a TOML table of tables keyed by code: ``79 = {status = "FAIL", action = "rma"}``
+    (keys status, action, blame, reason: xid.validate_overrides). The earlier list of
+    "CODE=STATUS[:ACTION]" strings is still accepted, with a deprecation warning that spells out
+    the same entries as a table, so an existing configuration keeps working and says how to move on.
+    A bad entry in either form is refused at load, naming the entry.
+    """
+    def convert(value: Any) -> Any:
+        if isinstance(value, list):
+            if not all(isinstance(entry, str) for entry in value):
+                raise ValueError("expected a table of %s codes, e.g. 79 = {status = \"FAIL\", action = \"rma\"}" % kind)
+            clean = parse_overrides(value, "overrides")
+            return Deprecated(clean, "the list of CODE=STATUS[:ACTION] strings is deprecated (still applied); "
+                                     "write it as a table:\n%s" % _as_table(check_name, clean))
+        if not isinstance(value, Mapping):
+            raise ValueError("expected a table of %s codes, e.g. [checks.\"%s\".overrides] 79 = {status = \"FAIL\", "
+                             "action = \"rma\"}, got %s %r" % (kind, check_name, type(value).__name__, value))
+        clean = catalog.validate_overrides(value)
+        for number, spec in clean.items():
+            if spec.get("status") == "FAIL" and spec.get("action") == "none":
+                raise ValueError("%s %d: status FAIL needs an action (drain, reset-gpu, reboot, rma); leave action "
+                                 "out to keep the catalog's" % (kind, number))
+        return clean
+
+    return convert
+
+
+def _as_table(check_name: str, overrides: Mapping[int, Mapping[str, str]]) -> str:
+    lines = ['  [checks."%s".overrides]' % check_name]
+    for number, spec in sorted(overrides.items()):
+        lines.append("  %d = {%s}" % (number, ", ".join('%s = "%s"' % item for item in spec.items())))
+    return "\n".join(lines)
+
+
+def _overrides(params) -> Dict[int, Dict[str, str]]:
+    """The validated overrides (config.py converted them at load); a raw list only from hand-built Params."""
+    value = params.overrides
+    return parse_overrides(value) if isinstance(value, list) else dict(value)
 
 
 def _bad_params(name: str, exc: ValueError) -> Result:
@@ -198,8 +240,10 @@ def _bad_params(name: str, exc: ValueError) -> Result:
 # -- checks ------------------------------------------------------------------------------------
 
 @check(name="xid.events", contexts=ALL, timeout=3.0, needs=("xid.log", "xid.gpus", "job"), params=(
-    Param("overrides", list, [], "decisions replacing the catalog's, as XID=STATUS[:ACTION] strings: "
-          "'79=FAIL:rma', '13=OK', '31=WARN' " + _SYNTAX, item_type=str),
+    Param("overrides", dict, {}, "decisions replacing the catalog's, a table keyed by Xid: "
+          "[checks.\"xid.events\".overrides] 79 = {status = \"FAIL\", action = \"rma\"}, 13 = {status = \"OK\"} "
+          + _SYNTAX + "; the older list of '79=FAIL:rma' strings is still read, with a deprecation warning",
+          convert=overrides_param("xid.events", "Xid")),
     Param("ignore", list, [], "Xids left out entirely (not reported, not counted)", item_type=int),
 ))
 def xid_events(log: KernelLog, gpus: GpuMap, job, params) -> List[Result]:
@@ -215,7 +259,7 @@ def xid_events(log: KernelLog, gpus: GpuMap, job, params) -> List[Result]:
     count for every job. Operators override decisions per Xid with `overrides`.
     """
     try:
-        overrides = parse_overrides(params.overrides)
+        overrides = _overrides(params)
     except ValueError as exc:
         return [_bad_params("xid.events", exc)]
     with gc_paused():  # per-event tuples of a large log (bench/xid_scale.py); see kmsg.gc_paused
@@ -247,8 +291,10 @@ def _xid_event_results(log: KernelLog, gpus: GpuMap, job, params, overrides) -> 
 
 
 @check(name="xid.sxid", contexts=ALL, timeout=2.0, needs=("xid.log",), params=(
-    Param("overrides", list, [], "decisions replacing the severity-based ones, as SXID=STATUS[:ACTION] "
-          "strings: '20034=WARN', '12028=FAIL:drain' " + _SYNTAX, item_type=str),
+    Param("overrides", dict, {}, "decisions replacing the severity-based ones, a table keyed by SXid: "
+          "[checks.\"xid.sxid\".overrides] 20034 = {status = \"WARN\"}, 12028 = {status = \"FAIL\", action = "
+          "\"drain\"} " + _SYNTAX + "; the older list of '20034=WARN' strings is still read, with a deprecation "
+          "warning", convert=overrides_param("xid.sxid", "SXid")),
     Param("ignore", list, [], "SXids left out entirely (not reported, not counted)", item_type=int),
 ))
 def xid_sxid(log: KernelLog, params) -> List[Result]:
@@ -262,7 +308,7 @@ def xid_sxid(log: KernelLog, params) -> List[Result]:
     so SXids count for every job. Clear after repair with `slurm-hooks xid ack --all`.
     """
     try:
-        overrides = parse_overrides(params.overrides)
+        overrides = _overrides(params)
     except ValueError as exc:
         return [_bad_params("xid.sxid", exc)]
     live, counts = _live(log.sxids, params.ignore, log.acked)
