@@ -226,7 +226,7 @@ def salvage_settings(path: Optional[str] = None) -> Dict[str, Dict[str, Any]]:
                 continue
             for key, value in table.items():
                 try:
-                    valid = _validate_settings(section, {key: value}, SECTIONS[section], lambda *_k: file)
+                    valid = _validate_settings(section, {key: value}, SECTIONS[section], lambda *_k, f=file: f)
                 except Exception:  # noqa: BLE001  (an invalid value keeps its default)
                     continue
                 settings[section][key] = valid[key]
