@@ -2,29 +2,64 @@
 
 A reader sees the old content or the new one, never a torn file, even after kill -9 or power loss.
 Errors (ENOSPC, EROFS, EACCES) propagate as OSError with the path; callers decide whether to go on.
+
+Directories users can write to (a shared records directory often allows it) are handled through
+directory file descriptors: below the configured directory nothing is ever looked up through a
+symbolic link (openat with O_NOFOLLOW), the temp file is created with O_EXCL|O_NOFOLLOW and
+renamed over the final name (a rename replaces a planted symlink, it never follows it), and only
+regular files we own, with names we write, are ever removed (`remove_ours`).
 """
 from __future__ import annotations
 
+import errno
+import fcntl
 import itertools
 import json
 import os
-from typing import Any
+import re
+import stat
+import time
+from typing import Any, Callable, Iterator, List, Optional, Tuple
 
 _serial = itertools.count()
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | getattr(os, "O_CLOEXEC", 0)
+TEMP_NAME = re.compile(r"^\.(.+)\.[0-9]+\.[0-9]+\.tmp$")  # ".<final name>.<pid>.<serial>.tmp"
+
+
+class UnsafePath(OSError):
+    """A path below a directory we write to is not what we created (a symlink, another owner)."""
 
 
 def write_atomic(path: str, data: bytes, mode: int = 0o600) -> None:
     directory = os.path.dirname(os.path.abspath(path)) or "."
-    os.makedirs(directory, mode=0o700, exist_ok=True)
+    dir_fd = open_dir(directory, create_mode=0o700)
+    try:
+        write_atomic_at(dir_fd, os.path.basename(path), data, mode, where=directory)
+    finally:
+        os.close(dir_fd)
+
+
+def write_atomic_at(dir_fd: int, name: str, data: bytes, mode: int = 0o600, where: str = "",
+                    owner_check: Optional[Callable[[os.stat_result], None]] = None) -> os.stat_result:
+    """Write `data` to dir_fd/name atomically; returns the new file's stat (its owner is who we are there).
+
+    `owner_check(stat of our temp file)` may raise before anything is renamed into place (it is how
+    a caller learns which uid our writes get on this file system, e.g. nobody under NFS root_squash).
+    """
     # O_EXCL with pid + counter instead of tempfile.mkstemp: same safety, without importing tempfile
     # (and random, shutil...) on the prolog's path. Leftovers of a killed writer start with '.'.
-    tmp = os.path.join(directory, ".%s.%d.%d.tmp" % (os.path.basename(path), os.getpid(), next(_serial)))
+    tmp = ".%s.%d.%d.tmp" % (name, os.getpid(), next(_serial))
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+    label = os.path.join(where, name) if where else name
     try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        fd = os.open(tmp, flags, 0o600, dir_fd=dir_fd)
     except FileExistsError:  # left by a killed process that had our pid: nobody else can be writing it
-        os.unlink(tmp)
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        os.unlink(tmp, dir_fd=dir_fd)
+        fd = os.open(tmp, flags, 0o600, dir_fd=dir_fd)
     try:
+        info = os.fstat(fd)
+        if owner_check is not None:
+            owner_check(info)
         os.fchmod(fd, mode)
         view = memoryview(data)
         while view:
@@ -33,20 +68,26 @@ def write_atomic(path: str, data: bytes, mode: int = 0o600) -> None:
         os.fsync(fd)
         os.close(fd)
         fd = -1
-        os.replace(tmp, path)
-    except BaseException:
-        if fd >= 0:
-            os.close(fd)
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
+        os.replace(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+    except OSError as exc:
+        _discard(fd, tmp, dir_fd)
+        if exc.filename in (None, tmp, name):
+            exc.filename = label
         raise
-    dir_fd = os.open(directory, os.O_RDONLY)
+    except BaseException:
+        _discard(fd, tmp, dir_fd)
+        raise
+    os.fsync(dir_fd)
+    return info
+
+
+def _discard(fd: int, tmp: str, dir_fd: int) -> None:
+    if fd >= 0:
+        os.close(fd)
     try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
+        os.unlink(tmp, dir_fd=dir_fd)
+    except OSError:
+        pass
 
 
 def write_json_atomic(path: str, value: Any, mode: int = 0o600) -> None:
@@ -64,3 +105,123 @@ def read_json(path: str, default: Any = None) -> Any:
         return json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, ValueError) as exc:
         raise ValueError("%s: corrupt JSON: %s" % (path, exc)) from None
+
+
+# -- directories by file descriptor ----------------------------------------------------------
+
+def open_dir(path: str, create_mode: Optional[int] = None) -> int:
+    """A descriptor of directory `path` (a configured path: symlinks in it are the admin's and followed);
+    created with its parents when `create_mode` is given."""
+    try:
+        return os.open(path, _DIR_FLAGS)
+    except FileNotFoundError:
+        if create_mode is None:
+            raise
+    os.makedirs(path, mode=create_mode, exist_ok=True)
+    return os.open(path, _DIR_FLAGS)
+
+
+def open_subdir(dir_fd: int, name: str, create_mode: Optional[int] = None, where: str = "") -> int:
+    """A descriptor of dir_fd/name, never through a symlink (ELOOP/ENOTDIR -> UnsafePath); made if missing."""
+    label = os.path.join(where, name) if where else name
+    for _ in range(2):
+        try:
+            return os.open(name, _DIR_FLAGS | os.O_NOFOLLOW, dir_fd=dir_fd)
+        except FileNotFoundError:
+            if create_mode is None:
+                raise
+            try:
+                os.mkdir(name, create_mode, dir_fd=dir_fd)
+            except FileExistsError:  # another hook made it meanwhile
+                pass
+        except OSError as exc:
+            if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+                raise UnsafePath(exc.errno, "not a directory we made (a symlink or a file): refusing to use it",
+                                 label) from None
+            raise
+    raise UnsafePath(errno.ENOENT, "vanished while being created", label)
+
+
+def check_owner(dir_fd: int, uid: int, where: str) -> None:
+    """Refuse a directory owned by anyone but `uid` (who our own files belong to on that file system)."""
+    info = os.fstat(dir_fd)
+    if info.st_uid != uid:
+        raise UnsafePath(errno.EPERM, "owned by uid %d, not by slurm-hooks (uid %d): refusing to write there "
+                         "(someone else made it; remove it or fix its owner)" % (info.st_uid, uid), where)
+
+
+def our_entries(dir_fd: int, names: "re.Pattern[str]", uid: int) -> Iterator[Tuple[str, os.stat_result]]:
+    """(name, lstat) of the regular files in dir_fd that we own (uid, one link) and whose name matches."""
+    try:
+        with os.scandir(dir_fd) as entries:
+            listed = [entry.name for entry in entries]
+    except OSError:
+        return
+    for name in listed:
+        if not names.match(name):
+            continue
+        try:
+            info = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+        except OSError:
+            continue
+        if stat.S_ISREG(info.st_mode) and info.st_uid == uid and info.st_nlink == 1:
+            yield name, info
+
+
+def remove_ours(dir_fd: int, name: str) -> bool:
+    try:
+        os.unlink(name, dir_fd=dir_fd)
+        return True
+    except OSError:
+        return False
+
+
+def remove_stale_temps(dir_fd: int, uid: int, max_age_s: float, now: Optional[float] = None,
+                       names: "re.Pattern[str]" = TEMP_NAME) -> List[str]:
+    """Temp files of writers killed mid-write (ours, older than max_age_s); returns the names removed."""
+    now = time.time() if now is None else now
+    return [name for name, info in list(our_entries(dir_fd, names, uid))
+            if now - info.st_mtime > max_age_s and remove_ours(dir_fd, name)]
+
+
+# -- locks -----------------------------------------------------------------------------------
+
+class LockTimeout(OSError):
+    """Another process holds the lock (maybe a hook stuck on a hung file system)."""
+
+
+class locked:
+    """flock(LOCK_EX) on `path` (a file, or a directory: no lock file then), for at most `timeout` seconds.
+
+    A holder that hangs (a hook stuck on a dead file system) must not hang every later hook too:
+    after `timeout` this raises LockTimeout naming the path.
+    """
+
+    def __init__(self, path: str, timeout: float, create_dir_mode: Optional[int] = None, directory: bool = False):
+        self.path, self.timeout, self.directory, self.create_dir_mode = path, timeout, directory, create_dir_mode
+        self.fd = -1
+
+    def __enter__(self) -> "locked":
+        if self.directory:
+            self.fd = open_dir(self.path, self.create_dir_mode)
+        else:
+            self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0), 0o600)
+        end = time.monotonic() + self.timeout
+        delay = 0.002
+        while True:
+            try:
+                fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return self
+            except BlockingIOError:
+                if time.monotonic() >= end:
+                    os.close(self.fd)
+                    self.fd = -1
+                    raise LockTimeout(errno.EWOULDBLOCK, "lock held by another process for %.3gs" % self.timeout,
+                                      self.path) from None
+                time.sleep(delay)
+                delay = min(delay * 2, 0.05)
+
+    def __exit__(self, *exc) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)  # closing releases the lock
+            self.fd = -1

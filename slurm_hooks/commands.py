@@ -140,7 +140,7 @@ def finish(code: int) -> int:
     Interpreter shutdown could otherwise wait on, or crash in, a thread blocked in C code; the
     results are already written, so flush and leave with os._exit.
     """
-    stuck = [t for t in threading.enumerate() if t.name.startswith("check:") and t.is_alive()]
+    stuck = [t for t in threading.enumerate() if t.name.startswith(("check:", "bounded:")) and t.is_alive()]
     if stuck:
         sys.stdout.flush()
         sys.stderr.flush()

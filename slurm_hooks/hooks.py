@@ -7,6 +7,12 @@ bug of ours must never drain a cluster. Only a node-broken FAIL (policy.decide) 
 Local state (paths.state_dir/node-state.json) remembers what we drained and drains we could not
 deliver (slurmctld down); the health mode re-runs those checks and resumes or retries, so the happy
 path makes no Slurm call at all.
+
+Bounded after the checks too: the exit code is decided before anything is written, and the steps
+after the decision (snapshot file or record with its retention, metrics, dcgm-exporter mapping)
+run in a forked child for at most [deadline] files (isolation.run_steps); the state file is read
+and written under the same bound. A step that did not finish (a records file system that never
+answers) is logged with its path (event=step-abandoned) and counted in the metrics.
 """
 from __future__ import annotations
 
@@ -57,19 +63,59 @@ def state_path(config: Config) -> str:
 
 
 def load_state(config: Config, log) -> Dict[str, Any]:
-    try:
-        state = read_json(state_path(config), default={})
-        return state if isinstance(state, dict) else {}
-    except (OSError, ValueError) as exc:
-        log.error(logs.kv(event="state-unreadable", error=exc))
+    """node-state.json, read in a child process bounded by [deadline] files: a state directory that
+    never answers costs that much, once, and the hook goes on without what it remembers."""
+    from .isolation import run_isolated
+
+    path = state_path(config)
+
+    def read() -> Dict[str, Any]:
+        try:
+            return {"state": read_json(path, default={})}
+        except (OSError, ValueError) as exc:
+            return {"error": str(exc)}
+
+    answer, why = run_isolated(read, config.get("deadline", "files"), "reading the state file")
+    if answer is None or "error" in answer:
+        log.error(logs.kv(event="state-unreadable", path=path, error=why or answer["error"]))
         return {}
+    state = answer["state"]
+    return state if isinstance(state, dict) else {}
 
 
 def save_state(config: Config, state: Mapping[str, Any], log) -> None:
-    try:
-        write_json_atomic(state_path(config), dict(state))
-    except OSError as exc:  # full disk, read-only /var: the decision still stands, only memory is lost
-        log.error(logs.kv(event="state-not-saved", path=state_path(config), error=exc))
+    from .isolation import Step
+
+    path = state_path(config)
+
+    def write() -> None:
+        try:
+            write_json_atomic(path, dict(state))
+        except OSError as exc:  # full disk, read-only /var: the decision still stands, only memory is lost
+            log.error(logs.kv(event="state-not-saved", path=path, error=exc))
+
+    _run_bounded(config, [Step("state", path, write)], log)
+
+
+def _run_bounded(config: Config, steps: Sequence[Any], log, context: str = "", job: Optional[JobContext] = None
+                 ) -> None:
+    """isolation.run_steps within [deadline] files; what did not finish is logged with its path and counted."""
+    from .isolation import Step, run_steps
+
+    if not steps:
+        return
+    limit = config.get("deadline", "files")
+    abandoned = [o for o in run_steps(steps, limit) if not o.finished]
+    for outcome in abandoned:
+        log.error(logs.kv(context=context or None, job=job.job_id if job else None, event="step-abandoned",
+                          step=outcome.name, path=outcome.path, state=outcome.state, waited_s=outcome.seconds,
+                          error="did not finish within [deadline] files = %gs (hung file system?)" % limit))
+    if abandoned and config.get("metrics", "textfile_dir"):
+        from . import metrics
+
+        names = [o.name for o in abandoned]
+        run_steps([Step("metrics", config.get("metrics", "textfile_dir"),
+                        lambda: metrics.count_abandoned(config.settings, names, log))], min(limit, 1.0))
 
 
 def run_isolated_checks(registry: Registry, config: Config, context: str, job: JobContext,
@@ -77,8 +123,10 @@ def run_isolated_checks(registry: Registry, config: Config, context: str, job: J
     """Run the context's checks (plus extra_names) in a forked child, bounded by the deadline.
 
     The prolog's/epilog's counter snapshot (records.py) is taken in the same child right after the
-    checks, so NVML starts once per hook; it is skipped there when a check hung (NVML may be stuck)
-    and records.py then takes it in a child of its own. Returns (report, (snapshot, why) or None).
+    checks, so NVML starts once per hook, in a thread bounded by [records] snapshot_timeout (a GPU
+    whose NVML calls hang is given up inside it, the others are recorded). Returns (report,
+    (snapshot or None, why) or None); None when the child died, and records.py then takes the
+    snapshot in a child of its own.
     """
     from .host import Host
     from .isolation import run_isolated
@@ -97,7 +145,7 @@ def run_isolated_checks(registry: Registry, config: Config, context: str, job: J
         gather = GatherContext(registry, host, config, job)
         report = run_checks(registry, config, host, context, specs, job=job, gather=gather)
         gathered = None
-        if snapshot_s and not any(run.timed_out for run in report.runs):
+        if snapshot_s:
             kernel_log = getattr(gather.peek("xid.log"), "kmsg", None)  # /dev/kmsg read once per hook
             gathered = _snapshot_bounded(config, job, context == "epilog", snapshot_s, kernel_log)
         return {"report": report_to_dict(report, root), "snapshot": gathered}
@@ -169,14 +217,26 @@ def run_hook(context: str, registry: Registry, config: Config, env: Mapping[str,
             enacted = _recover(client, name, state, report, config, log)
         save_state(config, state, log)
     calls = client.calls if client is not None else 0
-    _log_decision(log, context, name, job, report, decision, enacted, calls)
-    from . import metrics, records  # lazy: prometheus_client only when [metrics] textfile_dir is set
-
-    records.on_hook(context, config, job, name, report, decision, enacted, log,  # prolog snapshot / epilog record
-                    tuple(gathered) if gathered else None)
-    metrics.write_textfile(config, context, report, decision, enacted, log=log)
     code = EXIT_NODE_BROKEN if enacted is not None and enacted.outcome.value in FAILING_OUTCOMES else 0
+    _log_decision(log, context, name, job, report, decision, enacted, calls)
+    _after_decision(context, config, job, name, report, decision, enacted, log, gathered)
     return HookResult(code, report, decision, enacted, calls)
+
+
+def _after_decision(context: str, config: Config, job: JobContext, name: str, report: RunReport,
+                    decision: policy.Decision, enacted, log, gathered) -> None:
+    """Snapshot file or record, dcgm-exporter mapping and metrics: bounded, the exit code already decided."""
+    from . import metrics, records
+    from .isolation import Step
+
+    if gathered is None and records.wanted(config, job, context):  # the check child died: one more try
+        gathered = records.gather(config, job, epilog=context == "epilog")
+    steps = records.steps(context, config, job, name, report, decision, enacted, log,
+                          tuple(gathered) if gathered else None)
+    if config.get("metrics", "textfile_dir"):  # prometheus_client is imported only then, in the child
+        steps.append(Step("metrics", config.get("metrics", "textfile_dir"),
+                          lambda: metrics.write_textfile(config, context, report, decision, enacted, log=log)))
+    _run_bounded(config, steps, log, context, job)
 
 
 def _remember_drain(state: Dict[str, Any], enacted: drainer.Enacted, decision: policy.Decision,

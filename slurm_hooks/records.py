@@ -12,8 +12,17 @@ validated job id, user and GPU list come from the job; never its environment. Th
 directory is trimmed to [records] max_records and max_mb (oldest first). One directory per node
 keeps retention local to the node that writes, so the records directory may be a shared file system.
 
+The records directory may be writable by users (shared file systems often are). Below it nothing is
+ever looked up through a symlink (directory descriptors, O_NOFOLLOW: atomicio), DIR/<node> must be
+owned by whoever our own files belong to there (root, or nobody under NFS root_squash: learnt from
+the temp file we create), and retention removes only regular files we own, named like our records
+or temp files, in DIR/<node>/. A planted symlink or a directory someone else made is refused and
+logged (event=record-not-written), never followed.
+
 Everything here fails soft: a full disk, a read-only /var/log or a bug of ours is logged (event=
 record-not-written ...) and the hook goes on; earlier records are never touched by a failed write.
+hooks.py runs these steps in a bounded child (isolation.run_steps): a records file system that never
+answers costs at most [deadline] files, and what did not finish is logged with its path.
 A missing prolog snapshot (prolog skipped or failed, node rebooted, state dir wiped) still gives a
 record, marked "prolog_snapshot": "missing" and without deltas.
 """
@@ -26,8 +35,8 @@ import re
 import time
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
 
-from . import logs
-from .atomicio import read_json, write_atomic, write_json_atomic
+from . import atomicio, logs
+from .atomicio import read_json, write_json_atomic
 from .config import Config
 from .runner import JobContext
 
@@ -37,7 +46,10 @@ if TYPE_CHECKING:
 SNAPSHOT_DIR = "snapshots"
 RECORD_MODE, RECORD_DIR_MODE = 0o640, 0o750  # readable by the directory's group (setgid dir: admins)
 STALE_TEMP_S = 3600  # a temp file this old was left by a writer killed mid-write
+GPU_SHARE = 0.6  # of [records] snapshot_timeout: after it a GPU whose NVML calls hang is given up (the rest stand)
 _SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+RECORD_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}\.json$")  # <job id>.json: what retention may remove
+OUR_TEMP = re.compile(r"^\..+\.tmp$")  # atomicio's temp files (".<name>.<pid>.<n>.tmp")
 
 
 def _log(log: Optional[logging.Logger]) -> logging.Logger:
@@ -81,7 +93,8 @@ def take_snapshot(config: Config, job: JobContext, epilog: bool, kernel_log: Opt
         except HostError:  # snapshot.take reads again and records why it could not
             pass
     snap = snapshot.take(host, settings["nvml"]["library"], job.gpus, settings["records"]["ib_counters"],
-                         processes=epilog, kernel_log=kernel_log)
+                         processes=epilog, kernel_log=kernel_log,
+                         gpu_budget=GPU_SHARE * settings["records"]["snapshot_timeout"])
     if epilog:
         try:
             snap["xid_lines"] = snapshot.read_xid_lines(host, kernel_log)
@@ -124,14 +137,15 @@ def _prolog(config: Config, job: JobContext, log: logging.Logger, gathered: Gath
     snap = None
     try:
         path = snapshot_path(config, job.job_id)
-        snap, why = gathered if gathered is not None and gathered[0] is not None else \
-            gather(config, job, epilog=False)
+        snap, why = gathered if gathered is not None else gather(config, job, epilog=False)
         if snap is None:
             log.error(logs.kv(event="snapshot-failed", context="prolog", job=job.job_id, error=why))
             return None, None
         write_json_atomic(path, snap, mode=0o600)
         prune_snapshots(os.path.dirname(path), config.get("records", "snapshot_max_age_days") * 86400.0)
         return path, snap
+    except ValueError as exc:  # a job id that cannot be a file name (jobenv lets none through)
+        log.error(logs.kv(event="snapshot-not-written", job=job.job_id, error=exc))
     except OSError as exc:
         log.error(logs.kv(event="snapshot-not-written", job=job.job_id, error=_oserror(exc)))
     except Exception as exc:  # our bug: the job must still start
@@ -140,17 +154,23 @@ def _prolog(config: Config, job: JobContext, log: logging.Logger, gathered: Gath
 
 
 def prune_snapshots(directory: str, max_age_s: float, now: Optional[float] = None) -> int:
-    """Remove start snapshots whose epilog never came (node crashed mid-job) once older than max_age_s."""
+    """Remove start snapshots whose epilog never came (node crashed mid-job) once older than max_age_s,
+    and temp files of killed writers; only regular files we own with our names (never through a symlink)."""
     now = time.time() if now is None else now
-    removed = 0
-    for entry in _scan(directory):
-        try:
-            if entry.is_file() and now - entry.stat().st_mtime > max_age_s:
-                os.unlink(entry.path)
+    try:
+        dir_fd = atomicio.open_dir(directory)
+    except OSError:
+        return 0
+    try:
+        uid = os.geteuid()
+        removed = 0
+        for name, info in list(atomicio.our_entries(dir_fd, RECORD_NAME, uid)):
+            if now - info.st_mtime > max_age_s and atomicio.remove_ours(dir_fd, name):
                 removed += 1
-        except OSError:
-            continue
-    return removed
+        atomicio.remove_stale_temps(dir_fd, uid, STALE_TEMP_S, now, OUR_TEMP)
+        return removed
+    finally:
+        os.close(dir_fd)
 
 
 def load_snapshot(config: Config, job_id: str) -> Tuple[Optional[Dict[str, Any]], str]:
@@ -181,16 +201,16 @@ def epilog_record(config: Config, job: JobContext, node: str, report=None, decis
         started = time.monotonic()
         path = record_path(config.get("records", "dir"), node, job.job_id)
         before, prolog_state = load_snapshot(config, job.job_id)
-        after, why = gathered if gathered is not None and gathered[0] is not None else \
-            gather(config, job, epilog=True)
+        after, why = gathered if gathered is not None else gather(config, job, epilog=True)
         record = build_record(job, node, before, prolog_state, after, why, report, decision, enacted,
                               config.settings)
         record["timings"]["record_build_s"] = round(time.monotonic() - started, 4)
-        write_record(path, record)
+        write_record(path, record, max_records=config.get("records", "max_records"),
+                     max_bytes=config.get("records", "max_mb") << 20)
         _remove_quietly(snapshot_path(config, job.job_id))
-        enforce_retention(os.path.dirname(path), config.get("records", "max_records"),
-                          config.get("records", "max_mb") << 20)
         return path
+    except ValueError as exc:  # a node name or job id that cannot be a file name
+        log.error(logs.kv(event="record-not-written", job=job.job_id, node=node, error=exc))
     except OSError as exc:
         log.error(logs.kv(event="record-not-written", job=job.job_id, node=node, path=path, error=_oserror(exc)))
     except Exception as exc:  # our bug must not fail the epilog (that would drain the node)
@@ -202,14 +222,31 @@ def epilog_record(config: Config, job: JobContext, node: str, report=None, decis
 HEADER_KEYS = ("schema", "version", "job", "node", "start", "end", "prolog_snapshot", "summary")
 
 
-def write_record(path: str, record: Dict[str, Any]) -> None:
-    """Compact JSON, atomically; directories are created group-readable (see RECORD_DIR_MODE).
+def write_record(path: str, record: Dict[str, Any], max_records: Optional[int] = None,
+                 max_bytes: Optional[int] = None) -> None:
+    """Compact JSON, atomically, at DIR/<node>/<job>.json; then retention when max_records is given.
 
+    Directories are created group-readable (see RECORD_DIR_MODE). DIR is the configured path; below
+    it nothing is followed through a symlink, and DIR/<node> must belong to us (module docstring).
     The first line holds the header keys (HEADER_KEYS, the summary among them) and ends with ",":
     the file is one JSON document, and `report` can read just that line (report.read_header).
     """
-    os.makedirs(os.path.dirname(path), mode=RECORD_DIR_MODE, exist_ok=True)
-    write_atomic(path, encode_record(record), mode=RECORD_MODE)
+    node_dir = os.path.dirname(path)
+    base_fd = atomicio.open_dir(os.path.dirname(node_dir), create_mode=RECORD_DIR_MODE)
+    try:
+        node_fd = atomicio.open_subdir(base_fd, os.path.basename(node_dir), RECORD_DIR_MODE, os.path.dirname(node_dir))
+    finally:
+        os.close(base_fd)
+    try:
+        def ours(info: os.stat_result) -> None:  # our temp file's owner is who we are on this file system
+            atomicio.check_owner(node_fd, info.st_uid, node_dir)
+
+        written = atomicio.write_atomic_at(node_fd, os.path.basename(path), encode_record(record), RECORD_MODE,
+                                           where=node_dir, owner_check=ours)
+        if max_records is not None:
+            _retain(node_fd, written.st_uid, max_records, max_bytes if max_bytes is not None else 1 << 62)
+    finally:
+        os.close(node_fd)
 
 
 def encode_record(record: Dict[str, Any]) -> bytes:
@@ -230,31 +267,32 @@ def enforce_retention(directory: str, max_records: int, max_bytes: int, now: Opt
     """Delete the oldest records (by mtime) until at most max_records files and max_bytes remain.
 
     Also removes temp files left by writers killed mid-write once they are STALE_TEMP_S old. Returns
-    the removed paths. Only this node's directory is ever touched.
+    the removed paths. Only this node's directory is ever touched, and in it only regular files we
+    own whose names are ours (a symlink, a hard link or a user's file is never removed).
     """
+    try:
+        dir_fd = atomicio.open_dir(directory)
+    except OSError:
+        return []
+    try:
+        return [os.path.join(directory, name) for name in _retain(dir_fd, os.geteuid(), max_records, max_bytes, now)]
+    finally:
+        os.close(dir_fd)
+
+
+def _retain(dir_fd: int, uid: int, max_records: int, max_bytes: int, now: Optional[float] = None) -> List[str]:
+    """enforce_retention on a directory descriptor, for files owned by `uid`; returns the names removed."""
     now = time.time() if now is None else now
-    records: List[Tuple[float, int, str]] = []
-    for entry in _scan(directory):
-        try:
-            if not entry.is_file(follow_symlinks=False):
-                continue
-            info = entry.stat(follow_symlinks=False)
-        except OSError:
-            continue
-        if entry.name.startswith("."):
-            if entry.name.endswith(".tmp") and now - info.st_mtime > STALE_TEMP_S:
-                _remove_quietly(entry.path)
-            continue
-        if entry.name.endswith(".json"):
-            records.append((info.st_mtime, info.st_size, entry.path))
-    records.sort()
+    atomicio.remove_stale_temps(dir_fd, uid, STALE_TEMP_S, now, OUR_TEMP)
+    records = sorted((info.st_mtime, info.st_size, name)
+                     for name, info in atomicio.our_entries(dir_fd, RECORD_NAME, uid))
     total = sum(size for _, size, _ in records)
-    removed = []
-    for _mtime, size, path in records:
+    removed: List[str] = []
+    for _mtime, size, name in records:
         if len(records) - len(removed) <= max_records and total <= max_bytes:
             break
-        if _remove_quietly(path):
-            removed.append(path)
+        if atomicio.remove_ours(dir_fd, name):
+            removed.append(name)
             total -= size
     return removed
 
@@ -279,26 +317,60 @@ def find_records(directories: List[str], job_id: str, node: Optional[str] = None
     return sorted(found)
 
 
-# -- the one call hooks.run_hook makes ---------------------------------------------------------
+# -- what hooks.run_hook runs after its decision -----------------------------------------------
+
+def steps(context: str, config: Config, job: JobContext, node: str, report=None, decision=None, enacted=None,
+          log: Optional[logging.Logger] = None, gathered: Gathered = None) -> list:
+    """The prolog's snapshot file or the epilog's record, and the dcgm-exporter job mapping, as
+    isolation.Steps (name, path, work) that hooks.py runs in a bounded child. Each step logs its own
+    errors and never raises."""
+    from . import dcgm_mapping
+    from .isolation import Step
+
+    log = _log(log)
+    out = []
+    mapping_dir = config.get("metrics", "dcgm_job_mapping_dir")
+    wanted_here = config.get("records", "enabled") and bool(job.job_id)
+    if context == "prolog":
+        if wanted_here:
+            out.append(Step("snapshot", _path_or_dir(lambda: snapshot_path(config, job.job_id),
+                                                     config.get("paths", "state_dir")),
+                            lambda: _prolog(config, job, log, gathered)))
+        snap = gathered[0] if gathered else None
+        # dcgm-exporter names files by NVML index; Slurm's indices are minor numbers (see snapshot.read_gpus)
+        indices = [g["index"] for g in snap["gpus"]] if snap and snap.get("gpus") else None
+        if mapping_dir and job.job_id:
+            out.append(Step("dcgm-mapping", mapping_dir,
+                            lambda: dcgm_mapping.on_prolog(config, job, indices, log=log)))
+    elif context == "epilog":
+        if mapping_dir and job.job_id:
+            out.append(Step("dcgm-mapping", mapping_dir, lambda: dcgm_mapping.on_epilog(config, job, log=log)))
+        if wanted_here:
+            out.append(Step("record", _path_or_dir(lambda: record_path(config.get("records", "dir"), node, job.job_id),
+                                                   config.get("records", "dir")),
+                            lambda: epilog_record(config, job, node, report, decision, enacted, log, gathered)))
+    return out
+
 
 def on_hook(context: str, config: Config, job: JobContext, node: str, report=None, decision=None, enacted=None,
             log: Optional[logging.Logger] = None, gathered: Gathered = None) -> Optional[str]:
-    """After the prolog's/epilog's decision: snapshot or record, and the dcgm-exporter job mapping.
+    """The steps of `steps`, one after the other in this process (tests; hooks.py bounds them instead);
+    the snapshot's or record's path when one was written."""
+    if gathered is None and wanted(config, job, context):
+        gathered = gather(config, job, epilog=context == "epilog")
+    written = None
+    for step in steps(context, config, job, node, report, decision, enacted, log, gathered):
+        value = step.run()
+        if step.name in ("snapshot", "record"):
+            written = value[0] if isinstance(value, tuple) else value
+    return written
 
-    Never raises; returns the snapshot/record path when one was written.
-    """
-    from . import dcgm_mapping
 
-    if context == "prolog":
-        path, snap = _prolog(config, job, _log(log), gathered)
-        # dcgm-exporter names files by NVML index; Slurm's indices are minor numbers (see snapshot.read_gpus)
-        indices = [g["index"] for g in snap["gpus"]] if snap and snap.get("gpus") else None
-        dcgm_mapping.on_prolog(config, job, indices, log=_log(log))
-        return path
-    if context == "epilog":
-        dcgm_mapping.on_epilog(config, job, log=_log(log))
-        return epilog_record(config, job, node, report, decision, enacted, log, gathered)
-    return None
+def _path_or_dir(path, fallback: str) -> str:
+    try:
+        return path()
+    except ValueError:
+        return fallback
 
 
 # -- helpers -----------------------------------------------------------------------------------

@@ -53,13 +53,14 @@ VIOLATION_POLICIES = ("power", "thermal", "sync_boost", "board_limit", "low_util
 THROTTLE_REASONS = ("power", "thermal", "board_limit", "reliability", "sync_boost")
 CLOCK_EVENT_FIELDS = ("SW_POWER_CAP", "SW_THERM_SLOWDOWN", "HW_THERM_SLOWDOWN", "HW_POWER_BRAKE_SLOWDOWN",
                       "SYNC_BOOST")
+GPU_BUDGET_S = 2.0  # seconds before a GPU that does not answer is given up (records.py passes its own)
 _COUNTER_NAME = re.compile(r"^[A-Za-z0-9_]{1,64}$")
 _TEXT_CALLS = (("uuid", "nvmlDeviceGetUUID"), ("serial", "nvmlDeviceGetSerial"), ("name", "nvmlDeviceGetName"))
 
 
 def take(host: Host, library: str = "", gpus: Optional[Sequence[int]] = None,
          ib_counters: Sequence[str] = (), processes: bool = False, clock: Callable[[], float] = time.time,
-         kernel_log: Optional[KmsgView] = None) -> Dict[str, Any]:
+         kernel_log: Optional[KmsgView] = None, gpu_budget: float = GPU_BUDGET_S) -> Dict[str, Any]:
     """One snapshot of the node (kernel log position, IB ports) and of the GPUs `gpus` (None = all).
 
     `kernel_log` is a read of /dev/kmsg taken moments before in this hook (the Xid checks'); without
@@ -70,7 +71,7 @@ def take(host: Host, library: str = "", gpus: Optional[Sequence[int]] = None,
     snap: Dict[str, Any] = {"schema": SNAPSHOT_SCHEMA, "time": round(clock(), 3), "notes": []}
     snap["boot_id"], snap["kmsg_seq"] = kernel_log_position(host, snap["notes"], kernel_log)
     snap["ib"] = read_ib_counters(host, ib_counters, snap["notes"])
-    snap["gpus"] = read_gpus(library, gpus, processes, snap["notes"])
+    snap["gpus"] = read_gpus(library, gpus, processes, snap["notes"], gpu_budget)
     snap["duration_s"] = round(time.monotonic() - started, 4)
     return snap
 
@@ -130,10 +131,12 @@ def read_ib_counters(host: Host, names: Sequence[str], notes: List[str]) -> Dict
 
 # -- GPUs (NVML) --------------------------------------------------------------------------------
 
-def read_gpus(library: str, gpus: Optional[Sequence[int]], processes: bool, notes: List[str]) -> List[Dict[str, Any]]:
+def read_gpus(library: str, gpus: Optional[Sequence[int]], processes: bool, notes: List[str],
+              budget: float = GPU_BUDGET_S) -> List[Dict[str, Any]]:
     """The GPUs Slurm gave the job (None = all). SLURM_JOB_GPUS counts gres.conf's /dev/nvidiaN files, i.e.
     NVML *minor numbers*, which need not equal NVML indices: match on minor numbers when every GPU has
-    a distinct one (nvmlDeviceGetMinorNumber), else on indices (as the gpu checks do)."""
+    a distinct one (nvmlDeviceGetMinorNumber), else on indices (as the gpu checks do). A GPU whose
+    NVML calls hang costs that GPU only: it is given up after `budget` seconds."""
     if gpus is not None and not gpus:
         return []  # a job without GPUs: no NVML at all
     session = nvml.session(library)
@@ -143,27 +146,49 @@ def read_gpus(library: str, gpus: Optional[Sequence[int]], processes: bool, note
         notes.append("NVML unusable: %s" % exc)
         return []
     if gpus is None:
-        return [read_gpu(session, index, processes) for index in range(count)]
-    by_slurm = _slurm_to_nvml(session, count)
+        indices = list(range(count))
+    else:
+        by_slurm = _slurm_to_nvml(session, count, budget)
+        indices = []
+        for wanted in gpus:
+            index = by_slurm.get(wanted)
+            if index is None:
+                notes.append("GPU %d of the job matches no GPU NVML sees (%d GPUs)" % (wanted, count))
+                continue
+            indices.append(index)
+    return _read_bounded(session, indices, processes, budget, notes)
+
+
+def _read_bounded(session: nvml.NvmlSession, indices: List[int], processes: bool, budget: float,
+                  notes: List[str]) -> List[Dict[str, Any]]:
+    """read_gpu for each index; a GPU that has not answered within `budget` is recorded as unavailable
+    (its partial readings are dropped), and the other GPUs' counters stand (isolation.map_bounded)."""
+    from .isolation import map_bounded
+
     out = []
-    for wanted in gpus:
-        index = by_slurm.get(wanted)
-        if index is None:
-            notes.append("GPU %d of the job matches no GPU NVML sees (%d GPUs)" % (wanted, count))
+    answers = map_bounded(len(indices), lambda i: read_gpu(session, indices[i], processes), budget)
+    for index, (finished, value) in zip(indices, answers):
+        if finished and isinstance(value, dict):
+            out.append(value)
             continue
-        out.append(read_gpu(session, index, processes))
+        why = "did not answer within %.3gs" % budget if not finished else "read failed: %r" % (value,)
+        notes.append("GPU %d %s" % (index, why))
+        out.append({"index": index, "counters": {}, "flags": {}, "unavailable": {"device": why}})
     return out
 
 
-def _slurm_to_nvml(session: nvml.NvmlSession, count: int) -> Dict[int, int]:
+def _slurm_to_nvml(session: nvml.NvmlSession, count: int, budget: float) -> Dict[int, int]:
     """Slurm GPU index -> NVML index: by minor number when all are known and distinct, else identity."""
-    minors = []
-    for index in range(count):
+    from .isolation import map_bounded
+
+    def minor(index: int) -> int:
         try:
-            minors.append(int(session.call("nvmlDeviceGetMinorNumber",
-                                           session.call("nvmlDeviceGetHandleByIndex", index))))
+            return int(session.call("nvmlDeviceGetMinorNumber", session.call("nvmlDeviceGetHandleByIndex", index)))
         except nvml.NvmlError:
-            minors.append(-1)
+            return -1
+
+    minors = [value if finished and isinstance(value, int) else -1
+              for finished, value in map_bounded(count, minor, budget)]
     if minors and min(minors) >= 0 and len(set(minors)) == len(minors):
         return {minor: index for index, minor in enumerate(minors)}
     return {index: index for index in range(count)}

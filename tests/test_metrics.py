@@ -155,3 +155,90 @@ def test_on_hook_writes_snapshot_and_mapping_in_prolog_and_undoes_the_mapping_in
                                       ("lock", False), ("1.2.3", False)])
 def test_only_gpu_files_are_touched(name, ok):
     assert dcgm_mapping._is_gpu_file(name) is ok
+
+
+# -- leftovers: jobs whose epilog never ran, temp files of killed writers, locks held by a hung hook ---
+
+def _mapping_config(tmp_path, root):
+    return validate(load_builtin_checks(), {
+        "general": {"root": str(root)}, "paths": {"state_dir": str(tmp_path / "state"), "log_file": "",
+                                                  "syslog": False},
+        "metrics": {"dcgm_job_mapping_dir": str(tmp_path / "dcgm")}})
+
+
+def _age(path, seconds=3 * 3600):
+    past = os.stat(str(path)).st_mtime - seconds
+    os.utime(str(path), (past, past))
+
+
+@pytest.mark.parametrize("cgroups", ["v2", "v1", "none"])
+def test_a_job_whose_epilog_never_ran_leaves_the_gpu_file_on_its_next_job(tmp_path, cgroups):
+    """The docstring promised that a file left behind by a crashed epilog heals on the GPU's next job; it
+    stayed forever. Now the next prolog on that GPU keeps only jobs still running here (their Slurm cgroup
+    exists; without a visible Slurm cgroup tree, Slurm's one-job-per-GPU default), and a job whose file
+    changed moments ago is kept (its cgroup comes after its prolog)."""
+    root = tmp_path / "root"
+    if cgroups == "v2":
+        scope = root / "sys/fs/cgroup/system.slice/slurmstepd.scope"
+        (scope / "job_301").mkdir(parents=True)  # 301 runs on GPU 1 (a shared GPU); 300 crashed without epilog
+    elif cgroups == "v1":
+        (root / "sys/fs/cgroup/cpuset/slurm/uid_1000/job_301").mkdir(parents=True)
+    else:
+        (root / "sys/fs/cgroup").mkdir(parents=True)
+    config = _mapping_config(tmp_path, root)
+    dcgm_mapping.on_prolog(config, JobContext("300", "u", "n1", (0, 1)))
+    dcgm_mapping.on_prolog(config, JobContext("301", "u", "n1", (1,)))
+    for name in ("0", "1"):
+        _age(tmp_path / "dcgm" / name)
+    dcgm_mapping.on_prolog(config, JobContext("302", "u", "n1", (0, 1)))  # 300's epilog never ran
+    read = lambda name: (tmp_path / "dcgm" / name).read_text().split()  # noqa: E731
+    assert read("0") == ["302"]
+    assert read("1") == (["301", "302"] if cgroups != "none" else ["302"])
+    dcgm_mapping.on_prolog(config, JobContext("303", "u", "n1", (0,)))  # 302 just started: kept, cgroup or not
+    assert read("0") == ["302", "303"]
+
+
+def test_temp_files_of_killed_writers_are_removed_from_the_dcgm_and_textfile_directories(tmp_path):
+    config = make_config(tmp_path, dcgm=True)
+    (tmp_path / "dcgm").mkdir()
+    (tmp_path / "textfile").mkdir()
+    stale = [tmp_path / "dcgm" / ".0.4242.0.tmp", tmp_path / "textfile" / ".slurm_hooks.prom.4242.3.tmp",
+             tmp_path / "textfile" / "slurm_hooks.prom.4242.139872"]  # the last: prometheus_client's own naming
+    fresh = [tmp_path / "dcgm" / ".1.4243.0.tmp", tmp_path / "textfile" / ".slurm_hooks.prom.4243.0.tmp"]
+    foreign = [tmp_path / "textfile" / "node.prom", tmp_path / "textfile" / ".other.prom.1.2.tmp"]
+    for path in stale + fresh + foreign:
+        path.write_text("x")
+    for path in stale + foreign:
+        _age(path)
+    dcgm_mapping.add_job(str(tmp_path / "dcgm"), "7", [0])
+    metrics.write_textfile(config, "prolog", PROLOG)
+    assert not any(path.exists() for path in stale)
+    assert all(path.exists() for path in fresh + foreign)
+
+
+def test_a_lock_held_by_a_hung_hook_costs_bounded_time(tmp_path, monkeypatch, caplog):
+    """Metrics and the dcgm mapping are updated under flock; a hook stuck on a hung file system while
+    holding the lock used to hang every later hook on flock() too."""
+    import fcntl
+    import time
+
+    monkeypatch.setattr(metrics, "LOCK_TIMEOUT_S", 0.3)
+    monkeypatch.setattr(dcgm_mapping, "LOCK_TIMEOUT_S", 0.3)
+    config = make_config(tmp_path, dcgm=True)
+    (tmp_path / "state").mkdir()
+    (tmp_path / "dcgm").mkdir()
+    held = [os.open(str(tmp_path / "state" / (metrics.STATE_NAME + ".lock")), os.O_RDWR | os.O_CREAT),
+            os.open(str(tmp_path / "dcgm"), os.O_RDONLY)]
+    for fd in held:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+    try:
+        started = time.monotonic()
+        with caplog.at_level(logging.ERROR, logger="slurm_hooks.decisions"):
+            assert metrics.write_textfile(config, "prolog", PROLOG) is None
+            dcgm_mapping.on_prolog(config, JobContext("5", "u", "n1", (0,)))
+        assert time.monotonic() - started < 2.0
+    finally:
+        for fd in held:
+            os.close(fd)
+    assert "event=metrics-not-written" in caplog.text and "event=dcgm-mapping-not-written" in caplog.text
+    assert caplog.text.count("lock held by another process") == 2

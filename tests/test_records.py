@@ -347,3 +347,94 @@ def test_a_hook_reads_the_kernel_log_once_and_its_snapshot_agrees(gpu_node, tmp_
         assert snap["xid_lines"] == [xid_record]
     assert len(reads) == 1
     assert {run.name for run in report.runs if run.name.startswith("xid.")} == {"xid.events", "xid.sxid"}
+
+
+# -- a records directory users can write to (shared file systems often allow it) -----------------
+
+OTHER_UID = 4321
+as_root = pytest.mark.skipif(os.geteuid() != 0, reason="files of another uid need root")
+
+
+def _world_writable_records(tmp_path):
+    jobs = tmp_path / "jobs"
+    jobs.mkdir()
+    os.chmod(str(jobs), 0o1777)  # like /tmp: anyone may create entries
+    return jobs
+
+
+def test_a_planted_node_directory_symlink_is_never_followed(tmp_path, caplog):
+    """A user plants DIR/<node> -> /etc (here: a directory of the test): the root epilog used to write its
+    record there, and retention deleted files in it. Now the record is refused and logged, nothing is
+    written or removed through the link."""
+    jobs = _world_writable_records(tmp_path)
+    victim = tmp_path / "etc"
+    victim.mkdir()
+    for i in range(5):
+        (victim / ("%d.json" % (100 + i))).write_text("precious")
+        os.utime(str(victim / ("%d.json" % (100 + i))), (1000 + i, 1000 + i))
+    os.symlink(str(victim), str(jobs / "n1"))
+    config = make_config(tmp_path, max_records=2)
+    with caplog.at_level(logging.ERROR, logger="slurm_hooks.decisions"):
+        assert records.epilog_record(config, JobContext("9", "mallory", "n1", ()), "n1") is None
+    assert "event=record-not-written" in caplog.text and "a symlink" in caplog.text and str(jobs / "n1") in caplog.text
+    assert sorted(os.listdir(str(victim))) == ["%d.json" % (100 + i) for i in range(5)]  # none added, none removed
+
+
+def test_a_planted_record_symlink_is_replaced_not_followed(tmp_path):
+    jobs = _world_writable_records(tmp_path)
+    config = make_config(tmp_path)
+    records.epilog_record(config, JobContext("1", "u", "n1", ()), "n1")  # our node directory exists now
+    target = tmp_path / "shadow"
+    target.write_text("root:secret\n")
+    os.symlink(str(target), str(jobs / "n1" / "9.json"))
+    path = records.epilog_record(config, JobContext("9", "u", "n1", ()), "n1")
+    assert path == str(jobs / "n1" / "9.json") and not os.path.islink(path)
+    assert json.loads(open(path).read())["job"]["id"] == "9" and target.read_text() == "root:secret\n"
+
+
+@as_root
+def test_a_node_directory_made_by_someone_else_is_refused(tmp_path, caplog):
+    jobs = _world_writable_records(tmp_path)
+    (jobs / "n1").mkdir()
+    os.chown(str(jobs / "n1"), OTHER_UID, OTHER_UID)
+    with caplog.at_level(logging.ERROR, logger="slurm_hooks.decisions"):
+        assert records.epilog_record(make_config(tmp_path), JobContext("9", "u", "n1", ()), "n1") is None
+    assert "owned by uid %d, not by slurm-hooks" % OTHER_UID in caplog.text
+    assert os.listdir(str(jobs / "n1")) == []  # not even a temp file is left
+
+
+@as_root
+def test_retention_removes_only_our_own_records(tmp_path):
+    """Retention used to delete the oldest *.json whatever they were: a user's file, a symlink (its target
+    survived, but a hard link or a planted name did not)."""
+    node_dir = tmp_path / "jobs" / "n1"
+    _fill(str(node_dir), 6)
+    theirs = node_dir / "1.json"  # the oldest name of all, but a user's file
+    theirs.write_text("mine")
+    os.utime(str(theirs), (1, 1))
+    os.chown(str(theirs), OTHER_UID, OTHER_UID)
+    outside = tmp_path / "outside.json"
+    outside.write_text("keep")
+    os.symlink(str(outside), str(node_dir / "2.json"))
+    os.link(str(node_dir / ("%d.json" % 1_000_000)), str(tmp_path / "hardlink"))  # a record with a second name
+    (node_dir / "notes.txt").write_text("an admin's note")
+    os.utime(str(node_dir / "notes.txt"), (1, 1))
+    removed = records.enforce_retention(str(node_dir), max_records=1, max_bytes=1 << 30)
+    left = sorted(os.listdir(str(node_dir)))
+    assert "1.json" in left and "2.json" in left and "notes.txt" in left and "%d.json" % 1_000_000 in left
+    assert sorted(os.path.basename(p) for p in removed) == ["%d.json" % (1_000_000 + i) for i in range(1, 5)]
+    assert outside.read_text() == "keep" and theirs.read_text() == "mine"
+
+
+def test_stale_prolog_snapshots_are_pruned_only_when_ours(tmp_path):
+    directory = tmp_path / "snapshots"
+    directory.mkdir()
+    outside = tmp_path / "keep.json"
+    outside.write_text("{}")
+    os.symlink(str(outside), str(directory / "7.json"))
+    (directory / "8.json").write_text("{}")
+    for path in (directory / "8.json", outside):
+        os.utime(str(path), (1000, 1000))
+    os.utime(str(directory / "7.json"), (1000, 1000), follow_symlinks=False)
+    assert records.prune_snapshots(str(directory), 86400) == 1
+    assert os.listdir(str(directory)) == ["7.json"] and outside.exists()

@@ -32,17 +32,47 @@ class GpuReadings(Struct):
     node: Mapping[str, Any] = field(default_factory=dict)  # node-wide values (e.g. VBIOS of every GPU)
 
 
-def read_gpus(ctx, readers: Mapping[str, Reader], devices: Optional[Iterable[GpuDevice]] = None) -> GpuReadings:
-    """Run every reader on every selected GPU (or `devices`), keeping NvmlErrors as values."""
+# Every check built on read_gpus has a 3 s timeout (test_gpu_checks checks this): a GPU whose NVML calls
+# have not answered after GPU_READ_BUDGET_S is given up, and the other GPUs are still judged in time.
+GPU_READ_BUDGET_S = 2.0
+
+
+def read_gpus(ctx, readers: Mapping[str, Reader], devices: Optional[Iterable[GpuDevice]] = None,
+              budget: float = GPU_READ_BUDGET_S) -> GpuReadings:
+    """Run every reader on every selected GPU (or `devices`), keeping NvmlErrors as values.
+
+    One hung GPU costs that GPU only: the GPUs are read one after the other on a worker thread, and
+    a GPU still not answering after a moment gets a fresh worker for the GPUs behind it
+    (isolation.map_bounded). Readings of a GPU that did not answer within `budget` are
+    NvmlError(TIMEOUT) values (UNKNOWN, `details.timed_out`), so its checks report that GPU and
+    judge the others normally.
+    """
+    from ..isolation import map_bounded
+
     inventory: GpuInventory = ctx.get("gpu.inventory")
     if inventory.error is not None:
         return GpuReadings(error=inventory.error)
     selection: GpuSelection = ctx.get("gpu.selection")
     session = nvml.session(ctx.config.get("nvml", "library"))
+    chosen = list(selection.devices if devices is None else devices)
+    tables: List[Dict[str, Any]] = [{} for _ in chosen]
+
+    def read(i: int) -> None:
+        handle = inventory.handles[chosen[i].index]
+        for name, reader in readers.items():
+            tables[i][name] = probe(reader, session, handle)
+
     gpus = []
-    for device in (selection.devices if devices is None else devices):
-        handle = inventory.handles[device.index]
-        gpus.append((device, {name: probe(reader, session, handle) for name, reader in readers.items()}))
+    for device, table, (finished, value) in zip(chosen, tables, map_bounded(len(chosen), read, budget)):
+        if finished and isinstance(value, Exception):
+            raise value  # our bug: every check of this gatherer reports it (runner: internal error)
+        values = dict(table)  # a copy: a hung reader may still write into `table` later
+        for name in readers:
+            if name not in values:
+                values[name] = nvml.NvmlError(nvml.TIMEOUT, name, "GPU %d did not answer within %.3gs"
+                                              % (device.index, budget))
+                values[name].waited = budget
+        gpus.append((device, values))
     return GpuReadings(tuple(gpus), None, selection)
 
 
@@ -61,6 +91,12 @@ def error_result(name: str, device: GpuDevice, what: str, error: nvml.NvmlError,
     """An NVML error reading `what` on `device`, judged by the reviewed table (NOT_SUPPORTED: by config)."""
     out = error.outcome
     details = {"reading": what, "nvml_error": str(error), "nvml_code": error.code}
+    if error.code == nvml.TIMEOUT:  # a hung GPU: policy treats it like any timeout ([drain] on_timeout)
+        details["timed_out"] = True
+        if getattr(error, "waited", None):
+            return Result(name, Status.UNKNOWN, "%s: this GPU did not answer within %.3gs (hung NVML call?); the "
+                          "other GPUs were judged" % (what, error.waited), component=device.component,
+                          details=details, blame=Blame.CHECK)
     if out.status is Status.SKIP:
         status = _NOT_SUPPORTED_STATUS[params.not_supported]
         return Result(name, status, "%s not supported on this GPU/driver" % what, component=device.component,
