@@ -3,18 +3,29 @@
 slurmd discards a prolog's stdout; operators find our decisions with `journalctl -t slurm-hooks`
 or in /var/log/slurm-hooks/slurm-hooks.log. Logging problems (no /dev/log, read-only /var/log) are
 reported on stderr once and never stop a hook.
+
+Values come partly from users (a user name, a kernel log line, a process name), so `kv` writes each
+line so that it stays one line and says what it holds: whitespace runs become one space, control
+characters, NUL, Unicode format characters (bidi overrides and isolates, zero-width characters)
+and lone surrogates (undecodable bytes of the environment) become \\xNN / \\uNNNN escapes, a
+backslash becomes \\\\, and a value is cut after MAX_VALUE characters. A NUL would otherwise make
+syslog(3) raise and lose the decision line from journald; a bidi override would make the line read
+differently from what it holds.
 """
 from __future__ import annotations
 
 import logging
 import os
+import re
 import sys
 from typing import Any, Mapping
 
 LOGGER_NAME = "slurm_hooks.decisions"
+SYSLOG_SOCKET = "/dev/log"  # where syslog(3) sends; without it (containers) syslog is skipped
 
 
-def setup(settings: Mapping[str, Mapping[str, Any]], stderr: bool = True) -> logging.Logger:
+def setup(settings: Mapping[str, Mapping[str, Any]], stderr: bool = True, create_dirs: bool = True) -> logging.Logger:
+    """The decision logger: syslog, the log file (its directory made unless create_dirs is false), stderr."""
     logger = logging.getLogger(LOGGER_NAME)
     for handler in list(logger.handlers):
         logger.removeHandler(handler)
@@ -59,18 +70,41 @@ class SyslogHandler(logging.Handler):
 
     def emit(self, record: logging.LogRecord) -> None:
         try:
-            self._syslog.syslog(self._PRIORITIES.get(record.levelname, 6), self.format(record))
+            # syslog(3) takes a C string: a NUL would raise (and the line be lost), a lone surrogate
+            # would not encode; kv() escapes both already, this covers any other message
+            text = self.format(record).replace("\x00", "\\x00")
+            text = text.encode("utf-8", "backslashreplace").decode("utf-8")
+            self._syslog.syslog(self._PRIORITIES.get(record.levelname, 6), text)
         except Exception:  # logging must never break a hook
             self.handleError(record)
 
 
+MAX_VALUE = 1024  # characters of one value in a decision line
+# C0/C1 controls, the backslash itself, Unicode format characters that change how text reads (soft
+# hyphen, Arabic letter mark, bidi marks/embeddings/overrides/isolates, zero-width and invisible
+# operators, BOM, interlinear annotations, tag characters) and lone surrogates
+_UNSAFE = re.compile("[\\\\\x00-\x1f\x7f-\x9f\u00ad\u061c\u180e\u200b-\u200f\u2028-\u202e\u2060-\u206f"
+                     "\ufeff\ufff9-\ufffb\ud800-\udfff\U000e0000-\U000e007f]")
+
+
+def _escape(match: "re.Match[str]") -> str:
+    char = match.group()
+    if char == "\\":
+        return "\\\\"
+    code = ord(char)
+    return "\\x%02x" % code if code < 0x100 else ("\\u%04x" % code if code < 0x10000 else "\\U%08x" % code)
+
+
 def kv(**fields: Any) -> str:
-    """key=value pairs; values with spaces are quoted, newlines flattened (one line per decision)."""
+    """key=value pairs, one line: values with spaces are quoted, whitespace flattened, control and
+    format characters escaped, long values cut (module docstring)."""
     parts = []
     for key, value in fields.items():
         if value is None or value == "":
             continue
-        text = " ".join(str(value).split())
+        text = _UNSAFE.sub(_escape, " ".join(str(value).split()))
+        if len(text) > MAX_VALUE:
+            text = "%s...(+%d)" % (text[:MAX_VALUE], len(text) - MAX_VALUE)
         if " " in text or "=" in text or '"' in text:
             text = '"%s"' % text.replace('"', "'")
         parts.append("%s=%s" % (key, text))

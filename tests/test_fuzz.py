@@ -340,7 +340,8 @@ def test_hostile_job_identity_fails_open_before_anything_runs(tmp_path_factory, 
         outcome = run_hook("prolog", REGISTRY, _hook_config(tmp_path_factory), env, client=_never_called())
         assert outcome.exit_code == 0 and outcome.report is None  # logged, failed open, nothing ran
     else:
-        assert re.fullmatch(r"[1-9][0-9]{0,9}", job.job_id) and " " not in (job.user or "") + (job.node_name or "")
+        assert re.fullmatch(r"[1-9][0-9]{0,9}", job.job_id) and " " not in (job.node_name or "")
+        assert job.user is None or len(job.user) <= 300  # a user name is data (kept, bounded), never refused
 
 
 _HOOK_CONFIG = []

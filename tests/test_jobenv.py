@@ -35,7 +35,6 @@ def test_job_from_env_prolog():
     ({"SLURM_JOB_ID": "12; reboot"}, "SLURM_JOB_ID="),
     ({"SLURM_JOB_ID": "0"}, "SLURM_JOB_ID="),
     ({"SLURM_JOB_ID": "12\n"}, "SLURM_JOB_ID="),
-    ({"SLURM_JOB_ID": "1", "SLURM_JOB_USER": "bob`id`"}, "SLURM_JOB_USER="),
     ({"SLURM_JOB_ID": "1", "SLURMD_NODENAME": "../../etc"}, "SLURMD_NODENAME="),
     ({"SLURM_JOB_ID": "1" * 500}, "SLURM_JOB_ID='1111"),
 ])
@@ -55,3 +54,24 @@ def test_hostile_environment_never_crashes(env):
     else:
         assert job.job_id.isdigit()
         assert job.gpus is not None and all(0 <= g < 1024 for g in job.gpus)
+
+
+@pytest.mark.parametrize("user", [
+    "CORP\\alice",  # winbind's DOMAIN\user
+    "jos\u00e9",
+    "a" * 65,  # longer than the 64 characters the old pattern allowed
+    "alice smith",
+    "bob`id`$(reboot)",  # data, never a shell word
+    "eve\u202egnp.exe",  # a bidi override
+    "nul\x00byte",
+])
+def test_any_user_name_is_data_and_never_refuses_the_job(user):
+    """Issue 14: `CORP\\alice`, `jos\u00e9` or a name over 64 characters made every prolog skip its checks
+    (fail open). A user name is recorded, never a reason to refuse the job."""
+    job = job_from_env({"SLURM_JOB_ID": "7", "SLURM_JOB_USER": user, "SLURM_JOB_GPUS": "0"})
+    assert job.user == user and job.job_id == "7" and job.gpus == (0,)
+
+
+def test_a_huge_user_name_is_cut_and_marked():
+    job = job_from_env({"SLURM_JOB_ID": "7", "SLURM_JOB_USER": "u" * 20000})
+    assert len(job.user) < 300 and job.user.startswith("u" * 256) and job.user.endswith("(20000 characters)")
