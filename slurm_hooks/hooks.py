@@ -195,6 +195,9 @@ def run_hook(context: str, registry: Registry, config: Config, env: Mapping[str,
         log.critical(logs.kv(context=context, event="bad-job-environment", error=exc, decision="fail-open"))
         return HookResult(0)
     name = node_name(job, node)
+    if context == "health":  # deprecated spellings still work; say how to write them, every few minutes at most
+        for warning in config.warnings:
+            log.warning(logs.kv(context=context, node=name, event="config-deprecated", detail=warning))
     if context == "prolog" and opted_out(env, config):
         log.warning(logs.kv(context=context, job=job.job_id, node=name, event="job-opted-out"))
         return HookResult(0)
@@ -281,17 +284,41 @@ def _log_decision(log, context: str, name: str, job: JobContext, report: RunRepo
         duration_ms=int(report.duration * 1000)))
 
 
-def fail_open(context: str, error: Exception) -> int:
-    """A problem of ours (config, bug): say so everywhere we can, and let the job run."""
-    message = "slurm-hooks %s: %s: %s -- failing open (exit 0)" % (context, type(error).__name__, error)
-    print(message, file=sys.stderr)
-    try:
-        import syslog
+def fail_open(context: str, error: Exception, config_path: Optional[str] = None,
+              env: Optional[Mapping[str, str]] = None, event: str = "config-error") -> int:
+    """A problem of ours (a refused config, a bug): let the job run, and say so where the admin looks.
 
-        syslog.openlog("slurm-hooks")
-        syslog.syslog(syslog.LOG_CRIT, message)
-    except Exception:  # syslog is best effort here
-        pass
+    One CRITICAL decision line (syslog/journald and the log file, with the [paths] that could be
+    salvaged from the broken files: config.salvage_settings) and, for a refused configuration,
+    slurm_hooks_config_error 1 in the metrics: every job on this node now runs unchecked.
+    """
+    from .config import salvage_settings
+
+    env = env or {}
+    text = "%s: %s" % (type(error).__name__, error)
+    try:
+        settings = salvage_settings(config_path)
+        log = logs.setup(settings, create_dirs=False)  # an installed node has its log directory (the package's)
+        log.critical(logs.kv(context=context, job=env.get("SLURM_JOB_ID"), node=env.get("SLURMD_NODENAME"),
+                             event=event, decision="fail-open", error=text,
+                             detail="failing open (exit 0): jobs run unchecked until this is fixed (slurm-hooks config check)"))
+        if event == "config-error" and settings["metrics"]["textfile_dir"]:
+            from . import metrics
+            from .isolation import Step, run_steps
+
+            run_steps([Step("metrics", settings["metrics"]["textfile_dir"],
+                            lambda: metrics.write_config_error(settings, context, text, log))],
+                      settings["deadline"]["files"])
+    except Exception:  # noqa: BLE001  (logging itself broke: the plain fallback below)
+        message = "slurm-hooks %s: %s -- failing open (exit 0)" % (context, text)
+        print(message, file=sys.stderr)
+        try:
+            import syslog
+
+            syslog.openlog("slurm-hooks")
+            syslog.syslog(syslog.LOG_CRIT, message.replace("\x00", "\\x00"))
+        except Exception:  # noqa: BLE001  (syslog is best effort here)
+            pass
     return 0
 
 
@@ -301,13 +328,19 @@ def main_hook(context: str, config_path: Optional[str], env: Mapping[str, str], 
 
     try:
         registry, config = load_registry_and_config(config_path, root)
-        return run_hook(context, registry, config, env, node).exit_code
     except ConfigError as exc:
-        return fail_open(context, exc)
+        return fail_open(context, exc, config_path, env)
+    except Exception as exc:  # our bug (a site check that breaks the registry...) must never drain the node
+        import traceback
+
+        traceback.print_exc()
+        return fail_open(context, exc, config_path, env, event="internal-error")
+    try:
+        return run_hook(context, registry, config, env, node).exit_code
     except Exception as exc:  # our bug must never drain the node
         import traceback
 
         traceback.print_exc()
-        return fail_open(context, exc)
+        return fail_open(context, exc, config_path, env, event="internal-error")
 
 

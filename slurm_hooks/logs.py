@@ -33,14 +33,15 @@ def setup(settings: Mapping[str, Mapping[str, Any]], stderr: bool = True, create
     logger.setLevel(settings["general"]["log_level"].upper())
     logger.propagate = False
     paths = settings["paths"]
-    if paths["syslog"] and os.path.exists("/dev/log"):
+    if paths["syslog"] and os.path.exists(SYSLOG_SOCKET):
         handler = SyslogHandler()
         handler.setFormatter(logging.Formatter("%(levelname)s %(message)s"))
         logger.addHandler(handler)
     if paths["log_file"]:
         try:
-            os.makedirs(os.path.dirname(paths["log_file"]), mode=0o750, exist_ok=True)
-            handler = logging.FileHandler(paths["log_file"])
+            if create_dirs:
+                os.makedirs(os.path.dirname(paths["log_file"]), mode=0o750, exist_ok=True)
+            handler = logging.FileHandler(paths["log_file"], encoding="utf-8", errors="backslashreplace")
             handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
             logger.addHandler(handler)
         except OSError as exc:

@@ -158,12 +158,91 @@ def test_hostile_environment_and_opt_out(setup):
     assert out.exit_code == 0 and backend.calls == 0
 
 
-def test_broken_config_fails_open(tmp_path, monkeypatch, capsys):
+@pytest.mark.parametrize("broken", [
+    '[checks."gpu.nope"]\n',  # an unknown check
+    "[deadline]\nprolog = inf\n",  # used to crash `check` and make every prolog fail open with a traceback only
+    "[deadline]\nprolog = nan\n",
+    "[deadline]\nprolog = -1\n",
+    "[breaker]\nmax_percent = 500\n",
+    "[drain]\nattempts = 0\n",
+    '[drain]\nreason_prefix = "slurm \\"hooks\\":"\n',  # the reason cleaner drops the quotes: unrecognisable
+    "[drain]\nmax_reason_length = 8\n",
+    '[checks."xid.events"]\noverrides = ["79=BROKEN:rma"]\n',
+    'this is not TOML',
+])
+def test_broken_config_fails_open_with_one_critical_line_and_a_metric(tmp_path, monkeypatch, capsys, broken):
+    """Issue 14 section 2: a refused configuration lets the job run (exit 0), and says so once, CRITICAL, in the
+    log file and syslog (where the [paths] of the broken file still say, if they are valid on their own), with
+    slurm_hooks_config_error 1 in the metrics; no traceback."""
+    import syslog as real_syslog
+
+    from slurm_hooks import logs
+
+    sent = []
+    monkeypatch.setattr(real_syslog, "syslog", lambda *args: sent.append(args))
+    monkeypatch.setattr(logs, "SYSLOG_SOCKET", str(tmp_path))  # exists: this machine may have no /dev/log
     monkeypatch.setenv("SLURM_HOOKS_ALLOW_INSECURE_CONFIG", "1")
+    log, prom = tmp_path / "log" / "hooks.log", tmp_path / "prom"
+    log.parent.mkdir()  # as on an installed node (the package makes /var/log/slurm-hooks)
     bad = tmp_path / "config.toml"
-    bad.write_text("[checks.\"gpu.nope\"]\n")
+    paths = '[paths]\nlog_file = "%s"\nstate_dir = "%s"\nsyslog = true\n[metrics]\ntextfile_dir = "%s"\n' % (
+        log, tmp_path / "state", prom)
+    if "TOML" in broken:  # the main file does not parse: the [paths] of a valid drop-in still count
+        (tmp_path / "conf.d").mkdir()
+        (tmp_path / "conf.d" / "10-paths.toml").write_text(paths)
+        bad.write_text(broken)
+    else:
+        bad.write_text(paths + broken)
     assert main_hook("prolog", str(bad), JOB_ENV) == 0
-    assert "failing open" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and "failing open" in err
+    lines = log.read_text().splitlines()
+    assert len(lines) == 1 and " CRITICAL " in lines[0], lines
+    assert "context=prolog" in lines[0] and "job=42" in lines[0] and "decision=fail-open" in lines[0]
+    assert "event=config-error" in lines[0] and "ConfigError" in lines[0]
+    assert [p for p, text in sent if "event=config-error" in text] == [real_syslog.LOG_CRIT]
+    assert "slurm_hooks_config_error 1.0" in (prom / "slurm_hooks.prom").read_text()
+
+
+@pytest.mark.parametrize("user", ["CORP\\alice", "jos\u00e9", "x" * 80])
+def test_an_unusual_user_name_never_skips_the_checks(setup, user):
+    """Issue 14: these names made job_from_env refuse the job and every prolog fail open unchecked."""
+    reg, config, verdict, tmp = setup
+    verdict.write_text("node")
+    backend = cluster()
+    outcome = run_hook("prolog", reg, config(), dict(JOB_ENV, SLURM_JOB_USER=user), client=SlurmClient(backend))
+    assert outcome.report is not None and outcome.enacted.outcome is Outcome.DRAINED  # the checks ran and decided
+    line = [entry for entry in (tmp / "log" / "hooks.log").read_text().splitlines() if "decision=drain" in entry][0]
+    assert "user=%s " % user.replace("\\", "\\\\") in line
+
+
+def test_decision_log_escapes_what_a_user_can_put_in_it(setup, monkeypatch):
+    """A NUL made syslog(3) raise and the decision line was lost from journald; control characters and bidi
+    overrides made the line read differently from what it holds. One line, escaped, in both places."""
+    import syslog as real_syslog
+
+    from slurm_hooks import logs
+
+    sent = []
+
+    def strict_syslog(priority, message):  # what CPython's syslog.syslog does with these
+        if "\x00" in message:
+            raise ValueError("embedded null character")
+        message.encode("utf-8")  # a lone surrogate raises UnicodeEncodeError
+        sent.append(message)
+
+    monkeypatch.setattr(real_syslog, "syslog", strict_syslog)
+    monkeypatch.setattr(real_syslog, "openlog", lambda *args: None)
+    reg, config, verdict, tmp = setup
+    monkeypatch.setattr(logs, "SYSLOG_SOCKET", str(tmp))
+    user = "eve\x00\x1b[2J\u202eexe.gnp\udcff\nNodeName=x decision=pass"
+    outcome = run_hook("prolog", reg, config(paths={"syslog": True}), dict(JOB_ENV, SLURM_JOB_USER=user),
+                       client=SlurmClient(cluster()))
+    assert outcome.report is not None
+    [line] = [entry for entry in (tmp / "log" / "hooks.log").read_text().splitlines() if "context=prolog" in entry]
+    assert 'user="eve\\x00\\x1b[2J\\u202eexe.gnp\\udcff NodeName=x decision=pass"' in line, line
+    assert line.count("decision=") == 2  # ours, and the quoted text inside the user's value
+    assert len(sent) == 1 and "\\x00" in sent[0] and "\x00" not in sent[0] and "\u202e" not in sent[0]
 
 
 def test_prolog_then_epilog_leaves_a_job_record(setup):
