@@ -7,7 +7,11 @@ register exactly like the built-in ones, so a site check gets a config table
 
 The files run as root in every prolog, so they are held to the same rule as the configuration:
 file and directory owned by root and not group/world-writable (SLURM_HOOKS_ALLOW_INSECURE_CONFIG=1
-lifts this for tests and development). A file that cannot be loaded (syntax error, failing import,
+lifts this for tests and development). The source is what runs: it is read from the file we
+checked (opened with O_NOFOLLOW, its owner and mode checked on the open descriptor) and compiled
+in memory. No bytecode is read from or written to checks.d/__pycache__, whose ownership nobody
+checks: a .pyc planted there by another user would otherwise run as root in every prolog.
+A file that cannot be loaded (syntax error, failing import,
 a check name that is already taken) is a configuration error naming the file: hooks log it and
 fail open (exit 0, nothing drained), `slurm-hooks check` exits 3 (UNKNOWN). Fix or remove the file.
 
@@ -17,12 +21,15 @@ SLURM_HOOKS_CHECKS_DIR names another directory; set to the empty string it loads
 from __future__ import annotations
 
 import glob
-import importlib.util
 import os
+import stat
 import sys
+import types
 from typing import List, Optional
 
-from .config import ConfigError, _check_secure
+from .config import INSECURE_OVERRIDE_ENV, ConfigError, _check_secure
+
+MAX_SOURCE = 4 << 20  # bytes of one site check file
 
 SITE_CHECKS_DIR = "/etc/slurm-hooks/checks.d"
 CHECKS_DIR_ENV = "SLURM_HOOKS_CHECKS_DIR"
@@ -71,14 +78,41 @@ def _load_file(path: str) -> str:
     name = MODULE_PREFIX + stem
     if name in sys.modules:
         return name
-    spec = importlib.util.spec_from_file_location(name, path)
-    if spec is None or spec.loader is None:
-        raise PluginError("%s: cannot be imported as a Python module" % path)
-    module = importlib.util.module_from_spec(spec)
+    source = _read_source(path)
+    module = types.ModuleType(name)
+    module.__file__ = path
     sys.modules[name] = module
     try:
-        spec.loader.exec_module(module)
+        code = compile(source, path, "exec", dont_inherit=True)
+        exec(code, module.__dict__)  # noqa: S102  (the whole point: a root-owned site check, from its source)
     except Exception as exc:  # anything a site file raises: our caller must fail open, not crash
         del sys.modules[name]
         raise PluginError("%s: cannot load site check: %s: %s" % (path, type(exc).__name__, exc)) from None
     return name
+
+
+def _read_source(path: str) -> bytes:
+    """The file's bytes, read from the descriptor whose owner and mode are checked (no symlink, no
+    swap between the check and the read)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0))
+    except OSError as exc:
+        raise PluginError("%s: cannot open site check: %s" % (path, exc.strerror or exc)) from None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise PluginError("%s: not a regular file" % path)
+        if os.environ.get(INSECURE_OVERRIDE_ENV) != "1" and (info.st_uid != 0 or info.st_mode & 0o022):
+            raise PluginError("site check %s: owned by uid %d, mode %04o: must be root's and not group/world-writable"
+                              % (path, info.st_uid, stat.S_IMODE(info.st_mode)))
+        chunks = []
+        size = 0
+        while size <= MAX_SOURCE:
+            chunk = os.read(fd, 1 << 16)
+            if not chunk:
+                return b"".join(chunks)
+            chunks.append(chunk)
+            size += len(chunk)
+        raise PluginError("%s: larger than %d bytes" % (path, MAX_SOURCE))
+    finally:
+        os.close(fd)

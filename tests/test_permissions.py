@@ -140,6 +140,30 @@ def test_secure_site_check_loads(checks_d):
     assert plugins.load_site_checks(str(checks_d)) == [plugins.MODULE_PREFIX + "site_permtest"]
 
 
+def test_bytecode_planted_in_checks_d_pycache_never_runs(checks_d, tmp_path):
+    """checks.d/__pycache__ is nobody's business: only the .py and checks.d were checked, and Python's
+    loader preferred a matching .pyc from there, so a user who can write __pycache__ ran code as root in
+    every prolog. The site check must run from its (checked) source, never from bytecode."""
+    import importlib.util
+    from importlib._bootstrap_external import _code_to_timestamp_pyc
+
+    marker = tmp_path / "pwned"
+    source = checks_d / "site_permtest.py"
+    evil = compile("open(%r, 'w').write('ran as root')\n" % str(marker) + SITE_CHECK, str(source), "exec")
+    info = os.stat(str(source))
+    pycache = checks_d / "__pycache__"
+    pycache.mkdir()
+    os.chmod(str(pycache), 0o777)  # what a careless install (or a shared /etc) leaves behind
+    planted = importlib.util.cache_from_source(str(source))
+    with open(planted, "wb") as handle:  # a valid .pyc for the source's mtime and size: the loader trusts it
+        handle.write(bytes(_code_to_timestamp_pyc(evil, info.st_mtime, info.st_size)))
+    if os.geteuid() == 0:
+        os.chown(planted, OTHER_UID, OTHER_UID)
+    assert plugins.load_site_checks(str(checks_d)) == [plugins.MODULE_PREFIX + "site_permtest"]
+    assert not marker.exists(), "the planted bytecode ran"
+    assert os.listdir(str(pycache)) == [os.path.basename(planted)]  # and nothing of ours was written there
+
+
 def _cli(args, env):
     return subprocess.run([sys.executable, "-m", "slurm_hooks"] + args, capture_output=True, text=True, env=env,
                           cwd=REPO, timeout=60)
