@@ -33,7 +33,10 @@ def setup(tmp_path):
                           action=Action.RESET_GPU)
         if what == "job":
             return Result("demo.gpu", Status.FAIL, "job asked for a GPU that is not there", blame=Blame.JOB)
-        if what == "crash":
+        if what == "crash":  # crashed on purpose: no "Fatal Python error" thread dump in the CI log
+            import faulthandler
+
+            faulthandler.disable()
             os.abort()
         if what == "hang":
             import time
@@ -91,6 +94,20 @@ def test_crash_in_check_process_is_contained(setup):
     assert outcome.exit_code == 0 and backend.calls == 0  # alert by default
     outcome = run_hook("prolog", reg, config(drain={"on_timeout": "drain"}), JOB_ENV, client=SlurmClient(backend))
     assert outcome.enacted.outcome is Outcome.DRAINED and outcome.exit_code == EXIT_NODE_BROKEN
+
+
+def test_crashing_on_purpose_prints_no_fatal_error_dump(tmp_path):
+    """The deliberate crash above used to print pytest's faulthandler thread dump ("Fatal Python error:
+    Aborted" and every thread's stack) straight into the CI log, though the test passed."""
+    import subprocess
+    import sys
+
+    here = os.path.abspath(__file__)
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                           here + "::test_crash_in_check_process_is_contained"],
+                          capture_output=True, text=True, timeout=120, cwd=str(tmp_path))
+    assert proc.returncode == 0 and "1 passed" in proc.stdout, proc.stdout + proc.stderr
+    assert "Fatal Python error" not in proc.stdout + proc.stderr
 
 
 def test_hang_is_bounded_by_deadline(setup):
