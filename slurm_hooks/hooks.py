@@ -201,7 +201,9 @@ def run_hook(context: str, registry: Registry, config: Config, env: Mapping[str,
     if context == "prolog" and opted_out(env, config):
         log.warning(logs.kv(context=context, job=job.job_id, node=name, event="job-opted-out"))
         return HookResult(0)
-    state = load_state(config, log)
+    # Only health needs the state before its checks; a prolog/epilog reads it when it drains (the happy
+    # path reads nothing, so it pays no bounded child for it).
+    state = load_state(config, log) if context == "health" else {}
     remembered = [c for entry in (state.get("drained"), state.get("pending")) if entry for c in entry.get("checks", [])]
     report, gathered = run_isolated_checks(registry, config, context, job, remembered if context == "health" else ())
     decision = policy.decide(report.results(), config.settings)
@@ -211,6 +213,9 @@ def run_hook(context: str, registry: Registry, config: Config, env: Mapping[str,
     enacted = None
     if decision.verdict is policy.Verdict.DRAIN or recovering:
         from . import drainer  # only now: the happy path loads nothing of Slurm's
+
+        if context != "health":
+            state = load_state(config, log)
 
         client = client or drainer.make_client(config.settings)
         if decision.verdict is policy.Verdict.DRAIN:

@@ -315,25 +315,47 @@ def _relay(chunk: bytes, room: int) -> int:
 
 
 def _reap(pid: int, kill: bool) -> Optional[int]:
-    """The child's wait status; None when it could not be reaped within REAP_WAIT_S (left to init)."""
+    """The child's wait status; None when it could not be reaped within REAP_WAIT_S (left to init).
+
+    Waits on a pidfd (Linux >= 5.3: woken the moment the child exits), else polls.
+    """
     if kill:
         try:
             os.kill(pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
-    end = time.monotonic() + (REAP_WAIT_S if kill else 1.0)
+    end = time.monotonic() + REAP_WAIT_S
+    pidfd = _pidfd(pid)
     delay = 0.0005
-    while True:
-        try:
-            done, status = os.waitpid(pid, os.WNOHANG)
-        except ChildProcessError:
-            return None
-        if done:
-            return status
-        if time.monotonic() >= end:
-            return None
-        time.sleep(delay)
-        delay = min(delay * 2, 0.02)
+    try:
+        while True:
+            try:
+                done, status = os.waitpid(pid, os.WNOHANG)
+            except ChildProcessError:
+                return None
+            if done:
+                return status
+            left = end - time.monotonic()
+            if left <= 0:
+                return None
+            if pidfd >= 0:
+                select.select([pidfd], [], [], left)
+            else:
+                time.sleep(min(delay, left))
+                delay = min(delay * 2, 0.02)
+    finally:
+        if pidfd >= 0:
+            os.close(pidfd)
+
+
+def _pidfd(pid: int) -> int:
+    opener = getattr(os, "pidfd_open", None)  # Python >= 3.9 on Linux; the kernel may still lack it (ENOSYS)
+    if opener is None:
+        return -1
+    try:
+        return opener(pid)
+    except OSError:
+        return -1
 
 
 def _signal_name(sig: int) -> str:

@@ -319,13 +319,24 @@ def test_epilog_with_a_hung_records_file_system_exits_in_time(prolog, hung_dir):
 
 
 def test_prolog_with_a_hung_state_directory_exits_in_time(prolog, hung_dir):
-    """The state directory (node-state.json, prolog snapshots) hung: reading the state and writing the
-    snapshot are each bounded by [deadline] files, and the prolog still decides and exits 0."""
+    """The state directory (node-state.json, prolog snapshots) hung. A healthy prolog reads no state; its
+    snapshot file is abandoned after [deadline] files. A prolog that drains reads and writes the state
+    file, each bounded the same way: it still drains (the decision never waits on files) and exits 1."""
     prolog.place(state_dir=hung_dir / "state")
     rc, seconds, stderr = prolog.run("a hung state directory")
     assert rc == 0, stderr
-    assert seconds < 2 * FILES + START_UP_MARGIN, seconds
+    assert seconds < FILES + START_UP_MARGIN, seconds
     assert prolog.decision()["decision"] == "pass"
-    assert [e["path"] for e in prolog.events("state-unreadable")] == [str(hung_dir / "state" / "node-state.json")]
     assert [(e["step"], e["path"]) for e in prolog.events("step-abandoned")] == [
         ("snapshot", str(hung_dir / "state" / "snapshots" / "4242.json"))]
+    prolog.log.unlink()
+    prolog.node.set_state("gpu.3.remapped_rows.pending", 1)
+    rc, seconds, stderr = prolog.run("a hung state directory, draining")
+    assert rc == 1, stderr
+    assert seconds < 3 * FILES + START_UP_MARGIN, seconds
+    kv = prolog.decision()
+    assert (kv["decision"], kv["outcome"], kv["check"]) == ("drain", "drained", "gpu.remap"), kv
+    state_file = str(hung_dir / "state" / "node-state.json")
+    assert [e["path"] for e in prolog.events("state-unreadable")] == [state_file]
+    assert sorted((e["step"], e["path"]) for e in prolog.events("step-abandoned")) == [
+        ("snapshot", str(hung_dir / "state" / "snapshots" / "4242.json")), ("state", state_file)]
