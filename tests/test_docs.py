@@ -40,3 +40,24 @@ def test_cli_help_lists_every_verb():
                          cwd=REPO, check=True).stdout
     for verb in ("check", "list", "config"):
         assert verb in out
+
+
+def test_reliability_figures_agree_between_readme_and_docs():
+    """docs/reliability.md's summary and the README's reliability table carry the same figures for every
+    claim they share (the soak test's run time is measured per machine and may differ)."""
+    def rows(text):
+        table = {}
+        for line in text.splitlines():
+            cells = [c.strip() for c in line.strip().strip("|").split("|")]
+            if line.startswith("| ") and len(cells) == 3 and cells[2].startswith("`tests/"):
+                table[cells[0]] = cells[1]
+        return table
+
+    with open(os.path.join(REPO, "docs", "reliability.md")) as handle:
+        docs = rows(handle.read())
+    ours = rows(readme())
+    shared = set(docs) & set(ours)
+    assert {"A hung NVML call or blocked sysfs read costs the hung check's own timeout, not the deadline",
+            "A file system that never answers cannot hold a hook", "One hung GPU costs that GPU only"} <= shared
+    for claim in sorted(shared - {"No false positives"}):
+        assert docs[claim] == ours[claim], claim
