@@ -75,7 +75,10 @@ def load_state(config: Config, log) -> Dict[str, Any]:
         except (OSError, ValueError) as exc:
             return {"error": str(exc)}
 
-    answer, why = run_isolated(read, config.get("deadline", "files"), "reading the state file")
+    try:
+        answer, why = run_isolated(read, config.get("deadline", "files"), "reading the state file")
+    except OSError as exc:  # no process left to fork (EAGAIN, ENOMEM): go on without the state
+        answer, why = None, "cannot start the reader: %s" % exc
     if answer is None or "error" in answer:
         log.error(logs.kv(event="state-unreadable", path=path, error=why or answer["error"]))
         return {}
@@ -105,7 +108,14 @@ def _run_bounded(config: Config, steps: Sequence[Any], log, context: str = "", j
     if not steps:
         return
     limit = config.get("deadline", "files")
-    abandoned = [o for o in run_steps(steps, limit) if not o.finished]
+    try:
+        outcomes = run_steps(steps, limit)
+    except OSError as exc:  # no process left to fork: the decision stands, the steps are lost and said so
+        for step in steps:
+            log.error(logs.kv(context=context or None, job=job.job_id if job else None, event="step-abandoned",
+                              step=step.name, path=step.path, state="not-started", error="cannot start: %s" % exc))
+        return
+    abandoned = [o for o in outcomes if not o.finished]
     for outcome in abandoned:
         log.error(logs.kv(context=context or None, job=job.job_id if job else None, event="step-abandoned",
                           step=outcome.name, path=outcome.path, state=outcome.state, waited_s=outcome.seconds,
@@ -238,7 +248,10 @@ def _after_decision(context: str, config: Config, job: JobContext, name: str, re
     from .isolation import Step
 
     if gathered is None and records.wanted(config, job, context):  # the check child died: one more try
-        gathered = records.gather(config, job, epilog=context == "epilog")
+        try:
+            gathered = records.gather(config, job, epilog=context == "epilog")
+        except OSError as exc:  # no process left to fork
+            gathered = (None, "snapshot not taken: %s" % exc)
     steps = records.steps(context, config, job, name, report, decision, enacted, log,
                           tuple(gathered) if gathered else None)
     if config.get("metrics", "textfile_dir"):  # prometheus_client is imported only then, in the child

@@ -290,3 +290,24 @@ def test_decisions_reach_syslog_with_their_priority(monkeypatch):
     logger.info("decision=pass")
     assert sent[0] == ("open", "slurm-hooks", syslog.LOG_PID, syslog.LOG_DAEMON)
     assert sent[1:] == [(syslog.LOG_CRIT, "decision=drain"), (syslog.LOG_INFO, "decision=pass")]
+
+
+def test_the_exit_code_never_depends_on_the_steps_after_the_decision(setup, monkeypatch):
+    """A drained node must exit 10 even when nothing can be forked any more for the file steps (EAGAIN):
+    the decision is made first, the lost steps are logged with their paths."""
+    import errno as errnos
+
+    from slurm_hooks import isolation
+
+    reg, config, verdict, tmp = setup
+    verdict.write_text("node")
+
+    def no_fork(*args, **kwargs):
+        raise BlockingIOError(errnos.EAGAIN, "Resource temporarily unavailable")
+
+    monkeypatch.setattr(isolation, "run_steps", no_fork)
+    outcome = run_hook("prolog", reg, config(), JOB_ENV, client=SlurmClient(cluster()))
+    assert outcome.exit_code == EXIT_NODE_BROKEN and outcome.enacted.outcome is Outcome.DRAINED
+    log = (tmp / "log" / "hooks.log").read_text()
+    assert "event=step-abandoned step=snapshot" in log and "state=not-started" in log
+    assert "step=state path=%s" % (tmp / "state" / "node-state.json") in log
