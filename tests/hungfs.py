@@ -18,6 +18,7 @@ from __future__ import annotations
 import ctypes
 import errno
 import os
+import select
 import struct
 import threading
 
@@ -43,6 +44,7 @@ class HungFileSystem:
         self.fd = -1
         self.requests = []  # opcodes seen (INIT answered, the rest left waiting)
         self._thread = None
+        self._stop = threading.Event()
 
     def __enter__(self) -> "HungFileSystem":
         if not os.path.exists("/dev/fuse"):
@@ -58,10 +60,12 @@ class HungFileSystem:
         return self
 
     def _serve(self) -> None:
-        while True:
-            try:
+        while not self._stop.is_set():
+            try:  # poll first: a read blocked in another thread would keep the device open after close()
+                if not select.select([self.fd], [], [], 0.05)[0]:
+                    continue
                 request = os.read(self.fd, 1 << 20)
-            except OSError:  # ENODEV once the connection is aborted, EBADF once closed
+            except (OSError, ValueError):  # ENODEV once the connection is aborted
                 return
             if len(request) < _IN_HEADER.size:
                 continue
@@ -80,8 +84,10 @@ class HungFileSystem:
             # every other request stays unanswered: its caller waits forever
 
     def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
         if self.fd >= 0:
-            os.close(self.fd)  # aborts the connection: every waiter gets ENOTCONN
+            os.close(self.fd)  # the last reference: the connection is aborted, every waiter gets ENOTCONN
             self.fd = -1
         if _libc().umount2(self.mountpoint.encode(), MNT_DETACH) != 0 and ctypes.get_errno() != errno.EINVAL:
             raise OSError(ctypes.get_errno(), "umount %s" % self.mountpoint)

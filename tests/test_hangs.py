@@ -269,14 +269,20 @@ def test_one_hung_gpu_costs_that_gpu_only(nvml_node, registry):
     from slurm_hooks import policy
     from slurm_hooks.config import validate
     from slurm_hooks.host import Host
+    from slurm_hooks.isolation import run_isolated
+    from slurm_hooks.output import report_from_dict, report_to_dict
     from slurm_hooks.runner import run_checks, select_checks
 
     node = nvml_node("dgx-h100", {"gpu": {3: {"remapped_rows": {"pending": True}}}})
     node.inject_hang("nvmlDeviceGetEccMode", 5)
     config = validate(registry, {})
     started = time.monotonic()
-    report = run_checks(registry, config, Host(str(node.root)), "prolog",
-                        select_checks(registry, "prolog", ["gpu.ecc", "gpu.remap", "gpu.recovery"]))
+    specs = select_checks(registry, "prolog", ["gpu.ecc", "gpu.remap", "gpu.recovery"])
+    # in a forked child, as the hooks run checks: the hung NVML thread dies with it, not in pytest
+    data, why = run_isolated(lambda: report_to_dict(run_checks(registry, config, Host(str(node.root)), "prolog",
+                                                               specs)), 2 * CHECK_TIMEOUT)
+    assert data is not None, why
+    report = report_from_dict(data)
     assert time.monotonic() - started < CHECK_TIMEOUT
     by_check = {run.name: run.results for run in report.runs}
     remap = {r.component.split()[0]: r for r in by_check["gpu.remap"]}
