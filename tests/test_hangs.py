@@ -30,7 +30,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import REPO
+from conftest import REPO, fake_node_config
 
 DEADLINE = 20.0  # far above CHECK_TIMEOUT: a run that sits out its deadline fails the bound below
 CHECK_TIMEOUT = 3.0  # the timeout of every GPU check and the longest of the checks hung below
@@ -249,7 +249,7 @@ def test_check_ends_with_the_hung_check_not_at_the_deadline(fake_node):
     node = fake_node("dgx-h100")
     node.inject_hang("nvmlDeviceGetTemperature", 5)
     started = time.monotonic()
-    proc = subprocess.run([sys.executable, "-m", "slurm_hooks", "check", "--json", "--deadline", "30", "--root",
+    proc = subprocess.run([sys.executable, "-m", "slurm_hooks", "check", "--json", "--deadline", "30", "--live", "nvml", "--root",
                            str(node.root)], env=dict(node.subprocess_env(), SLURM_HOOKS_CHECKS_DIR="",
                                                      PYTHONPATH=REPO), capture_output=True, text=True, timeout=60)
     seconds = time.monotonic() - started
@@ -275,7 +275,7 @@ def test_one_hung_gpu_costs_that_gpu_only(nvml_node, registry):
 
     node = nvml_node("dgx-h100", {"gpu": {3: {"remapped_rows": {"pending": True}}}})
     node.inject_hang("nvmlDeviceGetEccMode", 5)
-    config = validate(registry, {})
+    config = validate(registry, fake_node_config())  # NVML under a root other than / only when asked
     started = time.monotonic()
     specs = select_checks(registry, "prolog", ["gpu.ecc", "gpu.remap", "gpu.recovery"])
     # in a forked child, as the hooks run checks: the hung NVML thread dies with it, not in pytest
