@@ -16,6 +16,12 @@ they show ``down*`` (``State=DOWN+NOT_RESPONDING`` after the first ping) with ``
 (they then show ``State=DOWN+DRAIN+NOT_RESPONDING``/``drain*``) -- enough to simulate
 "other nodes already drained" for circuit-breaker tests.
 
+Many nodes, none with a slurmd (``with_slurmd=False, extra_node_state="IDLE", slurmd_timeout=0``;
+SLURM-NOTES "Many nodes on one host"): every node is defined ``State=IDLE``; with ``SlurmdTimeout=0``
+slurmctld never marks a non-responding node DOWN, so after its first failed ping each shows
+``IDLE+NOT_RESPONDING`` (``idle*``) and stays so; they take DRAIN/RESUME like real nodes.  This is the
+cluster for concurrency tests of the drain library (20+ nodes draining themselves at once).
+
 Needs root (slurmd, mknod) and the Debian packages (``.ci/install-slurm.sh``).  When Slurm is missing
 :func:`require_slurm` skips the test, or fails when ``CI=true``.
 """
@@ -233,6 +239,8 @@ class SlurmCluster:
         extra_node_state: str = "DOWN",
         prolog_flags: str = "Alloc,Contain",
         startup_timeout: float = 15.0,
+        with_slurmd: bool = True,
+        slurmd_timeout: int = 30,
     ) -> None:
         if not nodes:
             raise ValueError("need at least one node")
@@ -248,6 +256,8 @@ class SlurmCluster:
         self.extra_node_state = extra_node_state
         self.prolog_flags = prolog_flags  # unknown flags are fatal (22.05: Alloc Contain DeferBatch NoHold Serial X11)
         self.startup_timeout = startup_timeout
+        self.with_slurmd = with_slurmd
+        self.slurmd_timeout = slurmd_timeout  # 0: slurmctld never marks a silent node DOWN
         self.ctld_port, self.slurmd_port, self.dead_port = free_ports(3)
         self.etc, self.log, self.run_dir = self.base / "etc", self.base / "log", self.base / "run"
         self.state_dir, self.dev, self.out = self.base / "state", self.base / "dev", self.base / "out"
@@ -306,7 +316,7 @@ class SlurmCluster:
             "MpiDefault=none",
             "ReturnToService=2",
             "SlurmctldTimeout=30",
-            "SlurmdTimeout=30",
+            "SlurmdTimeout=%d" % self.slurmd_timeout,
             "MessageTimeout=%d" % self.message_timeout,
             "InactiveLimit=0",
             "MinJobAge=300",
@@ -323,14 +333,15 @@ class SlurmCluster:
             lines += ["HealthCheckProgram=%s" % self.health_check,
                       "HealthCheckInterval=%d" % self.health_check_interval]
         gres = ""
-        if self.ngpu:
+        if self.ngpu and self.with_slurmd:
             lines.append("GresTypes=gpu")
             gres = " Gres=gpu:%d" % self.ngpu
         topo = " ".join("%s=%s" % (k, hw[k]) for k in
                         ("CPUs", "Boards", "SocketsPerBoard", "CoresPerSocket", "ThreadsPerCore") if k in hw)
-        lines.append("NodeName=%s NodeAddr=127.0.0.1 NodeHostname=localhost %s RealMemory=1024%s State=UNKNOWN"
-                     % (self.node, topo, gres))
-        for extra in self.nodes[1:]:
+        if self.with_slurmd:
+            lines.append("NodeName=%s NodeAddr=127.0.0.1 NodeHostname=localhost %s RealMemory=1024%s State=UNKNOWN"
+                         % (self.node, topo, gres))
+        for extra in self.nodes[1 if self.with_slurmd else 0:]:
             lines.append("NodeName=%s NodeAddr=127.0.0.1 NodeHostname=localhost Port=%d CPUs=1 RealMemory=1024 "
                          "State=%s" % (extra, self.dead_port, self.extra_node_state))
         lines.append("PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP")
@@ -345,7 +356,7 @@ class SlurmCluster:
             d.mkdir(parents=True, exist_ok=True)
         self.conf.write_text(self.slurm_conf_text())
         gres_conf = self.etc / "gres.conf"
-        if self.ngpu:
+        if self.ngpu and self.with_slurmd:
             for i in range(self.ngpu):
                 dev = self.dev / ("fakegpu%d" % i)
                 if not dev.exists():  # gres File= must be a character device (c 195 N like nvidiaN)
@@ -374,11 +385,14 @@ class SlurmCluster:
         self._write_config()
         _LIVE.append(self)
         try:
-            if len(self.nodes) > 1:
+            if len(self.nodes) > 1 or not self.with_slurmd:
                 self.dead_listener = RefusingListener(self.dead_port)
             self._start_ctld()
-            self.slurmd = self._spawn("slurmd", ["-D", "-N", self.node])
-            self.wait_state(self.node, "IDLE", timeout=self.startup_timeout)
+            if self.with_slurmd:
+                self.slurmd = self._spawn("slurmd", ["-D", "-N", self.node])
+                self.wait_state(self.node, "IDLE", timeout=self.startup_timeout)
+            else:
+                self.wait_ping(timeout=self.startup_timeout)
         except Exception as exc:
             logs = self.logs()
             self.stop()
