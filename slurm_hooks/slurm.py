@@ -8,14 +8,17 @@ Data sources and their shell equivalents:
   list_nodes  ``scontrol --all --oneliner show node``        | ``pyslurm.Nodes.load()``
   drain       ``scontrol update NodeName=N State=DRAIN Reason=R`` | ``Node(N).modify(Node(state="DRAIN", reason=R))``
   resume      ``scontrol update NodeName=N State=RESUME``    | ``Node(N).modify(Node(state="RESUME"))``
-Seen on Slurm 22.05: ``State=IDLE+DRAIN``; Reason is followed by ``[user@YYYY-MM-DDTHH:MM:SS]``;
-an unknown node gives "Node x not found" (show) / "Invalid node name specified" (update); RESUME of
-a node that is not drained/down gives "Invalid node state specified"; after RESUME the node shows
+Seen on Slurm 22.05, 24.11 and 26.05 (tests/captures/slurm/): ``State=IDLE+DRAIN``; the first line
+of the Reason is followed by ``[user@YYYY-MM-DDTHH:MM:SS]`` (slurmctld's reason_time; our clients run
+with TZ=UTC0, so it is UTC); an unknown node gives "Node x not found" (show) / "Invalid node name
+specified" (update); RESUME of a node that is not drained/down gives "Invalid node state specified"
+(22.05, 24.11) or "Invalid node state transition" (26.05); after RESUME the node shows
 ``IDLE+NOT_RESPONDING`` (``idle*``) for ~1 s; any client blocks ~MessageTimeout when slurmctld is down.
 """
 from __future__ import annotations
 
 import abc
+import calendar
 import os
 import re
 import subprocess
@@ -40,6 +43,13 @@ class SlurmUnavailable(SlurmError):
     """slurmctld could not be reached in the time allowed (down, hung, munge broken, no client)."""
 
 
+class SlurmClientMissing(SlurmUnavailable):
+    """The Slurm client itself cannot run here (``scontrol`` not installed or not executable).
+
+    A SlurmUnavailable for the drain flow (nothing reached slurmctld), but a different message for
+    the admin: installing the client fixes it, waiting for slurmctld does not."""
+
+
 class NodeNotFound(SlurmError):
     """Slurm does not know this node name."""
 
@@ -56,6 +66,12 @@ class SlurmCommandError(SlurmError):
         self.argv, self.returncode, self.stderr = tuple(argv), returncode, stderr
 
 
+class InvalidNodeState(SlurmCommandError):
+    """slurmctld refused a state change for the node's current state, e.g. RESUME of a node that is
+    no longer drained: "Invalid node state specified" (22.05, 24.11), "Invalid node state
+    transition" (26.05)."""
+
+
 # ---------------------------------------------------------------------------------------------
 # node state
 
@@ -65,6 +81,7 @@ KNOWN_FLAGS = frozenset({
     "POWER_DOWN", "POWER_UP", "POWERED_DOWN", "POWERING_DOWN", "POWERING_UP", "POWER_DRAIN",
     "REBOOT_REQUESTED", "REBOOT_ISSUED", "INVALID_REG", "DYNAMIC_FUTURE", "DYNAMIC_NORM", "BLOCKED",
     "PERFCTRS", "RESUME", "UNDRAIN",
+    "EXTERNAL",  # 26.05: a node without slurmd (NodeName=... State=EXTERNAL)
 })
 # single-word states (sinfo %T/%t, old scontrol) -> (base, flags)
 _STATE_ALIASES = {
@@ -127,13 +144,28 @@ class NodeInfo(Struct):
     flags: FrozenSet[str] = frozenset()
     reason: Optional[str] = None
     reason_user: Optional[str] = None
-    reason_time: Optional[str] = None  # Slurm's local time, 'YYYY-MM-DDTHH:MM:SS'
+    reason_time: Optional[str] = None  # slurmctld's reason_time in UTC, 'YYYY-MM-DDTHH:MM:SS'
     partitions: Tuple[str, ...] = ()
     raw: str = field(default="", compare=False, repr=False)
 
     @property
     def state_string(self) -> str:
         return "+".join([self.state] + sorted(self.flags))
+
+    @property
+    def reason_epoch(self) -> Optional[int]:
+        """reason_time as seconds since the epoch (slurmctld's clock when the reason was set)."""
+        if not self.reason_time:
+            return None
+        try:
+            return calendar.timegm(time.strptime(self.reason_time, "%Y-%m-%dT%H:%M:%S"))
+        except ValueError:
+            return None
+
+    @property
+    def is_failed(self) -> bool:
+        """FAIL flag (``scontrol update State=FAIL``): someone is failing the node; never ours."""
+        return "FAIL" in self.flags
 
     @property
     def is_drained(self) -> bool:
@@ -167,25 +199,46 @@ class NodeInfo(Struct):
 
 
 _KEY = re.compile(r"(?:^|(?<=\s))([A-Za-z][A-Za-z0-9_]*)=")
+_STATE_KEY = re.compile(r"(?:^|\s)State=")
 _REASON_KEY = re.compile(r"(?:^|\s)Reason=")
 _REASON_STAMP = re.compile(r"\s*\[([^\]\s@]+)@(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)\]")
-_TAIL_KEY = re.compile(r"\s+[A-Z][A-Za-z0-9_]*=")
+# what scontrol prints after the Reason (src/api/node_info.c, 22.05 to 26.05), each after one space;
+# any field name is accepted after the stamp, so a field a later release adds there ends the reason too
+_TRAILING = re.compile(r"\s(?:Comment|Extra|InstanceId|InstanceType|ReservationName)=")
+_ANY_KEY = re.compile(r"\s[A-Z][A-Za-z0-9_]*=")
+# scontrol -o prints each further line of a multi-line reason after " " + 7 spaces
+_CONTINUATION = " " * 8
 
 
 def _split_reason(line: str) -> Tuple[str, Optional[str], Optional[str], Optional[str]]:
-    """Cut 'Reason=text [user@time]' out of a line: (rest, reason, user, time)."""
-    m = _REASON_KEY.search(line)
+    """Cut 'Reason=text [user@time]...' out of a line: (head, reason, user, time).
+
+    Slurm's fields come first and the Reason (admin-written free text) near the end, so everything a
+    reason could forge ('... NodeName=x State=IDLE') is after the first ' Reason=' that follows
+    ' State='; only the head is parsed for fields. scontrol prints the stamp after the reason's FIRST
+    line and each further line after eight spaces (src/api/node_info.c); they come back joined by
+    newlines. The stamp is the first one followed by the end, a further line or a trailing field.
+    """
+    state = _STATE_KEY.search(line)
+    m = _REASON_KEY.search(line, state.end() if state else 0)
     if not m:
         return line, None, None, None
     head, rest = line[:m.start()], line[m.end():]
-    for stamp in reversed(list(_REASON_STAMP.finditer(rest))):
+    for stamp in _REASON_STAMP.finditer(rest):
         after = rest[stamp.end():]
-        if not after.strip() or _TAIL_KEY.match(after):
-            return head + after, rest[:stamp.start()], stamp.group(1), stamp.group(2)
-    tail = re.search(r"\s+(?:Comment|Extra|ResumeAfterTime|InstanceId|InstanceType)=", rest)
-    if tail:
-        return head + rest[tail.start():], rest[:tail.start()], None, None
-    return head, rest.rstrip(), None, None
+        if not after.strip() or after.startswith(_CONTINUATION) or _ANY_KEY.match(after):
+            return head, rest[:stamp.start()] + _more_lines(after), stamp.group(1), stamp.group(2)
+    tail = _TRAILING.search(rest)  # a reason without a stamp (reason_time 0, e.g. from slurm.conf)
+    return head, (rest[:tail.start()] if tail else rest).rstrip(), None, None
+
+
+def _more_lines(after: str) -> str:
+    """The reason's further lines from what follows the stamp, up to a trailing field."""
+    if not after.startswith(_CONTINUATION):
+        return ""
+    tail = _TRAILING.search(after)
+    body = after[:tail.start()] if tail else after
+    return "".join("\n" + part.strip() for part in body.split(_CONTINUATION) if part.strip())
 
 
 def parse_fields(line: str) -> dict:
@@ -194,7 +247,7 @@ def parse_fields(line: str) -> dict:
     out = {}
     for i, k in enumerate(keys):
         end = keys[i + 1].start() if i + 1 < len(keys) else len(line)
-        out[k.group(1)] = line[k.end():end].strip()
+        out.setdefault(k.group(1), line[k.end():end].strip())  # the first occurrence is Slurm's
     return out
 
 
@@ -205,8 +258,8 @@ def parse_node_line(line: str) -> NodeInfo:
     text = line.strip()
     if not text.startswith("NodeName="):
         raise SlurmParseError("not a node record (no leading NodeName=): %r" % text[:120])
-    rest, reason, user, when = _split_reason(text)
-    fields = parse_fields(rest)
+    head, reason, user, when = _split_reason(text)
+    fields = parse_fields(head)
     name = fields.get("NodeName", "")
     if not name or " " in name:
         raise SlurmParseError("bad NodeName in %r" % text[:120])
@@ -220,7 +273,11 @@ def parse_node_line(line: str) -> NodeInfo:
 
 
 def parse_nodes(text: str) -> List[NodeInfo]:
-    """All records of ``scontrol show node`` (one-line or multi-line format)."""
+    """All records of ``scontrol show node`` (one-line or multi-line format).
+
+    A node name seen twice means a free-text field (an admin's Comment/Extra with a newline) forged a
+    record: the listing cannot be trusted, so it is an error rather than a guess.
+    """
     records: List[str] = []
     for line in (text or "").splitlines():
         s = line.strip()
@@ -234,7 +291,13 @@ def parse_nodes(text: str) -> List[NodeInfo]:
             return []
         else:
             raise SlurmParseError("unexpected scontrol output: %r" % s[:120])
-    return [parse_node_line(r) for r in records]
+    nodes = [parse_node_line(r) for r in records]
+    seen: set = set()
+    for node in nodes:
+        if node.name in seen:
+            raise SlurmParseError("node %s listed twice: a free-text field forged a record" % node.name)
+        seen.add(node.name)
+    return nodes
 
 
 # ---------------------------------------------------------------------------------------------
@@ -268,6 +331,7 @@ def check_reason(reason: str) -> str:
 # error classification shared by both backends
 
 _NOT_FOUND = re.compile(r"Invalid node name specified|\bNode '?\S+?'? (?:not found|does not exist)")
+_INVALID_STATE = re.compile(r"Invalid node state (?:specified|transition)")
 _TRANSIENT = re.compile(
     r"Unable to contact slurm controller|Socket timed out|Connection refused|Connection timed out|"
     r"Zero Bytes were transmitted|Communication connection failure|Communication send failure|"
@@ -278,9 +342,11 @@ _TRANSIENT_ERRNO = {1001, 1002, 1003, 5004, 5005}  # COMMUNICATIONS_*, SOCKET_IM
 
 
 def classify(message: str, errno: Optional[int] = None) -> str:
-    """'not_found' | 'transient' (retry) | 'unavailable' (give up now) | 'permanent'."""
+    """'not_found' | 'invalid_state' | 'transient' (retry) | 'unavailable' (give up now) | 'permanent'."""
     if _NOT_FOUND.search(message or ""):
         return "not_found"
+    if _INVALID_STATE.search(message or ""):
+        return "invalid_state"
     if errno in _TRANSIENT_ERRNO or _TRANSIENT.search(message or ""):
         return "transient"
     if _NO_AUTH.search(message or ""):
@@ -298,18 +364,23 @@ class _Retry:
         self.deadline = float(deadline) if deadline else self.timeout * self.attempts + self.backoff * (
             2 ** (self.attempts - 1) - 1)
 
-    def run(self, what: str, once: Callable[[float], Any]) -> Any:
-        """once(timeout) returns a value or raises _Transient; anything else propagates."""
+    def run(self, what: str, once: Callable[[float], Any], until: Optional[float] = None) -> Any:
+        """once(timeout) returns a value or raises _Transient; anything else propagates.
+
+        until: a time.monotonic() instant no attempt may run past (the caller's overall budget)."""
         start, last = time.monotonic(), "no attempt made"
+        deadline = self.deadline if until is None else min(self.deadline, until - start)
         for attempt in range(1, self.attempts + 1):
-            remaining = self.deadline - (time.monotonic() - start)
+            remaining = deadline - (time.monotonic() - start)
             if remaining <= 0.01:
+                if attempt == 1:
+                    last = "no time left in this run's Slurm budget"
                 break
             try:
                 return once(min(self.timeout, remaining))
             except _Transient as exc:
                 last = str(exc)
-            pause = min(self.backoff * 2 ** (attempt - 1), self.deadline - (time.monotonic() - start))
+            pause = min(self.backoff * 2 ** (attempt - 1), deadline - (time.monotonic() - start))
             if attempt < self.attempts and pause > 0:
                 time.sleep(pause)
         raise SlurmUnavailable("%s: slurmctld unavailable after %.1fs: %s"
@@ -332,6 +403,7 @@ class Backend(abc.ABC):
     def __init__(self) -> None:
         self.calls = 0  # requests actually sent (each retry counts)
         self.probe_calls = 0  # requests made while choosing this backend (version probe)
+        self.until: Optional[float] = None  # time.monotonic() past which no request may run (SlurmClient)
 
     @abc.abstractmethod
     def show_node(self, name: str) -> NodeInfo: ...
@@ -343,7 +415,8 @@ class Backend(abc.ABC):
     def drain(self, name: str, reason: str) -> None: ...
 
     @abc.abstractmethod
-    def resume(self, name: str) -> None: ...
+    def resume(self, name: str, reason: Optional[str] = None) -> None:
+        """RESUME; with `reason`, the same request first replaces the reason (see SlurmClient.resume)."""
 
 
 Runner = Callable[[List[str], float, Optional[dict]], Tuple[int, str, str]]
@@ -357,9 +430,14 @@ def run_argv(argv: List[str], timeout: float, env: Optional[dict]) -> Tuple[int,
 
 
 def client_env(env: Optional[dict] = None) -> dict:
-    """Environment for Slurm clients: ours, with SLURM_TIME_FORMAT forced to ISO timestamps."""
+    """Environment for Slurm clients: ours, with ISO timestamps (SLURM_TIME_FORMAT=standard) in UTC.
+
+    UTC because reason times are compared across nodes (the breaker ranks drains by them): local time
+    strings repeat an hour when daylight saving ends and differ between nodes in other time zones.
+    'UTC0' is a POSIX TZ string, valid without tzdata."""
     out = dict(os.environ if env is None else env)
     out["SLURM_TIME_FORMAT"] = "standard"
+    out["TZ"] = "UTC0"
     return out
 
 
@@ -388,20 +466,22 @@ class ScontrolBackend(Backend):
             except subprocess.TimeoutExpired:
                 raise _Transient("%s timed out after %.1fs" % (argv[0], timeout)) from None
             except OSError as exc:
-                raise SlurmUnavailable("cannot run %s: %s" % (argv[0], exc)) from exc
+                raise SlurmClientMissing("cannot run %s: %s" % (argv[0], exc)) from exc
             if rc == 0:
                 return out
             err = (err or "").strip() or (out or "").strip()  # "Node x not found" goes to stdout
             kind = classify(err)
             if kind == "not_found" and node is not None:
                 raise NodeNotFound(node, err)
+            if kind == "invalid_state":
+                raise InvalidNodeState(argv, rc, err)
             if kind == "transient":
                 raise _Transient(err)
             if kind == "unavailable":
                 raise SlurmUnavailable("%s: %s" % (argv[0], err.strip()))
             raise SlurmCommandError(argv, rc, err)
 
-        return self.retry.run(" ".join(argv[:4]), once)
+        return self.retry.run(" ".join(argv[:4]), once, self.until)
 
     def show_node(self, name: str) -> NodeInfo:
         for node in parse_nodes(self._run(["--all", "--oneliner", "show", "node", name], node=name)):
@@ -415,13 +495,15 @@ class ScontrolBackend(Backend):
     def drain(self, name: str, reason: str) -> None:
         self._run(["update", "NodeName=" + name, "State=DRAIN", "Reason=" + reason], node=name)
 
-    def resume(self, name: str) -> None:
-        self._run(["update", "NodeName=" + name, "State=RESUME"], node=name)
+    def resume(self, name: str, reason: Optional[str] = None) -> None:
+        self._run(["update", "NodeName=" + name, "State=RESUME"] + (["Reason=" + reason] if reason else []),
+                  node=name)
 
 
-def _iso_local(ts: Any) -> Optional[str]:
+def _iso_utc(ts: Any) -> Optional[str]:
+    """pyslurm's reason_time (seconds since the epoch) as the scontrol backend reports it (UTC)."""
     if isinstance(ts, (int, float)) and ts > 0:
-        return time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(ts))
+        return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(ts))
     if isinstance(ts, str) and re.match(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\Z", ts):
         return ts
     return None
@@ -439,7 +521,7 @@ def node_from_pyslurm(n: Any) -> NodeInfo:
     return NodeInfo(
         name=name, state=base, flags=flags, reason=reason,
         reason_user=(getattr(n, "reason_user", None) or None) if reason else None,
-        reason_time=_iso_local(getattr(n, "reason_time", None)) if reason else None,
+        reason_time=_iso_utc(getattr(n, "reason_time", None)) if reason else None,
         partitions=tuple(str(p) for p in parts),
         raw="pyslurm NodeName=%s State=%s Reason=%s" % (name, state_text, reason),
     )
@@ -482,13 +564,15 @@ class PyslurmBackend(Backend):
                 kind = classify(msg, getattr(exc, "errno", None))
                 if kind == "not_found" and node is not None:
                     raise NodeNotFound(node, msg) from exc
+                if kind == "invalid_state":
+                    raise InvalidNodeState(["pyslurm", what], getattr(exc, "errno", None), msg) from exc
                 if kind == "transient":
                     raise _Transient(msg) from exc
                 if kind == "unavailable":
                     raise SlurmUnavailable("%s: %s" % (what, msg)) from exc
                 raise SlurmCommandError(["pyslurm", what], getattr(exc, "errno", None), msg) from exc
 
-        return self.retry.run("pyslurm " + what, once)
+        return self.retry.run("pyslurm " + what, once, self.until)
 
     def show_node(self, name: str) -> NodeInfo:
         n = self._call("Node.load", lambda m: m.Node.load(name), node=name)
@@ -504,8 +588,9 @@ class PyslurmBackend(Backend):
     def drain(self, name: str, reason: str) -> None:
         self._call("Node.modify", lambda m: m.Node(name).modify(m.Node(state="DRAIN", reason=reason)), node=name)
 
-    def resume(self, name: str) -> None:
-        self._call("Node.modify", lambda m: m.Node(name).modify(m.Node(state="RESUME")), node=name)
+    def resume(self, name: str, reason: Optional[str] = None) -> None:
+        changes = dict(state="RESUME", reason=reason) if reason else dict(state="RESUME")
+        self._call("Node.modify", lambda m: m.Node(name).modify(m.Node(**changes)), node=name)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -607,7 +692,11 @@ def choose_backend(preferred: str = "auto", *, env: Optional[dict] = None, pyslu
 
 
 class SlurmClient:
-    """Drain/resume/inspect nodes. Nothing talks to Slurm until a method is called."""
+    """Drain/resume/inspect nodes. Nothing talks to Slurm until a method is called.
+
+    set_budget(seconds) bounds every request made from then on to one overall deadline (retries
+    included): a drain is several requests, and the hook must end within its own time limit.
+    """
 
     def __init__(self, backend: Optional[Backend] = None, preferred: str = "auto",
                  env: Optional[dict] = None, timeout: float = 5.0, attempts: int = 2,
@@ -616,12 +705,21 @@ class SlurmClient:
         self.backend_reason = "given" if backend is not None else ""
         self._choice = dict(preferred=preferred, env=env, timeout=timeout, attempts=attempts, backoff=backoff)
         self.ops: List[Tuple[str, ...]] = []  # every operation requested, in order
+        self.until: Optional[float] = None
 
     @property
     def backend(self) -> Backend:
         if self._backend is None:
             self._backend, self.backend_reason = choose_backend(**self._choice)  # type: ignore[arg-type]
+        self._backend.until = self.until
         return self._backend
+
+    def set_budget(self, seconds: Optional[float]) -> None:
+        """No request may run past `seconds` from now (None: only each request's own bound)."""
+        self.until = None if seconds is None else time.monotonic() + seconds
+
+    def remaining(self) -> Optional[float]:
+        return None if self.until is None else self.until - time.monotonic()
 
     @property
     def calls(self) -> int:
@@ -642,7 +740,50 @@ class SlurmClient:
         self.ops.append(("drain", check_node_name(name), check_reason(reason)))
         self.backend.drain(name, reason)
 
-    def resume(self, name: str) -> None:
-        """RESUME a drained/down node (SlurmCommandError 'Invalid node state' if it is neither)."""
-        self.ops.append(("resume", check_node_name(name)))
-        self.backend.resume(name)
+    def resume(self, name: str, reason: Optional[str] = None) -> None:
+        """RESUME a drained/down node (InvalidNodeState if it is neither).
+
+        With `reason`, the same request replaces the reason first (src/slurmctld/node_mgr.c
+        update_node sets it before the state change). Where Slurm keeps a reason after RESUME
+        (24.11/25.11 with accounting_storage/none: clusteracct_storage_g_node_up returns before
+        clearing it; it stays until the node's next job), that text is what stays, not the drain
+        reason we are lifting.
+        """
+        self.ops.append(("resume", check_node_name(name)) + ((check_reason(reason),) if reason else ()))
+        self.backend.resume(name, reason)
+
+
+# ---------------------------------------------------------------------------------------------
+# hostlists (admin verbs)
+
+_HOSTLIST_CHARS = re.compile(r"[A-Za-z0-9][A-Za-z0-9._,\[\]-]*\Z")
+
+
+def expand_hostlist(text: str, env: Optional[dict] = None, runner: Optional[Runner] = None,
+                    timeout: float = 10.0) -> List[str]:
+    """'gpu[01-04],login1' -> ['gpu01', ..., 'login1'], as Slurm expands it (``scontrol show hostnames``,
+    local: no request to slurmctld). A plain name is returned as is without running anything.
+
+    ValueError for text that is not a hostlist (the message says why); SlurmClientMissing when
+    scontrol cannot run; SlurmCommandError when scontrol rejects the expression.
+    """
+    text = (text or "").strip()
+    if not text or not _HOSTLIST_CHARS.match(text):
+        raise ValueError("not a node name or hostlist: %r" % text)
+    if _NODE_NAME.match(text):
+        return [text]
+    argv = ["scontrol", "show", "hostnames", text]
+    try:
+        rc, out, err = (runner or run_argv)(argv, timeout, client_env(env))
+    except OSError as exc:
+        raise SlurmClientMissing("cannot run scontrol to expand %r: %s" % (text, exc)) from exc
+    except subprocess.TimeoutExpired:
+        raise SlurmUnavailable("scontrol show hostnames %s timed out after %.0fs" % (text, timeout)) from None
+    if rc != 0:
+        raise SlurmCommandError(argv, rc, (err or out or "").strip())
+    names = [line.strip() for line in out.splitlines() if line.strip()]
+    if not names:
+        raise ValueError("hostlist %r names no node" % text)
+    for name in names:
+        check_node_name(name)
+    return list(dict.fromkeys(names))
