@@ -4,9 +4,17 @@ Fail open on our own problems: a broken config, a hostile job environment or a c
 logs loudly and exits 0, because a hook that exits non-zero makes slurmctld drain the node — and a
 bug of ours must never drain a cluster. Only a node-broken FAIL (policy.decide) drains.
 
-Local state (paths.state_dir/node-state.json) remembers what we drained and drains we could not
-deliver (slurmctld down); the health mode re-runs those checks and resumes or retries, so the happy
-path makes no Slurm call at all.
+The exit code follows the node, not the wish: EXIT_NODE_BROKEN only when the node carries DRAIN now
+(we drained it, it already was, or someone else's drain is on it). Whenever we do not drain -- the
+breaker, the breaker cannot count, Slurm unreachable, a state we leave alone (MAINT reservation,
+DOWN, FAIL...) -- the hook exits 0, because a non-zero exit makes slurmctld drain the node itself
+('Prolog error'), behind the breaker's back. The job then runs; the CRITICAL/ERROR line says why.
+
+Local state (paths.state_dir/node-state.json) remembers the drain we made (Slurm's exact reason and
+reason time: the proof it is ours) and drains we could not deliver; the health mode re-runs those
+checks and resumes only when every one of them passed, or retries. A missing state file means the
+state is lost (diskless node after a reboot, a write that failed): the health mode then asks Slurm
+once and rebuilds it from our reason, which names the checks. The happy path makes no Slurm call.
 
 Bounded after the checks too: the exit code is decided before anything is written, and the steps
 after the decision (snapshot file or record with its retention, metrics, dcgm-exporter mapping)
@@ -38,11 +46,10 @@ if TYPE_CHECKING:
 EXIT_NODE_BROKEN = 10  # the job must not run here; prolog.d/epilog.d turn it into 1, any other failure into 0
 OPT_OUT_TOKEN = "slurm_hooks=skip"
 ISOLATION_GRACE_S = 1.0
-# Outcomes (drainer.Outcome values) after which the job must not start here (prolog) / the hook reports
-# failure (epilog, health). drainer.py (and the Slurm client) is imported only when a drain or resume
-# is on the table: the happy path neither talks to nor loads anything of Slurm's.
-FAILING_OUTCOMES = {"drained", "refined", "already-drained-by-us", "foreign-drain-kept", "skipped-state",
-                    "slurm-unavailable", "slurm-error"}
+# drainer.py (and the Slurm client) is imported only when a drain or resume is on the table: the
+# happy path neither talks to nor loads anything of Slurm's.
+DELIVERED = ("drained", "refined", "already-drained-by-us")  # drainer.Outcome values: the drain is ours
+UNDELIVERED = ("slurm-unavailable", "slurm-error", "cannot-count")  # kept as 'pending' for the health run
 
 
 class HookResult(Struct, frozen=False):
@@ -63,15 +70,22 @@ def state_path(config: Config) -> str:
 
 
 def load_state(config: Config, log) -> Dict[str, Any]:
-    """node-state.json, read in a child process bounded by [deadline] files: a state directory that
-    never answers costs that much, once, and the hook goes on without what it remembers."""
+    return read_state(config, log)[0]
+
+
+def read_state(config: Config, log) -> Tuple[Dict[str, Any], bool]:
+    """(node-state.json, known), read in a child process bounded by [deadline] files: a state directory
+    that never answers costs that much, once, and the hook goes on without what it remembers.
+
+    known is False when the file is missing, unreadable or did not answer: what we drained is then
+    unknown here, and the health mode rebuilds it from Slurm (one call)."""
     from .isolation import run_isolated
 
     path = state_path(config)
 
     def read() -> Dict[str, Any]:
         try:
-            return {"state": read_json(path, default={})}
+            return {"state": read_json(path, default=None)}
         except (OSError, ValueError) as exc:
             return {"error": str(exc)}
 
@@ -81,9 +95,9 @@ def load_state(config: Config, log) -> Dict[str, Any]:
         answer, why = None, "cannot start the reader: %s" % exc
     if answer is None or "error" in answer:
         log.error(logs.kv(event="state-unreadable", path=path, error=why or answer["error"]))
-        return {}
+        return {}, False
     state = answer["state"]
-    return state if isinstance(state, dict) else {}
+    return (state, True) if isinstance(state, dict) else ({}, False)
 
 
 def save_state(config: Config, state: Mapping[str, Any], log) -> None:
@@ -96,6 +110,10 @@ def save_state(config: Config, state: Mapping[str, Any], log) -> None:
             write_json_atomic(path, dict(state))
         except OSError as exc:  # full disk, read-only /var: the decision still stands, only memory is lost
             log.error(logs.kv(event="state-not-saved", path=path, error=exc))
+            try:  # an outdated file would claim to know; without one the next health run asks Slurm
+                os.unlink(path)
+            except OSError:
+                pass
 
     _run_bounded(config, [Step("state", path, write)], log)
 
@@ -213,29 +231,20 @@ def run_hook(context: str, registry: Registry, config: Config, env: Mapping[str,
         return HookResult(0)
     # Only health needs the state before its checks; a prolog/epilog reads it when it drains (the happy
     # path reads nothing, so it pays no bounded child for it).
-    state = load_state(config, log) if context == "health" else {}
+    state, known = read_state(config, log) if context == "health" else ({}, True)
     remembered = [c for entry in (state.get("drained"), state.get("pending")) if entry for c in entry.get("checks", [])]
     report, gathered = run_isolated_checks(registry, config, context, job, remembered if context == "health" else ())
     decision = policy.decide(report.results(), config.settings)
-    if context == "health" and decision.verdict is not policy.Verdict.DRAIN and state.pop("pending", None):
-        save_state(config, state, log)  # an undelivered drain whose checks pass now: forget it, no Slurm call
-    recovering = context == "health" and bool(state.get("drained"))
-    enacted = None
-    if decision.verdict is policy.Verdict.DRAIN or recovering:
-        from . import drainer  # only now: the happy path loads nothing of Slurm's
-
-        if context != "health":
-            state = load_state(config, log)
-
-        client = client or drainer.make_client(config.settings)
-        if decision.verdict is policy.Verdict.DRAIN:
-            enacted = drainer.drain(client, name, decision.reason, config.settings)
-            _remember_drain(state, enacted, decision, job, context)
-        else:
-            enacted = _recover(client, name, state, report, config, log)
+    draining = decision.verdict is policy.Verdict.DRAIN
+    if context == "health" and not draining and state.get("pending") and \
+            not policy.unproven(state["pending"].get("checks", []), report.results()):
+        state.pop("pending")  # an undelivered drain whose checks all pass now: forget it, no Slurm call
         save_state(config, state, log)
+    enacted = None
+    if draining or (context == "health" and (state.get("drained") or not known)):
+        enacted, client = _enact(context, name, job, config, log, decision, report, client)
     calls = client.calls if client is not None else 0
-    code = EXIT_NODE_BROKEN if enacted is not None and enacted.outcome.value in FAILING_OUTCOMES else 0
+    code = EXIT_NODE_BROKEN if enacted is not None and enacted.node_drained else 0
     _log_decision(log, context, name, job, report, decision, enacted, calls)
     _after_decision(context, config, job, name, report, decision, enacted, log, gathered)
     return HookResult(code, report, decision, enacted, calls)
@@ -260,22 +269,97 @@ def _after_decision(context: str, config: Config, job: JobContext, name: str, re
     _run_bounded(config, steps, log, context, job)
 
 
+def _enact(context: str, name: str, job: JobContext, config: Config, log, decision: policy.Decision,
+           report: RunReport, client) -> Tuple[drainer.Enacted, Any]:
+    """Drain, or (health) resume / rebuild lost state, under the node's lock and one Slurm budget."""
+    from . import drainer  # only now: the happy path loads nothing of Slurm's
+
+    client = client or drainer.make_client(config.settings)
+    budget = drainer.slurm_budget(config.settings)
+    client.set_budget(budget)
+    with drainer.NodeLock(config.get("paths", "state_dir"), name, budget) as lock:
+        if not lock.acquired:
+            log.warning(logs.kv(context=context, node=name, event="drain-lock-unavailable", error=lock.error))
+        state, known = read_state(config, log)  # fresh: another hook of this node may have just acted
+        if decision.verdict is policy.Verdict.DRAIN:
+            fresh = state.get("drained") if lock.waited > 0.05 else None
+            if fresh and fresh.get("time", 0) >= lock.started:  # it drained while we waited: no second drain
+                enacted = drainer.Enacted(drainer.Outcome.ALREADY_OURS, "drained a moment ago by another hook of "
+                                          "this node: %s" % fresh.get("reason"), node_drained=True)
+            else:
+                enacted = drainer.drain(client, name, decision.reason, config.settings,
+                                        (state.get("drained"), state.get("pending")), known)
+            _remember_drain(state, enacted, decision, job, context)
+        else:
+            enacted = _recover(client, name, state, known, report, config)
+        save_state(config, state, log)
+    return enacted, client
+
+
 def _remember_drain(state: Dict[str, Any], enacted: drainer.Enacted, decision: policy.Decision,
                     job: JobContext, context: str) -> None:
+    """Record what Slurm now shows as our drain (its exact reason and reason time prove it is ours)."""
+    outcome = enacted.outcome.value
     entry = {"reason": decision.reason, "checks": list(decision.checks), "time": time.time(), "job": job.job_id,
              "context": context}
-    if enacted.outcome.value in ("drained", "refined", "already-drained-by-us"):
+    node = enacted.node
+    if outcome in DELIVERED and node is not None and node.reason:
+        old = state.get("drained") or {}
+        if outcome == "already-drained-by-us" and old.get("reason") == node.reason:
+            entry = dict(old, checks=list(dict.fromkeys(list(old.get("checks", [])) + list(decision.checks))))
+        entry.update(reason=node.reason, reason_time=node.reason_time, confirmed=enacted.confirmed)
         state["drained"] = entry
         state.pop("pending", None)
-    elif enacted.outcome.value in ("slurm-unavailable", "slurm-error"):
+    elif outcome in DELIVERED:  # drained, but not seen back (re-count failed): what we asked for
+        entry.update(confirmed=enacted.confirmed)
+        state["drained"] = dict(state.get("drained") or {}, **entry)
+        state.pop("pending", None)
+    elif outcome in UNDELIVERED:
         state["pending"] = entry  # delivered by a later health run, if the checks still fail
+    elif outcome in ("breaker-tripped", "breaker-undone", "foreign-drain-kept", "not-drained"):
+        state.pop("pending", None)  # decided: nothing of ours to deliver or to track
+        if outcome != "breaker-tripped":
+            state.pop("drained", None)
 
 
-def _recover(client, name: str, state: Dict[str, Any], report: RunReport, config: Config, log) -> drainer.Enacted:
-    """Health run found nothing node-broken: resume what we drained."""
-    from .drainer import resume
+def _recover(client, name: str, state: Dict[str, Any], known: bool, report: RunReport,
+             config: Config) -> drainer.Enacted:
+    """Health run found nothing node-broken: resume what we drained, on proof only.
 
-    enacted = resume(client, name, config.settings)
+    Proof: Slurm's reason is still exactly the one we recorded, and every check that caused the drain
+    ran in this run and passed (OK, WARN, SKIP). UNKNOWN, a timeout or a check that did not run keeps it.
+    Lost state (`known` False): one show_node, and a drain whose reason is one of our automatic ones
+    (it names its checks) is taken back as ours.
+    """
+    from .drainer import Enacted, Outcome, resume
+    from .slurm import SlurmError
+
+    if not known:
+        try:
+            node = client.show_node(name)
+        except SlurmError as exc:
+            from .drainer import slurm_failure
+
+            return slurm_failure(exc, "cannot rebuild the lost local state: ")
+        owner = policy.read_reason(node.reason, config.get("drain", "reason_prefix"))
+        if not (node.is_drained and owner.automatic and not node.is_failed):
+            state.pop("drained", None)
+            return Enacted(Outcome.NOT_DRAINED, "local state rebuilt from Slurm: no drain of ours on %s (%s)"
+                           % (name, node.state_string), node, node_drained=node.is_drained)
+        state["drained"] = {"reason": node.reason, "reason_time": node.reason_time, "checks": list(owner.checks),
+                            "complete": owner.complete, "time": time.time(), "context": "rebuilt", "confirmed": True}
+    record = state.get("drained")
+    if not record:  # another hook of this node resumed or dropped it while we ran
+        return Enacted(Outcome.NOT_DRAINED, "no drain of ours is recorded any more")
+    missing = policy.unproven(record.get("checks", []), report.results())
+    if not record.get("complete", True):
+        missing.append("the drain reason does not name every check that caused it")
+    if not record.get("checks"):
+        missing.append("no check is recorded for this drain")
+    if missing:
+        return Enacted(Outcome.UNPROVEN, "drain kept%s: %s" % (" (local state rebuilt from Slurm)" if not known else "",
+                                                               "; ".join(missing)), node_drained=True)
+    enacted = resume(client, name, config.settings, expected=record)
     if enacted.outcome.value in ("resumed", "not-drained", "not-ours"):
         state.pop("drained", None)  # resumed, or someone else took over the node: not ours to track
     return enacted
@@ -286,7 +370,8 @@ def _log_decision(log, context: str, name: str, job: JobContext, report: RunRepo
     """One line per decision; slurm_calls (requests sent to slurmctld, 0 on the happy path) lets an
     operator, and the end-to-end tests, see what a hook cost the controller."""
     level = "info"
-    if enacted is not None and enacted.outcome.value == "breaker-tripped":
+    if enacted is not None and (enacted.outcome.value in ("breaker-tripped", "breaker-undone", "cannot-count")
+                                or not enacted.confirmed):
         level = "critical"
     elif decision.verdict is policy.Verdict.DRAIN or (enacted and enacted.outcome.value == "slurm-unavailable"):
         level = "error"

@@ -1,50 +1,116 @@
-"""Drain etiquette, breaker and hook exit codes, against an in-memory Slurm backend.
+"""Drain etiquette, the breaker, ownership and resume, against an in-memory slurmctld.
 
-The in-memory backend only stands in for speed here; the same flows run against the real
-slurmctld in tests/test_hooks_slurm.py.
+MemoryBackend stands in for speed and for interleavings a real controller will not produce on cue
+(a drain landing in the same second, an admin drain between our read and our write). It follows
+src/slurmctld/node_mgr.c of 22.05 to 26.05 where it matters: update_node stamps a reason with the
+controller's clock in whole seconds; RESUME with a Reason sets it first; RESUME clears the reason
+except on 24.11/25.11 with accounting_storage/none (keep_reason_on_resume:
+clusteracct_storage_g_node_up returns before clearing it); slurmctld's own drains (_drain_node)
+keep an existing reason with its old time and user. The same flows run against the real slurmctld in
+tests/test_e2e_slurm.py, tests/test_drain_slurm.py and tests/test_breaker_concurrency.py.
 """
 from __future__ import annotations
+
+import time
 
 import pytest
 
 from slurm_hooks import drainer
 from slurm_hooks.config import SECTIONS
-from slurm_hooks.drainer import Outcome
-from slurm_hooks.slurm import Backend, NodeInfo, NodeNotFound, SlurmClient, SlurmUnavailable
+from slurm_hooks.drainer import UNDONE_REASON, Outcome
+from slurm_hooks.slurm import (
+    Backend,
+    InvalidNodeState,
+    NodeInfo,
+    NodeNotFound,
+    SlurmClient,
+    SlurmClientMissing,
+    SlurmUnavailable,
+)
+
+T0 = 1796256000.0  # 2026-12-02T00:00:00Z
+
+
+def stamp(clock):
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(int(clock)))
 
 
 class MemoryBackend(Backend):
     name = "memory"
 
-    def __init__(self, nodes):
+    def __init__(self, nodes, keep_reason_on_resume=False):
         super().__init__()
         self.nodes = {n.name: n for n in nodes}
         self.down = False
+        self.clock = T0 + 0.25
+        self.keep_reason_on_resume = keep_reason_on_resume  # 24.11/25.11 with accounting_storage/none
+        self.before = {}  # op -> callable run before that op is served (interleavings)
+        self.failing = set()  # ops that raise SlurmUnavailable
+        self.log = []
 
-    def _count(self):
+    def advance_clock(self, seconds):
+        hook = self.before.pop("settle", None)
+        if hook:
+            hook()
+        self.clock += seconds
+
+    def _serve(self, op):
         self.calls += 1
-        if self.down:
+        self.log.append(op)
+        hook = self.before.pop(op, None)
+        if hook:
+            hook()
+        if self.down or op in self.failing:
             raise SlurmUnavailable("Unable to contact slurm controller (connect failure)")
+        self.clock += 0.004
 
     def show_node(self, name):
-        self._count()
+        self._serve("show")
         if name not in self.nodes:
             raise NodeNotFound(name)
         return self.nodes[name]
 
     def list_nodes(self):
-        self._count()
+        self._serve("list")
         return list(self.nodes.values())
 
-    def drain(self, name, reason):
-        self._count()
-        node = self.nodes[name]
-        self.nodes[name] = NodeInfo(name, node.state, node.flags | {"DRAIN"}, reason)
+    def set_reason(self, name, reason, user="root", flags_add=(), flags_del=()):
+        n = self.nodes[name]
+        self.nodes[name] = NodeInfo(name, n.state, (n.flags | set(flags_add)) - set(flags_del), reason,
+                                    user if reason else None, stamp(self.clock) if reason else None)
 
-    def resume(self, name):
-        self._count()
-        node = self.nodes[name]
-        self.nodes[name] = NodeInfo(name, node.state, node.flags - {"DRAIN"}, None)
+    def drain(self, name, reason):
+        self._serve("drain")
+        self.admin_drain(name, reason)
+
+    def admin_drain(self, name, reason, flag="DRAIN"):
+        """scontrol update NodeName=name State=DRAIN|FAIL Reason=reason (no call counted)."""
+        self.set_reason(name, reason, flags_add={flag})
+
+    def ctld_drain(self, name, reason="Epilog error"):
+        """slurmctld's own drain (node_mgr.c _drain_node): an existing reason stays, time and user too."""
+        n = self.nodes[name]
+        if n.is_drained:
+            return
+        if n.reason is None or n.reason.startswith("Not responding"):
+            self.set_reason(name, reason, user="slurm", flags_add={"DRAIN"})
+        else:
+            self.nodes[name] = NodeInfo(name, n.state, n.flags | {"DRAIN"}, n.reason, n.reason_user, n.reason_time)
+
+    def resume(self, name, reason=None):
+        self._serve("resume")
+        self.admin_resume(name, reason)
+
+    def admin_resume(self, name, reason=None):
+        n = self.nodes[name]
+        if not (n.is_drained or n.is_failed or n.is_down):
+            raise InvalidNodeState(["scontrol"], 1, "slurm_update error: Invalid node state specified")
+        if reason:
+            self.set_reason(name, reason)
+            n = self.nodes[name]
+        keep = self.keep_reason_on_resume
+        self.nodes[name] = NodeInfo(name, n.state, n.flags - {"DRAIN", "FAIL"}, n.reason if keep else None,
+                                    n.reason_user if keep else None, n.reason_time if keep else None)
 
 
 def settings(**sections):
@@ -54,53 +120,108 @@ def settings(**sections):
     return values
 
 
-def cluster(*extra):
+def cluster(*extra, **kw):
     return MemoryBackend([NodeInfo("node1", "IDLE")] + [NodeInfo("node%d" % (i + 2), "IDLE") for i in range(8)]
-                         + list(extra))
+                         + list(extra), **kw)
 
 
 REASON = "slurm-hooks: gpu.memory: gpu:3 0000:3b:00.0 row-remap pending -> reset-gpu"
+OTHER = "slurm-hooks: gpu.ecc: GPU 1 DBE -> reset-gpu"
 
 
-def test_drain_sets_our_reason_in_three_calls():
+def drained(backend):
+    return sorted(n for n, node in backend.nodes.items() if node.is_drained)
+
+
+# ------------------------------------------------------------------------------------------------
+# the drain and its etiquette
+
+
+def test_drain_sets_our_reason_in_four_calls_and_waits_for_the_controllers_clock():
     backend = cluster()
     client = SlurmClient(backend)
     enacted = drainer.drain(client, "node1", REASON, settings())
-    assert enacted.outcome is Outcome.DRAINED
+    assert enacted.outcome is Outcome.DRAINED and enacted.node_drained and enacted.confirmed
     assert backend.nodes["node1"].reason == REASON and backend.nodes["node1"].is_drained
-    assert client.calls == 3  # show, list (breaker), drain
+    assert backend.log == ["show", "list", "drain", "list"] and client.calls == 4
+    # the re-count ran after the controller's clock passed the second of our drain
+    assert int(backend.clock) > int(T0 + 0.25) and enacted.node.reason_time == stamp(T0 + 0.25)
+    assert enacted.breaker.phase == "rank" and enacted.breaker.drained_by_us == 0
 
 
-@pytest.mark.parametrize("reason,outcome,kept", [
-    ("bad PSU, ticket 4711", Outcome.FOREIGN_DRAIN, True),
-    ("slurm-hooks: gpu.ecc: x", Outcome.ALREADY_OURS, True),
-    ("Prolog error", Outcome.REFINED, False),
+def test_existing_drains():
+    cases = [
+        ("bad PSU, ticket 4711", None, True, Outcome.FOREIGN_DRAIN, True),
+        ("slurm-hooks: manual: fan 3", None, True, Outcome.FOREIGN_DRAIN, True),  # an admin's, through our verb
+        (OTHER, "recorded", True, Outcome.ALREADY_OURS, True),
+        (OTHER, None, False, Outcome.ALREADY_OURS, True),  # local state lost: our automatic reason is ours
+        (OTHER, None, True, Outcome.FOREIGN_DRAIN, True),  # state known, no record: prefix alone proves nothing
+        (OTHER, "other-time", True, Outcome.FOREIGN_DRAIN, True),  # same text, another drain
+        ("Prolog error", None, True, Outcome.REFINED, False),
+    ]
+    for reason, record, known, outcome, kept in cases:
+        backend = cluster()
+        backend.admin_drain("node1", reason)
+        recorded = []
+        if record == "recorded":
+            recorded = [{"reason": reason, "reason_time": backend.nodes["node1"].reason_time}]
+        elif record == "other-time":
+            recorded = [{"reason": reason, "reason_time": "2026-01-01T00:00:00"}]
+        enacted = drainer.drain(SlurmClient(backend), "node1", REASON, settings(), recorded, known)
+        assert (enacted.outcome, enacted.node_drained) == (outcome, True), (reason, record, known, enacted)
+        assert (backend.nodes["node1"].reason == reason) is kept, (reason, backend.nodes["node1"])
+
+
+@pytest.mark.parametrize("state,flags,word", [
+    ("DOWN", {"NOT_RESPONDING"}, "DOWN"),
+    ("IDLE", {"MAINTENANCE", "RESERVED"}, "MAINTENANCE"),  # in a MAINT reservation
+    ("IDLE", {"FAIL"}, "FAIL"),  # an admin's State=FAIL: someone else's
+    ("IDLE", {"EXTERNAL"}, "EXTERNAL"),  # 26.05: a node without slurmd; not in skip_states, but not ours
+    ("IDLE", {"FROBNICATED"}, "FROBNICATED"),  # a state word we do not know
 ])
-def test_existing_drains(reason, outcome, kept):
+def test_states_we_do_not_handle_are_left_alone(state, flags, word):
     backend = cluster()
-    backend.nodes["node1"] = NodeInfo("node1", "IDLE", frozenset({"DRAIN"}), reason)
-    enacted = drainer.drain(SlurmClient(backend), "node1", REASON, settings())
-    assert enacted.outcome is outcome
-    assert (backend.nodes["node1"].reason == reason) is kept
-
-
-def test_states_we_do_not_handle_are_left_alone():
-    backend = cluster()
-    backend.nodes["node1"] = NodeInfo("node1", "DOWN", frozenset({"NOT_RESPONDING"}), "Not responding")
-    enacted = drainer.drain(SlurmClient(backend), "node1", REASON, settings())
-    assert enacted.outcome is Outcome.SKIPPED_STATE and "DOWN" in enacted.message
-    assert not backend.nodes["node1"].is_drained
+    backend.nodes["node1"] = NodeInfo("node1", state, frozenset(flags), "admin: work" if "FAIL" in flags else None)
+    enacted = drainer.drain(SlurmClient(backend), "node1", REASON, settings(drain={"skip_states": ["DOWN", "MAINTENANCE"]}))
+    assert enacted.outcome is Outcome.SKIPPED_STATE and word in enacted.message, enacted
+    assert not enacted.node_drained and not backend.nodes["node1"].is_drained and backend.log == ["show"]
 
 
 def test_breaker_stops_mass_drains():
     backend = cluster()
     for i in (2, 3):
-        backend.nodes["node%d" % i] = NodeInfo("node%d" % i, "IDLE", frozenset({"DRAIN"}), "slurm-hooks: gpu.x: y")
+        backend.admin_drain("node%d" % i, "slurm-hooks: gpu.x: y")
     enacted = drainer.drain(SlurmClient(backend), "node1", REASON, settings())
-    assert enacted.outcome is Outcome.BREAKER and enacted.breaker.drained_by_us == 2
-    assert not backend.nodes["node1"].is_drained
+    assert enacted.outcome is Outcome.BREAKER and enacted.breaker.drained_by_us == 2 and not enacted.node_drained
+    assert not backend.nodes["node1"].is_drained and backend.log == ["show", "list"]
     enacted = drainer.drain(SlurmClient(backend), "node1", REASON, settings(breaker={"min_nodes": 3}))
     assert enacted.outcome is Outcome.DRAINED
+
+
+def test_manual_drains_and_foreign_drains_do_not_count_for_the_breaker():
+    backend = cluster()
+    backend.admin_drain("node2", "slurm-hooks: manual: BIOS update")
+    backend.admin_drain("node3", "bad PSU")
+    backend.admin_drain("node4", "slurm-hooks: garbage without a check name")
+    assert drainer.drain(SlurmClient(backend), "node1", REASON, settings()).outcome is Outcome.DRAINED
+
+
+def test_breaker_cannot_count_means_no_drain():
+    backend = cluster()
+    backend.failing.add("list")
+    enacted = drainer.drain(SlurmClient(backend), "node1", REASON, settings())
+    assert enacted.outcome is Outcome.CANNOT_COUNT and not enacted.node_drained
+    assert "cannot count" in enacted.message and not backend.nodes["node1"].is_drained
+
+
+def test_admin_drain_between_our_read_and_our_drain_is_kept():
+    """The node list is our re-read right before draining: an admin drain that landed after our first
+    read is seen there and kept (before: show -> list -> drain overwrote it 14 ms later)."""
+    backend = cluster()
+    backend.before["list"] = lambda: backend.admin_drain("node1", "admin: reseat GPU 3")
+    enacted = drainer.drain(SlurmClient(backend), "node1", REASON, settings())
+    assert enacted.outcome is Outcome.FOREIGN_DRAIN and backend.nodes["node1"].reason == "admin: reseat GPU 3"
+    assert "drain" not in backend.log
 
 
 def test_observe_mode_makes_no_call():
@@ -113,16 +234,238 @@ def test_observe_mode_makes_no_call():
 def test_slurm_down_is_an_outcome_not_a_crash():
     backend = cluster()
     backend.down = True
-    assert drainer.drain(SlurmClient(backend), "node1", REASON, settings()).outcome is Outcome.SLURM_UNAVAILABLE
-    assert drainer.resume(SlurmClient(backend), "node1", settings()).outcome is Outcome.SLURM_UNAVAILABLE
+    enacted = drainer.drain(SlurmClient(backend), "node1", REASON, settings())
+    assert enacted.outcome is Outcome.SLURM_UNAVAILABLE and "slurmctld unreachable" in enacted.message
+    assert not enacted.node_drained
+    assert drainer.resume(SlurmClient(backend), "node1", settings(), by_admin=True).outcome is Outcome.SLURM_UNAVAILABLE
 
 
-def test_resume_only_our_drains():
+def test_missing_client_is_not_called_an_unreachable_controller():
+    class NoScontrol(MemoryBackend):
+        def show_node(self, name):
+            raise SlurmClientMissing("cannot run scontrol: [Errno 2] No such file or directory: 'scontrol'")
+
+    for call in (lambda c: drainer.drain(c, "node1", REASON, settings()),
+                 lambda c: drainer.resume(c, "node1", settings(), by_admin=True)):
+        enacted = call(SlurmClient(NoScontrol([])))
+        assert enacted.outcome is Outcome.SLURM_UNAVAILABLE
+        assert enacted.message.startswith("Slurm client unusable: cannot run scontrol") and "slurmctld" not in \
+            enacted.message
+
+
+# ------------------------------------------------------------------------------------------------
+# the breaker under concurrency: rank by (reason time, node name), undo past the limit
+
+
+def test_drains_ranked_past_the_limit_undo_themselves():
     backend = cluster()
-    backend.nodes["node1"] = NodeInfo("node1", "IDLE", frozenset({"DRAIN"}), "admin: reseat GPU 3")
-    assert drainer.resume(SlurmClient(backend), "node1", settings()).outcome is Outcome.NOT_OURS
+
+    def two_others_drain_first():
+        backend.clock -= 0.2  # they were served before ours, in the same second
+        backend.admin_drain("node5", OTHER)
+        backend.admin_drain("node6", OTHER)
+        backend.clock += 0.2
+
+    backend.before["settle"] = two_others_drain_first  # they happened while we waited
+    backend.clock = T0 + 0.5
+    enacted = drainer.drain(SlurmClient(backend), "node4", REASON, settings())
+    # node4, node5, node6 share a second: node4 sorts first and keeps its drain
+    assert enacted.outcome is Outcome.DRAINED and enacted.breaker.drained_by_us == 0, enacted
+    backend = cluster()
+    backend.admin_drain("node2", OTHER)
+    backend.clock += 1
+    backend.before["drain"] = lambda: backend.admin_drain("node3", OTHER)  # same second as ours, smaller name
+    enacted = drainer.drain(SlurmClient(backend), "node7", REASON, settings())
+    assert enacted.outcome is Outcome.BREAKER_UNDONE and not enacted.node_drained, enacted
+    assert enacted.breaker.drained_by_us == 2 and "undone" in enacted.message
+    assert backend.nodes["node7"].is_drained is False and backend.log[-1] == "resume"
+    assert drained(backend) == ["node2", "node3"]
+
+
+def test_a_later_drain_in_the_same_second_with_a_smaller_name_is_counted():
+    """The tie problem: node 'n2' drains at second S; 'n1' drains later in the same second S and sorts
+    ahead of n2. n2's re-count waits until the controller's clock has passed S, so it sees n1."""
+    backend = MemoryBackend([NodeInfo("n%d" % i, "IDLE") for i in range(1, 10)])
+    backend.admin_drain("n9", OTHER)  # one drain of ours already there (limit 2)
+    backend.clock += 1.0
+    seen = {}
+
+    def n1_drains_in_our_second():
+        assert int(backend.clock) == int(T0 + 1.25), "the settle wait must start within our drain's second"
+        backend.clock += 0.5
+        backend.admin_drain("n1", OTHER)
+        seen["n1"] = backend.nodes["n1"].reason_time
+
+    backend.before["settle"] = n1_drains_in_our_second
+    enacted = drainer.drain(SlurmClient(backend), "n2", REASON, settings())
+    assert seen["n1"] == enacted.node.reason_time  # same second: ranked by name, n1 first
+    assert enacted.outcome is Outcome.BREAKER_UNDONE and enacted.breaker.drained_by_us == 2, enacted
+    assert drained(backend) == ["n1", "n9"]
+
+
+def test_undo_only_when_the_reason_is_still_exactly_ours():
+    """An admin re-drains our node while we wait for the re-count: the drain is theirs now; even
+    ranked past the limit, it is not ours to undo."""
+    backend = cluster()
+    backend.before["settle"] = lambda: backend.admin_drain("node1", "admin: keep this node out")
+    enacted = drainer.drain(SlurmClient(backend), "node1", REASON, settings())
+    assert enacted.outcome is Outcome.FOREIGN_DRAIN and enacted.node_drained
+    assert backend.nodes["node1"].reason == "admin: keep this node out" and "resume" not in backend.log
+
+
+def test_refined_drain_past_the_limit_gets_slurms_reason_back():
+    backend = cluster()
+    backend.ctld_drain("node9", "Prolog error")
+    backend.clock += 1
+    backend.before["drain"] = lambda: [backend.admin_drain(n, OTHER) for n in ("node2", "node3")]
+    enacted = drainer.drain(SlurmClient(backend), "node9", REASON, settings())
+    assert enacted.outcome is Outcome.BREAKER_UNDONE and enacted.node_drained, enacted
+    assert backend.nodes["node9"].reason == "Prolog error" and backend.nodes["node9"].is_drained
+    assert "put back" in enacted.message
+
+
+def test_recount_failure_leaves_an_unconfirmed_drain_that_the_next_run_confirms():
+    backend = cluster()
+    client = SlurmClient(backend)
+    backend.before["drain"] = lambda: backend.failing.add("list")
+    enacted = drainer.drain(client, "node1", REASON, settings())
+    assert enacted.outcome is Outcome.DRAINED and enacted.node_drained and not enacted.confirmed
+    assert "re-count failed" in enacted.message
+    backend.failing.clear()
+    for name in ("node2", "node3"):  # meanwhile two earlier drains show up (e.g. slurmctld was slow)
+        n = backend.nodes[name]
+        backend.nodes[name] = NodeInfo(name, n.state, n.flags | {"DRAIN"}, OTHER, "root", stamp(T0 - 1))
+    record = {"reason": REASON, "reason_time": backend.nodes["node1"].reason_time, "confirmed": False}
+    again = drainer.drain(SlurmClient(backend), "node1", REASON, settings(), [record])
+    assert again.outcome is Outcome.BREAKER_UNDONE and not backend.nodes["node1"].is_drained
+    record["confirmed"] = True  # a confirmed drain is not re-ranked
+    backend.admin_drain("node1", REASON)
+    record["reason_time"] = backend.nodes["node1"].reason_time
+    assert drainer.drain(SlurmClient(backend), "node1", REASON, settings(), [record]).outcome is Outcome.ALREADY_OURS
+
+
+# ------------------------------------------------------------------------------------------------
+# resume: only on proof, only what is provably ours
+
+
+def test_resume_only_the_exact_drain_we_recorded():
+    backend = cluster()
+    backend.admin_drain("node1", REASON)
+    record = {"reason": REASON, "reason_time": backend.nodes["node1"].reason_time, "checks": ["gpu.memory"]}
+    wrong_time = dict(record, reason_time="2026-01-01T00:00:00")
+    assert drainer.resume(SlurmClient(backend), "node1", settings(), expected=wrong_time).outcome is Outcome.NOT_OURS
+    assert drainer.resume(SlurmClient(backend), "node1", settings()).outcome is Outcome.NOT_OURS  # no proof
     assert backend.nodes["node1"].is_drained
-    assert drainer.resume(SlurmClient(backend), "node1", settings(), force=True).outcome is Outcome.RESUMED
-    backend.nodes["node1"] = NodeInfo("node1", "IDLE", frozenset({"DRAIN"}), REASON)
-    assert drainer.resume(SlurmClient(backend), "node1", settings()).outcome is Outcome.RESUMED
-    assert drainer.resume(SlurmClient(backend), "node1", settings()).outcome is Outcome.NOT_DRAINED
+    enacted = drainer.resume(SlurmClient(backend), "node1", settings(), expected=record)
+    assert enacted.outcome is Outcome.RESUMED and not backend.nodes["node1"].is_drained
+    assert drainer.resume(SlurmClient(backend), "node1", settings(), expected=record).outcome is Outcome.NOT_DRAINED
+
+
+def test_admin_resume_verb_rules():
+    backend = cluster()
+    backend.admin_drain("node1", "admin: reseat GPU 3")
+    assert drainer.resume(SlurmClient(backend), "node1", settings(), by_admin=True).outcome is Outcome.NOT_OURS
+    assert drainer.resume(SlurmClient(backend), "node1", settings(), by_admin=True, force=True).outcome is \
+        Outcome.RESUMED
+    for reason in (REASON, "slurm-hooks: manual: fan"):
+        backend.admin_drain("node1", reason)
+        assert drainer.resume(SlurmClient(backend), "node1", settings(), by_admin=True).outcome is Outcome.RESUMED
+    backend.admin_drain("node1", "admin: rack power", flag="FAIL")
+    enacted = drainer.resume(SlurmClient(backend), "node1", settings(), by_admin=True)
+    assert enacted.outcome is Outcome.NOT_DRAINED and backend.nodes["node1"].is_failed
+
+
+def test_an_admins_fail_is_someone_elses():
+    backend = cluster()
+    backend.admin_drain("node1", REASON)  # ours...
+    record = {"reason": REASON, "reason_time": backend.nodes["node1"].reason_time, "checks": ["gpu.memory"]}
+    backend.nodes["node1"] = NodeInfo("node1", "IDLE", frozenset({"DRAIN", "FAIL"}), REASON, "root",
+                                      record["reason_time"])  # ...then FAILed by an admin keeping the text
+    assert drainer.resume(SlurmClient(backend), "node1", settings(), expected=record).outcome is Outcome.NOT_OURS
+    backend.nodes["node1"] = NodeInfo("node1", "IDLE", frozenset({"FAIL"}), "admin: dying DIMM", "root",
+                                      stamp(backend.clock))
+    enacted = drainer.drain(SlurmClient(backend), "node1", REASON, settings())
+    assert enacted.outcome is Outcome.SKIPPED_STATE and backend.nodes["node1"].reason == "admin: dying DIMM"
+
+
+def test_our_resume_leaves_no_reason_of_ours_where_slurm_keeps_it():
+    """24.11/25.11 with accounting_storage/none keep the Reason after RESUME until the node's next job.
+    We send a reason that is not ours with the RESUME, so when slurmctld later drains the node itself
+    and keeps the old text, it is not mistaken for one of our drains."""
+    backend = cluster(keep_reason_on_resume=True)
+    backend.admin_drain("node1", REASON)
+    record = {"reason": REASON, "reason_time": backend.nodes["node1"].reason_time, "checks": ["gpu.memory"]}
+    assert drainer.resume(SlurmClient(backend), "node1", settings(), expected=record).outcome is Outcome.RESUMED
+    kept = backend.nodes["node1"].reason
+    assert kept == "resumed by slurm-hooks: gpu.memory passed" and not backend.nodes["node1"].is_drained
+    backend.ctld_drain("node1", "Kill task failed")
+    assert backend.nodes["node1"].reason == kept  # Slurm kept the old text
+    for name in ("node2",):
+        backend.admin_drain(name, OTHER)
+    # not counted as ours by anyone's breaker, never resumed by us
+    state = drainer.policy.breaker_state(((n.name, n.is_drained, n.reason) for n in backend.nodes.values()),
+                                         "node2", "slurm-hooks:", 10.0, 2)
+    assert state.drained_by_us == 0
+    assert drainer.drain(SlurmClient(backend), "node1", REASON, settings(), (), False).outcome is \
+        Outcome.FOREIGN_DRAIN
+
+
+def test_breaker_undo_leaves_no_reason_of_ours_behind():
+    backend = cluster(keep_reason_on_resume=True)
+    for name in ("node2", "node3"):
+        backend.admin_drain(name, OTHER)
+    backend.clock += 2
+    backend.before["settle"] = lambda: backend.admin_drain("node4", OTHER)  # same second, sorts before node9
+    enacted = drainer.drain(SlurmClient(backend), "node9", REASON, settings(breaker={"min_nodes": 3}))
+    assert enacted.outcome is Outcome.BREAKER_UNDONE and enacted.breaker.drained_by_us == 3
+    assert backend.nodes["node9"].reason == UNDONE_REASON and not backend.nodes["node9"].is_drained
+
+
+def test_resume_race_with_someone_elses_resume():
+    backend = cluster()
+    backend.admin_drain("node1", REASON)
+    record = {"reason": REASON, "reason_time": backend.nodes["node1"].reason_time, "checks": ["gpu.memory"]}
+    backend.before["resume"] = lambda: backend.admin_resume("node1")
+    enacted = drainer.resume(SlurmClient(backend), "node1", settings(), expected=record)
+    assert enacted.outcome is Outcome.NOT_DRAINED and "no longer drained" in enacted.message
+
+
+# ------------------------------------------------------------------------------------------------
+# the admin verb's drain
+
+
+def test_manual_drain_goes_through_the_etiquette_and_not_the_breaker():
+    backend = cluster()
+    for i in (2, 3, 4):
+        backend.admin_drain("node%d" % i, OTHER)  # the breaker would trip: an admin's act is not stopped
+    enacted = drainer.drain_manual(SlurmClient(backend), "node1", "fan 3 at 0 rpm", settings())
+    assert enacted.outcome is Outcome.DRAINED and backend.nodes["node1"].reason == "slurm-hooks: manual: fan 3 at 0 rpm"
+    backend.admin_drain("node5", "admin: rack 7")
+    assert drainer.drain_manual(SlurmClient(backend), "node5", "x", settings()).outcome is Outcome.FOREIGN_DRAIN
+    assert drainer.drain_manual(SlurmClient(backend), "node5", "x", settings(), force=True).outcome is Outcome.DRAINED
+    backend.nodes["node6"] = NodeInfo("node6", "IDLE", frozenset({"MAINTENANCE", "RESERVED"}))
+    enacted = drainer.drain_manual(SlurmClient(backend), "node6", "x", settings())
+    assert enacted.outcome is Outcome.SKIPPED_STATE and not backend.nodes["node6"].is_drained
+    # one of our automatic drains becomes the admin's (and is then never resumed automatically)
+    enacted = drainer.drain_manual(SlurmClient(backend), "node2", "keep out: RMA", settings())
+    assert enacted.outcome is Outcome.DRAINED and backend.nodes["node2"].reason == "slurm-hooks: manual: keep out: RMA"
+    long = drainer.drain_manual(SlurmClient(backend), "node7", "x" * 1000, settings())
+    assert long.outcome is Outcome.DRAINED and len(backend.nodes["node7"].reason) <= 200
+
+
+# ------------------------------------------------------------------------------------------------
+# the node lock
+
+
+def test_node_lock_serialises_and_is_bounded(tmp_path):
+    first = drainer.NodeLock(str(tmp_path), "node1", 1.0)
+    with first:
+        assert first.acquired
+        start = time.monotonic()
+        with drainer.NodeLock(str(tmp_path), "node1", 0.3) as second:
+            assert not second.acquired and 0.25 < time.monotonic() - start < 2.0
+            assert "still held" in second.error
+        with drainer.NodeLock(str(tmp_path), "node2", 0.3) as other:
+            assert other.acquired  # another node name is another lock
+    with drainer.NodeLock(str(tmp_path), "node1", 0.3) as third:
+        assert third.acquired

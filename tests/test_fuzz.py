@@ -405,9 +405,13 @@ FAKE_SCONTROL = r'''#!{python}
 import json, sys
 with open({calls!r}, "a") as fh:
     fh.write(json.dumps(sys.argv[1:]) + "\n")
+with open({calls!r}) as fh:  # a node drained by an earlier call reads back drained, with its reason
+    drained = {a[1][9:]: a[3][7:] for a in map(json.loads, fh) if a[:1] == ["update"] and a[2] == "State=DRAIN"}
 if sys.argv[1:3] == ["--all", "--oneliner"]:
     names = sys.argv[5:] or ["node1", "node2", "node3", "node4"]
-    print("\n".join("NodeName=%s State=IDLE Partitions=debug" % n for n in names))
+    print("\n".join("NodeName=%s State=IDLE%s Partitions=debug%s" % (
+        n, "+DRAIN" if n in drained else "", " Reason=%s [root@2026-12-02T10:00:00]" % drained[n] if n in drained
+        else "") for n in names))
 '''
 
 
@@ -433,12 +437,16 @@ def test_hostile_text_reaches_scontrol_as_one_argument(fake_scontrol, summary):
     reason = policy.format_reason(Result("gpu.leftovers", Status.FAIL, summary or "x"), "slurm-hooks:", 200)
     before = len(POPEN_CALLS)
     backend = ScontrolBackend(scontrol=str(script), timeout=10.0, attempts=1)
-    enacted = drainer.drain(SlurmClient(backend), "node1", reason, _drain_settings())
+    settle, drainer.SETTLE_S = drainer.SETTLE_S, 0.0  # the fake has no clock to wait for
+    try:
+        enacted = drainer.drain(SlurmClient(backend), "node1", reason, _drain_settings())
+    finally:
+        drainer.SETTLE_S = settle
     assert enacted.outcome is drainer.Outcome.DRAINED, enacted.message
     received = [json.loads(line) for line in calls.read_text().splitlines()]
-    assert received[-1] == ["update", "NodeName=node1", "State=DRAIN", "Reason=" + reason]
     new = POPEN_CALLS[before:]
-    assert len(new) == 3 and all(isinstance(args, list) and not shell for args, shell in new)
+    assert received[-2] == ["update", "NodeName=node1", "State=DRAIN", "Reason=" + reason]  # then the re-count
+    assert len(new) == 4 and all(isinstance(args, list) and not shell for args, shell in new)
 
 
 def test_node_info_of_unknown_states_is_kept_not_guessed():

@@ -39,7 +39,7 @@ def test_worst_action_leads_the_reason():
     a = Result("gpu.pcie", Status.FAIL, "link x8", action=Action.DRAIN)
     b = Result("gpu.count", Status.FAIL, "GPU lost", action=Action.REBOOT)
     decision = policy.decide([a, b], SETTINGS)
-    assert decision.reason.startswith("slurm-hooks: gpu.count: GPU lost -> reboot (+1 more)")
+    assert decision.reason == "slurm-hooks: gpu.count,gpu.pcie: GPU lost -> reboot (+1 more)"
 
 
 def test_timeouts_alert_unless_configured_to_drain():

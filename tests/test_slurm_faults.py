@@ -2,9 +2,11 @@
 a few seconds, then continued), munge down. Real munged + slurmctld + slurmd, the real prolog.d
 script (tests/test_e2e_slurm.py's rig), a fake DGX node with GPU 0 fallen off the bus.
 
-For each: the prolog ends in bounded time, does not crash (no traceback), exits 1 (the job must not run
-here; slurm-hooks exits 10 and the script turns it into 1), and keeps a local record
-(<state_dir>/node-state.json "pending") that the next health run delivers once Slurm is back.
+For each: the prolog ends in bounded time, does not crash (no traceback), exits 0 -- the node could not
+be drained, and a non-zero exit would make slurmctld drain it with "Prolog error" once it answers,
+behind the circuit breaker's back (the job runs; the log says so) -- and keeps a local record
+(<state_dir>/node-state.json "pending") that the next health run delivers once Slurm is back. When
+slurmctld is merely slow, the drain lands and the prolog exits 1 (slurm-hooks' 10).
 
 munge: this module runs its OWN munged on a private socket (slurm.conf AuthInfo=socket=...), so
 stopping it never disturbs the machine's munged or other Slurm tests; it is restarted afterwards.
@@ -23,6 +25,8 @@ from pathlib import Path
 import pytest
 from slurmcluster import find_binary, require_slurm
 from test_e2e_slurm import DIRECT_JOB_ID, GPU_FAULT, ctld_reason, is_drained, report, start_rig
+
+from slurm_hooks import drainer
 
 CHECKS_S = 3.0  # interpreter + checks of the fake 8-GPU node, on a loaded 2-core VM
 
@@ -126,7 +130,7 @@ def test_slurmctld_down(hooks):
     c.stop_ctld()
     rc, seconds, err = hooks.run_prolog()
     report("prolog, slurmctld down, [drain] timeout 2 s x 2", seconds)
-    assert rc == 1 and "Traceback" not in err, err
+    assert rc == 0 and "Traceback" not in err, err
     assert seconds < 2.0 * 2 + 0.5 + CHECKS_S, seconds
     level, kv = hooks.wait_decision("prolog", DIRECT_JOB_ID)
     assert (level, kv["decision"], kv["outcome"]) == ("ERROR", "drain", "slurm-unavailable"), kv
@@ -148,7 +152,7 @@ def test_slurmctld_slow(hooks):
         thaw.join()
     report("prolog, slurmctld frozen for 3 s", seconds)
     assert rc == 1 and "Traceback" not in err, err
-    assert 3.0 <= seconds < 3.0 + 5.0 + CHECKS_S, seconds
+    assert 3.0 <= seconds < 3.0 + 5.0 + drainer.SETTLE_S + CHECKS_S, seconds
     level, kv = hooks.wait_decision("prolog", DIRECT_JOB_ID)
     assert (kv["decision"], kv["outcome"]) == ("drain", "drained"), kv
     assert is_drained(c.node_state("node1")) and ctld_reason(c) == kv["reason"]
@@ -163,7 +167,7 @@ def test_munge_down(hooks, munge):
     munge.stop()
     rc, seconds, err = hooks.run_prolog()
     report("prolog, munged stopped", seconds)
-    assert rc == 1 and "Traceback" not in err, err
+    assert rc == 0 and "Traceback" not in err, err
     assert seconds < 5.0 + CHECKS_S, seconds  # no waiting on a controller that cannot be asked
     level, kv = hooks.wait_decision("prolog", DIRECT_JOB_ID)
     assert (level, kv["decision"], kv["outcome"]) == ("ERROR", "drain", "slurm-unavailable"), kv
