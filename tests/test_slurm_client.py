@@ -612,3 +612,169 @@ def test_drain_before_failing_prolog_keeps_our_reason(prolog_cluster):
     c.drain_flag.unlink()
     c.scontrol("update", "NodeName=node1", "State=RESUME")
     c.wait_state("node1", "IDLE", timeout=15)
+
+
+# ---------------------------------------------------------------------------------------------
+# real output of every Slurm we support (tests/captures/slurm/<version>/, taken by
+# tests/test_slurm_versions.py from the real daemons: 22.05 on the host, 24.11 and 26.05 in Debian roots)
+
+from pathlib import Path  # noqa: E402
+
+CAPTURES = Path(__file__).resolve().parent / "captures" / "slurm"
+VERSIONS = sorted(p.name for p in CAPTURES.iterdir() if p.is_dir()) if CAPTURES.is_dir() else []
+FORGED = "maint window\nNodeName=node9 State=IDLE Partitions=debug"
+OURS_CAPTURED = "slurm-hooks: gpu.count: gpu:0 GPU 0 fell off the bus -> reboot"
+
+
+def captured(version, name):
+    path = CAPTURES / version / name
+    if not path.exists():
+        pytest.skip("%s has no %s" % (version, name))
+    return path.read_text()
+
+
+def test_captures_cover_the_supported_versions():
+    assert {v.split(".")[0] + "." + v.split(".")[1] for v in VERSIONS} >= {"22.05", "24.11", "26.05"}, VERSIONS
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_captured_node_records_parse(version):
+    for path in sorted((CAPTURES / version).glob("show-node*.txt")):
+        for node in parse_nodes(path.read_text()):
+            assert node.known_state, (path, node.state_string)
+            assert node.name in ("node1", "node2", "node3", "ext1"), (path, node.name)
+    node = parse_node_line(captured(version, "show-node-drained-ours.txt"))
+    assert (node.state, node.flags, node.reason, node.reason_user) == ("IDLE", {"DRAIN"}, OURS_CAPTURED, "root")
+    assert node.reason_epoch is not None
+    node = parse_node_line(captured(version, "show-node-fail.txt"))
+    assert node.is_failed and node.reason == "admin: DIMM errors"
+    node = parse_node_line(captured(version, "show-node-maint.txt"))
+    assert {"MAINTENANCE", "RESERVED"} <= node.flags and not node.is_drained
+    node = parse_node_line(captured(version, "show-node-draining.txt"))
+    assert node.is_draining and node.reason == OURS_CAPTURED
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_captured_reason_with_a_newline_does_not_forge_a_node(version):
+    """Before: '... Reason=maint window [root@T]        NodeName=node9 State=IDLE' read as node9, idle."""
+    node = parse_node_line(captured(version, "show-node-reason-newline.txt"))
+    assert (node.name, node.state, node.is_drained, node.reason) == ("node2", "DOWN", True, FORGED), node
+    names = [n.name for n in parse_nodes(captured(version, "show-nodes-reason-newline.txt"))]
+    assert sorted(names)[:3] == ["node1", "node2", "node3"] and "node9" not in names
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_captured_error_texts_are_classified(version):
+    assert slurm.classify(captured(version, "resume-not-drained.stderr")) == "invalid_state"
+    assert slurm.classify(captured(version, "update-unknown-node.stderr")) == "not_found"
+    assert slurm.classify(captured(version, "show-unknown-node.txt")) == "not_found"
+    run = Script((1, "", captured(version, "resume-not-drained.stderr")))
+    with pytest.raises(slurm.InvalidNodeState):
+        ScontrolBackend(runner=run).resume("node1")
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_captured_hostnames_and_version(version):
+    names = captured(version, "show-hostnames.txt").split()
+    run = Script((0, captured(version, "show-hostnames.txt"), ""))
+    assert slurm.expand_hostlist("gpu[01-03,07],login1", runner=run) == names == \
+        ["gpu01", "gpu02", "gpu03", "gpu07", "login1"]
+    assert run.argvs == [["scontrol", "show", "hostnames", "gpu[01-03,07],login1"]]
+    assert "%d.%02d" % slurm.parse_version(captured(version, "sinfo-version.txt"))[:2] == version.rsplit(".", 1)[0]
+
+
+def test_captured_external_node_of_2605():
+    found = [v for v in VERSIONS if (CAPTURES / v / "show-node-external.txt").exists()]
+    assert found, "no 26.05 capture with an EXTERNAL node"
+    for version in found:
+        node = parse_node_line(captured(version, "show-node-external.txt"))
+        assert "EXTERNAL" in node.flags and node.known_state, node
+
+
+def test_what_slurm_keeps_after_resume_by_version():
+    """22.05 and 26.05 clear the reason at RESUME; 24.11 (accounting_storage/none) keeps it, and then
+    shows it, old time and user included, on slurmctld's own later drain."""
+    for version in VERSIONS:
+        kept = parse_node_line(captured(version, "show-node-resumed-while-running.txt"))
+        again = parse_node_line(captured(version, "show-node-ctld-drain-after-resume.txt"))
+        drained = parse_node_line(captured(version, "show-node-draining.txt"))
+        if version.startswith(("24.11", "25.11")):
+            assert kept.reason == OURS_CAPTURED and not kept.is_drained
+            assert (again.reason, again.reason_time) == (OURS_CAPTURED, drained.reason_time) and again.is_drained
+        else:
+            assert kept.reason is None and again.reason == "Epilog error", (version, again)
+
+
+# ---------------------------------------------------------------------------------------------
+# the parser against hand-written edge cases the captures do not show
+
+@pytest.mark.parametrize("line,reason,user,when", [
+    # a stamp-like text inside the reason's first line: Slurm's is the one followed by the end
+    ("NodeName=n1 State=IDLE+DRAIN Reason=x [bob@2024-01-01T00:00:00] y [root@2026-12-02T10:00:00]",
+     "x [bob@2024-01-01T00:00:00] y", "root", "2026-12-02T10:00:00"),
+    # further reason lines after eight spaces, then a trailing field
+    ("NodeName=n1 State=IDLE+DRAIN Reason=a [root@2026-12-02T10:00:00]        b State=IDLE        c Comment=z",
+     "a\nb State=IDLE\nc", "root", "2026-12-02T10:00:00"),
+    # a field a later release might print after the reason
+    ("NodeName=n1 State=IDLE+DRAIN Reason=a b [root@2026-12-02T10:00:00] NewField=1", "a b", "root",
+     "2026-12-02T10:00:00"),
+])
+def test_reason_edges(line, reason, user, when):
+    node = parse_node_line(line)
+    assert (node.name, node.state_string, node.reason, node.reason_user, node.reason_time) == (
+        "n1", "IDLE+DRAIN", reason, user, when)
+
+
+def test_fields_after_the_reason_never_rename_or_restate_a_node():
+    node = parse_node_line("NodeName=n1 State=IDLE+DRAIN Partitions=p Reason=x [root@2026-12-02T10:00:00]        "
+                           "NodeName=n9 State=IDLE Partitions=q")
+    assert (node.name, node.state_string, node.partitions) == ("n1", "IDLE+DRAIN", ("p",))
+
+
+def test_a_node_listed_twice_is_an_error_not_a_guess():
+    text = "NodeName=n1 State=IDLE+DRAIN Reason=x [root@2026-12-02T10:00:00] Comment=a\nNodeName=n1 State=IDLE\n"
+    with pytest.raises(SlurmParseError, match="listed twice"):
+        parse_nodes(text)
+
+
+def test_client_times_are_utc_whatever_the_environment():
+    env = slurm.client_env({"TZ": "America/New_York", "SLURM_TIME_FORMAT": "relative"})
+    assert (env["TZ"], env["SLURM_TIME_FORMAT"]) == ("UTC0", "standard")
+    node = NodeInfo("n1", "IDLE", frozenset({"DRAIN"}), "x", "root", "2026-12-02T10:00:00")
+    assert node.reason_epoch == 1796205600
+
+
+def test_missing_scontrol_is_not_an_unreachable_controller():
+    run = Script(FileNotFoundError(2, "No such file or directory", "scontrol"))
+    with pytest.raises(slurm.SlurmClientMissing, match="cannot run scontrol"):
+        ScontrolBackend(runner=run).show_node("node1")
+    with pytest.raises(slurm.SlurmClientMissing):
+        slurm.expand_hostlist("gpu[1-2]", runner=Script(FileNotFoundError(2, "No such file", "scontrol")))
+
+
+@pytest.mark.parametrize("text", ["", "a b", "gpu[1-2];reboot", "$(id)", "-x"])
+def test_hostlist_refuses_non_hostlists_before_running_anything(text):
+    with pytest.raises(ValueError):
+        slurm.expand_hostlist(text, runner=Script())
+
+
+def test_resume_with_a_reason_is_one_request():
+    run = Script((0, "", ""))
+    SlurmClient(backend=ScontrolBackend(runner=run)).resume("node1", "resumed by slurm-hooks: gpu.ecc passed")
+    assert run.argvs == [["scontrol", "update", "NodeName=node1", "State=RESUME",
+                          "Reason=resumed by slurm-hooks: gpu.ecc passed"]]
+
+
+def test_client_budget_bounds_every_request():
+    def slow(argv, timeout, env):
+        time.sleep(timeout)
+        raise subprocess.TimeoutExpired(argv, timeout)
+
+    client = SlurmClient(backend=ScontrolBackend(runner=slow, timeout=5.0, attempts=3, backoff=0.0))
+    client.set_budget(0.4)
+    t0 = time.monotonic()
+    with pytest.raises(SlurmUnavailable):
+        client.show_node("node1")
+    with pytest.raises(SlurmUnavailable, match="no time left"):
+        client.list_nodes()
+    assert time.monotonic() - t0 < 1.5
