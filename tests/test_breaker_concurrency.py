@@ -98,10 +98,10 @@ def run_trial(cluster):
     start_at = time.time() + 1.0  # every child is forked and waiting by then
     procs = [multiprocessing.get_context("fork").Process(target=_drain_at, args=(cluster.env, name, start_at, results))
              for name in NODES[1:1 + DRAINERS]]
+    for p in procs:  # forked before the monitor thread starts (fork after threads is unsafe)
+        p.start()
     monitor = Monitor(cluster.env)
     monitor.start()
-    for p in procs:
-        p.start()
     rows = [results.get(timeout=120) for _ in procs]
     for p in procs:
         p.join(30)
