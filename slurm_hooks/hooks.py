@@ -315,7 +315,9 @@ def _remember_drain(state: Dict[str, Any], enacted: drainer.Enacted, decision: p
         state["drained"] = dict(state.get("drained") or {}, **entry)
         state.pop("pending", None)
     elif outcome in UNDELIVERED:
-        state["pending"] = entry  # delivered by a later health run, if the checks still fail
+        # delivered by a later health run, if the checks still fail; if the request landed after all (a
+        # timeout after slurmctld acted), the drain matching it is ours but was never ranked: confirmed False
+        state["pending"] = dict(entry, confirmed=False)
     elif outcome in ("breaker-tripped", "breaker-undone", "foreign-drain-kept", "not-drained"):
         state.pop("pending", None)  # decided: nothing of ours to deliver or to track
         if outcome != "breaker-tripped":

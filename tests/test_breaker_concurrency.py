@@ -9,15 +9,16 @@ State=IDLE, SlurmdTimeout=0, so they stay IDLE+NOT_RESPONDING and take DRAIN/RES
 The promise (docs/slurm.md, "The circuit breaker"): at rest, never more nodes drained by slurm-hooks
 than the limit (21 nodes, 10 %, min_nodes 2 -> 2). Before this was fixed, the same trials left 8 to 16
 nodes drained. Also measured (printed; run with -s): the transient overshoot (the most nodes drained by
-us at any instant, polled every ~10 ms while the trial runs), the time one drain() takes, and the Slurm
+us at any instant, polled with scontrol every ~50 ms while the trial runs), the time one drain() takes, and the Slurm
 calls per drain.
 """
 from __future__ import annotations
 
-import multiprocessing
 import statistics
+import sys
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -47,8 +48,11 @@ def drained_by_us(env):
     return sorted(n.name for n in parse_nodes(out) if n.is_drained and (n.reason or "").startswith(PREFIX))
 
 
-def _drain_at(env, node, start_at, results):
+def _drain_at(env, node, start_at, out_fd):
     """One node's prolog deciding to drain: everything is imported (fork), wait for the agreed instant."""
+    import json
+    import os
+
     client = SlurmClient(backend=ScontrolBackend(env=env, timeout=20.0))
     reason = "slurm-hooks: gpu.count: GPU 0 fell off the bus (trial) -> reboot"
     while time.time() < start_at:
@@ -59,7 +63,33 @@ def _drain_at(env, node, start_at, results):
         outcome, message = enacted.outcome.value, enacted.message
     except Exception as exc:  # reported to the parent, which fails the test with it
         outcome, message = "crash", repr(exc)
-    results.put((node, outcome, message, began, time.time(), client.calls))
+    row = json.dumps([node, outcome, message, began, time.time(), client.calls]) + "\n"
+    os.write(out_fd, row.encode())  # one write per child: a line shorter than PIPE_BUF arrives whole
+
+
+def driver(env, nodes, start_at):
+    """Run in a fresh, single-threaded interpreter (forking a process that has threads -- pytest's,
+    the cluster's refusing listener -- can deadlock): import everything, fork one child per node, and
+    print each child's result line."""
+    import os
+
+    read_fd, write_fd = os.pipe()
+    children = []
+    for node in nodes:
+        pid = os.fork()
+        if pid == 0:
+            os.close(read_fd)
+            try:
+                _drain_at(env, node, start_at, write_fd)
+            finally:
+                os._exit(0)
+        children.append(pid)
+    os.close(write_fd)
+    with os.fdopen(read_fd) as rows:
+        for line in rows:
+            print(line, end="", flush=True)
+    for pid in children:
+        os.waitpid(pid, 0)
 
 
 class Monitor(threading.Thread):
@@ -77,7 +107,7 @@ class Monitor(threading.Thread):
                 self.polls += 1
             except Exception:  # noqa: BLE001 - a poll that fails under load is just skipped
                 pass
-            time.sleep(0.01)
+            time.sleep(0.05)
 
 
 @pytest.fixture(scope="module")
@@ -94,19 +124,21 @@ def _reset(cluster):
 
 
 def run_trial(cluster):
-    results = multiprocessing.get_context("fork").Queue()
-    start_at = time.time() + 1.0  # every child is forked and waiting by then
-    procs = [multiprocessing.get_context("fork").Process(target=_drain_at, args=(cluster.env, name, start_at, results))
-             for name in NODES[1:1 + DRAINERS]]
-    for p in procs:  # forked before the monitor thread starts (fork after threads is unsafe)
-        p.start()
+    import json
+    import subprocess
+    import sys
+
+    start_at = time.time() + 1.5  # the driver has imported everything and forked every child by then
+    args = json.dumps([cluster.env, list(NODES[1:1 + DRAINERS]), start_at])
+    driver_proc = subprocess.Popen([sys.executable, __file__, args], stdout=subprocess.PIPE, text=True,
+                                   cwd=str(Path(__file__).resolve().parent.parent))
     monitor = Monitor(cluster.env)
     monitor.start()
-    rows = [results.get(timeout=120) for _ in procs]
-    for p in procs:
-        p.join(30)
+    out, _ = driver_proc.communicate(timeout=180)
     monitor.stopping.set()
     monitor.join(30)
+    rows = [json.loads(line) for line in out.splitlines() if line.strip()]
+    assert len(rows) == DRAINERS, out
     return rows, monitor
 
 
@@ -138,3 +170,10 @@ def test_twenty_simultaneous_drains_never_exceed_the_limit(many):
           "start spread max %.0f ms; Slurm calls by outcome %s"
           % (TRIALS, DRAINERS, max(f["at_rest"] for f in figures), max(f["peak"] for f in figures),
              statistics.median(times), max(times), max(f["spread_ms"] for f in figures), figures[-1]["calls"]))
+
+
+if __name__ == "__main__":  # the driver process of run_trial
+    import json
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    driver(*json.loads(sys.argv[1]))

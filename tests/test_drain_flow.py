@@ -277,3 +277,30 @@ def test_many_hostlist_words_are_refused_before_any_call():
         expand_hostlist("node1;reboot")
     backend = MemoryBackend([])
     assert backend.calls == 0
+
+
+def test_a_drain_that_landed_despite_a_timeout_is_ours_and_gets_ranked(rig):
+    """The drain request timed out after slurmctld had acted: the pending record matches what Slurm
+    shows, so the next run takes the drain as ours -- and, never ranked, re-ranks it."""
+    backend = rig.backend
+
+    def lands_then_times_out():
+        backend.admin_drain("node1", rig.node_reason)
+        backend.failing.add("drain")
+
+    rig.node_reason = None
+    out = rig.run("prolog", "node")  # a first drain tells us the reason text
+    rig.node_reason = rig.node().reason
+    backend.admin_resume("node1")
+    rig.state_file.write_text("{}")
+    backend.before["drain"] = lands_then_times_out
+    out = rig.run("prolog", "node")
+    backend.failing.clear()
+    assert out.enacted.outcome is Outcome.SLURM_UNAVAILABLE and rig.node().is_drained
+    assert rig.state()["pending"]["confirmed"] is False
+    for name in ("node2", "node3"):  # two drains of ours ranked ahead of it meanwhile
+        n = backend.nodes[name]
+        backend.nodes[name] = NodeInfo(name, n.state, n.flags | {"DRAIN"}, "slurm-hooks: gpu.ecc: x -> reboot",
+                                       "root", "2026-01-01T00:00:00")
+    out = rig.run("health", "node")
+    assert out.enacted.outcome is Outcome.BREAKER_UNDONE and not rig.node().is_drained, out.enacted

@@ -660,7 +660,7 @@ def test_captured_reason_with_a_newline_does_not_forge_a_node(version):
     node = parse_node_line(captured(version, "show-node-reason-newline.txt"))
     assert (node.name, node.state, node.is_drained, node.reason) == ("node2", "DOWN", True, FORGED), node
     names = [n.name for n in parse_nodes(captured(version, "show-nodes-reason-newline.txt"))]
-    assert sorted(names)[:3] == ["node1", "node2", "node3"] and "node9" not in names
+    assert {"node1", "node2", "node3"} <= set(names) and "node9" not in names  # (26.05: and ext1)
 
 
 @pytest.mark.parametrize("version", VERSIONS)
