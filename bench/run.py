@@ -286,7 +286,8 @@ class Bench:
         worst = max((s["slurm_calls"] or 0 for s in drain.get("steps", [])), default=None)
         sec.notes.append("drain path backend: %s%s" % (drain.get("backend"), "; " + drain["note"] if "note" in drain
                                                         else ""))
-        sec.notes.append("most calls in one run: %s (bound: show node + list nodes for the breaker + drain = 3)"
+        sec.notes.append("most calls in one run: %s (bound: show node + list nodes + drain + re-count = 4; 5 when "
+                         "the breaker undoes the drain)"
                          % worst)
         sec.notes.append("exit 10 = the node must not run jobs; prolog.d/epilog.d turn it into 1 for slurmd")
         if "error" in drain:

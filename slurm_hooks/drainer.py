@@ -176,6 +176,8 @@ def drain(client: SlurmClient, node_name: str, reason: str, settings: Mapping[st
     """
     drain_settings = settings["drain"]
     prefix = drain_settings["reason_prefix"]
+    if len(reason) > policy.REASON_LIMIT:  # a config that let it grow: cut, never crash the drain
+        reason = reason[: policy.REASON_LIMIT - 3].rstrip() + "..."
     if settings["general"]["mode"] == "observe":
         return Enacted(Outcome.OBSERVE, "observe mode: would drain %s: %s" % (node_name, reason))
     try:
@@ -363,6 +365,8 @@ class NodeLock:
     node deciding at once must make one drain). flock on a file in /run/slurm-hooks (tmpfs: local,
     never hangs), or in state_dir when /run cannot be used (a non-root test run). Waits at most
     `timeout` seconds; without the lock the caller goes on (logged): bounded beats exclusive.
+    The holder removes the file before releasing it, so no lock files pile up; a waiter that then
+    holds a lock on a removed file notices (the path is gone or another file) and tries again.
     """
 
     def __init__(self, state_dir: str, node: str, timeout: float) -> None:
@@ -373,38 +377,56 @@ class NodeLock:
         self.dirs = (LOCK_DIR, state_dir)
         self.timeout = timeout
         self.fd = -1
+        self.path = ""
         self.acquired = False
         self.started = time.time()
         self.waited = 0.0
         self.error: Optional[str] = None
+
+    def _open(self) -> bool:
+        for directory in self.dirs:
+            try:
+                os.makedirs(directory, mode=0o700, exist_ok=True)
+                path = os.path.join(directory, self.name)
+                self.fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+                self.path = path
+                return True
+            except OSError as exc:
+                self.error = "%s: %s" % (directory, exc)
+        return False
 
     def __enter__(self) -> "NodeLock":
         import fcntl
 
         self.started = time.time()
         start = time.monotonic()
-        for directory in self.dirs:
-            try:
-                os.makedirs(directory, mode=0o700, exist_ok=True)
-                self.fd = os.open(os.path.join(directory, self.name),
-                                  os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-                break
-            except OSError as exc:
-                self.error = "%s: %s" % (directory, exc)
-        while self.fd >= 0:
+        while self._open():
             try:
                 fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                self.acquired = True
-                break
-            except OSError:
-                if time.monotonic() - start >= self.timeout:
-                    self.error = "still held by another hook after %.1fs" % self.timeout
+                try:
+                    same = os.stat(self.path).st_ino == os.fstat(self.fd).st_ino
+                except OSError:
+                    same = False
+                if same:
+                    self.acquired = True
                     break
-                time.sleep(0.02)
+            except OSError:
+                pass
+            os.close(self.fd)
+            self.fd = -1
+            if time.monotonic() - start >= self.timeout:
+                self.error = "still held by another hook after %.1fs" % self.timeout
+                break
+            time.sleep(0.02)
         self.waited = time.monotonic() - start
         return self
 
     def __exit__(self, *exc: object) -> None:
         if self.fd >= 0:
+            if self.acquired:
+                try:
+                    os.unlink(self.path)
+                except OSError:
+                    pass
             os.close(self.fd)  # releases the flock
             self.fd = -1

@@ -45,6 +45,7 @@ class Decision(Struct):
         return tuple(dict.fromkeys(r.check for r in self.findings))
 
 
+REASON_LIMIT = 512  # the longest reason the Slurm client accepts from us (slurm.MAX_REASON)
 RUNNER_CHECK = "slurm-hooks.runner"  # the check process died or hit the deadline (hooks.run_isolated_checks)
 PASSING = (Status.OK, Status.WARN, Status.SKIP)
 
@@ -64,7 +65,8 @@ def decide(results: Sequence[Result], settings: Mapping[str, Mapping[str, object
         ordered = sorted(node_broken, key=_action_rank, reverse=True)
         checks = tuple(dict.fromkeys(r.check for r in ordered))
         reason = format_reason(ordered[0], str(drain_settings["reason_prefix"]),
-                               int(drain_settings["max_reason_length"]), more=len(ordered) - 1, checks=checks)
+                               min(int(drain_settings["max_reason_length"]), REASON_LIMIT), more=len(ordered) - 1,
+                               checks=checks)
         return Decision(Verdict.DRAIN, Blame.NODE, tuple(ordered), reason)
     troubled = [r for r in results if r.status in (Status.FAIL, Status.UNKNOWN, Status.WARN)]
     if troubled:
@@ -143,6 +145,7 @@ MANUAL = "manual"  # the word after the prefix in drains made with `slurm-hooks 
 def format_manual_reason(text: str, prefix: str, max_length: int) -> str:
     """The reason of an admin's `slurm-hooks drain --reason TEXT`: 'slurm-hooks: manual: TEXT' (bounded)."""
     reason = sanitize("%s %s: %s" % (prefix.strip(), MANUAL, text))
+    max_length = min(max_length, REASON_LIMIT)
     if len(reason) > max_length:
         reason = reason[: max(max_length - 3, 0)].rstrip() + "..."
     return reason

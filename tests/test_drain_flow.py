@@ -140,10 +140,12 @@ def test_an_admins_drain_through_our_verb_is_never_resumed(rig):
 
 
 def test_same_text_later_is_not_our_drain(rig):
-    """An admin drains again with our very text after we drained: Slurm's reason time differs."""
+    """An admin resumes our drain and drains again with our very text: Slurm's reason time differs."""
     rig.run("prolog", "node")
+    ours = rig.node().reason
     rig.backend.clock += 5
-    rig.backend.admin_drain("node1", rig.node().reason)
+    rig.backend.admin_resume("node1")
+    rig.backend.admin_drain("node1", ours)
     out = rig.run("health", "ok")
     assert out.enacted.outcome is Outcome.NOT_OURS and rig.node().is_drained
 

@@ -84,7 +84,11 @@ class MemoryBackend(Backend):
         self.admin_drain(name, reason)
 
     def admin_drain(self, name, reason, flag="DRAIN"):
-        """scontrol update NodeName=name State=DRAIN|FAIL Reason=reason (no call counted)."""
+        """scontrol update NodeName=name State=DRAIN|FAIL Reason=reason (no call counted). Like
+        update_node, the same state and reason again change nothing (the reason time stays)."""
+        n = self.nodes[name]
+        if flag in n.flags and n.reason == reason:
+            return
         self.set_reason(name, reason, flags_add={flag})
 
     def ctld_drain(self, name, reason="Epilog error"):
@@ -469,3 +473,49 @@ def test_node_lock_serialises_and_is_bounded(tmp_path):
             assert other.acquired  # another node name is another lock
     with drainer.NodeLock(str(tmp_path), "node1", 0.3) as third:
         assert third.acquired
+
+
+def test_node_lock_excludes_other_processes_and_leaves_no_file(tmp_path):
+    """Eight processes of one node take the lock at once: no two inside at the same time (each one's
+    read-modify-write of a counter survives), and the lock file is gone afterwards."""
+    import os
+
+    counter = tmp_path / "counter"
+    counter.write_text("0")
+    children = []
+    for _ in range(8):
+        pid = os.fork()
+        if pid == 0:
+            code = 1
+            try:
+                with drainer.NodeLock(str(tmp_path), "node1", 10.0) as lock:
+                    if lock.acquired:
+                        value = int(counter.read_text())
+                        time.sleep(0.02)
+                        counter.write_text(str(value + 1))
+                        code = 0
+            finally:
+                os._exit(code)
+        children.append(pid)
+    codes = [os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) for pid in children]
+    assert codes == [0] * 8 and counter.read_text() == "8"
+    name = drainer.NodeLock(str(tmp_path), "node1", 1.0).name
+    assert not any(os.path.exists(os.path.join(d, name)) for d in (drainer.LOCK_DIR, str(tmp_path)))
+
+
+def test_a_long_summary_never_crashes_the_drain():
+    """max_reason_length above what the client takes (a config the loader should refuse, or an older
+    one) with a 2000-character summary: the reason is cut to 512, the drain happens."""
+    from slurm_hooks import policy
+    from slurm_hooks.result import Action, Result, Status
+
+    s = settings(drain={"max_reason_length": 5000})
+    decision = policy.decide([Result("gpu.xid", Status.FAIL, "x" * 2000, action=Action.REBOOT)], s)
+    assert len(decision.reason) <= 512 and decision.reason.endswith("-> reboot")
+    backend = cluster()
+    enacted = drainer.drain(SlurmClient(backend), "node1", decision.reason, s)
+    assert enacted.outcome is Outcome.DRAINED and len(backend.nodes["node1"].reason) <= 512
+    enacted = drainer.drain(SlurmClient(cluster()), "node1", "slurm-hooks: gpu.x: " + "y" * 900, s)
+    assert enacted.outcome is Outcome.DRAINED
+    manual = drainer.drain_manual(SlurmClient(cluster()), "node1", "z" * 900, s)
+    assert manual.outcome is Outcome.DRAINED
