@@ -241,7 +241,8 @@ def run_hook(context: str, registry: Registry, config: Config, env: Mapping[str,
         state.pop("pending")  # an undelivered drain whose checks all pass now: forget it, no Slurm call
         save_state(config, state, log)
     enacted = None
-    if draining or (context == "health" and (state.get("drained") or not known)):
+    rebuild = not known and config.get("general", "mode") != "observe"  # observe resumes nothing: no need
+    if draining or (context == "health" and (state.get("drained") or rebuild)):
         enacted, client = _enact(context, name, job, config, log, decision, report, client)
     calls = client.calls if client is not None else 0
     code = EXIT_NODE_BROKEN if enacted is not None and enacted.node_drained else 0
@@ -303,10 +304,16 @@ def _remember_drain(state: Dict[str, Any], enacted: drainer.Enacted, decision: p
     entry = {"reason": decision.reason, "checks": list(decision.checks), "time": time.time(), "job": job.job_id,
              "context": context}
     node = enacted.node
-    if outcome in DELIVERED and node is not None and node.reason:
-        old = state.get("drained") or {}
-        if outcome == "already-drained-by-us" and old.get("reason") == node.reason:
-            entry = dict(old, checks=list(dict.fromkeys(list(old.get("checks", [])) + list(decision.checks))))
+    old = state.get("drained") or {}
+    pending = state.get("pending") or {}
+    checks = list(dict.fromkeys(list(old.get("checks", [])) + list(pending.get("checks", [])) + list(decision.checks)))
+    if outcome == "already-drained-by-us" and node is None and old:  # another hook of this node just drained
+        state["drained"] = dict(old, checks=checks)
+        state.pop("pending", None)
+    elif outcome in DELIVERED and node is not None and node.reason:
+        if outcome == "already-drained-by-us":  # the drain recorded (or pending), seen again: keep its story
+            base = old if old.get("reason") == node.reason else pending if pending.get("reason") == node.reason else {}
+            entry = dict(entry, **{k: v for k, v in base.items() if k in ("time", "job", "context")}, checks=checks)
         entry.update(reason=node.reason, reason_time=node.reason_time, confirmed=enacted.confirmed)
         state["drained"] = entry
         state.pop("pending", None)
@@ -347,7 +354,7 @@ def _recover(client, name: str, state: Dict[str, Any], known: bool, report: RunR
         if not (node.is_drained and owner.automatic and not node.is_failed):
             state.pop("drained", None)
             return Enacted(Outcome.NOT_DRAINED, "local state rebuilt from Slurm: no drain of ours on %s (%s)"
-                           % (name, node.state_string), node, node_drained=node.is_drained)
+                           % (name, node.state_string), node)
         state["drained"] = {"reason": node.reason, "reason_time": node.reason_time, "checks": list(owner.checks),
                             "complete": owner.complete, "time": time.time(), "context": "rebuilt", "confirmed": True}
     record = state.get("drained")

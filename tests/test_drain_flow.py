@@ -41,6 +41,8 @@ def rig(tmp_path):
         what = verdict.read_text().strip()
         if what == "node":
             return Result("demo.gpu", Status.FAIL, "GPU 0 fell off the bus", component="gpu:0", action=Action.REBOOT)
+        if what == "node-gpu1":  # the same check, worded for another job's GPU
+            return Result("demo.gpu", Status.FAIL, "GPU 1 fell off the bus", component="gpu:1", action=Action.REBOOT)
         if what == "unknown":
             return Result("demo.gpu", Status.UNKNOWN, "nvmlDeviceGetCount: NVML_ERROR_UNKNOWN")
         if what == "crash":
@@ -306,3 +308,34 @@ def test_a_drain_that_landed_despite_a_timeout_is_ours_and_gets_ranked(rig):
                                        "root", "2026-01-01T00:00:00")
     out = rig.run("health", "node")
     assert out.enacted.outcome is Outcome.BREAKER_UNDONE and not rig.node().is_drained, out.enacted
+
+
+def test_the_second_hooks_record_keeps_slurms_exact_reason(rig, monkeypatch):
+    """The hook that found the drain a moment old must not overwrite the record with its own wording
+    (another job's GPUs make another reason text): the health run could not prove the drain then."""
+    rig.run("prolog", "node")
+    recorded = rig.state()["drained"]
+
+    class SlowLock(drainer.NodeLock):
+        def __enter__(self):
+            lock = super().__enter__()
+            lock.waited = 0.5
+            rig.state_file.write_text(json.dumps({"drained": dict(recorded, time=lock.started + 0.1)}))
+            return lock
+
+    monkeypatch.setattr(drainer, "NodeLock", SlowLock)
+    out = rig.run("prolog", "node-gpu1")
+    assert out.enacted.outcome is Outcome.ALREADY_OURS and out.calls == 0
+    assert out.decision.reason != recorded["reason"]
+    assert rig.state()["drained"]["reason"] == recorded["reason"]
+    assert rig.state()["drained"]["reason_time"] == recorded["reason_time"]
+    monkeypatch.undo()
+    assert rig.run("health", "ok").enacted.outcome is Outcome.RESUMED
+
+
+def test_observe_mode_does_not_rebuild_lost_state(rig):
+    """Observe mode resumes nothing, so a health run with no state file asks Slurm nothing either."""
+    out = rig.run("health", "ok", general={"mode": "observe"})
+    assert out.enacted is None and out.calls == 0
+    out = rig.run("health", "ok")
+    assert out.enacted.outcome is Outcome.NOT_DRAINED and out.calls == 1 and rig.state() == {}
