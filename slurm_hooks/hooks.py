@@ -273,12 +273,12 @@ def _after_decision(context: str, config: Config, job: JobContext, name: str, re
 def _enact(context: str, name: str, job: JobContext, config: Config, log, decision: policy.Decision,
            report: RunReport, client) -> Tuple[drainer.Enacted, Any]:
     """Drain, or (health) resume / rebuild lost state, under the node's lock and one Slurm budget."""
-    from . import drainer  # only now: the happy path loads nothing of Slurm's
+    from . import drainer, nodelock  # only now: the happy path loads nothing of Slurm's
 
     client = client or drainer.make_client(config.settings)
     budget = drainer.slurm_budget(config.settings)
     client.set_budget(budget)
-    with drainer.NodeLock(config.get("paths", "state_dir"), name, budget) as lock:
+    with nodelock.NodeLock(config.get("paths", "state_dir"), name, budget) as lock:
         if not lock.acquired:
             log.warning(logs.kv(context=context, node=name, event="drain-lock-unavailable", error=lock.error))
         state, known = read_state(config, log)  # fresh: another hook of this node may have just acted

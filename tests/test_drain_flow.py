@@ -15,7 +15,7 @@ import os
 import pytest
 from test_drainer import MemoryBackend, cluster
 
-from slurm_hooks import drainer, hooks
+from slurm_hooks import drainer, hooks, nodelock
 from slurm_hooks.config import validate
 from slurm_hooks.drainer import Outcome
 from slurm_hooks.hook_commands import node_status
@@ -260,14 +260,14 @@ def test_a_hook_that_waited_for_the_lock_sees_the_drain_just_made(rig, monkeypat
     drained_record = rig.state()["drained"]
     rig.state_file.write_text(json.dumps({}))  # as the second prolog saw it before taking the lock
 
-    class SlowLock(drainer.NodeLock):
+    class SlowLock(nodelock.NodeLock):
         def __enter__(self):
             lock = super().__enter__()
             lock.waited = 0.5  # ...it waited while the first drained and wrote its record
             rig.state_file.write_text(json.dumps({"drained": dict(drained_record, time=lock.started + 0.1)}))
             return lock
 
-    monkeypatch.setattr(drainer, "NodeLock", SlowLock)
+    monkeypatch.setattr(nodelock, "NodeLock", SlowLock)
     calls = rig.backend.calls
     out = rig.run("prolog", "node")
     assert out.enacted.outcome is Outcome.ALREADY_OURS and rig.backend.calls == calls and out.exit_code == 10
@@ -316,14 +316,14 @@ def test_the_second_hooks_record_keeps_slurms_exact_reason(rig, monkeypatch):
     rig.run("prolog", "node")
     recorded = rig.state()["drained"]
 
-    class SlowLock(drainer.NodeLock):
+    class SlowLock(nodelock.NodeLock):
         def __enter__(self):
             lock = super().__enter__()
             lock.waited = 0.5
             rig.state_file.write_text(json.dumps({"drained": dict(recorded, time=lock.started + 0.1)}))
             return lock
 
-    monkeypatch.setattr(drainer, "NodeLock", SlowLock)
+    monkeypatch.setattr(nodelock, "NodeLock", SlowLock)
     out = rig.run("prolog", "node-gpu1")
     assert out.enacted.outcome is Outcome.ALREADY_OURS and out.calls == 0
     assert out.decision.reason != recorded["reason"]

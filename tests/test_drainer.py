@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from slurm_hooks import drainer
+from slurm_hooks import drainer, nodelock
 from slurm_hooks.config import SECTIONS
 from slurm_hooks.drainer import UNDONE_REASON, Outcome
 from slurm_hooks.slurm import (
@@ -462,16 +462,16 @@ def test_manual_drain_goes_through_the_etiquette_and_not_the_breaker():
 
 
 def test_node_lock_serialises_and_is_bounded(tmp_path):
-    first = drainer.NodeLock(str(tmp_path), "node1", 1.0)
+    first = nodelock.NodeLock(str(tmp_path), "node1", 1.0)
     with first:
         assert first.acquired
         start = time.monotonic()
-        with drainer.NodeLock(str(tmp_path), "node1", 0.3) as second:
+        with nodelock.NodeLock(str(tmp_path), "node1", 0.3) as second:
             assert not second.acquired and 0.25 < time.monotonic() - start < 2.0
             assert "still held" in second.error
-        with drainer.NodeLock(str(tmp_path), "node2", 0.3) as other:
+        with nodelock.NodeLock(str(tmp_path), "node2", 0.3) as other:
             assert other.acquired  # another node name is another lock
-    with drainer.NodeLock(str(tmp_path), "node1", 0.3) as third:
+    with nodelock.NodeLock(str(tmp_path), "node1", 0.3) as third:
         assert third.acquired
 
 
@@ -488,7 +488,7 @@ def test_node_lock_excludes_other_processes_and_leaves_no_file(tmp_path):
         if pid == 0:
             code = 1
             try:
-                with drainer.NodeLock(str(tmp_path), "node1", 10.0) as lock:
+                with nodelock.NodeLock(str(tmp_path), "node1", 10.0) as lock:
                     if lock.acquired:
                         value = int(counter.read_text())
                         time.sleep(0.02)
@@ -499,8 +499,8 @@ def test_node_lock_excludes_other_processes_and_leaves_no_file(tmp_path):
         children.append(pid)
     codes = [os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) for pid in children]
     assert codes == [0] * 8 and counter.read_text() == "8"
-    name = drainer.NodeLock(str(tmp_path), "node1", 1.0).name
-    assert not any(os.path.exists(os.path.join(d, name)) for d in (drainer.LOCK_DIR, str(tmp_path)))
+    name = nodelock.NodeLock(str(tmp_path), "node1", 1.0).name
+    assert not any(os.path.exists(os.path.join(d, name)) for d in (nodelock.LOCK_DIR, str(tmp_path)))
 
 
 def test_a_long_summary_never_crashes_the_drain():

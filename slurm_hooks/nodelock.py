@@ -1,0 +1,86 @@
+"""One drain/resume decision at a time per node: a bounded lock shared by the hooks of one node.
+
+Two jobs starting on one node run two prologs at once; both may decide to drain. drainer's flow
+(read, count, drain, re-count) is not atomic in Slurm, so the hooks take this lock around it and
+the second finds the first's fresh record (hooks._enact). flock(2) on a file in /run/slurm-hooks
+(tmpfs: local, never hangs), or in state_dir when /run cannot be used (a non-root test run).
+"""
+from __future__ import annotations
+
+import os
+import time
+from typing import Optional
+
+LOCK_DIR = "/run/slurm-hooks"
+
+
+class NodeLock:
+    """Serialises the drain/resume decisions of the hooks of one node (two prologs of two jobs on one
+    node deciding at once must make one drain). flock on a file in /run/slurm-hooks (tmpfs: local,
+    never hangs), or in state_dir when /run cannot be used (a non-root test run). Waits at most
+    `timeout` seconds; without the lock the caller goes on (logged): bounded beats exclusive.
+    The holder removes the file before releasing it, so no lock files pile up; a waiter that then
+    holds a lock on a removed file notices (the path is gone or another file) and tries again.
+    """
+
+    def __init__(self, state_dir: str, node: str, timeout: float) -> None:
+        import hashlib
+
+        digest = hashlib.sha1(("%s\0%s" % (os.path.abspath(state_dir), node)).encode()).hexdigest()[:16]
+        self.name = "drain-%s.lock" % digest
+        self.dirs = (LOCK_DIR, state_dir)
+        self.timeout = timeout
+        self.fd = -1
+        self.path = ""
+        self.acquired = False
+        self.started = time.time()
+        self.waited = 0.0
+        self.error: Optional[str] = None
+
+    def _open(self) -> bool:
+        for directory in self.dirs:
+            try:
+                os.makedirs(directory, mode=0o700, exist_ok=True)
+                path = os.path.join(directory, self.name)
+                self.fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+                self.path = path
+                return True
+            except OSError as exc:
+                self.error = "%s: %s" % (directory, exc)
+        return False
+
+    def __enter__(self) -> "NodeLock":
+        import fcntl
+
+        self.started = time.time()
+        start = time.monotonic()
+        while self._open():
+            try:
+                fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                try:
+                    same = os.stat(self.path).st_ino == os.fstat(self.fd).st_ino
+                except OSError:
+                    same = False
+                if same:
+                    self.acquired = True
+                    break
+            except OSError:
+                pass
+            os.close(self.fd)
+            self.fd = -1
+            if time.monotonic() - start >= self.timeout:
+                self.error = "still held by another hook after %.1fs" % self.timeout
+                break
+            time.sleep(0.02)
+        self.waited = time.monotonic() - start
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.fd >= 0:
+            if self.acquired:
+                try:
+                    os.unlink(self.path)
+                except OSError:
+                    pass
+            os.close(self.fd)  # releases the flock
+            self.fd = -1
