@@ -170,8 +170,10 @@ class ReasonOwner(Struct):
         return self.kind == "auto"
 
 
-_CHECK_NAME = re.compile(r"[a-z0-9_-]+(?:\.[a-z0-9_-]+)+\Z")
-_MORE_NAMES = re.compile(r"\+\d+\Z")
+# patterns, not compiled objects: the prolog imports this module and reads no reason on its happy path
+# (re caches them at the first use)
+_CHECK_NAME = r"[a-z0-9_-]+(?:\.[a-z0-9_-]+)+\Z"
+_MORE_NAMES = r"\+\d+\Z"
 
 
 def read_reason(reason: Optional[str], prefix: str) -> ReasonOwner:
@@ -190,9 +192,9 @@ def read_reason(reason: Optional[str], prefix: str) -> ReasonOwner:
         return ReasonOwner("manual")
     names = head.strip().split(",")
     complete = True
-    if len(names) > 1 and _MORE_NAMES.match(names[-1]):
+    if len(names) > 1 and re.match(_MORE_NAMES, names[-1]):
         names, complete = names[:-1], False
-    if not names or not all(_CHECK_NAME.match(n) for n in names):
+    if not names or not all(re.match(_CHECK_NAME, n) for n in names):
         return ReasonOwner("")
     return ReasonOwner("auto", tuple(names), complete)
 
