@@ -118,21 +118,20 @@ def save_state(config: Config, state: Mapping[str, Any], log) -> None:
     _run_bounded(config, [Step("state", path, write)], log)
 
 
-def _run_bounded(config: Config, steps: Sequence[Any], log, context: str = "", job: Optional[JobContext] = None
-                 ) -> None:
-    """isolation.run_steps within [deadline] files; what did not finish is logged with its path and counted."""
+def _run_bounded(config: Config, steps: Sequence[Any], log, context: str = "", job: Optional[JobContext] = None,
+                 earlier: Sequence[Any] = ()) -> None:
+    """isolation.run_steps within [deadline] files; what did not finish (there, or in `earlier`: outcomes of
+    steps run elsewhere under the same bound) is logged with its path and counted."""
     from .isolation import Step, run_steps
 
-    if not steps:
-        return
     limit = config.get("deadline", "files")
     try:
-        outcomes = run_steps(steps, limit)
+        outcomes = list(earlier) + (run_steps(steps, limit) if steps else [])
     except OSError as exc:  # no process left to fork: the decision stands, the steps are lost and said so
         for step in steps:
             log.error(logs.kv(context=context or None, job=job.job_id if job else None, event="step-abandoned",
                               step=step.name, path=step.path, state="not-started", error="cannot start: %s" % exc))
-        return
+        outcomes = list(earlier)
     abandoned = [o for o in outcomes if not o.finished]
     for outcome in abandoned:
         log.error(logs.kv(context=context or None, job=job.job_id if job else None, event="step-abandoned",
@@ -152,9 +151,11 @@ def run_isolated_checks(registry: Registry, config: Config, context: str, job: J
 
     The prolog's/epilog's counter snapshot (records.py) is taken in the same child right after the
     checks, so NVML starts once per hook, in a thread bounded by [records] snapshot_timeout (a GPU
-    whose NVML calls hang is given up inside it, the others are recorded). Returns (report,
-    (snapshot or None, why) or None); None when the child died, and records.py then takes the
-    snapshot in a child of its own.
+    whose NVML calls hang is given up inside it, the others are recorded). The prolog also stores
+    it there, in a thread bounded by [deadline] files: the default prolog then needs no child of
+    its own for its files. Returns (report, [snapshot or None, why(, stored)] or None); None when
+    the child died, and records.py then takes the snapshot in a child of its own. `stored`:
+    {"state": "done" | "running" (abandoned), "path": ...}.
     """
     from .host import Host
     from .isolation import run_isolated
@@ -167,6 +168,7 @@ def run_isolated_checks(registry: Registry, config: Config, context: str, job: J
     deadline = config.get("deadline", context)
     root = config.get("general", "root")
     snapshot_s = config.get("records", "snapshot_timeout") if records_wanted(config, job, context) else 0.0
+    store_s = config.get("deadline", "files") if snapshot_s and context == "prolog" else 0.0
 
     def work() -> Dict[str, Any]:
         host = Host(root)
@@ -176,9 +178,11 @@ def run_isolated_checks(registry: Registry, config: Config, context: str, job: J
         if snapshot_s:
             kernel_log = getattr(gather.peek("xid.log"), "kmsg", None)  # /dev/kmsg read once per hook
             gathered = _snapshot_bounded(config, job, context == "epilog", snapshot_s, kernel_log)
+            if store_s and gathered[0] is not None:
+                gathered.append(_store_bounded(config, job, gathered, store_s))
         return {"report": report_to_dict(report, root), "snapshot": gathered}
 
-    data, why = run_isolated(work, deadline + snapshot_s + ISOLATION_GRACE_S)
+    data, why = run_isolated(work, deadline + snapshot_s + store_s + ISOLATION_GRACE_S)
     if data is not None:
         return report_from_dict(data["report"]), data["snapshot"]
     crashed = Result("slurm-hooks.runner", Status.UNKNOWN, why, details={"crashed": True, "timed_out": True,
@@ -206,6 +210,26 @@ def _snapshot_bounded(config: Config, job: JobContext, epilog: bool, timeout: fl
     worker.start()
     worker.join(timeout)
     return box[0] if box else [None, "snapshot did not finish within %.3gs" % timeout]
+
+
+def _store_bounded(config: Config, job: JobContext, gathered: list, timeout: float) -> Dict[str, Any]:
+    """The prolog's snapshot file, written in a thread of the check child for at most `timeout` seconds
+    (the state directory may hang); its outcome for the parent's log."""
+    import threading
+
+    from .records import snapshot_path, store_prolog_snapshot
+
+    try:
+        path = snapshot_path(config, job.job_id)
+    except ValueError:
+        path = config.get("paths", "state_dir")
+    worker = threading.Thread(target=store_prolog_snapshot, args=(config, job, tuple(gathered[:2])),
+                              name="bounded:snapshot-file", daemon=True)
+    started = time.monotonic()
+    worker.start()
+    worker.join(timeout)
+    return {"state": "running" if worker.is_alive() else "done", "path": path,
+            "seconds": round(time.monotonic() - started, 3)}
 
 
 def opted_out(env: Mapping[str, str], config: Config) -> bool:
@@ -255,19 +279,21 @@ def _after_decision(context: str, config: Config, job: JobContext, name: str, re
                     decision: policy.Decision, enacted, log, gathered) -> None:
     """Snapshot file or record, dcgm-exporter mapping and metrics: bounded, the exit code already decided."""
     from . import metrics, records
-    from .isolation import Step
+    from .isolation import Step, StepOutcome
 
     if gathered is None and records.wanted(config, job, context):  # the check child died: one more try
         try:
             gathered = records.gather(config, job, epilog=context == "epilog")
         except OSError as exc:  # no process left to fork
             gathered = (None, "snapshot not taken: %s" % exc)
+    stored = gathered[2] if gathered and len(gathered) > 2 else None  # the check child wrote the snapshot file
     steps = records.steps(context, config, job, name, report, decision, enacted, log,
-                          tuple(gathered) if gathered else None)
+                          tuple(gathered[:2]) if gathered else None, snapshot_stored=stored is not None)
     if config.get("metrics", "textfile_dir"):  # prometheus_client is imported only then, in the child
         steps.append(Step("metrics", config.get("metrics", "textfile_dir"),
                           lambda: metrics.write_textfile(config, context, report, decision, enacted, log=log)))
-    _run_bounded(config, steps, log, context, job)
+    earlier = [StepOutcome("snapshot", stored["path"], stored["state"], stored["seconds"])] if stored else []
+    _run_bounded(config, steps, log, context, job, earlier)
 
 
 def _enact(context: str, name: str, job: JobContext, config: Config, log, decision: policy.Decision,

@@ -172,7 +172,8 @@ class _Mapper:
             with self.cond:
                 self.running.pop(index, None)
                 self.results[index] = value
-                self.cond.notify_all()
+                if len(self.results) == self.count:  # the caller polls for parking; wake it only at the end
+                    self.cond.notify_all()
                 if index in self.parked:  # a replacement took over the queue
                     return
 
@@ -187,16 +188,14 @@ class _Mapper:
                 now = time.monotonic()
                 if now >= end:
                     break
-                wake = end
                 for index, started in self.running.items():
-                    if index not in self.parked:
-                        if now - started >= self.park_s:
-                            self.parked.add(index)
-                            if self.next < self.count:
-                                self.spawn()
-                        else:
-                            wake = min(wake, started + self.park_s)
-                self.cond.wait(max(wake - now, 0.001))
+                    if index not in self.parked and now - started >= self.park_s:
+                        self.parked.add(index)
+                        if self.next < self.count:
+                            self.spawn()
+                # workers notify only when everything is done (one wake-up on the happy path); an item
+                # that has just started is looked at again within park_s
+                self.cond.wait(max(min(self.park_s, end - now), 0.001))
             return [self.results.get(i, (False, None)) for i in range(self.count)]
 
 

@@ -153,6 +153,12 @@ def _prolog(config: Config, job: JobContext, log: logging.Logger, gathered: Gath
     return None, snap
 
 
+def store_prolog_snapshot(config: Config, job: JobContext, gathered: Gathered,
+                          log: Optional[logging.Logger] = None) -> Optional[str]:
+    """Write a snapshot already taken (hooks.py does it in the check child, bounded); its path or None."""
+    return _prolog(config, job, _log(log), gathered)[0]
+
+
 def prune_snapshots(directory: str, max_age_s: float, now: Optional[float] = None) -> int:
     """Remove start snapshots whose epilog never came (node crashed mid-job) once older than max_age_s,
     and temp files of killed writers; only regular files we own with our names (never through a symlink)."""
@@ -320,10 +326,10 @@ def find_records(directories: List[str], job_id: str, node: Optional[str] = None
 # -- what hooks.run_hook runs after its decision -----------------------------------------------
 
 def steps(context: str, config: Config, job: JobContext, node: str, report=None, decision=None, enacted=None,
-          log: Optional[logging.Logger] = None, gathered: Gathered = None) -> list:
-    """The prolog's snapshot file or the epilog's record, and the dcgm-exporter job mapping, as
-    isolation.Steps (name, path, work) that hooks.py runs in a bounded child. Each step logs its own
-    errors and never raises."""
+          log: Optional[logging.Logger] = None, gathered: Gathered = None, snapshot_stored: bool = False) -> list:
+    """The prolog's snapshot file (unless `snapshot_stored`: hooks.py wrote it already) or the epilog's
+    record, and the dcgm-exporter job mapping, as isolation.Steps (name, path, work) that hooks.py
+    runs in a bounded child. Each step logs its own errors and never raises."""
     from . import dcgm_mapping
     from .isolation import Step
 
@@ -332,7 +338,7 @@ def steps(context: str, config: Config, job: JobContext, node: str, report=None,
     mapping_dir = config.get("metrics", "dcgm_job_mapping_dir")
     wanted_here = config.get("records", "enabled") and bool(job.job_id)
     if context == "prolog":
-        if wanted_here:
+        if wanted_here and not snapshot_stored:
             out.append(Step("snapshot", _path_or_dir(lambda: snapshot_path(config, job.job_id),
                                                      config.get("paths", "state_dir")),
                             lambda: _prolog(config, job, log, gathered)))

@@ -340,8 +340,10 @@ def test_a_hook_reads_the_kernel_log_once_and_its_snapshot_agrees(gpu_node, tmp_
         data["checks"] = {"xid.events": {"enabled": False}, "xid.sxid": {"enabled": False}}
     registry = load_builtin_checks()
     report, gathered = hooks.run_isolated_checks(registry, validate(registry, data), context, job_from_env(ENV))
-    snap, why = gathered
+    snap, why = gathered[:2]
     assert why == "" and snap is not None
+    if context == "prolog":  # stored by the check child too, under [deadline] files
+        assert gathered[2]["state"] == "done" and os.path.exists(gathered[2]["path"])
     assert snap["kmsg_seq"] == int(newest.split(",")[1]) and snap["boot_id"] == BOOT_ID
     if context == "epilog":
         assert snap["xid_lines"] == [xid_record]
