@@ -17,9 +17,9 @@ state is lost (diskless node after a reboot, a write that failed): the health mo
 once and rebuilds it from our reason, which names the checks. The happy path makes no Slurm call.
 
 Bounded after the checks too: the exit code is decided before anything is written, and the steps
-after the decision (snapshot file or record with its retention, metrics, dcgm-exporter mapping)
-run in a forked child for at most [deadline] files (isolation.run_steps); the state file is read
-and written under the same bound. A step that did not finish (a records file system that never
+after the decision (the epilog's record with its retention, metrics, dcgm-exporter mapping) run
+in a forked child for at most [deadline] files (isolation.run_steps); the prolog's snapshot file
+is written by the check child under the same bound, and so is the state file read and written. A step that did not finish (a records file system that never
 answers) is logged with its path (event=step-abandoned) and counted in the metrics.
 """
 from __future__ import annotations
