@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import errno
 import json
-import os
 
 import pytest
+from conftest import abort_on_purpose
 from test_drainer import MemoryBackend, cluster
 
 from slurm_hooks import drainer, hooks, nodelock
@@ -46,7 +46,7 @@ def rig(tmp_path):
         if what == "unknown":
             return Result("demo.gpu", Status.UNKNOWN, "nvmlDeviceGetCount: NVML_ERROR_UNKNOWN")
         if what == "crash":
-            os.abort()
+            abort_on_purpose()
         if what == "hang":
             import time
             time.sleep(60)

@@ -5,6 +5,7 @@ import json
 import os
 
 import pytest
+from conftest import abort_on_purpose
 from test_drainer import REASON, cluster
 
 from slurm_hooks.config import validate
@@ -33,11 +34,8 @@ def setup(tmp_path):
                           action=Action.RESET_GPU)
         if what == "job":
             return Result("demo.gpu", Status.FAIL, "job asked for a GPU that is not there", blame=Blame.JOB)
-        if what == "crash":  # crashed on purpose: no "Fatal Python error" thread dump in the CI log
-            import faulthandler
-
-            faulthandler.disable()
-            os.abort()
+        if what == "crash":
+            abort_on_purpose()
         if what == "hang":
             import time
             time.sleep(60)
@@ -97,16 +95,23 @@ def test_crash_in_check_process_is_contained(setup):
 
 
 def test_crashing_on_purpose_prints_no_fatal_error_dump(tmp_path):
-    """The deliberate crash above used to print pytest's faulthandler thread dump ("Fatal Python error:
-    Aborted" and every thread's stack) straight into the CI log, though the test passed."""
+    """The deliberate crashes used to print pytest's faulthandler thread dump ("Fatal Python error:
+    Aborted" and every thread's stack) straight into the CI log, though the tests passed. Every test
+    crashes through conftest.abort_on_purpose, and the crashing tests run clean."""
+    import re
     import subprocess
     import sys
 
-    here = os.path.abspath(__file__)
-    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                           here + "::test_crash_in_check_process_is_contained"],
-                          capture_output=True, text=True, timeout=120, cwd=str(tmp_path))
-    assert proc.returncode == 0 and "1 passed" in proc.stdout, proc.stdout + proc.stderr
+    here = os.path.dirname(os.path.abspath(__file__))
+    for name in sorted(os.listdir(here)):
+        if name.endswith(".py") and name != "conftest.py":
+            with open(os.path.join(here, name)) as handle:
+                assert not re.search(r"\bos\.abort\(\)", handle.read()), "%s: use conftest.abort_on_purpose()" % name
+    crashing = [os.path.join(here, "test_hooks.py") + "::test_crash_in_check_process_is_contained",
+                os.path.join(here, "test_drain_flow.py") + "::test_unknown_or_timeout_keeps_the_drain[crash]"]
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"] + crashing,
+                          capture_output=True, text=True, timeout=300, cwd=str(tmp_path))
+    assert proc.returncode == 0 and "2 passed" in proc.stdout, proc.stdout + proc.stderr
     assert "Fatal Python error" not in proc.stdout + proc.stderr
 
 
