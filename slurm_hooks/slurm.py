@@ -338,7 +338,9 @@ _TRANSIENT = re.compile(
     r"Communication receive failure|Transport endpoint|standby mode|Resource temporarily unavailable|"
     r"slurmctld is busy|Slurm temporarily unable", re.I)
 _NO_AUTH = re.compile(r"[Mm]unge|authentication", re.I)
-_TRANSIENT_ERRNO = {1001, 1002, 1003, 5004, 5005}  # COMMUNICATIONS_*, SOCKET_IMPL_TIMEOUT, ZERO_BYTES
+# slurm_errno.h: SLURM_COMMUNICATIONS_{CONNECTION,SEND,RECEIVE}_ERROR, SLURMCTLD_COMMUNICATIONS_* (1800-1805:
+# what pyslurm 25.11 raises when slurmctld is down, 1800), SOCKET_IMPL_TIMEOUT (a hung slurmctld), ZERO_BYTES
+_TRANSIENT_ERRNO = {1001, 1002, 1003, 1800, 1801, 1802, 1803, 1804, 1805, 5004, 5005}
 
 
 def classify(message: str, errno: Optional[int] = None) -> str:

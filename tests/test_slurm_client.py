@@ -4,6 +4,7 @@ real slurmctld underneath), (c) PyslurmBackend over real pyslurm when a matching
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import time
@@ -370,7 +371,11 @@ def stub_module(behaviour):
     (StubRPCError(msg="Node 'node9' does not exist"), NodeNotFound, 1),
     (StubRPCError(2018, "Invalid node name specified"), NodeNotFound, 1),
     (StubRPCError(1001, "Unable to contact slurm controller (connect failure)"), SlurmUnavailable, 2),
+    # what the real pyslurm 25.11.2 raised on Slurm 25.11.7 (slurmctld stopped / SIGSTOPped / RESUME of
+    # an idle node); slurm_errno.h: SLURMCTLD_COMMUNICATIONS_* are 1800-1805
+    (StubRPCError(1800, "Unable to contact slurm controller (connect failure)"), SlurmUnavailable, 2),
     (StubRPCError(5004, "Socket timed out on send/recv operation"), SlurmUnavailable, 2),
+    (StubRPCError(2180, "Invalid node state transition"), SlurmCommandError, 1),
     (StubRPCError(2002, "Access/permission denied"), SlurmCommandError, 1),
 ])
 def test_pyslurm_error_mapping(err, exc, calls):
@@ -381,6 +386,18 @@ def test_pyslurm_error_mapping(err, exc, calls):
     with pytest.raises(exc):
         b.show_node("node9")
     assert b.calls == calls
+
+
+@pytest.mark.parametrize("errno", [1800, 1801, 1802, 1803, 1804, 1805, 1001, 5004, 5005])
+def test_pyslurm_controller_errnos_are_transient_whatever_the_text(errno):
+    """The errno decides when the text is not one we know (a translated or reworded strerror)."""
+    def behaviour(*args):
+        raise StubRPCError(errno, "Kommunikationsfehler")
+
+    b = PyslurmBackend(stub_module(behaviour), attempts=2, backoff=0.01)
+    with pytest.raises(SlurmUnavailable):
+        b.show_node("node1")
+    assert b.calls == 2
 
 
 def test_pyslurm_modify_arguments_and_node_mapping():
@@ -404,6 +421,16 @@ def test_pyslurm_modify_arguments_and_node_mapping():
     assert [n.name for n in b.list_nodes()] == ["node1"]
 
 
+def test_pyslurm_node_without_reason_has_no_reason_user():
+    """The real pyslurm (25.11) reports reason_user 'root' (uid 0) and reason_time None for a node that
+    never had a reason; NodeInfo must not claim root set a reason."""
+    class Idle:
+        name, state, reason, reason_user, reason_time, partitions = "node1", "IDLE", None, "root", None, ["debug"]
+
+    node = slurm.node_from_pyslurm(Idle())
+    assert (node.reason, node.reason_user, node.reason_time) == (None, None, None)
+
+
 # ---------------------------------------------------------------------------------------------
 # the contract suite on the real daemons
 
@@ -417,38 +444,55 @@ def cluster(slurm_cluster_factory):  # noqa: F811
     return slurm_cluster_factory("client", nodes=("node1", "node2", "node3"), message_timeout=2)
 
 
-def _real_pyslurm(cluster):
-    """Real pyslurm, only when installed AND matching the running Slurm (else skip, saying why)."""
+REQUIRE_REAL_PYSLURM = "SLURM_HOOKS_TEST_REQUIRE_PYSLURM"  # .ci/slurm-root.sh sets it in the Slurm 25.11 root
+
+
+def skip_without_real_pyslurm(why):
+    """Skip, saying why; a failure where the real pyslurm is promised ($SLURM_HOOKS_TEST_REQUIRE_PYSLURM=1)."""
+    message = "real pyslurm backend not tested: %s" % why
+    if os.environ.get(REQUIRE_REAL_PYSLURM) == "1":
+        pytest.fail(message + " -- but %s=1" % REQUIRE_REAL_PYSLURM)
+    pytest.skip(message)
+
+
+@pytest.fixture(scope="module")
+def real_pyslurm(cluster):
+    """The real pyslurm, imported against this module's cluster; only when installed AND matching the
+    running Slurm. `import pyslurm` runs slurm_init(), which reads $SLURM_CONF once for the process, so
+    SLURM_CONF is set for the import and restored afterwards (the module stays bound to this cluster)."""
     conf = cluster.env["SLURM_CONF"]
     if slurm.pyslurm_version() is None:
-        pytest.skip("real pyslurm backend not tested: pyslurm is not installed")
-    if "pyslurm" in sys.modules and os.environ.get("SLURM_CONF") != conf:
-        pytest.skip("real pyslurm backend not tested: pyslurm already imported against another slurm.conf")
+        skip_without_real_pyslurm("pyslurm is not installed")
+    if "pyslurm" in sys.modules and getattr(sys.modules["pyslurm"], "_slurm_hooks_test_conf", None) != conf:
+        skip_without_real_pyslurm("pyslurm already imported against another slurm.conf")
     saved = os.environ.get("SLURM_CONF")
-    os.environ["SLURM_CONF"] = conf  # pyslurm reads it once, at import (slurm_init)
-    why = slurm.pyslurm_unusable(env=cluster.env)
-    if why:
+    os.environ["SLURM_CONF"] = conf
+    try:
+        why = slurm.pyslurm_unusable(env=cluster.env)
+        if why:
+            skip_without_real_pyslurm(why)
+        import pyslurm
+
+        pyslurm._slurm_hooks_test_conf = conf
+        yield pyslurm
+    finally:
         if saved is None:
-            del os.environ["SLURM_CONF"]
+            os.environ.pop("SLURM_CONF", None)
         else:
             os.environ["SLURM_CONF"] = saved
-        pytest.skip("real pyslurm backend not tested: %s" % why)
-    import pyslurm
-
-    return pyslurm
 
 
-def make_backend(kind, cluster, **kw):
+def make_backend(kind, cluster, request, **kw):
     if kind == "scontrol":
         return ScontrolBackend(env=cluster.env, **kw)
     kw.pop("timeout", None)
-    module = PyslurmDouble(cluster.env) if kind == "pyslurm-double" else _real_pyslurm(cluster)
+    module = PyslurmDouble(cluster.env) if kind == "pyslurm-double" else request.getfixturevalue("real_pyslurm")
     return PyslurmBackend(module, message_timeout=cluster.message_timeout, **kw)
 
 
 @pytest.fixture(params=BACKEND_KINDS)
 def client(request, cluster):
-    c = SlurmClient(backend=make_backend(request.param, cluster, timeout=5.0, attempts=2, backoff=0.2))
+    c = SlurmClient(backend=make_backend(request.param, cluster, request, timeout=5.0, attempts=2, backoff=0.2))
     c.kind = request.param
     yield c
     cluster.start_ctld()  # no-op unless a test stopped it
@@ -466,17 +510,50 @@ def _settled(client, name, pred, timeout=10.0):
         time.sleep(0.05)
 
 
+# What the Slurm versions we run against do after RESUME (scontrol and pyslurm alike), seen on the test
+# clusters (AccountingStorageType=accounting_storage/none): 24.11 and 25.11 keep the drain Reason on the
+# now-IDLE node (src/interfaces/accounting_storage.c returns before clearing it without accounting),
+# 22.05 and 26.05 clear it. A RESUME of a node that is not drained is refused with "Invalid node state
+# specified" (ESLURM_INVALID_NODE_STATE, 2028) up to 24.11 and "Invalid node state transition"
+# (ESLURM_INVALID_NODE_STATE_TRANSITION, 2180) from 25.11 on.
+RESUME_KEEPS_REASON = {(22, 5): False, (24, 11): True, (25, 11): True, (26, 5): False}
+RESUME_OF_IDLE_ERROR = {(22, 5): (2028, "Invalid node state specified"),
+                        (24, 11): (2028, "Invalid node state specified"),
+                        (25, 11): (2180, "Invalid node state transition"),
+                        (26, 5): (2180, "Invalid node state transition")}
+
+
+def running_slurm(cluster):
+    version = slurm.slurm_version(env=cluster.env)
+    assert version is not None, "sinfo --version failed"
+    return version[:2]
+
+
+def reason_after_resume(cluster, reason):
+    """The Reason a node shows once resumed: per RESUME_KEEPS_REASON; either on a version not in it."""
+    keeps = RESUME_KEEPS_REASON.get(running_slurm(cluster))
+    return {reason, None} if keeps is None else ({reason} if keeps else {None})
+
+
+def scontrol_reason(cluster, node="node1"):
+    """Reason= as scontrol prints it, without Slurm's ' [user@time]' (independent of slurm_hooks.slurm)."""
+    raw = cluster.node_reason(node)
+    return re.sub(r"\s*\[[^\]@]*@[^\]]*\]$", "", raw) if raw else None
+
+
 @pytest.mark.slurm
-def test_contract_show_idle_node(client):
+def test_contract_show_idle_node(client, cluster):
     node = client.show_node("node1")
-    assert (node.name, node.state, node.flags, node.reason) == ("node1", "IDLE", frozenset(), None)
+    assert (node.name, node.state, node.flags) == ("node1", "IDLE", frozenset())
+    # None, unless an earlier test's drain left its reason behind (RESUME_KEEPS_REASON)
+    assert node.reason == scontrol_reason(cluster)
     assert node.partitions == ("debug",) and not node.is_drained and node.known_state
     if client.kind == "pyslurm-double":
         assert client.backend.pyslurm.rpcs >= 1  # really went through the double
 
 
 @pytest.mark.slurm
-def test_contract_drain_then_resume_round_trip(client, record_property):
+def test_contract_drain_then_resume_round_trip(client, cluster, record_property):
     t0 = time.monotonic()
     client.drain("node1", OUR)
     node = client.show_node("node1")
@@ -491,6 +568,7 @@ def test_contract_drain_then_resume_round_trip(client, record_property):
     node = _settled(client, "node1", lambda n: not n.flags)
     resume_settle = time.monotonic() - t0
     assert node.state_string == "IDLE", node
+    assert node.reason in reason_after_resume(cluster, OUR), node
     record_property("timings", "drain+show %.3fs, resume->IDLE %.2fs" % (drain_rt, resume_settle))
     print("[%s] drain+show %.3fs, resume->IDLE %.2fs" % (client.kind, drain_rt, resume_settle))
 
@@ -505,9 +583,12 @@ def test_contract_unknown_node(client):
 
 
 @pytest.mark.slurm
-def test_contract_resume_of_undrained_node_is_a_command_error(client):
-    with pytest.raises(SlurmCommandError, match="Invalid node state"):
+def test_contract_resume_of_undrained_node_is_a_command_error(client, cluster):
+    with pytest.raises(SlurmCommandError, match="Invalid node state") as err:
         client.resume("node1")
+    expected = RESUME_OF_IDLE_ERROR.get(running_slurm(cluster))
+    if expected:
+        assert expected[1] in str(err.value)
 
 
 @pytest.mark.slurm
@@ -554,6 +635,165 @@ def test_hung_controller_times_out_by_our_timeout(cluster):
     if "DRAIN" in cluster.node_state("node1").split("+"):
         cluster.scontrol("update", "NodeName=node1", "State=RESUME")
     cluster.wait_state("node1", "IDLE", timeout=15)
+
+
+# ---------------------------------------------------------------------------------------------
+# pyslurm's own API: the double (tests/pyslurm_double.py) and the real pyslurm, same tests, same
+# slurmctld. What PyslurmBackend relies on, and what the real one showed on Slurm 25.11.
+
+
+@pytest.fixture(params=("pyslurm-double", "pyslurm-real"))
+def pyslurm_api(request, cluster):
+    mod = PyslurmDouble(cluster.env) if request.param == "pyslurm-double" else request.getfixturevalue("real_pyslurm")
+    yield mod
+    cluster.sigcont_ctld()
+    cluster.start_ctld()  # no-op unless a test stopped it
+    for name in ("node1", "node2"):
+        if "DRAIN" in cluster.node_state(name).split("+"):
+            cluster.scontrol("update", "NodeName=%s" % name, "State=%s" % ("RESUME" if name == "node1" else "UNDRAIN"))
+    cluster.wait_state("node1", "IDLE", timeout=15)
+
+
+@pytest.mark.slurm
+def test_pyslurm_api_version_matches_the_running_slurm(pyslurm_api, cluster):
+    running = running_slurm(cluster)
+    assert slurm.parse_version(pyslurm_api.__version__)[:2] == running, pyslurm_api.__version__
+    assert tuple(pyslurm_api.slurm_api_version())[:2] == running
+    assert not callable(getattr(pyslurm_api, "version", None))  # 25.11: a submodule, not pyslurm.version()
+    assert slurm.pyslurm_version(pyslurm_api) == pyslurm_api.__version__
+
+
+@pytest.mark.slurm
+def test_pyslurm_api_node_load(pyslurm_api, cluster):
+    n = pyslurm_api.Node.load("node1")
+    assert (n.name, n.state, n.partitions) == ("node1", "IDLE", ["debug"])
+    assert n.reason == scontrol_reason(cluster)  # None unless an earlier drain left it (RESUME_KEEPS_REASON)
+    other = pyslurm_api.Node.load("node3")  # defined, no slurmd: DOWN (+NOT_RESPONDING after the first ping)
+    assert other.state in ("DOWN", "DOWN+NOT_RESPONDING") and isinstance(other.state, str)
+
+
+@pytest.mark.slurm
+def test_pyslurm_api_drain_reads_back_exactly_and_resume(pyslurm_api, cluster):
+    before = int(time.time())
+    pyslurm_api.Node("node1").modify(pyslurm_api.Node(state="DRAIN", reason=OUR))
+    n = pyslurm_api.Node.load("node1")
+    assert (n.state, n.reason, n.reason_user) == ("IDLE+DRAIN", OUR, "root")
+    assert isinstance(n.reason_time, int) and before - 1 <= n.reason_time <= time.time() + 1, n.reason_time
+    nodes = pyslurm_api.Nodes.load()
+    assert nodes["node1"].reason == OUR and nodes["node1"].state == "IDLE+DRAIN"
+    t0 = time.monotonic()
+    pyslurm_api.Node("node1").modify(pyslurm_api.Node(state="RESUME"))
+    states = [pyslurm_api.Node.load("node1").state]
+    # 25.11 (and 22.05 through 26.05): IDLE+NOT_RESPONDING until slurmd answers the registration
+    # ping (0.3-1.5 s on an idle machine, up to ~3 s on a loaded one), then IDLE
+    while states[-1] != "IDLE" and time.monotonic() - t0 < 15:
+        time.sleep(0.05)
+        states.append(pyslurm_api.Node.load("node1").state)
+    seen = list(dict.fromkeys(states))
+    assert seen in (["IDLE+NOT_RESPONDING", "IDLE"], ["IDLE"]), seen
+    assert pyslurm_api.Node.load("node1").reason in reason_after_resume(cluster, OUR)
+    print("[%s] RESUME -> %s in %.2fs" % (type(pyslurm_api).__name__, " -> ".join(seen), time.monotonic() - t0))
+
+
+@pytest.mark.slurm
+def test_pyslurm_api_errors_are_rpc_errors(pyslurm_api, cluster):
+    with pytest.raises(pyslurm_api.RPCError) as err:
+        pyslurm_api.Node.load("node99")
+    assert (err.value.errno, err.value.msg, str(err.value)) == (-1, "Node 'node99' does not exist",
+                                                                  "Node 'node99' does not exist")
+    assert isinstance(err.value, pyslurm_api.PyslurmError)
+    for state, reason in (("DRAIN", "r"), ("RESUME", None)):
+        with pytest.raises(pyslurm_api.RPCError) as err:
+            pyslurm_api.Node("node99").modify(pyslurm_api.Node(state=state, reason=reason))
+        assert (err.value.errno, err.value.msg) == (2018, "Invalid node name specified")
+    with pytest.raises(pyslurm_api.RPCError) as err:
+        pyslurm_api.Node("node1").modify(pyslurm_api.Node(state="RESUME"))
+    assert err.value.msg.startswith("Invalid node state")
+    expected = RESUME_OF_IDLE_ERROR.get(running_slurm(cluster))
+    if expected:
+        assert (err.value.errno, err.value.msg) == expected
+
+
+@pytest.mark.slurm
+def test_pyslurm_api_rejects_bad_changes_before_any_rpc(pyslurm_api):
+    rpcs = getattr(pyslurm_api, "rpcs", None)
+    with pytest.raises(ValueError, match="^Invalid Node state: BOGUS$"):
+        pyslurm_api.Node(state="BOGUS")
+    with pytest.raises(AttributeError, match="attribute 'partitions' of 'pyslurm.core.node.Node' objects is not writable"):
+        pyslurm_api.Node(partitions=["debug"])
+    with pytest.raises(KeyError):
+        pyslurm_api.Node(frobnicate=1)
+    with pytest.raises(TypeError, match="^Argument 'changes' has incorrect type"):
+        pyslurm_api.Node("node1").modify({"state": "DRAIN", "reason": "r"})
+    assert getattr(pyslurm_api, "rpcs", None) == rpcs
+
+
+@pytest.mark.slurm
+def test_pyslurm_api_nodes_is_a_mapping_by_name(pyslurm_api):
+    nodes = pyslurm_api.Nodes.load()
+    assert sorted(nodes) == ["node1", "node2", "node3"] and len(nodes) == 3
+    assert "node1" in nodes and "node99" not in nodes
+    assert sorted(n.name for n in nodes.values()) == ["node1", "node2", "node3"]
+    assert nodes["node2"].state.startswith("DOWN")
+
+
+@pytest.mark.slurm
+def test_pyslurm_api_controller_stopped_or_hung(pyslurm_api, cluster):
+    """Both within about MessageTimeout (2 s here) per RPC."""
+    cluster.stop_ctld()
+    t0 = time.monotonic()
+    with pytest.raises(pyslurm_api.RPCError) as err:
+        pyslurm_api.Node.load("node1")
+    stopped = time.monotonic() - t0
+    assert (err.value.errno, err.value.msg) == (1800, "Unable to contact slurm controller (connect failure)")
+    cluster.start_ctld()
+    cluster.sigstop_ctld()
+    try:
+        t0 = time.monotonic()
+        with pytest.raises(pyslurm_api.RPCError) as err:
+            pyslurm_api.Node.load("node1")
+        hung = time.monotonic() - t0
+    finally:
+        cluster.sigcont_ctld()
+    assert (err.value.errno, err.value.msg) == (5004, "Socket timed out on send/recv operation")
+    print("[%s] stopped: RPCError after %.2fs, hung: after %.2fs" % (type(pyslurm_api).__name__, stopped, hung))
+    assert stopped < 4 * cluster.message_timeout and hung < 4 * cluster.message_timeout
+
+
+def _python(code, env, timeout):
+    return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.mark.slurm
+def test_real_pyslurm_import_needs_a_readable_slurm_conf(tmp_path):
+    """`import pyslurm` runs slurm_init(): with SLURM_CONF naming a missing file it retries for 60 s and
+    then ends the process (PYSLURM_DISABLE_AUTO_INIT=1 imports without a config). So PyslurmBackend
+    looks for a readable slurm.conf before importing, in a fresh interpreter as in a hook."""
+    if slurm.pyslurm_version() is None:
+        skip_without_real_pyslurm("pyslurm is not installed")
+    missing = str(tmp_path / "missing" / "slurm.conf")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "PYSLURM_"))}
+    res = _python("import pyslurm; print(pyslurm.__version__)",
+                  dict(env, SLURM_CONF=missing, PYSLURM_DISABLE_AUTO_INIT="1"), timeout=60)
+    assert res.returncode == 0 and res.stdout.strip() == slurm.pyslurm_version(), res.stderr
+    try:
+        res = _python("import pyslurm; print('imported')", dict(env, SLURM_CONF=missing), timeout=4)
+        assert res.returncode != 0 and "imported" not in res.stdout, (res.stdout, res.stderr)
+    except subprocess.TimeoutExpired as exc:  # still retrying: that is the 60 s wait
+        assert b"cannot stat file" in (exc.stderr or b""), exc.stderr
+    probe = ("import sys, time\n"
+             "from slurm_hooks.slurm import PyslurmBackend, SlurmUnavailable, choose_backend\n"
+             "backend, why = choose_backend('auto')\n"
+             "t0 = time.monotonic()\n"
+             "try:\n"
+             "    PyslurmBackend().show_node('node1')\n"
+             "except SlurmUnavailable as exc:\n"
+             "    print(backend.name, '|', why, '|', exc, '|', 'pyslurm' in sys.modules, '|', time.monotonic() - t0)\n")
+    res = _python(probe, dict(env, SLURM_CONF=missing), timeout=60)
+    assert res.returncode == 0, res.stderr
+    name, why, error, imported, took = (x.strip() for x in res.stdout.split("|"))
+    assert (name, imported) == ("scontrol", "False") and "no readable slurm.conf" in why, res.stdout
+    assert "refusing to import pyslurm" in error and float(took) < 1.0, res.stdout
 
 
 # ---------------------------------------------------------------------------------------------
