@@ -270,7 +270,8 @@ def run_hook(context: str, registry: Registry, config: Config, env: Mapping[str,
         enacted, client = _enact(context, name, job, config, log, decision, report, client)
     calls = client.calls if client is not None else 0
     code = EXIT_NODE_BROKEN if enacted is not None and enacted.node_drained else 0
-    _log_decision(log, context, name, job, report, decision, enacted, calls)
+    _log_decision(log, context, name, job, report, decision, enacted, calls,
+                  client.backend_name if client is not None else None)
     _after_decision(context, config, job, name, report, decision, enacted, log, gathered)
     return HookResult(code, report, decision, enacted, calls)
 
@@ -401,9 +402,10 @@ def _recover(client, name: str, state: Dict[str, Any], known: bool, report: RunR
 
 
 def _log_decision(log, context: str, name: str, job: JobContext, report: RunReport, decision: policy.Decision,
-                  enacted: Optional[drainer.Enacted], slurm_calls: int) -> None:
+                  enacted: Optional[drainer.Enacted], slurm_calls: int, slurm_backend: Optional[str] = None) -> None:
     """One line per decision; slurm_calls (requests sent to slurmctld, 0 on the happy path) lets an
-    operator, and the end-to-end tests, see what a hook cost the controller."""
+    operator, and the end-to-end tests, see what a hook cost the controller; slurm_backend (scontrol or
+    pyslurm) how it talked to it, once it did."""
     level = "info"
     if enacted is not None and (enacted.outcome.value in ("breaker-tripped", "breaker-undone", "cannot-count")
                                 or not enacted.confirmed):
@@ -418,7 +420,7 @@ def _log_decision(log, context: str, name: str, job: JobContext, report: RunRepo
         decision=decision.verdict.value, blame=decision.blame.value if decision.blame else None,
         outcome=enacted.outcome.value if enacted else None, check=first.check if first else None,
         component=first.component if first else None, reason=decision.reason or (first.summary if first else None),
-        detail=enacted.message if enacted else None, slurm_calls=slurm_calls,
+        detail=enacted.message if enacted else None, slurm_calls=slurm_calls, slurm_backend=slurm_backend,
         duration_ms=int(report.duration * 1000)))
 
 

@@ -1,7 +1,8 @@
 """Talking to slurmctld: node-state parser, SlurmClient, scontrol and pyslurm backends.
 
 Only a decision to drain/resume reaches this module: constructing a SlurmClient makes no Slurm call
-and imports nothing heavy; the backend is chosen on first use (``client.calls`` counts every call).
+and imports nothing heavy; the backend is chosen on first use (``client.calls`` counts the requests
+sent to slurmctld, ``client.probe_calls`` the local version probe of that choice).
 
 Data sources and their shell equivalents:
   show_node   ``scontrol --all --oneliner show node NAME``   | ``pyslurm.Node.load(NAME)``
@@ -14,6 +15,8 @@ with TZ=UTC0, so it is UTC); an unknown node gives "Node x not found" (show) / "
 specified" (update); RESUME of a node that is not drained/down gives "Invalid node state specified"
 (22.05, 24.11) or "Invalid node state transition" (26.05); after RESUME the node shows
 ``IDLE+NOT_RESPONDING`` (``idle*``) for ~1 s; any client blocks ~MessageTimeout when slurmctld is down.
+Newer: 24.11 and 25.11 keep the Reason on a resumed node (without accounting storage); 25.11 and 26.05
+refuse a RESUME of a node that is not drained with "Invalid node state transition".
 """
 from __future__ import annotations
 
@@ -343,6 +346,9 @@ _NO_AUTH = re.compile(r"[Mm]unge|authentication", re.I)
 _TRANSIENT_ERRNO = {1001, 1002, 1003, 1800, 1801, 1802, 1803, 1804, 1805, 5004, 5005}
 
 
+_AUTH_ERRNO = {1007}  # SLURM_PROTOCOL_AUTHENTICATION_ERROR: what pyslurm 25.11 raises when munged is down
+
+
 def classify(message: str, errno: Optional[int] = None) -> str:
     """'not_found' | 'invalid_state' | 'transient' (retry) | 'unavailable' (give up now) | 'permanent'."""
     if _NOT_FOUND.search(message or ""):
@@ -351,20 +357,28 @@ def classify(message: str, errno: Optional[int] = None) -> str:
         return "invalid_state"
     if errno in _TRANSIENT_ERRNO or _TRANSIENT.search(message or ""):
         return "transient"
-    if _NO_AUTH.search(message or ""):
+    if errno in _AUTH_ERRNO or _NO_AUTH.search(message or ""):
         return "unavailable"
     return "permanent"
 
 
 class _Retry:
-    """Bounded attempts with exponential backoff inside one overall deadline."""
+    """Bounded attempts with exponential backoff inside one overall deadline.
 
-    def __init__(self, timeout: float, attempts: int, backoff: float, deadline: Optional[float]) -> None:
+    uninterruptible: an attempt cannot be cut short (an in-process RPC blocks for up to that many
+    seconds, slurm.conf's MessageTimeout), so an attempt starts only if it can end near the deadline
+    (within 10 % of that time): one request stays within max(deadline, uninterruptible) + 10 %, and a
+    request started late in the caller's budget (`until`) is not started at all.
+    """
+
+    def __init__(self, timeout: float, attempts: int, backoff: float, deadline: Optional[float],
+                 uninterruptible: float = 0.0) -> None:
         if timeout <= 0 or attempts < 1 or backoff < 0:
             raise ValueError("timeout > 0, attempts >= 1 and backoff >= 0 required")
         self.timeout, self.attempts, self.backoff = float(timeout), int(attempts), float(backoff)
         self.deadline = float(deadline) if deadline else self.timeout * self.attempts + self.backoff * (
             2 ** (self.attempts - 1) - 1)
+        self.uninterruptible = float(uninterruptible)
 
     def run(self, what: str, once: Callable[[float], Any], until: Optional[float] = None) -> Any:
         """once(timeout) returns a value or raises _Transient; anything else propagates.
@@ -372,9 +386,12 @@ class _Retry:
         until: a time.monotonic() instant no attempt may run past (the caller's overall budget)."""
         start, last = time.monotonic(), "no attempt made"
         deadline = self.deadline if until is None else min(self.deadline, until - start)
+        # an attempt that cannot be cut short starts only with (nearly) its full time left; if even the
+        # request's own deadline is shorter (a forced pyslurm, MessageTimeout > budget), with most of that
+        needed = 0.9 * min(self.uninterruptible, self.deadline)
         for attempt in range(1, self.attempts + 1):
             remaining = deadline - (time.monotonic() - start)
-            if remaining <= 0.01:
+            if remaining <= 0.01 or remaining < needed:
                 if attempt == 1:
                     last = "no time left in this run's Slurm budget"
                 break
@@ -530,16 +547,25 @@ def node_from_pyslurm(n: Any) -> NodeInfo:
 
 
 class PyslurmBackend(Backend):
-    """pyslurm's object API (>= 22.5). RPCs run in-process: Slurm's own MessageTimeout bounds each
-    attempt (a blocked C call cannot be interrupted), we bound attempts and the overall deadline."""
+    """pyslurm's object API (25.11; the same calls since 22.5). RPCs run in-process and hold the GIL:
+    Slurm's own MessageTimeout bounds each attempt (the blocked C call cannot be interrupted, not even
+    by a thread), so a retry is only started if it can end near the deadline (see _Retry).
+
+    Seen with pyslurm 25.11.2 on Slurm 25.11.7: slurmctld stopped -> RPCError 1800 "Unable to contact
+    slurm controller (connect failure)" and SIGSTOPped -> 5004 "Socket timed out on send/recv
+    operation", each after MessageTimeout; munged stopped -> 1007 "Protocol authentication error"
+    at once (the message does not say which authentication: auth_type is added to it).
+    """
 
     name = "pyslurm"
 
     def __init__(self, module: Any = None, attempts: int = 2, backoff: float = 0.5,
-                 deadline: Optional[float] = None, message_timeout: float = 10.0) -> None:
+                 deadline: Optional[float] = None, message_timeout: float = 10.0,
+                 auth_type: str = "auth/munge") -> None:
         super().__init__()
         self._mod = module
-        self.retry = _Retry(message_timeout, attempts, backoff, deadline)
+        self.message_timeout, self.auth_type = float(message_timeout), auth_type
+        self.retry = _Retry(message_timeout, attempts, backoff, deadline, uninterruptible=message_timeout)
 
     @property
     def pyslurm(self) -> Any:
@@ -571,7 +597,7 @@ class PyslurmBackend(Backend):
                 if kind == "transient":
                     raise _Transient(msg) from exc
                 if kind == "unavailable":
-                    raise SlurmUnavailable("%s: %s" % (what, msg)) from exc
+                    raise SlurmUnavailable("%s: %s (AuthType=%s)" % (what, msg, self.auth_type)) from exc
                 raise SlurmCommandError(["pyslurm", what], getattr(exc, "errno", None), msg) from exc
 
         return self.retry.run("pyslurm " + what, once, self.until)
@@ -612,6 +638,33 @@ def slurm_conf_path(env: Optional[dict] = None) -> Optional[str]:
         if os.path.isfile(path) and os.access(path, os.R_OK):
             return path
     return None
+
+
+def slurm_conf_settings(path: Optional[str], keys: Sequence[str] = ("MessageTimeout", "AuthType")) -> dict:
+    """Some top-level settings of a slurm.conf ({} when unreadable); keys are case-insensitive in
+    slurm.conf, the last one wins, Include files are not followed."""
+    wanted = {k.lower(): k for k in keys}
+    found: dict = {}
+    if not path:
+        return found
+    try:
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            for line in fh:
+                key, sep, value = line.split("#", 1)[0].strip().partition("=")
+                if sep and key.strip().lower() in wanted:
+                    found[wanted[key.strip().lower()]] = value.strip()
+    except OSError:
+        return {}
+    return found
+
+
+def message_timeout(settings: dict, default: float = 10.0) -> float:
+    """slurm.conf's MessageTimeout in seconds (Slurm's default: 10)."""
+    try:
+        value = float(settings.get("MessageTimeout", default))
+    except ValueError:
+        return default
+    return value if value > 0 else default
 
 
 def parse_version(text: str) -> Optional[Tuple[int, int, int]]:
@@ -673,7 +726,12 @@ def choose_backend(preferred: str = "auto", *, env: Optional[dict] = None, pyslu
                    timeout: float = 5.0, attempts: int = 2, backoff: float = 0.5,
                    runner: Optional[Runner] = None) -> Tuple[Backend, str]:
     """(backend, why). preferred: 'auto' (pyslurm when usable, else scontrol), 'pyslurm' (raise
-    SlurmError if unusable), 'scontrol'. May run ``sinfo --version`` (counted in probe_calls)."""
+    SlurmError if unusable), 'scontrol'. May run ``sinfo --version`` (counted in probe_calls).
+
+    Both backends get the same time budget (scontrol's deadline: timeout x attempts + backoff). A
+    pyslurm request cannot be cut short before slurm.conf's MessageTimeout, so 'auto' takes pyslurm
+    only when MessageTimeout fits that budget (with Slurm's default of 10 s it fits the default
+    10.5 s); a forced pyslurm may take up to MessageTimeout however small the budget."""
     if preferred not in ("auto", "pyslurm", "scontrol"):
         raise ValueError("preferred must be auto, pyslurm or scontrol, not %r" % preferred)
     scontrol = ScontrolBackend(timeout=timeout, attempts=attempts, backoff=backoff, env=env, runner=runner)
@@ -681,7 +739,13 @@ def choose_backend(preferred: str = "auto", *, env: Optional[dict] = None, pyslu
         return scontrol, "scontrol: requested"
     why_not = pyslurm_unusable(env, pyslurm_module, runner, counter=scontrol)
     if why_not is None:
-        backend = PyslurmBackend(pyslurm_module, attempts=attempts, backoff=backoff)
+        conf = slurm_conf_settings(slurm_conf_path(env))
+        per_request, budget = message_timeout(conf), scontrol.retry.deadline
+        if preferred == "auto" and per_request > budget:
+            return scontrol, ("scontrol: a pyslurm request can block for MessageTimeout=%gs, longer than the "
+                              "[drain] budget of %gs (timeout x attempts + backoff)" % (per_request, budget))
+        backend = PyslurmBackend(pyslurm_module, attempts=attempts, backoff=backoff, deadline=budget,
+                                 message_timeout=per_request, auth_type=conf.get("AuthType", "auth/munge"))
         backend.probe_calls = scontrol.probe_calls
         return backend, "pyslurm %s matches the running Slurm" % pyslurm_version(pyslurm_module)
     if preferred == "pyslurm":
@@ -724,10 +788,22 @@ class SlurmClient:
         return None if self.until is None else self.until - time.monotonic()
 
     @property
+    def backend_name(self) -> Optional[str]:
+        """'scontrol' or 'pyslurm' once the backend is chosen (first call), else None."""
+        return None if self._backend is None else self._backend.name
+
+    @property
     def calls(self) -> int:
-        """Requests sent to Slurm so far (retries and the version probe included)."""
+        """Requests sent to slurmctld so far (retries included): the same count for both backends."""
         b = self._backend
-        return 0 if b is None else b.calls + b.probe_calls
+        return 0 if b is None else b.calls
+
+    @property
+    def probe_calls(self) -> int:
+        """Local version probes (``sinfo --version``) run while choosing the backend: only when a
+        pyslurm is installed, and never on the happy path (the backend is chosen on first use)."""
+        b = self._backend
+        return 0 if b is None else b.probe_calls
 
     def show_node(self, name: str) -> NodeInfo:
         self.ops.append(("show_node", check_node_name(name)))

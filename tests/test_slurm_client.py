@@ -320,6 +320,58 @@ def test_choose_backend(tmp_path):
         choose_backend("rest")
 
 
+def test_pyslurm_gets_the_drain_budget_and_auto_avoids_it_when_messagetimeout_exceeds_it(tmp_path):
+    """A pyslurm request blocks for up to MessageTimeout and cannot be cut short: both backends get the
+    [drain] budget (timeout x attempts + backoff: 10.5 s by default, it was 20.5 s for pyslurm), and
+    'auto' keeps scontrol where MessageTimeout alone is longer than the budget."""
+    conf = tmp_path / "slurm.conf"
+    env = {"SLURM_CONF": str(conf), "PATH": os.environ.get("PATH", "")}
+    for text, per_request in (("ClusterName=x\n", 10.0), ("ClusterName=x\nmessagetimeout=3 # short\n", 3.0)):
+        conf.write_text(text)
+        b, why = choose_backend(env=env, pyslurm_module=FakeModule("25.11.2"), runner=Script((0, "slurm 25.11.7\n", "")))
+        assert isinstance(b, PyslurmBackend), why
+        assert (b.retry.deadline, b.message_timeout, b.auth_type) == (10.5, per_request, "auth/munge")
+    conf.write_text("ClusterName=x\nMessageTimeout=10\nAuthType=auth/slurm\nMessageTimeout=30\n")
+    b, why = choose_backend(env=env, pyslurm_module=FakeModule("25.11.2"), runner=Script((0, "slurm 25.11.7\n", "")))
+    assert isinstance(b, ScontrolBackend) and "MessageTimeout=30s" in why and "10.5" in why, why
+    b, why = choose_backend("pyslurm", env=env, pyslurm_module=FakeModule("25.11.2"), timeout=2.0,
+                            runner=Script((0, "slurm 25.11.7\n", "")))
+    assert isinstance(b, PyslurmBackend) and (b.retry.deadline, b.message_timeout) == (4.5, 30.0)
+    assert b.auth_type == "auth/slurm"
+
+
+def test_slurm_conf_settings(tmp_path):
+    conf = tmp_path / "slurm.conf"
+    conf.write_text("# MessageTimeout=99\nmessagetimeout = 20\nAuthType=auth/munge  # comment\nInclude x.conf\n")
+    assert slurm.slurm_conf_settings(str(conf)) == {"MessageTimeout": "20", "AuthType": "auth/munge"}
+    assert slurm.slurm_conf_settings(str(tmp_path / "missing")) == {} and slurm.slurm_conf_settings(None) == {}
+    assert slurm.message_timeout({"MessageTimeout": "20"}) == 20.0
+    assert slurm.message_timeout({"MessageTimeout": "x"}) == slurm.message_timeout({}) == 10.0
+
+
+def test_pyslurm_retry_starts_no_attempt_that_cannot_end_in_time():
+    """Each stub RPC blocks 0.3 s (its 'MessageTimeout') and fails as a stopped slurmctld does: with a
+    0.5 s deadline a second attempt would end at ~0.6 s, so it is not started."""
+    def behaviour(*args):
+        time.sleep(0.3)
+        raise StubRPCError(1800, "Unable to contact slurm controller (connect failure)")
+
+    b = PyslurmBackend(stub_module(behaviour), attempts=3, backoff=0.01, deadline=0.5, message_timeout=0.3)
+    t0 = time.monotonic()
+    with pytest.raises(SlurmUnavailable):
+        b.show_node("node1")
+    assert b.calls == 1 and time.monotonic() - t0 < 0.45
+
+
+def test_client_calls_count_requests_to_slurmctld_not_the_version_probe(tmp_path):
+    conf = tmp_path / "slurm.conf"
+    conf.write_text("ClusterName=x\n")
+    env = {"SLURM_CONF": str(conf), "PATH": os.environ.get("PATH", "")}
+    b, _ = choose_backend(env=env, pyslurm_module=FakeModule("25.11.2"), runner=Script((0, "slurm 25.11.7\n", "")))
+    client = SlurmClient(backend=b)
+    assert (client.calls, client.probe_calls) == (0, 1)  # the same slurm_calls= for both backends
+
+
 def test_client_lazy_backend_makes_no_calls(monkeypatch):
     monkeypatch.setattr(slurm, "pyslurm_version", lambda module=None: None)
     client = SlurmClient(env={"SLURM_CONF": "/nonexistent"})
@@ -376,6 +428,7 @@ def stub_module(behaviour):
     (StubRPCError(1800, "Unable to contact slurm controller (connect failure)"), SlurmUnavailable, 2),
     (StubRPCError(5004, "Socket timed out on send/recv operation"), SlurmUnavailable, 2),
     (StubRPCError(2180, "Invalid node state transition"), SlurmCommandError, 1),
+    (StubRPCError(1007, "Protocol authentication error"), SlurmUnavailable, 1),  # munged stopped (25.11)
     (StubRPCError(2002, "Access/permission denied"), SlurmCommandError, 1),
 ])
 def test_pyslurm_error_mapping(err, exc, calls):
@@ -383,9 +436,11 @@ def test_pyslurm_error_mapping(err, exc, calls):
         raise err
 
     b = PyslurmBackend(stub_module(behaviour), attempts=2, backoff=0.01)
-    with pytest.raises(exc):
+    with pytest.raises(exc) as raised:
         b.show_node("node9")
     assert b.calls == calls
+    if err.errno == 1007:  # the operator needs to know which authentication failed
+        assert "AuthType=auth/munge" in str(raised.value)
 
 
 @pytest.mark.parametrize("errno", [1800, 1801, 1802, 1803, 1804, 1805, 1001, 5004, 5005])
