@@ -39,7 +39,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import Callable, Dict, Iterable, List, Optional, Sequence, Union
+from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
 import pytest
 
@@ -92,6 +92,45 @@ def require_slurm() -> None:
     if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
         raise SlurmNotInstalled(msg + " -- CI=true, so this is an error, not a skip")
     pytest.skip(msg)
+
+
+DRAIN_BACKEND_ENV = "SLURM_HOOKS_TEST_DRAIN_BACKEND"
+DRAIN_BACKENDS = ("auto", "scontrol", "pyslurm")
+
+
+def drain_backend_under_test() -> Optional[str]:
+    """The ``[drain] backend`` the end-to-end rigs configure: $SLURM_HOOKS_TEST_DRAIN_BACKEND (auto,
+    scontrol or pyslurm), or None (unset/empty) for the config's default. .ci/slurm-root.sh runs the
+    end-to-end modules once per backend on Slurm 25.11, where the real pyslurm is installed."""
+    value = os.environ.get(DRAIN_BACKEND_ENV, "").strip()
+    if not value:
+        return None
+    if value not in DRAIN_BACKENDS:
+        raise ValueError("%s=%r: expected one of %s" % (DRAIN_BACKEND_ENV, value, ", ".join(DRAIN_BACKENDS)))
+    return value
+
+
+def unreachable_slurm_cost(timeout: float, attempts: int, backoff: float = 0.5,
+                           message_timeout: float = 10.0) -> Tuple[float, int]:
+    """(seconds, requests) a drain spends on a slurmctld that never answers, with the [drain] backend
+    under test (auto: pyslurm where one is installed and MessageTimeout fits the budget). scontrol: each call is killed at `timeout`, `attempts` calls with backoff in between.
+    pyslurm: a request cannot be cut short before slurm.conf's MessageTimeout, and a retry starts only
+    if it can end near the same deadline (timeout x attempts + backoff) -- slurm_hooks.slurm._Retry."""
+    deadline = timeout * attempts + backoff * (2 ** (attempts - 1) - 1)
+    backend = drain_backend_under_test() or "auto"
+    if backend == "auto":  # slurm_hooks.slurm.choose_backend; CI installs pyslurm only where it matches Slurm
+        from slurm_hooks.slurm import pyslurm_version
+
+        backend = "pyslurm" if pyslurm_version() is not None and message_timeout <= deadline else "scontrol"
+    if backend == "scontrol":
+        return deadline, attempts
+    spent, made = message_timeout, 1
+    while made < attempts:
+        spent += max(0.0, min(backoff * 2 ** (made - 1), deadline - spent))
+        if deadline - spent < 0.9 * message_timeout:
+            break
+        spent, made = spent + message_timeout, made + 1
+    return spent, made
 
 
 _HW_CACHE: Dict[str, str] = {}

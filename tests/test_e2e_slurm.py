@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
 import pytest
-from slurmcluster import SlurmCluster, require_slurm
+from slurmcluster import SlurmCluster, drain_backend_under_test, require_slurm, unreachable_slurm_cost
 
 REPO = Path(__file__).resolve().parent.parent
 INSTALLED_BINARY = "/usr/bin/slurm-hooks"  # the token in prolog.d/epilog.d that the test replaces
@@ -113,6 +113,8 @@ class Rig:
             "paths": {"state_dir": str(self.state_dir), "log_file": str(self.log_file), "syslog": False},
             "records": {"dir": str(self.state_dir / "jobs")},
         }
+        if drain_backend_under_test():  # CI runs these modules once per backend (.ci/slurm-root.sh)
+            data["drain"] = {"backend": drain_backend_under_test()}
         for name, values in sections.items():
             data.setdefault(name, {}).update(values)
         self.config_path.parent.mkdir(parents=True, exist_ok=True)
@@ -462,10 +464,10 @@ def test_controller_down_bounded_prolog_keeps_pending_drain(hooks, how):
     it with 'Prolog error' once it answers again -- behind the circuit breaker's back, on every node
     that saw the outage. The job runs; the pending record is delivered by the next health run."""
     c = hooks.cluster
-    slurm_budget = 10.5
+    slurm_budget, calls = unreachable_slurm_cost(5.0, 2, message_timeout=c.message_timeout)
     if how == "hung":
         hooks.write_config(drain={"timeout": 2.0, "attempts": 2})
-        slurm_budget = 4.5
+        slurm_budget, calls = unreachable_slurm_cost(2.0, 2, message_timeout=c.message_timeout)
     hooks.fake.inject_fault(*GPU_FAULT)
     c.stop_ctld() if how == "stopped" else c.sigstop_ctld()
     rc, seconds, err = hooks.run_prolog()
@@ -474,7 +476,7 @@ def test_controller_down_bounded_prolog_keeps_pending_drain(hooks, how):
     assert slurm_budget - 0.5 < seconds < slurm_budget + 5.0, seconds  # checks (<1 s) + interpreter
     level, kv = hooks.wait_decision("prolog", DIRECT_JOB_ID)
     assert (level, kv["decision"], kv["outcome"], kv["slurm_calls"]) == \
-        ("ERROR", "drain", "slurm-unavailable", "2"), kv
+        ("ERROR", "drain", "slurm-unavailable", str(calls)), kv
     assert kv["detail"].startswith("slurmctld unreachable: ") and "unavailable after" in kv["detail"], kv
     assert "outcome=slurm-unavailable" in err  # also on stderr, which slurmd logs
     pending = hooks.local_state()["pending"]
@@ -511,7 +513,8 @@ def test_controller_hangs_during_a_jobs_prolog_the_job_runs_and_the_epilog_drain
     finally:
         c.sigcont_ctld()
     hooks.fake.set_states({"delay_ms.nvmlDeviceGetCount.*": None})
-    assert (level, prolog["outcome"], prolog["slurm_calls"]) == ("ERROR", "slurm-unavailable", "2"), prolog
+    calls = unreachable_slurm_cost(2.0, 2, message_timeout=c.message_timeout)[1]
+    assert (level, prolog["outcome"], prolog["slurm_calls"]) == ("ERROR", "slurm-unavailable", str(calls)), prolog
     assert hooks.local_state()["pending"]["job"] == str(job)
     assert c.wait_job(job, ("COMPLETED",), timeout=30) == "COMPLETED"
     level, epilog = hooks.wait_decision("epilog", job, timeout=30)
@@ -620,6 +623,29 @@ def test_admin_drain_status_resume_against_the_real_controller(hooks):
     assert ctld_reason(c) == "admin: rack 7 power work"
     assert hooks.run_cli("resume", "--node", "node1", "--force")[0] == 0
     c.wait_state("node1", "IDLE", timeout=15)
+
+
+# ------------------------------------------------------------------------------------------------
+# the [drain] backend
+
+
+def test_hooks_talk_to_slurm_through_the_configured_backend(hooks):
+    """The decision line names the backend that reached slurmctld: the one CI configures for this pass
+    ($SLURM_HOOKS_TEST_DRAIN_BACKEND, .ci/slurm-root.sh); with `auto`, scontrol unless pyslurm is installed."""
+    from slurm_hooks.slurm import pyslurm_version
+
+    expected = {drain_backend_under_test() or "auto"} - {"auto"} or (
+        {"scontrol"} if pyslurm_version() is None else {"scontrol", "pyslurm"})
+    hooks.fake.inject_fault(*GPU_FAULT)
+    rc, _, err = hooks.run_prolog()
+    level, kv = hooks.wait_decision("prolog", DIRECT_JOB_ID)
+    assert (rc, kv["outcome"], kv["slurm_calls"]) == (1, "drained", "4"), (kv, err)  # as above: +re-count
+    assert kv["slurm_backend"] in expected, kv
+    hooks.fake.clear_faults()
+    hooks.log_offset = hooks.log_file.stat().st_size
+    rc, _, _ = hooks.run_health()
+    level, kv = hooks.wait_decision("health")
+    assert (rc, kv["outcome"], kv["slurm_backend"] in expected) == (0, "resumed", True), kv
 
 
 # ------------------------------------------------------------------------------------------------
