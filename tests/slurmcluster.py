@@ -133,6 +133,12 @@ def unreachable_slurm_cost(timeout: float, attempts: int, backoff: float = 0.5,
     return spent, made
 
 
+# Seen on the test clusters (AccountingStorageType=accounting_storage/none): RESUME leaves the drain
+# Reason on the now-IDLE node on 24.11 and 25.11 (src/interfaces/accounting_storage.c returns before
+# clearing it without accounting) until its next job; 22.05 and 26.05 clear it.
+RESUME_KEEPS_REASON = {(22, 5): False, (24, 11): True, (25, 11): True, (26, 5): False}
+
+
 _HW_CACHE: Dict[str, str] = {}
 
 
@@ -550,6 +556,19 @@ class SlurmCluster:
             if time.monotonic() > deadline:
                 raise SlurmClusterError("slurmctld not answering ping")
             time.sleep(0.05)
+
+    def slurm_version(self) -> Tuple[int, int]:
+        """(major, minor) of the Slurm clients, e.g. (25, 11), from ``sinfo --version``."""
+        m = re.search(r"(\d+)\.(\d+)", self.run("sinfo", "--version"))
+        if not m:
+            raise SlurmClusterError("cannot read the Slurm version")
+        return int(m.group(1)), int(m.group(2))
+
+    def reasons_after_resume(self, reason: Optional[str]) -> set:
+        """The Reason (without '[user@time]') a drained node may show once resumed, before its next job:
+        per RESUME_KEEPS_REASON; either on a version not listed there."""
+        keeps = RESUME_KEEPS_REASON.get(self.slurm_version())
+        return {reason, None} if keeps is None else ({reason} if keeps else {None})
 
     def show_node_line(self, node: Optional[str] = None) -> str:
         return self.scontrol("show", "node", "-o", node or self.node).strip()

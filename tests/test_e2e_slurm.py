@@ -386,9 +386,10 @@ def test_health_resumes_our_drain_once_the_checks_pass_again(hooks):
     report("health run (resume) -> node IDLE", time.monotonic() - start)
     level, kv = hooks.wait_decision("health")
     assert (rc, level, kv["decision"], kv["outcome"], kv["slurm_calls"]) == (0, "INFO", "pass", "resumed", "2"), kv
-    # 22.05/26.05 clear the reason at RESUME; 24.11 (accounting_storage/none) keeps the one our RESUME set,
-    # which is not one of our drain reasons
-    assert ctld_reason(c) in ("", "resumed by slurm-hooks: gpu.count passed"), c.node_reason("node1")
+    # 22.05/26.05 clear the reason at RESUME; 24.11 and 25.11 (accounting_storage/none) keep the one our
+    # RESUME set, which is not one of our drain reasons (slurmcluster.RESUME_KEEPS_REASON)
+    assert (ctld_reason(c) or None) in c.reasons_after_resume("resumed by slurm-hooks: gpu.count passed"), \
+        c.node_reason("node1")
     assert hooks.local_state() == {}
     job = c.sbatch(gpus=1)  # and it takes jobs again
     assert c.wait_job(job, ("COMPLETED",), timeout=30) == "COMPLETED"

@@ -565,29 +565,14 @@ def _settled(client, name, pred, timeout=10.0):
         time.sleep(0.05)
 
 
-# What the Slurm versions we run against do after RESUME (scontrol and pyslurm alike), seen on the test
-# clusters (AccountingStorageType=accounting_storage/none): 24.11 and 25.11 keep the drain Reason on the
-# now-IDLE node (src/interfaces/accounting_storage.c returns before clearing it without accounting),
-# 22.05 and 26.05 clear it. A RESUME of a node that is not drained is refused with "Invalid node state
-# specified" (ESLURM_INVALID_NODE_STATE, 2028) up to 24.11 and "Invalid node state transition"
-# (ESLURM_INVALID_NODE_STATE_TRANSITION, 2180) from 25.11 on.
-RESUME_KEEPS_REASON = {(22, 5): False, (24, 11): True, (25, 11): True, (26, 5): False}
+# What the Slurm versions we run against do with a RESUME of a node that is not drained: "Invalid node
+# state specified" (ESLURM_INVALID_NODE_STATE, 2028) up to 24.11, "Invalid node state transition"
+# (ESLURM_INVALID_NODE_STATE_TRANSITION, 2180) from 25.11 on. What they do with the Reason of a resumed
+# node: slurmcluster.RESUME_KEEPS_REASON.
 RESUME_OF_IDLE_ERROR = {(22, 5): (2028, "Invalid node state specified"),
                         (24, 11): (2028, "Invalid node state specified"),
                         (25, 11): (2180, "Invalid node state transition"),
                         (26, 5): (2180, "Invalid node state transition")}
-
-
-def running_slurm(cluster):
-    version = slurm.slurm_version(env=cluster.env)
-    assert version is not None, "sinfo --version failed"
-    return version[:2]
-
-
-def reason_after_resume(cluster, reason):
-    """The Reason a node shows once resumed: per RESUME_KEEPS_REASON; either on a version not in it."""
-    keeps = RESUME_KEEPS_REASON.get(running_slurm(cluster))
-    return {reason, None} if keeps is None else ({reason} if keeps else {None})
 
 
 def scontrol_reason(cluster, node="node1"):
@@ -600,7 +585,7 @@ def scontrol_reason(cluster, node="node1"):
 def test_contract_show_idle_node(client, cluster):
     node = client.show_node("node1")
     assert (node.name, node.state, node.flags) == ("node1", "IDLE", frozenset())
-    # None, unless an earlier test's drain left its reason behind (RESUME_KEEPS_REASON)
+    # None, unless an earlier test's drain left its reason behind (slurmcluster.RESUME_KEEPS_REASON)
     assert node.reason == scontrol_reason(cluster)
     assert node.partitions == ("debug",) and not node.is_drained and node.known_state
     if client.kind == "pyslurm-double":
@@ -623,7 +608,7 @@ def test_contract_drain_then_resume_round_trip(client, cluster, record_property)
     node = _settled(client, "node1", lambda n: not n.flags)
     resume_settle = time.monotonic() - t0
     assert node.state_string == "IDLE", node
-    assert node.reason in reason_after_resume(cluster, OUR), node
+    assert node.reason in cluster.reasons_after_resume(OUR), node
     record_property("timings", "drain+show %.3fs, resume->IDLE %.2fs" % (drain_rt, resume_settle))
     print("[%s] drain+show %.3fs, resume->IDLE %.2fs" % (client.kind, drain_rt, resume_settle))
 
@@ -641,7 +626,7 @@ def test_contract_unknown_node(client):
 def test_contract_resume_of_undrained_node_is_a_command_error(client, cluster):
     with pytest.raises(SlurmCommandError, match="Invalid node state") as err:
         client.resume("node1")
-    expected = RESUME_OF_IDLE_ERROR.get(running_slurm(cluster))
+    expected = RESUME_OF_IDLE_ERROR.get(cluster.slurm_version())
     if expected:
         assert expected[1] in str(err.value)
 
@@ -711,7 +696,7 @@ def pyslurm_api(request, cluster):
 
 @pytest.mark.slurm
 def test_pyslurm_api_version_matches_the_running_slurm(pyslurm_api, cluster):
-    running = running_slurm(cluster)
+    running = cluster.slurm_version()
     assert slurm.parse_version(pyslurm_api.__version__)[:2] == running, pyslurm_api.__version__
     assert tuple(pyslurm_api.slurm_api_version())[:2] == running
     assert not callable(getattr(pyslurm_api, "version", None))  # 25.11: a submodule, not pyslurm.version()
@@ -722,7 +707,7 @@ def test_pyslurm_api_version_matches_the_running_slurm(pyslurm_api, cluster):
 def test_pyslurm_api_node_load(pyslurm_api, cluster):
     n = pyslurm_api.Node.load("node1")
     assert (n.name, n.state, n.partitions) == ("node1", "IDLE", ["debug"])
-    assert n.reason == scontrol_reason(cluster)  # None unless an earlier drain left it (RESUME_KEEPS_REASON)
+    assert n.reason == scontrol_reason(cluster)  # None unless an earlier drain left it (slurmcluster.RESUME_KEEPS_REASON)
     other = pyslurm_api.Node.load("node3")  # defined, no slurmd: DOWN (+NOT_RESPONDING after the first ping)
     assert other.state in ("DOWN", "DOWN+NOT_RESPONDING") and isinstance(other.state, str)
 
@@ -746,7 +731,7 @@ def test_pyslurm_api_drain_reads_back_exactly_and_resume(pyslurm_api, cluster):
         states.append(pyslurm_api.Node.load("node1").state)
     seen = list(dict.fromkeys(states))
     assert seen in (["IDLE+NOT_RESPONDING", "IDLE"], ["IDLE"]), seen
-    assert pyslurm_api.Node.load("node1").reason in reason_after_resume(cluster, OUR)
+    assert pyslurm_api.Node.load("node1").reason in cluster.reasons_after_resume(OUR)
     print("[%s] RESUME -> %s in %.2fs" % (type(pyslurm_api).__name__, " -> ".join(seen), time.monotonic() - t0))
 
 
@@ -764,7 +749,7 @@ def test_pyslurm_api_errors_are_rpc_errors(pyslurm_api, cluster):
     with pytest.raises(pyslurm_api.RPCError) as err:
         pyslurm_api.Node("node1").modify(pyslurm_api.Node(state="RESUME"))
     assert err.value.msg.startswith("Invalid node state")
-    expected = RESUME_OF_IDLE_ERROR.get(running_slurm(cluster))
+    expected = RESUME_OF_IDLE_ERROR.get(cluster.slurm_version())
     if expected:
         assert (err.value.errno, err.value.msg) == expected
 
