@@ -89,7 +89,12 @@ find_shared() {  # the project's shared/ dir: $SLURM_HOOKS_SHARED, else beside t
   common=$(git -C "$REPO" rev-parse --path-format=absolute --git-common-dir 2>/dev/null || true)
   [ -n "$common" ] && cands+=("$(dirname "$common")/../shared")
   origin=$(git -C "$REPO" config --get remote.origin.url 2>/dev/null || true)
-  case "$origin" in /*|file://*) origin=${origin#file://}; cands+=("${origin%/.git}/../shared") ;; esac
+  case "$origin" in
+    /*|file://*)
+      origin=${origin#file://}; cands+=("${origin%/.git}/../shared")
+      common=$(git -C "$origin" rev-parse --path-format=absolute --git-common-dir 2>/dev/null || true)
+      [ -n "$common" ] && cands+=("$(dirname "$common")/../shared") ;;  # the origin is a worktree
+  esac
   for d in "${cands[@]}"; do
     if [ -f "$d/vendor/$SLURM25_TARBALL_NAME" ]; then (cd "$d" && pwd); return 0; fi
   done

@@ -73,6 +73,22 @@ def test_slurm_source_beside_the_checkout_or_its_origin(tmp_path):
     assert (done.returncode, done.stdout.strip()) == (0, str(beside / "vendor" / TARBALL)), done.stderr
 
 
+def test_slurm_source_from_a_clone_of_a_worktree(tmp_path):
+    """main checkout and shared/ side by side, a helper's worktree elsewhere, CI's clone of that worktree."""
+    main = lone_checkout(tmp_path)
+    shared = fake_shared(tmp_path / "shared")
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run(git + ["-C", str(main), "add", "-A"], check=True)
+    subprocess.run(git + ["-C", str(main), "commit", "-q", "-m", "x"], check=True)
+    worktree = tmp_path / "wt" / "helper"
+    subprocess.run(git + ["-C", str(main), "worktree", "add", "-q", str(worktree)], check=True, capture_output=True)
+    clone = tmp_path / "ci" / "clone"
+    subprocess.run(["git", "clone", "-q", str(worktree), str(clone)], check=True, capture_output=True)
+    for checkout in (worktree, clone):
+        done = run_source(checkout)
+        assert (done.returncode, done.stdout.strip()) == (0, str(shared / "vendor" / TARBALL)), done.stderr
+
+
 def test_slurm_source_with_a_wrong_checksum_is_refused(tmp_path):
     shared = fake_shared(tmp_path / "mine", listed="0" * 64)
     done = run_source(lone_checkout(tmp_path), SLURM_HOOKS_SHARED=str(shared))
