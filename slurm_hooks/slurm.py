@@ -570,8 +570,12 @@ class PyslurmBackend(Backend):
     @property
     def pyslurm(self) -> Any:
         if self._mod is None:
-            if slurm_conf_path() is None:  # importing without a config retries 60 s, then exits
+            conf = slurm_conf_path()
+            if conf is None:  # importing without a config retries 60 s, then exits (or exits at once)
                 raise SlurmUnavailable("no usable slurm.conf; refusing to import pyslurm")
+            # import pyslurm runs slurm_init(), which reads $SLURM_CONF or falls back on its own (a
+            # configless DNS lookup that ends the process when it fails): make it read the file found
+            os.environ.setdefault("SLURM_CONF", conf)
             try:
                 import pyslurm  # noqa: PLC0415 - lazy on purpose
             except ImportError as exc:  # e.g. built against another libslurm

@@ -387,6 +387,37 @@ def test_pyslurm_not_imported_without_conf(monkeypatch):
     assert "pyslurm" not in sys.modules or sys.modules["pyslurm"] is not None
 
 
+def test_pyslurm_is_imported_with_the_slurm_conf_that_was_found(monkeypatch, tmp_path):
+    """Without $SLURM_CONF, libslurm's own fallback differs from ours (on a configless node it tries a
+    DNS SRV lookup and ends the process when that fails): pyslurm must read the file we found."""
+    conf = tmp_path / "slurm.conf"
+    conf.write_text("ClusterName=x\n")
+    monkeypatch.delenv("SLURM_CONF", raising=False)
+    monkeypatch.setattr(slurm, "CONF_CANDIDATES", (str(tmp_path / "missing.conf"), str(conf)))
+    seen = []
+
+    class Spy:  # stands in for the module: records the environment at import time
+        def __getattr__(self, name):
+            raise AttributeError(name)
+
+    def fake_import(name, *args, **kwargs):
+        if name == "pyslurm":
+            seen.append(os.environ.get("SLURM_CONF"))
+            return Spy()
+        return real_import(name, *args, **kwargs)
+
+    import builtins
+
+    real_import = builtins.__import__
+    monkeypatch.setattr(builtins, "__import__", fake_import)
+    assert isinstance(PyslurmBackend().pyslurm, Spy) and seen == [str(conf)]
+    explicit = tmp_path / "site.conf"
+    explicit.write_text("ClusterName=y\n")
+    monkeypatch.setenv("SLURM_CONF", str(explicit))  # an explicit one is kept
+    seen.clear()
+    assert isinstance(PyslurmBackend().pyslurm, Spy) and seen == [str(explicit)]
+
+
 # ---------------------------------------------------------------------------------------------
 # PyslurmBackend error mapping with an in-memory stub (shape from pyslurm/core/node.pyx)
 
