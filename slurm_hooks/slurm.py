@@ -366,9 +366,11 @@ class _Retry:
     """Bounded attempts with exponential backoff inside one overall deadline.
 
     uninterruptible: an attempt cannot be cut short (an in-process RPC blocks for up to that many
-    seconds, slurm.conf's MessageTimeout), so an attempt starts only if it can end near the deadline
-    (within 10 % of that time): one request stays within max(deadline, uninterruptible) + 10 %, and a
-    request started late in the caller's budget (`until`) is not started at all.
+    seconds, slurm.conf's MessageTimeout), so a retry starts only if it can end near the deadline
+    (within 10 % of that time): one request stays within max(deadline, uninterruptible) + 10 %. A
+    request's first attempt starts whenever any of the caller's budget (`until`) is left -- a
+    slurmctld that was slow for the first request must still get the next ones -- so a hook can
+    overrun its budget by at most one such attempt.
     """
 
     def __init__(self, timeout: float, attempts: int, backoff: float, deadline: Optional[float],
@@ -386,12 +388,12 @@ class _Retry:
         until: a time.monotonic() instant no attempt may run past (the caller's overall budget)."""
         start, last = time.monotonic(), "no attempt made"
         deadline = self.deadline if until is None else min(self.deadline, until - start)
-        # an attempt that cannot be cut short starts only with (nearly) its full time left; if even the
+        # a retry that cannot be cut short starts only with (nearly) its full time left; if even the
         # request's own deadline is shorter (a forced pyslurm, MessageTimeout > budget), with most of that
         needed = 0.9 * min(self.uninterruptible, self.deadline)
         for attempt in range(1, self.attempts + 1):
             remaining = deadline - (time.monotonic() - start)
-            if remaining <= 0.01 or remaining < needed:
+            if remaining <= 0.01 or (attempt > 1 and remaining < needed):
                 if attempt == 1:
                     last = "no time left in this run's Slurm budget"
                 break

@@ -363,6 +363,18 @@ def test_pyslurm_retry_starts_no_attempt_that_cannot_end_in_time():
     assert b.calls == 1 and time.monotonic() - t0 < 0.45
 
 
+def test_pyslurm_request_late_in_the_hook_budget_still_runs():
+    """slurmctld frozen for 3 s held the hook's first request; the breaker count that follows has less
+    than MessageTimeout of the budget left and must still be asked (seen on 25.11: 'cannot-count')."""
+    class N:
+        name, state, reason, reason_user, reason_time, partitions = "node1", "IDLE", None, "root", None, []
+
+    b = PyslurmBackend(stub_module(lambda *args: [N()] if args[0] == "nodes" else N()), attempts=2,
+                       backoff=0.5, deadline=10.5, message_timeout=10.0)
+    b.until = time.monotonic() + 1.0
+    assert [n.name for n in b.list_nodes()] == ["node1"] and b.calls == 1
+
+
 def test_client_calls_count_requests_to_slurmctld_not_the_version_probe(tmp_path):
     conf = tmp_path / "slurm.conf"
     conf.write_text("ClusterName=x\n")
