@@ -322,7 +322,7 @@ for case in root.iter("testcase"):
 PY
 }
 
-E2E_MODULES=(tests/test_e2e_slurm.py tests/test_fault_matrix_slurm.py tests/test_slurm_faults.py)
+E2E_MODULES=(tests/test_e2e_slurm.py tests/test_fault_matrix_slurm.py tests/test_slurm_faults.py tests/test_drain_slurm.py)
 # Marked slurm (a real slurmd runs the installed prolog) but about packaging for the host's Debian:
 # tests/test_deb.py runs in the host run, where .ci/deb.sh installs its tools.
 HOST_ONLY=(--ignore=tests/test_deb.py)

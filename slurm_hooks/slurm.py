@@ -754,8 +754,8 @@ def choose_backend(preferred: str = "auto", *, env: Optional[dict] = None, pyslu
                                  message_timeout=per_request, auth_type=conf.get("AuthType", "auth/munge"))
         backend.probe_calls = scontrol.probe_calls
         return backend, "pyslurm %s matches the running Slurm" % pyslurm_version(pyslurm_module)
-    if preferred == "pyslurm":
-        raise SlurmError("pyslurm backend requested but unusable: " + why_not)
+    if preferred == "pyslurm":  # nothing reached slurmctld: the client cannot run here, as with no scontrol
+        raise SlurmClientMissing("pyslurm backend requested but unusable: " + why_not)
     return scontrol, "scontrol: " + why_not
 
 

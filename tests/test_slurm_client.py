@@ -311,9 +311,10 @@ def test_choose_backend(tmp_path):
     assert isinstance(b, ScontrolBackend) and "slurm.conf" in why and b.probe_calls == 0
     b, why = choose_backend(env=env, pyslurm_module=FakeModule("22.5.3"), runner=Script((1, "", "fatal")))
     assert isinstance(b, ScontrolBackend) and "version" in why
-    with pytest.raises(SlurmError, match="requested but unusable"):
+    with pytest.raises(SlurmError, match="requested but unusable") as err:
         choose_backend("pyslurm", env=env, pyslurm_module=FakeModule("25.11.0"),
                        runner=Script((0, "slurm 22.05.8\n", "")))
+    assert isinstance(err.value, slurm.SlurmClientMissing)  # the admin reads "Slurm client unusable", not "refused"
     b, why = choose_backend("scontrol", pyslurm_module=FakeModule("22.5.3"))
     assert isinstance(b, ScontrolBackend) and b.probe_calls == 0
     with pytest.raises(ValueError):
