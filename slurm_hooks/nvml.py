@@ -15,7 +15,7 @@ from __future__ import annotations
 import ctypes
 import logging
 import threading
-from typing import Any, Callable, Dict, Optional, Tuple
+from typing import Any, Callable, Dict, Optional, Sequence, Tuple
 
 from .result import Action, Blame, Status
 from .structs import Struct
@@ -109,6 +109,15 @@ TEMPERATURE_GPU = 0  # nvmlTemperatureSensors_t
 TEMPERATURE_THRESHOLD_SHUTDOWN, TEMPERATURE_THRESHOLD_SLOWDOWN = 0, 1  # nvmlTemperatureThresholds_t
 PAGE_RETIREMENT_SINGLE_BIT, PAGE_RETIREMENT_DOUBLE_BIT = 0, 1  # nvmlPageRetirementCause_t
 FI_DEV_NVLINK_LINK_COUNT = 91  # nvmlDeviceGetFieldValues field ids
+# Time (ns) the clocks were held down, per reason, since the driver loaded: nvmlDeviceGetFieldValues ids from
+# nvml.h (nvidia-nvml-dev 13.5.37, the same numbers nvidia-ml-py 13.615 exposes). 74 and 76 are the
+# NVML_FI_DEV_PERF_POLICY_POWER / _SYNC_BOOST counters (old: every driver with field values); 269-271 came with
+# the clocks-event rename (R535): older drivers answer NOT_SUPPORTED for each of them.
+FI_CLOCKS_EVENT_SW_POWER_CAP = 74  # NVML_FI_DEV_CLOCKS_EVENT_REASON_SW_POWER_CAP = NVML_FI_DEV_PERF_POLICY_POWER
+FI_CLOCKS_EVENT_SYNC_BOOST = 76  # NVML_FI_DEV_CLOCKS_EVENT_REASON_SYNC_BOOST = NVML_FI_DEV_PERF_POLICY_SYNC_BOOST
+FI_CLOCKS_EVENT_SW_THERM_SLOWDOWN = 269  # NVML_FI_DEV_CLOCKS_EVENT_REASON_SW_THERM_SLOWDOWN
+FI_CLOCKS_EVENT_HW_THERM_SLOWDOWN = 270  # NVML_FI_DEV_CLOCKS_EVENT_REASON_HW_THERM_SLOWDOWN
+FI_CLOCKS_EVENT_HW_POWER_BRAKE_SLOWDOWN = 271  # NVML_FI_DEV_CLOCKS_EVENT_REASON_HW_POWER_BRAKE_SLOWDOWN
 FI_DEV_GET_GPU_RECOVERY_ACTION = 230  # NVML >= 12.560 (R560); older drivers answer NOT_SUPPORTED per value
 NVLINK_MAX_LINKS = 18  # NVML_NVLINK_MAX_LINKS
 
@@ -178,6 +187,8 @@ VERSIONED: Dict[str, Tuple[Variant, ...]] = {
     "temperature": (Variant("nvmlDeviceGetTemperatureV"), Variant("nvmlDeviceGetTemperature")),
 }
 _FALL_THROUGH = (FUNCTION_NOT_FOUND, ARGUMENT_VERSION_MISMATCH)
+# nvmlValueType_t -> the nvmlValue_t member that holds it (nvml.h)
+_VALUE_MEMBERS = {0: "dVal", 1: "uiVal", 2: "ulVal", 3: "ullVal", 4: "sllVal", 5: "siVal", 6: "usVal"}
 
 
 class NvmlSession:
@@ -264,11 +275,27 @@ class NvmlSession:
         entry = values[0]
         if entry.nvmlReturn != 0:
             raise NvmlError(entry.nvmlReturn, name)
-        member = {0: "dVal", 1: "uiVal", 2: "ulVal", 3: "ullVal", 4: "sllVal", 5: "siVal", 6: "usVal"}.get(
-            entry.valueType)
+        member = _VALUE_MEMBERS.get(entry.valueType)
         if member is None:
             raise NvmlError(UNKNOWN_ERROR, name, "unknown value type %d" % entry.valueType)
         return getattr(entry.value, member)
+
+    def field_values(self, handle: Any, field_ids: Sequence[int]) -> Dict[int, Any]:
+        """Several nvmlDeviceGetFieldValues entries in one call: {field id: number, or NvmlError for an entry
+        the driver refused (NOT_SUPPORTED on a driver that predates the field)}. The call itself failing
+        (FUNCTION_NOT_FOUND before R361, GPU_IS_LOST) raises NvmlError."""
+        values = self.call("nvmlDeviceGetFieldValues", handle, list(field_ids))
+        out: Dict[int, Any] = {}
+        for field_id, entry in zip(field_ids, values):
+            name = "nvmlDeviceGetFieldValues(%d)" % field_id
+            member = _VALUE_MEMBERS.get(entry.valueType)
+            if entry.nvmlReturn != 0:
+                out[field_id] = NvmlError(entry.nvmlReturn, name)
+            elif member is None:
+                out[field_id] = NvmlError(UNKNOWN_ERROR, name, "unknown value type %d" % entry.valueType)
+            else:
+                out[field_id] = getattr(entry.value, member)
+        return out
 
     def fabric_info(self, handle: Any) -> Tuple[int, int, int]:
         """(state, status, health_mask) of the GPU's NVLink fabric registration (R550+, NVSwitch systems).

@@ -9,6 +9,7 @@ import time
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from . import __version__
+from .perf import cpu_window, ib_traffic, perf_block
 from .snapshot import THROTTLE_REASONS, deltas
 
 RECORD_SCHEMA = "slurm-hooks.job-record/1"
@@ -41,6 +42,7 @@ def build_record(job, node: str, before: Optional[Dict[str, Any]], prolog_state:
     }
     record["gpus"] = _gpu_entries(before, after, comparable)
     record["ib"] = _ib_entries(before, after, comparable)
+    record["cpu"] = cpu_window((before or {}).get("cpu"), (after or {}).get("cpu")) if comparable else None
     record.update(_kernel_events(before, after, comparable, record["gpus"]))
     record["checks"] = _checks(report)
     record["decision"] = _decision(decision, enacted)
@@ -48,6 +50,7 @@ def build_record(job, node: str, before: Optional[Dict[str, Any]], prolog_state:
                          "epilog_snapshot_s": (after or {}).get("duration_s"),
                          "checks_s": round(report.duration, 4) if report is not None else None}
     record["summary"] = summarize(record, settings["records"]["leftover_memory_mib"] << 20)
+    record["perf_unavailable"] = perf_block(record)[1]
     return record
 
 
@@ -94,11 +97,17 @@ def _link_deltas(before: Dict[str, Dict[str, int]], after: Dict[str, Dict[str, i
 
 
 def _ib_entries(before, after, comparable: bool) -> List[Dict[str, Any]]:
+    """Per port: error counter deltas (`delta`) and, apart, traffic deltas (`traffic`: perf only)."""
     start = (before or {}).get("ib", {})
+    start_traffic = (before or {}).get("ib_perf") or {}
+    end_traffic = (after or {}).get("ib_perf") or {}
     out = []
     for port, values in sorted(((after or {}).get("ib") or {}).items()):
         delta, resets = deltas(start.get(port, {}), values) if comparable and port in start else (None, [])
-        out.append({"port": port, "delta": delta, "counter_resets": resets})
+        entry = {"port": port, "delta": delta, "counter_resets": resets}
+        if comparable and port in start_traffic and port in end_traffic:
+            entry["traffic"] = ib_traffic(start_traffic[port], end_traffic[port])
+        out.append(entry)
     return out
 
 
@@ -189,6 +198,7 @@ def summarize(record: Dict[str, Any], leftover_memory_bytes: int) -> Dict[str, A
     summary["status"] = checks.get("status")
     summary["drained"] = decision.get("outcome") in DRAIN_OUTCOMES
     summary["abnormal"] = _abnormal(summary, record, leftover_memory_bytes)
+    summary["perf"] = perf_block(record)[0]
     return summary
 
 

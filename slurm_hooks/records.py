@@ -94,7 +94,7 @@ def take_snapshot(config: Config, job: JobContext, epilog: bool, kernel_log: Opt
             pass
     snap = snapshot.take(host, settings["nvml"]["library"], job.gpus, settings["records"]["ib_counters"],
                          processes=epilog, kernel_log=kernel_log,
-                         gpu_budget=GPU_SHARE * settings["records"]["snapshot_timeout"])
+                         gpu_budget=GPU_SHARE * settings["records"]["snapshot_timeout"], job_id=job.job_id)
     if epilog:
         try:
             snap["xid_lines"] = snapshot.read_xid_lines(host, kernel_log)

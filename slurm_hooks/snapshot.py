@@ -25,6 +25,11 @@ recorded under ``unavailable``, never guessed):
 - InfiniBand port error counters: /sys/class/infiniband/<hca>/ports/<port>/counters/<name>
   (`perfquery`, `ibstat`). Older kernels report some as saturating 16/32-bit values: a counter stuck
   at its maximum shows no delta, and `perfquery -x`/`-R` is the place to look.
+- InfiniBand traffic, always (IB_PERF_COUNTERS, same directory, kernel ABI
+  Documentation/ABI/stable/sysfs-class-infiniband): port_xmit_data / port_rcv_data (octets / 4, 64-bit)
+  and port_xmit_wait (ticks the port had data to send but no credit: a bad cable or switch port).
+  Kept apart from the error counters (`ib_perf`), so `ib_errors` stays a count of errors.
+- CPU time per CPU (/proc/stat) and of Slurm's jobs (cgroup v2 cpu.stat): cpustat.read_cpu_times.
 
 A snapshot is a plain JSON-able dict (schema SNAPSHOT_SCHEMA) with flat counter names, so the
 epilog's deltas are a key-by-key difference (`deltas`). NVML calls may hang; records.py runs
@@ -37,6 +42,7 @@ import time
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from . import nvml
+from .cpustat import read_cpu_times
 from .host import Host, HostError
 from .kmsg import KmsgView, view
 
@@ -51,8 +57,13 @@ VIOLATION_POLICIES = ("power", "thermal", "sync_boost", "board_limit", "low_util
 # Violation reasons that mean the clocks were lowered below what the job asked for (low_utilization
 # is the GPU idling, not a limit).
 THROTTLE_REASONS = ("power", "thermal", "board_limit", "reliability", "sync_boost")
-CLOCK_EVENT_FIELDS = ("SW_POWER_CAP", "SW_THERM_SLOWDOWN", "HW_THERM_SLOWDOWN", "HW_POWER_BRAKE_SLOWDOWN",
-                      "SYNC_BOOST")
+# clock_event_ns.<name> counters: nvmlDeviceGetFieldValues ids (nvml.FI_CLOCKS_EVENT_*, from nvml.h)
+CLOCK_EVENT_FIELDS = (("sw_power_cap", nvml.FI_CLOCKS_EVENT_SW_POWER_CAP),
+                      ("sw_therm_slowdown", nvml.FI_CLOCKS_EVENT_SW_THERM_SLOWDOWN),
+                      ("hw_therm_slowdown", nvml.FI_CLOCKS_EVENT_HW_THERM_SLOWDOWN),
+                      ("hw_power_brake_slowdown", nvml.FI_CLOCKS_EVENT_HW_POWER_BRAKE_SLOWDOWN),
+                      ("sync_boost", nvml.FI_CLOCKS_EVENT_SYNC_BOOST))
+IB_PERF_COUNTERS = ("port_xmit_wait", "port_xmit_data", "port_rcv_data")
 GPU_BUDGET_S = 2.0  # seconds before a GPU that does not answer is given up (records.py passes its own)
 _COUNTER_NAME = re.compile(r"^[A-Za-z0-9_]{1,64}$")
 _TEXT_CALLS = (("uuid", "nvmlDeviceGetUUID"), ("serial", "nvmlDeviceGetSerial"), ("name", "nvmlDeviceGetName"))
@@ -60,8 +71,10 @@ _TEXT_CALLS = (("uuid", "nvmlDeviceGetUUID"), ("serial", "nvmlDeviceGetSerial"),
 
 def take(host: Host, library: str = "", gpus: Optional[Sequence[int]] = None,
          ib_counters: Sequence[str] = (), processes: bool = False, clock: Callable[[], float] = time.time,
-         kernel_log: Optional[KmsgView] = None, gpu_budget: float = GPU_BUDGET_S) -> Dict[str, Any]:
-    """One snapshot of the node (kernel log position, IB ports) and of the GPUs `gpus` (None = all).
+         kernel_log: Optional[KmsgView] = None, gpu_budget: float = GPU_BUDGET_S,
+         job_id: Optional[str] = None) -> Dict[str, Any]:
+    """One snapshot of the node (kernel log position, IB ports, CPU times; `job_id`: that job's cgroup too)
+    and of the GPUs `gpus` (None = all).
 
     `kernel_log` is a read of /dev/kmsg taken moments before in this hook (the Xid checks'); without
     it /dev/kmsg is read here. Never raises for a missing or failing source: the snapshot says what
@@ -70,7 +83,9 @@ def take(host: Host, library: str = "", gpus: Optional[Sequence[int]] = None,
     started = time.monotonic()
     snap: Dict[str, Any] = {"schema": SNAPSHOT_SCHEMA, "time": round(clock(), 3), "notes": []}
     snap["boot_id"], snap["kmsg_seq"] = kernel_log_position(host, snap["notes"], kernel_log)
-    snap["ib"] = read_ib_counters(host, ib_counters, snap["notes"])
+    snap["ib"], snap["ib_perf"] = _split_ib(read_ib_counters(host, _with_perf(ib_counters), snap["notes"]),
+                                            ib_counters)
+    snap["cpu"] = read_cpu_times(host, job_id, snap["notes"])
     snap["gpus"] = read_gpus(library, gpus, processes, snap["notes"], gpu_budget)
     snap["duration_s"] = round(time.monotonic() - started, 4)
     return snap
@@ -127,6 +142,18 @@ def read_ib_counters(host: Host, names: Sequence[str], notes: List[str]) -> Dict
                     values[name] = value
             ports["%s:%s" % (hca, port)] = values
     return ports
+
+
+def _with_perf(names: Sequence[str]) -> List[str]:
+    return list(names) + [n for n in IB_PERF_COUNTERS if n not in names]
+
+
+def _split_ib(ports: Dict[str, Dict[str, int]], error_names: Sequence[str]
+              ) -> Tuple[Dict[str, Dict[str, int]], Dict[str, Dict[str, int]]]:
+    """One read of every port's counters -> (the configured error counters, the traffic counters)."""
+    errors = {port: {k: v for k, v in values.items() if k in error_names} for port, values in ports.items()}
+    traffic = {port: {k: v for k, v in values.items() if k in IB_PERF_COUNTERS} for port, values in ports.items()}
+    return errors, traffic
 
 
 # -- GPUs (NVML) --------------------------------------------------------------------------------
@@ -291,15 +318,16 @@ def _read_violations(session, handle, gpu) -> None:
 
 
 def _read_clock_event_fields(session, handle, gpu) -> None:
-    """NVML_FI_DEV_CLOCKS_EVENT_REASON_* duration fields (ns), one batched call; unsupported ones left out."""
-    pynvml = session.pynvml
-    names = [n for n in CLOCK_EVENT_FIELDS if hasattr(pynvml, "NVML_FI_DEV_CLOCKS_EVENT_REASON_" + n)]
-    ids = [getattr(pynvml, "NVML_FI_DEV_CLOCKS_EVENT_REASON_" + n) for n in names]
-    if not ids:
-        return
-    for name, value in zip(names, session.call("nvmlDeviceGetFieldValues", handle, ids)):
-        if value.nvmlReturn == 0:
-            gpu["counters"]["clock_event_ns.%s" % name.lower()] = int(value.value.ullVal)
+    """NVML_FI_DEV_CLOCKS_EVENT_REASON_* durations (ns), one batched call; a field this driver does not
+    know (pre-R535: the thermal and power-brake ones) is left out with its reason under unavailable."""
+    values = session.field_values(handle, [field_id for _, field_id in CLOCK_EVENT_FIELDS])
+    for name, field_id in CLOCK_EVENT_FIELDS:
+        key = "clock_event_ns." + name
+        value = values.get(field_id)
+        if isinstance(value, nvml.NvmlError):
+            gpu["unavailable"][key] = _why(value)
+        elif isinstance(value, (int, float)) and value >= 0:
+            gpu["counters"][key] = int(value)
 
 
 def _read_energy(session, handle, gpu) -> None:

@@ -82,6 +82,7 @@ def test_prolog_to_epilog_round_trip_gives_the_right_deltas(gpu_node, tmp_path, 
     assert g0["nvlink_delta"] == {"3": {"crc_flit": 7, "replay": 2}}
     assert {k: v for k, v in g1["delta"].items() if v} == {
         "pcie.replay": 4, "remapped_rows.uncorrected": 1, "violation_ns.thermal": 3 * 10 ** 9,
+        "clock_event_ns.sw_therm_slowdown": 3 * 10 ** 9,  # nvml.h: the same counter as the thermal policy's
         "violation_ns.low_utilization": 9 * 10 ** 9}
     assert g1["flags"]["remapped_rows.pending"] is True
     assert g1["processes"] == [{"pid": 777, "kind": "compute", "used_memory_bytes": 1 << 30, "name": "python3"}]

@@ -94,10 +94,62 @@ def test_clock_event_fields_when_the_driver_has_them(gpu_node):
     import pynvml
 
     field = pynvml.NVML_FI_DEV_CLOCKS_EVENT_REASON_HW_THERM_SLOWDOWN
+    assert field == nvml.FI_CLOCKS_EVENT_HW_THERM_SLOWDOWN  # our constants agree with nvidia-ml-py's
     gpu_node.set_state("gpu.0.fields.%d" % field, 777)
+    gpu_node.set_states({"gpu.0.clock_event_ns.hw_power_brake_slowdown": 4 * 10 ** 9,
+                         "gpu.0.violation_ns.power": 55, "gpu.0.violation_ns.thermal": 66,
+                         "gpu.0.violation_ns.sync_boost": 77})
     snap = take(gpu_node, gpus=(0,))
-    assert snap["gpus"][0]["counters"]["clock_event_ns.hw_therm_slowdown"] == 777
-    assert "clock_event_ns.sw_power_cap" not in snap["gpus"][0]["counters"]  # NOT_SUPPORTED: left out
+    counters = snap["gpus"][0]["counters"]
+    assert counters["clock_event_ns.hw_therm_slowdown"] == 777
+    assert counters["clock_event_ns.hw_power_brake_slowdown"] == 4 * 10 ** 9
+    # nvml.h: POWER -> SW_POWER_CAP, THERMAL -> SW_THERM_SLOWDOWN, SYNC_BOOST -> SYNC_BOOST (the same counters)
+    assert (counters["clock_event_ns.sw_power_cap"], counters["clock_event_ns.sw_therm_slowdown"],
+            counters["clock_event_ns.sync_boost"]) == (55, 66, 77)
+    assert not any(k.startswith("clock_event_ns") for k in snap["gpus"][0]["unavailable"])
+
+
+def test_a_driver_without_the_new_clock_event_fields_leaves_them_out_with_the_reason(gpu_node):
+    """Before R535 fields 269-271 answer NOT_SUPPORTED each; the perf-policy ones (74, 76) still answer."""
+    gpu_node.set_states({"gpu.0.clock_event_ns.supported": 0, "gpu.0.clock_event_ns.hw_power_brake_slowdown": 9})
+    gpu = take(gpu_node, gpus=(0,))["gpus"][0]
+    assert "clock_event_ns.hw_power_brake_slowdown" not in gpu["counters"]
+    assert {k: v for k, v in gpu["unavailable"].items() if k.startswith("clock_event_ns")} == {
+        "clock_event_ns.sw_therm_slowdown": "NOT_SUPPORTED", "clock_event_ns.hw_therm_slowdown": "NOT_SUPPORTED",
+        "clock_event_ns.hw_power_brake_slowdown": "NOT_SUPPORTED"}
+    assert gpu["counters"]["clock_event_ns.sw_power_cap"] == 0 and "violation_ns.thermal" in gpu["counters"]
+
+
+def test_a_driver_without_field_values_at_all_keeps_the_other_counters(gpu_node):
+    gpu_node.inject_fault("nvmlDeviceGetFieldValues", 0, 13)  # FUNCTION_NOT_FOUND: symbol absent (pre-R361)
+    gpu = take(gpu_node, gpus=(0,))["gpus"][0]
+    assert gpu["unavailable"]["clock_events"] == "FUNCTION_NOT_FOUND"
+    assert "violation_ns.power" in gpu["counters"] and "energy_mj" in gpu["counters"]
+
+
+def test_infiniband_traffic_is_read_always_and_kept_apart_from_the_error_counters(gpu_node):
+    gpu_node.write("/sys/class/infiniband/mlx5_1/ports/1/counters/port_xmit_wait", "123456")
+    gpu_node.write("/sys/class/infiniband/mlx5_1/ports/1/counters/port_xmit_data", "2880761508848")
+    snap = take(gpu_node, ib=("symbol_error",))
+    assert snap["ib"]["mlx5_1:1"] == {"symbol_error": 0}
+    assert snap["ib_perf"]["mlx5_1:1"] == {"port_xmit_wait": 123456, "port_xmit_data": 2880761508848,
+                                           "port_rcv_data": 0}
+    assert take(gpu_node, ib=())["ib_perf"]["mlx5_0:1"]["port_xmit_wait"] == 0  # no error counters configured
+
+
+def test_cpu_times_per_cpu_and_the_slurm_cgroups(fake_node):
+    node = fake_node("dgx-h100", overrides={"job": {"4242": {"cpus": "0-3", "usage_usec": 5000000}},
+                                            "cgroup": {"slurm_usage_usec": 1000000},
+                                            "cpu": {"ticks": {"2": {"steal": 7}}}})
+    snap = snapshot.take(Host(str(node.root)), "", gpus=(), job_id="4242")
+    cpu = snap["cpu"]
+    assert cpu["tick_hz"] == 100 and cpu["ids"] == "0-%d" % (node.spec["cpu"]["count"] - 1)
+    assert cpu["job_cpus"] == "0-3" and cpu["usage_usec"] == {"slurm": 6000000, "job": 5000000}
+    assert cpu["steal"][2] == 7 and len(cpu["busy"]) == node.spec["cpu"]["count"]
+    node.add_cpu_ticks({1: {"system": 90}})
+    later = snapshot.take(Host(str(node.root)), "", gpus=(), job_id="4242")["cpu"]
+    assert later["busy"][1] - cpu["busy"][1] == 90 and later["busy"][0] == cpu["busy"][0]
+    assert snapshot.take(Host(str(node.root)), "", gpus=())["cpu"]["usage_usec"] == {"slurm": 6000000}
 
 
 def test_without_nvml_the_snapshot_still_has_the_node_part(tmp_path, write_tree):

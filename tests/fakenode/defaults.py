@@ -50,6 +50,8 @@ CPU = {
     "possible": 0,                # CPU slots the firmware lists (cpu/possible); 0 = the CPUs present. More is
                                   # normal (VMware guests, hot-plug servers): the kernel's cpu/offline lists them
     "offline": "",                # present CPUs taken offline (cpulist): no topology, cpuN/online = 0
+    "ticks": OPEN,                # /proc/stat per CPU: {"<cpu>" = {user, nice, system, idle, iowait, irq, softirq,
+                                  # steal}} in USER_HZ ticks; unset columns derive from [node] uptime_s
     "model_name": "Intel(R) Xeon(R) Platinum 8480C",
     "vendor_id": "GenuineIntel",
     "family": 6,
@@ -188,6 +190,9 @@ GPU = dict(_DEV, **{
     "utilization": {"gpu": 0, "memory": 0},
     "violation_ns": {"power": 0, "thermal": 0, "sync_boost": 0, "board_limit": 0, "low_utilization": 0,
                      "reliability": 0},
+    # NVML_FI_DEV_CLOCKS_EVENT_REASON_HW_THERM_SLOWDOWN / _HW_POWER_BRAKE_SLOWDOWN (ns); supported = false:
+    # a pre-R535 driver (fields 269-271 NOT_SUPPORTED). SW power cap/thermal/sync boost are violation_ns.
+    "clock_event_ns": {"supported": True, "hw_therm_slowdown": 0, "hw_power_brake_slowdown": 0},
     "fabric": {"state": 0, "status": 0, "clique_id": 0, "cluster_uuid": "", "health_mask": 0},
     "recovery_action": 0,          # NVML_FI_DEV_GET_GPU_RECOVERY_ACTION
     "fields": OPEN,                # {field id: value} for nvmlDeviceGetFieldValues
@@ -254,6 +259,7 @@ NVME = dict(_DEV, **{
 
 CGROUP = {
     "version": "v2",              # v2 (unified, /sys/fs/cgroup/cgroup.controllers) | v1 (cpuset hierarchy) | none
+    "slurm_usage_usec": 0,        # v2: cpu.stat usage_usec of system.slice/slurmstepd.scope (every job's CPU time)
 }
 
 SLURM = {
@@ -266,6 +272,7 @@ JOB = {                           # [job.<id>]: the job's Slurm cgroup (as task/
     "mems": "",                   # default: the NUMA nodes holding those CPUs
     "uid": 1000,                  # cgroup v1 path: /sys/fs/cgroup/cpuset/slurm/uid_<uid>/job_<id>
     "pids": [],                   # cgroup.procs
+    "usage_usec": 0,              # v2: cpu.stat usage_usec (added to the scope's too, as the kernel counts it)
 }
 
 HOST_PROCESS = {                  # [[process]]: /proc/<pid>/{comm,status,cgroup,cmdline}

@@ -1169,6 +1169,36 @@ nvmlReturn_t nvmlSystemGetTopologyGpuSet(unsigned int cpuNumber, unsigned int *c
 
 /* ------------------------------------------------------------------------------------------ fields, fabric */
 
+/*
+ * Time (ns) the clocks were held down, per reason: the perf-policy counters (74-79) are the ones
+ * nvmlDeviceGetViolationStatus reads, and nvml.h maps the clocks-event fields onto them (POWER ->
+ * SW_POWER_CAP, THERMAL -> SW_THERM_SLOWDOWN, SYNC_BOOST -> SYNC_BOOST). The HW thermal and HW power
+ * brake fields (R535+) have no violation policy: clock_event_ns.*; clock_event_ns.supported = 0 makes
+ * 269-271 NOT_SUPPORTED, as a pre-R535 driver answers. Returns 1 when it answered the field.
+ */
+static int clock_event_field(int idx, nvmlFieldValue_t *f) {
+    static const char *policies[] = {"power", "thermal", "sync_boost", "board_limit", "low_utilization", "reliability"};
+    const char *key = NULL;
+    if (f->fieldId >= NVML_FI_DEV_PERF_POLICY_POWER && f->fieldId <= NVML_FI_DEV_PERF_POLICY_RELIABILITY) {
+        f->value.ullVal = G(idx, 0, "violation_ns.%s", policies[f->fieldId - NVML_FI_DEV_PERF_POLICY_POWER]);
+        return 1;
+    }
+#ifdef NVML_FI_DEV_CLOCKS_EVENT_REASON_HW_POWER_BRAKE_SLOWDOWN
+    if (f->fieldId == NVML_FI_DEV_CLOCKS_EVENT_REASON_SW_THERM_SLOWDOWN) key = "violation_ns.thermal";
+    if (f->fieldId == NVML_FI_DEV_CLOCKS_EVENT_REASON_HW_THERM_SLOWDOWN) key = "clock_event_ns.hw_therm_slowdown";
+    if (f->fieldId == NVML_FI_DEV_CLOCKS_EVENT_REASON_HW_POWER_BRAKE_SLOWDOWN)
+        key = "clock_event_ns.hw_power_brake_slowdown";
+#endif
+    if (!key) return 0;
+    if (!G(idx, 1, "clock_event_ns.supported")) {
+        f->nvmlReturn = NVML_ERROR_NOT_SUPPORTED;
+        f->value.ullVal = 0;
+        return 1;
+    }
+    f->value.ullVal = G(idx, 0, "%s", key);
+    return 1;
+}
+
 nvmlReturn_t nvmlDeviceGetFieldValues(nvmlDevice_t device, int valuesCount, nvmlFieldValue_t *values) {
     DEV_ENTER("nvmlDeviceGetFieldValues", device);
     NEED(values);
@@ -1202,6 +1232,7 @@ nvmlReturn_t nvmlDeviceGetFieldValues(nvmlDevice_t device, int valuesCount, nvml
             continue;
         }
 #endif
+        if (!v && clock_event_field(idx, f)) continue;
         if (!v) {
             f->nvmlReturn = NVML_ERROR_NOT_SUPPORTED;
             f->value.ullVal = 0;

@@ -121,6 +121,28 @@ class FakeNode:
             f.write(rec + "\n")
         return rec
 
+    def add_cpu_ticks(self, ticks: Dict[int, Dict[str, int]]) -> None:
+        """Let time pass on CPUs in /proc/stat: {cpu: {"user": 500, "idle": 100, ...}} (USER_HZ ticks) added
+        to that CPU's columns (and to the all-CPU line), e.g. a daemon eating CPU 3: {3: {"system": 90}}."""
+        from .procfs import format_proc_stat, parse_proc_stat_ticks
+
+        current = parse_proc_stat_ticks(self.path("/proc/stat").read_text())
+        for cpu, add in ticks.items():
+            for column, value in add.items():
+                current[int(cpu)][column] += int(value)
+        self.write("/proc/stat", format_proc_stat(current))
+
+    def add_cgroup_usage(self, usec: int, job_id: Optional[str] = None) -> None:
+        """CPU time used by Slurm jobs (cgroup v2 cpu.stat usage_usec): added to the slurmstepd scope and,
+        with job_id, to that job's cgroup too (a child's time counts in its parent, as in the kernel)."""
+        from .procfs import cpu_stat
+
+        scope = "/sys/fs/cgroup/system.slice/slurmstepd.scope"
+        for directory in [scope] + (["%s/job_%s" % (scope, job_id)] if job_id else []):
+            path = self.path(directory + "/cpu.stat")
+            usage = int(path.read_text().split()[1]) + int(usec)
+            self.write(directory + "/cpu.stat", cpu_stat(usage))
+
     def write(self, path: str, content: Union[str, bytes]) -> None:
         """Overwrite one file in the tree (sysfs values are newline-terminated automatically)."""
         Tree(self.root).write(path, content)

@@ -17,6 +17,7 @@ def write_procfs(t: Tree, spec: Dict[str, Any]) -> None:
     t.write("/proc/loadavg", "%.2f %.2f %.2f 2/%d 48213" % (la[0], la[1], la[2], 1200 + spec["cpu"]["count"]))
     t.write("/proc/uptime", "%.2f %.2f" % (node["uptime_s"], node["uptime_s"] * spec["cpu"]["count"] * 0.95))
     t.write("/proc/swaps", swaps(spec), newline=False)
+    t.write("/proc/stat", proc_stat(spec), newline=False)
     mounts = "".join("%s %s %s %s 0 0\n" % (m["device"], m["mountpoint"], m["fstype"], m["options"])
                      for m in spec["mounts"])
     t.write("/proc/mounts", mounts, newline=False)
@@ -279,6 +280,51 @@ def gres_conf_auto(spec: Dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+STAT_COLUMNS = ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal", "guest", "guest_nice")
+
+
+def cpu_ticks(spec: Dict[str, Any]) -> Dict[int, Dict[str, int]]:
+    """Per online CPU, /proc/stat's columns: [cpu] ticks where given, else a mostly idle CPU since boot."""
+    up = int(spec["node"]["uptime_s"] * 100)  # USER_HZ
+    base = {"user": up * 4 // 100, "nice": 0, "system": up // 100, "idle": up * 94 // 100, "iowait": up // 1000,
+            "irq": 0, "softirq": up // 2000, "steal": 0, "guest": 0, "guest_nice": 0}
+    given = spec["cpu"].get("ticks") or {}
+    return {c: dict(base, **{k: int(v) for k, v in (given.get(str(c)) or given.get(c) or {}).items()})
+            for c in online_cpus(spec)}
+
+
+def format_proc_stat(ticks: Dict[int, Dict[str, int]], btime: int = 1717000000) -> str:
+    """The text of /proc/stat as Linux writes it (fs/proc/stat.c): an all-CPU line with two spaces after
+    "cpu", one line per online CPU, then the interrupt and process counters."""
+    total = {k: sum(t[k] for t in ticks.values()) for k in STAT_COLUMNS}
+    lines = ["cpu  " + " ".join(str(total[k]) for k in STAT_COLUMNS)]
+    lines += ["cpu%d %s" % (c, " ".join(str(t[k]) for k in STAT_COLUMNS)) for c, t in sorted(ticks.items())]
+    lines += ["intr 73777505 41 9 0 0 0", "ctxt 38014093", "btime %d" % btime, "processes 26442",
+              "procs_running 2", "procs_blocked 0", "softirq 5057579 250191 1481983 1647 211099 186066 0 1783454 "
+              "622196 12499 508444"]
+    return "\n".join(lines) + "\n"
+
+
+def parse_proc_stat_ticks(text: str) -> Dict[int, Dict[str, int]]:
+    out = {}
+    for line in text.splitlines():
+        if line.startswith("cpu") and not line.startswith("cpu "):
+            name, *values = line.split()
+            out[int(name[3:])] = dict(zip(STAT_COLUMNS, (int(v) for v in values)))
+    return out
+
+
+def proc_stat(spec: Dict[str, Any]) -> str:
+    return format_proc_stat(cpu_ticks(spec))
+
+
+def cpu_stat(usage_usec: int) -> str:
+    """cgroup v2 cpu.stat (kernel/sched/core.c cpu_extra_stat_show + cgroup_base_stat_cputime_show):
+    usage split 90/10 into user/system; no CFS quota, so nothing throttled."""
+    return ("usage_usec %d\nuser_usec %d\nsystem_usec %d\nnr_periods 0\nnr_throttled 0\nthrottled_usec 0\n"
+            "nr_bursts 0\nburst_usec 0\n" % (usage_usec, usage_usec * 9 // 10, usage_usec - usage_usec * 9 // 10))
+
+
 def _cgroups(t: Tree, spec: Dict[str, Any]) -> None:
     version = spec["cgroup"]["version"]
     every = format_cpulist(list(range(spec["cpu"]["count"])))
@@ -289,8 +335,11 @@ def _cgroups(t: Tree, spec: Dict[str, Any]) -> None:
         t.write(root + "/cgroup.subtree_control", "cpuset cpu io memory pids")
         t.write(root + "/cpuset.cpus.effective", every)
         t.write(root + "/system.slice/slurmstepd.scope/cgroup.subtree_control", "cpuset cpu memory pids")
+        scope_usage = spec["cgroup"]["slurm_usage_usec"] + sum(j["usage_usec"] for j in spec["job"].values())
+        t.write(root + "/system.slice/slurmstepd.scope/cpu.stat", cpu_stat(scope_usage), newline=False)
         for job_id, j in spec["job"].items():
             d = "%s/system.slice/slurmstepd.scope/job_%s" % (root, job_id)
+            t.write(d + "/cpu.stat", cpu_stat(j["usage_usec"]), newline=False)
             t.write(d + "/cpuset.cpus", j["cpus"])
             t.write(d + "/cpuset.cpus.effective", j["cpus"])
             t.write(d + "/cpuset.mems.effective", j["mems"])
