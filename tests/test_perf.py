@@ -246,3 +246,22 @@ def test_no_prolog_snapshot_gives_an_empty_perf_end_to_end(nodes):
     rec = hooks.record()
     assert rec["prolog_snapshot"] == "missing" and rec["summary"]["perf"] == {}
     assert "*" in rec["perf_unavailable"]
+
+
+def test_a_hung_infiniband_counter_read_stays_bounded(nodes):
+    """A FIFO where port_xmit_wait should be: open() blocks forever, as on a wedged HCA driver. The
+    snapshot runs in the forked check process under [records] snapshot_timeout: the prolog ends,
+    exits 0, and the epilog still writes a record (marked as having no comparable prolog snapshot)."""
+    from test_hangs import make_fifo
+
+    hooks = nodes[0]
+    hooks.config.write_text(hooks.config.read_text().replace("snapshot_timeout = 20.0", "snapshot_timeout = 1.0"))
+    make_fifo(hooks.node, "/sys/class/infiniband/mlx5_0/ports/1/counters/port_xmit_wait")
+    rc, seconds, err = hooks.run(kind="prolog")
+    assert rc == 0, err
+    assert seconds < 1.0 + 2.0 + 10.0  # snapshot budget + [deadline] files + interpreter start on a loaded VM
+    rc, seconds, err = hooks.run(kind="epilog")
+    assert rc == 0 and seconds < 1.0 + 2.0 + 10.0, err
+    rec = hooks.record()
+    assert rec["prolog_snapshot"] == "missing" and rec["epilog_snapshot"].startswith("failed")
+    assert rec["checks"]["status"] == "OK" and rec["summary"]["perf"] == {}  # the checks were not held up
