@@ -105,7 +105,7 @@ def _slurm_usage(host: Host, job_id: Optional[str], notes: List[str]) -> Dict[st
     usage: Dict[str, int] = {}
     for scope in host.glob(CGROUP_ROOT + "/system.slice", "*slurmstepd.scope"):
         paths = [("slurm", scope + "/cpu.stat")]
-        if job_id:
+        if job_id and job_id.isdigit() and job_id.isascii():  # a path component: only a Slurm job number
             paths.append(("job", "%s/job_%s/cpu.stat" % (scope, job_id)))
         for key, path in paths:
             try:

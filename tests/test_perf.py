@@ -58,6 +58,18 @@ def test_proc_stat_parser_on_a_real_file():
     assert cpustat.parse_proc_stat("cpuX 1 2\ncpu2 a b c d e f g h\n") == {}
 
 
+def test_a_hostile_job_id_never_becomes_a_cgroup_path(tmp_path, write_tree):
+    from slurm_hooks.host import Host
+
+    root = write_tree({"sys/fs/cgroup/system.slice/slurmstepd.scope/cpu.stat": "usage_usec 5\n",
+                       "sys/fs/cgroup/system.slice/slurmstepd.scope/job_1/cpu.stat": "usage_usec 9\n",
+                       "sys/fs/cgroup/system.slice/other.service/cpu.stat": "usage_usec 666\n",
+                       "proc/stat": "cpu0 1 0 1 5 0 0 0 0 0 0\n"})
+    notes = []
+    assert cpustat.read_cpu_times(Host(root), "1/../../other.service", notes)["usage_usec"] == {"slurm": 5}
+    assert cpustat.read_cpu_times(Host(root), "1", notes)["usage_usec"] == {"slurm": 5, "job": 9}
+
+
 def test_cpu_stat_parser():
     assert cpustat.parse_usage_usec(CPU_STAT_REAL) == 1234567
     assert cpustat.parse_usage_usec("user_usec 5\n") is None

@@ -127,6 +127,17 @@ def test_a_driver_without_field_values_at_all_keeps_the_other_counters(gpu_node)
     assert "violation_ns.power" in gpu["counters"] and "energy_mj" in gpu["counters"]
 
 
+def test_a_driver_without_violation_status_keeps_the_clock_event_counters(gpu_node):
+    """nvml.h 13.0 deprecates nvmlDeviceGetViolationStatus ("removed in CUDA 14.0"): a driver without the
+    symbol answers FUNCTION_NOT_FOUND; the field values carry the same counters."""
+    gpu_node.inject_fault("nvmlDeviceGetViolationStatus", "*", 13)
+    gpu_node.set_states({"gpu.0.violation_ns.power": 42})
+    gpu = take(gpu_node, gpus=(0,))["gpus"][0]
+    assert gpu["unavailable"]["violation"] == "FUNCTION_NOT_FOUND"
+    assert not any(k.startswith("violation_ns") for k in gpu["counters"])
+    assert gpu["counters"]["clock_event_ns.sw_power_cap"] == 42
+
+
 def test_infiniband_traffic_is_read_always_and_kept_apart_from_the_error_counters(gpu_node):
     gpu_node.write("/sys/class/infiniband/mlx5_1/ports/1/counters/port_xmit_wait", "123456")
     gpu_node.write("/sys/class/infiniband/mlx5_1/ports/1/counters/port_xmit_data", "2880761508848")
