@@ -29,8 +29,6 @@ from .cgroup import CGROUP_ROOT, find_job_cpuset
 from .host import Host, HostError, format_cpulist
 
 PROC_STAT = "/proc/stat"
-_BUSY_COLUMNS = (0, 1, 2, 5, 6)  # user nice system irq softirq (after the cpuN name)
-_STEAL_COLUMN = 7
 
 
 def tick_hz() -> int:
@@ -44,22 +42,23 @@ def tick_hz() -> int:
 def parse_proc_stat(text: str) -> Dict[int, Tuple[int, Optional[int]]]:
     """/proc/stat text -> {cpu: (busy ticks, steal ticks or None on a kernel without the column)}.
 
-    Only the per-CPU `cpuN` lines; offline CPUs have none. A malformed line is skipped, not guessed.
+    Only the per-CPU `cpuN` lines, which come first (fs/proc/stat.c); offline CPUs have none. A
+    malformed line is skipped, not guessed. Runs in the prolog: one split per line, five additions.
     """
     out: Dict[int, Tuple[int, Optional[int]]] = {}
-    for line in text.splitlines():
-        if not line.startswith("cpu") or line.startswith("cpu "):
+    for line in text.split("\n"):
+        if not line.startswith("cpu"):
+            if out:
+                break  # past the CPU lines: intr, ctxt, ... (the intr line can be long)
             continue
-        name, _, rest = line.partition(" ")
+        f = line.split()
+        if len(f) < 8 or not f[0][3:].isdigit():
+            continue  # the all-CPU "cpu" line, or a kernel older than anything we run on
         try:
-            cpu = int(name[3:])
-            values = [int(v) for v in rest.split()]
+            busy = int(f[1]) + int(f[2]) + int(f[3]) + int(f[6]) + int(f[7])  # user nice system irq softirq
+            out[int(f[0][3:])] = (busy, int(f[8]) if len(f) > 8 else None)
         except ValueError:
             continue
-        if len(values) < 7:
-            continue
-        steal = values[_STEAL_COLUMN] if len(values) > _STEAL_COLUMN else None
-        out[cpu] = (sum(values[i] for i in _BUSY_COLUMNS), steal)
     return out
 
 
@@ -75,21 +74,21 @@ def parse_usage_usec(text: str) -> Optional[int]:
     return None
 
 
+def cpu_lines(text: str) -> str:
+    """The CPU lines of /proc/stat (everything before the `intr` line): what a snapshot keeps. The
+    prolog only slices the text; the epilog's record build parses both (parse_proc_stat)."""
+    end = text.find("\nintr ")
+    return text[:end + 1] if end >= 0 else text
+
+
 def read_cpu_times(host: Host, job_id: Optional[str], notes: List[str]) -> Dict[str, Any]:
-    """{"tick_hz", "ids", "busy", "steal"} from /proc/stat, plus "job_cpus" (cpulist) and "usage_usec"
-    ({"job": n, "slurm": n}, each only when found). What could not be read is said in `notes`."""
-    out: Dict[str, Any] = {"tick_hz": tick_hz()}
+    """{"tick_hz", "proc_stat" (its CPU lines), "job_cpus" (cpulist or None), "usage_usec" ({"job": n,
+    "slurm": n}, each only when found)}. What could not be read is said in `notes`."""
+    out: Dict[str, Any] = {"tick_hz": tick_hz(), "proc_stat": "", "job_cpus": None}
     try:
-        per_cpu = parse_proc_stat(host.read_text(PROC_STAT))
+        out["proc_stat"] = cpu_lines(host.read_text(PROC_STAT))
     except HostError as exc:
         notes.append("CPU times unreadable: %s" % exc)
-        per_cpu = {}
-    ids = sorted(per_cpu)
-    out["ids"] = format_cpulist(ids)
-    out["busy"] = [per_cpu[c][0] for c in ids]
-    if ids and all(per_cpu[c][1] is not None for c in ids):
-        out["steal"] = [per_cpu[c][1] for c in ids]
-    out["job_cpus"] = None
     if job_id:
         try:
             found = find_job_cpuset(host, job_id)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Optional, Tuple
 
+from .cpustat import parse_proc_stat
 from .host import HostError, format_cpulist, parse_cpulist
 
 MIN_WALL_S = 1.0  # shorter jobs give no rates: two snapshots a few ms apart say nothing
@@ -167,11 +168,10 @@ def cpu_window(before: Optional[Dict[str, Any]], after: Optional[Dict[str, Any]]
 
 
 def _per_cpu(snap: Dict[str, Any]) -> Dict[int, Tuple[int, Optional[int]]]:
-    ids = sorted(parse_cpulist(snap.get("ids") or ""))
-    busy, steal = snap.get("busy") or [], snap.get("steal")
-    if len(busy) != len(ids) or (steal is not None and len(steal) != len(ids)):
-        raise ValueError("per-CPU lists do not match the CPU ids")
-    return {c: (int(busy[i]), int(steal[i]) if steal is not None else None) for i, c in enumerate(ids)}
+    text = snap.get("proc_stat")
+    if not isinstance(text, str):
+        raise ValueError("no /proc/stat text")
+    return parse_proc_stat(text)
 
 
 def _job_usage(before: Dict[str, int], after: Dict[str, int]) -> Tuple[Optional[float], Optional[str]]:

@@ -130,11 +130,13 @@ def test_ib_traffic_leaves_out_resets_and_saturated_counters():
         "port_xmit_data": 20}
 
 
-def cpu_snap(busy, steal=None, job_cpus=None, usage=None, ids="0-3"):
-    out = {"tick_hz": 100, "ids": ids, "busy": busy, "job_cpus": job_cpus, "usage_usec": usage or {}}
-    if steal is not None:
-        out["steal"] = steal
-    return out
+def cpu_snap(busy, steal=None, job_cpus=None, usage=None):
+    """A snapshot's `cpu` whose /proc/stat CPU lines have `busy` ticks as user time (and `steal`; without
+    it, the 7-column lines of a kernel before 2.6.11)."""
+    lines = "".join("cpu%d %d 0 0 1000 0 0 0%s\n" % (cpu, ticks, " %d 0 0" % steal[cpu] if steal else "")
+                    for cpu, ticks in enumerate(busy))
+    return {"tick_hz": 100, "proc_stat": "cpu  0 0 0 0 0 0 0\n" + lines, "job_cpus": job_cpus,
+            "usage_usec": usage or {}}
 
 
 def test_foreign_cpu_time_on_the_jobs_cpus():

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from slurm_hooks import nvml, snapshot
+from slurm_hooks import cpustat, nvml, snapshot
 from slurm_hooks.host import Host
 
 BOOT_ID = "8c4f5a7e-1111-2222-3333-444455556666"
@@ -154,12 +154,14 @@ def test_cpu_times_per_cpu_and_the_slurm_cgroups(fake_node):
                                             "cpu": {"ticks": {"2": {"steal": 7}}}})
     snap = snapshot.take(Host(str(node.root)), "", gpus=(), job_id="4242")
     cpu = snap["cpu"]
-    assert cpu["tick_hz"] == 100 and cpu["ids"] == "0-%d" % (node.spec["cpu"]["count"] - 1)
+    per_cpu = cpustat.parse_proc_stat(cpu["proc_stat"])
+    assert cpu["tick_hz"] == 100 and sorted(per_cpu) == list(range(node.spec["cpu"]["count"]))
+    assert "intr" not in cpu["proc_stat"]  # only the CPU lines are kept
     assert cpu["job_cpus"] == "0-3" and cpu["usage_usec"] == {"slurm": 6000000, "job": 5000000}
-    assert cpu["steal"][2] == 7 and len(cpu["busy"]) == node.spec["cpu"]["count"]
+    assert per_cpu[2][1] == 7
     node.add_cpu_ticks({1: {"system": 90}})
-    later = snapshot.take(Host(str(node.root)), "", gpus=(), job_id="4242")["cpu"]
-    assert later["busy"][1] - cpu["busy"][1] == 90 and later["busy"][0] == cpu["busy"][0]
+    later = cpustat.parse_proc_stat(snapshot.take(Host(str(node.root)), "", gpus=(), job_id="4242")["cpu"]["proc_stat"])
+    assert later[1][0] - per_cpu[1][0] == 90 and later[0] == per_cpu[0]
     assert snapshot.take(Host(str(node.root)), "", gpus=())["cpu"]["usage_usec"] == {"slurm": 6000000}
 
 
