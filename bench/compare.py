@@ -52,7 +52,7 @@ def config_for(revision: str, config_path: str, base: str) -> str:
     """The bench configuration as `revision` understands it: a setting newer than the revision (an unknown
     key is a configuration error, and the prolog would fail open at once, measuring nothing) is left out.
     [general] root_live_sources: before it existed, NVML was read under any root, which is what it asks for."""
-    known = subprocess.run(["git", "grep", "-q", "root_live_sources", revision, "--", "slurm_hooks/config.py"],
+    known = subprocess.run(["git", "grep", "-q", "root_live_sources", revision, "--", "slurm_hooks"],
                            cwd=REPO).returncode == 0
     with open(config_path) as handle:
         lines = handle.read().splitlines(True)

@@ -77,30 +77,32 @@ def main(gpus: int, repeat: int) -> None:
     started = time.perf_counter()
     import re  # noqa: F401  (the console script's own import)
 
-    from slurm_hooks.cli import parse_hook_args
-    from slurm_hooks.commands import load_registry_and_config
+    from slurm_hooks.cli.check_verbs import load_registry_and_config
+    from slurm_hooks.cli.main import parse_hook_args
 
     parse_hook_args(["prolog"])  # what `slurm-hooks prolog` imports, in its order: CLI, hook verbs, hooks
-    from slurm_hooks import hook_commands  # noqa: F401
+    from slurm_hooks.cli import hook_verbs as hook_commands  # noqa: F401
     from slurm_hooks.registry import load_builtin_checks
 
     load_builtin_checks()
-    from slurm_hooks import hooks, records, runner  # noqa: F401  (what the prolog loads next)
+    from slurm_hooks import hooks  # noqa: F401  (what the prolog loads next)
+    from slurm_hooks.core import runner  # noqa: F401  (what the prolog loads next)
+    from slurm_hooks.records import store as records  # noqa: F401  (what the prolog loads next)
     OUT["imports"] = time.perf_counter() - started
 
     registry, config = timed("config", lambda: load_registry_and_config(None), repeat)
-    from slurm_hooks.isolation import run_isolated
-    from slurm_hooks.runner import GatherContext, JobContext, run_checks, select_checks
+    from slurm_hooks.core.isolation import run_isolated
+    from slurm_hooks.core.runner import GatherContext, JobContext, run_checks, select_checks
 
     job = JobContext(job_id="1001", user="alice", node_name="node1", gpus=tuple(range(gpus)))
     timed("fork_empty", lambda: run_isolated(lambda: {}, 10.0), max(repeat, 10))
     timed("checks_isolated", lambda: hooks.run_isolated_checks(registry, config, "prolog", job), repeat)
 
-    from slurm_hooks import nvml
-    from slurm_hooks.host import Host
+    from slurm_hooks.hw import nvml
+    from slurm_hooks.hw.host import Host
 
     library = config.get("nvml", "library")
-    timed("pynvml_import", lambda: __import__("slurm_hooks.vendor", fromlist=["x"]).import_pynvml())
+    timed("pynvml_import", lambda: __import__("slurm_hooks.hw.pynvml_import", fromlist=["x"]).import_pynvml())
     timed("nvml_init", lambda: nvml.session(library).open())
 
     host_meter, nvml_meter = Meter("host"), Meter("nvml")
@@ -146,7 +148,7 @@ def main(gpus: int, repeat: int) -> None:
     timed("judge", judge)
     OUT["checks_threaded"] = None
     timed("checks_threaded", lambda: run_checks(registry, config, Host(root), "prolog", specs, job=job), repeat)
-    from slurm_hooks import snapshot
+    from slurm_hooks.records import counters as snapshot
 
     timed("snapshot_take", lambda: snapshot.take(Host(root), library, job.gpus,
                                                  config.get("records", "ib_counters")), repeat)
@@ -155,8 +157,8 @@ def main(gpus: int, repeat: int) -> None:
 
 def _timed_gatherers(registry: Any, self_times: Dict[str, float]) -> Any:
     """A copy of the registry whose gatherers record their self time (minus nested gatherers)."""
+    from slurm_hooks.core.structs import replace
     from slurm_hooks.registry import Registry
-    from slurm_hooks.structs import replace
 
     stack: List[float] = []
 

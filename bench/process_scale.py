@@ -30,10 +30,10 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if REPO not in sys.path:
     sys.path.insert(0, REPO)
 
-from slurm_hooks.config import validate  # noqa: E402
-from slurm_hooks.host import Host  # noqa: E402
+from slurm_hooks.core.config import validate  # noqa: E402
+from slurm_hooks.core.runner import run_checks  # noqa: E402
+from slurm_hooks.hw.host import Host  # noqa: E402
 from slurm_hooks.registry import load_builtin_checks  # noqa: E402
-from slurm_hooks.runner import run_checks  # noqa: E402
 
 SLEEPERS_C = r"""
 #include <signal.h>
@@ -153,21 +153,21 @@ def psutil_scan(runs: int) -> Dict[str, float]:
 
 
 def import_cost(runs: int) -> List[str]:
-    """`import slurm_hooks.cli` with and without `import psutil`, interleaved (medians, ms)."""
+    """`import slurm_hooks.cli.main` with and without `import psutil`, interleaved (medians, ms)."""
     python = sys.executable
-    cases = {"slurm_hooks.cli": "import slurm_hooks.cli",
-             "slurm_hooks.cli + psutil": "import slurm_hooks.cli, psutil"}
+    cases = {"slurm_hooks.cli.main": "import slurm_hooks.cli.main",
+             "slurm_hooks.cli.main + psutil": "import slurm_hooks.cli.main, psutil"}
     times: Dict[str, List[float]] = {case: [] for case in cases}
     for _ in range(runs):
         for case, code in cases.items():
             start = time.perf_counter()
             subprocess.run([python, "-s", "-c", code], check=True, cwd=REPO)
             times[case].append(time.perf_counter() - start)
-    base = statistics.median(times["slurm_hooks.cli"])
-    with_psutil = statistics.median(times["slurm_hooks.cli + psutil"])
+    base = statistics.median(times["slurm_hooks.cli.main"])
+    with_psutil = statistics.median(times["slurm_hooks.cli.main + psutil"])
     return ["process start + import, interleaved, median of %d:" % runs,
-            "  import slurm_hooks.cli           %6.1f ms" % (base * 1000),
-            "  import slurm_hooks.cli, psutil   %6.1f ms   (+%.1f ms, %.2fx)" % (with_psutil * 1000,
+            "  import slurm_hooks.cli.main           %6.1f ms" % (base * 1000),
+            "  import slurm_hooks.cli.main, psutil   %6.1f ms   (+%.1f ms, %.2fx)" % (with_psutil * 1000,
                                                                                (with_psutil - base) * 1000,
                                                                                with_psutil / base)]
 

@@ -2,7 +2,7 @@
 
 Records for the report are clones of one real record (written by a real prolog/epilog pair on the
 fake node) with varied job ids, nodes, end times and counter deltas; each clone's summary is
-recomputed with slurm_hooks.recordbuild.summarize and the file laid out by records.encode_record,
+recomputed with slurm_hooks.records.build.summarize and the file laid out by records.encode_record,
 the code the epilog uses. About 10% of the jobs get correctable ECC errors, 2% Xids, 1% leftover
 processes, so the report has nodes to rank.
 """
@@ -62,8 +62,8 @@ def epilog_runs(node: BenchNode, hook: Sequence[str], runs: int, first_job: int)
 
 def generate(template: Dict[str, Any], count: int, directory: str, seed: int = 8) -> int:
     """Write `count` varied clones of `template` under directory/<node>/<job>.json; total bytes."""
-    from slurm_hooks.recordbuild import summarize
-    from slurm_hooks.records import encode_record
+    from slurm_hooks.records.build import summarize
+    from slurm_hooks.records.store import encode_record
 
     rng = random.Random(seed)
     now = time.time()

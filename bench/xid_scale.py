@@ -153,9 +153,13 @@ sys.path.insert(0, sys.argv[1]); sys.path.insert(1, sys.argv[2])
 import slurm_hooks
 assert slurm_hooks.__file__.startswith(sys.argv[1]), slurm_hooks.__file__
 from bench.xid_scale import driver_lines
-from slurm_hooks import kmsg
+try:
+    from slurm_hooks.xid import kmsg
+    from slurm_hooks.core.runner import JobContext
+except ImportError:  # a revision from before the package layout of issue 16
+    from slurm_hooks import kmsg
+    from slurm_hooks.runner import JobContext
 from slurm_hooks.checks import xid as xc
-from slurm_hooks.runner import JobContext
 lines = tuple("4,%d,%d,-;%s" % (i, 90000000 + i * 997, m) for i, m in enumerate(driver_lines(random.Random(13), int(sys.argv[3]))))
 class P: overrides = []; ignore = []
 gm = xc.GpuMap({"0000:%s:00.0" % b: i for i, b in enumerate(("18", "1a", "42", "44", "9a", "9c", "c4", "c6"))})

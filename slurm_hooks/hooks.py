@@ -29,19 +29,20 @@ import sys
 import time
 from typing import TYPE_CHECKING, Any, Dict, Mapping, Optional, Sequence, Tuple
 
-from . import logs, policy
-from .atomicio import read_json, write_json_atomic
-from .config import Config, ConfigError
-from .jobenv import JobEnvError, job_from_env
-from .output import report_from_dict, report_to_dict
+from .core import logs
+from .core.atomicio import read_json, write_json_atomic
+from .core.config import Config, ConfigError
+from .core.report_format import report_from_dict, report_to_dict
+from .core.runner import CheckRun, GatherContext, JobContext, RunReport, run_checks, select_checks
+from .core.structs import Struct
 from .registry import Registry
 from .result import Result, Status
-from .runner import CheckRun, GatherContext, JobContext, RunReport, run_checks, select_checks
-from .structs import Struct
+from .slurm import policy
+from .slurm.jobenv import JobEnvError, job_from_env
 
 if TYPE_CHECKING:
-    from . import drainer
-    from .kmsg import KmsgView
+    from .slurm import drainer
+    from .xid.kmsg import KmsgView
 
 EXIT_NODE_BROKEN = 10  # the job must not run here; prolog.d/epilog.d turn it into 1, any other failure into 0
 OPT_OUT_TOKEN = "slurm_hooks=skip"
@@ -79,7 +80,7 @@ def read_state(config: Config, log) -> Tuple[Dict[str, Any], bool]:
 
     known is False when the file is missing, unreadable or did not answer: what we drained is then
     unknown here, and the health mode rebuilds it from Slurm (one call)."""
-    from .isolation import run_isolated
+    from .core.isolation import run_isolated
 
     path = state_path(config)
 
@@ -101,7 +102,7 @@ def read_state(config: Config, log) -> Tuple[Dict[str, Any], bool]:
 
 
 def save_state(config: Config, state: Mapping[str, Any], log) -> None:
-    from .isolation import Step
+    from .core.isolation import Step
 
     path = state_path(config)
 
@@ -122,7 +123,7 @@ def _run_bounded(config: Config, steps: Sequence[Any], log, context: str = "", j
                  earlier: Sequence[Any] = ()) -> None:
     """isolation.run_steps within [deadline] files; what did not finish (there, or in `earlier`: outcomes of
     steps run elsewhere under the same bound) is logged with its path and counted."""
-    from .isolation import Step, run_steps
+    from .core.isolation import Step, run_steps
 
     limit = config.get("deadline", "files")
     try:
@@ -138,7 +139,7 @@ def _run_bounded(config: Config, steps: Sequence[Any], log, context: str = "", j
                           step=outcome.name, path=outcome.path, state=outcome.state, waited_s=outcome.seconds,
                           error="did not finish within [deadline] files = %gs (hung file system?)" % limit))
     if abandoned and config.get("metrics", "textfile_dir"):
-        from . import metrics
+        from .records import metrics
 
         names = [o.name for o in abandoned]
         run_steps([Step("metrics", config.get("metrics", "textfile_dir"),
@@ -149,17 +150,17 @@ def run_isolated_checks(registry: Registry, config: Config, context: str, job: J
                         extra_names: Sequence[str] = ()) -> Tuple[RunReport, Any]:
     """Run the context's checks (plus extra_names) in a forked child, bounded by the deadline.
 
-    The prolog's/epilog's counter snapshot (records.py) is taken in the same child right after the
+    The prolog's/epilog's counter snapshot (records/store.py) is taken in the same child right after the
     checks, so NVML starts once per hook, in a thread bounded by [records] snapshot_timeout (a GPU
     whose NVML calls hang is given up inside it, the others are recorded). The prolog also stores
     it there, in a thread bounded by [deadline] files: the default prolog then needs no child of
     its own for its files. Returns (report, [snapshot or None, why(, stored)] or None); None when
-    the child died, and records.py then takes the snapshot in a child of its own. `stored`:
+    the child died, and records/store.py then takes the snapshot in a child of its own. `stored`:
     {"state": "done" | "running" (abandoned), "path": ...}.
     """
-    from .host import Host
-    from .isolation import run_isolated
-    from .records import wanted as records_wanted
+    from .core.isolation import run_isolated
+    from .hw.host import Host
+    from .records.store import wanted as records_wanted
 
     specs = select_checks(registry, context)
     for name in extra_names:
@@ -193,10 +194,10 @@ def run_isolated_checks(registry: Registry, config: Config, context: str, job: J
 
 def _snapshot_bounded(config: Config, job: JobContext, epilog: bool, timeout: float,
                       kernel_log: Optional[KmsgView] = None) -> Optional[list]:
-    """records.take_snapshot in a thread of the check child, abandoned after `timeout` (NVML can hang)."""
+    """store.take_snapshot in a thread of the check child, abandoned after `timeout` (NVML can hang)."""
     import threading
 
-    from .records import take_snapshot
+    from .records.store import take_snapshot
 
     box: list = []
 
@@ -217,7 +218,7 @@ def _store_bounded(config: Config, job: JobContext, gathered: list, timeout: flo
     (the state directory may hang); its outcome for the parent's log."""
     import threading
 
-    from .records import snapshot_path, store_prolog_snapshot
+    from .records.store import snapshot_path, store_prolog_snapshot
 
     try:
         path = snapshot_path(config, job.job_id)
@@ -279,16 +280,16 @@ def run_hook(context: str, registry: Registry, config: Config, env: Mapping[str,
 def _after_decision(context: str, config: Config, job: JobContext, name: str, report: RunReport,
                     decision: policy.Decision, enacted, log, gathered) -> None:
     """Snapshot file or record, dcgm-exporter mapping and metrics: bounded, the exit code already decided."""
-    from . import metrics, records
-    from .isolation import Step, StepOutcome
+    from .core.isolation import Step, StepOutcome
+    from .records import metrics, store
 
-    if gathered is None and records.wanted(config, job, context):  # the check child died: one more try
+    if gathered is None and store.wanted(config, job, context):  # the check child died: one more try
         try:
-            gathered = records.gather(config, job, epilog=context == "epilog")
+            gathered = store.gather(config, job, epilog=context == "epilog")
         except OSError as exc:  # no process left to fork
             gathered = (None, "snapshot not taken: %s" % exc)
     stored = gathered[2] if gathered and len(gathered) > 2 else None  # the check child wrote the snapshot file
-    steps = records.steps(context, config, job, name, report, decision, enacted, log,
+    steps = store.steps(context, config, job, name, report, decision, enacted, log,
                           tuple(gathered[:2]) if gathered else None, snapshot_stored=stored is not None)
     if config.get("metrics", "textfile_dir"):  # prometheus_client is imported only then, in the child
         steps.append(Step("metrics", config.get("metrics", "textfile_dir"),
@@ -300,7 +301,7 @@ def _after_decision(context: str, config: Config, job: JobContext, name: str, re
 def _enact(context: str, name: str, job: JobContext, config: Config, log, decision: policy.Decision,
            report: RunReport, client) -> Tuple[drainer.Enacted, Any]:
     """Drain, or (health) resume / rebuild lost state, under the node's lock and one Slurm budget."""
-    from . import drainer, nodelock  # only now: the happy path loads nothing of Slurm's
+    from .slurm import drainer, nodelock  # only now: the happy path loads nothing of Slurm's
 
     client = client or drainer.make_client(config.settings)
     budget = drainer.slurm_budget(config.settings)
@@ -367,14 +368,14 @@ def _recover(client, name: str, state: Dict[str, Any], known: bool, report: RunR
     Lost state (`known` False): one show_node, and a drain whose reason is one of our automatic ones
     (it names its checks) is taken back as ours.
     """
-    from .drainer import Enacted, Outcome, resume
-    from .slurm import SlurmError
+    from .slurm.client import SlurmError
+    from .slurm.drainer import Enacted, Outcome, resume
 
     if not known:
         try:
             node = client.show_node(name)
         except SlurmError as exc:
-            from .drainer import slurm_failure
+            from .slurm.drainer import slurm_failure
 
             return slurm_failure(exc, "cannot rebuild the lost local state: ")
         owner = policy.read_reason(node.reason, config.get("drain", "reason_prefix"))
@@ -432,7 +433,7 @@ def fail_open(context: str, error: Exception, config_path: Optional[str] = None,
     salvaged from the broken files: config.salvage_settings) and, for a refused configuration,
     slurm_hooks_config_error 1 in the metrics: every job on this node now runs unchecked.
     """
-    from .config import salvage_settings
+    from .core.config import salvage_settings
 
     env = env or {}
     text = "%s: %s" % (type(error).__name__, error)
@@ -443,8 +444,8 @@ def fail_open(context: str, error: Exception, config_path: Optional[str] = None,
                              event=event, decision="fail-open", error=text,
                              detail="failing open (exit 0): jobs run unchecked until this is fixed (slurm-hooks config check)"))
         if event == "config-error" and settings["metrics"]["textfile_dir"]:
-            from . import metrics
-            from .isolation import Step, run_steps
+            from .core.isolation import Step, run_steps
+            from .records import metrics
 
             run_steps([Step("metrics", settings["metrics"]["textfile_dir"],
                             lambda: metrics.write_config_error(settings, context, text, log))],
@@ -464,7 +465,7 @@ def fail_open(context: str, error: Exception, config_path: Optional[str] = None,
 
 def main_hook(context: str, config_path: Optional[str], env: Mapping[str, str], node: Optional[str] = None,
               root: Optional[str] = None) -> int:
-    from .commands import load_registry_and_config
+    from .cli.check_verbs import load_registry_and_config
 
     try:
         registry, config = load_registry_and_config(config_path, root)

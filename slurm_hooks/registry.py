@@ -12,15 +12,15 @@ from __future__ import annotations
 import importlib
 from typing import Any, Callable, Dict, FrozenSet, Iterable, List, Mapping, Optional, Tuple
 
-from .structs import Struct, field
+from .core.structs import Struct, field
 
 CONTEXTS = ("prolog", "epilog", "health", "manual")
 DEFAULT_CONTEXTS = frozenset({"prolog", "health", "manual"})
 
 # Modules that hold built-in checks; importing one registers its checks.
-BUILTIN_CHECK_MODULES = ("slurm_hooks.checks.system", "slurm_hooks.checks.pci", "slurm_hooks.checks.gpu",
-                         "slurm_hooks.checks.gpu_memory", "slurm_hooks.checks.gpu_state",
-                         "slurm_hooks.checks.gpu_links", "slurm_hooks.checks.gpu_procs", "slurm_hooks.checks.xid",
+BUILTIN_CHECK_MODULES = ("slurm_hooks.checks.system", "slurm_hooks.checks.pci", "slurm_hooks.checks.gpu.inventory",
+                         "slurm_hooks.checks.gpu.memory", "slurm_hooks.checks.gpu.state",
+                         "slurm_hooks.checks.gpu.links", "slurm_hooks.checks.gpu.procs", "slurm_hooks.checks.xid",
                          "slurm_hooks.checks.topology", "slurm_hooks.checks.gpudirect", "slurm_hooks.checks.numa")
 
 
@@ -231,6 +231,6 @@ def load_builtin_checks() -> Registry:
     if not _loaded:
         for module in BUILTIN_CHECK_MODULES:
             importlib.import_module(module)
-        importlib.import_module("slurm_hooks.plugins").load_site_checks()  # /etc/slurm-hooks/checks.d/*.py
+        importlib.import_module("slurm_hooks.core.plugins").load_site_checks()  # /etc/slurm-hooks/checks.d/*.py
         _loaded = True
     return REGISTRY

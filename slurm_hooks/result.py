@@ -8,7 +8,7 @@ from __future__ import annotations
 import enum
 from typing import Any, Dict, Iterable, Mapping, Optional
 
-from .structs import Struct, field
+from .core.structs import Struct, field
 
 
 class Status(enum.Enum):

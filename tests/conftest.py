@@ -32,7 +32,7 @@ def registry():
 
 @pytest.fixture
 def default_config(registry):
-    from slurm_hooks.config import validate
+    from slurm_hooks.core.config import validate
 
     return validate(registry, {})
 
@@ -77,8 +77,8 @@ def fake_node():
 
 @pytest.fixture
 def nvml_node(fake_node):
-    """fake_node, plus the real pynvml pointed at its library (in-process) and fresh slurm_hooks.nvml sessions."""
-    from slurm_hooks import nvml
+    """fake_node, plus the real pynvml pointed at its library (in-process) and fresh slurm_hooks.hw.nvml sessions."""
+    from slurm_hooks.hw import nvml
     from tests.fakenode import fakenvml
 
     def build(spec="dgx-h100", overrides=None):
@@ -106,9 +106,9 @@ def fake_node_config(config=None):
 def run_on_node(registry, node, names, config=None, job=None, context="manual"):
     """Results of the named checks (or families) on a fake node, in-process, as `slurm-hooks check --live nvml` runs
     them (the fake node's NVML is the fake library this process loaded)."""
-    from slurm_hooks.config import validate
-    from slurm_hooks.host import Host
-    from slurm_hooks.runner import run_checks, select_checks
+    from slurm_hooks.core.config import validate
+    from slurm_hooks.core.runner import run_checks, select_checks
+    from slurm_hooks.hw.host import Host
 
     report = run_checks(registry, validate(registry, fake_node_config(config)), Host(str(node.root)), context,
                         select_checks(registry, context, names), job=job)

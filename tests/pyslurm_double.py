@@ -36,7 +36,7 @@ itself, while the real RPC accepts it (25.11: the node drains, the reason stays 
 double raises NotImplementedError there instead of pretending; Node.reason_user is None when there
 is no reason (the real one names uid 0, "root").  ``rpcs`` counts the RPCs the double performed, so
 tests can prove the backend went through it.  The parsing here is deliberately independent of
-slurm_hooks.slurm.
+slurm_hooks.slurm.client.
 """
 from __future__ import annotations
 

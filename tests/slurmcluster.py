@@ -115,11 +115,11 @@ def unreachable_slurm_cost(timeout: float, attempts: int, backoff: float = 0.5,
     """(seconds, requests) a drain spends on a slurmctld that never answers, with the [drain] backend
     under test (auto: pyslurm where one is installed and MessageTimeout fits the budget). scontrol: each call is killed at `timeout`, `attempts` calls with backoff in between.
     pyslurm: a request cannot be cut short before slurm.conf's MessageTimeout, and a retry starts only
-    if it can end near the same deadline (timeout x attempts + backoff) -- slurm_hooks.slurm._Retry."""
+    if it can end near the same deadline (timeout x attempts + backoff) -- slurm_hooks.slurm.client._Retry."""
     deadline = timeout * attempts + backoff * (2 ** (attempts - 1) - 1)
     backend = drain_backend_under_test() or "auto"
-    if backend == "auto":  # slurm_hooks.slurm.choose_backend; CI installs pyslurm only where it matches Slurm
-        from slurm_hooks.slurm import pyslurm_version
+    if backend == "auto":  # slurm_hooks.slurm.client.choose_backend; CI installs pyslurm only where it matches Slurm
+        from slurm_hooks.slurm.client import pyslurm_version
 
         backend = "pyslurm" if pyslurm_version() is not None and message_timeout <= deadline else "scontrol"
     if backend == "scontrol":

@@ -22,9 +22,9 @@ from pathlib import Path
 
 import pytest
 
-from slurm_hooks import drainer
-from slurm_hooks.config import SECTIONS
-from slurm_hooks.slurm import ScontrolBackend, SlurmClient, parse_nodes
+from slurm_hooks.core.config import SECTIONS
+from slurm_hooks.slurm import drainer
+from slurm_hooks.slurm.client import ScontrolBackend, SlurmClient, parse_nodes
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 

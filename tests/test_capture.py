@@ -15,8 +15,8 @@ import tarfile
 
 import pytest
 
-from slurm_hooks import capture
-from slurm_hooks.host import Host, ReadLog
+from slurm_hooks.hw import capture
+from slurm_hooks.hw.host import Host, ReadLog
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CLI = [sys.executable, "-m", "slurm_hooks"]
@@ -168,9 +168,9 @@ def test_nvml_is_not_read_under_root_unless_asked(registry, nvml_node):
     """A capture of a GPU node analysed on a machine without GPUs said 'NVML is unusable' -> drain, and on a
     machine with GPUs it would have judged the wrong GPUs. Under --root the GPU checks SKIP; --live nvml
     (the fake node's library) reads them."""
-    from slurm_hooks.config import validate
+    from slurm_hooks.core.config import validate
+    from slurm_hooks.core.runner import run_checks, select_checks
     from slurm_hooks.result import Status
-    from slurm_hooks.runner import run_checks, select_checks
 
     node = nvml_node()
     names = select_checks(registry, "manual", ["gpu", "topology.gpu-nic"])
@@ -187,7 +187,7 @@ def test_nvml_is_not_read_under_root_unless_asked(registry, nvml_node):
 
 
 def test_root_live_sources_are_validated(registry):
-    from slurm_hooks.config import ConfigError, validate
+    from slurm_hooks.core.config import ConfigError, validate
 
     with pytest.raises(ConfigError, match=r"\[general\] root_live_sources: 'nvidia' is not one of 'nvml', 'statvfs'"):
         validate(registry, {"general": {"root_live_sources": ["nvidia"]}})

@@ -12,12 +12,12 @@ import re
 
 import pytest
 
-from slurm_hooks.config import validate
-from slurm_hooks.host import Host, ReadLog, parse_cpulist
+from slurm_hooks.core.config import validate
+from slurm_hooks.core.runner import run_checks
+from slurm_hooks.core.structs import replace
+from slurm_hooks.hw.host import Host, ReadLog, parse_cpulist
 from slurm_hooks.registry import Registry, load_builtin_checks
 from slurm_hooks.result import Status
-from slurm_hooks.runner import run_checks
-from slurm_hooks.structs import replace
 from tests import captures
 
 CORPUS = captures.manifest()
@@ -145,7 +145,7 @@ def test_gpus_passed_into_a_vm_are_found_and_not_judged_through_this_machines_nv
     count = next(r for r in pci if r.check == "gpu.count")
     assert count.status is Status.SKIP and "live-only" in count.summary
     config = validate(untimed, captures.corpus_config(CORPUS[name]))
-    from slurm_hooks.runner import GatherContext, JobContext
+    from slurm_hooks.core.runner import GatherContext, JobContext
     gathered = GatherContext(untimed, Host(root), config, JobContext())
     found = sorted(d.bdf for d in gathered.get("pci.devices") if d.is_nvidia_gpu)
     assert found == CORPUS[name]["truth"]["nvidia_gpus"]

@@ -143,7 +143,7 @@ def _field(deb: Path, name: str) -> str:
 # -- the package, not installed -------------------------------------------------------------------
 
 def test_dependencies_come_from_the_distribution_and_pyproject(debs):
-    from slurm_hooks.config import _toml_loads
+    from slurm_hooks.core.config import _toml_loads
 
     depends = [d.strip() for d in _field(debs["v1"], "Depends").split(",")]
     assert "python3 (>= 3.9)" in depends and "logrotate" in depends
@@ -204,7 +204,7 @@ def test_apt_installs_it_and_a_real_slurmd_runs_the_installed_prolog_for_a_real_
     assert _status() == "install ok installed"
     # py3compile byte-compiled the code for THIS node's python3 in postinst
     tag = _run(["/usr/bin/python3", "-c", "import sys; print(sys.implementation.cache_tag)"]).stdout.strip()
-    assert list(Path(SITE, "slurm_hooks", "__pycache__").glob("cli.%s.pyc" % tag))
+    assert list(Path(SITE, "slurm_hooks", "cli", "__pycache__").glob("main.%s.pyc" % tag))
     version = _run(["/usr/bin/slurm-hooks", "--version"], env={})
     assert version.stdout.strip() == "slurm-hooks " + host["versions"]["v1"], version.stderr
     check = _run(["/usr/bin/slurm-hooks", "config", "check"], env={"PATH": "/usr/bin:/bin"})

@@ -15,14 +15,15 @@ import pytest
 from conftest import abort_on_purpose
 from test_drainer import MemoryBackend, cluster
 
-from slurm_hooks import drainer, hooks, nodelock
-from slurm_hooks.config import validate
-from slurm_hooks.drainer import Outcome
-from slurm_hooks.hook_commands import node_status
+from slurm_hooks import hooks
+from slurm_hooks.cli.hook_verbs import node_status
+from slurm_hooks.core.config import validate
 from slurm_hooks.hooks import EXIT_NODE_BROKEN, run_hook
 from slurm_hooks.registry import Registry
 from slurm_hooks.result import Action, Result, Status
-from slurm_hooks.slurm import NodeInfo, SlurmClient
+from slurm_hooks.slurm import drainer, nodelock
+from slurm_hooks.slurm.client import NodeInfo, SlurmClient
+from slurm_hooks.slurm.drainer import Outcome
 
 JOB_ENV = {"SLURM_JOB_ID": "42", "SLURM_JOB_USER": "alice", "SLURMD_NODENAME": "node1"}
 HEALTH_ENV = {"SLURMD_NODENAME": "node1"}
@@ -276,7 +277,7 @@ def test_a_hook_that_waited_for_the_lock_sees_the_drain_just_made(rig, monkeypat
 
 def test_many_hostlist_words_are_refused_before_any_call():
     with pytest.raises(ValueError):
-        from slurm_hooks.slurm import expand_hostlist
+        from slurm_hooks.slurm.client import expand_hostlist
 
         expand_hostlist("node1;reboot")
     backend = MemoryBackend([])

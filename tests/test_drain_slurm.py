@@ -18,9 +18,9 @@ import pytest
 from slurmcluster import drain_backend_under_test
 from test_e2e_slurm import DIRECT_JOB_ID, GPU_FAULT, NODES, ctld_reason, is_drained, start_rig
 
-from slurm_hooks import drainer
-from slurm_hooks.config import SECTIONS
-from slurm_hooks.slurm import ScontrolBackend, SlurmClient, run_argv
+from slurm_hooks.core.config import SECTIONS
+from slurm_hooks.slurm import drainer
+from slurm_hooks.slurm.client import ScontrolBackend, SlurmClient, run_argv
 
 pytestmark = pytest.mark.slurm
 

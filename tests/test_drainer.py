@@ -15,10 +15,9 @@ import time
 
 import pytest
 
-from slurm_hooks import drainer, nodelock
-from slurm_hooks.config import SECTIONS
-from slurm_hooks.drainer import UNDONE_REASON, Outcome
-from slurm_hooks.slurm import (
+from slurm_hooks.core.config import SECTIONS
+from slurm_hooks.slurm import drainer, nodelock
+from slurm_hooks.slurm.client import (
     Backend,
     InvalidNodeState,
     NodeInfo,
@@ -27,6 +26,7 @@ from slurm_hooks.slurm import (
     SlurmClientMissing,
     SlurmUnavailable,
 )
+from slurm_hooks.slurm.drainer import UNDONE_REASON, Outcome
 
 T0 = 1796256000.0  # 2026-12-02T00:00:00Z
 
@@ -506,8 +506,8 @@ def test_node_lock_excludes_other_processes_and_leaves_no_file(tmp_path):
 def test_a_long_summary_never_crashes_the_drain():
     """max_reason_length above what the client takes (a config the loader should refuse, or an older
     one) with a 2000-character summary: the reason is cut to 512, the drain happens."""
-    from slurm_hooks import policy
     from slurm_hooks.result import Action, Result, Status
+    from slurm_hooks.slurm import policy
 
     s = settings(drain={"max_reason_length": 5000})
     decision = policy.decide([Result("gpu.xid", Status.FAIL, "x" * 2000, action=Action.REBOOT)], s)

@@ -633,7 +633,7 @@ def test_admin_drain_status_resume_against_the_real_controller(hooks):
 def test_hooks_talk_to_slurm_through_the_configured_backend(hooks):
     """The decision line names the backend that reached slurmctld: the one CI configures for this pass
     ($SLURM_HOOKS_TEST_DRAIN_BACKEND, .ci/slurm-root.sh); with `auto`, scontrol unless pyslurm is installed."""
-    from slurm_hooks.slurm import pyslurm_version
+    from slurm_hooks.slurm.client import pyslurm_version
 
     expected = {drain_backend_under_test() or "auto"} - {"auto"} or (
         {"scontrol"} if pyslurm_version() is None else {"scontrol", "pyslurm"})

@@ -89,7 +89,7 @@ def test_unknown_check_name_and_bad_usage_exit_unknown():
 
 
 def test_hook_verbs_take_the_fast_parser_and_agree_with_the_full_one():
-    from slurm_hooks.cli import build_parser, parse_hook_args
+    from slurm_hooks.cli.main import build_parser, parse_hook_args
 
     for argv in (["prolog"], ["--config", "/x.toml", "epilog"], ["health", "--node", "n1", "--root", "/r"],
                  ["--config=/x.toml", "prolog", "--root=/r", "--node", "n1"], ["epilog", "--node", "a", "--node", "b"]):
@@ -105,7 +105,7 @@ def test_hook_verbs_take_the_fast_parser_and_agree_with_the_full_one():
 
 
 def test_hook_verbs_do_not_import_argparse():
-    code = ("import sys; from slurm_hooks import cli; cli.parse_hook_args(['prolog']); "
+    code = ("import sys; from slurm_hooks.cli import main as cli; cli.parse_hook_args(['prolog']); "
             "import slurm_hooks.hooks; print('argparse' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False"

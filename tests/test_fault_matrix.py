@@ -23,11 +23,12 @@ from typing import Any, Dict, Optional, Tuple
 import pytest
 from conftest import fake_node_config
 
-from slurm_hooks import nvml, policy
-from slurm_hooks.config import validate
-from slurm_hooks.host import Host
+from slurm_hooks.core.config import validate
+from slurm_hooks.core.runner import JobContext, run_checks, select_checks
+from slurm_hooks.hw import nvml
+from slurm_hooks.hw.host import Host
 from slurm_hooks.result import Action, Blame, Status
-from slurm_hooks.runner import JobContext, run_checks, select_checks
+from slurm_hooks.slurm import policy
 
 NODE = "dgx-h100-01"
 JOB = JobContext(job_id="4242", user="alice", node_name=NODE, gpus=tuple(range(8)))
@@ -294,7 +295,7 @@ class Nodes:
         return self._by_overlay[key]
 
     def activate(self, node) -> None:
-        """Point the real pynvml at `node`'s fake library with fresh slurm_hooks.nvml sessions."""
+        """Point the real pynvml at `node`'s fake library with fresh slurm_hooks.hw.nvml sessions."""
         from tests.fakenode import fakenvml
 
 
@@ -440,7 +441,7 @@ def test_consecutive_healthy_prologs_never_drain(registry, nodes, tmp_path, caps
     from test_drainer import cluster
 
     from slurm_hooks.hooks import run_hook
-    from slurm_hooks.slurm import SlurmClient
+    from slurm_hooks.slurm.client import SlurmClient
 
     node = nodes.healthy
     nodes.activate(node)

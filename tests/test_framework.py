@@ -7,11 +7,11 @@ import time
 
 import pytest
 
-from slurm_hooks.config import ConfigError, load_config, render_toml, validate
-from slurm_hooks.host import Host
+from slurm_hooks.core.config import ConfigError, load_config, render_toml, validate
+from slurm_hooks.core.runner import JobContext, run_checks, select_checks
+from slurm_hooks.hw.host import Host
 from slurm_hooks.registry import Param, Registry, RegistryError
 from slurm_hooks.result import Action, Blame, Result, Status, worst
-from slurm_hooks.runner import JobContext, run_checks, select_checks
 
 
 def test_worst_status_order():
@@ -183,7 +183,7 @@ def test_config_check_refuses_bad_values_naming_file_and_key(tmp_path, text, exp
 
 def test_every_number_refuses_nan_and_infinity(registry):
     """Every float setting and float check parameter, whatever its range: nan and inf never load."""
-    from slurm_hooks.config import SECTIONS
+    from slurm_hooks.core.config import SECTIONS
 
     floats = [(section, key) for section, schema in SECTIONS.items() for key, s in schema.items() if s.type is float]
     floats += [("checks", spec.name, p.name) for spec in registry.sorted_checks() for p in spec.params

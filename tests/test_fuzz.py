@@ -22,15 +22,26 @@ import pytest
 from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
 
-from slurm_hooks import drainer, kmsg, nvml, parsers, policy, xid
-from slurm_hooks.config import SECTIONS, ConfigError, load_config, validate
-from slurm_hooks.gres import parse_gres_conf
-from slurm_hooks.host import Host, HostError
-from slurm_hooks.jobenv import JobEnvError, job_from_env, parse_gpu_indices
+from slurm_hooks.core.config import SECTIONS, ConfigError, load_config, validate
+from slurm_hooks.core.runner import JobContext, run_checks, select_checks
+from slurm_hooks.hw import nvml
+from slurm_hooks.hw import procfs as parsers
+from slurm_hooks.hw.host import Host, HostError
 from slurm_hooks.registry import load_builtin_checks
 from slurm_hooks.result import Blame, Result, Status
-from slurm_hooks.runner import JobContext, run_checks, select_checks
-from slurm_hooks.slurm import NodeInfo, ScontrolBackend, SlurmClient, SlurmParseError, parse_node_line, parse_nodes
+from slurm_hooks.slurm import drainer, policy
+from slurm_hooks.slurm.client import (
+    NodeInfo,
+    ScontrolBackend,
+    SlurmClient,
+    SlurmParseError,
+    parse_node_line,
+    parse_nodes,
+)
+from slurm_hooks.slurm.gres import parse_gres_conf
+from slurm_hooks.slurm.jobenv import JobEnvError, job_from_env, parse_gpu_indices
+from slurm_hooks.xid import catalog as xid
+from slurm_hooks.xid import kmsg
 
 REGISTRY = load_builtin_checks()
 FAST = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])

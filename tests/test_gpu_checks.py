@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 from conftest import run_on_node as run
 
-from slurm_hooks import nvml
+from slurm_hooks.core.runner import JobContext
+from slurm_hooks.hw import nvml
 from slurm_hooks.result import Action, Blame, Status
-from slurm_hooks.runner import JobContext
 
 GPU_BDF = {0: "0000:18:00.0", 1: "0000:1a:00.0", 2: "0000:42:00.0", 3: "0000:44:00.0", 4: "0000:9a:00.0",
            5: "0000:9c:00.0", 6: "0000:c4:00.0", 7: "0000:c6:00.0"}
@@ -196,8 +196,8 @@ def test_per_gpu_checks_without_nvml_skip_and_leave_it_to_gpu_count(registry, nv
 # -- gpu.count: what NVML cannot read vs what it does not see (issue 13, section 4) --------------------
 
 def _decide(registry, results):
-    from slurm_hooks import policy
-    from slurm_hooks.config import validate
+    from slurm_hooks.core.config import validate
+    from slurm_hooks.slurm import policy
 
     return policy.decide(results, validate(registry, {}).settings)
 

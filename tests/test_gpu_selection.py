@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 from test_gpu_checks import component, run
 
-from slurm_hooks import nvml
-from slurm_hooks.checks.gpu import GpuDevice, select_gpus
+from slurm_hooks.checks.gpu.inventory import GpuDevice, select_gpus
+from slurm_hooks.core.runner import JobContext
+from slurm_hooks.hw import nvml
 from slurm_hooks.result import Action, Blame, Status
-from slurm_hooks.runner import JobContext
 
 
 def devices(minors):

@@ -267,12 +267,12 @@ def test_one_hung_gpu_costs_that_gpu_only(nvml_node, registry):
     """A hung NVML call on GPU 5 used to make gpu.ecc/remap/recovery UNKNOWN for every GPU (one shared gather
     step), so a pending row remap on GPU 3 only alerted. Now GPU 3's remap still fails (and drains), and
     only GPU 5 is UNKNOWN, marked timed out."""
-    from slurm_hooks import policy
-    from slurm_hooks.config import validate
-    from slurm_hooks.host import Host
-    from slurm_hooks.isolation import run_isolated
-    from slurm_hooks.output import report_from_dict, report_to_dict
-    from slurm_hooks.runner import run_checks, select_checks
+    from slurm_hooks.core.config import validate
+    from slurm_hooks.core.isolation import run_isolated
+    from slurm_hooks.core.report_format import report_from_dict, report_to_dict
+    from slurm_hooks.core.runner import run_checks, select_checks
+    from slurm_hooks.hw.host import Host
+    from slurm_hooks.slurm import policy
 
     node = nvml_node("dgx-h100", {"gpu": {3: {"remapped_rows": {"pending": True}}}})
     node.inject_hang("nvmlDeviceGetEccMode", 5)

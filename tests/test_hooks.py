@@ -8,12 +8,12 @@ import pytest
 from conftest import abort_on_purpose
 from test_drainer import REASON, cluster
 
-from slurm_hooks.config import validate
-from slurm_hooks.drainer import Outcome
+from slurm_hooks.core.config import validate
 from slurm_hooks.hooks import EXIT_NODE_BROKEN, main_hook, run_hook
 from slurm_hooks.registry import Registry
 from slurm_hooks.result import Action, Blame, Result, Status
-from slurm_hooks.slurm import NodeInfo, SlurmClient
+from slurm_hooks.slurm.client import NodeInfo, SlurmClient
+from slurm_hooks.slurm.drainer import Outcome
 
 JOB_ENV = {"SLURM_JOB_ID": "42", "SLURM_JOB_USER": "alice", "SLURMD_NODENAME": "node1", "SLURM_JOB_GPUS": "0,1"}
 
@@ -200,7 +200,7 @@ def test_broken_config_fails_open_with_one_critical_line_and_a_metric(tmp_path, 
     slurm_hooks_config_error 1 in the metrics; no traceback."""
     import syslog as real_syslog
 
-    from slurm_hooks import logs
+    from slurm_hooks.core import logs
 
     sent = []
     monkeypatch.setattr(real_syslog, "syslog", lambda *args: sent.append(args))
@@ -245,7 +245,7 @@ def test_decision_log_escapes_what_a_user_can_put_in_it(setup, monkeypatch):
     overrides made the line read differently from what it holds. One line, escaped, in both places."""
     import syslog as real_syslog
 
-    from slurm_hooks import logs
+    from slurm_hooks.core import logs
 
     sent = []
 
@@ -285,7 +285,7 @@ def test_decisions_reach_syslog_with_their_priority(monkeypatch):
     import logging
     import syslog
 
-    from slurm_hooks.logs import SyslogHandler
+    from slurm_hooks.core.logs import SyslogHandler
 
     sent = []
     monkeypatch.setattr(syslog, "openlog", lambda *args: sent.append(("open",) + args))
@@ -304,7 +304,7 @@ def test_the_exit_code_never_depends_on_the_steps_after_the_decision(setup, monk
     the decision is made first, the lost steps are logged with their paths."""
     import errno as errnos
 
-    from slurm_hooks import isolation
+    from slurm_hooks.core import isolation
 
     reg, config, verdict, tmp = setup
     verdict.write_text("node")

@@ -5,8 +5,8 @@ import os
 
 import pytest
 
-from slurm_hooks.host import Host, MissingFile, ParseError, format_cpulist, parse_cpulist
-from slurm_hooks.parsers import parse_loadavg, parse_meminfo, parse_mounts, parse_swaps
+from slurm_hooks.hw.host import Host, MissingFile, ParseError, format_cpulist, parse_cpulist
+from slurm_hooks.hw.procfs import parse_loadavg, parse_meminfo, parse_mounts, parse_swaps
 
 
 def test_host_reads_under_root_and_missing_is_explicit(write_tree):
@@ -117,7 +117,7 @@ def test_parse_loadavg_mounts_swaps():
 
 
 def test_parse_cpuinfo_topology():
-    from slurm_hooks.parsers import parse_cpuinfo_topology
+    from slurm_hooks.hw.procfs import parse_cpuinfo_topology
 
     text = ("processor\t: 0\nphysical id\t: 0\ncore id\t\t: 0\n\nprocessor\t: 1\nphysical id\t: 1\ncore id\t\t: 4\n\n"
             "processor\t: 2\nmodel name\t: Arm\n\nprocessor\t: 3\nphysical id\t: x\ncore id\t: 1\n")
@@ -125,7 +125,7 @@ def test_parse_cpuinfo_topology():
 
 
 def test_symlink_loop_is_an_error_not_a_hang(tmp_path):
-    from slurm_hooks.host import HostError
+    from slurm_hooks.hw.host import HostError
 
     root = tmp_path / "root"
     (root / "sys").mkdir(parents=True)
@@ -155,13 +155,13 @@ def test_sysfs_lists_may_end_with_newline_nul(write_tree, raw, expected):
     ("0,ffffffff\n\0", set(range(32))),
 ])
 def test_parse_cpumask(text, expected):
-    from slurm_hooks.host import parse_cpumask
+    from slurm_hooks.hw.host import parse_cpumask
 
     assert parse_cpumask(text) == frozenset(expected)
 
 
 def test_parse_cpumask_rejects_garbage():
-    from slurm_hooks.host import parse_cpumask
+    from slurm_hooks.hw.host import parse_cpumask
 
     with pytest.raises(ParseError, match="/sys/x/thread_siblings.*a CPU mask"):
         parse_cpumask("zz,00", "/sys/x/thread_siblings")
@@ -181,13 +181,13 @@ def test_parse_cpumask_rejects_garbage():
     ("processor\t: 0\nisa\t\t: rv64imafdcv\nmvendorid\t: 0x5b7\n", []),
 ])
 def test_parse_cpuinfo_models(text, models):
-    from slurm_hooks.parsers import parse_cpuinfo_models
+    from slurm_hooks.hw.procfs import parse_cpuinfo_models
 
     assert parse_cpuinfo_models(text) == models
 
 
 def test_read_log_records_what_a_host_touched(write_tree):
-    from slurm_hooks.host import ReadLog
+    from slurm_hooks.hw.host import ReadLog
 
     root = write_tree({"proc/loadavg": "1 2 3 1/2 3\n", "sys/d/a": "x", "sys/d/b": "y"})
     log = ReadLog()
@@ -201,7 +201,7 @@ def test_read_log_records_what_a_host_touched(write_tree):
 
 
 def test_captured_statvfs_is_read_from_the_tree_never_the_analysing_disk(write_tree, tmp_path):
-    from slurm_hooks.host import LiveOnly
+    from slurm_hooks.hw.host import LiveOnly
 
     usage = '{"/tmp": {"f_blocks": 1000, "f_bavail": 10, "f_files": 100, "f_favail": 50}}'
     host = Host(write_tree({".slurm-hooks/statvfs.json": usage, "tmp/x": ""}))

@@ -5,7 +5,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from slurm_hooks.jobenv import JobEnvError, job_from_env, parse_gpu_indices
+from slurm_hooks.slurm.jobenv import JobEnvError, job_from_env, parse_gpu_indices
 
 
 @pytest.mark.parametrize("value,expected", [

@@ -9,13 +9,15 @@ import stat
 
 import pytest
 
-from slurm_hooks import dcgm_mapping, metrics, records
-from slurm_hooks.config import validate
-from slurm_hooks.drainer import Enacted, Outcome
-from slurm_hooks.policy import BreakerState
+from slurm_hooks.core.config import validate
+from slurm_hooks.core.runner import CheckRun, JobContext, RunReport
+from slurm_hooks.records import dcgm as dcgm_mapping
+from slurm_hooks.records import metrics
+from slurm_hooks.records import store as records
 from slurm_hooks.registry import load_builtin_checks
 from slurm_hooks.result import Result, Status
-from slurm_hooks.runner import CheckRun, JobContext, RunReport
+from slurm_hooks.slurm.drainer import Enacted, Outcome
+from slurm_hooks.slurm.policy import BreakerState
 
 
 def make_config(tmp_path, textfile=True, dcgm=False):

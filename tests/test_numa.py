@@ -4,8 +4,8 @@ from __future__ import annotations
 import pytest
 from conftest import run_on_node as run
 
+from slurm_hooks.core.runner import JobContext
 from slurm_hooks.result import Action, Blame, Status
-from slurm_hooks.runner import JobContext
 
 HOUSEKEEPING = "0-1,112-113"
 SWAPPED_GRES = ("NodeName=dgx-h100-[01-16] Name=gpu Type=h100 File=/dev/nvidia[0-3] Cores=56-111\n"
@@ -166,9 +166,9 @@ def test_healthy_dgx_passes_the_whole_family(registry, nvml_node):
 def test_housekeeping_reads_the_status_of_watched_processes_only(registry, fake_node):
     """25,000 processes timed the check out: each process's small cgroup file decides, and only the
     watched ones (system.slice here) have their status read."""
-    from slurm_hooks.config import validate
-    from slurm_hooks.host import Host, ReadLog
-    from slurm_hooks.runner import run_checks
+    from slurm_hooks.core.config import validate
+    from slurm_hooks.core.runner import run_checks
+    from slurm_hooks.hw.host import Host, ReadLog
 
     node = fake_node("cpu-only", {"node": {"extra_processes": 2000}})
     log = ReadLog()
@@ -182,9 +182,9 @@ def test_housekeeping_reads_the_status_of_watched_processes_only(registry, fake_
 
 
 def test_process_scan_is_skipped_when_nothing_is_watched(registry, fake_node):
-    from slurm_hooks.config import validate
-    from slurm_hooks.host import Host, ReadLog
-    from slurm_hooks.runner import run_checks
+    from slurm_hooks.core.config import validate
+    from slurm_hooks.core.runner import run_checks
+    from slurm_hooks.hw.host import Host, ReadLog
 
     node = fake_node("cpu-only", {"node": {"extra_processes": 50}})
     log = ReadLog()

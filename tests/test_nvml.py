@@ -1,4 +1,4 @@
-"""slurm_hooks.nvml: the reviewed error table (row by row), init messages, versioned fallbacks.
+"""slurm_hooks.hw.nvml: the reviewed error table (row by row), init messages, versioned fallbacks.
 
 NVML runs through the real pynvml and the fake libnvidia-ml.so.1 of the fake node."""
 from __future__ import annotations
@@ -9,7 +9,7 @@ import re
 import pytest
 from test_gpu_checks import component, run
 
-from slurm_hooks import nvml
+from slurm_hooks.hw import nvml
 from slurm_hooks.result import Action, Blame, Status
 
 U, F, S = Status.UNKNOWN, Status.FAIL, Status.SKIP
@@ -132,7 +132,7 @@ def test_clock_event_reasons_fall_back_to_throttle_reasons_and_log_once(nvml_nod
     node = nvml_node("dgx-h100", {"gpu": {0: {"clocks_event_reasons": 0x48}}})
     node.inject_fault("nvmlDeviceGetCurrentClocksEventReasons", 0, nvml.FUNCTION_NOT_FOUND)
     session, handle = _handle(node)
-    with caplog.at_level(logging.WARNING, logger="slurm_hooks.nvml"):
+    with caplog.at_level(logging.WARNING, logger="slurm_hooks.hw.nvml"):
         assert session.call_versioned("clock_event_reasons", handle) == 0x48
         assert session.call_versioned("clock_event_reasons", handle) == 0x48
     missing = [r for r in caplog.records if "nvmlDeviceGetCurrentClocksEventReasons" in r.getMessage()]

@@ -26,7 +26,7 @@ def read(*parts: str) -> str:
 
 
 def toml_loads(text: str):
-    from slurm_hooks.config import _toml_loads
+    from slurm_hooks.core.config import _toml_loads
 
     return _toml_loads(text)
 
@@ -61,10 +61,10 @@ def test_spec_sources_exist_and_are_in_the_sdist():
 def test_spec_console_script_comes_from_the_entry_point():
     """The spec writes /usr/bin/slurm-hooks from the sdist's entry_points.txt; pyproject declares it."""
     pyproject = read("pyproject.toml")
-    assert re.search(r'^\[project\.scripts\]\nslurm-hooks = "slurm_hooks\.cli:run"$', pyproject, re.M)
+    assert re.search(r'^\[project\.scripts\]\nslurm-hooks = "slurm_hooks\.cli\.main:run"$', pyproject, re.M)
     spec = read("packaging", "slurm-hooks.spec")
     assert "entry=$(sed -n 's/^slurm-hooks *= *//p' *.egg-info/entry_points.txt)" in spec
-    from slurm_hooks.cli import run
+    from slurm_hooks.cli.main import run
 
     assert callable(run)
 
@@ -110,7 +110,7 @@ def test_shell_scripts_parse():
 # -- packaged files ----------------------------------------------------------------------------------
 
 def test_healthcheck_logrotate_and_snippet_agree_with_the_code():
-    from slurm_hooks.config import SECTIONS
+    from slurm_hooks.core.config import SECTIONS
 
     assert "\n/usr/bin/slurm-hooks health\n" in read("packaging", "slurm-hooks-healthcheck")
     log_dir = os.path.dirname(SECTIONS["paths"]["log_file"].default)
@@ -174,7 +174,7 @@ def test_default_config_is_current():
 
 
 def test_default_config_is_valid_and_equals_the_registry_defaults(registry):
-    from slurm_hooks.config import SECTIONS, validate
+    from slurm_hooks.core.config import SECTIONS, validate
 
     text = read("packaging", "config.toml")
     assert toml_loads(text) == {}  # shipped all commented: an unedited node follows new defaults
@@ -212,7 +212,7 @@ def manpage():
 
 def test_manpage_covers_every_verb_option_and_check(manpage, registry):
     from slurm_hooks import __version__
-    from slurm_hooks.cli import build_parser
+    from slurm_hooks.cli.main import build_parser
 
     assert manpage.startswith('.TH SLURM\\-HOOKS 1 "2024-01-02" "slurm\\-hooks %s"' % __version__.replace("-", "\\-"))
     parser = build_parser()
@@ -260,12 +260,12 @@ def test_manpage_tool_writes_a_file(tmp_path):
     assert out.read_text().startswith('.TH SLURM\\-HOOKS 1 "1970-01-01"')
 
 
-# -- the pynvml fallback (slurm_hooks/vendor.py) ---------------------------------------------------------
+# -- the pynvml fallback (slurm_hooks/hw/pynvml_import.py) ---------------------------------------------------------
 
 def _import_pynvml_in_child(vendor_dir: str, with_site: bool) -> subprocess.CompletedProcess:
     """A child interpreter; without site-packages (-S) this virtualenv's nvidia-ml-py is out of reach."""
     code = ("import sys; sys.path.insert(0, %r)\n"
-            "from slurm_hooks import vendor\n"
+            "from slurm_hooks.hw import pynvml_import as vendor\n"
             "vendor.VENDOR_DIR = %r\n"
             "module = vendor.import_pynvml()\n"
             "print(module.__file__); print(sys.path[-1] == vendor.VENDOR_DIR)\n") % (REPO, vendor_dir)
@@ -300,7 +300,7 @@ def test_vendor_without_either_raises_import_error_naming_pynvml(tmp_path):
 
 def test_pynvml_import_skips_ctypes_util_yet_the_real_one_still_works():
     pytest.importorskip("pynvml")
-    code = ("import sys; from slurm_hooks import vendor\n"
+    code = ("import sys; from slurm_hooks.hw import pynvml_import as vendor\n"
             "pynvml = vendor.import_pynvml()\n"
             "print(sorted(m for m in ('ctypes.util', 'subprocess', 'shutil', 'tempfile') if m in sys.modules))\n"
             "import ctypes.util\n"

@@ -5,10 +5,11 @@ import struct
 
 import pytest
 
-from slurm_hooks import cgroup, gres, pcie
 from slurm_hooks.checks.gpudirect import parse_kernel_version, parse_rate
-from slurm_hooks.host import ParseError, parse_cpulist
-from slurm_hooks.pcie import Level, PciNode
+from slurm_hooks.hw import pcie
+from slurm_hooks.hw.host import ParseError, parse_cpulist
+from slurm_hooks.hw.pcie import Level, PciNode
+from slurm_hooks.slurm import cgroup, gres
 from tests.fakenode import pci as fakepci
 
 
@@ -218,7 +219,7 @@ def test_vmd_domains_keep_their_digits_and_their_own_host_bridge(write_tree):
     """NVMe behind Intel VMD: the real sysfs shape (md-raid-utilities/ledmon issue #56, /sys/block/nvme*n1 links):
     ../devices/pci0000:d7/0000:d7:05.5/pci10001:00/10001:00:00.0/10001:01:00.0. The VMD domain is its own host
     bridge below the VMD endpoint of domain 0000; its bus ids keep all five digits."""
-    from slurm_hooks.host import Host
+    from slurm_hooks.hw.host import Host
 
     files = {}
     for rp, dev in (("10001:00:00.0", "10001:01:00.0"), ("10001:00:01.0", "10001:02:00.0")):

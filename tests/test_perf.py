@@ -13,8 +13,9 @@ import time
 import pytest
 from test_hangs import Prolog
 
-from slurm_hooks import cpustat, perf
-from slurm_hooks.recordbuild import summarize
+from slurm_hooks.hw import cpustat
+from slurm_hooks.records import perf
+from slurm_hooks.records.build import summarize
 
 # /proc/stat of a real 8-CPU machine: prometheus/procfs testdata/fixtures.ttar (fixtures/proc/stat),
 # commit 3c943fdba94a978d990553698da4add62bb11a30 (Apache-2.0); CPU lines and the counters after them.
@@ -59,7 +60,7 @@ def test_proc_stat_parser_on_a_real_file():
 
 
 def test_a_hostile_job_id_never_becomes_a_cgroup_path(tmp_path, write_tree):
-    from slurm_hooks.host import Host
+    from slurm_hooks.hw.host import Host
 
     root = write_tree({"sys/fs/cgroup/system.slice/slurmstepd.scope/cpu.stat": "usage_usec 5\n",
                        "sys/fs/cgroup/system.slice/slurmstepd.scope/job_1/cpu.stat": "usage_usec 9\n",

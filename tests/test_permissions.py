@@ -13,8 +13,8 @@ import sys
 import pytest
 from conftest import REPO
 
-from slurm_hooks import plugins
-from slurm_hooks.config import INSECURE_OVERRIDE_ENV, ConfigError, load_config
+from slurm_hooks.core import plugins
+from slurm_hooks.core.config import INSECURE_OVERRIDE_ENV, ConfigError, load_config
 from slurm_hooks.registry import load_builtin_checks
 
 OTHER_UID = 4321
@@ -98,7 +98,7 @@ def test_override_is_explicit(etc, monkeypatch):
     assert load(etc).get("general", "mode") == "observe"
 
 
-# -- site checks (slurm_hooks/plugins.py) ---------------------------------------------------------
+# -- site checks (slurm_hooks/core/plugins.py) ---------------------------------------------------------
 
 @pytest.fixture
 def checks_d(tmp_path, monkeypatch):

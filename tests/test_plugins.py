@@ -1,4 +1,4 @@
-"""Site checks dropped into checks.d (slurm_hooks/plugins.py), starting with docs/admin.md's example,
+"""Site checks dropped into checks.d (slurm_hooks/core/plugins.py), starting with docs/admin.md's example,
 which must load and behave exactly as the guide says."""
 from __future__ import annotations
 
@@ -10,12 +10,12 @@ import sys
 import pytest
 from conftest import REPO
 
-from slurm_hooks import plugins
-from slurm_hooks.config import INSECURE_OVERRIDE_ENV, validate
-from slurm_hooks.host import Host
+from slurm_hooks.core import plugins
+from slurm_hooks.core.config import INSECURE_OVERRIDE_ENV, validate
+from slurm_hooks.core.runner import run_checks, select_checks
+from slurm_hooks.hw.host import Host
 from slurm_hooks.registry import REGISTRY, load_builtin_checks
 from slurm_hooks.result import Action, Status
-from slurm_hooks.runner import run_checks, select_checks
 
 
 def admin_guide_example() -> str:

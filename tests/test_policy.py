@@ -5,9 +5,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from slurm_hooks import policy
-from slurm_hooks.config import SECTIONS
+from slurm_hooks.core.config import SECTIONS
 from slurm_hooks.result import Action, Blame, Result, Status
+from slurm_hooks.slurm import policy
 
 SETTINGS = {section: {k: s.default for k, s in schema.items()} for section, schema in SECTIONS.items()}
 

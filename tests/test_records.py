@@ -14,13 +14,14 @@ import time
 import pytest
 from test_snapshot import BOOT_ID, gpu_node  # noqa: F401  (fixture)
 
-from slurm_hooks import policy, records
-from slurm_hooks.config import validate
-from slurm_hooks.drainer import Enacted, Outcome
-from slurm_hooks.jobenv import job_from_env
+from slurm_hooks.core.config import validate
+from slurm_hooks.core.runner import CheckRun, JobContext, RunReport
+from slurm_hooks.records import store as records
 from slurm_hooks.registry import load_builtin_checks
 from slurm_hooks.result import Result, Status
-from slurm_hooks.runner import CheckRun, JobContext, RunReport
+from slurm_hooks.slurm import policy
+from slurm_hooks.slurm.drainer import Enacted, Outcome
+from slurm_hooks.slurm.jobenv import job_from_env
 
 XID_79 = "NVRM: Xid (PCI:0000:%s): 79, pid=1234, name=python, GPU has fallen off the bus."
 ENV = {"SLURM_JOB_ID": "4242", "SLURM_JOB_USER": "alice", "SLURMD_NODENAME": "node1", "SLURM_JOB_GPUS": "0,1",
@@ -225,7 +226,7 @@ def test_prune_stale_prolog_snapshots(tmp_path):
 
 WRITER = r"""
 import sys
-from slurm_hooks.records import write_record
+from slurm_hooks.records.store import write_record
 path, n = sys.argv[1], 0
 while True:
     n += 1
@@ -322,8 +323,9 @@ def test_a_hook_reads_the_kernel_log_once_and_its_snapshot_agrees(gpu_node, tmp_
                                                                    context, xid_checks):
     """A live /dev/kmsg costs a system call per record: the check child reads it once, and the counter
     snapshot takes its position (and, in the epilog, its Xid lines) from that read."""
-    from slurm_hooks import hooks, isolation
-    from slurm_hooks.host import Host
+    from slurm_hooks import hooks
+    from slurm_hooks.core import isolation
+    from slurm_hooks.hw.host import Host
 
     node = gpu_node
     xid_line = XID_79 % node.spec["gpu"][0]["pci"][5:12]

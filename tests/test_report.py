@@ -10,11 +10,12 @@ import time
 
 import pytest
 
-from slurm_hooks import records, report
-from slurm_hooks.config import validate
-from slurm_hooks.recordbuild import build_record
+from slurm_hooks.core.config import validate
+from slurm_hooks.core.runner import JobContext
+from slurm_hooks.records import fleet_report as report
+from slurm_hooks.records import store as records
+from slurm_hooks.records.build import build_record
 from slurm_hooks.registry import load_builtin_checks
-from slurm_hooks.runner import JobContext
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 NOW = 1_700_000_000.0

@@ -270,7 +270,7 @@ def test_file_list(built, target):
                if p.is_file() and "__pycache__" not in p.parts and p.suffix not in (".pyc", ".pyo")}
     assert sources and sources <= python, sorted(sources - python)
     assert "slurm_hooks/_vendor/pynvml.py" in python
-    assert any("slurm_hooks/__pycache__/cli." in p for p in python)  # byte-compiled at build time
+    assert any("slurm_hooks/cli/__pycache__/main." in p for p in python)  # byte-compiled at build time
 
 
 def test_config_and_noreplace_flags_exactly_where_intended(files):
@@ -302,7 +302,7 @@ def test_modes_and_owners(built):
 def _declared_python_dependencies() -> List[str]:
     """pyproject's runtime dependencies that the RPM takes from the distribution (nvidia-ml-py is bundled;
     prometheus_client is optional there: a weak dependency)."""
-    from slurm_hooks.config import _toml_loads
+    from slurm_hooks.core.config import _toml_loads
 
     with open(os.path.join(REPO, "pyproject.toml")) as handle:
         dependencies = _toml_loads(handle.read())["project"]["dependencies"]
@@ -409,7 +409,7 @@ def test_installed_version_list_and_config(el_roots, target, registry):
 def test_installed_pynvml_is_the_bundled_copy(el_roots):
     """The EL root has no nvidia-ml-py: the RPM's bundled pynvml is what the installed code imports."""
     done = elroot.run_chrooted(el_roots["el9"], ["/usr/bin/python3", "-s", "-c",
-                                                 "from slurm_hooks.vendor import import_pynvml; "
+                                                 "from slurm_hooks.hw.pynvml_import import import_pynvml; "
                                                  "print(import_pynvml().__file__)"], {})
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == SITELIB + "/slurm_hooks/_vendor/pynvml.py"
@@ -425,8 +425,8 @@ def test_installed_check_against_the_example_node(el_roots, python39, example_no
     by_name = {check["name"]: check for check in report["checks"]}
     gpu = by_name["gpu.count"]["results"][0]
     assert gpu["status"] == "OK", ("%s\n-- the installed code could not drive NVML; without an nvidia-ml-py of the "
-                                   "node's own it needs the bundled pynvml, which slurm_hooks/nvml.py must import "
-                                   "through slurm_hooks.vendor.import_pynvml()" % gpu)
+                                   "node's own it needs the bundled pynvml, which slurm_hooks/hw/nvml.py must import "
+                                   "through slurm_hooks.hw.pynvml_import.import_pynvml()" % gpu)
     assert FAKE_DRIVER_VERSION in gpu["summary"]  # the fake libnvidia-ml answered through pynvml
     assert by_name["system.cpu"]["status"] == "OK"
     assert report["root"] == str(example_node.root) and done.returncode == 0

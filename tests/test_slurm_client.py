@@ -1,4 +1,4 @@
-"""slurm_hooks.slurm: parser table tests, backend unit tests, and ONE contract suite that runs against
+"""slurm_hooks.slurm.client: parser table tests, backend unit tests, and ONE contract suite that runs against
 (a) ScontrolBackend on the real slurmctld, (b) PyslurmBackend over tests/pyslurm_double.py (also the
 real slurmctld underneath), (c) PyslurmBackend over real pyslurm when a matching one is importable."""
 from __future__ import annotations
@@ -15,8 +15,9 @@ from hypothesis import strategies as st
 from pyslurm_double import PyslurmDouble
 from slurmcluster import slurm_cluster_factory  # noqa: F401 - fixture (until conftest imports it)
 
-from slurm_hooks import slurm
-from slurm_hooks.slurm import (
+from slurm_hooks.core.structs import FrozenError
+from slurm_hooks.slurm import client as slurm
+from slurm_hooks.slurm.client import (
     NodeInfo,
     NodeNotFound,
     PyslurmBackend,
@@ -31,7 +32,6 @@ from slurm_hooks.slurm import (
     parse_nodes,
     parse_state,
 )
-from slurm_hooks.structs import FrozenError
 
 # ---------------------------------------------------------------------------------------------
 # parser tables
@@ -620,7 +620,7 @@ RESUME_OF_IDLE_ERROR = {(22, 5): (2028, "Invalid node state specified"),
 
 
 def scontrol_reason(cluster, node="node1"):
-    """Reason= as scontrol prints it, without Slurm's ' [user@time]' (independent of slurm_hooks.slurm)."""
+    """Reason= as scontrol prints it, without Slurm's ' [user@time]' (independent of slurm_hooks.slurm.client)."""
     raw = cluster.node_reason(node)
     return re.sub(r"\s*\[[^\]@]*@[^\]]*\]$", "", raw) if raw else None
 
@@ -866,7 +866,7 @@ def test_real_pyslurm_import_needs_a_readable_slurm_conf(tmp_path):
     except subprocess.TimeoutExpired as exc:  # still retrying: that is the 60 s wait
         assert b"cannot stat file" in (exc.stderr or b""), exc.stderr
     probe = ("import sys, time\n"
-             "from slurm_hooks.slurm import PyslurmBackend, SlurmUnavailable, choose_backend\n"
+             "from slurm_hooks.slurm.client import PyslurmBackend, SlurmUnavailable, choose_backend\n"
              "backend, why = choose_backend('auto')\n"
              "t0 = time.monotonic()\n"
              "try:\n"

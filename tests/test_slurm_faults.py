@@ -26,7 +26,7 @@ import pytest
 from slurmcluster import find_binary, require_slurm, unreachable_slurm_cost
 from test_e2e_slurm import DIRECT_JOB_ID, GPU_FAULT, ctld_reason, is_drained, report, start_rig
 
-from slurm_hooks import drainer
+from slurm_hooks.slurm import drainer
 
 CHECKS_S = 3.0  # interpreter + checks of the fake 8-GPU node, on a loaded 2-core VM
 
@@ -181,11 +181,11 @@ def test_munge_down(hooks, munge):
 def test_health_forgets_an_undelivered_drain_without_asking_slurm(tmp_path):
     from test_drainer import cluster
 
-    from slurm_hooks.config import validate
+    from slurm_hooks.core.config import validate
     from slurm_hooks.hooks import run_hook
     from slurm_hooks.registry import Registry
     from slurm_hooks.result import Action, Result, Status
-    from slurm_hooks.slurm import SlurmClient
+    from slurm_hooks.slurm.client import SlurmClient
 
     verdict = tmp_path / "verdict"
     verdict.write_text("broken")

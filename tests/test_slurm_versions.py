@@ -21,8 +21,8 @@ from pathlib import Path
 import pytest
 from slurmcluster import SlurmCluster, find_binary, require_slurm
 
-from slurm_hooks import drainer, policy
-from slurm_hooks.slurm import (
+from slurm_hooks.slurm import drainer, policy
+from slurm_hooks.slurm.client import (
     InvalidNodeState,
     NodeNotFound,
     ScontrolBackend,
@@ -69,7 +69,7 @@ def rig(tmp_path_factory):
 
 def scontrol(rig, *args):
     """(rc, stdout, stderr) of scontrol with the drain library's client environment (UTC, ISO times)."""
-    from slurm_hooks.slurm import client_env
+    from slurm_hooks.slurm.client import client_env
 
     res = subprocess.run([find_binary("scontrol") or "scontrol"] + list(args), env=client_env(rig.env),
                          capture_output=True, text=True, timeout=30)
@@ -252,7 +252,7 @@ def test_version_string(rig):
 
 
 def _settings():
-    from slurm_hooks.config import SECTIONS
+    from slurm_hooks.core.config import SECTIONS
 
     return {section: {k: s.default for k, s in schema.items()} for section, schema in SECTIONS.items()}
 

@@ -3,8 +3,9 @@ from __future__ import annotations
 
 import pytest
 
-from slurm_hooks import cpustat, nvml, snapshot
-from slurm_hooks.host import Host
+from slurm_hooks.hw import cpustat, nvml
+from slurm_hooks.hw.host import Host
+from slurm_hooks.records import counters as snapshot
 
 BOOT_ID = "8c4f5a7e-1111-2222-3333-444455556666"
 

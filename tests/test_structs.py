@@ -7,7 +7,7 @@ from typing import List
 
 import pytest
 
-from slurm_hooks.structs import FrozenError, Struct, field, replace
+from slurm_hooks.core.structs import FrozenError, Struct, field, replace
 
 
 class Point(Struct):

@@ -4,12 +4,12 @@ from __future__ import annotations
 import pytest
 
 from slurm_hooks.checks import system
-from slurm_hooks.config import validate
-from slurm_hooks.host import Host
-from slurm_hooks.parsers import LoadAvg, Mount, SwapArea
+from slurm_hooks.core.config import validate
+from slurm_hooks.core.runner import run_checks, select_checks
+from slurm_hooks.hw.host import Host
+from slurm_hooks.hw.procfs import LoadAvg, Mount, SwapArea
 from slurm_hooks.registry import Params
 from slurm_hooks.result import Action, Status
-from slurm_hooks.runner import run_checks, select_checks
 
 
 def params(registry, name, **overrides):
@@ -20,7 +20,7 @@ def params(registry, name, **overrides):
 
 def layout(sockets, offline=(), present=None):
     """A CpuLayout from [[core CPU lists], ...] per socket (socket n named 'socket n')."""
-    from slurm_hooks import cputopo
+    from slurm_hooks.hw import cputopo
 
     socks = tuple(cputopo.Socket("socket %d" % i, frozenset(c for core in cores for c in core),
                                  tuple(frozenset(core) for core in cores)) for i, cores in enumerate(sockets))
@@ -258,7 +258,7 @@ def test_cores_and_sockets_come_from_the_kernels_sibling_lists(registry, capture
 
 def test_slurm_core_numbering_on_a_multi_die_cpu(registry, captured):
     """numa.cores (gres Cores=, CpuSpecList): 48 single-thread cores on the 4 x 2-die Magny-Cours, not 24 pairs."""
-    from slurm_hooks.runner import GatherContext, JobContext
+    from slurm_hooks.core.runner import GatherContext, JobContext
 
     gathered = GatherContext(registry, Host(captured("48amd64-4pa2n6c-sparse")), validate(registry, {}), JobContext())
     cores = gathered.get("numa.cores")
@@ -295,7 +295,7 @@ def test_sysfs_lists_ending_in_newline_nul(captured):
     root = captured("128arm-2pa2n8cluster4co")
     raw = Host(root).read_bytes("/sys/devices/system/cpu/cpu0/topology/package_cpus_list")
     assert raw == b"0-63\n\0"
-    from slurm_hooks.host import parse_cpulist
+    from slurm_hooks.hw.host import parse_cpulist
 
     assert parse_cpulist(raw.decode()) == frozenset(range(64))
 

@@ -2,10 +2,10 @@
 process scans at scale. Kept apart from test_system_checks.py, which the RPM's %check runs without a fake node."""
 from __future__ import annotations
 
-from slurm_hooks.config import validate
-from slurm_hooks.host import Host
+from slurm_hooks.core.config import validate
+from slurm_hooks.core.runner import run_checks
+from slurm_hooks.hw.host import Host
 from slurm_hooks.result import Action, Status
-from slurm_hooks.runner import run_checks
 
 
 def cpu_result(registry, root, **expect):
@@ -50,7 +50,7 @@ def test_fake_node_cpus_present_possible_and_offline(registry, fake_node):
 def test_required_daemons_stop_the_process_scan_once_found(registry, fake_node):
     """25,000 processes: with only `required` names the scan goes by pid and stops when all are found;
     `forbidden` needs every process."""
-    from slurm_hooks.host import ReadLog
+    from slurm_hooks.hw.host import ReadLog
 
     node = fake_node("cpu-only", {"node": {"extra_processes": 300}})
 

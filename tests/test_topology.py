@@ -113,8 +113,8 @@ def test_cpu_node_skips(registry, fake_node):
 
 
 def test_pci_tree_reads_numa_locality_only_for_the_endpoints_asked(fake_node):
-    from slurm_hooks import pcie
-    from slurm_hooks.host import Host
+    from slurm_hooks.hw import pcie
+    from slurm_hooks.hw.host import Host
 
     class CountingHost(Host):
         reads = 0
@@ -186,8 +186,8 @@ def test_nvml_levels_follow_the_driver_by_numa_node(registry, nvml_node):
 
 
 def _level(node, a, b):
-    from slurm_hooks import pcie
-    from slurm_hooks.host import Host
+    from slurm_hooks.hw import pcie
+    from slurm_hooks.hw.host import Host
 
     return pcie.read_pci_tree(Host(str(node.root))).level(a, b).name
 

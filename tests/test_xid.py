@@ -1,4 +1,4 @@
-"""Tests for slurm_hooks.kmsg (kernel-log parsing) and slurm_hooks.xid (the packaged Xid catalog, classification)."""
+"""Tests for slurm_hooks.xid.kmsg (kernel-log parsing) and slurm_hooks.xid.catalog (the packaged Xid catalog, classification)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,19 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from slurm_hooks import kmsg as K
-from slurm_hooks import xid as X
-from slurm_hooks.kmsg import (
+from slurm_hooks.xid import catalog as X
+from slurm_hooks.xid import kmsg as K
+from slurm_hooks.xid.catalog import (
+    Classification,
+    XidCatalog,
+    classify,
+    classify_all,
+    classify_sxid,
+    explain,
+    load_catalog,
+    validate_overrides,
+)
+from slurm_hooks.xid.kmsg import (
     KmsgRecord,
     SxidEvent,
     XidEvent,
@@ -20,16 +30,6 @@ from slurm_hooks.kmsg import (
     parse_xid,
     scan,
     scan_sxid,
-)
-from slurm_hooks.xid import (
-    Classification,
-    XidCatalog,
-    classify,
-    classify_all,
-    classify_sxid,
-    explain,
-    load_catalog,
-    validate_overrides,
 )
 
 XID79 = "NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, name=python, GPU has fallen off the bus."
@@ -865,7 +865,7 @@ def test_scan_bytes_lines():
 
 
 def test_kmsg_view_keeps_the_newest_sequence_number_and_the_xid_lines():
-    from slurm_hooks.kmsg import view
+    from slurm_hooks.xid.kmsg import view
 
     records = ["6,5,100,-;eth0: link up",
                "3,6,200,-;NVRM: Xid (PCI:0000:18:00): 79, pid=1, name=x, GPU has fallen off the bus.\n"

@@ -9,14 +9,14 @@ import time
 
 import pytest
 
-from slurm_hooks import nvml
 from slurm_hooks.checks import xid as xc
-from slurm_hooks.checks.gpu import GpuDevice, GpuInventory
-from slurm_hooks.config import ConfigError, validate
-from slurm_hooks.host import Host
+from slurm_hooks.checks.gpu.inventory import GpuDevice, GpuInventory
+from slurm_hooks.core.config import ConfigError, validate
+from slurm_hooks.core.runner import JobContext, run_checks
+from slurm_hooks.hw import nvml
+from slurm_hooks.hw.host import Host
 from slurm_hooks.registry import GathererSpec, Registry
 from slurm_hooks.result import Action, Blame, Status
-from slurm_hooks.runner import JobContext, run_checks
 
 BOOT = "3f1c2a9e-5b7d-4e21-9c0a-1d2e3f4a5b6c"
 STATE = "/var/lib/slurm-hooks"

@@ -29,9 +29,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from slurm_hooks import kmsg as K
-from slurm_hooks.kmsg import parse_kmsg_record, parse_sxid, parse_sxid_line, parse_xid, scan, scan_all, scan_sxid
-from slurm_hooks.xid import classify_sxid
+from slurm_hooks.xid import kmsg as K
+from slurm_hooks.xid.catalog import classify_sxid
+from slurm_hooks.xid.kmsg import parse_kmsg_record, parse_sxid, parse_sxid_line, parse_xid, scan, scan_all, scan_sxid
 
 XID79 = "NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, name=python, GPU has fallen off the bus."
 

@@ -26,7 +26,7 @@ from typing import List, Optional
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 os.environ["SLURM_HOOKS_CHECKS_DIR"] = ""  # never the build host's own site checks
-from slurm_hooks.config import SECTIONS, render_toml, validate  # noqa: E402
+from slurm_hooks.core.config import SECTIONS, render_toml, validate  # noqa: E402
 from slurm_hooks.registry import Registry, load_builtin_checks  # noqa: E402
 
 TARGET = os.path.join(REPO, "packaging", "config.toml")

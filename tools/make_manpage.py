@@ -20,9 +20,10 @@ from typing import Iterator, List, Optional, Tuple
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 os.environ["SLURM_HOOKS_CHECKS_DIR"] = ""  # never the build host's own site checks
-from slurm_hooks import __version__, plugins  # noqa: E402
-from slurm_hooks import config as config_module  # noqa: E402
-from slurm_hooks.cli import build_parser  # noqa: E402
+from slurm_hooks import __version__  # noqa: E402
+from slurm_hooks.cli.main import build_parser  # noqa: E402
+from slurm_hooks.core import config as config_module  # noqa: E402
+from slurm_hooks.core import plugins  # noqa: E402
 from slurm_hooks.registry import Registry, load_builtin_checks  # noqa: E402
 
 DESCRIPTION = (

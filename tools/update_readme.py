@@ -4,7 +4,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from slurm_hooks.config import render_reference  # noqa: E402
+from slurm_hooks.core.config import render_reference  # noqa: E402
 from slurm_hooks.registry import load_builtin_checks  # noqa: E402
 
 START, END = "<!-- config-reference:start -->\n", "<!-- config-reference:end -->"

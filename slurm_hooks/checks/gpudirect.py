@@ -11,11 +11,11 @@ from __future__ import annotations
 import re
 from typing import Dict, List, Optional, Tuple
 
-from ..host import ParseError
-from ..pcie import Level
+from ..core.structs import Struct
+from ..hw.host import ParseError
+from ..hw.pcie import Level
 from ..registry import Param, check, gatherer
 from ..result import Action, Result, Status
-from ..structs import Struct
 from .topology import Topology
 
 ALL = ("prolog", "health", "manual")

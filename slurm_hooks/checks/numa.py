@@ -2,7 +2,7 @@
 
 Where the data comes from: each GPU's /sys/bus/pci/devices/<bdf>/{numa_node,local_cpulist}
 (`nvidia-smi topo -m` "CPU Affinity"), cross-checked with nvmlDeviceGetCpuAffinity; the job's cgroup
-(slurm_hooks.cgroup); /etc/slurm/gres.conf (slurm_hooks.gres); /sys/devices/system/cpu/cpuN/topology
+(slurm_hooks.slurm.cgroup); /etc/slurm/gres.conf (slurm_hooks.slurm.gres); /sys/devices/system/cpu/cpuN/topology
 (`lscpu -e`); /proc/<pid>/{comm,status,cgroup} (`taskset -cp PID`); /proc/interrupts and
 /proc/irq/<n>/smp_affinity_list (`cat /proc/irq/N/smp_affinity_list`); /proc/sys/kernel/numa_balancing,
 /proc/sys/vm/zone_reclaim_mode, /sys/devices/system/node/node<N>/hugepages (`numactl -H`, `sysctl`).
@@ -12,11 +12,12 @@ from __future__ import annotations
 import fnmatch
 from typing import Dict, FrozenSet, List, Optional, Tuple
 
-from .. import cgroup, gres, nvml
-from ..host import ParseError, format_cpulist, parse_cpulist
+from ..core.structs import Struct
+from ..hw import nvml
+from ..hw.host import ParseError, format_cpulist, parse_cpulist
 from ..registry import Param, check, gatherer
 from ..result import Action, Blame, Result, Status
-from ..structs import Struct
+from ..slurm import cgroup, gres
 from .topology import Endpoint, Topology
 
 ALL = ("prolog", "health", "manual")
@@ -66,7 +67,7 @@ def read_job_cpuset(ctx) -> Optional[cgroup.JobCpuset]:
 @gatherer("numa.cores")
 def read_cores(ctx) -> List[FrozenSet[int]]:
     """CPUs of each core in Slurm's logical core order: socket by socket, cores identified by the kernel's
-    sibling lists (the system.cpu_places gatherer, slurm_hooks.cputopo)."""
+    sibling lists (the system.cpu_places gatherer, slurm_hooks.hw.cputopo)."""
     return ctx.get("system.cpu_places").cores
 
 

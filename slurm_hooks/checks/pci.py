@@ -3,8 +3,8 @@ from __future__ import annotations
 
 from typing import Tuple
 
+from ..core.structs import Struct
 from ..registry import gatherer
-from ..structs import Struct
 
 PCI_DEVICES = "/sys/bus/pci/devices"
 NVIDIA_VENDOR = 0x10DE

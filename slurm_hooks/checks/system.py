@@ -10,9 +10,10 @@ from __future__ import annotations
 import fnmatch
 from typing import FrozenSet, List, Optional, Tuple
 
-from ..cputopo import CpuLayout, Socket, read_cpu_layout
-from ..host import HostError, LiveOnly, format_cpulist, parse_cpulist
-from ..parsers import (
+from ..core.structs import Struct
+from ..hw.cputopo import CpuLayout, Socket, read_cpu_layout
+from ..hw.host import HostError, LiveOnly, format_cpulist, parse_cpulist
+from ..hw.procfs import (
     LoadAvg,
     Mount,
     SwapArea,
@@ -24,7 +25,6 @@ from ..parsers import (
 )
 from ..registry import CONTEXTS, Param, check, gatherer
 from ..result import Action, Result, Status
-from ..structs import Struct
 
 GIB_KB = 1024 * 1024
 ALL = CONTEXTS  # every context
@@ -33,7 +33,7 @@ ALL = CONTEXTS  # every context
 # -- gatherers ---------------------------------------------------------------------------------
 
 class CpuTopology(Struct):
-    """What system.cpu judges: the layout (slurm_hooks.cputopo) and the CPU models."""
+    """What system.cpu judges: the layout (slurm_hooks.hw.cputopo) and the CPU models."""
 
     layout: CpuLayout
     models: Tuple[str, ...]
@@ -51,7 +51,7 @@ def read_cpuinfo(ctx) -> str:
 
 @gatherer("system.cpu_places")
 def read_cpu_places(ctx) -> CpuLayout:
-    """Online/offline CPUs, cores and sockets from /sys/devices/system/cpu (slurm_hooks.cputopo)."""
+    """Online/offline CPUs, cores and sockets from /sys/devices/system/cpu (slurm_hooks.hw.cputopo)."""
     return read_cpu_layout(ctx.host, ctx.get("system.cpuinfo"))
 
 
@@ -195,7 +195,7 @@ def cpu_topology(cpu: CpuTopology, params) -> Result:
     A missing socket, cores disabled in BIOS or CPUs taken offline (by a kernel parameter, an admin
     or the kernel after a machine check) silently shrink every job on the node. Each socket is
     judged on its own, so an uneven layout cannot hide behind an average, and a FAIL names the socket.
-    Source: /sys/devices/system/cpu (`lscpu`, `lscpu -e`; see slurm_hooks.cputopo). Fix: check BIOS
+    Source: /sys/devices/system/cpu (`lscpu`, `lscpu -e`; see slurm_hooks.hw.cputopo). Fix: check BIOS
     settings and `nosmt`/`maxcpus=` on the kernel command line, online CPUs with
     `echo 1 > /sys/devices/system/cpu/cpuN/online`, or reboot.
     """

@@ -11,12 +11,12 @@ from __future__ import annotations
 
 from typing import Dict, List, Optional, Tuple
 
-from .. import nvml, pcie
-from ..host import HostError
-from ..pcie import Level, PciTree
+from ..core.structs import Struct, field
+from ..hw import nvml, pcie
+from ..hw.host import HostError
+from ..hw.pcie import Level, PciTree
 from ..registry import Param, check, gatherer
 from ..result import Action, Result, Status
-from ..structs import Struct, field
 from .pci import PCI_DEVICES
 
 ALL = ("prolog", "health", "manual")

@@ -3,8 +3,8 @@
 Where the data comes from: the kernel ring buffer, read from /dev/kmsg (the records `dmesg` and
 `journalctl -k -b` show; `dmesg | grep -E 'NVRM: Xid|SXid'` by hand); the boot id from
 /proc/sys/kernel/random/boot_id; and the acknowledgement file <[paths] state_dir>/xid-ack.json that
-`slurm-hooks xid ack` writes when an admin has fixed a GPU. Parsing is slurm_hooks.kmsg, meaning
-(NVIDIA's Xid catalog) is slurm_hooks.xid; `slurm-hooks explain xid N` prints what one code means.
+`slurm-hooks xid ack` writes when an admin has fixed a GPU. Parsing is slurm_hooks.xid.kmsg, meaning
+(NVIDIA's Xid catalog) is slurm_hooks.xid.catalog; `slurm-hooks explain xid N` prints what one code means.
 
 Position and acknowledgement: everything still in the ring buffer counts (it starts empty at boot,
 so "since boot"); an admin clears events with `slurm-hooks xid ack` (entries {boot_id, seq}: the
@@ -18,14 +18,14 @@ import json
 import threading
 from typing import Any, Callable, Dict, FrozenSet, Iterable, List, Mapping, Optional, Sequence, Tuple
 
-from .. import xid as catalog
-from ..host import HostError
-from ..kmsg import KmsgView, SxidEvent, XidEvent, gc_paused, scan_all
-from ..kmsg import view as kmsg_view
+from ..core.structs import Struct, field
+from ..hw.host import HostError
 from ..registry import CONTEXTS, Deprecated, Param, check, gatherer
 from ..result import Action, Blame, Result, Status
-from ..structs import Struct, field
-from . import gpu as _gpu  # noqa: F401  (registers the gpu.inventory gatherer we map bus ids with)
+from ..xid import catalog
+from ..xid.kmsg import KmsgView, SxidEvent, XidEvent, gc_paused, scan_all
+from ..xid.kmsg import view as kmsg_view
+from .gpu import inventory as _inventory  # noqa: F401  (registers the gpu.inventory gatherer we map bus ids with)
 
 KMSG = "/dev/kmsg"
 BOOT_ID = "/proc/sys/kernel/random/boot_id"

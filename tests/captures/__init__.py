@@ -13,9 +13,9 @@ import os
 import tarfile
 from typing import Any, Dict, List
 
-from slurm_hooks.config import _toml_loads
-from slurm_hooks.host import Host, format_cpulist, parse_cpulist
-from slurm_hooks.parsers import parse_cpuinfo_models, parse_meminfo
+from slurm_hooks.core.config import _toml_loads
+from slurm_hooks.hw.host import Host, format_cpulist, parse_cpulist
+from slurm_hooks.hw.procfs import parse_cpuinfo_models, parse_meminfo
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ABSENT = "/.slurm-hooks/absent.txt"  # in each archive: paths the checks looked for that the source lacks
@@ -65,8 +65,8 @@ def corpus_config(entry: Dict[str, Any]) -> Dict[str, Any]:
 
 def facts(host: Host) -> Dict[str, Any]:
     """What the corpus test compares with a source's stated facts, read the way the checks read them."""
-    from slurm_hooks import pcie
-    from slurm_hooks.cputopo import read_cpu_layout
+    from slurm_hooks.hw import pcie
+    from slurm_hooks.hw.cputopo import read_cpu_layout
 
     cpuinfo = host.read_text("/proc/cpuinfo", default="", max_bytes=16 << 20)
     layout = read_cpu_layout(host, cpuinfo)

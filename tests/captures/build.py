@@ -21,11 +21,11 @@ import tarfile
 import tempfile
 from typing import Dict, List, Tuple
 
-from slurm_hooks import capture
-from slurm_hooks.config import validate
-from slurm_hooks.host import Host, ReadLog
+from slurm_hooks.core.config import validate
+from slurm_hooks.core.runner import run_checks
+from slurm_hooks.hw import capture
+from slurm_hooks.hw.host import Host, ReadLog
 from slurm_hooks.registry import load_builtin_checks
-from slurm_hooks.runner import run_checks
 
 from . import ABSENT, archive, corpus_config, extract, facts, manifest, unpack
 

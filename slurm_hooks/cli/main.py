@@ -1,0 +1,131 @@
+"""Command line front end: argument parsing and dispatch only; the work lives in the library.
+
+Each group of verbs lives in its own module (VERB_MODULES) exposing add_parsers(subparsers), which
+sets `handler` on each parser. Handlers import what they need lazily, so `slurm-hooks prolog`
+pays only for what it uses (start-up time is the prolog's cost floor).
+"""
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+from types import SimpleNamespace
+from typing import TYPE_CHECKING, Dict, List, Optional
+
+if TYPE_CHECKING:
+    import argparse
+
+EXIT_UNKNOWN = 3  # Nagios UNKNOWN: also used for usage and configuration errors
+VERB_MODULES = ("slurm_hooks.cli.check_verbs", "slurm_hooks.cli.xid_verbs", "slurm_hooks.cli.hook_verbs",
+                "slurm_hooks.cli.record_verbs")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from .. import __version__
+    from .parser import Parser
+
+    parser = Parser(prog="slurm-hooks", description="GPU node checks for Slurm prolog/epilog/health and admins.")
+    parser.add_argument("--version", action="version", version="slurm-hooks " + __version__)
+    parser.add_argument("--config", metavar="FILE", help="config file (default /etc/slurm-hooks/config.toml "
+                                                          "plus conf.d/*.toml beside it)")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
+    for name in VERB_MODULES:
+        try:
+            module = importlib.import_module(name)
+        except ImportError as exc:  # a verb group not present in this build
+            if exc.name != name:
+                raise
+            continue
+        module.add_parsers(sub)
+    return parser
+
+
+HOOK_VERBS = ("prolog", "epilog", "health")
+_GLOBAL_OPTIONS = ("--config",)
+_HOOK_OPTIONS = ("--root", "--node")
+
+
+def parse_hook_args(argv: List[str]) -> Optional[Dict[str, Optional[str]]]:
+    """`[--config FILE] prolog|epilog|health [--root DIR] [--node NAME]` parsed without argparse.
+
+    slurmd runs these before/after every job, and argparse (with the shutil, gettext and locale it
+    pulls in) costs a few ms of every prolog. Anything else, help and mistakes included, returns
+    None and goes through the full parser, which also gives the error messages.
+    """
+    values: Dict[str, Optional[str]] = {"config": None, "context": None, "root": None, "node": None}
+    words = list(argv)
+    while words:
+        word = words.pop(0)
+        name, eq, value = word.partition("=")
+        allowed = _HOOK_OPTIONS if values["context"] else _GLOBAL_OPTIONS
+        if name in allowed:
+            if not eq:
+                if not words or words[0].startswith("-"):
+                    return None
+                value = words.pop(0)
+            values[name[2:]] = value
+        elif values["context"] is None and word in HOOK_VERBS:
+            values["context"] = word
+        else:
+            return None
+    return values if values["context"] else None
+
+
+def run() -> None:
+    """The console script's entry point (/usr/bin/slurm-hooks): main() on sys.argv, then exit.
+
+    A hook verb leaves through os._exit once its logs and std streams are flushed: interpreter
+    teardown (finalizing every module and object) cost ~6 ms of each prolog on 2 cores (8 %,
+    bench/results.md), and a hook has nothing left to clean up: its check process is reaped, its
+    files are written and closed. Admin verbs exit normally.
+    """
+    argv = sys.argv[1:]
+    code = main(argv)
+    if parse_hook_args(argv) is None:
+        sys.exit(code)
+    _exit_now(code)
+
+
+def _exit_now(code: int) -> None:
+    if "logging" in sys.modules:
+        sys.modules["logging"].shutdown()  # flush and close the decision log's handlers
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # slurmd closed the pipe, or the stream is closed: nothing to keep
+            pass
+    os._exit(code)
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    hook_args = parse_hook_args(argv)
+    if hook_args is not None:
+        from .hook_verbs import cmd_hook
+
+        return _finish(cmd_hook, SimpleNamespace(**hook_args))
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    handler = getattr(args, "handler", None)
+    if handler is None:
+        parser.print_help()
+        return EXIT_UNKNOWN
+    return _finish(handler, args)
+
+
+def _finish(handler, args) -> int:  # args: argparse.Namespace, or a SimpleNamespace from parse_hook_args
+    from ..core.config import ConfigError
+    from .check_verbs import finish
+
+    try:
+        code = handler(args)
+    except ConfigError as exc:
+        print("slurm-hooks: configuration error: %s" % exc, file=sys.stderr)
+        return EXIT_UNKNOWN
+    except BrokenPipeError:
+        return 0
+    return finish(code)
+
+
+if __name__ == "__main__":
+    run()

@@ -1,0 +1,40 @@
+"""The argparse pieces of the command line, kept apart from cli.py so the prolog never imports argparse.
+
+argparse brings shutil, gettext and locale with it (a few ms); `slurm-hooks prolog|epilog|health`
+parse their few options by hand (cli.parse_hook_args) and only the admin verbs build parsers.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+
+from .main import EXIT_UNKNOWN
+
+
+class Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # argparse would exit 2, which means FAIL to Nagios
+        self.print_usage(sys.stderr)
+        self.exit(EXIT_UNKNOWN, "%s: error: %s\n" % (self.prog, message))
+
+
+def add_run_options(parser: argparse.ArgumentParser) -> None:
+    """Options shared by every verb that runs checks."""
+    parser.add_argument("--json", action="store_true", help="print JSON (schema slurm-hooks.check/1)")
+    parser.add_argument("-v", "--verbose", action="store_true", help="show every result with its details")
+    parser.add_argument("--root", metavar="DIR", help="read /sys, /proc, /dev under DIR (a captured or fake tree)")
+    parser.add_argument("--deadline", type=deadline_seconds, metavar="SECONDS",
+                        help="override the run's global deadline (0 < SECONDS <= 3600)")
+
+
+def deadline_seconds(text: str) -> float:
+    """--deadline: a finite number of seconds in (0, 3600]; anything else is a usage error (exit 3)."""
+    import math
+
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError("%r is not a number of seconds" % text) from None
+    if not math.isfinite(value) or not 0 < value <= 3600:
+        raise argparse.ArgumentTypeError("%r: the deadline must be a finite number of seconds, > 0 and <= 3600"
+                                         % text)
+    return value

@@ -1,0 +1,409 @@
+"""Host: every read of /sys, /proc, /dev, /etc and the kernel log goes through here.
+
+``Host("/")`` reads the live machine; ``Host("/tmp/captured")`` reads a captured or fake tree
+the same way (``slurm-hooks check --root DIR``). Paths given to a Host are absolute *host* paths
+("/sys/bus/pci/devices"); they are mapped under the root, and symlinks are resolved inside it so
+a captured tree never leaks into the real machine. Reads are bounded in size. A missing file
+raises MissingFile unless the caller passes ``default=`` (then a missing optional file is explicit).
+
+A Host given a ReadLog records every path it touches and what it read: `slurm-hooks capture`
+archives exactly that (slurm_hooks.hw.capture), so the list of captured files cannot drift from
+what the checks read.
+"""
+from __future__ import annotations
+
+import errno
+import fnmatch
+import os
+import posixpath
+from typing import Any, Dict, List, NamedTuple, Optional, Set
+
+DEFAULT_MAX_BYTES = 1 << 20  # 1 MiB: more than any sysfs/procfs file we read
+_CHUNK = 1 << 16  # one read(2) of a sysfs attribute (<= one page) or a typical procfs file
+_MISSING: Any = object()
+_MAX_SYMLINKS = 40
+CAPTURE_DIR = "/.slurm-hooks"  # a capture's own metadata, beside sys/ and proc/ (slurm_hooks.hw.capture)
+CAPTURED_STATVFS = CAPTURE_DIR + "/statvfs.json"
+
+
+class HostError(Exception):
+    """A read from the host failed; names the host path."""
+
+    def __init__(self, path: str, message: str):
+        super().__init__("%s: %s" % (path, message))
+        self.path = path
+
+
+class MissingFile(HostError):
+    """The file does not exist (and no default was given)."""
+
+
+class LiveOnly(HostError):
+    """The value exists only on the running machine (statvfs, NVML) and this tree does not hold it."""
+
+
+class ParseError(HostError):
+    """The file exists but its content is not what we expected."""
+
+    def __init__(self, path: str, value: str, expected: str):
+        shown = value if len(value) <= 80 else value[:77] + "..."
+        super().__init__(path, "cannot parse %r: expected %s" % (shown, expected))
+        self.value = value
+        self.expected = expected
+
+
+class FsUsage(NamedTuple):
+    """The statvfs(2) fields the checks use (os.statvfs_result has the same names)."""
+
+    f_blocks: int
+    f_bavail: int
+    f_files: int
+    f_favail: int
+
+
+class ReadLog:
+    """Every host path a Host touched in a run, with what it read (`slurm-hooks capture`).
+
+    Checks run in threads; each record is one dict/set operation, atomic under the GIL.
+    """
+
+    def __init__(self) -> None:
+        self.files: Dict[str, bytes] = {}  # host path -> the bytes read (bounded like the read)
+        self.dirs: Dict[str, List[str]] = {}  # host path -> the entries listed
+        self.probed: Set[str] = set()  # exists/isdir/realpath/readlink: the path itself matters
+        self.missing: Set[str] = set()  # asked for and absent
+        self.statvfs: Dict[str, FsUsage] = {}
+        self.kmsg: Dict[str, List[str]] = {}  # kernel log records read from a character device
+
+
+class Host:
+    def __init__(self, root: str = "/", log: Optional[ReadLog] = None):
+        self.root = os.path.abspath(root)
+        self._live = self.root == "/"
+        self._dir_cache: Dict[str, str] = {}
+        self.log = log
+
+    def __repr__(self) -> str:
+        return "Host(%r)" % self.root
+
+    @property
+    def is_live(self) -> bool:
+        return self._live
+
+    # -- paths -------------------------------------------------------------------------------
+    def path(self, host_path: str) -> str:
+        """The real filesystem path of a host path (no symlink resolution)."""
+        if not host_path.startswith("/"):
+            raise ValueError("host paths are absolute, got %r" % host_path)
+        if self._live:
+            return host_path
+        return self.root + host_path  # abspath'd root has no trailing slash; one concatenation per read
+
+    def real(self, host_path: str) -> str:
+        """The real filesystem path to open for a host path.
+
+        Under a non-/ root, symlinks (absolute ones included) are resolved inside the root so a
+        captured tree can never make us read the live machine's files.
+        """
+        return host_path if self._live else self.path(self.realpath(host_path))
+
+    def real_link(self, host_path: str) -> str:
+        """The real path of a symlink itself (its directory resolved, the link not followed)."""
+        if self.is_live:
+            return host_path
+        directory, base = posixpath.split(host_path)
+        return posixpath.join(self.real(directory), base)
+
+    def realpath(self, host_path: str, _hops: int = 0) -> str:
+        """Resolve symlinks like os.path.realpath, but never outside the root; returns a host path.
+
+        The parent directory comes from a cache (a run reads many files in few sysfs directories),
+        so resolving costs one lstat per new path component.
+        """
+        if self.log is not None and not _hops:
+            self.log.probed.add(host_path)
+        if _hops > _MAX_SYMLINKS:
+            raise HostError(host_path, "too many levels of symbolic links")
+        directory, base = posixpath.split(host_path)
+        if not base:
+            return "/" if directory == "/" else self._resolve_dir(directory, _hops)
+        parent = self._resolve_dir(directory, _hops)
+        if base == ".":
+            return parent
+        if base == "..":
+            return posixpath.dirname(parent)
+        candidate = parent + "/" + base if parent != "/" else "/" + base
+        real = candidate if self._live else self.root + candidate
+        if os.path.islink(real):
+            target = os.readlink(real)
+            return self.realpath(target if target.startswith("/") else posixpath.join(parent, target), _hops + 1)
+        return candidate
+
+    def _resolve_dir(self, directory: str, hops: int = 0) -> str:
+        cached = self._dir_cache.get(directory)
+        if cached is None:
+            cached = "/" if directory in ("/", "") else self.realpath(directory, hops)
+            self._dir_cache[directory] = cached
+        return cached
+
+    # -- reads -------------------------------------------------------------------------------
+    def read_bytes(self, host_path: str, default: Any = _MISSING, max_bytes: int = DEFAULT_MAX_BYTES) -> bytes:
+        try:
+            data = _read_file(self.real(host_path), max_bytes)
+        except FileNotFoundError:
+            if self.log is not None:
+                self.log.missing.add(host_path)
+            if default is not _MISSING:
+                return default
+            raise MissingFile(host_path, "no such file") from None
+        except OSError as exc:
+            if exc.errno in (errno.ENOTDIR,) and default is not _MISSING:
+                return default
+            raise HostError(host_path, exc.strerror or str(exc)) from None
+        if self.log is not None:
+            self.log.files[host_path] = data
+        return data
+
+    def read_text(self, host_path: str, default: Any = _MISSING, max_bytes: int = DEFAULT_MAX_BYTES) -> str:
+        """File content decoded as UTF-8 (bad bytes replaced), trailing newline stripped."""
+        data = self.read_bytes(host_path, default=_MISSING if default is _MISSING else None, max_bytes=max_bytes)
+        if data is None:
+            return default
+        return data.decode("utf-8", errors="replace").rstrip("\n")
+
+    def read_int(self, host_path: str, default: Any = _MISSING, base: int = 10) -> int:
+        text = self.read_text(host_path, default=None if default is not _MISSING else _MISSING)
+        if text is None:
+            return default
+        try:
+            return int(text.strip().rstrip("\0"), base)  # "\n\0": see parse_cpulist
+        except ValueError:
+            raise ParseError(host_path, text, "an integer (base %d)" % base) from None
+
+    def exists(self, host_path: str) -> bool:
+        if self.log is not None:
+            self.log.probed.add(host_path)
+        return os.path.lexists(self.real(host_path))
+
+    def isdir(self, host_path: str) -> bool:
+        if self.log is not None:
+            self.log.probed.add(host_path)
+        return os.path.isdir(self.real(host_path))
+
+    def listdir(self, host_path: str, default: Any = _MISSING) -> List[str]:
+        try:
+            names = sorted(os.listdir(self.real(host_path)))
+        except (FileNotFoundError, NotADirectoryError):
+            if self.log is not None:
+                self.log.missing.add(host_path)
+            if default is not _MISSING:
+                return default
+            raise MissingFile(host_path, "no such directory") from None
+        except OSError as exc:
+            raise HostError(host_path, exc.strerror or str(exc)) from None
+        if self.log is not None:
+            self.log.dirs[host_path] = names
+        return names
+
+    def glob(self, host_dir: str, pattern: str) -> List[str]:
+        """Host paths of the entries of host_dir matching a shell pattern (sorted)."""
+        return [host_dir.rstrip("/") + "/" + name for name in self.listdir(host_dir, default=[])
+                if fnmatch.fnmatchcase(name, pattern)]
+
+    def statvfs(self, host_path: str) -> FsUsage:
+        """Filesystem usage of the file system holding host_path (statvfs(2), like `df`).
+
+        Under a root other than / this stats the analysing machine's file system that holds the
+        tree: callers use captured_statvfs there unless told to read it live.
+        """
+        try:
+            st = os.statvfs(self.real(host_path))
+        except OSError as exc:
+            raise HostError(host_path, exc.strerror or str(exc)) from None
+        usage = FsUsage(st.f_blocks, st.f_bavail, st.f_files, st.f_favail)
+        if self.log is not None:
+            self.log.statvfs[host_path] = usage
+        return usage
+
+    def captured_statvfs(self, host_path: str) -> FsUsage:
+        """What statvfs(2) said for host_path on the captured node (CAPTURED_STATVFS in the tree).
+
+        Raises LiveOnly when the tree holds no such record: free space is a property of the running
+        machine, and the analysing machine's own disk says nothing about the captured node.
+        """
+        import json  # only under --root
+
+        text = self.read_text(CAPTURED_STATVFS, default=None)
+        if text is None:
+            raise LiveOnly(host_path, "free space is only known on the running node (statvfs(2)), and this "
+                           "tree has no %s" % CAPTURED_STATVFS)
+        try:
+            entry = json.loads(text).get(host_path)
+            usage = None if entry is None else FsUsage(*(int(entry[k]) for k in FsUsage._fields))
+        except (ValueError, TypeError, KeyError, AttributeError):
+            raise ParseError(CAPTURED_STATVFS, text, "a JSON object {path: {%s}}" % ", ".join(FsUsage._fields)) from None
+        if usage is None:
+            raise LiveOnly(host_path, "not in this tree's %s (the capture did not stat it)" % CAPTURED_STATVFS)
+        return usage
+
+    def readlink_name(self, host_path: str) -> Optional[str]:
+        """Last component of a symlink's target (e.g. the driver of a PCI device), None if absent."""
+        if self.log is not None:
+            self.log.probed.add(host_path)
+        try:
+            return os.path.basename(os.readlink(self.real_link(host_path)))
+        except OSError:
+            return None
+
+    def read_lines(self, host_path: str, default: Any = _MISSING, max_bytes: int = DEFAULT_MAX_BYTES) -> List[str]:
+        text = self.read_text(host_path, default=None if default is not _MISSING else _MISSING, max_bytes=max_bytes)
+        if text is None:
+            return default
+        return text.splitlines()
+
+    def read_kmsg(self, host_path: str = "/dev/kmsg", max_records: int = 100000) -> List[str]:
+        """Raw kernel log records, oldest first.
+
+        On the live /dev/kmsg (a character device) each read() returns one record
+        ("prio,seq,usec,flags;message") and EAGAIN at the end (we open it non-blocking, so it
+        never waits for new messages); EPIPE means a record was overwritten while reading and
+        is skipped. In a captured tree /dev/kmsg is a regular file with one record per line.
+        Needs root (or CAP_SYSLOG) when dmesg_restrict=1; that is reported as a HostError.
+        """
+        real = self.real(host_path)
+        try:
+            fd = os.open(real, os.O_RDONLY | os.O_NONBLOCK)
+        except FileNotFoundError:
+            raise MissingFile(host_path, "no such file") from None
+        except OSError as exc:
+            raise HostError(host_path, exc.strerror or str(exc)) from None
+        try:
+            if not _is_char_device(fd):
+                with os.fdopen(os.dup(fd), "rb") as handle:
+                    data = handle.read(64 * DEFAULT_MAX_BYTES)
+                records = data.decode("utf-8", errors="replace").splitlines()[-max_records:]
+            else:
+                records = _read_kmsg_device(fd, max_records)
+            if self.log is not None:
+                self.log.kmsg[host_path] = records
+            return records
+        finally:
+            os.close(fd)
+
+
+def _read_file(path: str, max_bytes: int) -> bytes:
+    """At most max_bytes of a file, read in _CHUNK pieces until EOF.
+
+    Not open(path, "rb").read(max_bytes): that allocates a max_bytes (1 MiB) buffer per call, which
+    made a 5-byte sysfs read cost ~25 us instead of ~8 us, and a prolog does ~500 of them. sysfs and
+    procfs may return less than asked before the end, so read until a read returns nothing.
+    """
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        chunk = os.read(fd, min(_CHUNK, max_bytes))
+        if not chunk or len(chunk) >= max_bytes:
+            return chunk
+        chunks = [chunk]
+        size = len(chunk)
+        while size < max_bytes:
+            chunk = os.read(fd, min(_CHUNK, max_bytes - size))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+        return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
+def _is_char_device(fd: int) -> bool:
+    import stat
+
+    return stat.S_ISCHR(os.fstat(fd).st_mode)
+
+
+def _read_kmsg_device(fd: int, max_records: int) -> List[str]:
+    records: List[str] = []
+    while len(records) < max_records:
+        try:
+            chunk = os.read(fd, 8192)
+        except BlockingIOError:
+            break
+        except OSError as exc:
+            if exc.errno == errno.EPIPE:  # ring buffer overwrote the record we were at
+                continue
+            if exc.errno == errno.EINVAL:  # record longer than our buffer: cannot happen at 8 KiB
+                break
+            raise HostError("/dev/kmsg", exc.strerror or str(exc)) from None
+        if not chunk:
+            break
+        records.append(chunk.decode("utf-8", errors="replace").rstrip("\n"))
+    return records
+
+
+def parse_cpulist(text: str, source: str = "<cpulist>") -> frozenset:
+    """'0-3,8-11' -> {0,1,2,3,8,9,10,11}; '' -> empty. Raises ParseError naming the source.
+
+    Some kernels (5.x, the topology *_list files turned into binary attributes) end a list with
+    "\n\0": a trailing NUL is accepted.
+    """
+    cpus = set()
+    text = text.strip().rstrip("\0").strip()
+    if not text:
+        return frozenset()
+    for part in text.split(","):
+        part = part.strip()
+        try:
+            if "-" in part:
+                lo_text, hi_text = part.split("-", 1)
+                step = 1
+                if ":" in hi_text:  # kernel 'a-b:c/d' stride syntax is rare; accept a-b:step only
+                    hi_text, step_text = hi_text.split(":", 1)
+                    step = int(step_text.split("/")[0])
+                lo, hi = int(lo_text), int(hi_text)
+                if lo > hi or lo < 0 or hi - lo > 1 << 16:
+                    raise ValueError
+                cpus.update(range(lo, hi + 1, step))
+            else:
+                value = int(part)
+                if value < 0:
+                    raise ValueError
+                cpus.add(value)
+        except ValueError:
+            raise ParseError(source, text, "a CPU list like '0-3,8-11'") from None
+    return frozenset(cpus)
+
+
+def parse_cpumask(text: str, source: str = "<cpumask>") -> frozenset:
+    """'00000000,0000000f' (comma-separated 32-bit hex words, most significant first) -> {0,1,2,3}.
+
+    The mask files (thread_siblings, core_siblings, local_cpus) are all that kernels before 2.6.26
+    wrote; later ones add the *_list twins. Raises ParseError naming the source.
+    """
+    words = text.strip().rstrip("\0").strip().split(",")
+    cpus = set()
+    try:
+        for position, word in enumerate(reversed(words)):
+            value = int(word, 16)
+            cpus.update(32 * position + bit for bit in range(32) if value >> bit & 1)
+    except ValueError:
+        raise ParseError(source, text, "a CPU mask like '00000000,0000000f'") from None
+    return frozenset(cpus)
+
+
+def format_cpulist(cpus) -> str:
+    """{0,1,2,3,8} -> '0-3,8' (the kernel's own cpulist style)."""
+    ordered = sorted(cpus)
+    ranges: List[str] = []
+    start = prev = None
+    for cpu in ordered:
+        if start is None:
+            start = prev = cpu
+        elif cpu == prev + 1:
+            prev = cpu
+        else:
+            ranges.append(str(start) if start == prev else "%d-%d" % (start, prev))
+            start = prev = cpu
+    if start is not None:
+        ranges.append(str(start) if start == prev else "%d-%d" % (start, prev))
+    return ",".join(ranges)

@@ -1,0 +1,294 @@
+"""Fleet report over per-job records: which nodes keep hurting jobs, and what was wrong with one job.
+
+Input: record files (schema slurm-hooks.job-record/1, docs/records.md) under the given paths, as
+written by the epilog into <[records] dir>/<node>/<job>.json, possibly from thousands of nodes on a
+shared file system. Records are streamed: each file is parsed, its "summary" folded into per-node
+totals, and dropped, so memory grows with the number of nodes, not records. With --since, files
+whose mtime is older are skipped without being opened (a record is written at the job's end).
+
+Ranking: hard errors (Xids, SXids, uncorrectable ECC, row remaps, retired pages) first, then soft
+errors (correctable ECC, NVLink, PCIe replays, InfiniBand), then GPU-seconds of throttling, then
+leftover processes (recordbuild.rank_key). Records without a prolog snapshot have no deltas; they
+are counted ("no_deltas") but add nothing to the error totals.
+"""
+from __future__ import annotations
+
+import heapq
+import json
+import os
+import re
+import time
+from typing import Any, Dict, Iterable, Iterator, List, Optional, Tuple
+
+from ..core.structs import Struct, field
+from .build import ERROR_FIELDS, RECORD_SCHEMA, rank_key
+
+SUM_FIELDS = ERROR_FIELDS + ("xids", "sxids", "throttle_s", "leftover_processes", "energy_j")
+WORST_JOBS = 3  # per node, the jobs to look at first
+_RELATIVE = re.compile(r"^(\d+(?:\.\d+)?)([smhdw])$")
+_UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+
+
+class ReportError(Exception):
+    """Bad input to the report (an unparsable --since, a missing path); the message says which."""
+
+
+class NodeTotals(Struct, frozen=False):
+    node: str
+    jobs: int = 0
+    abnormal_jobs: int = 0
+    no_deltas: int = 0
+    drained: int = 0
+    last_end: float = 0.0
+    sums: Dict[str, float] = field(default_factory=lambda: dict.fromkeys(SUM_FIELDS, 0))
+    reasons: Dict[str, int] = field(default_factory=dict)  # abnormal reason -> jobs
+    worst: List[Tuple[Tuple[float, ...], str]] = field(default_factory=list)  # min-heap of (rank, job id)
+
+    def add(self, job_id: str, end: float, summary: Dict[str, Any]) -> None:
+        self.jobs += 1
+        self.last_end = max(self.last_end, end)
+        for name in SUM_FIELDS:
+            value = summary.get(name) or 0
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                self.sums[name] += value
+        self.no_deltas += 0 if summary.get("deltas") else 1
+        self.drained += 1 if summary.get("drained") else 0
+        abnormal = summary.get("abnormal") or []
+        if abnormal:
+            self.abnormal_jobs += 1
+            for reason in abnormal:
+                self.reasons[reason] = self.reasons.get(reason, 0) + 1
+            entry = (rank_key(summary) + (end,), job_id)
+            if len(self.worst) < WORST_JOBS:
+                heapq.heappush(self.worst, entry)
+            else:
+                heapq.heappushpop(self.worst, entry)
+
+    def rank(self) -> Tuple[float, ...]:
+        return rank_key(self.sums) + (self.abnormal_jobs,)
+
+    def to_dict(self) -> Dict[str, Any]:
+        sums = {k: round(v, 3) if isinstance(v, float) else v for k, v in self.sums.items()}
+        return {"node": self.node, "jobs": self.jobs, "abnormal_jobs": self.abnormal_jobs, "no_deltas": self.no_deltas,
+                "drained": self.drained, "last_end": self.last_end, "totals": sums,
+                "reasons": dict(sorted(self.reasons.items())),
+                "worst_jobs": [job for _, job in sorted(self.worst, reverse=True)]}
+
+
+class Fleet(Struct, frozen=False):
+    nodes: Dict[str, NodeTotals] = field(default_factory=dict)
+    records: int = 0
+    skipped_old: int = 0
+    unreadable: List[str] = field(default_factory=list)  # first few only
+    unreadable_count: int = 0
+    seconds: float = 0.0
+
+    def ranked(self) -> List[NodeTotals]:
+        return sorted(self.nodes.values(), key=lambda n: (_descending(n.rank()), n.node))
+
+
+# -- input ---------------------------------------------------------------------------------------
+
+def parse_since(text: Optional[str], now: Optional[float] = None) -> Optional[float]:
+    """'7d', '24h', '90m', '2024-05-01', '2024-05-01T12:00[:00]' (local time) or Unix seconds -> Unix time."""
+    if text is None:
+        return None
+    now = time.time() if now is None else now
+    value = text.strip()
+    match = _RELATIVE.match(value)
+    if match:
+        return now - float(match.group(1)) * _UNIT_S[match.group(2)]
+    for pattern in ("%Y-%m-%dT%H:%M:%S", "%Y-%m-%dT%H:%M", "%Y-%m-%d %H:%M", "%Y-%m-%d"):
+        try:
+            return time.mktime(time.strptime(value, pattern))
+        except ValueError:
+            continue
+    try:
+        return float(value)
+    except ValueError:
+        raise ReportError("--since %r: expected 7d, 24h, 90m, 2024-05-01, 2024-05-01T12:00 or Unix seconds"
+                          % text) from None
+
+
+def record_files(paths: Iterable[str], since: Optional[float] = None, fleet: Optional[Fleet] = None
+                 ) -> Iterator[str]:
+    """Record files under paths (files, or directories walked recursively; dot files are temp files)."""
+    for path in paths:
+        if os.path.isfile(path):
+            yield path
+        elif os.path.isdir(path):
+            yield from _walk(path, since, fleet)
+        else:
+            raise ReportError("%s: no such file or directory" % path)
+
+
+def _walk(directory: str, since: Optional[float], fleet: Optional[Fleet]) -> Iterator[str]:
+    stack = [directory]
+    while stack:
+        current = stack.pop()
+        try:
+            with os.scandir(current) as entries:
+                listing = list(entries)
+        except OSError:
+            continue
+        for entry in sorted(listing, key=lambda e: e.name):
+            if entry.name.startswith("."):
+                continue
+            if entry.is_dir(follow_symlinks=False):
+                stack.append(entry.path)
+            elif entry.name.endswith(".json"):
+                if since is not None:
+                    try:
+                        if entry.stat().st_mtime < since:
+                            if fleet is not None:
+                                fleet.skipped_old += 1
+                            continue
+                    except OSError:
+                        continue
+                yield entry.path
+
+
+def read_header(path: str) -> Dict[str, Any]:
+    """The record's first line (schema, job, node, times, summary: records.HEADER_KEYS), parsed alone;
+    the whole record when the file is not laid out that way. Parsing ~0.5 KB instead of the whole
+    record makes the report several times faster."""
+    try:
+        with open(path, "rb") as handle:
+            first = handle.readline(1 << 16)
+            if first.endswith(b",\n"):
+                try:
+                    header = json.loads(first[:-2] + b"}")
+                except ValueError:
+                    header = None
+                if isinstance(header, dict) and header.get("schema") == RECORD_SCHEMA and "summary" in header:
+                    return header
+    except OSError as exc:
+        raise ValueError("%s: unreadable: %s" % (path, exc.strerror or exc)) from None
+    return load_record(path)
+
+
+def load_record(path: str) -> Dict[str, Any]:
+    """One record; ValueError naming the file when it is not a slurm-hooks job record."""
+    try:
+        with open(path, "rb") as handle:
+            data = json.loads(handle.read(16 << 20))
+    except OSError as exc:
+        raise ValueError("%s: unreadable: %s" % (path, exc.strerror or exc)) from None
+    except ValueError as exc:
+        raise ValueError("%s: not JSON: %s" % (path, exc)) from None
+    if not isinstance(data, dict) or data.get("schema") != RECORD_SCHEMA:
+        found = data.get("schema") if isinstance(data, dict) else type(data).__name__
+        raise ValueError("%s: schema %r, expected %r" % (path, found, RECORD_SCHEMA))
+    if not isinstance(data.get("summary"), dict):
+        raise ValueError("%s: no summary block" % path)
+    return data
+
+
+# -- aggregation ---------------------------------------------------------------------------------
+
+def aggregate(paths: Iterable[str], since: Optional[float] = None, max_listed_errors: int = 10) -> Fleet:
+    fleet = Fleet()
+    started = time.monotonic()
+    for path in record_files(paths, since, fleet):
+        try:
+            record = read_header(path)
+        except ValueError as exc:
+            fleet.unreadable_count += 1
+            if len(fleet.unreadable) < max_listed_errors:
+                fleet.unreadable.append(str(exc))
+            continue
+        end = record.get("end") or 0.0
+        if since is not None and end < since:
+            fleet.skipped_old += 1
+            continue
+        node = str(record.get("node") or os.path.basename(os.path.dirname(path)))
+        totals = fleet.nodes.get(node)
+        if totals is None:
+            totals = fleet.nodes[node] = NodeTotals(node)
+        totals.add(str((record.get("job") or {}).get("id")), end, record["summary"])
+        fleet.records += 1
+    fleet.seconds = time.monotonic() - started
+    return fleet
+
+
+def job_view(paths: List[str], job_id: str) -> Tuple[List[Dict[str, Any]], List[str]]:
+    """(one row per node the job ran on, problems): the job's records found directly, no full walk."""
+    from .store import find_records
+
+    directories = [p for p in paths if os.path.isdir(p)]
+    rows, problems = [], []
+    for path in find_records(directories, job_id):
+        try:
+            record = read_header(path)
+        except ValueError as exc:
+            problems.append(str(exc))
+            continue
+        summary = record["summary"]
+        rows.append({"node": record.get("node"), "path": path, "abnormal": summary.get("abnormal") or [],
+                     "prolog_snapshot": record.get("prolog_snapshot"), "duration_s": record.get("duration_s"),
+                     "summary": summary})
+    rows.sort(key=lambda r: (_descending(rank_key(r["summary"])), r["node"] or ""))
+    return rows, problems
+
+
+# -- output --------------------------------------------------------------------------------------
+
+def fleet_to_dict(fleet: Fleet, top: Optional[int] = None, everything: bool = False) -> Dict[str, Any]:
+    ranked = [n for n in fleet.ranked() if everything or n.abnormal_jobs]
+    return {"schema": "slurm-hooks.report/1", "records": fleet.records, "nodes": len(fleet.nodes),
+            "skipped_old": fleet.skipped_old, "unreadable": fleet.unreadable_count,
+            "unreadable_examples": fleet.unreadable, "seconds": round(fleet.seconds, 3),
+            "ranking": [n.to_dict() for n in (ranked[:top] if top else ranked)]}
+
+
+def render_fleet(fleet: Fleet, top: int = 20, everything: bool = False) -> str:
+    ranked = [n for n in fleet.ranked() if everything or n.abnormal_jobs]
+    lines = ["%d records from %d nodes (%d older ones skipped, %d unreadable) in %.2fs"
+             % (fleet.records, len(fleet.nodes), fleet.skipped_old, fleet.unreadable_count, fleet.seconds)]
+    lines.extend("  unreadable: %s" % text for text in fleet.unreadable)
+    if not ranked:
+        lines.append("no node had anything abnormal")
+        return "\n".join(lines) + "\n"
+    header = ("NODE", "JOBS", "BAD", "XID", "SXID", "ECC-UE", "ECC-CE", "REMAP", "NVLINK", "PCIE", "IB",
+              "THROTTLE", "LEFTOVER", "WORST JOBS")
+    rows = [header]
+    for n in ranked[:top]:
+        s = n.sums
+        rows.append((n.node, str(n.jobs), str(n.abnormal_jobs), _n(s["xids"]), _n(s["sxids"]), _n(s["ecc_uncorrected"]),
+                     _n(s["ecc_corrected"]), _n(s["remapped_rows"] + s["retired_pages"]), _n(s["nvlink_errors"]),
+                     _n(s["pcie_replays"]), _n(s["ib_errors"]), "%.0fs" % s["throttle_s"], _n(s["leftover_processes"]),
+                     ",".join(job for _, job in sorted(n.worst, reverse=True))))
+    lines.extend(_table(rows))
+    if len(ranked) > top:
+        lines.append("... %d more nodes with abnormal jobs (--top N, --json)" % (len(ranked) - top))
+    return "\n".join(lines) + "\n"
+
+
+def render_job(job_id: str, rows: List[Dict[str, Any]], problems: List[str]) -> str:
+    if not rows and not problems:
+        return "no record of job %s\n" % job_id
+    bad = [r for r in rows if r["abnormal"]]
+    lines = ["job %s: %d node(s), %d with something abnormal" % (job_id, len(rows), len(bad))]
+    lines.extend("  unreadable: %s" % p for p in problems)
+    missing = [r["node"] for r in rows if r["prolog_snapshot"] != "ok"]
+    if missing:
+        lines.append("  no prolog snapshot (no deltas) on: %s" % ", ".join(sorted(str(m) for m in missing)))
+    for row in bad:
+        s = row["summary"]
+        numbers = ", ".join("%s=%s" % (k, s[k]) for k in SUM_FIELDS if k != "energy_j" and s.get(k))
+        lines.append("  %-20s %s%s" % (row["node"], ", ".join(row["abnormal"]), "  (%s)" % numbers if numbers else ""))
+    return "\n".join(lines) + "\n"
+
+
+def _descending(key: Tuple[float, ...]) -> Tuple[float, ...]:
+    return tuple(-value for value in key)
+
+
+def _n(value: float) -> str:
+    return "-" if not value else "%d" % value
+
+
+def _table(rows: List[Tuple[str, ...]]) -> List[str]:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
+    return ["  ".join([r[0].ljust(widths[0])] + [c.rjust(w) for c, w in zip(r[1:-1], widths[1:])] + [r[-1]]).rstrip()
+            for r in rows]

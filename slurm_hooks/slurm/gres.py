@@ -1,0 +1,181 @@
+"""gres.conf (and `slurmd -G` output) parser, Slurm hostlist expansion, and Slurm's core numbering.
+
+gres.conf lines are ``Key=Value`` words (keys case-insensitive, '#' starts a comment), e.g.
+``NodeName=gpu[01-16] Name=gpu Type=h100 File=/dev/nvidia[0-3] Cores=0-55``. A line without
+NodeName applies to every node. ``AutoDetect=nvml`` makes slurmd ask NVML itself. `slurmd -G`
+prints the same words after ``Gres `` (``slurmd: Gres Name=gpu Type=h100 ... File=/dev/nvidia0
+Cores=0-55 ...``), so a saved copy of its output parses the same way.
+
+``Cores=`` are Slurm's *logical core indices* (socket by socket, core by core, as `lstopo -l` numbers
+"Core L#"), not Linux CPU numbers; ``logical_cores`` maps them to CPUs with
+/sys/devices/system/cpu/cpuN/topology (`lscpu -e`).
+"""
+from __future__ import annotations
+
+import re
+from typing import Dict, FrozenSet, Iterable, List, Mapping, Optional, Tuple
+
+from ..core.structs import Struct, field
+from ..hw.host import ParseError, parse_cpulist
+
+
+class GresLine(Struct):
+    line_no: int
+    text: str
+    fields: Mapping[str, str]  # keys lower-cased
+    node_names: Tuple[str, ...] = ()  # expanded NodeName; empty = every node
+    files: Tuple[str, ...] = ()  # expanded File=
+    cores: Optional[FrozenSet[int]] = None  # Cores= (or the old CPUs=) as logical core indices
+
+    @property
+    def name(self) -> str:
+        return self.fields.get("name", "")
+
+    def applies_to(self, node: str) -> bool:
+        return not self.node_names or node in self.node_names
+
+
+class GresConf(Struct):
+    lines: Tuple[GresLine, ...]
+    autodetect: str = ""  # global AutoDetect=nvml|nvidia|rsmi|oneapi|off ('' = not set)
+    node_autodetect: Dict[str, str] = field(default_factory=dict)  # per-NodeName AutoDetect lines
+
+    def autodetect_for(self, node: str) -> str:
+        return self.node_autodetect.get(node, self.autodetect)
+
+    def gpu_lines(self, node: str) -> List[GresLine]:
+        return [ln for ln in self.lines if ln.name.lower() == "gpu" and ln.applies_to(node)]
+
+
+def expand_hostlist(text: str, source: str = "<hostlist>") -> List[str]:
+    """'gpu[01-03,07],login1' -> ['gpu01', 'gpu02', 'gpu03', 'gpu07', 'login1'] (zero padding kept)."""
+    names: List[str] = []
+    for item in _split_top_level(text.strip()):
+        names.extend(_expand_one(item, source, text))
+    return names
+
+
+def _split_top_level(text: str) -> List[str]:
+    parts, depth, current = [], 0, ""
+    for char in text:
+        depth += (char == "[") - (char == "]")
+        if char == "," and depth == 0:
+            parts.append(current)
+            current = ""
+        else:
+            current += char
+    parts.append(current)
+    return [p for p in parts if p]
+
+
+def _expand_one(item: str, source: str, whole: str) -> List[str]:
+    match = re.match(r"^([^\[\]]*)\[([^\]]*)\](.*)$", item)
+    if not match:
+        if "[" in item or "]" in item:
+            raise ParseError(source, whole, "a Slurm hostlist like 'gpu[01-16]'")
+        return [item]
+    prefix, ranges, rest = match.groups()
+    out = []
+    for part in ranges.split(","):
+        lo, _, hi = part.partition("-")
+        if not lo.isdigit() or (hi and not hi.isdigit()) or (hi and int(hi) < int(lo)) or \
+                (hi and int(hi) - int(lo) > 100000):
+            raise ParseError(source, whole, "a Slurm hostlist like 'gpu[01-16]'")
+        width = len(lo)
+        for number in range(int(lo), int(hi or lo) + 1):
+            for tail in _expand_one(rest, source, whole) if rest else [""]:
+                out.append("%s%0*d%s" % (prefix, width, number, tail))
+    return out
+
+
+def parse_gres_conf(text: str, source: str = "/etc/slurm/gres.conf") -> GresConf:
+    """Parse gres.conf text (or `slurmd -G` output). Errors name the file, line and value."""
+    lines: List[GresLine] = []
+    autodetect, node_autodetect = "", {}
+    for number, raw in enumerate(text.splitlines(), 1):
+        line = raw.split("#", 1)[0].strip()
+        line = re.sub(r"^(slurmd(-\S+)?:\s*)?(debug\d?:\s*)?Gres\s+", "", line)
+        if not line or line.lower().startswith("include "):
+            continue
+        where = "%s:%d" % (source, number)
+        fields: Dict[str, str] = {}
+        for word in line.split():
+            key, sep, value = word.partition("=")
+            if not sep or not key:
+                raise ParseError(where, raw.strip(), "Key=Value words (e.g. Name=gpu File=/dev/nvidia0 Cores=0-55)")
+            fields[key.lower()] = value
+        nodes = tuple(expand_hostlist(fields["nodename"], where)) if "nodename" in fields else ()
+        if "autodetect" in fields and "name" not in fields:
+            value = fields["autodetect"].lower()
+            if nodes:
+                node_autodetect.update({n: value for n in nodes})
+            else:
+                autodetect = value
+            continue
+        files = tuple(expand_hostlist(fields["file"], where)) if "file" in fields else ()
+        cores_text = fields.get("cores", fields.get("cpus"))
+        cores = parse_cpulist(cores_text, where + " Cores=") if cores_text is not None else None
+        lines.append(GresLine(number, raw.strip(), fields, nodes, files, cores))
+    return GresConf(tuple(lines), autodetect, node_autodetect)
+
+
+def device_minor(path: str) -> Optional[int]:
+    """'/dev/nvidia3' -> 3; other device files (nvidia-caps, MIG) -> None."""
+    match = re.match(r"^/dev/nvidia(\d+)$", path)
+    return int(match.group(1)) if match else None
+
+
+def logical_cores(topology: Iterable[Tuple[int, int, int]]) -> List[FrozenSet[int]]:
+    """[(cpu, package id, core id)] -> CPUs of each core in Slurm's logical order (index = core L#)."""
+    by_core: Dict[Tuple[int, int], set] = {}
+    for cpu, package, core in topology:
+        by_core.setdefault((package, core), set()).add(cpu)
+    return [frozenset(by_core[key]) for key in sorted(by_core)]
+
+
+def cores_to_cpus(cores: Iterable[int], core_cpus: List[FrozenSet[int]]) -> Tuple[FrozenSet[int], List[int]]:
+    """Logical core indices -> (their CPUs, indices beyond this machine's cores)."""
+    cpus: set = set()
+    missing = []
+    for index in sorted(cores):
+        if 0 <= index < len(core_cpus):
+            cpus.update(core_cpus[index])
+        else:
+            missing.append(index)
+    return frozenset(cpus), missing
+
+
+def parse_slurm_node_line(text: str, node: str, source: str = "/etc/slurm/slurm.conf") -> Dict[str, str]:
+    """The NodeName= line of slurm.conf that names `node` -> {key lower-case: value} (empty if none).
+
+    Only what a NodeName line says directly; NodeName=DEFAULT lines are merged underneath.
+    """
+    merged: Dict[str, str] = {}
+    found = False
+    for number, raw in enumerate(text.splitlines(), 1):
+        line = raw.split("#", 1)[0].strip()
+        if not line.lower().startswith("nodename="):
+            continue
+        fields = {}
+        for word in line.split():
+            key, sep, value = word.partition("=")
+            if sep:
+                fields[key.lower()] = value
+        names = fields.get("nodename", "")
+        if names.upper() == "DEFAULT":
+            merged.update(fields)
+            continue
+        if node in expand_hostlist(names, "%s:%d" % (source, number)):
+            merged.update(fields)
+            found = True
+    return merged if found else {}
+
+
+def spec_cpus(abstract_ids: Iterable[int], core_cpus: List[FrozenSet[int]]) -> FrozenSet[int]:
+    """slurm.conf CpuSpecList (Slurm abstract CPU ids: core by core, a core's threads consecutive) -> Linux CPUs.
+
+    Slurm reserves whole cores, so every thread of a listed id's core is included.
+    """
+    threads = max((len(c) for c in core_cpus), default=1)
+    cores = {a // threads for a in abstract_ids if a // threads < len(core_cpus)}
+    return frozenset().union(*(core_cpus[c] for c in cores)) if cores else frozenset()

@@ -1,0 +1,297 @@
+"""Policy: what to do about a run's results. Pure functions only; hooks.py carries decisions out.
+
+- Only node-broken FAILs (blame NODE) lead to a drain. Job-broken results fail nobody's node;
+  check-broken ones (UNKNOWN: our bug, a missing NVML function) alert and are recorded.
+- Timeouts alert by default ([drain] on_timeout = "drain" makes them node-broken).
+- Etiquette: a drain whose reason does not start with our prefix belongs to someone else (an admin):
+  never overwritten, never resumed. Slurm's own bare "Prolog error"/"Epilog error" may be refined.
+  Our reasons name every check that caused the drain ('slurm-hooks: gpu.count,gpu.ecc: ...'), so a
+  node that lost its local state can still tell which checks must pass before it resumes; an
+  admin's drain through `slurm-hooks drain` reads 'slurm-hooks: manual: ...' and is never resumed
+  automatically (read_reason tells the kinds apart).
+- Circuit breaker: when too many nodes are already drained by us, a new failure is far more likely a
+  bad check or config than bad hardware: do not drain, alert loudly. Under concurrency the drainer
+  drains, then ranks every automatic drain of ours by (Slurm's reason time, node name) and undoes its
+  own when it ranks at or past the limit (breaker_rank; the argument is in docs/slurm.md).
+"""
+from __future__ import annotations
+
+import enum
+import math
+import re
+from typing import Iterable, List, Mapping, Optional, Sequence, Tuple
+
+from ..core.structs import Struct
+from ..result import Action, Blame, Result, Status
+
+SLURM_OWN_REASONS = ("Prolog error", "Epilog error", "Not responding", "Kill task failed")
+REFINABLE_REASONS = ("Prolog error", "Epilog error")
+
+
+class Verdict(enum.Enum):
+    PASS = "pass"  # nothing to do
+    ALERT = "alert"  # log and record, touch nothing (WARN, UNKNOWN, job-broken)
+    DRAIN = "drain"  # node-broken: take the node out of service
+
+
+class Decision(Struct):
+    verdict: Verdict
+    blame: Optional[Blame]
+    findings: Tuple[Result, ...]  # the results that led to the verdict, worst first
+    reason: str = ""  # the drain reason, when verdict is DRAIN
+
+    @property
+    def checks(self) -> Tuple[str, ...]:
+        return tuple(dict.fromkeys(r.check for r in self.findings))
+
+
+REASON_LIMIT = 512  # the longest reason the Slurm client accepts from us (slurm.MAX_REASON)
+RUNNER_CHECK = "slurm-hooks.runner"  # the check process died or hit the deadline (hooks.run_isolated_checks)
+PASSING = (Status.OK, Status.WARN, Status.SKIP)
+
+
+def is_node_broken(result: Result, on_timeout: str) -> bool:
+    if (result.details.get("timed_out") or result.details.get("crashed")) and on_timeout == "drain":
+        return True
+    return result.status is Status.FAIL and result.effective_blame is Blame.NODE
+
+
+def decide(results: Sequence[Result], settings: Mapping[str, Mapping[str, object]]) -> Decision:
+    """Turn a run's results into a verdict. `settings` is Config.settings (uses [drain])."""
+    drain_settings = settings["drain"]
+    on_timeout = str(drain_settings["on_timeout"])
+    node_broken = [r for r in results if is_node_broken(r, on_timeout)]
+    if node_broken:
+        ordered = sorted(node_broken, key=_action_rank, reverse=True)
+        checks = tuple(dict.fromkeys(r.check for r in ordered))
+        reason = format_reason(ordered[0], str(drain_settings["reason_prefix"]),
+                               min(int(drain_settings["max_reason_length"]), REASON_LIMIT), more=len(ordered) - 1,
+                               checks=checks)
+        return Decision(Verdict.DRAIN, Blame.NODE, tuple(ordered), reason)
+    troubled = [r for r in results if r.status in (Status.FAIL, Status.UNKNOWN, Status.WARN)]
+    if troubled:
+        blame = Blame.JOB if any(r.effective_blame is Blame.JOB for r in troubled) else \
+            (Blame.CHECK if any(r.effective_blame is Blame.CHECK for r in troubled) else None)
+        return Decision(Verdict.ALERT, blame, tuple(sorted(troubled, key=lambda r: -r.status.severity)))
+    return Decision(Verdict.PASS, None, ())
+
+
+_ACTION_RANK = {Action.RMA: 4, Action.REBOOT: 3, Action.RESET_GPU: 2, Action.DRAIN: 1, Action.NONE: 0}
+
+
+def _action_rank(result: Result) -> int:
+    return _ACTION_RANK[result.action]
+
+
+_UNSAFE = re.compile(r"[^A-Za-z0-9 .,:;_=+/@%()\[\]<>#|-]")
+
+
+def sanitize(text: str) -> str:
+    """Reasons go through scontrol/RPC and into sinfo tables: no newlines, quotes or control bytes."""
+    for quote in ('"', "'", "`"):  # quoting marks carry no meaning in a reason: dropped, not '?'
+        text = text.replace(quote, "")
+    return re.sub(r"\s+", " ", _UNSAFE.sub("?", text)).strip()
+
+
+def format_reason(result: Result, prefix: str, max_length: int, more: int = 0,
+                  checks: Sequence[str] = ()) -> str:
+    """'slurm-hooks: gpu.memory: gpu:3 0000:3b:00.0 row-remap pending -> reset-gpu' (bounded, sanitized).
+
+    `checks`: every check that caused the drain, worst first (result.check leads); they are all
+    named ('slurm-hooks: gpu.count,gpu.ecc: ...') so the reason alone says what must pass again. When
+    they would take more than half of max_length, the first ones are kept and the rest counted
+    ('gpu.count,gpu.ecc,+5'): read_reason then knows the list is incomplete. `more` counts the
+    other findings ('(+N more)': other GPUs, other checks).
+    A long summary is cut, not the end: the action and the '(+N more)' count are what an admin
+    reading `sinfo -R` acts on, so they survive the cut ('... redirected to the root c... -> drain').
+    """
+    names = [result.check] + [c for c in checks if c != result.check]
+    parts = [prefix.strip(), _names_field(names, max(max_length // 2 - len(prefix.strip()), 0)) + ":"]
+    if result.component:
+        parts.append(result.component)
+    parts.append(result.summary)
+    tail = []
+    if result.action is not Action.NONE:
+        tail.append("-> " + result.action.value)
+    if more:
+        tail.append("(+%d more)" % more)
+    head = sanitize(" ".join(parts))
+    end = sanitize(" ".join(tail))
+    reason = (head + " " + end).strip()
+    if len(reason) > max_length:
+        keep = max_length - 3 - (len(end) + 1 if end else 0)
+        if keep < len(prefix.strip()) + len(result.check) + 2:  # too short for the tail: plain cut
+            return reason[: max(max_length - 3, 0)].rstrip() + "..."
+        reason = head[:keep].rstrip() + "..." + (" " + end if end else "")
+    return reason
+
+
+def _names_field(names: Sequence[str], budget: int) -> str:
+    field = ",".join(names)
+    if len(field) <= budget or len(names) == 1:
+        return field
+    kept: List[str] = [names[0]]
+    for name in names[1:]:
+        rest = len(names) - len(kept) - 1
+        if len(",".join(kept + [name, "+%d" % rest])) > budget:
+            break
+        kept.append(name)
+    return ",".join(kept + ["+%d" % (len(names) - len(kept))])
+
+
+MANUAL = "manual"  # the word after the prefix in drains made with `slurm-hooks drain`
+
+
+def format_manual_reason(text: str, prefix: str, max_length: int) -> str:
+    """The reason of an admin's `slurm-hooks drain --reason TEXT`: 'slurm-hooks: manual: TEXT' (bounded)."""
+    reason = sanitize("%s %s: %s" % (prefix.strip(), MANUAL, text))
+    max_length = min(max_length, REASON_LIMIT)
+    if len(reason) > max_length:
+        reason = reason[: max(max_length - 3, 0)].rstrip() + "..."
+    return reason
+
+
+def is_ours(reason: Optional[str], prefix: str) -> bool:
+    """The reason carries our prefix (it may still be an old one Slurm kept: see read_reason)."""
+    return bool(reason) and reason.startswith(prefix.strip())
+
+
+class ReasonOwner(Struct):
+    """What one of our reasons says about its drain. kind: 'auto' (a hook drained the node for
+    `checks`), 'manual' (an admin through `slurm-hooks drain`), or '' (not ours: no prefix, or a
+    prefix followed by something we never write)."""
+
+    kind: str
+    checks: Tuple[str, ...] = ()
+    complete: bool = True  # every check that caused the drain is named
+
+    @property
+    def automatic(self) -> bool:
+        return self.kind == "auto"
+
+
+# patterns, not compiled objects: the prolog imports this module and reads no reason on its happy path
+# (re caches them at the first use)
+_CHECK_NAME = r"[a-z0-9_-]+(?:\.[a-z0-9_-]+)+\Z"
+_MORE_NAMES = r"\+\d+\Z"
+
+
+def read_reason(reason: Optional[str], prefix: str) -> ReasonOwner:
+    """'slurm-hooks: gpu.count,gpu.ecc: ...' -> auto (gpu.count, gpu.ecc); 'slurm-hooks: manual: x' -> manual.
+
+    Reasons written before every check was named ('slurm-hooks: gpu.count: ... (+1 more)', where the
+    other finding may have been another check) read as naming only their first check.
+    """
+    if not is_ours(reason, prefix):
+        return ReasonOwner("")
+    rest = reason[len(prefix.strip()):].lstrip()  # type: ignore[index]
+    head, colon, _ = rest.partition(":")
+    if not colon:
+        return ReasonOwner("")
+    if head.strip() == MANUAL:
+        return ReasonOwner("manual")
+    names = head.strip().split(",")
+    complete = True
+    if len(names) > 1 and re.match(_MORE_NAMES, names[-1]):
+        names, complete = names[:-1], False
+    if not names or not all(re.match(_CHECK_NAME, n) for n in names):
+        return ReasonOwner("")
+    return ReasonOwner("auto", tuple(names), complete)
+
+
+def is_refinable(reason: Optional[str]) -> bool:
+    """Slurm's own generic drain reason after a failed prolog/epilog: ours to replace with a precise one."""
+    return bool(reason) and reason.strip() in REFINABLE_REASONS
+
+
+def checks_in_reason(reason: str, prefix: str) -> List[str]:
+    """The checks named in one of our automatic reasons ('slurm-hooks: gpu.ecc: ...' -> ['gpu.ecc'])."""
+    return list(read_reason(reason, prefix).checks)
+
+
+def unproven(checks: Iterable[str], results: Iterable[Result]) -> List[str]:
+    """The checks in `checks` that this run does not show passing, each with why ('gpu.ecc: UNKNOWN').
+
+    A drain is lifted only on proof: every check that caused it ran and came back OK, WARN or SKIP.
+    UNKNOWN (hung, crashed, unreadable), a timeout, or not running at all keeps the drain. The
+    runner's own entry (the check process died) is proven by this run's checks finishing.
+    """
+    by_check: dict = {}
+    for r in results:
+        by_check.setdefault(r.check, []).append(r)
+    missing = []
+    for name in dict.fromkeys(checks):
+        got = by_check.get(name)
+        if name == RUNNER_CHECK:
+            if got:
+                missing.append("%s: the check process did not finish" % name)
+        elif not got:
+            missing.append("%s: did not run" % name)
+        else:
+            bad = [r for r in got if r.status not in PASSING or r.details.get("timed_out") or r.details.get("crashed")]
+            if bad:
+                missing.append("%s: %s" % (name, bad[0].status.value + (" (timed out)" if bad[0].details.get(
+                    "timed_out") else "")))
+    return missing
+
+
+def blocking_state(flags: Iterable[str], state: str, skip_states: Iterable[str]) -> Optional[str]:
+    """The first node state/flag we must not act in (e.g. DOWN, REBOOT_REQUESTED), or None."""
+    skip = {s.upper() for s in skip_states}
+    for word in [state] + sorted(flags):
+        if word.upper() in skip:
+            return word.upper()
+    return None
+
+
+class BreakerState(Struct):
+    """drained_by_us: before our drain, the other nodes drained automatically by us; after it
+    (phase 'rank'), those of them that rank ahead of our own drain. tripped: do not drain / undo."""
+
+    drained_by_us: int
+    total_nodes: int
+    limit: int
+    phase: str = "count"  # 'count' (before draining) or 'rank' (after: the concurrency check)
+
+    @property
+    def tripped(self) -> bool:
+        return self.drained_by_us >= self.limit
+
+    def describe(self) -> str:
+        if self.phase == "rank":
+            return "%d automatic slurm-hooks drains rank ahead of this one among %d nodes (limit %d)" % (
+                self.drained_by_us, self.total_nodes, self.limit)
+        return "%d of %d nodes already drained by slurm-hooks (limit %d)" % (self.drained_by_us, self.total_nodes,
+                                                                             self.limit)
+
+
+def breaker_limit(total_nodes: int, max_percent: float, min_nodes: int) -> int:
+    """max(min_nodes, floor(max_percent % of the nodes))."""
+    return max(min_nodes, int(math.floor(total_nodes * max_percent / 100.0)))
+
+
+def breaker_state(nodes: Iterable[Tuple[str, bool, Optional[str]]], this_node: str, prefix: str,
+                  max_percent: float, min_nodes: int) -> BreakerState:
+    """`nodes` = (name, is_drained, reason). Counts the OTHER nodes drained automatically by us
+    (manual drains through `slurm-hooks drain` are an admin's deliberate act and do not count)."""
+    nodes = list(nodes)
+    ours = sum(1 for name, drained, reason in nodes
+               if name != this_node and drained and read_reason(reason, prefix).automatic)
+    return BreakerState(ours, len(nodes), breaker_limit(len(nodes), max_percent, min_nodes))
+
+
+def drain_key(reason_epoch: Optional[int], name: str) -> Tuple[int, str]:
+    """The total order of drains every node computes alike: slurmctld's reason time (one clock),
+    then node name. A drain whose time cannot be read sorts first (it counts against everyone)."""
+    return (-1 if reason_epoch is None else int(reason_epoch), name)
+
+
+def breaker_rank(nodes: Iterable[Tuple[str, bool, Optional[str], Optional[int]]], this_node: str,
+                 this_key: Tuple[int, str], prefix: str, max_percent: float, min_nodes: int) -> BreakerState:
+    """After our drain: `nodes` = (name, is_drained, reason, reason_epoch); counts the other automatic
+    drains of ours that sort before this_key. tripped means: we rank at or past the limit, undo."""
+    nodes = list(nodes)
+    ahead = sum(1 for name, drained, reason, epoch in nodes
+                if name != this_node and drained and read_reason(reason, prefix).automatic
+                and drain_key(epoch, name) < this_key)
+    return BreakerState(ahead, len(nodes), breaker_limit(len(nodes), max_percent, min_nodes), "rank")
