@@ -19,7 +19,7 @@ sys.path[:0] = [REPO, os.path.join(REPO, "tests")]
 def main(steps, fault, first_job: int) -> None:
     from test_drainer import cluster
 
-    from slurm_hooks.cli.check_verbs import load_registry_and_config
+    from slurm_hooks.core.config import load_registry_and_config
     from slurm_hooks.hooks import run_hook
     from slurm_hooks.slurm.client import SlurmClient
     from tests.fakenode import nvmlstate

@@ -77,8 +77,8 @@ def main(gpus: int, repeat: int) -> None:
     started = time.perf_counter()
     import re  # noqa: F401  (the console script's own import)
 
-    from slurm_hooks.cli.check_verbs import load_registry_and_config
     from slurm_hooks.cli.main import parse_hook_args
+    from slurm_hooks.core.config import load_registry_and_config
 
     parse_hook_args(["prolog"])  # what `slurm-hooks prolog` imports, in its order: CLI, hook verbs, hooks
     from slurm_hooks.cli import hook_verbs as hook_commands  # noqa: F401

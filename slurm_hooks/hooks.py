@@ -465,7 +465,7 @@ def fail_open(context: str, error: Exception, config_path: Optional[str] = None,
 
 def main_hook(context: str, config_path: Optional[str], env: Mapping[str, str], node: Optional[str] = None,
               root: Optional[str] = None) -> int:
-    from .cli.check_verbs import load_registry_and_config
+    from .core.config import load_registry_and_config
 
     try:
         registry, config = load_registry_and_config(config_path, root)

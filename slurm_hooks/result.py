@@ -25,12 +25,31 @@ class Status(enum.Enum):
         return _SEVERITY[self]
 
     @property
-    def exit_code(self) -> int:
+    def exit_code(self) -> ExitCode:
         return _EXIT_CODE[self]
 
 
+class ExitCode(enum.IntEnum):
+    """Every exit code of the slurm-hooks command, in one place.
+
+    0-3 are Nagios' codes: a run of checks exits with its worst Status (Status.exit_code), and usage
+    and configuration errors are UNKNOWN. NODE_BROKEN is the hooks' own: this node must not run the
+    job; prolog.d/epilog.d turn it into 1 (Slurm's signal to fail the prolog) and every other code
+    into 0 (fail open). `drain`/`resume` by hand exit REFUSED (1) when etiquette or Slurm's state
+    refused the request.
+    """
+
+    OK = 0
+    WARN = 1
+    REFUSED = 1  # an alias of WARN (same number): drain/resume not done
+    FAIL = 2
+    UNKNOWN = 3  # could not evaluate; also usage, configuration and Slurm-unreachable errors
+    NODE_BROKEN = 10
+
+
 _SEVERITY = {Status.SKIP: 0, Status.OK: 1, Status.WARN: 2, Status.UNKNOWN: 3, Status.FAIL: 4}
-_EXIT_CODE = {Status.SKIP: 0, Status.OK: 0, Status.WARN: 1, Status.FAIL: 2, Status.UNKNOWN: 3}
+_EXIT_CODE = {Status.SKIP: ExitCode.OK, Status.OK: ExitCode.OK, Status.WARN: ExitCode.WARN,
+              Status.FAIL: ExitCode.FAIL, Status.UNKNOWN: ExitCode.UNKNOWN}
 
 
 class Action(enum.Enum):

@@ -143,12 +143,12 @@ def _field(deb: Path, name: str) -> str:
 # -- the package, not installed -------------------------------------------------------------------
 
 def test_dependencies_come_from_the_distribution_and_pyproject(debs):
-    from slurm_hooks.core.config import _toml_loads
+    from slurm_hooks.core.config_files import toml_loads
 
     depends = [d.strip() for d in _field(debs["v1"], "Depends").split(",")]
     assert "python3 (>= 3.9)" in depends and "logrotate" in depends
     with open(os.path.join(REPO, "pyproject.toml")) as handle:
-        declared = _toml_loads(handle.read())["project"]["dependencies"]
+        declared = toml_loads(handle.read())["project"]["dependencies"]
     for requirement in declared:
         name = re.match(r"[A-Za-z0-9_.\-]+", requirement).group(0).lower().replace("_", "-")
         if name == "nvidia-ml-py":

@@ -26,9 +26,9 @@ def read(*parts: str) -> str:
 
 
 def toml_loads(text: str):
-    from slurm_hooks.core.config import _toml_loads
+    from slurm_hooks.core.config_files import toml_loads
 
-    return _toml_loads(text)
+    return toml_loads(text)
 
 
 # -- spec ------------------------------------------------------------------------------------------

@@ -14,7 +14,8 @@ import pytest
 from conftest import REPO
 
 from slurm_hooks.core import plugins
-from slurm_hooks.core.config import INSECURE_OVERRIDE_ENV, ConfigError, load_config
+from slurm_hooks.core.config import ConfigError, load_config
+from slurm_hooks.core.config_files import INSECURE_OVERRIDE_ENV
 from slurm_hooks.registry import load_builtin_checks
 
 OTHER_UID = 4321

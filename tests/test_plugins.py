@@ -11,7 +11,8 @@ import pytest
 from conftest import REPO
 
 from slurm_hooks.core import plugins
-from slurm_hooks.core.config import INSECURE_OVERRIDE_ENV, validate
+from slurm_hooks.core.config import validate
+from slurm_hooks.core.config_files import INSECURE_OVERRIDE_ENV
 from slurm_hooks.core.runner import run_checks, select_checks
 from slurm_hooks.hw.host import Host
 from slurm_hooks.registry import REGISTRY, load_builtin_checks

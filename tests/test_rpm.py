@@ -302,10 +302,10 @@ def test_modes_and_owners(built):
 def _declared_python_dependencies() -> List[str]:
     """pyproject's runtime dependencies that the RPM takes from the distribution (nvidia-ml-py is bundled;
     prometheus_client is optional there: a weak dependency)."""
-    from slurm_hooks.core.config import _toml_loads
+    from slurm_hooks.core.config_files import toml_loads
 
     with open(os.path.join(REPO, "pyproject.toml")) as handle:
-        dependencies = _toml_loads(handle.read())["project"]["dependencies"]
+        dependencies = toml_loads(handle.read())["project"]["dependencies"]
     names = [re.match(r"[A-Za-z0-9_.\-]+", d).group(0).lower().replace("_", "-") for d in dependencies]
     return [n for n in names if n not in ("nvidia-ml-py", "prometheus-client")]
 

@@ -23,7 +23,7 @@ os.environ["SLURM_HOOKS_CHECKS_DIR"] = ""  # never the build host's own site che
 from slurm_hooks import __version__  # noqa: E402
 from slurm_hooks.cli.main import build_parser  # noqa: E402
 from slurm_hooks.core import config as config_module  # noqa: E402
-from slurm_hooks.core import plugins  # noqa: E402
+from slurm_hooks.core import config_files, plugins  # noqa: E402
 from slurm_hooks.registry import Registry, load_builtin_checks  # noqa: E402
 
 DESCRIPTION = (
@@ -95,7 +95,7 @@ def commands_section(parser: argparse.ArgumentParser) -> List[str]:
 def configuration_section(registry: Registry) -> List[str]:
     lines = [".SH CONFIGURATION", roff(
         "%s, then conf.d/*.toml beside it in name order, later files overriding earlier ones key by key. "
-        "The settings and their defaults:" % config_module.DEFAULT_CONFIG)]
+        "The settings and their defaults:" % config_files.DEFAULT_CONFIG)]
     for section, schema in config_module.SECTIONS.items():
         lines.append(".SS [%s]" % section)
         for key, setting in schema.items():
@@ -116,16 +116,16 @@ def configuration_section(registry: Registry) -> List[str]:
 def files_and_environment() -> List[str]:
     paths = config_module.SECTIONS["paths"]
     files = [
-        (config_module.DEFAULT_CONFIG, "main configuration file"),
-        (os.path.join(os.path.dirname(config_module.DEFAULT_CONFIG), "conf.d/*.toml"), "drop-in configuration"),
+        (config_files.DEFAULT_CONFIG, "main configuration file"),
+        (os.path.join(os.path.dirname(config_files.DEFAULT_CONFIG), "conf.d/*.toml"), "drop-in configuration"),
         (os.path.join(plugins.SITE_CHECKS_DIR, "*.py"), "site-specific checks, loaded after the built-in ones"),
         (paths["state_dir"].default, "local state: drains we made, drains not yet delivered"),
         (paths["log_file"].default, "decision log (also syslog: journalctl -t slurm-hooks)"),
         ("/etc/slurm/prolog.d/50-slurm-hooks, /etc/slurm/epilog.d/50-slurm-hooks", "the hooks slurmd runs"),
     ]
     environment = [
-        (config_module.CONFIG_ENV, "configuration file to read instead of %s" % config_module.DEFAULT_CONFIG),
-        (config_module.INSECURE_OVERRIDE_ENV, "=1 accepts configuration and site check files not owned by root "
+        (config_files.CONFIG_ENV, "configuration file to read instead of %s" % config_files.DEFAULT_CONFIG),
+        (config_files.INSECURE_OVERRIDE_ENV, "=1 accepts configuration and site check files not owned by root "
                                               "(tests and development only)"),
         (plugins.CHECKS_DIR_ENV, "site check directory instead of %s; empty loads none" % plugins.SITE_CHECKS_DIR),
     ]

@@ -4,9 +4,8 @@ from __future__ import annotations
 import os
 import sys
 import threading
-from typing import Any, Dict
 
-from ..core.config import LIVE_SOURCES, Config, ConfigError, load_config, render_toml
+from ..core.config import LIVE_SOURCES, Config, load_registry_and_config, render_toml
 from ..registry import Registry, load_builtin_checks
 
 
@@ -49,22 +48,6 @@ def add_live_option(parser) -> None:
     parser.add_argument("--live", action="append", default=[], metavar="SOURCE", choices=LIVE_SOURCES,
                         help="with --root: still read this live source of the running machine (%s); repeatable. "
                         "'nvml' is how the fake node's library is used" % ", ".join(LIVE_SOURCES))
-
-
-def load_registry_and_config(config_path, root=None, live=()) -> "tuple[Registry, Config]":
-    """Registry and validated config; `root` (--root) must be an existing directory (else ConfigError: exit 3)."""
-    registry = load_builtin_checks()
-    extra: Dict[str, Any] = {}
-    if root:
-        if not os.path.isdir(root):
-            raise ConfigError("--root %s: no such directory (unpack a capture first: tar xf FILE -C DIR)" % root)
-        extra["general"] = {"root": os.path.abspath(root)}
-    if live:
-        extra.setdefault("general", {})["root_live_sources"] = sorted(set(live))
-    config = load_config(registry, config_path, extra)
-    if not os.path.isdir(config.get("general", "root")):
-        raise ConfigError("[general] root = %r: no such directory" % config.get("general", "root"))
-    return registry, config
 
 
 def load(args) -> "tuple[Registry, Config]":

@@ -12,10 +12,11 @@ import sys
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Dict, List, Optional
 
+from ..result import ExitCode
+
 if TYPE_CHECKING:
     import argparse
 
-EXIT_UNKNOWN = 3  # Nagios UNKNOWN: also used for usage and configuration errors
 VERB_MODULES = ("slurm_hooks.cli.check_verbs", "slurm_hooks.cli.xid_verbs", "slurm_hooks.cli.hook_verbs",
                 "slurm_hooks.cli.record_verbs")
 
@@ -109,7 +110,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     handler = getattr(args, "handler", None)
     if handler is None:
         parser.print_help()
-        return EXIT_UNKNOWN
+        return ExitCode.UNKNOWN
     return _finish(handler, args)
 
 
@@ -121,7 +122,7 @@ def _finish(handler, args) -> int:  # args: argparse.Namespace, or a SimpleNames
         code = handler(args)
     except ConfigError as exc:
         print("slurm-hooks: configuration error: %s" % exc, file=sys.stderr)
-        return EXIT_UNKNOWN
+        return ExitCode.UNKNOWN
     except BrokenPipeError:
         return 0
     return finish(code)

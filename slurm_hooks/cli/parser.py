@@ -8,13 +8,13 @@ from __future__ import annotations
 import argparse
 import sys
 
-from .main import EXIT_UNKNOWN
+from ..result import ExitCode
 
 
 class Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # argparse would exit 2, which means FAIL to Nagios
         self.print_usage(sys.stderr)
-        self.exit(EXIT_UNKNOWN, "%s: error: %s\n" % (self.prog, message))
+        self.exit(ExitCode.UNKNOWN, "%s: error: %s\n" % (self.prog, message))
 
 
 def add_run_options(parser: argparse.ArgumentParser) -> None:

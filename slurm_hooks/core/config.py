@@ -8,24 +8,14 @@ SLURM_HOOKS_ALLOW_INSECURE_CONFIG=1 is set (tests, development).
 """
 from __future__ import annotations
 
-import glob
 import math
 import os
 import re
-import stat
-import sys
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from ..registry import CheckSpec, Deprecated, Param, Params, Registry
+from ..registry import CheckSpec, Deprecated, Param, Params, Registry, load_builtin_checks
+from .config_files import ConfigError, check_secure, config_files, parse_toml
 from .structs import Struct, field
-
-DEFAULT_CONFIG = "/etc/slurm-hooks/config.toml"
-INSECURE_OVERRIDE_ENV = "SLURM_HOOKS_ALLOW_INSECURE_CONFIG"
-CONFIG_ENV = "SLURM_HOOKS_CONFIG"
-
-
-class ConfigError(Exception):
-    """A configuration problem; the message names the file and key."""
 
 
 class Setting(Struct):
@@ -176,28 +166,34 @@ class Config(Struct):
 
 # -- loading ---------------------------------------------------------------------------------
 
-def config_files(path: Optional[str] = None) -> Tuple[List[str], bool]:
-    """The files to read, in order, and whether the main file is required to exist."""
-    explicit = path or os.environ.get(CONFIG_ENV)
-    main = explicit or DEFAULT_CONFIG
-    dropin_dir = os.path.join(os.path.dirname(main), "conf.d")
-    files = [main] if os.path.exists(main) or explicit else []
-    files += sorted(glob.glob(os.path.join(dropin_dir, "*.toml")))
-    return files, bool(explicit)
-
-
 def load_config(registry: Registry, path: Optional[str] = None, extra: Optional[Mapping[str, Any]] = None) -> Config:
     """Read, merge and validate the configuration. `extra` (already parsed) is applied last (CLI flags)."""
     files, _required = config_files(path)
     merged: Dict[str, Any] = {}
     origin: Dict[Tuple[str, ...], str] = {}
     for file in files:
-        _check_secure(file)
-        data = _parse_toml(file)
+        check_secure(file)
+        data = parse_toml(file)
         _merge(merged, data, origin, file, ())
     if extra:
         _merge(merged, dict(extra), origin, "<command line>", ())
     return validate(registry, merged, origin, tuple(files))
+
+
+def load_registry_and_config(config_path, root=None, live=()) -> Tuple[Registry, Config]:
+    """Registry and validated config; `root` (--root) must be an existing directory (else ConfigError: exit 3)."""
+    registry = load_builtin_checks()
+    extra: Dict[str, Any] = {}
+    if root:
+        if not os.path.isdir(root):
+            raise ConfigError("--root %s: no such directory (unpack a capture first: tar xf FILE -C DIR)" % root)
+        extra["general"] = {"root": os.path.abspath(root)}
+    if live:
+        extra.setdefault("general", {})["root_live_sources"] = sorted(set(live))
+    config = load_config(registry, config_path, extra)
+    if not os.path.isdir(config.get("general", "root")):
+        raise ConfigError("[general] root = %r: no such directory" % config.get("general", "root"))
+    return registry, config
 
 
 SALVAGED_SECTIONS = ("general", "paths", "metrics", "deadline")
@@ -216,8 +212,8 @@ def salvage_settings(path: Optional[str] = None) -> Dict[str, Dict[str, Any]]:
         return settings
     for file in files:
         try:
-            _check_secure(file)
-            data = _parse_toml(file)
+            check_secure(file)
+            data = parse_toml(file)
         except Exception:  # noqa: BLE001
             continue
         for section in SALVAGED_SECTIONS:
@@ -231,49 +227,6 @@ def salvage_settings(path: Optional[str] = None) -> Dict[str, Dict[str, Any]]:
                     continue
                 settings[section][key] = valid[key]
     return settings
-
-
-def _parse_toml(file: str) -> Dict[str, Any]:
-    try:
-        with open(file, "rb") as handle:
-            raw = handle.read()
-    except OSError as exc:
-        raise ConfigError("%s: cannot read: %s" % (file, exc.strerror or exc)) from None
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise ConfigError("%s: not UTF-8 text (byte %d)" % (file, exc.start)) from None
-    try:
-        return _toml_loads(text)
-    except Exception as exc:  # tomllib.TOMLDecodeError / toml.TomlDecodeError and friends
-        raise ConfigError("%s: invalid TOML: %s" % (file, exc)) from None
-
-
-def _toml_loads(text: str) -> Dict[str, Any]:
-    if sys.version_info >= (3, 11):
-        import tomllib  # novermin (guarded by the version check above)
-
-        return tomllib.loads(text)
-    import toml  # Python < 3.11: the 'toml' package (a declared dependency there)
-
-    return toml.loads(text)
-
-
-def _check_secure(file: str) -> None:
-    """Refuse files (and their directory) that someone other than root could have written."""
-    if os.environ.get(INSECURE_OVERRIDE_ENV) == "1":
-        return
-    for target in (file, os.path.dirname(os.path.abspath(file))):
-        try:
-            info = os.stat(target)
-        except OSError as exc:
-            raise ConfigError("%s: cannot stat: %s" % (target, exc.strerror or exc)) from None
-        if info.st_uid != 0:
-            raise ConfigError("%s: owned by uid %d, not root; refusing it (set %s=1 only for tests)"
-                              % (target, info.st_uid, INSECURE_OVERRIDE_ENV))
-        if info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-            raise ConfigError("%s: group- or world-writable (mode %04o); refusing it: chmod go-w"
-                              % (target, stat.S_IMODE(info.st_mode)))
 
 
 def _merge(into: Dict[str, Any], new: Mapping[str, Any], origin: Dict[Tuple[str, ...], str], file: str,

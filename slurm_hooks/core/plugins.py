@@ -27,7 +27,7 @@ import sys
 import types
 from typing import List, Optional
 
-from .config import INSECURE_OVERRIDE_ENV, ConfigError, _check_secure
+from .config_files import INSECURE_OVERRIDE_ENV, ConfigError, check_secure
 
 MAX_SOURCE = 4 << 20  # bytes of one site check file
 
@@ -72,7 +72,7 @@ def _load_file(path: str) -> str:
         raise PluginError("%s: site check file names must be Python identifiers (letters, digits, _), "
                           "e.g. %s.py" % (path, "".join(c if c.isalnum() else "_" for c in stem)))
     try:
-        _check_secure(path)
+        check_secure(path)
     except ConfigError as exc:
         raise PluginError("site check %s" % exc) from None
     name = MODULE_PREFIX + stem

@@ -13,7 +13,7 @@ import os
 import tarfile
 from typing import Any, Dict, List
 
-from slurm_hooks.core.config import _toml_loads
+from slurm_hooks.core.config_files import toml_loads
 from slurm_hooks.hw.host import Host, format_cpulist, parse_cpulist
 from slurm_hooks.hw.procfs import parse_cpuinfo_models, parse_meminfo
 
@@ -24,7 +24,7 @@ MANIFEST = os.path.join(HERE, "manifest.toml")
 
 def manifest() -> Dict[str, Dict[str, Any]]:
     with open(MANIFEST, encoding="utf-8") as handle:
-        return _toml_loads(handle.read())["capture"]
+        return toml_loads(handle.read())["capture"]
 
 
 def archive(name: str) -> str:
