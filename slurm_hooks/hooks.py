@@ -4,7 +4,7 @@ Fail open on our own problems: a broken config, a hostile job environment or a c
 logs loudly and exits 0, because a hook that exits non-zero makes slurmctld drain the node — and a
 bug of ours must never drain a cluster. Only a node-broken FAIL (policy.decide) drains.
 
-The exit code follows the node, not the wish: EXIT_NODE_BROKEN only when the node carries DRAIN now
+The exit code follows the node, not the wish: ExitCode.NODE_BROKEN (10) only when the node carries DRAIN now
 (we drained it, it already was, or someone else's drain is on it). Whenever we do not drain -- the
 breaker, the breaker cannot count, Slurm unreachable, a state we leave alone (MAINT reservation,
 DOWN, FAIL...) -- the hook exits 0, because a non-zero exit makes slurmctld drain the node itself
@@ -36,21 +36,19 @@ from .core.report_format import report_from_dict, report_to_dict
 from .core.runner import CheckRun, GatherContext, JobContext, RunReport, run_checks, select_checks
 from .core.structs import Struct
 from .registry import Registry
-from .result import Result, Status
+from .result import ExitCode, Result, Status
 from .slurm import policy
 from .slurm.jobenv import JobEnvError, job_from_env
+from .slurm.policy import Outcome
 
 if TYPE_CHECKING:
     from .slurm import drainer
     from .xid.kmsg import KmsgView
 
-EXIT_NODE_BROKEN = 10  # the job must not run here; prolog.d/epilog.d turn it into 1, any other failure into 0
 OPT_OUT_TOKEN = "slurm_hooks=skip"
 ISOLATION_GRACE_S = 1.0
 # drainer.py (and the Slurm client) is imported only when a drain or resume is on the table: the
 # happy path neither talks to nor loads anything of Slurm's.
-DELIVERED = ("drained", "refined", "already-drained-by-us")  # drainer.Outcome values: the drain is ours
-UNDELIVERED = ("slurm-unavailable", "slurm-error", "cannot-count")  # kept as 'pending' for the health run
 
 
 class HookResult(Struct, frozen=False):
@@ -270,7 +268,7 @@ def run_hook(context: str, registry: Registry, config: Config, env: Mapping[str,
     if draining or (context == "health" and (state.get("drained") or rebuild)):
         enacted, client = _enact(context, name, job, config, log, decision, report, client)
     calls = client.calls if client is not None else 0
-    code = EXIT_NODE_BROKEN if enacted is not None and enacted.node_drained else 0
+    code = ExitCode.NODE_BROKEN if enacted is not None and enacted.node_drained else ExitCode.OK
     _log_decision(log, context, name, job, report, decision, enacted, calls,
                   client.backend_name if client is not None else None)
     _after_decision(context, config, job, name, report, decision, enacted, log, gathered)
@@ -313,7 +311,7 @@ def _enact(context: str, name: str, job: JobContext, config: Config, log, decisi
         if decision.verdict is policy.Verdict.DRAIN:
             fresh = state.get("drained") if lock.waited > 0.05 else None
             if fresh and fresh.get("time", 0) >= lock.started:  # it drained while we waited: no second drain
-                enacted = drainer.Enacted(drainer.Outcome.ALREADY_OURS, "drained a moment ago by another hook of "
+                enacted = drainer.Enacted(Outcome.ALREADY_OURS, "drained a moment ago by another hook of "
                                           "this node: %s" % fresh.get("reason"), node_drained=True)
             else:
                 enacted = drainer.drain(client, name, decision.reason, config.settings,
@@ -328,34 +326,34 @@ def _enact(context: str, name: str, job: JobContext, config: Config, log, decisi
 def _remember_drain(state: Dict[str, Any], enacted: drainer.Enacted, decision: policy.Decision,
                     job: JobContext, context: str) -> None:
     """Record what Slurm now shows as our drain (its exact reason and reason time prove it is ours)."""
-    outcome = enacted.outcome.value
+    outcome = enacted.outcome
     entry = {"reason": decision.reason, "checks": list(decision.checks), "time": time.time(), "job": job.job_id,
              "context": context}
     node = enacted.node
     old = state.get("drained") or {}
     pending = state.get("pending") or {}
     checks = list(dict.fromkeys(list(old.get("checks", [])) + list(pending.get("checks", [])) + list(decision.checks)))
-    if outcome == "already-drained-by-us" and node is None and old:  # another hook of this node just drained
+    if outcome is Outcome.ALREADY_OURS and node is None and old:  # another hook of this node just drained
         state["drained"] = dict(old, checks=checks)
         state.pop("pending", None)
-    elif outcome in DELIVERED and node is not None and node.reason:
-        if outcome == "already-drained-by-us":  # the drain recorded (or pending), seen again: keep its story
+    elif outcome in policy.DELIVERED and node is not None and node.reason:
+        if outcome is Outcome.ALREADY_OURS:  # the drain recorded (or pending), seen again: keep its story
             base = old if old.get("reason") == node.reason else pending if pending.get("reason") == node.reason else {}
             entry = dict(entry, **{k: v for k, v in base.items() if k in ("time", "job", "context")}, checks=checks)
         entry.update(reason=node.reason, reason_time=node.reason_time, confirmed=enacted.confirmed)
         state["drained"] = entry
         state.pop("pending", None)
-    elif outcome in DELIVERED:  # drained, but not seen back (re-count failed): what we asked for
+    elif outcome in policy.DELIVERED:  # drained, but not seen back (re-count failed): what we asked for
         entry.update(confirmed=enacted.confirmed)
         state["drained"] = dict(state.get("drained") or {}, **entry)
         state.pop("pending", None)
-    elif outcome in UNDELIVERED:
+    elif outcome in policy.UNDELIVERED:
         # delivered by a later health run, if the checks still fail; if the request landed after all (a
         # timeout after slurmctld acted), the drain matching it is ours but was never ranked: confirmed False
         state["pending"] = dict(entry, confirmed=False)
-    elif outcome in ("breaker-tripped", "breaker-undone", "foreign-drain-kept", "not-drained"):
+    elif outcome in (Outcome.BREAKER, Outcome.BREAKER_UNDONE, Outcome.FOREIGN_DRAIN, Outcome.NOT_DRAINED):
         state.pop("pending", None)  # decided: nothing of ours to deliver or to track
-        if outcome != "breaker-tripped":
+        if outcome is not Outcome.BREAKER:
             state.pop("drained", None)
 
 
@@ -369,7 +367,7 @@ def _recover(client, name: str, state: Dict[str, Any], known: bool, report: RunR
     (it names its checks) is taken back as ours.
     """
     from .slurm.client import SlurmError
-    from .slurm.drainer import Enacted, Outcome, resume
+    from .slurm.drainer import Enacted, resume
 
     if not known:
         try:
@@ -397,7 +395,7 @@ def _recover(client, name: str, state: Dict[str, Any], known: bool, report: RunR
         return Enacted(Outcome.UNPROVEN, "drain kept%s: %s" % (" (local state rebuilt from Slurm)" if not known else "",
                                                                "; ".join(missing)), node_drained=True)
     enacted = resume(client, name, config.settings, expected=record)
-    if enacted.outcome.value in ("resumed", "not-drained", "not-ours"):
+    if enacted.outcome in policy.NOT_OURS_NOW:
         state.pop("drained", None)  # resumed, or someone else took over the node: not ours to track
     return enacted
 
@@ -408,10 +406,10 @@ def _log_decision(log, context: str, name: str, job: JobContext, report: RunRepo
     operator, and the end-to-end tests, see what a hook cost the controller; slurm_backend (scontrol or
     pyslurm) how it talked to it, once it did."""
     level = "info"
-    if enacted is not None and (enacted.outcome.value in ("breaker-tripped", "breaker-undone", "cannot-count")
+    if enacted is not None and (enacted.outcome in policy.BREAKER_HELD
                                 or not enacted.confirmed):
         level = "critical"
-    elif decision.verdict is policy.Verdict.DRAIN or (enacted and enacted.outcome.value == "slurm-unavailable"):
+    elif decision.verdict is policy.Verdict.DRAIN or (enacted and enacted.outcome is Outcome.SLURM_UNAVAILABLE):
         level = "error"
     elif decision.verdict is policy.Verdict.ALERT:
         level = "warning"
@@ -460,7 +458,7 @@ def fail_open(context: str, error: Exception, config_path: Optional[str] = None,
             syslog.syslog(syslog.LOG_CRIT, message.replace("\x00", "\\x00"))
         except Exception:  # noqa: BLE001  (syslog is best effort here)
             pass
-    return 0
+    return ExitCode.OK
 
 
 def main_hook(context: str, config_path: Optional[str], env: Mapping[str, str], node: Optional[str] = None,

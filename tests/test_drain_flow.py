@@ -18,9 +18,9 @@ from test_drainer import MemoryBackend, cluster
 from slurm_hooks import hooks
 from slurm_hooks.cli.hook_verbs import node_status
 from slurm_hooks.core.config import validate
-from slurm_hooks.hooks import EXIT_NODE_BROKEN, run_hook
+from slurm_hooks.hooks import run_hook
 from slurm_hooks.registry import Registry
-from slurm_hooks.result import Action, Result, Status
+from slurm_hooks.result import Action, ExitCode, Result, Status
 from slurm_hooks.slurm import drainer, nodelock
 from slurm_hooks.slurm.client import NodeInfo, SlurmClient
 from slurm_hooks.slurm.drainer import Outcome
@@ -98,7 +98,7 @@ def rig(tmp_path):
 def test_unknown_or_timeout_keeps_the_drain(rig, what):
     """Before: any health run that was not node-broken resumed, so a check that hung or crashed
     released the node it had drained."""
-    assert rig.run("prolog", "node").exit_code == EXIT_NODE_BROKEN and rig.node().is_drained
+    assert rig.run("prolog", "node").exit_code == ExitCode.NODE_BROKEN and rig.node().is_drained
     out = rig.run("health", what)
     assert out.enacted.outcome is Outcome.UNPROVEN and out.calls == 0, out.enacted
     assert "demo.gpu: UNKNOWN" in out.enacted.message or "did not run" in out.enacted.message, out.enacted.message
@@ -168,7 +168,7 @@ def test_our_resume_leaves_nothing_that_reads_as_ours_on_2411(rig):
     assert out.enacted.outcome is Outcome.NOT_DRAINED and "no drain of ours" in out.enacted.message
     assert rig.node().is_drained
     out = rig.run("prolog", "node")
-    assert out.enacted.outcome is Outcome.FOREIGN_DRAIN and out.exit_code == EXIT_NODE_BROKEN
+    assert out.enacted.outcome is Outcome.FOREIGN_DRAIN and out.exit_code == ExitCode.NODE_BROKEN
 
 
 def test_lost_local_state_is_rebuilt_from_our_reason(rig):
@@ -242,12 +242,12 @@ def test_when_we_do_not_drain_the_hook_exits_0(rig, setup, outcome):
 
 
 def test_the_node_drained_means_exit_10(rig):
-    assert rig.run("prolog", "node").exit_code == EXIT_NODE_BROKEN
+    assert rig.run("prolog", "node").exit_code == ExitCode.NODE_BROKEN
     assert rig.run("epilog", "node").enacted.outcome is Outcome.ALREADY_OURS
     rig.backend.admin_resume("node1")
     rig.backend.admin_drain("node1", "admin: rack 7")
     out = rig.run("prolog", "node")
-    assert out.enacted.outcome is Outcome.FOREIGN_DRAIN and out.exit_code == EXIT_NODE_BROKEN
+    assert out.enacted.outcome is Outcome.FOREIGN_DRAIN and out.exit_code == ExitCode.NODE_BROKEN
 
 
 # ------------------------------------------------------------------------------------------------

@@ -9,9 +9,9 @@ from conftest import abort_on_purpose
 from test_drainer import REASON, cluster
 
 from slurm_hooks.core.config import validate
-from slurm_hooks.hooks import EXIT_NODE_BROKEN, main_hook, run_hook
+from slurm_hooks.hooks import main_hook, run_hook
 from slurm_hooks.registry import Registry
-from slurm_hooks.result import Action, Blame, Result, Status
+from slurm_hooks.result import Action, Blame, ExitCode, Result, Status
 from slurm_hooks.slurm.client import NodeInfo, SlurmClient
 from slurm_hooks.slurm.drainer import Outcome
 
@@ -66,7 +66,7 @@ def test_node_broken_prolog_drains_then_exits_1(setup):
     verdict.write_text("node")
     backend = cluster()
     outcome = run_hook("prolog", reg, config(), JOB_ENV, client=SlurmClient(backend))
-    assert outcome.enacted.outcome is Outcome.DRAINED and outcome.exit_code == EXIT_NODE_BROKEN
+    assert outcome.enacted.outcome is Outcome.DRAINED and outcome.exit_code == ExitCode.NODE_BROKEN
     assert backend.nodes["node1"].reason == REASON.replace("gpu.memory", "demo.gpu")
     state = json.loads((tmp / "state" / "node-state.json").read_text())
     assert state["drained"]["checks"] == ["demo.gpu"] and state["drained"]["job"] == "42"
@@ -91,7 +91,7 @@ def test_crash_in_check_process_is_contained(setup):
     assert result.status is Status.UNKNOWN and "signal 6 (SIGABRT)" in result.summary
     assert outcome.exit_code == 0 and backend.calls == 0  # alert by default
     outcome = run_hook("prolog", reg, config(drain={"on_timeout": "drain"}), JOB_ENV, client=SlurmClient(backend))
-    assert outcome.enacted.outcome is Outcome.DRAINED and outcome.exit_code == EXIT_NODE_BROKEN
+    assert outcome.enacted.outcome is Outcome.DRAINED and outcome.exit_code == ExitCode.NODE_BROKEN
 
 
 def test_crashing_on_purpose_prints_no_fatal_error_dump(tmp_path):
@@ -176,7 +176,7 @@ def test_hostile_environment_and_opt_out(setup):
     bad = dict(JOB_ENV, SLURM_JOB_GPUS="0;reboot")
     assert run_hook("prolog", reg, config(), bad, client=SlurmClient(backend)).exit_code == 0
     opt = dict(JOB_ENV, SLURM_JOB_EXTRA="slurm_hooks=skip")
-    assert run_hook("prolog", reg, config(), opt, client=SlurmClient(backend)).exit_code == EXIT_NODE_BROKEN  # off by default
+    assert run_hook("prolog", reg, config(), opt, client=SlurmClient(backend)).exit_code == ExitCode.NODE_BROKEN  # off by default
     backend = cluster()
     out = run_hook("prolog", reg, config(drain={"allow_job_opt_out": True}), opt, client=SlurmClient(backend))
     assert out.exit_code == 0 and backend.calls == 0
@@ -314,6 +314,6 @@ def test_the_exit_code_never_depends_on_the_steps_after_the_decision(setup, monk
 
     monkeypatch.setattr(isolation, "run_steps", no_fork)
     outcome = run_hook("prolog", reg, config(), JOB_ENV, client=SlurmClient(cluster()))
-    assert outcome.exit_code == EXIT_NODE_BROKEN and outcome.enacted.outcome is Outcome.DRAINED
+    assert outcome.exit_code == ExitCode.NODE_BROKEN and outcome.enacted.outcome is Outcome.DRAINED
     log = (tmp / "log" / "hooks.log").read_text()
     assert "event=step-abandoned step=state path=%s state=not-started" % (tmp / "state" / "node-state.json") in log

@@ -7,6 +7,7 @@ import threading
 
 from ..core.config import LIVE_SOURCES, Config, load_registry_and_config, render_toml
 from ..registry import Registry, load_builtin_checks
+from ..result import ExitCode
 
 
 def add_parsers(sub) -> None:
@@ -68,7 +69,7 @@ def cmd_check(args) -> int:
         specs = select_checks(registry, args.context, args.names, args.all_contexts)
     except KeyError as exc:
         print("slurm-hooks: no check or family named %s (see `slurm-hooks list`)" % exc, file=sys.stderr)
-        return 3
+        return ExitCode.UNKNOWN
     root = config.get("general", "root")
     report = run_checks(registry, config, Host(root), args.context, specs, deadline=args.deadline)
     if args.json:
@@ -86,12 +87,12 @@ def cmd_capture(args) -> int:
         meta = capture(registry, config, args.out)
     except CaptureError as exc:
         print("slurm-hooks: %s" % exc, file=sys.stderr)
-        return 3
+        return ExitCode.UNKNOWN
     print("%s: %d entries from %s (%s); redacted: %d files; check it with:\n  mkdir DIR && tar xf %s -C DIR && "
           "slurm-hooks --config DIR/%s/.slurm-hooks/config.toml check --root DIR/%s"
           % (args.out, meta["entries"], meta["node"], meta["root"], len(meta["redactions"]), args.out, meta["node"],
              meta["node"]))
-    return 0
+    return ExitCode.OK
 
 
 def cmd_list(args) -> int:
@@ -101,7 +102,7 @@ def cmd_list(args) -> int:
     width = [max(len(r[i]) for r in rows) for i in range(2)]
     for name, contexts, description in rows:
         print("%s  %s  %s" % (name.ljust(width[0]), contexts.ljust(width[1]), description))
-    return 0
+    return ExitCode.OK
 
 
 def cmd_config(args) -> int:
@@ -109,12 +110,12 @@ def cmd_config(args) -> int:
         from ..core.config import render_reference
 
         sys.stdout.write(render_reference(load_builtin_checks()))
-        return 0
+        return ExitCode.OK
     _registry, config = load(args)
     sys.stdout.write(render_toml(config))
     print("# configuration is valid%s" % (" (%d deprecation warning%s above)" % (
         len(config.warnings), "s" if len(config.warnings) > 1 else "") if config.warnings else ""), file=sys.stderr)
-    return 0
+    return ExitCode.OK
 
 
 def finish(code: int) -> int:

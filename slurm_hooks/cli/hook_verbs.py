@@ -5,6 +5,8 @@ import json
 import os
 import sys
 
+from ..result import ExitCode
+
 
 def add_parsers(sub) -> None:
     for context, text in (("prolog", "run the prolog checks for the job in slurmd's environment"),
@@ -37,7 +39,6 @@ def cmd_hook(args) -> int:
     return main_hook(args.context, args.config, os.environ, args.node, args.root)
 
 
-EXIT_REFUSED, EXIT_ERROR = 1, 3  # 3 is also argparse's usage error here (cli_parser.Parser)
 
 
 def _setup(args):
@@ -57,17 +58,17 @@ def _setup(args):
         return config, client, expand_hostlist(args.node)
     except (ValueError, SlurmError) as exc:
         print("slurm-hooks %s: --node %s: %s" % (args.command, args.node, exc), file=sys.stderr)
-        raise SystemExit(EXIT_ERROR) from None
+        raise SystemExit(ExitCode.UNKNOWN) from None
 
 
 def _exit_code(enacted) -> int:
     from ..slurm.drainer import Outcome
 
     if enacted.outcome in (Outcome.DRAINED, Outcome.RESUMED, Outcome.NOT_DRAINED):
-        return 0
+        return ExitCode.OK
     if enacted.outcome in (Outcome.SLURM_UNAVAILABLE, Outcome.SLURM_ERROR):
-        return EXIT_ERROR
-    return EXIT_REFUSED
+        return ExitCode.UNKNOWN
+    return ExitCode.REFUSED
 
 
 def cmd_drain(args) -> int:
@@ -171,7 +172,7 @@ def cmd_status(args) -> int:
                 continue
             print("%-14s %s" % (key + ":", value if not isinstance(value, dict) else json.dumps(value)))
     failed = "error" in out or any("error" in n for n in out.get("nodes", [])) or "error" in out["breaker"]
-    return EXIT_ERROR if failed else 0
+    return ExitCode.UNKNOWN if failed else ExitCode.OK
 
 
 def _setup_local_name() -> str:

@@ -124,7 +124,7 @@ def _finish(handler, args) -> int:  # args: argparse.Namespace, or a SimpleNames
         print("slurm-hooks: configuration error: %s" % exc, file=sys.stderr)
         return ExitCode.UNKNOWN
     except BrokenPipeError:
-        return 0
+        return ExitCode.OK
     return finish(code)
 
 

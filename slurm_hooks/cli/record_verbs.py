@@ -6,7 +6,7 @@ import sys
 import time
 from typing import Any, Dict, List, Optional
 
-EXIT_UNKNOWN = 3
+from ..result import ExitCode
 
 
 def add_parsers(sub) -> None:
@@ -49,7 +49,7 @@ def _directories(args, given: Optional[List[str]]) -> List[str]:
 
 def _error(message: str) -> int:
     print("slurm-hooks: %s" % message, file=sys.stderr)
-    return EXIT_UNKNOWN
+    return ExitCode.UNKNOWN
 
 
 def cmd_record_show(args) -> int:
@@ -73,9 +73,9 @@ def cmd_record_show(args) -> int:
     if args.json:
         json.dump([r for _, r in records] if len(records) > 1 else records[0][1], sys.stdout, indent=2)
         sys.stdout.write("\n")
-        return 0
+        return ExitCode.OK
     sys.stdout.write("\n".join(render_record(record, path) for path, record in records))
-    return 0
+    return ExitCode.OK
 
 
 def cmd_report(args) -> int:
@@ -99,7 +99,7 @@ def cmd_report(args) -> int:
                 sys.stdout.write("\n")
             else:
                 sys.stdout.write(render_job(args.job, rows, problems))
-            return 0
+            return ExitCode.OK
         fleet = aggregate(paths, parse_since(args.since))
     except (ReportError, ValueError) as exc:
         return _error(str(exc))
@@ -108,7 +108,7 @@ def cmd_report(args) -> int:
         sys.stdout.write("\n")
     else:
         sys.stdout.write(render_fleet(fleet, args.top, args.all))
-    return 0
+    return ExitCode.OK
 
 
 # -- one record, readably -----------------------------------------------------------------------

@@ -9,7 +9,8 @@ import argparse
 import sys
 from typing import Any, Dict, List, Optional, Tuple
 
-EXIT_UNKNOWN = 3
+from ..result import ExitCode
+
 MAX_INPUT = 64 << 20  # bytes read from a log file or stdin
 
 XID_DESCRIPTION = """\
@@ -58,7 +59,7 @@ def add_parsers(sub) -> None:
 
 def _error(message: str) -> int:
     print("slurm-hooks: %s" % message, file=sys.stderr)
-    return EXIT_UNKNOWN
+    return ExitCode.UNKNOWN
 
 
 def _overrides(config) -> Tuple[Dict[int, Dict[str, str]], Dict[int, Dict[str, str]]]:
@@ -85,7 +86,7 @@ def cmd_explain_xid(args) -> int:
                       '[checks."xid.events".overrides] %d = {status = "FAIL", action = "drain"} (or status '
                       '"WARN", "OK").' % (args.number, catalog.version, args.number))
     print(explain(args.number, overrides, catalog))
-    return 0
+    return ExitCode.OK
 
 
 def cmd_xid(args) -> int:
@@ -214,7 +215,7 @@ def cmd_ack(args) -> int:
     chosen = [events[s] for s in sorted(events) if s not in log.acked and (args.all or s in args.seq)]
     if not chosen:
         print("nothing to acknowledge")
-        return 0
+        return ExitCode.OK
     from ..checks.xid import ack_path
 
     path = Host(config.get("general", "root")).real(ack_path(config.get("paths", "state_dir")))
@@ -225,7 +226,7 @@ def cmd_ack(args) -> int:
     for event in chosen:
         print("acknowledged seq=%d %s %d %s" % (event.seq, "SXid" if hasattr(event, "sxid") else "Xid",
                                                getattr(event, "sxid", getattr(event, "xid", 0)), event.pci or "-"))
-    return 0
+    return ExitCode.OK
 
 
 def write_acks(path: str, boot_id: str, events: List[Any]) -> None:

@@ -1,6 +1,6 @@
 """Build a job record (schema slurm-hooks.job-record/1, see docs/records.md) from two snapshots.
 
-Pure functions: records.py does the I/O. `summarize` computes the record's "summary" block, the
+Pure functions: store.py does the I/O. `summarize` computes the record's "summary" block, the
 only part `slurm-hooks report` reads, so the report stays fast over thousands of records.
 """
 from __future__ import annotations
@@ -9,13 +9,15 @@ import time
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from .. import __version__
+from ..result import Status
+from ..slurm.policy import DELIVERED
 from .counters import THROTTLE_REASONS, deltas
 from .perf import cpu_window, ib_traffic, perf_block
 
 RECORD_SCHEMA = "slurm-hooks.job-record/1"
 MAX_EVENTS = 100  # Xid/SXid events kept in one record (the count is always exact)
 THROTTLE_ABNORMAL_FRACTION = 0.05  # clocks held down for 5% of the job's GPU-time is worth a look
-DRAIN_OUTCOMES = {"drained", "refined", "already-drained-by-us"}
+DRAIN_OUTCOMES = frozenset(outcome.value for outcome in DELIVERED)  # as the record's decision.outcome spells them
 
 
 def build_record(job, node: str, before: Optional[Dict[str, Any]], prolog_state: str,
@@ -139,16 +141,19 @@ def _kernel_events(before, after, comparable: bool, gpus: List[Dict[str, Any]]) 
             "sxids": sxid_rows}
 
 
+_QUIET = (Status.OK, Status.SKIP)  # a record lists these by check name only
+
+
 def _checks(report) -> Optional[Dict[str, Any]]:
     """Non-passing results in full; passing checks by name only (keeps records small)."""
     if report is None:
         return None
     troubled, passed = [], []
     for run in report.runs:
-        if run.status.value in ("OK", "SKIP"):
+        if run.status in _QUIET:
             passed.append(run.name)
         else:
-            troubled.extend(r.to_dict() for r in run.results if r.status.value not in ("OK", "SKIP"))
+            troubled.extend(r.to_dict() for r in run.results if r.status not in _QUIET)
     return {"context": report.context, "status": report.status.value, "deadline_hit": report.deadline_hit,
             "results": troubled, "passed": passed}
 

@@ -38,6 +38,8 @@ from typing import Any, Dict, Mapping, Optional, Sequence
 
 from ..core import atomicio, logs
 from ..core.atomicio import read_json, write_json_atomic
+from ..result import ExitCode, Status
+from ..slurm.policy import NEW_DRAINS, Outcome
 
 TEXTFILE_NAME = "slurm_hooks.prom"
 STATE_NAME = "metrics-state.json"
@@ -46,9 +48,6 @@ STALE_TEMP_S = 3600
 # ours (atomicio) and prometheus_client.write_to_textfile's "<path>.<pid>.<thread id>" of older releases
 _TEMP_NAMES = re.compile(r"^(\.%s\.[0-9]+\.[0-9]+\.tmp|%s\.[0-9]+\.[0-9]+)$"
                          % (re.escape(TEXTFILE_NAME), re.escape(TEXTFILE_NAME)))
-STATUS_VALUES = {"OK": 0, "WARN": 1, "FAIL": 2, "UNKNOWN": 3, "SKIP": -1}
-_SEVERITY = {"SKIP": 0, "OK": 1, "WARN": 2, "UNKNOWN": 3, "FAIL": 4}
-DRAIN_OUTCOMES = ("drained", "refined")
 
 
 def write_textfile(config, context: str, report=None, decision=None, enacted=None, now: Optional[float] = None,
@@ -133,25 +132,35 @@ def update_state(state: Dict[str, Any], context: str, report, enacted, now: floa
     if report is not None:
         state.setdefault("run_duration", {})[context] = round(report.duration, 4)
         for run in report.runs:
-            components: Dict[str, str] = {}
+            worst: Dict[str, Status] = {}
             for result in run.results:
                 key = result.component or ""
-                old = components.get(key)
-                if old is None or _SEVERITY[result.status.value] > _SEVERITY[old]:
-                    components[key] = result.status.value
-            checks[run.name] = {"duration": round(run.duration, 4), "components": components}
+                if key not in worst or result.status.severity > worst[key].severity:
+                    worst[key] = result.status
+            checks[run.name] = {"duration": round(run.duration, 4),
+                                "components": {key: status.value for key, status in worst.items()}}
     state.setdefault("drains_total", 0)
     if isinstance(state.get("config_error"), dict):
         state["config_error"]["value"] = 0  # a hook ran with a valid configuration
     if enacted is not None:
-        if enacted.outcome.value in DRAIN_OUTCOMES:
+        if enacted.outcome in NEW_DRAINS:
             state["drains_total"] += 1
         breaker = enacted.breaker
-        if breaker is not None or enacted.outcome.value == "breaker-tripped":
+        if breaker is not None or enacted.outcome is Outcome.BREAKER:
             state["breaker"] = {"tripped": bool(breaker.tripped) if breaker else True,
                                 "drained_by_us": breaker.drained_by_us if breaker else None,
                                 "limit": breaker.limit if breaker else None}
     return state
+
+
+def status_metric(value: Any) -> int:
+    """slurm_hooks_check_status of a Status value kept in the state file: its exit code (0 OK, 1 WARN,
+    2 FAIL, 3 UNKNOWN), -1 for SKIP; anything else (a state file from elsewhere) reads as UNKNOWN."""
+    try:
+        status = Status(value)
+    except ValueError:
+        return int(ExitCode.UNKNOWN)
+    return -1 if status is Status.SKIP else int(status.exit_code)
 
 
 def build_registry(state: Dict[str, Any]):
@@ -177,7 +186,7 @@ class _StateCollector:
                                      labels=["check"])
         for name, entry in sorted(s.get("checks", {}).items()):
             for component, value in sorted(entry.get("components", {}).items()):
-                status.add_metric([name, component], STATUS_VALUES.get(value, 3))
+                status.add_metric([name, component], status_metric(value))
             duration.add_metric([name], entry.get("duration", 0.0))
         yield status
         yield duration

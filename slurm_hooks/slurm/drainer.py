@@ -25,7 +25,6 @@ existing reason): tests/test_slurm_versions.py reproduces it on 24.11.
 """
 from __future__ import annotations
 
-import enum
 import time
 from typing import Any, Iterable, List, Mapping, Optional, Sequence
 
@@ -39,6 +38,7 @@ from .client import (
     SlurmError,
     SlurmUnavailable,
 )
+from .policy import Outcome
 
 # slurmctld stamps a reason with time(NULL) (whole seconds) under its node write lock. One second
 # after our drain request returned, its clock has passed our drain's second, so any drain not yet
@@ -49,25 +49,6 @@ RESUMED_REASON = "resumed by slurm-hooks: %s passed"
 UNDONE_REASON = "drain undone by the slurm-hooks circuit breaker"
 ADMIN_RESUMED_REASON = "resumed by an admin with slurm-hooks resume"
 _sleep = time.sleep
-
-
-class Outcome(enum.Enum):
-    DRAINED = "drained"  # we set DRAIN with our reason
-    REFINED = "refined"  # replaced Slurm's bare "Prolog error" with our reason
-    ALREADY_OURS = "already-drained-by-us"
-    FOREIGN_DRAIN = "foreign-drain-kept"  # someone else's drain (or an admin's manual one): untouched
-    SKIPPED_STATE = "skipped-state"  # DOWN, FAIL, rebooting, powered down, maintenance...: untouched
-    BREAKER = "breaker-tripped"  # too many nodes drained by us: not drained
-    BREAKER_UNDONE = "breaker-undone"  # drained, then ranked past the limit: our drain was undone
-    CANNOT_COUNT = "cannot-count"  # the node list could not be read: the breaker cannot count, no drain
-    OBSERVE = "observe"  # observe mode: logged only
-    SLURM_UNAVAILABLE = "slurm-unavailable"  # could not reach slurmctld (record kept locally)
-    SLURM_ERROR = "slurm-error"
-    RESUMED = "resumed"
-    NOT_OURS = "not-ours"  # resume refused: the drain is not provably ours
-    NOT_DRAINED = "not-drained"
-    UNPROVEN = "kept-unproven"  # health: the checks that drained the node did not all pass: drain kept
-    STILL_FAILING = "still-failing"
 
 
 class Enacted(Struct):

@@ -34,6 +34,34 @@ class Verdict(enum.Enum):
     DRAIN = "drain"  # node-broken: take the node out of service
 
 
+class Outcome(enum.Enum):
+    """What carrying out a decision did (drainer.py). Compare members, never their strings: the
+    values are what logs, records and metrics show, and a renamed value must not change a decision."""
+
+    DRAINED = "drained"  # we set DRAIN with our reason
+    REFINED = "refined"  # replaced Slurm's bare "Prolog error" with our reason
+    ALREADY_OURS = "already-drained-by-us"
+    FOREIGN_DRAIN = "foreign-drain-kept"  # someone else's drain (or an admin's manual one): untouched
+    SKIPPED_STATE = "skipped-state"  # DOWN, FAIL, rebooting, powered down, maintenance...: untouched
+    BREAKER = "breaker-tripped"  # too many nodes drained by us: not drained
+    BREAKER_UNDONE = "breaker-undone"  # drained, then ranked past the limit: our drain was undone
+    CANNOT_COUNT = "cannot-count"  # the node list could not be read: the breaker cannot count, no drain
+    OBSERVE = "observe"  # observe mode: logged only
+    SLURM_UNAVAILABLE = "slurm-unavailable"  # could not reach slurmctld (record kept locally)
+    SLURM_ERROR = "slurm-error"
+    RESUMED = "resumed"
+    NOT_OURS = "not-ours"  # resume refused: the drain is not provably ours
+    NOT_DRAINED = "not-drained"
+    UNPROVEN = "kept-unproven"  # health: the checks that drained the node did not all pass: drain kept
+
+
+DELIVERED = frozenset({Outcome.DRAINED, Outcome.REFINED, Outcome.ALREADY_OURS})  # the node carries our drain
+NEW_DRAINS = frozenset({Outcome.DRAINED, Outcome.REFINED})  # ... set by this run
+UNDELIVERED = frozenset({Outcome.SLURM_UNAVAILABLE, Outcome.SLURM_ERROR, Outcome.CANNOT_COUNT})  # kept as 'pending'
+BREAKER_HELD = frozenset({Outcome.BREAKER, Outcome.BREAKER_UNDONE, Outcome.CANNOT_COUNT})  # the breaker stopped a drain
+NOT_OURS_NOW = frozenset({Outcome.RESUMED, Outcome.NOT_DRAINED, Outcome.NOT_OURS})  # no drain of ours to track
+
+
 class Decision(Struct):
     verdict: Verdict
     blame: Optional[Blame]

@@ -20,6 +20,7 @@ import re
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple, Union
 
 from ..core.structs import Struct
+from ..result import Action, Blame, Status
 from .kmsg import SxidEvent, XidEvent
 
 __all__ = [
@@ -39,10 +40,11 @@ __all__ = [
 ]
 
 
-# Values match slurm_hooks.result.Status / Action / Blame.
-STATUSES = ("OK", "WARN", "FAIL", "UNKNOWN")
-ACTIONS = ("none", "drain", "reset-gpu", "reboot", "rma")
-BLAMES = ("node", "job", "check")
+# What a classification (and an admin's override) may say: the values of result.Status / Action / Blame,
+# the same words the checks' Results carry (SKIP is never what an Xid means).
+STATUSES = tuple(status.value for status in Status if status is not Status.SKIP)
+ACTIONS = tuple(action.value for action in Action)
+BLAMES = tuple(blame.value for blame in Blame)
 
 #: Immediate-action buckets the catalog may use (plus our UNKNOWN marker).
 IMMEDIATE_BUCKETS = frozenset({
@@ -218,7 +220,7 @@ def validate_overrides(overrides: Optional[Mapping[Any, Any]]) -> Dict[int, Dict
                 raise ValueError("xid override for Xid %d: key %r has invalid value %r (allowed: %s)"
                                  % (xid, k, v, ", ".join(allowed)))
             clean[k] = v
-        if clean.get("status") in ("OK", "WARN", "UNKNOWN") and clean.get("action", "none") != "none":
+        if clean.get("status") not in (None, Status.FAIL.value) and clean.get("action", Action.NONE.value) != Action.NONE.value:
             raise ValueError("xid override for Xid %d: key 'action' %r contradicts status %r"
                              % (xid, clean["action"], clean["status"]))
         out[xid] = clean
