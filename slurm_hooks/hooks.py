@@ -35,7 +35,7 @@ from .core.config import Config, ConfigError
 from .core.report_format import report_from_dict, report_to_dict
 from .core.runner import CheckRun, GatherContext, JobContext, RunReport, run_checks, select_checks
 from .core.structs import Struct
-from .registry import Registry
+from .registry import JOB_CONTEXTS, Registry
 from .result import ExitCode, Result, Status
 from .slurm import policy
 from .slurm.jobenv import JobEnvError, job_from_env
@@ -241,7 +241,7 @@ def run_hook(context: str, registry: Registry, config: Config, env: Mapping[str,
              node: Optional[str] = None, client=None) -> HookResult:
     log = logs.setup(config.settings)
     try:
-        job = job_from_env(env, require_job=context in ("prolog", "epilog"))
+        job = job_from_env(env, require_job=context in JOB_CONTEXTS)
     except JobEnvError as exc:
         log.critical(logs.kv(context=context, event="bad-job-environment", error=exc, decision="fail-open"))
         return HookResult(0)

@@ -14,8 +14,10 @@ from typing import Any, Callable, Dict, FrozenSet, Iterable, List, Mapping, Opti
 
 from .core.structs import Struct, field
 
-CONTEXTS = ("prolog", "epilog", "health", "manual")
-DEFAULT_CONTEXTS = frozenset({"prolog", "health", "manual"})
+CONTEXTS = ("prolog", "epilog", "health", "manual")  # the one spelling of the contexts, in display order
+HOOK_CONTEXTS = CONTEXTS[:3]  # what slurmd runs: prolog, epilog, HealthCheckProgram
+JOB_CONTEXTS = CONTEXTS[:2]  # the hooks that run for a job (SLURM_JOB_ID set): prolog, epilog
+DEFAULT_CONTEXTS = frozenset(CONTEXTS) - {"epilog"}  # a check that does not say: every context but the epilog
 
 # Modules that hold built-in checks; importing one registers its checks.
 BUILTIN_CHECK_MODULES = ("slurm_hooks.checks.system", "slurm_hooks.checks.pci", "slurm_hooks.checks.gpu.inventory",

@@ -115,3 +115,26 @@ def test_xid_overrides_accept_exactly_the_result_vocabulary():
     assert set(catalog.STATUSES) == STATUS_VALUES - {Status.SKIP.value}
     assert set(catalog.ACTIONS) == {action.value for action in Action}
     assert set(catalog.BLAMES) == {blame.value for blame in Blame}
+
+
+def test_contexts_are_spelled_once():
+    """registry.CONTEXTS and the groups derived from it are not spelled again (a check may still name
+    its own subset, e.g. prolog and manual): a context added or renamed there reaches --context,
+    `list`, the reference, the hooks and every check that runs "wherever checks run by default"."""
+    from slurm_hooks.registry import CONTEXTS, DEFAULT_CONTEXTS, HOOK_CONTEXTS, JOB_CONTEXTS
+
+    groups = [set(CONTEXTS), set(HOOK_CONTEXTS), set(JOB_CONTEXTS), set(DEFAULT_CONTEXTS)]
+    found = []
+    for path, tree in _sources():
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.Tuple, ast.List, ast.Set)) and set(_strings(node)) in groups:
+                if not (path == os.path.join("slurm_hooks", "registry.py") and node.lineno == _line_of_contexts()):
+                    found.append("%s:%d" % (path, node.lineno))
+    assert not found, "use registry.CONTEXTS / HOOK_CONTEXTS / JOB_CONTEXTS / DEFAULT_CONTEXTS: " + ", ".join(found)
+    assert HOOK_CONTEXTS == ("prolog", "epilog", "health") and JOB_CONTEXTS == ("prolog", "epilog")
+    assert DEFAULT_CONTEXTS == {"prolog", "health", "manual"}
+
+
+def _line_of_contexts() -> int:
+    with open(os.path.join(PACKAGE, "registry.py"), encoding="utf-8") as handle:
+        return next(number for number, line in enumerate(handle, 1) if line.startswith("CONTEXTS = ("))

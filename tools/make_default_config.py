@@ -27,7 +27,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 os.environ["SLURM_HOOKS_CHECKS_DIR"] = ""  # never the build host's own site checks
 from slurm_hooks.core.config import SECTIONS, render_toml, validate  # noqa: E402
-from slurm_hooks.registry import Registry, load_builtin_checks  # noqa: E402
+from slurm_hooks.registry import CONTEXTS, Registry, load_builtin_checks  # noqa: E402
 
 TARGET = os.path.join(REPO, "packaging", "config.toml")
 WIDTH = 100
@@ -93,7 +93,7 @@ def render_default_config(registry: Registry) -> str:
             lines.append("#" + line)
             if check is not None:
                 spec = registry.checks[check]
-                contexts = ", ".join(c for c in ("prolog", "epilog", "health", "manual") if c in spec.contexts)
+                contexts = ", ".join(c for c in CONTEXTS if c in spec.contexts)
                 lines.extend(_comment("%s Contexts: %s." % (spec.description, contexts)))
             continue
         key = line.split(" = ", 1)[0]

@@ -24,7 +24,7 @@ from slurm_hooks import __version__  # noqa: E402
 from slurm_hooks.cli.main import build_parser  # noqa: E402
 from slurm_hooks.core import config as config_module  # noqa: E402
 from slurm_hooks.core import config_files, plugins  # noqa: E402
-from slurm_hooks.registry import Registry, load_builtin_checks  # noqa: E402
+from slurm_hooks.registry import CONTEXTS, Registry, load_builtin_checks  # noqa: E402
 
 DESCRIPTION = (
     "slurm-hooks checks NVIDIA GPU nodes for Slurm. slurmd runs it as the job prolog and epilog "
@@ -104,7 +104,7 @@ def configuration_section(registry: Registry) -> List[str]:
     lines += [".SH CHECKS", roff("Each check has a table [checks.\"NAME\"] with enabled = true|false and the "
                                  "parameters below (`slurm-hooks config reference` prints them as Markdown).")]
     for spec in registry.sorted_checks():
-        contexts = ", ".join(c for c in ("prolog", "epilog", "health", "manual") if c in spec.contexts)
+        contexts = ", ".join(c for c in CONTEXTS if c in spec.contexts)
         lines += [".SS %s" % roff(spec.name), roff("%s Contexts: %s; timeout %gs." % (spec.description, contexts,
                                                                                        spec.timeout))]
         for param in spec.params:

@@ -14,11 +14,10 @@ from typing import Dict, List, Optional, Tuple
 from ..core.structs import Struct
 from ..hw.host import ParseError
 from ..hw.pcie import Level
-from ..registry import Param, check, gatherer
+from ..registry import DEFAULT_CONTEXTS, Param, check, gatherer
 from ..result import Action, Result, Status
 from .topology import Topology
 
-ALL = ("prolog", "health", "manual")
 PEER_FILES = ("/sys/kernel/mm/memory_peers/nv_mem/version", "/sys/kernel/mm/memory_peers/nv_mem_nc/version",
               "/sys/module/nvidia_peermem/version")
 PEER_MODULES = ("nvidia_peermem", "nv_peer_mem")
@@ -103,7 +102,7 @@ def _gpudirect_node(state: GpuDirectState, topo: Topology) -> Optional[str]:
     return None
 
 
-@check(name="gpudirect.rdma", contexts=ALL, timeout=2.0, needs=("gpudirect.state", "topology.pcie"), params=(
+@check(name="gpudirect.rdma", contexts=DEFAULT_CONTEXTS, timeout=2.0, needs=("gpudirect.state", "topology.pcie"), params=(
     Param("mode", str, "auto", "auto: peermem, else DMA-BUF when its prerequisites hold; peermem: require the "
           "peer-memory module; dmabuf: require DMA-BUF prerequisites (kernel >= 5.12, open GPU kernel module)",
           choices=("auto", "peermem", "dmabuf")),
@@ -148,7 +147,7 @@ def rdma(state: GpuDirectState, topo: Topology, params) -> Result:
                   action=Action.DRAIN, details=details)
 
 
-@check(name="gpudirect.hca", contexts=ALL, timeout=2.0, needs=("gpudirect.state",), params=(
+@check(name="gpudirect.hca", contexts=DEFAULT_CONTEXTS, timeout=2.0, needs=("gpudirect.state",), params=(
     Param("expected", list, [], "HCA names that must be present (e.g. mlx5_0..mlx5_7); empty = whatever is there",
           item_type=str),
     Param("ignore", list, [], "ports not to check, as 'hca' or 'hca/port' (e.g. an unused second port)",
@@ -214,7 +213,7 @@ def _judge_port(port: IbPort, params, fastest: float) -> Result:
                   component=comp, details=details)
 
 
-@check(name="gpudirect.storage", contexts=ALL, timeout=2.0, needs=("gpudirect.state", "topology.pcie"), params=(
+@check(name="gpudirect.storage", contexts=DEFAULT_CONTEXTS, timeout=2.0, needs=("gpudirect.state", "topology.pcie"), params=(
     Param("required", bool, False, "this node must have GPUDirect Storage (nvidia_fs loaded)"),
 ))
 def storage(state: GpuDirectState, topo: Topology, params) -> Result:

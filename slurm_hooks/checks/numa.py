@@ -15,12 +15,10 @@ from typing import Dict, FrozenSet, List, Optional, Tuple
 from ..core.structs import Struct
 from ..hw import nvml
 from ..hw.host import ParseError, format_cpulist, parse_cpulist
-from ..registry import Param, check, gatherer
+from ..registry import DEFAULT_CONTEXTS, Param, check, gatherer
 from ..result import Action, Blame, Result, Status
 from ..slurm import cgroup, gres
 from .topology import Endpoint, Topology
-
-ALL = ("prolog", "health", "manual")
 
 
 class GpuPlace(Struct):
@@ -152,7 +150,7 @@ def job_affinity(places: Tuple[GpuPlace, ...], job_cpus: Optional[cgroup.JobCpus
                               % (job_cpus.job_id, format_cpulist(cpus), len(mine), params.policy), details=details)]
 
 
-@check(name="numa.gres-affinity", contexts=ALL, timeout=3.0, needs=("numa.gpus", "numa.gres", "numa.cores"), params=(
+@check(name="numa.gres-affinity", contexts=DEFAULT_CONTEXTS, timeout=3.0, needs=("numa.gpus", "numa.gres", "numa.cores"), params=(
     Param("gres_conf", str, "/etc/slurm/gres.conf", "gres.conf to read (or a saved `slurmd -G` output)"),
     Param("exact", bool, False, "Cores= must cover every core local to the GPU (default: a subset is fine)"),
 ))
@@ -305,7 +303,7 @@ def housekeeping_cpus(params, state: HousekeepingState, core_cpus: List[FrozenSe
     return None, "no housekeeping_cpus configured and no CpuSpecList for this node in %s" % state.slurm_conf
 
 
-@check(name="numa.housekeeping", contexts=ALL, timeout=3.0,
+@check(name="numa.housekeeping", contexts=DEFAULT_CONTEXTS, timeout=3.0,
        needs=("numa.housekeeping", "numa.cores", "numa.job"), params=(
            Param("housekeeping_cpus", str, "", "CPUs reserved for the system, e.g. '0-1,112-113'; empty = derive "
                  "from slurm.conf CpuSpecList"),
@@ -391,7 +389,7 @@ def read_sysctls(ctx) -> NumaSysctls:
                        host.read_int("/proc/sys/vm/zone_reclaim_mode", default=None), pages)
 
 
-@check(name="numa.sysctl", contexts=ALL, timeout=2.0, needs=("numa.sysctl",), params=(
+@check(name="numa.sysctl", contexts=DEFAULT_CONTEXTS, timeout=2.0, needs=("numa.sysctl",), params=(
     Param("numa_balancing", int, -1, "required kernel.numa_balancing (0 = off, usual for GPU nodes); -1 = don't check"),
     Param("zone_reclaim_mode", int, 0, "required vm.zone_reclaim_mode; 0 (the kernel default) allocates remote "
           "memory instead of stalling to reclaim local page cache; -1 = don't check"),

@@ -23,7 +23,7 @@ from ..hw.procfs import (
     parse_mounts,
     parse_swaps,
 )
-from ..registry import CONTEXTS, Param, check, gatherer
+from ..registry import CONTEXTS, DEFAULT_CONTEXTS, Param, check, gatherer
 from ..result import Action, Result, Status
 
 GIB_KB = 1024 * 1024
@@ -406,7 +406,7 @@ def kernel(release: str, params) -> Result:
     return Result("system.kernel", Status.OK, "kernel %s" % release, details={"release": release})
 
 
-@check(name="system.load", contexts=("prolog", "health", "manual"), timeout=1.0, needs=("system.load",), params=(
+@check(name="system.load", contexts=DEFAULT_CONTEXTS, timeout=1.0, needs=("system.load",), params=(
     Param("max_load_per_cpu", float, 1.5, "WARN when the 1-minute load average per online CPU exceeds this"),
 ))
 def load(sample: Tuple[LoadAvg, int], params) -> Result:

@@ -15,11 +15,10 @@ from ..core.structs import Struct, field
 from ..hw import nvml, pcie
 from ..hw.host import HostError
 from ..hw.pcie import Level, PciTree
-from ..registry import Param, check, gatherer
+from ..registry import DEFAULT_CONTEXTS, Param, check, gatherer
 from ..result import Action, Result, Status
 from .pci import PCI_DEVICES
 
-ALL = ("prolog", "health", "manual")
 LEVELS = tuple(level.name for level in Level)
 VM_VENDORS = ("qemu", "kvm", "vmware", "xen", "microsoft corporation", "innotek", "amazon ec2", "google",
               "openstack", "bochs", "parallels")
@@ -191,7 +190,7 @@ def _locality(name: str, topo: Topology, others: Tuple[Endpoint, ...], what: str
     return results
 
 
-@check(name="topology.gpu-nic", contexts=ALL, timeout=3.0, needs=("topology.pcie",), params=(
+@check(name="topology.gpu-nic", contexts=DEFAULT_CONTEXTS, timeout=3.0, needs=("topology.pcie",), params=(
     Param("max_level", str, "PXB", "worst acceptable GPU-to-NIC path; PXB is the level up to which NCCL uses "
           "GPUDirect RDMA by default (NCCL_NET_GDR_LEVEL)", choices=LEVELS),
     Param("on_violation", str, "fail", "status for a GPU without a NIC at max_level or better",
@@ -234,7 +233,7 @@ def _nvml_disagreements(topo: Topology) -> List[Result]:
     return results
 
 
-@check(name="topology.gpu-nvme", contexts=ALL, timeout=3.0, needs=("topology.pcie",), params=(
+@check(name="topology.gpu-nvme", contexts=DEFAULT_CONTEXTS, timeout=3.0, needs=("topology.pcie",), params=(
     Param("required", bool, False, "check even when nvidia_fs (GPUDirect Storage) is not loaded"),
     Param("max_level", str, "PXB", "worst acceptable GPU-to-NVMe path for GPUDirect Storage", choices=LEVELS),
     Param("on_violation", str, "fail", "status for a GPU without an NVMe drive at max_level or better",
@@ -261,7 +260,7 @@ def gpu_nvme(topo: Topology, params) -> List[Result]:
                               % (len(topo.gpus), params.max_level), details={"topology": gpu_table(topo)})]
 
 
-@check(name="topology.acs", contexts=ALL, timeout=3.0, needs=("topology.pcie",), params=(
+@check(name="topology.acs", contexts=DEFAULT_CONTEXTS, timeout=3.0, needs=("topology.pcie",), params=(
     Param("fail_bits", list, ["ReqRedir", "CmpltRedir"], "ACSCtl bits that send peer-to-peer traffic up to "
           "the root complex (FAIL)", item_type=str),
     Param("warn_bits", list, [], "ACSCtl bits to warn about (e.g. SrcValid, which NCCL's guide also "
@@ -352,7 +351,7 @@ def read_iommu(ctx) -> IommuState:
                       host.read_text("/proc/cmdline", default="").strip())
 
 
-@check(name="topology.iommu", contexts=ALL, timeout=2.0, needs=("topology.iommu", "topology.pcie"), params=(
+@check(name="topology.iommu", contexts=DEFAULT_CONTEXTS, timeout=2.0, needs=("topology.iommu", "topology.pcie"), params=(
     Param("translated", str, "warn", "status when GPUs or NICs sit behind a translating IOMMU (DMA/DMA-FQ "
           "domains) on a GPUDirect node", choices=("ok", "warn", "fail")),
 ))

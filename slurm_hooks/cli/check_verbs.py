@@ -6,7 +6,7 @@ import sys
 import threading
 
 from ..core.config import LIVE_SOURCES, Config, load_registry_and_config, render_toml
-from ..registry import Registry, load_builtin_checks
+from ..registry import CONTEXTS, Registry, load_builtin_checks
 from ..result import ExitCode
 
 
@@ -18,7 +18,7 @@ def add_parsers(sub) -> None:
                                        "1 WARN, 2 FAIL, 3 UNKNOWN (Nagios).")
     check.add_argument("names", nargs="*", metavar="NAME", help="check names or families (e.g. system.cpu, gpu)")
     check.add_argument("--all-contexts", action="store_true", help="run every check, whatever its contexts")
-    check.add_argument("--context", choices=("prolog", "epilog", "health", "manual"), default="manual",
+    check.add_argument("--context", choices=CONTEXTS, default="manual",
                        help="run the checks of this context (default manual)")
     add_run_options(check)
     add_live_option(check)
@@ -97,7 +97,7 @@ def cmd_capture(args) -> int:
 
 def cmd_list(args) -> int:
     registry = load_builtin_checks()
-    rows = [(spec.name, ",".join(c for c in ("prolog", "epilog", "health", "manual") if c in spec.contexts),
+    rows = [(spec.name, ",".join(c for c in CONTEXTS if c in spec.contexts),
              spec.description) for spec in registry.sorted_checks()]
     width = [max(len(r[i]) for r in rows) for i in range(2)]
     for name, contexts, description in rows:

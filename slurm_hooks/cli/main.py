@@ -12,6 +12,7 @@ import sys
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Dict, List, Optional
 
+from ..registry import HOOK_CONTEXTS
 from ..result import ExitCode
 
 if TYPE_CHECKING:
@@ -41,7 +42,6 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-HOOK_VERBS = ("prolog", "epilog", "health")
 _GLOBAL_OPTIONS = ("--config",)
 _HOOK_OPTIONS = ("--root", "--node")
 
@@ -65,7 +65,7 @@ def parse_hook_args(argv: List[str]) -> Optional[Dict[str, Optional[str]]]:
                     return None
                 value = words.pop(0)
             values[name[2:]] = value
-        elif values["context"] is None and word in HOOK_VERBS:
+        elif values["context"] is None and word in HOOK_CONTEXTS:
             values["context"] = word
         else:
             return None

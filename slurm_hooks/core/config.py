@@ -13,7 +13,7 @@ import os
 import re
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from ..registry import CheckSpec, Deprecated, Param, Params, Registry, load_builtin_checks
+from ..registry import CONTEXTS, CheckSpec, Deprecated, Param, Params, Registry, load_builtin_checks
 from .config_files import ConfigError, check_secure, config_files, parse_toml
 from .structs import Struct, field
 
@@ -474,7 +474,7 @@ def render_reference(registry: Registry) -> str:
         lines.append('### `[checks."%s"]`' % spec.name)
         lines.append("")
         lines.append("%s Contexts: %s; timeout %gs." % (spec.description, ", ".join(
-            c for c in ("prolog", "epilog", "health", "manual") if c in spec.contexts), spec.timeout))
+            c for c in CONTEXTS if c in spec.contexts), spec.timeout))
         lines.append("")
         lines.append("| key | type | default | meaning |")
         lines.append("|---|---|---|---|")

@@ -39,6 +39,7 @@ from ..core import atomicio, logs
 from ..core.atomicio import read_json, write_json_atomic
 from ..core.config import Config
 from ..core.runner import JobContext
+from ..registry import JOB_CONTEXTS
 
 if TYPE_CHECKING:
     from ..xid.kmsg import KmsgView
@@ -105,7 +106,7 @@ def take_snapshot(config: Config, job: JobContext, epilog: bool, kernel_log: Opt
 
 def wanted(config: Config, job: JobContext, context: str) -> bool:
     """Whether this hook run takes a snapshot at all."""
-    return context in ("prolog", "epilog") and bool(job.job_id) and config.get("records", "enabled")
+    return context in JOB_CONTEXTS and bool(job.job_id) and config.get("records", "enabled")
 
 
 def gather(config: Config, job: JobContext, epilog: bool) -> Tuple[Optional[Dict[str, Any]], str]:

@@ -18,7 +18,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from ...core.structs import Struct, field
 from ...hw import nvml
-from ...registry import Param, check, gatherer
+from ...registry import CONTEXTS, Param, check, gatherer
 from ...result import Action, Blame, Result, Status
 from ..pci import PciDevice, normalize_bus_id
 
@@ -149,7 +149,7 @@ def unavailable_result(name: str, inventory: GpuInventory, settings, pci_gpus: i
                   blame=Blame.NODE if status is Status.FAIL else out.blame, details=details)
 
 
-@check(name="gpu.count", contexts=("prolog", "epilog", "health", "manual"), timeout=3.0,
+@check(name="gpu.count", contexts=CONTEXTS, timeout=3.0,
        needs=("gpu.inventory", "pci.devices", "settings", "gpu.selection"), params=(
            Param("expected", int, 0, "GPUs this node must have (0 = whatever is on the PCI bus)"),
        ))
