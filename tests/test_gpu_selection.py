@@ -31,6 +31,18 @@ def test_select_gpus(minors, requested, chosen, missing, method):
     assert list(selection.missing) == missing and selection.method == method
 
 
+@pytest.mark.parametrize("minors, mapping, method", [
+    ({0: 3, 1: 2, 2: 1, 3: 0}, {3: 0, 2: 1, 1: 2, 0: 3}, "minor"),
+    ({0: 0, 2: 1, 3: 3}, {0: 0, 1: 2, 3: 3}, "minor"),  # NVML index 1 did not answer: the others still map
+    ({0: 0, 1: -1}, {0: 0, 1: 1}, "index"),  # one unknown minor: by index
+    ({0: 1, 1: 1}, {0: 0, 1: 1}, "index"),
+    ({}, {}, "index"),
+])
+def test_slurm_to_nvml_one_rule_for_checks_and_snapshots(minors, mapping, method):
+    """nvml.slurm_to_nvml is what select_gpus (checks) and counters.read_gpus (records) both use."""
+    assert nvml.slurm_to_nvml(minors) == (mapping, method)
+
+
 REVERSED = {"gpu": {i: {"minor_number": 7 - i} for i in range(8)}}
 
 

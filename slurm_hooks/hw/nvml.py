@@ -15,7 +15,7 @@ from __future__ import annotations
 import ctypes
 import logging
 import threading
-from typing import Any, Callable, Dict, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Mapping, Optional, Sequence, Tuple
 
 from ..core.structs import Struct
 from ..result import Action, Blame, Status
@@ -328,6 +328,21 @@ class NvmlSession:
 
 _sessions: Dict[str, NvmlSession] = {}
 _sessions_lock = threading.Lock()
+
+
+def slurm_to_nvml(minors: Mapping[int, int]) -> Tuple[Dict[int, int], str]:
+    """Slurm's GPU index -> NVML index, and how they were matched: "minor" or "index".
+
+    `minors`: NVML index -> nvmlDeviceGetMinorNumber (-1 when unknown). Slurm's GPU indices
+    (SLURM_JOB_GPUS, CUDA_VISIBLE_DEVICES in the job) count gres.conf's /dev/nvidiaN files, i.e.
+    minor numbers (`nvidia-smi -q | grep Minor`), which need not follow NVML's PCI-order indices.
+    They are matched by minor number when every GPU has a distinct known one, else by index.
+    The one place this rule lives: the checks' GPU selection and the records' snapshots use it.
+    """
+    values = list(minors.values())
+    if values and min(values) >= 0 and len(set(values)) == len(values):
+        return {minor: index for index, minor in minors.items()}, "minor"
+    return {index: index for index in minors}, "index"
 
 
 def session(library: str = "") -> NvmlSession:

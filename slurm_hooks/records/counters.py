@@ -161,8 +161,8 @@ def _split_ib(ports: Dict[str, Dict[str, int]], error_names: Sequence[str]
 def read_gpus(library: str, gpus: Optional[Sequence[int]], processes: bool, notes: List[str],
               budget: float = GPU_BUDGET_S) -> List[Dict[str, Any]]:
     """The GPUs Slurm gave the job (None = all). SLURM_JOB_GPUS counts gres.conf's /dev/nvidiaN files, i.e.
-    NVML *minor numbers*, which need not equal NVML indices: match on minor numbers when every GPU has
-    a distinct one (nvmlDeviceGetMinorNumber), else on indices (as the gpu checks do). A GPU whose
+    NVML *minor numbers*, which need not equal NVML indices: nvml.slurm_to_nvml matches them (as
+    for the gpu checks). A GPU whose
     NVML calls hang costs that GPU only: it is given up after `budget` seconds."""
     if gpus is not None and not gpus:
         return []  # a job without GPUs: no NVML at all
@@ -205,7 +205,7 @@ def _read_bounded(session: nvml.NvmlSession, indices: List[int], processes: bool
 
 
 def _slurm_to_nvml(session: nvml.NvmlSession, count: int, budget: float) -> Dict[int, int]:
-    """Slurm GPU index -> NVML index: by minor number when all are known and distinct, else identity."""
+    """Slurm GPU index -> NVML index (nvml.slurm_to_nvml), the minor numbers read within `budget`."""
     from ..core.isolation import map_bounded
 
     def minor(index: int) -> int:
@@ -216,9 +216,7 @@ def _slurm_to_nvml(session: nvml.NvmlSession, count: int, budget: float) -> Dict
 
     minors = [value if finished and isinstance(value, int) else -1
               for finished, value in map_bounded(count, minor, budget)]
-    if minors and min(minors) >= 0 and len(set(minors)) == len(minors):
-        return {minor: index for index, minor in enumerate(minors)}
-    return {index: index for index in range(count)}
+    return nvml.slurm_to_nvml(dict(enumerate(minors)))[0]
 
 
 def read_gpu(session: nvml.NvmlSession, index: int, processes: bool) -> Dict[str, Any]:

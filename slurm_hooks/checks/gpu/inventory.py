@@ -108,15 +108,14 @@ def nvml_text(value: Any) -> str:
 
 
 def select_gpus(devices: Tuple[GpuDevice, ...], requested: Optional[Tuple[int, ...]]) -> GpuSelection:
-    """Map Slurm's GPU indices to NVML devices: by minor number when every device has a distinct one."""
+    """Map Slurm's GPU indices to NVML devices (nvml.slurm_to_nvml: by minor number when every device has a distinct one)."""
     if requested is None:
         return GpuSelection(devices, None)
-    minors = [d.minor for d in devices]
-    by_minor = bool(devices) and min(minors) >= 0 and len(set(minors)) == len(minors)
-    key = {(d.minor if by_minor else d.index): d for d in devices}
-    chosen = tuple(key[i] for i in requested if i in key)
-    missing = tuple(i for i in requested if i not in key)
-    return GpuSelection(chosen, tuple(requested), missing, "minor" if by_minor else "index")
+    to_nvml, method = nvml.slurm_to_nvml({d.index: d.minor for d in devices})
+    by_index = {d.index: d for d in devices}
+    chosen = tuple(by_index[to_nvml[i]] for i in requested if i in to_nvml)
+    missing = tuple(i for i in requested if i not in to_nvml)
+    return GpuSelection(chosen, tuple(requested), missing, method)
 
 
 @gatherer("gpu.selection")
