@@ -234,18 +234,16 @@ def write_acks(path: str, boot_id: str, events: List[Any]) -> None:
 
     Entries of other boots are dropped: they can never match again. A corrupt file is replaced.
     """
-    import fcntl
     import os
     import time
 
     from ..checks.xid import ACK_SCHEMA, parse_acks
     from ..core.atomicio import write_json_atomic
+    from ..core.locks import locked
 
     directory = os.path.dirname(path)
     os.makedirs(directory, mode=0o755, exist_ok=True)
-    dir_fd = os.open(directory, os.O_RDONLY)
-    try:
-        fcntl.flock(dir_fd, fcntl.LOCK_EX)  # two admins acking at once must not lose an entry
+    with locked(directory, None, directory=True):  # two admins acking at once must not lose an entry
         try:
             with open(path, encoding="utf-8", errors="replace") as handle:
                 text: Optional[str] = handle.read(1 << 20)
@@ -263,8 +261,6 @@ def write_acks(path: str, boot_id: str, events: List[Any]) -> None:
                 keep.append({"boot_id": boot_id, "seq": event.seq, "kind": kind, "code": code, "pci": event.pci,
                              "acked_at": stamp, "by": _user()})
         write_json_atomic(path, {"schema": ACK_SCHEMA, "acks": keep})  # temp + fsync + rename, mode 0600
-    finally:
-        os.close(dir_fd)
 
 
 def _user() -> str:

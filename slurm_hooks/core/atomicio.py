@@ -12,7 +12,6 @@ regular files we own, with names we write, are ever removed (`remove_ours`).
 from __future__ import annotations
 
 import errno
-import fcntl
 import itertools
 import json
 import os
@@ -182,46 +181,3 @@ def remove_stale_temps(dir_fd: int, uid: int, max_age_s: float, now: Optional[fl
     now = time.time() if now is None else now
     return [name for name, info in list(our_entries(dir_fd, names, uid))
             if now - info.st_mtime > max_age_s and remove_ours(dir_fd, name)]
-
-
-# -- locks -----------------------------------------------------------------------------------
-
-class LockTimeout(OSError):
-    """Another process holds the lock (maybe a hook stuck on a hung file system)."""
-
-
-class locked:
-    """flock(LOCK_EX) on `path` (a file, or a directory: no lock file then), for at most `timeout` seconds.
-
-    A holder that hangs (a hook stuck on a dead file system) must not hang every later hook too:
-    after `timeout` this raises LockTimeout naming the path.
-    """
-
-    def __init__(self, path: str, timeout: float, create_dir_mode: Optional[int] = None, directory: bool = False):
-        self.path, self.timeout, self.directory, self.create_dir_mode = path, timeout, directory, create_dir_mode
-        self.fd = -1
-
-    def __enter__(self) -> "locked":
-        if self.directory:
-            self.fd = open_dir(self.path, self.create_dir_mode)
-        else:
-            self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0), 0o600)
-        end = time.monotonic() + self.timeout
-        delay = 0.002
-        while True:
-            try:
-                fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                return self
-            except BlockingIOError:
-                if time.monotonic() >= end:
-                    os.close(self.fd)
-                    self.fd = -1
-                    raise LockTimeout(errno.EWOULDBLOCK, "lock held by another process for %.3gs" % self.timeout,
-                                      self.path) from None
-                time.sleep(delay)
-                delay = min(delay * 2, 0.05)
-
-    def __exit__(self, *exc) -> None:
-        if self.fd >= 0:
-            os.close(self.fd)  # closing releases the lock
-            self.fd = -1

@@ -31,7 +31,7 @@ import re
 import time
 from typing import Callable, Iterable, List, Optional
 
-from ..core import atomicio, logs
+from ..core import atomicio, locks, logs
 
 FILE_MODE, DIR_MODE = 0o644, 0o755
 LOCK_TIMEOUT_S = 2.0
@@ -53,7 +53,7 @@ def add_job(directory: str, job_id: str, gpus: Iterable[int], alive: Optional[Al
     """
     now = time.time() if now is None else now
     written = []
-    with atomicio.locked(directory, LOCK_TIMEOUT_S, create_dir_mode=DIR_MODE, directory=True) as lock:
+    with locks.locked(directory, LOCK_TIMEOUT_S, create_dir_mode=DIR_MODE, directory=True) as lock:
         for index in sorted(set(gpus)):
             name = str(int(index))
             jobs = _read_jobs(lock.fd, name)
@@ -69,7 +69,7 @@ def add_job(directory: str, job_id: str, gpus: Iterable[int], alive: Optional[Al
 def remove_job(directory: str, job_id: str) -> List[str]:
     """Remove job_id from every GPU's mapping file (an emptied file is removed); returns the files changed."""
     changed = []
-    with atomicio.locked(directory, LOCK_TIMEOUT_S, directory=True) as lock:
+    with locks.locked(directory, LOCK_TIMEOUT_S, directory=True) as lock:
         for name, _info in sorted(atomicio.our_entries(lock.fd, _GPU_FILE, os.geteuid())):
             jobs = _read_jobs(lock.fd, name)
             if job_id in jobs:

@@ -36,7 +36,7 @@ import re
 import time
 from typing import Any, Dict, Mapping, Optional, Sequence
 
-from ..core import atomicio, logs
+from ..core import atomicio, locks, logs
 from ..core.atomicio import read_json, write_json_atomic
 from ..result import ExitCode, Status
 from ..slurm.policy import NEW_DRAINS, Outcome
@@ -99,7 +99,7 @@ def _write(settings: Mapping[str, Mapping[str, Any]], fold, log: logging.Logger)
 
         state_dir = settings["paths"]["state_dir"]
         os.makedirs(state_dir, mode=0o700, exist_ok=True)
-        with atomicio.locked(os.path.join(state_dir, STATE_NAME + ".lock"), LOCK_TIMEOUT_S):
+        with locks.locked(os.path.join(state_dir, STATE_NAME + ".lock"), LOCK_TIMEOUT_S):
             state_path = os.path.join(state_dir, STATE_NAME)
             try:
                 state = read_json(state_path, default={})

@@ -11,6 +11,8 @@ import os
 import time
 from typing import Optional
 
+from ..core.locks import flock_within
+
 LOCK_DIR = "/run/slurm-hooks"
 
 
@@ -50,13 +52,14 @@ class NodeLock:
         return False
 
     def __enter__(self) -> "NodeLock":
-        import fcntl
-
         self.started = time.time()
         start = time.monotonic()
         while self._open():
             try:
-                fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                taken = flock_within(self.fd, max(0.0, self.timeout - (time.monotonic() - start)))
+            except OSError:  # e.g. ENOLCK: try again (bounded below)
+                taken = False
+            if taken:
                 try:
                     same = os.stat(self.path).st_ino == os.fstat(self.fd).st_ino
                 except OSError:
@@ -64,8 +67,6 @@ class NodeLock:
                 if same:
                     self.acquired = True
                     break
-            except OSError:
-                pass
             os.close(self.fd)
             self.fd = -1
             if time.monotonic() - start >= self.timeout:
