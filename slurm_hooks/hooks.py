@@ -68,10 +68,6 @@ def state_path(config: Config) -> str:
     return os.path.join(config.get("paths", "state_dir"), "node-state.json")
 
 
-def load_state(config: Config, log) -> Dict[str, Any]:
-    return read_state(config, log)[0]
-
-
 def read_state(config: Config, log) -> Tuple[Dict[str, Any], bool]:
     """(node-state.json, known), read in a child process bounded by [deadline] files: a state directory
     that never answers costs that much, once, and the hook goes on without what it remembers.

@@ -8,7 +8,7 @@ import time
 import pytest
 
 from slurm_hooks.core.config import ConfigError, load_config, render_toml, validate
-from slurm_hooks.core.runner import JobContext, run_checks, select_checks
+from slurm_hooks.core.runner import run_checks, select_checks
 from slurm_hooks.hw.host import Host
 from slurm_hooks.registry import Param, Registry, RegistryError
 from slurm_hooks.result import Action, Blame, Result, Status, worst
@@ -331,12 +331,6 @@ def test_gatherer_runs_once_and_errors_are_shared():
     report = run_checks(reg, validate(reg, {}), Host("/"), "manual", select_checks(reg, "manual"))
     assert len(calls) == 1
     assert all(run.status is Status.UNKNOWN and "boom" in run.results[0].summary for run in report.runs)
-
-
-def test_job_context_scoping():
-    job = JobContext(job_id="42", gpus=(0, 2))
-    assert job.covers_gpu(2) and not job.covers_gpu(1)
-    assert JobContext().covers_gpu(7)
 
 
 def test_checks_behind_a_hung_gatherer_still_run():

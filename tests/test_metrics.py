@@ -156,7 +156,7 @@ def test_on_hook_writes_snapshot_and_mapping_in_prolog_and_undoes_the_mapping_in
 @pytest.mark.parametrize("name, ok", [("0", True), ("12", True), ("2.1", True), (".0.x.tmp", False),
                                       ("lock", False), ("1.2.3", False)])
 def test_only_gpu_files_are_touched(name, ok):
-    assert dcgm_mapping._is_gpu_file(name) is ok
+    assert bool(dcgm_mapping._GPU_FILE.match(name)) is ok  # "3", a MIG "3.1"; never our lock or temp files
 
 
 # -- leftovers: jobs whose epilog never ran, temp files of killed writers, locks held by a hung hook ---

@@ -61,14 +61,14 @@ def test_sanitize_never_leaks_control_characters(text):
     assert all(ch.isprintable() and ch not in "\"'`$\\\n\r\t" for ch in out)
 
 
-def test_ours_refinable_and_checks_in_reason():
+def test_ours_refinable_and_checks_named_in_reason():
     prefix = "slurm-hooks:"
     assert policy.is_ours("slurm-hooks: gpu.ecc: x", prefix)
     assert not policy.is_ours("bad DIMM -- ticket 123", prefix) and not policy.is_ours(None, prefix)
     assert policy.is_refinable("Prolog error") and not policy.is_refinable("Prolog error, see ticket")
-    assert policy.checks_in_reason("slurm-hooks: gpu.memory: gpu:3 x -> reset-gpu", prefix) == ["gpu.memory"]
-    assert policy.checks_in_reason("slurm-hooks: garbage", prefix) == []
-    assert policy.checks_in_reason("admin: gpu.memory: x", prefix) == []
+    assert policy.read_reason("slurm-hooks: gpu.memory: gpu:3 x -> reset-gpu", prefix).checks == ("gpu.memory",)
+    assert not policy.read_reason("slurm-hooks: garbage", prefix).checks
+    assert not policy.read_reason("admin: gpu.memory: x", prefix).checks
 
 
 @pytest.mark.parametrize("state,flags,expected", [

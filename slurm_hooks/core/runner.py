@@ -33,9 +33,6 @@ class JobContext(Struct):
     node_name: Optional[str] = None
     gpus: Optional[Tuple[int, ...]] = None  # host GPU indices allocated to the job; None = all GPUs
 
-    def covers_gpu(self, index: int) -> bool:
-        return self.gpus is None or index in self.gpus
-
 
 class GatherContext:
     """What a gatherer sees: the Host, the job, node settings and the other gatherers (cached)."""

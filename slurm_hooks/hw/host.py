@@ -246,15 +246,6 @@ class Host:
             raise LiveOnly(host_path, "not in this tree's %s (the capture did not stat it)" % CAPTURED_STATVFS)
         return usage
 
-    def readlink_name(self, host_path: str) -> Optional[str]:
-        """Last component of a symlink's target (e.g. the driver of a PCI device), None if absent."""
-        if self.log is not None:
-            self.log.probed.add(host_path)
-        try:
-            return os.path.basename(os.readlink(self.real_link(host_path)))
-        except OSError:
-            return None
-
     def read_lines(self, host_path: str, default: Any = _MISSING, max_bytes: int = DEFAULT_MAX_BYTES) -> List[str]:
         text = self.read_text(host_path, default=None if default is not _MISSING else _MISSING, max_bytes=max_bytes)
         if text is None:

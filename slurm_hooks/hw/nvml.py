@@ -104,9 +104,9 @@ def outcome(code: int) -> ErrorOutcome:
 MEMORY_ERROR_CORRECTED, MEMORY_ERROR_UNCORRECTED = 0, 1  # nvmlMemoryErrorType_t
 VOLATILE_ECC, AGGREGATE_ECC = 0, 1  # nvmlEccCounterType_t
 MEMORY_LOCATION_DRAM, MEMORY_LOCATION_SRAM = 2, 7  # nvmlMemoryLocation_t
-CLOCK_GRAPHICS, CLOCK_SM, CLOCK_MEM = 0, 1, 2  # nvmlClockType_t
+CLOCK_GRAPHICS, CLOCK_MEM = 0, 2  # nvmlClockType_t
 TEMPERATURE_GPU = 0  # nvmlTemperatureSensors_t
-TEMPERATURE_THRESHOLD_SHUTDOWN, TEMPERATURE_THRESHOLD_SLOWDOWN = 0, 1  # nvmlTemperatureThresholds_t
+TEMPERATURE_THRESHOLD_SLOWDOWN = 1  # nvmlTemperatureThresholds_t
 PAGE_RETIREMENT_SINGLE_BIT, PAGE_RETIREMENT_DOUBLE_BIT = 0, 1  # nvmlPageRetirementCause_t
 FI_DEV_NVLINK_LINK_COUNT = 91  # nvmlDeviceGetFieldValues field ids
 # Time (ns) the clocks were held down, per reason, since the driver loaded: nvmlDeviceGetFieldValues ids from

@@ -27,7 +27,7 @@ _BDF = re.compile(r"^[0-9a-f]{4,8}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
 
 # PCI Express capability: device/port type in bits 7:4 of the capabilities register.
 CAP_ID_EXP = 0x10
-PORT_ENDPOINT, PORT_LEGACY_ENDPOINT, PORT_ROOT, PORT_UPSTREAM, PORT_DOWNSTREAM = 0x0, 0x1, 0x4, 0x5, 0x6
+PORT_ENDPOINT, PORT_ROOT, PORT_UPSTREAM, PORT_DOWNSTREAM = 0x0, 0x4, 0x5, 0x6
 PORT_PCI_BRIDGE = 0x7  # PCI Express to PCI/PCI-X bridge: one bridge, devices behind it share its secondary bus
 ECAP_ID_ACS = 0x000D
 # ACS control register bits (PCIe Base spec 7.7.8), named as `lspci -vvv` prints them in ACSCtl.

@@ -133,11 +133,6 @@ def _listdir(path: str) -> List[str]:
         return []
 
 
-def _is_gpu_file(name: str) -> bool:
-    """"3" or a MIG instance "3.1"; never our lock or temp files."""
-    return bool(_GPU_FILE.match(name))
-
-
 def _mtime(dir_fd: int, name: str) -> float:
     try:
         return os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mtime

@@ -24,7 +24,6 @@ from typing import Iterable, List, Mapping, Optional, Sequence, Tuple
 from ..core.structs import Struct
 from ..result import Action, Blame, Result, Status
 
-SLURM_OWN_REASONS = ("Prolog error", "Epilog error", "Not responding", "Kill task failed")
 REFINABLE_REASONS = ("Prolog error", "Epilog error")
 
 
@@ -230,11 +229,6 @@ def read_reason(reason: Optional[str], prefix: str) -> ReasonOwner:
 def is_refinable(reason: Optional[str]) -> bool:
     """Slurm's own generic drain reason after a failed prolog/epilog: ours to replace with a precise one."""
     return bool(reason) and reason.strip() in REFINABLE_REASONS
-
-
-def checks_in_reason(reason: str, prefix: str) -> List[str]:
-    """The checks named in one of our automatic reasons ('slurm-hooks: gpu.ecc: ...' -> ['gpu.ecc'])."""
-    return list(read_reason(reason, prefix).checks)
 
 
 def unproven(checks: Iterable[str], results: Iterable[Result]) -> List[str]:
