@@ -8,19 +8,8 @@ import sys
 import pytest
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-if REPO not in sys.path:
+if REPO not in sys.path:  # `tests.*` (helpers, doubles, fakenode, slurmcluster) imports from the checkout
     sys.path.insert(0, REPO)
-
-
-def abort_on_purpose() -> None:
-    """Kill this (forked check) process with SIGABRT, as an NVML call that aborts does, without the
-    "Fatal Python error: Aborted" thread dump pytest's faulthandler would print into the CI log: every
-    test that crashes a process on purpose goes through here (test_hooks checks that none calls
-    os.abort() itself)."""
-    import faulthandler
-
-    faulthandler.disable()
-    os.abort()
 
 
 @pytest.fixture
@@ -55,7 +44,7 @@ def write_tree(tmp_path):
     return write
 
 
-from slurmcluster import slurm_cluster, slurm_cluster_factory  # noqa: E402,F401  (pytest fixtures)
+from tests.slurmcluster import slurm_cluster, slurm_cluster_factory  # noqa: E402,F401  (pytest fixtures)
 
 
 @pytest.fixture
@@ -93,23 +82,23 @@ def nvml_node(fake_node):
     nvml.reset_sessions()
 
 
-def fake_node_config(config=None):
-    """`config` plus [general] root_live_sources = ["nvml"]: under a root other than / NVML is refused
-    unless asked for, and a fake node's NVML is the fake library (`--live nvml` on the command line)."""
-    data = dict(config or {})
-    general = dict(data.get("general", {}))
-    general.setdefault("root_live_sources", ["nvml"])
-    data["general"] = general
-    return data
+@pytest.fixture
+def gpu_node(fake_node):
+    """A DGX-H100 fake node loaded into this process's pynvml; unloaded afterwards."""
+    import pynvml
 
+    from slurm_hooks.hw import nvml
+    from tests.fakenode import fakenvml
+    from tests.helpers import BOOT_ID
 
-def run_on_node(registry, node, names, config=None, job=None, context="manual"):
-    """Results of the named checks (or families) on a fake node, in-process, as `slurm-hooks check --live nvml` runs
-    them (the fake node's NVML is the fake library this process loaded)."""
-    from slurm_hooks.core.config import validate
-    from slurm_hooks.core.runner import run_checks, select_checks
-    from slurm_hooks.hw.host import Host
-
-    report = run_checks(registry, validate(registry, fake_node_config(config)), Host(str(node.root)), context,
-                        select_checks(registry, context, names), job=job)
-    return report.results()
+    node = fake_node("dgx-h100")
+    node.write("/proc/sys/kernel/random/boot_id", BOOT_ID)
+    node.load_into_pynvml()
+    nvml.reset_sessions()
+    yield node
+    try:
+        pynvml.nvmlShutdown()
+    except pynvml.NVMLError:
+        pass
+    fakenvml.unload_from_pynvml()
+    nvml.reset_sessions()

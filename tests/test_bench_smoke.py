@@ -9,7 +9,7 @@ import re
 import subprocess
 import sys
 
-from conftest import REPO
+from tests.helpers import REPO
 
 
 def test_benchmark_smoke_run_produces_every_section(tmp_path):

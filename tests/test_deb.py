@@ -24,8 +24,9 @@ from pathlib import Path
 from typing import Dict, List
 
 import pytest
-from conftest import REPO
-from slurmcluster import SlurmCluster, require_slurm
+
+from tests.helpers import REPO
+from tests.slurmcluster import SlurmCluster, require_slurm
 
 BUILD_SCRIPT = os.path.join(REPO, "tools", "build_deb.sh")
 LOCK = "/run/lock/slurm-hooks-deb-test.lock"

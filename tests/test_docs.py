@@ -6,7 +6,7 @@ import re
 import subprocess
 import sys
 
-from conftest import REPO
+from tests.helpers import REPO
 
 sys.path.insert(0, os.path.join(REPO, "tools"))
 import update_readme  # noqa: E402

@@ -12,8 +12,6 @@ import errno
 import json
 
 import pytest
-from conftest import abort_on_purpose
-from test_drainer import MemoryBackend, cluster
 
 from slurm_hooks import hooks
 from slurm_hooks.cli.hook_verbs import node_status
@@ -24,6 +22,8 @@ from slurm_hooks.result import Action, ExitCode, Result, Status
 from slurm_hooks.slurm import drainer, nodelock
 from slurm_hooks.slurm.client import NodeInfo, SlurmClient
 from slurm_hooks.slurm.drainer import Outcome
+from tests.doubles.memory_slurm import MemoryBackend, cluster
+from tests.helpers import abort_on_purpose
 
 JOB_ENV = {"SLURM_JOB_ID": "42", "SLURM_JOB_USER": "alice", "SLURMD_NODENAME": "node1"}
 HEALTH_ENV = {"SLURMD_NODENAME": "node1"}

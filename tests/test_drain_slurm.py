@@ -15,12 +15,12 @@ import subprocess
 import time
 
 import pytest
-from slurmcluster import drain_backend_under_test
-from test_e2e_slurm import DIRECT_JOB_ID, GPU_FAULT, NODES, ctld_reason, is_drained, start_rig
 
 from slurm_hooks.core.config import SECTIONS
 from slurm_hooks.slurm import drainer
 from slurm_hooks.slurm.client import ScontrolBackend, SlurmClient, run_argv
+from tests.slurm_rig import DIRECT_JOB_ID, GPU_FAULT, NODES, ctld_reason, is_drained, start_rig
+from tests.slurmcluster import drain_backend_under_test
 
 pytestmark = pytest.mark.slurm
 

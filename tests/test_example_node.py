@@ -7,7 +7,7 @@ import subprocess
 import sys
 import time
 
-from conftest import REPO
+from tests.helpers import REPO
 
 CLI = [sys.executable, "-m", "slurm_hooks"]
 

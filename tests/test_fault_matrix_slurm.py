@@ -11,8 +11,9 @@ from __future__ import annotations
 import time
 
 import pytest
-from test_e2e_slurm import ctld_reason, is_drained, report, start_rig
-from test_fault_matrix import FAULTS, Edits
+
+from tests.fault_table import FAULTS, Edits
+from tests.slurm_rig import ctld_reason, is_drained, report, start_rig
 
 pytestmark = pytest.mark.slurm
 

@@ -3,20 +3,15 @@ node passes, and each injected fault is caught with the right status, component 
 from __future__ import annotations
 
 import pytest
-from conftest import run_on_node as run
 
 from slurm_hooks.core.runner import JobContext
 from slurm_hooks.hw import nvml
 from slurm_hooks.result import Action, Blame, Status
+from tests.helpers import GPU_BDF, component
+from tests.helpers import run_on_node as run
 
-GPU_BDF = {0: "0000:18:00.0", 1: "0000:1a:00.0", 2: "0000:42:00.0", 3: "0000:44:00.0", 4: "0000:9a:00.0",
-           5: "0000:9c:00.0", 6: "0000:c4:00.0", 7: "0000:c6:00.0"}
 PER_GPU_CHECKS = ["gpu.ecc", "gpu.remap", "gpu.recovery", "gpu.driver", "gpu.clocks", "gpu.power", "gpu.thermal",
                   "gpu.pcie", "gpu.nvlink", "gpu.leftovers"]
-
-
-def component(index):
-    return "gpu:%d %s" % (index, GPU_BDF[index])
 
 
 def test_healthy_node_passes_every_gpu_check(registry, nvml_node):

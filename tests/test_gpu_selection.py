@@ -3,12 +3,13 @@ fallback; per-GPU checks look only at the job's GPUs; a GPU Slurm allocated that
 from __future__ import annotations
 
 import pytest
-from test_gpu_checks import component, run
 
 from slurm_hooks.checks.gpu.inventory import GpuDevice, select_gpus
 from slurm_hooks.core.runner import JobContext
 from slurm_hooks.hw import nvml
 from slurm_hooks.result import Action, Blame, Status
+from tests.helpers import component
+from tests.helpers import run_on_node as run
 
 
 def devices(minors):

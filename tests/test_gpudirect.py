@@ -5,10 +5,9 @@ import json
 import subprocess
 import sys
 
-from conftest import REPO
-from conftest import run_on_node as run
-
 from slurm_hooks.result import Action, Status
+from tests.helpers import REPO
+from tests.helpers import run_on_node as run
 
 PEERMEM_WITHOUT_SYSFS = {"modules": {"nvidia_peermem": {"version": ""}}, "memory_peers": {"nv_mem": ""}}
 NO_PEERMEM = {"modules": {"nvidia_peermem": False}, "memory_peers": {"nv_mem": ""}}

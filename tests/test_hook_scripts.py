@@ -5,7 +5,8 @@ import os
 import subprocess
 
 import pytest
-from conftest import REPO
+
+from tests.helpers import REPO
 
 SCRIPTS = ["prolog.d/50-slurm-hooks", "epilog.d/50-slurm-hooks"]
 

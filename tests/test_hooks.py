@@ -5,8 +5,6 @@ import json
 import os
 
 import pytest
-from conftest import abort_on_purpose
-from test_drainer import REASON, cluster
 
 from slurm_hooks.core.config import validate
 from slurm_hooks.hooks import main_hook, run_hook
@@ -14,6 +12,8 @@ from slurm_hooks.registry import Registry
 from slurm_hooks.result import Action, Blame, ExitCode, Result, Status
 from slurm_hooks.slurm.client import NodeInfo, SlurmClient
 from slurm_hooks.slurm.drainer import Outcome
+from tests.doubles.memory_slurm import REASON, cluster
+from tests.helpers import abort_on_purpose
 
 JOB_ENV = {"SLURM_JOB_ID": "42", "SLURM_JOB_USER": "alice", "SLURMD_NODENAME": "node1", "SLURM_JOB_GPUS": "0,1"}
 
@@ -97,16 +97,16 @@ def test_crash_in_check_process_is_contained(setup):
 def test_crashing_on_purpose_prints_no_fatal_error_dump(tmp_path):
     """The deliberate crashes used to print pytest's faulthandler thread dump ("Fatal Python error:
     Aborted" and every thread's stack) straight into the CI log, though the tests passed. Every test
-    crashes through conftest.abort_on_purpose, and the crashing tests run clean."""
+    crashes through tests.helpers.abort_on_purpose, and the crashing tests run clean."""
     import re
     import subprocess
     import sys
 
     here = os.path.dirname(os.path.abspath(__file__))
     for name in sorted(os.listdir(here)):
-        if name.endswith(".py") and name != "conftest.py":
+        if name.endswith(".py") and name != "helpers.py":
             with open(os.path.join(here, name)) as handle:
-                assert not re.search(r"\bos\.abort\(\)", handle.read()), "%s: use conftest.abort_on_purpose()" % name
+                assert not re.search(r"\bos\.abort\(\)", handle.read()), "%s: use tests.helpers.abort_on_purpose()" % name
     crashing = [os.path.join(here, "test_hooks.py") + "::test_crash_in_check_process_is_contained",
                 os.path.join(here, "test_drain_flow.py") + "::test_unknown_or_timeout_keeps_the_drain[crash]"]
     proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"] + crashing,

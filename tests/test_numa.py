@@ -2,10 +2,10 @@
 from __future__ import annotations
 
 import pytest
-from conftest import run_on_node as run
 
 from slurm_hooks.core.runner import JobContext
 from slurm_hooks.result import Action, Blame, Status
+from tests.helpers import run_on_node as run
 
 HOUSEKEEPING = "0-1,112-113"
 SWAPPED_GRES = ("NodeName=dgx-h100-[01-16] Name=gpu Type=h100 File=/dev/nvidia[0-3] Cores=56-111\n"

@@ -7,10 +7,11 @@ import logging
 import re
 
 import pytest
-from test_gpu_checks import component, run
 
 from slurm_hooks.hw import nvml
 from slurm_hooks.result import Action, Blame, Status
+from tests.helpers import component
+from tests.helpers import run_on_node as run
 
 U, F, S = Status.UNKNOWN, Status.FAIL, Status.SKIP
 # The review, written out a second time on purpose: changing a row in nvml.py must change it here too.

@@ -11,7 +11,8 @@ import subprocess
 import sys
 
 import pytest
-from conftest import REPO
+
+from tests.helpers import REPO
 
 sys.path.insert(0, os.path.join(REPO, "tools"))
 import make_default_config  # noqa: E402

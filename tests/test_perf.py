@@ -11,11 +11,11 @@ import json
 import time
 
 import pytest
-from test_hangs import Prolog
 
 from slurm_hooks.hw import cpustat
 from slurm_hooks.records import perf
 from slurm_hooks.records.build import summarize
+from tests.prolog_rig import Prolog
 
 # /proc/stat of a real 8-CPU machine: prometheus/procfs testdata/fixtures.ttar (fixtures/proc/stat),
 # commit 3c943fdba94a978d990553698da4add62bb11a30 (Apache-2.0); CPU lines and the counters after them.
@@ -267,7 +267,7 @@ def test_a_hung_infiniband_counter_read_stays_bounded(nodes):
     """A FIFO where port_xmit_wait should be: open() blocks forever, as on a wedged HCA driver. The
     snapshot runs in the forked check process under [records] snapshot_timeout: the prolog ends,
     exits 0, and the epilog still writes a record (marked as having no comparable prolog snapshot)."""
-    from test_hangs import make_fifo
+    from tests.prolog_rig import make_fifo
 
     hooks = nodes[0]
     hooks.config.write_text(hooks.config.read_text().replace("snapshot_timeout = 20.0", "snapshot_timeout = 1.0"))

@@ -11,12 +11,12 @@ import subprocess
 import sys
 
 import pytest
-from conftest import REPO
 
 from slurm_hooks.core import plugins
 from slurm_hooks.core.config import ConfigError, load_config
 from slurm_hooks.core.config_files import INSECURE_OVERRIDE_ENV
 from slurm_hooks.registry import load_builtin_checks
+from tests.helpers import REPO
 
 OTHER_UID = 4321
 as_root = pytest.mark.skipif(os.geteuid() != 0, reason="chown to another uid needs root")

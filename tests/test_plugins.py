@@ -8,7 +8,6 @@ import subprocess
 import sys
 
 import pytest
-from conftest import REPO
 
 from slurm_hooks.core import plugins
 from slurm_hooks.core.config import validate
@@ -17,6 +16,7 @@ from slurm_hooks.core.runner import run_checks, select_checks
 from slurm_hooks.hw.host import Host
 from slurm_hooks.registry import REGISTRY, load_builtin_checks
 from slurm_hooks.result import Action, Status
+from tests.helpers import REPO
 
 
 def admin_guide_example() -> str:

@@ -12,7 +12,6 @@ import sys
 import time
 
 import pytest
-from test_snapshot import BOOT_ID, gpu_node  # noqa: F401  (fixture)
 
 from slurm_hooks.core.config import validate
 from slurm_hooks.core.runner import CheckRun, JobContext, RunReport
@@ -22,6 +21,7 @@ from slurm_hooks.result import Result, Status
 from slurm_hooks.slurm import policy
 from slurm_hooks.slurm.drainer import Enacted, Outcome
 from slurm_hooks.slurm.jobenv import job_from_env
+from tests.helpers import BOOT_ID
 
 XID_79 = "NVRM: Xid (PCI:0000:%s): 79, pid=1234, name=python, GPU has fallen off the bus."
 ENV = {"SLURM_JOB_ID": "4242", "SLURM_JOB_USER": "alice", "SLURMD_NODENAME": "node1", "SLURM_JOB_GPUS": "0,1",

@@ -23,9 +23,10 @@ import time
 from pathlib import Path
 from typing import Dict, List, Tuple
 
-import elroot
 import pytest
-from conftest import REPO
+
+from tests import elroot
+from tests.helpers import REPO
 
 BUILD_SCRIPT = os.path.join(REPO, "tools", "build_rpm.sh")
 RPMLINT_CONFIG = os.path.join(REPO, "packaging", "rpmlint.toml")

@@ -1,5 +1,5 @@
 """slurm_hooks.slurm.client: parser table tests, backend unit tests, and ONE contract suite that runs against
-(a) ScontrolBackend on the real slurmctld, (b) PyslurmBackend over tests/pyslurm_double.py (also the
+(a) ScontrolBackend on the real slurmctld, (b) PyslurmBackend over tests/doubles/pyslurm.py (also the
 real slurmctld underneath), (c) PyslurmBackend over real pyslurm when a matching one is importable."""
 from __future__ import annotations
 
@@ -12,8 +12,6 @@ import time
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from pyslurm_double import PyslurmDouble
-from slurmcluster import slurm_cluster_factory  # noqa: F401 - fixture (until conftest imports it)
 
 from slurm_hooks.core.structs import FrozenError
 from slurm_hooks.slurm import client as slurm
@@ -32,6 +30,8 @@ from slurm_hooks.slurm.client import (
     parse_nodes,
     parse_state,
 )
+from tests.doubles.pyslurm import PyslurmDouble
+from tests.slurmcluster import slurm_cluster_factory  # noqa: F401 - fixture (until conftest imports it)
 
 # ---------------------------------------------------------------------------------------------
 # parser tables
@@ -722,7 +722,7 @@ def test_hung_controller_times_out_by_our_timeout(cluster):
 
 
 # ---------------------------------------------------------------------------------------------
-# pyslurm's own API: the double (tests/pyslurm_double.py) and the real pyslurm, same tests, same
+# pyslurm's own API: the double (tests/doubles/pyslurm.py) and the real pyslurm, same tests, same
 # slurmctld. What PyslurmBackend relies on, and what the real one showed on Slurm 25.11.
 
 

@@ -23,10 +23,10 @@ import time
 from pathlib import Path
 
 import pytest
-from slurmcluster import find_binary, require_slurm, unreachable_slurm_cost
-from test_e2e_slurm import DIRECT_JOB_ID, GPU_FAULT, ctld_reason, is_drained, report, start_rig
 
 from slurm_hooks.slurm import drainer
+from tests.slurm_rig import DIRECT_JOB_ID, GPU_FAULT, ctld_reason, is_drained, report, start_rig
+from tests.slurmcluster import find_binary, require_slurm, unreachable_slurm_cost
 
 CHECKS_S = 3.0  # interpreter + checks of the fake 8-GPU node, on a loaded 2-core VM
 
@@ -179,13 +179,12 @@ def test_munge_down(hooks, munge):
 # found while writing the above (in-process, no Slurm needed)
 
 def test_health_forgets_an_undelivered_drain_without_asking_slurm(tmp_path):
-    from test_drainer import cluster
-
     from slurm_hooks.core.config import validate
     from slurm_hooks.hooks import run_hook
     from slurm_hooks.registry import Registry
     from slurm_hooks.result import Action, Result, Status
     from slurm_hooks.slurm.client import SlurmClient
+    from tests.doubles.memory_slurm import cluster
 
     verdict = tmp_path / "verdict"
     verdict.write_text("broken")

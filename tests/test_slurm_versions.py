@@ -19,7 +19,6 @@ import time
 from pathlib import Path
 
 import pytest
-from slurmcluster import SlurmCluster, find_binary, require_slurm
 
 from slurm_hooks.slurm import drainer, policy
 from slurm_hooks.slurm.client import (
@@ -32,6 +31,7 @@ from slurm_hooks.slurm.client import (
     parse_nodes,
     parse_version,
 )
+from tests.slurmcluster import SlurmCluster, find_binary, require_slurm
 
 pytestmark = pytest.mark.slurm
 

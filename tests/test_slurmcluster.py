@@ -5,8 +5,9 @@ import os
 import time
 
 import pytest
-import slurmcluster
-from slurmcluster import (
+
+from tests import slurmcluster
+from tests.slurmcluster import (
     SlurmCluster,
     SlurmNotInstalled,
     node_registered,

@@ -6,36 +6,7 @@ import pytest
 from slurm_hooks.hw import cpustat, nvml
 from slurm_hooks.hw.host import Host
 from slurm_hooks.records import counters as snapshot
-
-BOOT_ID = "8c4f5a7e-1111-2222-3333-444455556666"
-
-
-def _reset_sessions():
-    reset = getattr(nvml, "reset_sessions", None)
-    if reset is not None:
-        reset()
-    else:
-        nvml._sessions.clear()
-
-
-@pytest.fixture
-def gpu_node(fake_node):
-    """A DGX-H100 fake node loaded into this process's pynvml; unloaded afterwards."""
-    import pynvml
-
-    from tests.fakenode import fakenvml
-
-    node = fake_node("dgx-h100")
-    node.write("/proc/sys/kernel/random/boot_id", BOOT_ID)
-    node.load_into_pynvml()
-    _reset_sessions()
-    yield node
-    try:
-        pynvml.nvmlShutdown()
-    except pynvml.NVMLError:
-        pass
-    fakenvml.unload_from_pynvml()
-    _reset_sessions()
+from tests.helpers import BOOT_ID
 
 
 def take(node, gpus=(0, 1), processes=False, ib=("symbol_error", "link_downed")):
@@ -176,7 +147,7 @@ def test_without_nvml_the_snapshot_still_has_the_node_part(tmp_path, write_tree)
     assert snap["ib"] == {"mlx5_0:1": {"symbol_error": 12}}
     assert any("NVML unusable" in n for n in snap["notes"])
     assert any("link_downed" in n for n in snap["notes"]) and any("etc/shadow" in n for n in snap["notes"])
-    _reset_sessions()
+    nvml.reset_sessions()
 
 
 @pytest.mark.parametrize("before, after, delta, reset", [

@@ -1,9 +1,8 @@
 """Family `topology` on fake nodes: GPU-NIC/NVMe locality, ACS, IOMMU (in-process, real pynvml, fake library)."""
 from __future__ import annotations
 
-from conftest import run_on_node as run
-
 from slurm_hooks.result import Action, Status
+from tests.helpers import run_on_node as run
 
 # GPUs 6 and 7 (switch sw3, NUMA 1) lose every NIC on their socket: sw2 moves to NUMA 0 and takes
 # mlx5_6/mlx5_7 along; the storage NICs move to NUMA 0 as well.

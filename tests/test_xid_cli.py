@@ -8,7 +8,8 @@ import subprocess
 import sys
 
 import pytest
-from conftest import REPO
+
+from tests.helpers import REPO
 
 BOOT = "0b7e6d5c-4a3b-2c1d-0e9f-8a7b6c5d4e3f"
 X79 = "NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, name=python, GPU has fallen off the bus."

@@ -1,0 +1,50 @@
+"""Helpers shared by the test modules, imported as `from tests.helpers import ...` (the one way: test
+modules never import each other or conftest; test doubles live in tests/doubles/, the real Slurm in
+tests/slurmcluster.py, the end-to-end rig in tests/slurm_rig.py, the fault table in tests/fault_table.py).
+"""
+from __future__ import annotations
+
+import os
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+GPU_BDF = {0: "0000:18:00.0", 1: "0000:1a:00.0", 2: "0000:42:00.0", 3: "0000:44:00.0", 4: "0000:9a:00.0",
+           5: "0000:9c:00.0", 6: "0000:c4:00.0", 7: "0000:c6:00.0"}  # the DGX-H100 fake node's GPUs, NVML index -> bus id
+BOOT_ID = "8c4f5a7e-1111-2222-3333-444455556666"  # the boot id the gpu_node fixture writes
+
+
+def component(index: int) -> str:
+    """How the GPU checks name GPU `index` of the DGX-H100 fake node in a Result's component."""
+    return "gpu:%d %s" % (index, GPU_BDF[index])
+
+
+def abort_on_purpose() -> None:
+    """Kill this (forked check) process with SIGABRT, as an NVML call that aborts does, without the
+    "Fatal Python error: Aborted" thread dump pytest's faulthandler would print into the CI log: every
+    test that crashes a process on purpose goes through here (test_hooks checks that none calls
+    os.abort() itself)."""
+    import faulthandler
+
+    faulthandler.disable()
+    os.abort()
+
+
+def fake_node_config(config=None):
+    """`config` plus [general] root_live_sources = ["nvml"]: under a root other than / NVML is refused
+    unless asked for, and a fake node's NVML is the fake library (`--live nvml` on the command line)."""
+    data = dict(config or {})
+    general = dict(data.get("general", {}))
+    general.setdefault("root_live_sources", ["nvml"])
+    data["general"] = general
+    return data
+
+
+def run_on_node(registry, node, names, config=None, job=None, context="manual"):
+    """Results of the named checks (or families) on a fake node, in-process, as `slurm-hooks check --live nvml` runs
+    them (the fake node's NVML is the fake library this process loaded)."""
+    from slurm_hooks.core.config import validate
+    from slurm_hooks.core.runner import run_checks, select_checks
+    from slurm_hooks.hw.host import Host
+
+    report = run_checks(registry, validate(registry, fake_node_config(config)), Host(str(node.root)), context,
+                        select_checks(registry, context, names), job=job)
+    return report.results()
