@@ -1,4 +1,5 @@
-"""What each CLI verb does, in terms of the library (config, registry, runner, output)."""
+"""`check`, `capture`, `list`, `config`: what each verb does, in terms of the library (config, registry, runner,
+report_format)."""
 from __future__ import annotations
 
 import os

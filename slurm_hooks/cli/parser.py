@@ -1,4 +1,4 @@
-"""The argparse pieces of the command line, kept apart from cli.py so the prolog never imports argparse.
+"""The argparse pieces of the command line, kept apart from main.py so the prolog never imports argparse.
 
 argparse brings shutil, gettext and locale with it (a few ms); `slurm-hooks prolog|epilog|health`
 parse their few options by hand (cli.parse_hook_args) and only the admin verbs build parsers.

@@ -32,7 +32,7 @@ recorded under ``unavailable``, never guessed):
 - CPU time per CPU (/proc/stat) and of Slurm's jobs (cgroup v2 cpu.stat): cpustat.read_cpu_times.
 
 A snapshot is a plain JSON-able dict (schema SNAPSHOT_SCHEMA) with flat counter names, so the
-epilog's deltas are a key-by-key difference (`deltas`). NVML calls may hang; records.py runs
+epilog's deltas are a key-by-key difference (`deltas`). NVML calls may hang; store.py runs
 `take` in a forked child bounded in time (isolation.run_isolated).
 """
 from __future__ import annotations
@@ -64,7 +64,7 @@ CLOCK_EVENT_FIELDS = (("sw_power_cap", nvml.FI_CLOCKS_EVENT_SW_POWER_CAP),
                       ("hw_power_brake_slowdown", nvml.FI_CLOCKS_EVENT_HW_POWER_BRAKE_SLOWDOWN),
                       ("sync_boost", nvml.FI_CLOCKS_EVENT_SYNC_BOOST))
 IB_PERF_COUNTERS = ("port_xmit_wait", "port_xmit_data", "port_rcv_data")
-GPU_BUDGET_S = 2.0  # seconds before a GPU that does not answer is given up (records.py passes its own)
+GPU_BUDGET_S = 2.0  # seconds before a GPU that does not answer is given up (store.py passes its own)
 _COUNTER_NAME = re.compile(r"^[A-Za-z0-9_]{1,64}$")
 _TEXT_CALLS = (("uuid", "nvmlDeviceGetUUID"), ("serial", "nvmlDeviceGetSerial"), ("name", "nvmlDeviceGetName"))
 

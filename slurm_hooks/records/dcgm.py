@@ -9,7 +9,7 @@ removes it from every file.
 A job whose epilog never ran (slurmd killed, node crashed mid-job) heals on the GPU's next job: the
 prolog keeps, beside its own job, only the jobs that are still running on this node. Running means
 a Slurm cgroup for the job exists (cgroup v2: system.slice/*slurmstepd.scope/job_<id>; v1:
-<controller>/slurm*/uid_*/job_<id>, the paths of cgroup.py). Where no Slurm cgroup tree is visible
+<controller>/slurm*/uid_*/job_<id>, the paths of slurm/cgroup.py). Where no Slurm cgroup tree is visible
 at all (proctrack/linuxproc without task/cgroup) nothing can be asked, and the prolog relies on
 Slurm's default that a GPU belongs to one job at a time: the new job replaces the old entries.
 Sites sharing GPUs between jobs (gres/shard, MPS) run task/cgroup, so their jobs are seen running.

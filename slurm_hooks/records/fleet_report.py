@@ -8,7 +8,7 @@ whose mtime is older are skipped without being opened (a record is written at th
 
 Ranking: hard errors (Xids, SXids, uncorrectable ECC, row remaps, retired pages) first, then soft
 errors (correctable ECC, NVLink, PCIe replays, InfiniBand), then GPU-seconds of throttling, then
-leftover processes (recordbuild.rank_key). Records without a prolog snapshot have no deltas; they
+leftover processes (build.rank_key). Records without a prolog snapshot have no deltas; they
 are counted ("no_deltas") but add nothing to the error totals.
 """
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The record's `summary.perf`: figures that compare one node of a job with its peers (fail-slow).
 
-Pure functions over a built record (recordbuild.py): the GPUs' counter deltas, the InfiniBand traffic
+Pure functions over a built record (build.py): the GPUs' counter deltas, the InfiniBand traffic
 deltas (`ib[].traffic`) and the CPU window (`cpu`, made here by `cpu_window` from the two snapshots).
 The metric names and units are the contract with `slurm-hooks report` (docs/records.md, "perf"):
 rates are per second of the job's wall time, fractions are of that wall time, and a figure that

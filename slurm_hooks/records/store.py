@@ -5,7 +5,7 @@ bounded by [records] snapshot_timeout (NVML can hang), stored as <[paths] state_
 (mode 0600, written atomically: temp file + fsync + rename + fsync of the directory).
 
 Epilog (`epilog_record`): snapshot again (with leftover processes and memory), read the Xid/SXid
-lines of the kernel log, and write <[records] dir>/<node>/<job>.json (recordbuild.RECORD_SCHEMA,
+lines of the kernel log, and write <[records] dir>/<node>/<job>.json (build.RECORD_SCHEMA,
 documented in docs/records.md): deltas since the prolog, Xids logged during the job, leftover GPU
 processes, the epilog's check results, the decision, timings, GPU UUIDs and serials. Only the
 validated job id, user and GPU list come from the job; never its environment. Then the node's

@@ -1,0 +1,3 @@
+"""Everything about Slurm: the job's environment, gres.conf and cgroups, the client (scontrol or
+pyslurm), policy (results -> verdict; drain reasons; outcomes), the drainer and the per-node lock.
+"""

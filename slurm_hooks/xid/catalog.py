@@ -92,7 +92,7 @@ class Classification(Struct):
 
 
 def _read_packaged_text() -> str:
-    """The catalog shipped as slurm_hooks/data/xid_catalog.json: a plain file beside this module in
+    """The catalog shipped as slurm_hooks/data/xid_catalog.json: a plain file of the package in
     every install we make (RPM, pip, checkout); importlib.resources (and the pathlib it imports,
     a few ms of every prolog) only for a zipped install."""
     path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "data", _DATA_FILE)
