@@ -14,14 +14,13 @@ import json
 import pytest
 
 from slurm_hooks import hooks
-from slurm_hooks.cli.hook_verbs import node_status
 from slurm_hooks.core.config import validate
 from slurm_hooks.hooks import run_hook
 from slurm_hooks.registry import Registry
 from slurm_hooks.result import Action, ExitCode, Result, Status
 from slurm_hooks.slurm import drainer, nodelock
 from slurm_hooks.slurm.client import NodeInfo, SlurmClient
-from slurm_hooks.slurm.drainer import Outcome
+from slurm_hooks.slurm.drainer import Outcome, node_status
 from tests.doubles.memory_slurm import MemoryBackend, cluster
 from tests.helpers import abort_on_purpose
 

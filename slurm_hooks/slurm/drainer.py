@@ -333,3 +333,42 @@ def _resume_reason(marker: str, prefix: str) -> Optional[str]:
     one that reads as ours (then nothing is sent)."""
     text = policy.sanitize(marker)[:200]
     return None if not text or policy.is_ours(text, prefix) else text
+
+
+def node_status(client, name: str, config, local: bool, local_state) -> dict:
+    """What Slurm says about one node and whose drain it is, in words that do not overclaim."""
+    prefix = config.get("drain", "reason_prefix")
+    info = {"node": name}
+    try:
+        node = client.show_node(name)
+    except SlurmError as exc:
+        what = ("Slurm client unusable" if isinstance(exc, SlurmClientMissing) else
+                "slurmctld unreachable" if isinstance(exc, SlurmUnavailable) else "Slurm refused")
+        info["error"] = "%s: %s" % (what, exc)
+        return info
+    owner = policy.read_reason(node.reason, prefix)
+    info.update(state=node.state_string, reason=node.reason, reason_time_utc=node.reason_time,
+                reason_user=node.reason_user)
+    if not node.is_drained:
+        info["drain"] = "not drained"
+    elif owner.kind == "manual":
+        info["drain"] = "slurm-hooks, by an admin (slurm-hooks drain): never resumed automatically"
+    elif owner.automatic and node.is_failed:
+        info["drain"] = "someone else's: the node is FAIL"
+    elif owner.automatic:
+        checks = ",".join(owner.checks) + ("" if owner.complete else ",...")
+        info["drain"] = "slurm-hooks, automatic (%s)" % checks
+        if local:
+            record = (local_state[0] or {}).get("drained") if local_state[1] else None
+            if not local_state[1]:
+                info["local_record"] = "lost: the next health run rebuilds it from this reason"
+            elif record and record.get("reason") == node.reason and (
+                    not record.get("reason_time") or record.get("reason_time") == node.reason_time):
+                info["local_record"] = "matches: resumed once %s pass" % ",".join(record.get("checks") or [])
+            else:
+                info["local_record"] = ("does not match: not provably ours (re-reasoned, or a reason Slurm kept "
+                                        "from an earlier drain); never resumed automatically")
+    else:
+        info["drain"] = "someone else's"
+    info["drained_by_us"] = bool(node.is_drained and owner.kind in ("auto", "manual") and not node.is_failed)
+    return info
