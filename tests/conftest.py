@@ -12,6 +12,15 @@ if REPO not in sys.path:  # `tests.*` (helpers, doubles, fakenode, slurmcluster)
     sys.path.insert(0, REPO)
 
 
+def pytest_collection_modifyitems(config, items):
+    """A test that needs the real Slurm daemons is slow by nature (daemons start, controller round trips):
+    `slurm` implies `slow`, so the fast tier (`pytest -m "not soak and not slow"`) never starts them.
+    Plain `pytest` (the README's test command, what CI runs) still runs everything."""
+    for item in items:
+        if item.get_closest_marker("slurm") is not None and item.get_closest_marker("slow") is None:
+            item.add_marker(pytest.mark.slow)
+
+
 @pytest.fixture
 def registry():
     from slurm_hooks.registry import load_builtin_checks

@@ -9,7 +9,11 @@ import re
 import subprocess
 import sys
 
+import pytest
+
 from tests.helpers import REPO
+
+pytestmark = pytest.mark.slow  # runs the benchmarks (smoke sizes)
 
 
 def test_benchmark_smoke_run_produces_every_section(tmp_path):

@@ -7,6 +7,8 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from tests.helpers import REPO
 
 CLI = [sys.executable, "-m", "slurm_hooks"]
@@ -70,6 +72,7 @@ def test_this_machine_prints_a_sensible_table():
         assert any(line.startswith("SKIP") and "gpu.count" in line for line in lines)
 
 
+@pytest.mark.slow
 def test_hung_nvml_call_cannot_outlast_the_deadline(fake_node):
     node = fake_node("dgx-h100")
     node.inject_hang("nvmlDeviceGetCount")

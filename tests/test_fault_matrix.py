@@ -190,6 +190,7 @@ SOAK_RUNS = int(os.environ.get("SLURM_HOOKS_SOAK_RUNS", "1000"))  # lower it for
 SOAK_GPU_SETS = ("0-7", "0,1", "2,3", "4-7", "5", "")  # whole node, pairs, half, one GPU, a CPU-only job
 
 
+@pytest.mark.soak
 def test_consecutive_healthy_prologs_never_drain(registry, nodes, tmp_path, capsys):
     """The prolog path slurmd runs (hooks.run_hook: job environment, forked check process with its
     deadline, policy, decision log), 1,000 times in a row against the in-memory Slurm of

@@ -333,6 +333,7 @@ def test_gatherer_runs_once_and_errors_are_shared():
     assert all(run.status is Status.UNKNOWN and "boom" in run.results[0].summary for run in report.runs)
 
 
+@pytest.mark.slow
 def test_checks_behind_a_hung_gatherer_still_run():
     """A hung NVML init stalls every check that needs it; the queue behind them must still drain."""
     never = threading.Event()

@@ -43,6 +43,8 @@ from slurm_hooks.slurm.jobenv import JobEnvError, job_from_env, parse_gpu_indice
 from slurm_hooks.xid import catalog as xid
 from slurm_hooks.xid import kmsg
 
+pytestmark = pytest.mark.soak  # hypothesis: hundreds of random inputs per test
+
 REGISTRY = load_builtin_checks()
 FAST = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 SLOW = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])

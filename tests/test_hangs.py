@@ -31,6 +31,8 @@ import pytest
 from tests.helpers import REPO, fake_node_config
 from tests.prolog_rig import BOUND, CHECK_TIMEOUT, FILES, START_UP_MARGIN, Prolog, make_fifo
 
+pytestmark = pytest.mark.slow  # every test waits out a hang's timeout by design
+
 
 @pytest.fixture
 def prolog(fake_node, tmp_path):

@@ -94,6 +94,7 @@ def test_crash_in_check_process_is_contained(setup):
     assert outcome.enacted.outcome is Outcome.DRAINED and outcome.exit_code == ExitCode.NODE_BROKEN
 
 
+@pytest.mark.slow
 def test_crashing_on_purpose_prints_no_fatal_error_dump(tmp_path):
     """The deliberate crashes used to print pytest's faulthandler thread dump ("Fatal Python error:
     Aborted" and every thread's stack) straight into the CI log, though the tests passed. Every test

@@ -232,6 +232,7 @@ def nodes(fake_node, tmp_path):
     return made
 
 
+@pytest.mark.slow
 def test_a_skewed_node_stands_out_end_to_end(nodes):
     healthy, slow = run_job(nodes[0], skew=False), run_job(nodes[1], skew=True)
     for hooks, rec in zip(nodes, (healthy, slow)):
@@ -263,6 +264,7 @@ def test_no_prolog_snapshot_gives_an_empty_perf_end_to_end(nodes):
     assert "*" in rec["perf_unavailable"]
 
 
+@pytest.mark.slow
 def test_a_hung_infiniband_counter_read_stays_bounded(nodes):
     """A FIFO where port_xmit_wait should be: open() blocks forever, as on a wedged HCA driver. The
     snapshot runs in the forked check process under [records] snapshot_timeout: the prolog ends,

@@ -234,6 +234,7 @@ while True:
 """
 
 
+@pytest.mark.soak
 def test_kill_9_during_writes_never_leaves_a_torn_record(tmp_path):
     path = str(tmp_path / "jobs" / "n1" / "1.json")
     repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -176,6 +176,7 @@ def fast_dir():
     shutil.rmtree(d, ignore_errors=True)
 
 
+@pytest.mark.slow
 def test_report_is_fast_at_10000_records(fast_dir):
     """10,000 realistic 8-GPU records from 200 nodes; measured, and bounded generously for slow CI."""
     d = os.path.join(fast_dir, "jobs")

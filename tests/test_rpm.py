@@ -28,6 +28,8 @@ import pytest
 from tests import elroot
 from tests.helpers import REPO
 
+pytestmark = pytest.mark.slow  # builds the RPMs and EL roots
+
 BUILD_SCRIPT = os.path.join(REPO, "tools", "build_rpm.sh")
 RPMLINT_CONFIG = os.path.join(REPO, "packaging", "rpmlint.toml")
 FAKE_DRIVER_VERSION = "550.54.15"  # tests/fakenode/defaults.py: proves the fake library answered
