@@ -138,3 +138,32 @@ def test_contexts_are_spelled_once():
 def _line_of_contexts() -> int:
     with open(os.path.join(PACKAGE, "registry.py"), encoding="utf-8") as handle:
         return next(number for number, line in enumerate(handle, 1) if line.startswith("CONTEXTS = ("))
+
+
+def _setting_lookups() -> Iterator[Tuple[str, int, str, str]]:
+    """(path, line, section, key) of every literal lookup of a setting: config.get("drain", "timeout"),
+    settings["drain"]["timeout"], drain["timeout"] after drain = settings["drain"] is not followed."""
+    for path, tree in _sources():
+        for node in ast.walk(tree):
+            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "get"
+                    and len(node.args) == 2 and all(isinstance(a, ast.Constant) and isinstance(a.value, str)
+                                                    for a in node.args)
+                    and isinstance(node.func.value, ast.Name) and node.func.value.id in ("config", "cfg")):
+                yield path, node.lineno, node.args[0].value, node.args[1].value
+            elif (isinstance(node, ast.Subscript) and isinstance(node.value, ast.Subscript)
+                  and isinstance(node.value.value, (ast.Name, ast.Attribute))
+                  and getattr(node.value.value, "id", getattr(node.value.value, "attr", None)) == "settings"
+                  and isinstance(node.slice, ast.Constant) and isinstance(node.value.slice, ast.Constant)):
+                yield path, node.lineno, node.value.slice.value, node.slice.value
+
+
+def test_every_setting_the_code_reads_is_declared():
+    """A typo'd section or key in config.get("section", "key") / settings["section"]["key"] fails here,
+    not in a hook at run time (a KeyError there fails the hook open on every node)."""
+    from slurm_hooks.core.config import SECTIONS
+
+    lookups = list(_setting_lookups())
+    assert len(lookups) > 50  # found the lookups (55 config.get and 37 settings[...] when written)
+    unknown = ["%s:%d [%s] %s" % (path, line, section, key) for path, line, section, key in lookups
+               if key not in SECTIONS.get(section, {})]
+    assert not unknown, "not declared in core/config.py SECTIONS: " + ", ".join(unknown)
