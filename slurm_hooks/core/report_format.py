@@ -23,7 +23,7 @@ def report_to_dict(report: RunReport, root: str = "/") -> Dict[str, Any]:
         "node": job.node_name or node_name(root),
         "root": root,
         "status": report.status.value,
-        "exit_code": report.status.exit_code,
+        "exit_code": int(report.status.exit_code),  # a plain number in the JSON document, whatever the Python
         "duration_s": round(report.duration, 4),
         "deadline_s": report.deadline,
         "deadline_hit": report.deadline_hit,
