@@ -143,6 +143,28 @@ SECTIONS: Dict[str, Dict[str, Setting]] = {
         "dcgm_job_mapping_dir": Setting(str, "", "dcgm-exporter --hpc-job-mapping-dir: one file per GPU index "
                                         "holding the job ids using it (empty = not written)", check=_optional_path),
     },
+    "fleet": {  # `slurm-hooks report --stragglers` on an admin host (slurm_hooks/stragglers.py, docs/records.md)
+        "min_job_nodes": Setting(int, 4, "jobs on fewer nodes are not scored (each node is compared with the "
+                                 "job's other nodes: at least this many nodes must have the figure)",
+                                 minimum=3, maximum=100000),
+        "z_threshold": Setting(float, 6.0, "a node is flagged in a job on a figure this many robust sigmas "
+                               "worse than the median of the job's other nodes", minimum=2.0, maximum=1000.0),
+        "k": Setting(int, 3, "... and is a suspect when flagged on the same figure in k ...", minimum=1,
+                     maximum=1000),
+        "m": Setting(int, 10, "... of its last m scored multi-node jobs", minimum=1, maximum=1000),
+        "window_days": Setting(float, 14.0, "only jobs that ended in the last this many days count",
+                               above=0.0, maximum=3650.0),
+        "min_job_seconds": Setting(float, 300.0, "shorter jobs are not scored (start-up dominates their figures)",
+                                   minimum=1.0, maximum=1e7),
+        "drain": Setting(bool, False, "drain suspects (with `report --stragglers --drain`, as the shipped "
+                         "slurm-hooks-stragglers.service runs it) through the drain library: breaker, observe "
+                         "mode, reason 'slurm-hooks: fleet.straggler: ...'; false: report only"),
+        "drain_min_users": Setting(int, 2, "drain only a suspect whose flagged jobs belong to at least this many "
+                                   "users (one user's jobs can make a node look slow on purpose)", minimum=1,
+                                   maximum=1000),
+        "max_drains_per_run": Setting(int, 2, "drain at most this many suspects per run (the worst first)",
+                                      minimum=0, maximum=10000),
+    },
 }
 
 
@@ -272,6 +294,9 @@ def validate(registry: Registry, data: Mapping[str, Any], origin: Optional[Dict[
             raise ConfigError("%s: [%s] must be a table" % (where(section), section))
         settings[section] = _validate_settings(section, table, schema, where)
     _validate_drain_reasons(settings["drain"], where)
+    if settings["fleet"]["k"] > settings["fleet"]["m"]:
+        raise ConfigError("%s: [fleet] k = %d is more than m = %d: no node could ever be a suspect"
+                          % (where("fleet", "k"), settings["fleet"]["k"], settings["fleet"]["m"]))
     checks_table = data.get("checks", {})
     if not isinstance(checks_table, Mapping):
         raise ConfigError("%s: 'checks' must be a table of [checks.\"<name>\"] tables" % where("checks"))

@@ -1,0 +1,351 @@
+"""`slurm-hooks report --stragglers`: stream the records' header lines, group them by job, score.
+
+Input: <[records] dir>/<node>/<job>.json as written by each node's epilog (docs/records.md), on a
+shared file system, read on an admin host. Records of one job are spread over the node
+directories and written within seconds of each other (each node's epilog, at the job's end), in
+any order. The files are listed with their mtimes, then read in mtime order, header line only
+(report.read_header); a job's records are held until no more can arrive (SETTLE_S after its first
+record), then it is scored (stragglers.score_job) and dropped, and each node keeps only its last m
+scored jobs. Memory: the file listing, the jobs still open, and nodes x m marks; no record is
+kept once folded.
+
+Whose records count: the node's name is its directory's name, and a record naming another node is
+skipped. A node directory, and each record in it, must belong to root, to the owner of the
+records directory, or to nobody (NFS root_squash): a user who can create a directory in a shared
+records directory cannot plant records for someone else's node (that could get it drained).
+"""
+from __future__ import annotations
+
+import collections
+import json
+import os
+import time
+from typing import Any, Deque, Dict, Iterable, List, Optional, Tuple
+
+from . import stragglers
+from .recordbuild import RECORD_SCHEMA
+from .structs import Struct, field
+
+SETTLE_S = 900.0  # a job's records are all written within this long of its first one (epilogs end together)
+NOBODY_UID = 65534  # NFS root_squash's default anonuid: who root's writes belong to there
+MAX_LISTED_ERRORS = 10
+
+
+class ScanError(Exception):
+    """A path that is not there (the message names it)."""
+
+
+class OpenJob(Struct, frozen=False):
+    job_id: str
+    first_seen: float
+    entries: Dict[str, Tuple[Dict[str, float], float, float, Optional[str]]] = field(default_factory=dict)
+
+
+class StragglerScan(Struct, frozen=False):
+    """What one pass found: each node's window, and counts of what was read and what was skipped."""
+
+    k: int
+    m: int
+    threshold: float
+    min_nodes: int
+    windows: Dict[str, stragglers.NodeWindow] = field(default_factory=dict)
+    records: int = 0  # header lines read
+    jobs_scored: int = 0
+    node_jobs: int = 0  # (node, job) pairs scored
+    skipped: Dict[str, int] = field(default_factory=dict)  # why a record or job was not scored -> count
+    unreadable: List[str] = field(default_factory=list)  # first few only
+    unreadable_count: int = 0
+    seconds: float = 0.0
+
+    def skip(self, why: str, count: int = 1) -> None:
+        self.skipped[why] = self.skipped.get(why, 0) + count
+
+    def suspects(self) -> List[stragglers.Suspect]:
+        found = [s for window in self.windows.values() for s in window.suspects(self.k)]
+        return sorted(found, key=lambda s: (-s.flagged, -s.worst_z, s.node, s.metric))
+
+
+# -- listing -------------------------------------------------------------------------------------
+
+def list_records(paths: Iterable[str], since: Optional[float], scan: StragglerScan) -> List[Tuple[float, str, str]]:
+    """(mtime, node, path) of every record to read, oldest first. A PATH is a records directory
+    (its subdirectories are node directories), a node directory, or one record file."""
+    found: List[Tuple[float, str, str]] = []
+    for path in paths:
+        try:
+            info = os.stat(path)
+        except OSError:
+            raise ScanError("%s: no such file or directory" % path) from None
+        if os.path.isfile(path):
+            found.append((info.st_mtime, os.path.basename(os.path.dirname(os.path.abspath(path))), path))
+            continue
+        trusted = {0, NOBODY_UID, info.st_uid}
+        parent = os.stat(os.path.dirname(os.path.abspath(path)) or "/").st_uid
+        _node_dir(path, os.path.basename(os.path.abspath(path)), info.st_uid, trusted | {parent}, since, scan, found)
+        for entry in _entries(path):
+            if entry.name.startswith(".") or not entry.is_dir(follow_symlinks=False):
+                continue
+            try:
+                owner = entry.stat(follow_symlinks=False).st_uid
+            except OSError:
+                continue
+            if owner not in trusted:
+                scan.skip("node directory of another owner")
+                continue
+            _node_dir(entry.path, entry.name, owner, trusted, since, scan, found)
+    found.sort()
+    return found
+
+
+def _node_dir(directory: str, node: str, owner: int, trusted: set, since: Optional[float], scan: StragglerScan,
+              found: List[Tuple[float, str, str]]) -> None:
+    """The records directly in `directory` (node directory `node`, owned by `owner`)."""
+    if owner not in trusted:
+        return
+    for entry in _entries(directory):
+        if entry.name.startswith(".") or not entry.name.endswith(".json"):
+            continue
+        try:
+            info = entry.stat(follow_symlinks=False)
+        except OSError:
+            continue
+        if not entry.is_file(follow_symlinks=False):
+            continue
+        if info.st_uid != owner:
+            scan.skip("record of another owner")
+            continue
+        if since is not None and info.st_mtime < since:
+            scan.skip("older than the window")
+            continue
+        found.append((info.st_mtime, node, entry.path))
+
+
+def _entries(directory: str) -> List[os.DirEntry]:
+    try:
+        with os.scandir(directory) as entries:
+            return list(entries)
+    except OSError:
+        return []
+
+
+# -- folding -------------------------------------------------------------------------------------
+
+def scan(paths: Iterable[str], fleet: Dict[str, Any], since: Optional[float] = None,
+         now: Optional[float] = None) -> StragglerScan:
+    """One pass over the records under `paths` with the [fleet] settings `fleet`. `since` (Unix time)
+    defaults to now - window_days."""
+    started = time.monotonic()
+    now = time.time() if now is None else now
+    since = now - fleet["window_days"] * 86400.0 if since is None else since
+    result = StragglerScan(k=fleet["k"], m=fleet["m"], threshold=fleet["z_threshold"], min_nodes=fleet["min_job_nodes"])
+    listing = list_records(paths, since, result)
+    open_jobs: Dict[str, OpenJob] = {}
+    order: Deque[Tuple[float, str]] = collections.deque()
+    for mtime, node, path in listing:
+        while order and order[0][0] < mtime - SETTLE_S:
+            _close(open_jobs.pop(order.popleft()[1]), result, fleet)
+        parsed = _read(path, node, since, fleet, result)
+        if parsed is None:
+            continue
+        job_id, entry = parsed
+        job = open_jobs.get(job_id)
+        if job is None:
+            job = open_jobs[job_id] = OpenJob(job_id, mtime)
+            order.append((mtime, job_id))
+        job.entries[node] = entry  # the same node twice (a path given twice): the later record
+    while order:
+        _close(open_jobs.pop(order.popleft()[1]), result, fleet)
+    result.seconds = time.monotonic() - started
+    return result
+
+
+_OPEN_FLAGS = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+HEAD_BYTES = 16384  # a header line is about 1 KB; a record without one is read whole (report.read_header)
+
+
+def read_header(path: str) -> Dict[str, Any]:
+    """The record's first line, parsed alone (report.read_header, without a file object: the report
+    reads 100,000 of them). Never through a symlink. ValueError naming the file."""
+    from .report import read_header as read_slowly
+
+    try:
+        fd = os.open(path, _OPEN_FLAGS)
+        try:
+            head = os.read(fd, HEAD_BYTES)
+        finally:
+            os.close(fd)
+    except OSError as exc:
+        raise ValueError("%s: unreadable: %s" % (path, exc.strerror or exc)) from None
+    end = head.find(b"\n")
+    if end > 0 and head[end - 1:end] == b",":
+        try:
+            header = json.loads(head[:end - 1] + b"}")
+        except ValueError:
+            header = None
+        if isinstance(header, dict) and header.get("schema") == RECORD_SCHEMA and isinstance(header.get("summary"),
+                                                                                                dict):
+            return header
+    return read_slowly(path)
+
+
+def _read(path: str, node: str, since: float, fleet: Dict[str, Any], result: StragglerScan
+          ) -> Optional[Tuple[str, Tuple[Dict[str, float], float, float, Optional[str]]]]:
+    try:
+        header = read_header(path)
+    except ValueError as exc:
+        result.unreadable_count += 1
+        if len(result.unreadable) < MAX_LISTED_ERRORS:
+            result.unreadable.append(str(exc))
+        return None
+    result.records += 1
+    job = header.get("job") if isinstance(header.get("job"), dict) else {}
+    perf = header["summary"].get("perf")
+    start, end = header.get("start"), header.get("end")
+    if header.get("node") != node:
+        result.skip("names another node than its directory")
+    elif not isinstance(perf, dict) or not perf:
+        result.skip("no perf figures")
+    elif not (stragglers._number(start) and stragglers._number(end)):
+        result.skip("no start or end time")
+    elif end - start < fleet["min_job_seconds"]:
+        result.skip("shorter than min_job_seconds")
+    elif end < since:
+        result.skip("older than the window")
+    elif not isinstance(job.get("id"), str) or not job["id"]:
+        result.skip("no job id")
+    else:
+        user = job.get("user") if isinstance(job.get("user"), str) else None
+        return job["id"], (perf, float(start), float(end), user)
+    return None
+
+
+def _close(job: OpenJob, result: StragglerScan, fleet: Dict[str, Any]) -> None:
+    """Score a job whose records are all in; fold each node's part into its window."""
+    nodes = len(job.entries)
+    if nodes < fleet["min_job_nodes"]:
+        result.skip("job on fewer than min_job_nodes nodes")
+        return
+    flags = stragglers.score_job({n: e[0] for n, e in job.entries.items()}, fleet["min_job_nodes"],
+                                 fleet["z_threshold"])
+    ends = sorted(e[2] for e in job.entries.values())
+    start = min(e[1] for e in job.entries.values())
+    user = next((e[3] for e in job.entries.values() if e[3]), None)
+    result.jobs_scored += 1
+    for node in sorted(job.entries):
+        window = result.windows.get(node)
+        if window is None:
+            window = result.windows[node] = stragglers.NodeWindow(node, fleet["m"])
+        window.add(stragglers.JobMark(job.job_id, ends[len(ends) // 2], nodes, user, tuple(flags[node]), start))
+        result.node_jobs += 1
+
+
+# -- output --------------------------------------------------------------------------------------
+
+SCHEMA = "slurm-hooks.stragglers/1"
+
+
+def suspect_to_dict(suspect: stragglers.Suspect) -> Dict[str, Any]:
+    return {"node": suspect.node, "metric": suspect.metric, "kind": suspect.kind, "flagged": suspect.flagged,
+            "window": suspect.window, "users": suspect.users, "worst_z": suspect.worst_z,
+            "evidence": [{"job": mark.job, "end": mark.end, "nodes": mark.nodes, "z": flag.z, "value": flag.value,
+                          "median": flag.median, "peers": flag.peers} for mark, flag in suspect.evidence]}
+
+
+def to_dict(result: StragglerScan, top: Optional[int] = None) -> Dict[str, Any]:
+    suspects = result.suspects()
+    return {"schema": SCHEMA, "records": result.records, "jobs_scored": result.jobs_scored,
+            "node_jobs": result.node_jobs, "nodes": len(result.windows), "skipped": dict(sorted(result.skipped.items())),
+            "unreadable": result.unreadable_count, "unreadable_examples": result.unreadable,
+            "seconds": round(result.seconds, 3),
+            "settings": {"k": result.k, "m": result.m, "z_threshold": result.threshold,
+                         "min_job_nodes": result.min_nodes},
+            "suspects": [suspect_to_dict(s) for s in (suspects[:top] if top else suspects)]}
+
+
+def render(result: StragglerScan, top: int = 20) -> str:
+    suspects = result.suspects()
+    lines = ["%d records, %d multi-node jobs scored (%d node-jobs) on %d nodes in %.2fs; suspect: flagged on one "
+             "figure in >= %d of a node's last %d jobs, z >= %g" % (result.records, result.jobs_scored,
+                                                                     result.node_jobs, len(result.windows),
+                                                                     result.seconds, result.k, result.m,
+                                                                     result.threshold)]
+    if result.unreadable_count:
+        lines.append("  %d unreadable record(s), e.g. %s" % (result.unreadable_count, result.unreadable[0]))
+    if result.skipped:
+        lines.append("  not scored: %s" % ", ".join("%s %d" % kv for kv in sorted(result.skipped.items())))
+    if not suspects:
+        lines.append("no straggler suspects")
+        return "\n".join(lines) + "\n"
+    rows = [("NODE", "FIGURE", "JOBS", "WORST-Z", "LATEST: VALUE VS JOB MEDIAN", "USERS", "FLAGGED JOBS")]
+    for s in suspects[:top]:
+        mark, flag = s.evidence[-1]
+        rows.append((s.node, s.metric, "%d/%d" % (s.flagged, s.window), "%.1f" % s.worst_z,
+                     "%s vs %s" % (_num(flag.value), _num(flag.median)), str(s.users),
+                     ",".join(m.job for m, _ in s.evidence[-6:]) + (",..." if len(s.evidence) > 6 else "")))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
+    lines.extend("  ".join(c.ljust(w) for c, w in zip(r[:-1], widths)) + "  " + r[-1] for r in rows)
+    if len(suspects) > top:
+        lines.append("... %d more (--top N, --json)" % (len(suspects) - top))
+    return "\n".join(lines) + "\n"
+
+
+def _num(value: float) -> str:
+    return "%.4g" % value
+
+
+def _label(value: str) -> str:
+    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+def prom_text(result: StragglerScan, now: float, drains: Optional[Dict[str, int]] = None) -> str:
+    """Prometheus text exposition (node_exporter textfile collector) of this pass."""
+    out = []
+
+    def family(name: str, kind: str, text: str, samples: Iterable[Tuple[Dict[str, str], float]]) -> None:
+        out.append("# HELP %s %s" % (name, text))
+        out.append("# TYPE %s %s" % (name, kind))
+        for labels, value in samples:
+            names = ",".join('%s="%s"' % (k, _label(v)) for k, v in labels.items())
+            out.append("%s%s %s" % (name, "{%s}" % names if names else "", repr(float(value))))
+
+    suspects = result.suspects()
+    family("slurm_hooks_fleet_straggler", "gauge", "1 for each node and figure flagged in k of the node's last m "
+           "multi-node jobs (slurm-hooks report --stragglers)",
+           (({"node": s.node, "metric": s.metric, "kind": s.kind, "reason": _reason_label(s.metric)}, 1)
+            for s in suspects))
+    family("slurm_hooks_fleet_straggler_flagged_jobs", "gauge", "jobs of the node's window flagged on the figure",
+           (({"node": s.node, "metric": s.metric}, s.flagged) for s in suspects))
+    family("slurm_hooks_fleet_straggler_worst_z", "gauge", "largest robust z of the node on the figure in its window",
+           (({"node": s.node, "metric": s.metric}, s.worst_z) for s in suspects))
+    family("slurm_hooks_fleet_suspects", "gauge", "straggler suspects (node x figure) in this pass",
+           [({}, len(suspects))])
+    for name, value, text in (("records", result.records, "record header lines read in the last pass"),
+                              ("jobs_scored", result.jobs_scored, "multi-node jobs scored in the last pass"),
+                              ("node_jobs", result.node_jobs, "node x job pairs scored in the last pass"),
+                              ("unreadable_records", result.unreadable_count, "records that could not be read"),
+                              ("run_duration_seconds", round(result.seconds, 3), "duration of the last pass"),
+                              ("last_run_timestamp_seconds", round(now, 3), "end of the last pass (Unix time)")):
+        family("slurm_hooks_fleet_" + name, "gauge", text, [({}, value)])
+    if drains is not None:
+        family("slurm_hooks_fleet_drain_outcomes", "gauge", "drain outcomes of the last pass (drained, observe, "
+               "breaker-tripped, foreign-drain-kept...)", (({"outcome": k}, v) for k, v in sorted(drains.items())))
+    return "\n".join(out) + "\n"
+
+
+def _reason_label(metric: str) -> str:
+    spec = stragglers.METRIC_BY_NAME.get(metric)
+    if spec is None:
+        return metric
+    return "%s %s than the job's other nodes" % (metric, "higher" if spec.worse > 0 else "lower")
+
+
+def write_prom(path: str, text: str) -> None:
+    """Atomically (temp file, fsync, rename): a scrape never reads half a file."""
+    from . import atomicio
+
+    directory = os.path.dirname(os.path.abspath(path))
+    dir_fd = atomicio.open_dir(directory)
+    try:
+        atomicio.write_atomic_at(dir_fd, os.path.basename(path), text.encode("utf-8"), 0o644, where=directory)
+    finally:
+        os.close(dir_fd)

@@ -1,0 +1,237 @@
+"""Fail-slow detection: score each node of a multi-node job against the job's OTHER nodes.
+
+Pure functions, no I/O (fleet.py streams the records into them). Input: the `summary.perf`
+figures of the epilog records (docs/records.md, /work FLEET contract): one flat {metric: number}
+per job x node; a metric that could not be measured is absent, never 0.
+
+Scoring, per job and metric (docs/records.md "Finding slow nodes"):
+  baseline = the job's other nodes that have the metric (never the node itself, so one extreme node
+             cannot drag its own baseline);
+  median, MAD of the baseline; scale = max(1.4826 x MAD, floor, relative x |median|), so identical
+             healthy peers (MAD 0) do not turn a rounding difference into an infinite z;
+  z = (value - median) / scale in the metric's bad direction only (lower power is bad, higher
+             power is not); flagged when z >= the threshold.
+A node's window: its last m scored multi-node jobs; flagged on one metric in k of them -> suspect.
+"""
+from __future__ import annotations
+
+import collections
+import math
+from typing import Deque, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
+
+from .structs import Struct, field
+
+MAD_TO_SIGMA = 1.4826  # MAD x this estimates the standard deviation of normal data
+
+
+class Metric(Struct):
+    """How one perf metric is scored. worse: +1 when a higher value is worse, -1 when lower is.
+    floor (metric units) and relative (x |baseline median|): the smallest scale a z is measured in.
+    min_median: jobs whose baseline median is below it are not scored on this metric (a job that
+    does not use its GPUs or the fabric says nothing about power or bytes)."""
+
+    name: str
+    worse: int
+    floor: float
+    relative: float
+    kind: str  # what a flag on it points at, for the reader: gpu | fabric | cpu
+    min_median: float = 0.0
+
+
+# The bad direction of each metric (docs/records.md gives the argument for each choice).
+METRICS: Tuple[Metric, ...] = (
+    Metric("throttle_frac.hw_slowdown", +1, 0.005, 0.25, "gpu"),
+    Metric("throttle_frac.thermal", +1, 0.01, 0.25, "gpu"),
+    Metric("throttle_frac.power", +1, 0.01, 0.25, "gpu"),
+    Metric("throttle_frac.power_brake", +1, 0.005, 0.25, "gpu"),
+    Metric("throttle_frac.sync_boost", +1, 0.02, 0.25, "gpu"),
+    Metric("gpu_power_w.mean", -1, 10.0, 0.04, "gpu", min_median=50.0),
+    Metric("gpu_power_w.min", -1, 10.0, 0.04, "gpu", min_median=50.0),
+    Metric("pcie_replays_per_h", +1, 20.0, 0.5, "gpu"),
+    Metric("nvlink_errors_per_h", +1, 20.0, 0.5, "gpu"),
+    Metric("ib_xmit_wait_per_s", +1, 5e4, 0.5, "fabric"),
+    Metric("ib_xmit_bytes_per_s", -1, 1e6, 0.15, "fabric", min_median=1e7),
+    Metric("ib_rcv_bytes_per_s", -1, 1e6, 0.15, "fabric", min_median=1e7),
+    Metric("foreign_cpu_frac", +1, 0.005, 0.5, "cpu"),
+    Metric("cpu_steal_frac", +1, 0.005, 0.5, "cpu"),
+)
+METRIC_BY_NAME: Dict[str, Metric] = {m.name: m for m in METRICS}
+
+
+class Flag(Struct):
+    """One node flagged on one metric in one job: its value against the median of its peers."""
+
+    metric: str
+    z: float
+    value: float
+    median: float
+    peers: int
+
+
+class JobMark(Struct):
+    """A node's part in one scored job: the metrics it was flagged on (empty: nothing stood out)."""
+
+    job: str
+    end: float
+    nodes: int
+    user: Optional[str] = None
+    flags: Tuple[Flag, ...] = ()
+    start: Optional[float] = None
+
+
+# -- one job -------------------------------------------------------------------------------------
+
+def _median_without(ordered: Sequence[float], pos: int) -> float:
+    """Median of the sorted values `ordered` with the one at index `pos` left out (len >= 2)."""
+    c = (len(ordered) - 1) // 2  # the middle of what is left
+    if len(ordered) % 2 == 0:  # an odd number left: one middle value
+        return ordered[c] if pos > c else ordered[c + 1]
+    if pos > c:
+        return (ordered[c - 1] + ordered[c]) * 0.5
+    if pos == c:
+        return (ordered[c - 1] + ordered[c + 1]) * 0.5
+    return (ordered[c] + ordered[c + 1]) * 0.5
+
+
+def _ranked(values: Sequence[float]) -> Tuple[List[float], List[int]]:
+    """(values sorted, position of each original index in that order)."""
+    order = sorted(range(len(values)), key=values.__getitem__)
+    position = [0] * len(values)
+    for rank, index in enumerate(order):
+        position[index] = rank
+    return [values[i] for i in order], position
+
+
+class _LeaveOneOut:
+    """(median, MAD) of all values but one, for any one: O(n log n) for the whole job.
+
+    Leaving one value out moves the median to one of at most three values, so the absolute
+    deviations are sorted once per distinct median (lazily) and a node's MAD is a leave-one-out
+    median of those. tests/test_stragglers.py checks it against the naive computation."""
+
+    def __init__(self, values: Sequence[float]) -> None:
+        if len(values) < 2:
+            raise ValueError("need at least two values")
+        self.values = values
+        self.ordered, self.position = _ranked(values)
+        self.deviations: Dict[float, Tuple[List[float], List[int]]] = {}
+
+    def bounds(self) -> Tuple[float, float]:
+        """The lowest and highest value a leave-one-out median can take."""
+        c = (len(self.ordered) - 1) // 2
+        return self.ordered[max(c - 1, 0)], self.ordered[min(c + 1, len(self.ordered) - 1)]
+
+    def __call__(self, index: int) -> Tuple[float, float]:
+        median = _median_without(self.ordered, self.position[index])
+        ranked = self.deviations.get(median)
+        if ranked is None:
+            ranked = self.deviations[median] = _ranked([abs(v - median) for v in self.values])
+        return median, _median_without(ranked[0], ranked[1][index])
+
+
+def leave_one_out(values: Sequence[float]) -> List[Tuple[float, float]]:
+    """(median, MAD) of the OTHER values, for each value."""
+    stats = _LeaveOneOut(values)
+    return [stats(i) for i in range(len(values))]
+
+
+def robust_z(value: float, median: float, mad: float, metric: Metric) -> float:
+    """How far `value` is from its peers' median in the metric's bad direction, in robust sigmas."""
+    scale = max(MAD_TO_SIGMA * mad, metric.floor, metric.relative * abs(median))
+    return metric.worse * (value - median) / scale
+
+
+def score_job(perf_by_node: Mapping[str, Mapping[str, float]], min_nodes: int, threshold: float,
+              metrics: Iterable[Metric] = METRICS) -> Dict[str, List[Flag]]:
+    """{node: flags} for one job, from {node: summary.perf}. Each metric is scored among the nodes
+    that have it, and only when at least `min_nodes` do (the node plus min_nodes - 1 peers).
+
+    Exact, but quick: a node whose distance from the farthest a leave-one-out median can lie,
+    measured in the smallest scale it can have, stays under the threshold cannot be flagged, and
+    its peers' median and MAD are never computed (most nodes, on most figures)."""
+    flags: Dict[str, List[Flag]] = {node: [] for node in perf_by_node}
+    items = list(perf_by_node.items())
+    for metric in metrics:
+        name = metric.name
+        nodes, values = [], []
+        for node, perf in items:
+            value = perf.get(name)
+            if (type(value) is float or type(value) is int) and math.isfinite(value):  # not bool, nan, inf
+                nodes.append(node)
+                values.append(float(value))
+        if len(nodes) < max(min_nodes, 2):
+            continue
+        stats = _LeaveOneOut(values)
+        low, high = stats.bounds()
+        if metric.worse < 0 and high < metric.min_median:
+            continue
+        smallest = metric.floor
+        if (low > 0) == (high > 0):
+            smallest = max(smallest, metric.relative * min(abs(low), abs(high)))
+        reach = threshold * smallest
+        for index, value in enumerate(values):
+            if (value - low if metric.worse > 0 else high - value) < reach:
+                continue
+            median, mad = stats(index)
+            if metric.worse < 0 and median < metric.min_median:
+                continue
+            z = robust_z(value, median, mad, metric)
+            if z >= threshold:
+                flags[nodes[index]].append(Flag(name, round(z, 2), value, median, len(nodes) - 1))
+    return flags
+
+
+def _number(value: object) -> bool:
+    return (type(value) is float or type(value) is int) and math.isfinite(value)  # type: ignore[arg-type]
+
+
+# -- a node's window -----------------------------------------------------------------------------
+
+class Suspect(Struct):
+    """A node flagged on `metric` in `flagged` of its last `window` scored jobs."""
+
+    node: str
+    metric: str
+    flagged: int
+    window: int
+    evidence: Tuple[Tuple[JobMark, Flag], ...]  # the flagged jobs, oldest first
+    users: int  # distinct job users among the flagged jobs
+
+    @property
+    def kind(self) -> str:
+        metric = METRIC_BY_NAME.get(self.metric)
+        return metric.kind if metric else "?"
+
+    @property
+    def worst_z(self) -> float:
+        return max(flag.z for _, flag in self.evidence)
+
+
+class NodeWindow(Struct, frozen=False):
+    """The last m scored multi-node jobs of one node (bounded: memory is nodes x m)."""
+
+    node: str
+    size: int
+    marks: Deque[JobMark] = field(default_factory=collections.deque)
+    scored: int = 0  # all scored jobs of this node, not only those in the window
+
+    def add(self, mark: JobMark) -> None:
+        self.marks.append(mark)
+        self.scored += 1
+        while len(self.marks) > self.size:
+            self.marks.popleft()
+
+    def suspects(self, k: int) -> List[Suspect]:
+        by_metric: Dict[str, List[Tuple[JobMark, Flag]]] = {}
+        for mark in self.marks:
+            for flag in mark.flags:
+                by_metric.setdefault(flag.metric, []).append((mark, flag))
+        out = []
+        for metric, evidence in by_metric.items():
+            if len(evidence) >= k:
+                users = len({mark.user for mark, _ in evidence if mark.user})
+                out.append(Suspect(self.node, metric, len(evidence), len(self.marks), tuple(evidence), users))
+        return sorted(out, key=lambda s: (-s.flagged, -s.worst_z, s.metric))
+
+    def flagged_jobs(self) -> int:
+        return sum(1 for mark in self.marks if mark.flags)
