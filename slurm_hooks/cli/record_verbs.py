@@ -34,7 +34,14 @@ def add_parsers(sub) -> None:
     report.add_argument("--job", metavar="JOBID", help="the nodes of this job with anything abnormal")
     report.add_argument("--top", type=int, default=20, metavar="N", help="nodes to list (default 20)")
     report.add_argument("--all", action="store_true", help="also list nodes with nothing abnormal")
-    report.add_argument("--json", action="store_true", help="print JSON (schema slurm-hooks.report/1)")
+    report.add_argument("--json", action="store_true", help="print JSON (schema slurm-hooks.report/1; "
+                                                            "with --stragglers slurm-hooks.stragglers/1)")
+    report.add_argument("--stragglers", action="store_true", help="find slow nodes: score each node of every "
+                        "multi-node job against the job's other nodes ([fleet] settings; docs/records.md)")
+    report.add_argument("--prom", metavar="FILE", help="with --stragglers: also write the suspects as Prometheus "
+                        "metrics to FILE (atomically; e.g. node_exporter's textfile directory)")
+    report.add_argument("--drain", action="store_true", help="with --stragglers: drain suspects when [fleet] "
+                        "drain = true (breaker, observe mode); without this flag nothing is ever drained")
     report.set_defaults(handler=cmd_report)
 
 
@@ -89,6 +96,10 @@ def cmd_report(args) -> int:
         render_job,
     )
 
+    if args.stragglers or args.prom or args.drain:
+        from .straggler_commands import cmd_stragglers
+
+        return cmd_stragglers(args)
     paths = _directories(args, args.paths)
     try:
         if args.job:

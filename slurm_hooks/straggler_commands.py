@@ -1,0 +1,64 @@
+"""`slurm-hooks report --stragglers [PATH...] [--since] [--json] [--prom FILE] [--drain]`.
+
+A flag of `report` rather than a verb of its own: it reads the same records directory with the same
+PATH and --since, and admins look for "which nodes hurt jobs" in one place. Reading never changes
+anything; --drain (what the shipped slurm-hooks-stragglers.service passes) acts only when [fleet]
+drain = true, so a report run by hand cannot drain a node.
+"""
+from __future__ import annotations
+
+import json
+import sys
+import time
+
+EXIT_UNKNOWN = 3
+
+
+def cmd_stragglers(args) -> int:
+    from . import fleet
+    from .commands import load
+    from .report import ReportError, parse_since
+
+    if not args.stragglers:
+        return _error("--prom and --drain go with --stragglers")
+    if args.job or args.all:
+        return _error("--job and --all do not go with --stragglers")
+    _registry, config = load(args)
+    paths = list(args.paths) or [config.get("records", "dir")]
+    try:
+        since = parse_since(args.since)
+        result = fleet.scan(paths, config.settings["fleet"], since=since)
+    except (ReportError, fleet.ScanError) as exc:
+        return _error(str(exc))
+    drains = None
+    if args.drain:
+        from . import fleet_drain, logs
+
+        log = logs.setup(config.settings)
+        drains = fleet_drain.enact(config.settings, result.suspects(), log=log)
+    if args.prom:
+        outcomes = None
+        if drains is not None:
+            outcomes = {}
+            for row in drains:
+                outcomes[row.outcome] = outcomes.get(row.outcome, 0) + 1
+        try:
+            fleet.write_prom(args.prom, fleet.prom_text(result, time.time(), outcomes))
+        except OSError as exc:
+            return _error("--prom %s: not written: %s" % (args.prom, exc.strerror or exc))
+    if args.json:
+        data = fleet.to_dict(result, args.top if args.top > 0 else None)
+        if drains is not None:
+            data["drains"] = [row.to_dict() for row in drains]
+        json.dump(data, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    else:
+        sys.stdout.write(fleet.render(result, args.top))
+        for row in drains or ():
+            sys.stdout.write("drain %s (%s): %s: %s\n" % (row.node, row.metric, row.outcome, row.message))
+    return 0
+
+
+def _error(message: str) -> int:
+    print("slurm-hooks: %s" % message, file=sys.stderr)
+    return EXIT_UNKNOWN
