@@ -110,8 +110,10 @@ def _existing_drain(node: NodeInfo, prefix: str, recorded: Sequence[Optional[Map
 
 
 def _before_drain(node: NodeInfo, prefix: str, settings: Mapping[str, Mapping[str, Any]],
-                  recorded: Sequence[Optional[Mapping[str, Any]]], state_known: bool) -> Optional[Enacted]:
-    """What to do instead of draining (an Enacted), or None to go on."""
+                  recorded: Sequence[Optional[Mapping[str, Any]]], state_known: bool,
+                  refine: bool = True) -> Optional[Enacted]:
+    """What to do instead of draining (an Enacted), or None to go on. refine=False: Slurm's own
+    "Prolog error" is left as it is too (the fleet report drains only nodes that are not drained)."""
     why = _leave_alone(node, settings["drain"]["skip_states"])
     if why:
         return Enacted(Outcome.SKIPPED_STATE, "node %s is %s: not draining" % (node.name, why), node,
@@ -121,7 +123,7 @@ def _before_drain(node: NodeInfo, prefix: str, settings: Mapping[str, Mapping[st
     kind = _existing_drain(node, prefix, recorded, state_known)
     if kind == "ours":
         return Enacted(Outcome.ALREADY_OURS, "already drained by us: %s" % node.reason, node, node_drained=True)
-    if kind == "refinable":
+    if kind == "refinable" and refine:
         return None
     what = {"manual": "an admin with slurm-hooks drain",
             "unrecorded": "slurm-hooks in a drain this node did not record (re-reasoned, or Slurm kept an old "
@@ -147,7 +149,8 @@ def _find(nodes: List[NodeInfo], name: str) -> Optional[NodeInfo]:
 
 
 def drain(client: SlurmClient, node_name: str, reason: str, settings: Mapping[str, Mapping[str, Any]],
-          recorded: Sequence[Optional[Mapping[str, Any]]] = (), state_known: bool = True) -> Enacted:
+          recorded: Sequence[Optional[Mapping[str, Any]]] = (), state_known: bool = True,
+          refine: bool = True) -> Enacted:
     """Drain node_name with reason unless etiquette or the breaker says no (steps in the module doc).
 
     recorded: this node's local records of drains we made or tried (hooks: 'drained', 'pending');
@@ -163,7 +166,7 @@ def drain(client: SlurmClient, node_name: str, reason: str, settings: Mapping[st
         node = client.show_node(node_name)
     except SlurmError as exc:
         return slurm_failure(exc)
-    stop = _before_drain(node, prefix, settings, recorded, state_known)
+    stop = _before_drain(node, prefix, settings, recorded, state_known, refine)
     if stop is not None:
         entry = next((e for e in recorded if e and _same_drain(node, e)), None)
         if stop.outcome is Outcome.ALREADY_OURS and entry is not None and entry.get("confirmed") is False:
@@ -177,7 +180,7 @@ def drain(client: SlurmClient, node_name: str, reason: str, settings: Mapping[st
     me = _find(nodes, node_name)
     if me is None:
         return Enacted(Outcome.CANNOT_COUNT, "node %s is missing from the node list: not draining" % node_name, node)
-    stop = _before_drain(me, prefix, settings, recorded, state_known)  # re-read right before draining
+    stop = _before_drain(me, prefix, settings, recorded, state_known, refine)  # re-read right before draining
     if stop is not None:
         return stop
     breaker = settings["breaker"]

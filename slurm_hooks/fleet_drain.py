@@ -1,0 +1,157 @@
+"""Drain straggler suspects from the admin host: `slurm-hooks report --stragglers --drain` with [fleet] drain = true.
+
+Each suspect node is drained through the shared drain library (drainer.drain: etiquette, circuit
+breaker, observe mode) with an automatic reason of ours naming the pseudo-check fleet.straggler:
+
+    slurm-hooks: fleet.straggler: throttle_frac.hw_slowdown 0.21 vs 0 of its job peers, 7 of its last 10 jobs,
+    worst z 41 (job 4411) -> drain
+
+Rules on top of the library's (docs/records.md "Acting on suspects"):
+- only a node that is not drained at all: Slurm's own "Prolog error" is not refined (that drain is
+  the node's hooks' to explain), an admin's or another slurm-hooks drain is left as it is;
+- only on evidence from at least [fleet] drain_min_users users (one user's jobs can make a node
+  look slow on purpose), at most [fleet] max_drains_per_run nodes per run, worst first;
+- what clears a straggler drain is an admin: `slurm-hooks resume NODE` (or scontrol). A node's
+  health run never resumes it: its own checks passing proves nothing about being slower than its
+  peers (policy.FLEET_CHECK; hooks.py leaves it alone). After a straggler drain, only jobs that
+  STARTED after it count against the node again, so a node an admin resumed is not drained again
+  on the evidence it was drained for; that drain time is kept in <[paths] state_dir>/fleet-state.json
+  on the admin host (with Slurm's reason and reason time: the proof a drain is ours).
+"""
+from __future__ import annotations
+
+import logging
+import os
+import time
+from typing import Any, Dict, List, Mapping, Optional, Tuple
+
+from . import atomicio, logs, policy
+from .result import Action, Result, Status
+from .stragglers import METRIC_BY_NAME, Suspect
+from .structs import Struct
+
+STATE_NAME = "fleet-state.json"
+LOCK_TIMEOUT_S = 5.0
+
+
+class FleetDrain(Struct):
+    """What was done about one suspect node: the drainer's outcome value, or disabled,
+    state-corrupt, not-attempted."""
+
+    node: str
+    metric: str
+    outcome: str
+    message: str
+
+    def to_dict(self) -> Dict[str, str]:
+        return {"node": self.node, "metric": self.metric, "outcome": self.outcome, "message": self.message}
+
+
+def reason_for(suspect: Suspect, prefix: str, max_length: int) -> str:
+    """'slurm-hooks: fleet.straggler: <metric> <value> vs <median> of its job peers, ... -> drain' (bounded)."""
+    mark, flag = suspect.evidence[-1]
+    metric = METRIC_BY_NAME.get(suspect.metric)
+    summary = "%s %.4g vs %.4g of its job peers (%s is worse), %d of its last %d jobs, worst z %.0f (job %s)" % (
+        suspect.metric, flag.value, flag.median, "higher" if metric is None or metric.worse > 0 else "lower",
+        suspect.flagged, suspect.window, suspect.worst_z, mark.job)
+    result = Result(policy.FLEET_CHECK, Status.FAIL, summary, action=Action.DRAIN)
+    return policy.format_reason(result, prefix, min(max_length, policy.REASON_LIMIT))
+
+
+def fresh(suspect: Suspect, since: Optional[float]) -> Tuple[int, int]:
+    """(flagged jobs, distinct users) of the suspect's evidence from jobs that started after `since`."""
+    marks = [mark for mark, _ in suspect.evidence if since is None or (mark.start or 0) > since]
+    return len(marks), len({m.user for m in marks if m.user})
+
+
+def choose(suspects: List[Suspect], fleet: Mapping[str, Any], state: Mapping[str, Any]) -> List[Suspect]:
+    """The suspects to drain: one per node (its worst figure), on fresh evidence from enough users,
+    worst first, at most max_drains_per_run."""
+    drains = state.get("drains") or {}
+    best: Dict[str, Suspect] = {}
+    for suspect in suspects:
+        since = (drains.get(suspect.node) or {}).get("time")
+        flagged, users = fresh(suspect, since)
+        if flagged < fleet["k"] or users < fleet["drain_min_users"]:
+            continue
+        if suspect.node not in best:
+            best[suspect.node] = suspect
+    ranked = sorted(best.values(), key=lambda s: (-s.flagged, -s.worst_z, s.node))
+    return ranked[: fleet["max_drains_per_run"]]
+
+
+def state_path(settings: Mapping[str, Mapping[str, Any]]) -> str:
+    return os.path.join(settings["paths"]["state_dir"], STATE_NAME)
+
+
+def enact(settings: Mapping[str, Mapping[str, Any]], suspects: List[Suspect], client=None,
+          log: Optional[logging.Logger] = None) -> List[FleetDrain]:
+    """Drain the chosen suspects (or say why not). One run at a time (a lock beside the state file)."""
+    from . import drainer
+    from .slurm import SlurmError
+
+    log = log or logging.getLogger(logs.LOGGER_NAME)
+    fleet = settings["fleet"]
+    if not fleet["drain"]:
+        return [FleetDrain(s.node, s.metric, "disabled", "[fleet] drain = false: reported only")
+                for s in _one_per_node(suspects)]
+    directory = settings["paths"]["state_dir"]
+    os.makedirs(directory, mode=0o700, exist_ok=True)
+    path = state_path(settings)
+    rows: List[FleetDrain] = []
+    try:
+        with atomicio.locked(path + ".lock", LOCK_TIMEOUT_S):
+            try:
+                state = atomicio.read_json(path, default={})
+            except ValueError as exc:  # whose drains are ours is unknown: draining now could repeat one
+                log.error(logs.kv(event="fleet-state-corrupt", path=path, error=exc, decision="no-drain"))
+                return [FleetDrain(s.node, s.metric, "state-corrupt", str(exc)) for s in _one_per_node(suspects)]
+            state = state if isinstance(state, dict) else {}
+            chosen = choose(suspects, fleet, state)
+            client = client or drainer.make_client(settings)
+            prefix, length = settings["drain"]["reason_prefix"], settings["drain"]["max_reason_length"]
+            for suspect in chosen:
+                reason = reason_for(suspect, prefix, length)
+                client.set_budget(drainer.slurm_budget(settings))
+                entry = (state.get("drains") or {}).get(suspect.node)
+                try:
+                    enacted = drainer.drain(client, suspect.node, reason, settings, (entry,), True, refine=False)
+                except SlurmError as exc:  # typed errors become outcomes in drainer; this is a last resort
+                    enacted = drainer.slurm_failure(exc)
+                _remember(state, suspect, enacted, reason)
+                rows.append(FleetDrain(suspect.node, suspect.metric, enacted.outcome.value, enacted.message))
+                level = logging.WARNING if enacted.outcome.value in ("drained", "observe") else logging.ERROR \
+                    if enacted.outcome.value in ("breaker-tripped", "breaker-undone", "slurm-unavailable",
+                                                 "slurm-error", "cannot-count") else logging.INFO
+                log.log(level, logs.kv(context="fleet", event="straggler-drain", node=suspect.node,
+                                       metric=suspect.metric, outcome=enacted.outcome.value, detail=enacted.message))
+            atomicio.write_json_atomic(path, state)
+    except OSError as exc:  # LockTimeout (another run), an unwritable state directory
+        log.error(logs.kv(event="fleet-drain-skipped", path=path, error=exc))
+        return rows + [FleetDrain(s.node, s.metric, "not-attempted", str(exc)) for s in _one_per_node(suspects)
+                       if s.node not in {r.node for r in rows}]
+    return rows
+
+
+def _one_per_node(suspects: List[Suspect]) -> List[Suspect]:
+    seen, out = set(), []
+    for suspect in suspects:
+        if suspect.node not in seen:
+            seen.add(suspect.node)
+            out.append(suspect)
+    return out
+
+
+def _remember(state: Dict[str, Any], suspect: Suspect, enacted, reason: str) -> None:
+    """A drain that stands is recorded with Slurm's exact reason and reason time (the proof it is ours)."""
+    if enacted.outcome.value not in ("drained", "already-drained-by-us"):
+        return
+    drains = state.setdefault("drains", {})
+    old = drains.get(suspect.node) or {}
+    node = enacted.node
+    if enacted.outcome.value == "already-drained-by-us" and old:
+        return
+    drains[suspect.node] = {"reason": node.reason if node is not None and node.reason else reason,
+                            "reason_time": node.reason_time if node is not None else None,
+                            "time": time.time(), "metric": suspect.metric,
+                            "jobs": [mark.job for mark, _ in suspect.evidence]}
