@@ -25,6 +25,7 @@ The model (each choice is a guess about a real training fleet, stated so it can 
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import os
 import random
@@ -302,6 +303,9 @@ def speed(records: int, runs: int, seed: int = 3) -> Dict[str, Any]:
             walls.append(time.monotonic() - began)
             if done.returncode != 0:
                 raise SystemExit("report failed: %s" % done.stderr[-2000:])
+            read = json.loads(done.stdout)["records"]
+            if read != counts["records"]:
+                raise SystemExit("the report read %d records of %d" % (read, counts["records"]))
         return {"records": counts["records"], "megabytes": round(counts["bytes"] / 1e6, 1), "jobs": jobs,
                 "wall_s_median": round(statistics.median(walls), 2), "wall_s": [round(w, 2) for w in walls]}
 

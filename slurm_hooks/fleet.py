@@ -56,6 +56,7 @@ class StragglerScan(Struct, frozen=False):
     unreadable: List[str] = field(default_factory=list)  # first few only
     unreadable_count: int = 0
     seconds: float = 0.0
+    max_open_jobs: int = 0  # the most jobs held at once (streaming: jobs ending within SETTLE_S of each other)
 
     def skip(self, why: str, count: int = 1) -> None:
         self.skipped[why] = self.skipped.get(why, 0) + count
@@ -152,6 +153,7 @@ def scan(paths: Iterable[str], fleet: Dict[str, Any], since: Optional[float] = N
         if job is None:
             job = open_jobs[job_id] = OpenJob(job_id, mtime)
             order.append((mtime, job_id))
+            result.max_open_jobs = max(result.max_open_jobs, len(open_jobs))
         job.entries[node] = entry  # the same node twice (a path given twice): the later record
     while order:
         _close(open_jobs.pop(order.popleft()[1]), result, fleet)
@@ -256,7 +258,7 @@ def to_dict(result: StragglerScan, top: Optional[int] = None) -> Dict[str, Any]:
     return {"schema": SCHEMA, "records": result.records, "jobs_scored": result.jobs_scored,
             "node_jobs": result.node_jobs, "nodes": len(result.windows), "skipped": dict(sorted(result.skipped.items())),
             "unreadable": result.unreadable_count, "unreadable_examples": result.unreadable,
-            "seconds": round(result.seconds, 3),
+            "seconds": round(result.seconds, 3), "max_open_jobs": result.max_open_jobs,
             "settings": {"k": result.k, "m": result.m, "z_threshold": result.threshold,
                          "min_job_nodes": result.min_nodes},
             "suspects": [suspect_to_dict(s) for s in (suspects[:top] if top else suspects)]}

@@ -1,0 +1,219 @@
+"""`slurm-hooks report --stragglers`: the streaming scan over a records directory, and its outputs.
+
+Records are written in the epilog's layout (records.encode_record: the header line first) under
+DIR/<node>/<job>.json with the file's mtime at the job's end; the figures are bench/fleet_synth.py's
+noise model, or set by hand where a test needs one exact value.
+"""
+from __future__ import annotations
+
+import json
+import os
+import random
+import time
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from bench import fleet_synth
+from slurm_hooks import fleet
+from slurm_hooks.cli import main
+from slurm_hooks.config import SECTIONS
+from slurm_hooks.records import encode_record
+
+NOW = time.time()
+HW = "throttle_frac.hw_slowdown"
+
+
+def settings(**changes):
+    values = {k: s.default for k, s in SECTIONS["fleet"].items()}
+    values.update(changes)
+    return values
+
+
+def healthy(rng):
+    return {HW: 0.0, "gpu_power_w.mean": round(rng.gauss(500, 8), 1), "ib_xmit_wait_per_s": rng.uniform(9e4, 1.1e5),
+            "foreign_cpu_frac": 0.001}
+
+
+def write(directory, node, job_id, perf, end, start=None, user="alice", mtime=None, record_node=None):
+    record = fleet_synth.header_record(str(job_id), user, record_node or node, start or end - 3600, end, perf)
+    path = os.path.join(directory, node, "%s.json" % job_id)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "wb") as handle:
+        handle.write(encode_record(record))
+    stamp = end if mtime is None else mtime
+    os.utime(path, (stamp, stamp))
+    return path
+
+
+def write_jobs(directory, jobs=12, nodes=6, slow="n03", slow_every=1, seed=1, first_job=100):
+    """`jobs` jobs on all `nodes` nodes an hour apart; `slow` spends 20 % in HW slowdown in every
+    `slow_every`-th job. Users alternate. Records of a job are written in a shuffled node order with
+    mtimes up to a minute apart."""
+    rng = random.Random(seed)
+    names = ["n%02d" % i for i in range(nodes)]
+    for j in range(jobs):
+        end = NOW - (jobs - j) * 3600
+        order = names[:]
+        rng.shuffle(order)
+        for node in order:
+            perf = healthy(rng)
+            if node == slow and j % slow_every == 0:
+                perf[HW] = 0.2
+            write(directory, node, first_job + j, perf, end, user="user%d" % (j % 3), mtime=end + rng.uniform(0, 60))
+    return names
+
+
+def test_a_node_slow_in_every_job_is_the_one_suspect(tmp_path):
+    write_jobs(str(tmp_path), jobs=12)
+    result = fleet.scan([str(tmp_path)], settings(), now=NOW)
+    assert (result.records, result.jobs_scored, result.node_jobs) == (72, 12, 72)
+    (suspect,) = result.suspects()
+    assert (suspect.node, suspect.metric, suspect.flagged, suspect.window, suspect.users) == ("n03", HW, 10, 10, 3)
+    last_mark, last_flag = suspect.evidence[-1]
+    assert last_mark.job == "111" and last_mark.nodes == 6 and (last_flag.value, last_flag.median) == (0.2, 0.0)
+    assert result.max_open_jobs <= 2  # streamed: jobs an hour apart are closed as the scan moves on
+
+
+def test_jobs_are_closed_as_the_scan_moves_on_so_memory_follows_open_jobs(tmp_path):
+    plan = fleet_synth.make_plan(32, seed=3)
+    fleet_synth.write_fleet(str(tmp_path), plan, 300, seed=4, now=NOW, span_days=5)
+    result = fleet.scan([str(tmp_path)], settings(), now=NOW)
+    assert result.jobs_scored == 300
+    assert result.max_open_jobs <= 3  # a job every 24 minutes; SETTLE_S is 15 minutes
+    assert sum(len(w.marks) for w in result.windows.values()) <= 32 * 10
+
+
+def test_two_of_ten_is_noise_three_of_ten_is_a_suspect(tmp_path):
+    write_jobs(str(tmp_path / "a"), jobs=10, slow_every=5)  # jobs 0 and 5
+    assert fleet.scan([str(tmp_path / "a")], settings(), now=NOW).suspects() == []
+    write_jobs(str(tmp_path / "b"), jobs=10, slow_every=4)  # jobs 0, 4 and 8
+    assert [s.node for s in fleet.scan([str(tmp_path / "b")], settings(), now=NOW).suspects()] == ["n03"]
+
+
+def test_small_short_old_and_figureless_jobs_are_not_scored(tmp_path):
+    d = str(tmp_path)
+    rng = random.Random(2)
+    for i in range(3):  # a 3-node job
+        write(d, "n%02d" % i, 1, healthy(rng), NOW - 7200)
+    for i in range(5):  # a 2-minute job
+        write(d, "n%02d" % i, 2, healthy(rng), NOW - 3600, start=NOW - 3720)
+    for i in range(5):  # older than the window
+        write(d, "n%02d" % i, 3, healthy(rng), NOW - 30 * 86400)
+    for i in range(5):  # no perf figures (a record of an older version, or no prolog snapshot)
+        write(d, "n%02d" % i, 4, {}, NOW - 1800)
+    result = fleet.scan([d], settings(), now=NOW)
+    assert result.jobs_scored == 0
+    assert result.skipped == {"job on fewer than min_job_nodes nodes": 1, "shorter than min_job_seconds": 5,
+                              "older than the window": 5, "no perf figures": 5}
+
+
+def test_records_a_user_could_plant_are_not_read(tmp_path):
+    """A shared records directory: a user's own 'node' directory, a record naming another node, a
+    symlink, a file of another owner in a node's directory: none of them counts."""
+    d = str(tmp_path)
+    write_jobs(d, jobs=4, slow=None)
+    rng = random.Random(3)
+    planted = []
+    for j in range(4):  # would make n01 look slow in 4 jobs
+        planted.append(write(d, "n01-evil", 100 + j, dict(healthy(rng), **{HW: 0.9}), NOW - (4 - j) * 3600,
+                             record_node="n01"))
+    os.chown(os.path.join(d, "n01-evil"), 4242, 4242)
+    forged = write(d, "n02", 900, healthy(rng), NOW - 600, record_node="n05")
+    os.symlink(forged, os.path.join(d, "n02", "901.json"))
+    other = write(d, "n02", 902, healthy(rng), NOW - 500)
+    os.chown(other, 4242, 4242)
+    result = fleet.scan([d], settings(), now=NOW)
+    assert result.suspects() == [] and result.jobs_scored == 4
+    assert result.skipped == {"node directory of another owner": 1, "names another node than its directory": 1,
+                              "record of another owner": 1}
+
+
+def test_unreadable_records_are_counted_and_named(tmp_path):
+    d = str(tmp_path)
+    write_jobs(d, jobs=3)
+    with open(os.path.join(d, "n00", "999.json"), "w") as handle:
+        handle.write('{"schema": "something else"}\n')
+    result = fleet.scan([d], settings(), now=NOW)
+    assert result.unreadable_count == 1 and "999.json" in result.unreadable[0]
+    with pytest.raises(fleet.ScanError, match="no-such-dir"):
+        fleet.scan([str(tmp_path / "no-such-dir")], settings(), now=NOW)
+
+
+def test_synthetic_fleet_finds_every_persistent_slow_node_and_no_healthy_one(tmp_path):
+    """The bench's model at a size a test can afford (48 nodes, 600 jobs): every persistent planted
+    node of every kind, nothing else. bench/fleet_synth.py gives the full table."""
+    plan = fleet_synth.make_plan(48, seed=21)
+    fleet_synth.write_fleet(str(tmp_path), plan, 600, seed=22, now=NOW)
+    result = fleet.scan([str(tmp_path)], settings(), now=NOW)
+    scores = fleet_synth.evaluate(plan, result.suspects(), result.node_jobs)
+    assert scores["false_nodes"] == [], scores
+    for kind, row in scores["kinds"].items():
+        assert row["recall_persistent"] == 1.0, (kind, row)
+
+
+# -- the command line ----------------------------------------------------------------------------
+
+@pytest.fixture
+def config(tmp_path, monkeypatch):
+    path = tmp_path / "config.toml"
+    path.write_text('[paths]\nstate_dir = "%s"\nlog_file = ""\nsyslog = false\n' % (tmp_path / "state"))
+    monkeypatch.setenv("SLURM_HOOKS_ALLOW_INSECURE_CONFIG", "1")
+    monkeypatch.setenv("SLURM_HOOKS_CONFIG", str(path))
+    return path
+
+
+def test_cli_table_json_and_prometheus(tmp_path, config, capsys):
+    d = str(tmp_path / "jobs")
+    write_jobs(d, jobs=12)
+    assert main(["report", "--stragglers", d]) == 0
+    text = capsys.readouterr().out
+    lines = text.splitlines()
+    assert lines[0].startswith("72 records, 12 multi-node jobs scored (72 node-jobs) on 6 nodes")
+    assert lines[1].split() == ["NODE", "FIGURE", "JOBS", "WORST-Z", "LATEST:", "VALUE", "VS", "JOB", "MEDIAN",
+                                "USERS", "FLAGGED", "JOBS"]
+    assert lines[2].split()[:7] == ["n03", HW, "10/10", "40.0", "0.2", "vs", "0"]
+
+    prom = tmp_path / "textfile" / "stragglers.prom"
+    prom.parent.mkdir()
+    assert main(["report", "--stragglers", d, "--json", "--prom", str(prom)]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["schema"] == "slurm-hooks.stragglers/1" and data["jobs_scored"] == 12
+    (suspect,) = data["suspects"]
+    assert (suspect["node"], suspect["metric"], suspect["kind"], suspect["flagged"]) == ("n03", HW, "gpu", 10)
+    assert suspect["evidence"][-1] == {"job": "111", "end": suspect["evidence"][-1]["end"], "nodes": 6, "z": 40.0,
+                                       "value": 0.2, "median": 0.0, "peers": 5}
+    families = {f.name: f for f in text_string_to_metric_families(prom.read_text())}  # the real parser
+    (sample,) = families["slurm_hooks_fleet_straggler"].samples
+    assert sample.labels == {"node": "n03", "metric": HW, "kind": "gpu",
+                             "reason": "throttle_frac.hw_slowdown higher than the job's other nodes"}
+    assert sample.value == 1.0
+    assert families["slurm_hooks_fleet_suspects"].samples[0].value == 1.0
+    assert families["slurm_hooks_fleet_jobs_scored"].samples[0].value == 12.0
+    assert oct(prom.stat().st_mode & 0o777) == "0o644" and not [p for p in prom.parent.iterdir() if p != prom]
+
+
+def test_cli_without_suspects_and_with_mistakes(tmp_path, config, capsys):
+    d = str(tmp_path / "jobs")
+    write_jobs(d, jobs=5, slow=None)
+    assert main(["report", "--stragglers", d]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == "no straggler suspects"
+    assert main(["report", d, "--prom", str(tmp_path / "x.prom")]) == 3
+    assert "--prom and --drain go with --stragglers" in capsys.readouterr().err
+    assert main(["report", "--stragglers", str(tmp_path / "nope")]) == 3
+    assert "nope: no such file or directory" in capsys.readouterr().err
+    assert main(["report", "--stragglers", d, "--prom", str(tmp_path / "missing-dir" / "x.prom")]) == 3
+    assert "not written" in capsys.readouterr().err
+    assert main(["report", "--stragglers", d, "--job", "1"]) == 3
+
+
+def test_cli_uses_the_fleet_settings_and_refuses_bad_ones(tmp_path, config, capsys):
+    d = str(tmp_path / "jobs")
+    write_jobs(d, jobs=12)
+    config.write_text(config.read_text() + "[fleet]\nk = 11\nm = 20\nz_threshold = 50.0\n")
+    assert main(["report", "--stragglers", d]) == 0
+    out = capsys.readouterr().out
+    assert "in >= 11 of a node's last 20 jobs, z >= 50" in out and "no straggler suspects" in out  # its z is 40
+    config.write_text(config.read_text().replace("k = 11", "k = 30"))
+    assert main(["report", "--stragglers", d]) == 3
+    assert "[fleet] k = 30 is more than m = 20" in capsys.readouterr().err

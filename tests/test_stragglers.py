@@ -1,0 +1,141 @@
+"""Scoring of slurm_hooks/stragglers.py: a node against its job's OTHER nodes, robustly, one way.
+
+The numbers are made up for each property; the detection on a whole synthetic fleet is in
+tests/test_fleet_report.py and bench/fleet_synth.py.
+"""
+from __future__ import annotations
+
+import random
+import statistics
+
+import pytest
+
+from slurm_hooks import stragglers
+from slurm_hooks.stragglers import METRIC_BY_NAME, JobMark, NodeWindow, score_job
+
+HW = "throttle_frac.hw_slowdown"
+POWER = "gpu_power_w.mean"
+WAIT = "ib_xmit_wait_per_s"
+
+
+def job(values, metric=HW, **common):
+    return {"n%02d" % i: dict(common, **{metric: v}) for i, v in enumerate(values)}
+
+
+def flagged(flags, metric=None):
+    return sorted(node for node, found in flags.items() if any(metric is None or f.metric == metric for f in found))
+
+
+def test_leave_one_out_equals_the_naive_median_and_mad_of_the_others():
+    rng = random.Random(4)
+    for size in list(range(2, 12)) + [31, 64, 257]:
+        for _ in range(20):
+            values = [float(rng.choice([0, 0, 1, 2, 3, rng.random()])) for _ in range(size)]  # many ties
+            for i, (median, mad) in enumerate(stragglers.leave_one_out(values)):
+                others = values[:i] + values[i + 1:]
+                want_median = statistics.median(others)
+                assert median == pytest.approx(want_median), (values, i)
+                assert mad == pytest.approx(statistics.median(abs(v - want_median) for v in others)), (values, i)
+
+
+def test_one_extreme_node_does_not_drag_the_baseline_of_a_moderately_slow_one():
+    """Mean and standard deviation (with or without the node itself) miss the moderate node: the extreme
+    one lifts the mean of its peers above it. Median and MAD of the others flag both."""
+    flags = score_job(job([0.0, 0.0, 0.0, 0.0, 0.9, 0.1]), 4, 6.0)
+    assert flagged(flags) == ["n04", "n05"]
+    moderate = flags["n05"][0]
+    assert (moderate.median, moderate.value, moderate.peers) == (0.0, 0.1, 5)
+
+
+def test_the_baseline_never_includes_the_node_itself():
+    """Two slow nodes of four: with itself in its baseline (median 0.25, MAD 0.15) neither stands out."""
+    flags = score_job(job([0.10, 0.10, 0.40, 0.40]), 4, 6.0)
+    assert flagged(flags) == ["n02", "n03"]
+    assert flags["n02"][0].median == pytest.approx(0.10) and flags["n02"][0].z == pytest.approx(12.0)
+
+
+def test_identical_peers_do_not_make_an_infinite_z():
+    """MAD 0: the scale falls back to the metric's floor (absolute, or relative to the median)."""
+    assert flagged(score_job(job([0.0, 0.0, 0.0, 1e-9]), 4, 6.0)) == []
+    assert flagged(score_job(job([500.0, 500.0, 500.0, 499.0], POWER), 4, 6.0)) == []
+    flags = score_job(job([500.0, 500.0, 500.0, 350.0], POWER), 4, 6.0)  # 30 % less: 7.5 x (4 % of 500)
+    assert flagged(flags) == ["n03"] and flags["n03"][0].z == pytest.approx(7.5)
+
+
+def test_only_the_bad_direction_counts():
+    assert flagged(score_job(job([400.0, 400.0, 400.0, 650.0], POWER), 4, 6.0)) == []  # more power: not slow
+    assert flagged(score_job(job([1e6, 1e6, 1e6, 1.0], WAIT), 4, 6.0)) == []  # fewer stalls: not slow
+    assert flagged(score_job(job([1e5, 1e5, 1e5, 9e5], WAIT), 4, 6.0)) == ["n03"]
+
+
+def test_jobs_that_do_not_use_the_gpus_are_not_scored_on_power():
+    assert flagged(score_job(job([30.0, 30.0, 30.0, 0.5], POWER), 4, 6.0)) == []  # idle GPUs: says nothing
+
+
+def test_a_metric_is_scored_among_the_nodes_that_have_it():
+    perf = job([0.0, 0.0, 0.0, 0.0, 0.5])
+    del perf["n00"][HW]  # absent: not measured on that node
+    assert flagged(score_job(perf, 4, 6.0)) == ["n04"]
+    del perf["n01"][HW]  # now only three nodes have it: fewer than min_job_nodes
+    assert flagged(score_job(perf, 4, 6.0)) == []
+
+
+@pytest.mark.parametrize("bad", [True, float("nan"), float("inf"), "0.9", None, [0.9]])
+def test_values_that_are_not_finite_numbers_are_ignored(bad):
+    perf = job([0.0, 0.0, 0.0, 0.0, 0.0])
+    perf["n04"][HW] = bad
+    perf["n04"]["a.metric.nobody.knows"] = 1e9
+    assert flagged(score_job(perf, 4, 6.0)) == []
+
+
+def test_every_contract_metric_has_a_direction_and_sane_floors():
+    contract = {"throttle_frac.hw_slowdown", "throttle_frac.thermal", "throttle_frac.power",
+                "throttle_frac.power_brake", "throttle_frac.sync_boost", "gpu_power_w.mean", "gpu_power_w.min",
+                "pcie_replays_per_h", "nvlink_errors_per_h", "ib_xmit_wait_per_s", "ib_xmit_bytes_per_s",
+                "ib_rcv_bytes_per_s", "foreign_cpu_frac", "cpu_steal_frac"}
+    assert set(METRIC_BY_NAME) == contract
+    for metric in stragglers.METRICS:
+        assert metric.worse in (1, -1) and metric.floor > 0 and 0 < metric.relative < 1, metric
+
+
+def test_a_large_job_is_scored_exactly_and_quickly():
+    rng = random.Random(9)
+    values = [rng.gauss(1e5, 1e4) for _ in range(256)]
+    values[17] = 2e6
+    flags = score_job(job(values, WAIT), 4, 6.0)
+    assert flagged(flags) == ["n17"]
+    others = values[:17] + values[18:]
+    median = statistics.median(others)
+    mad = statistics.median(abs(v - median) for v in others)
+    want = (2e6 - median) / max(1.4826 * mad, 5e4, 0.5 * median)
+    assert flags["n17"][0].z == pytest.approx(want, abs=0.01)
+
+
+# -- windows ------------------------------------------------------------------------------------
+
+def mark(i, *metrics, user="alice"):
+    return JobMark(str(i), float(i), 8, user, tuple(stragglers.Flag(m, 9.0, 1.0, 0.0, 7) for m in metrics), float(i))
+
+
+def test_k_of_the_last_m_jobs():
+    window = NodeWindow("n1", 10)
+    for i in range(10):
+        window.add(mark(i, HW) if i in (2, 5) else mark(i))
+    assert window.suspects(3) == []  # twice: noise
+    window.add(mark(10, HW))
+    (suspect,) = window.suspects(3)
+    assert (suspect.metric, suspect.flagged, suspect.window) == (HW, 3, 10)
+    assert [m.job for m, _ in suspect.evidence] == ["2", "5", "10"]
+    for i in range(11, 14):  # job 2 leaves the window
+        window.add(mark(i))
+    assert window.suspects(3) == [] and len(window.marks) == 10 and window.scored == 14
+
+
+def test_flags_on_different_metrics_do_not_add_up():
+    window = NodeWindow("n1", 10)
+    for i, metric in enumerate((HW, WAIT, POWER, HW, WAIT)):
+        window.add(mark(i, metric))
+    assert window.suspects(3) == []
+    window.add(mark(9, WAIT, user="bob"))
+    (suspect,) = window.suspects(3)
+    assert suspect.metric == WAIT and suspect.users == 2
