@@ -1,0 +1,178 @@
+"""`slurm-hooks report --stragglers --drain` from an admin host, against a real slurmctld.
+
+Twelve nodes without slurmd (SLURM-NOTES "Many nodes on one host": State=IDLE, SlurmdTimeout=0: they
+take DRAIN/RESUME like real ones); the CLI runs as the systemd service runs it, as a subprocess
+with the cluster's SLURM_CONF, over records written in the epilog's layout. Breaker limit:
+max(2, 10 % of 12) = 2.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+from conftest import REPO
+from test_e2e_slurm import ctld_reason
+from test_fleet_report import HW, write_jobs
+
+from slurm_hooks import drainer, hooks, policy
+from slurm_hooks.config import validate
+from slurm_hooks.registry import load_builtin_checks
+from slurm_hooks.slurm import ScontrolBackend, SlurmClient
+
+pytestmark = pytest.mark.slurm
+
+NODES = tuple("n%02d" % i for i in range(12))
+SLOW = "n03"
+
+
+@pytest.fixture(scope="module")
+def cluster(slurm_cluster_factory):
+    return slurm_cluster_factory("fleet", nodes=NODES, with_slurmd=False, extra_node_state="IDLE", slurmd_timeout=0)
+
+
+@pytest.fixture
+def site(cluster, tmp_path):
+    """A records directory with 12 jobs on n00..n05 (n03 slow in each, 3 users) and a config; the
+    cluster's nodes undrained afterwards."""
+    records = tmp_path / "jobs"
+    write_jobs(str(records), jobs=12, slow=SLOW)
+    yield Site(cluster, tmp_path, records)
+    for name in NODES:
+        if "DRAIN" in cluster.node_state(name).split("+"):
+            cluster.scontrol("update", "NodeName=%s" % name, "State=UNDRAIN")
+
+
+class Site:
+    def __init__(self, cluster, base, records):
+        self.cluster, self.base, self.records = cluster, base, records
+        self.config = base / "config.toml"
+        self.state_dir = base / "state"
+        self.write_config()
+
+    def write_config(self, extra=""):
+        self.config.write_text('[general]\n%s\n[paths]\nstate_dir = "%s"\nlog_file = ""\nsyslog = false\n'
+                               '[drain]\nbackend = "scontrol"\n[fleet]\ndrain = true\n%s'
+                               % ("mode = \"observe\"" if "observe" in extra else "", self.state_dir,
+                                  extra.replace("observe", "")))
+
+    def run(self, *extra):
+        env = dict(self.cluster.env, SLURM_HOOKS_ALLOW_INSECURE_CONFIG="1", SLURM_HOOKS_CONFIG=str(self.config),
+                   PYTHONPATH=REPO)
+        done = subprocess.run([sys.executable, "-m", "slurm_hooks", "report", "--stragglers", "--json", "--drain",
+                               str(self.records)] + list(extra), env=env, capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr
+        return json.loads(done.stdout)
+
+    def reason(self, node=SLOW):
+        return ctld_reason(self.cluster, node)
+
+    def drained(self, node=SLOW):
+        return "DRAIN" in self.cluster.node_state(node).split("+")
+
+
+def outcomes(data):
+    return [(row["node"], row["outcome"]) for row in data["drains"]]
+
+
+def test_drain_off_by_default_reports_only(site):
+    site.config.write_text(site.config.read_text().replace("drain = true", ""))
+    data = site.run()
+    assert [s["node"] for s in data["suspects"]] == [SLOW]
+    assert outcomes(data) == [(SLOW, "disabled")] and not site.drained()
+
+
+def test_a_suspect_is_drained_once_with_a_reason_of_ours_and_left_to_an_admin(site, cluster):
+    data = site.run()
+    assert outcomes(data) == [(SLOW, "drained")], data["drains"]
+    reason = site.reason()
+    assert reason.startswith("slurm-hooks: fleet.straggler: throttle_frac.hw_slowdown 0.2 vs 0 of its job peers")
+    assert reason.endswith("-> drain") and "10 of its last 10 jobs" in reason
+    assert policy.read_reason(reason, "slurm-hooks:").checks == (policy.FLEET_CHECK,)  # the breaker counts it
+    state = json.loads((site.state_dir / "fleet-state.json").read_text())["drains"][SLOW]
+    assert state["reason"] == reason and state["reason_time"] and state["metric"] == HW
+    assert [n for n in NODES if n != SLOW and site.drained(n)] == []
+
+    assert outcomes(site.run()) == [] and site.drained()  # the next timer run: no new evidence, no Slurm call
+
+    # the node's own health run never adopts or resumes it, even with its local state lost
+    config = validate(load_builtin_checks(), {"drain": {"backend": "scontrol"}})
+    client = SlurmClient(backend=ScontrolBackend(env=cluster.env))
+    state = {}
+    enacted = hooks._recover(client, SLOW, state, False, NoResults(), config)
+    assert enacted.outcome is drainer.Outcome.NOT_DRAINED and not enacted.node_drained, enacted
+    assert state == {} and site.reason() == reason and site.drained()
+
+    # an admin clears it; the evidence it was drained on does not drain it again
+    resumed = drainer.resume(client, SLOW, config.settings, by_admin=True)
+    assert resumed.outcome is drainer.Outcome.RESUMED, resumed
+    data = site.run()
+    assert [s["node"] for s in data["suspects"]] == [SLOW] and outcomes(data) == [] and not site.drained()
+
+    # ... jobs that started after the drain do, when it is still slow in k of them
+    soon = time.time() + 5
+    write_jobs(str(site.records), jobs=3, slow=SLOW, first_job=500, seed=7)
+    for node_dir in site.records.iterdir():
+        for job in ("500", "501", "502"):
+            _shift(node_dir / ("%s.json" % job), soon + int(job) * 10)
+    assert outcomes(site.run()) == [(SLOW, "drained")] and site.drained()
+
+
+class NoResults:
+    """A health run in which no check failed (hooks._recover only asks for the results)."""
+
+    def results(self):
+        return []
+
+
+def _shift(path, start):
+    """Move a written record's job to start at `start` (after the drain), an hour long."""
+    data = path.read_bytes()
+    head, rest = data.split(b"\n", 1)
+    header = json.loads(head[:-1] + b"}")
+    header["start"], header["end"] = start, start + 3600
+    new = json.dumps(header, separators=(",", ":"))[:-1] + ",\n"
+    path.write_bytes(new.encode() + rest)
+    os.utime(path, (start + 3600, start + 3600))
+
+
+def test_observe_mode_drains_nothing(site):
+    site.write_config("observe")
+    assert outcomes(site.run()) == [(SLOW, "observe")] and not site.drained()
+
+
+@pytest.mark.parametrize("reason", ["admin: reseat GPU 3", "Prolog error"])
+def test_an_existing_drain_is_never_replaced(site, cluster, reason):
+    """An admin's drain, and Slurm's own Prolog error (the node's hooks refine that one, not the fleet)."""
+    cluster.scontrol("update", "NodeName=%s" % SLOW, "State=DRAIN", "Reason=%s" % reason)
+    assert outcomes(site.run()) == [(SLOW, "foreign-drain-kept")]
+    assert site.reason() == reason
+
+
+def test_the_circuit_breaker_counts_the_nodes_own_drains_and_stops_the_fleets(site, cluster):
+    for node in ("n10", "n11"):
+        cluster.scontrol("update", "NodeName=%s" % node, "State=DRAIN", "Reason=slurm-hooks: gpu.ecc: x -> drain")
+    assert outcomes(site.run()) == [(SLOW, "breaker-tripped")] and not site.drained()
+
+
+def test_one_users_jobs_are_not_enough_evidence(site):
+    for path in site.records.rglob("*.json"):
+        data = path.read_bytes()
+        for i in range(3):
+            data = data.replace(b'"user":"user%d"' % i, b'"user":"mallory"')
+        stamp = path.stat().st_mtime
+        path.write_bytes(data)
+        os.utime(path, (stamp, stamp))
+    data = site.run()
+    assert data["suspects"][0]["users"] == 1 and outcomes(data) == [] and not site.drained()
+
+
+def test_at_most_max_drains_per_run_the_worst_first(site):
+    write_jobs(str(site.records / "more"), jobs=12, slow="n05", first_job=700, seed=11)  # n05 in another set
+    site.write_config("max_drains_per_run = 1\n")
+    data = site.run(str(site.records / "more"))
+    assert len({s["node"] for s in data["suspects"]}) == 2
+    assert len(data["drains"]) == 1 and data["drains"][0]["outcome"] == "drained"
