@@ -180,7 +180,15 @@ def test_contents_conffiles_and_modes(debs, tmp_path):
     # replaced on upgrade like any unedited conffile)
     assert sorted(conffiles) == sorted(["/etc/logrotate.d/slurm-hooks", str(CONFIG), str(PROLOG),
                                         "/etc/slurm/epilog.d/50-slurm-hooks"])
-    assert "py3compile -p slurm-hooks" in (tmp_path / "control" / "postinst").read_text()
+    postinst = (tmp_path / "control" / "postinst").read_text()
+    assert "py3compile -p slurm-hooks" in postinst
+    # the straggler report's timer (an admin host's job) is shipped, neither enabled nor started by install:
+    # the only `enable` re-creates the symlinks of a timer the admin had enabled before an upgrade
+    units = {p.rsplit("/", 1)[-1]: p for p in entries if "/systemd/system/slurm-hooks" in p}
+    assert sorted(units) == ["slurm-hooks-stragglers.service", "slurm-hooks-stragglers.timer"], units
+    assert all(entries[p] == "-rw-r--r--" for p in units.values())
+    assert "deb-systemd-invoke" not in postinst and "systemctl" not in postinst
+    assert "if deb-systemd-helper --quiet was-enabled 'slurm-hooks-stragglers.timer'; then" in postinst
     assert "rm -rf /var/lib/slurm-hooks /var/log/slurm-hooks" in (tmp_path / "control" / "postrm").read_text()
 
 
@@ -210,6 +218,9 @@ def test_apt_installs_it_and_a_real_slurmd_runs_the_installed_prolog_for_a_real_
     assert version.stdout.strip() == "slurm-hooks " + host["versions"]["v1"], version.stderr
     check = _run(["/usr/bin/slurm-hooks", "config", "check"], env={"PATH": "/usr/bin:/bin"})
     assert check.returncode == 0 and str(CONFIG) in check.stdout, check.stderr
+    assert not Path("/etc/systemd/system/timers.target.wants/slurm-hooks-stragglers.timer").exists()  # disabled
+    stragglers = _run(["/usr/bin/slurm-hooks", "report", "--stragglers", str(tmp_path)], env={"PATH": "/usr/bin:/bin"})
+    assert stragglers.returncode == 0 and "no straggler suspects" in stragglers.stdout, stragglers.stderr
 
     # Observe mode, as docs/admin.md rolls out: the checks run on this (shared, GPU-less) host and
     # decide, nothing is drained, so the job's outcome does not depend on the host's health.

@@ -262,6 +262,7 @@ def test_file_list(built, target):
         "/etc/slurm-hooks", "/etc/slurm-hooks/config.toml", "/etc/slurm-hooks/conf.d", "/etc/slurm-hooks/checks.d",
         "/etc/logrotate.d/slurm-hooks",
         "/var/lib/slurm-hooks", "/var/log/slurm-hooks",
+        "/usr/lib/systemd/system/slurm-hooks-stragglers.service", "/usr/lib/systemd/system/slurm-hooks-stragglers.timer",
     }
     assert {p for p in other if not p.startswith(("/usr/share/doc/", "/usr/share/man/", "/usr/share/licenses/"))} \
         == expected
@@ -287,6 +288,17 @@ def test_config_and_noreplace_flags_exactly_where_intended(files):
     documentation = [path for path in files if re.match(r"/usr/share/(doc/[^/]+|man/man1)/.", path)]
     assert len(documentation) >= 4 and all("d" in files[path] for path in documentation)
     assert files["/usr/share/licenses/slurm-hooks/LICENSE"] == "l"
+
+
+def test_the_straggler_timer_is_shipped_disabled(built, files):
+    """`report --stragglers` runs on an admin host from a systemd timer that no scriptlet enables or starts;
+    on erase the timer is stopped (what %systemd_preun does)."""
+    units = sorted(p for p in files if p.startswith("/usr/lib/systemd/system/"))
+    assert units == ["/usr/lib/systemd/system/slurm-hooks-stragglers.service",
+                     "/usr/lib/systemd/system/slurm-hooks-stragglers.timer"]
+    scripts = _run(["rpm", "-qp", "--scripts", str(built["el9"]["rpm"])]).stdout
+    assert "enable --now" not in scripts.replace("disable --now", "") and "systemctl start" not in scripts
+    assert "disable --now slurm-hooks-stragglers.timer" in scripts and "preuninstall scriptlet" in scripts
 
 
 def test_modes_and_owners(built):
