@@ -78,8 +78,9 @@ def _sig(value: float) -> float:
     return float("%.6g" % value)
 
 
-def job_figures(rng: random.Random, nodes: List[str], plan: Plan, duration: float) -> Dict[str, Dict[str, float]]:
-    """{node: summary.perf} for one job."""
+def job_figures(rng: random.Random, nodes: List[str], plan: Plan, duration: float,
+                severity: float = 1.0) -> Dict[str, Dict[str, float]]:
+    """{node: summary.perf} for one job; `severity` scales how far a planted fault moves its figures."""
     level = {"power": rng.uniform(200, 650), "capped": rng.random() < 0.3, "cap": rng.uniform(0.05, 0.6),
              "wait": math.exp(rng.gauss(math.log(2e5), 1.0)), "uses_ib": rng.random() < 0.9,
              "bytes": math.exp(rng.gauss(math.log(5e9), 1.0))}
@@ -87,11 +88,12 @@ def job_figures(rng: random.Random, nodes: List[str], plan: Plan, duration: floa
     slowed = any(kind in ("hw_slowdown", "low_power") for kind in faults.values())
     out = {}
     for node in nodes:
-        out[node] = _node_figures(rng, level, faults.get(node), slowed)
+        out[node] = _node_figures(rng, level, faults.get(node), slowed, severity)
     return out
 
 
-def _node_figures(rng: random.Random, level: Dict[str, Any], fault: Optional[str], slowed: bool) -> Dict[str, float]:
+def _node_figures(rng: random.Random, level: Dict[str, Any], fault: Optional[str], slowed: bool,
+                  severity: float = 1.0) -> Dict[str, float]:
     power = level["power"] * rng.gauss(1.0, 0.025) * (0.9 if slowed else 1.0)
     weakest = power * (1 - abs(rng.gauss(0.03, 0.015)))
     cap = min(1.0, max(0.0, level["cap"] + rng.gauss(0, 0.03))) if level["capped"] else rng.expovariate(500)
@@ -107,18 +109,18 @@ def _node_figures(rng: random.Random, level: Dict[str, Any], fault: Optional[str
         perf["ib_xmit_bytes_per_s"] = perf["ib_rcv_bytes_per_s"] = rng.uniform(0, 2e5)
     _glitch(rng, perf)
     if fault == "hw_slowdown":
-        frac = rng.uniform(0.08, 0.35)
+        frac = rng.uniform(0.08, 0.35) * severity
         perf["throttle_frac.hw_slowdown"] = frac
         weakest *= 1 - 0.6 * frac
         power -= (power - weakest) / GPUS
     elif fault == "low_power":
-        factor = rng.uniform(0.6, 0.75)
+        factor = 1 - rng.uniform(0.25, 0.4) * severity
         power, weakest = power * factor, weakest * factor
-        perf["throttle_frac.power"] = min(1.0, perf["throttle_frac.power"] + rng.uniform(0.2, 0.5))
+        perf["throttle_frac.power"] = min(1.0, perf["throttle_frac.power"] + rng.uniform(0.2, 0.5) * severity)
     elif fault == "ib_stall":
-        perf["ib_xmit_wait_per_s"] *= rng.uniform(8, 40)
+        perf["ib_xmit_wait_per_s"] *= 1 + rng.uniform(7, 39) * severity
     elif fault == "noisy_cpu":
-        perf["foreign_cpu_frac"] += rng.uniform(0.03, 0.15)
+        perf["foreign_cpu_frac"] += rng.uniform(0.03, 0.15) * severity
     perf["gpu_power_w.mean"], perf["gpu_power_w.min"] = power, weakest
     if rng.random() < 0.02:  # a counter reset or an unreadable counter: the figure is absent
         perf.pop(rng.choice(sorted(perf)))
@@ -166,7 +168,8 @@ def header_record(job_id: str, user: str, node: str, start: float, end: float, p
 
 
 def write_fleet(directory: str, plan: Plan, jobs: int, seed: int = 5, now: Optional[float] = None,
-                body_gpus: int = 0, span_days: float = 10.0, single_node_share: float = 0.0) -> Dict[str, int]:
+                body_gpus: int = 0, span_days: float = 10.0, single_node_share: float = 0.0,
+                severity: float = 1.0) -> Dict[str, int]:
     """Write `jobs` multi-node jobs (plus single-node ones, `single_node_share` of all) ending over the
     last `span_days`; returns counts."""
     from slurm_hooks.records import encode_record
@@ -182,7 +185,7 @@ def write_fleet(directory: str, plan: Plan, jobs: int, seed: int = 5, now: Optio
         duration = min(max(math.exp(rng.gauss(math.log(7200), 1.0)), 600), 172800)
         end = first + (i + 1) * (span_days * 86400 / jobs)
         start = end - duration
-        figures = job_figures(rng, nodes, plan, duration)
+        figures = job_figures(rng, nodes, plan, duration, severity)
         user = "user%02d" % rng.randrange(USERS)
         job_id = str(1000000 + i)
         for node in nodes:
@@ -248,35 +251,47 @@ def run_detection(directory: str, fleet: Optional[Dict[str, Any]] = None, now: O
     return fleet_scan.scan([directory], settings, now=now)
 
 
-def detection_table(nodes: int, jobs: int, seed: int, fleet: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
+def detection_table(nodes: int, jobs: int, seed: int, fleet: Optional[Dict[str, Any]] = None,
+                    severities: Tuple[float, ...] = (1.0,), healthy_seeds: int = 1) -> Dict[str, Any]:
+    """The planted fleet at each severity (1.0: the faults as the module doc describes them; 0.5: half
+    as far from healthy), and healthy fleets (nothing planted, `healthy_seeds` of them)."""
     now = time.time()
-    out: Dict[str, Any] = {"nodes": nodes, "jobs": jobs}
-    for label, plan in (("planted", make_plan(nodes, seed=seed)), ("healthy", make_plan(nodes, 0, 0, seed=seed))):
+    out: Dict[str, Any] = {"nodes": nodes, "jobs": jobs, "planted": {}, "healthy": []}
+    runs = [("planted", s, seed) for s in severities] + [("healthy", 1.0, seed + 100 * i) for i in range(healthy_seeds)]
+    for label, severity, run_seed in runs:
+        plan = make_plan(nodes, seed=run_seed) if label == "planted" else make_plan(nodes, 0, 0, seed=run_seed)
         with tempfile.TemporaryDirectory(prefix="fleet-%s-" % label) as directory:
-            counts = write_fleet(directory, plan, jobs, seed=seed + 1, now=now)
+            counts = write_fleet(directory, plan, jobs, seed=run_seed + 1, now=now, severity=severity)
             result = run_detection(directory, fleet, now=now)
             scores = evaluate(plan, result.suspects(), result.node_jobs)
-            out[label] = dict(scores, records=counts["records"], node_jobs=result.node_jobs,
-                              jobs_scored=result.jobs_scored, seconds=round(result.seconds, 2))
+            row = dict(scores, records=counts["records"], node_jobs=result.node_jobs, jobs_scored=result.jobs_scored,
+                       seconds=round(result.seconds, 2), severity=severity)
+            if label == "planted":
+                out["planted"][severity] = row
+            else:
+                out["healthy"].append(row)
     return out
 
 
 def print_table(table: Dict[str, Any]) -> None:
-    planted = table["planted"]
-    print("fleet: %d nodes, %d multi-node jobs, %d records (%d node-jobs scored)" % (
-        table["nodes"], table["jobs"], planted["records"], planted["node_jobs"]))
-    print("| kind | planted (persistent + intermittent) | found | recall | precision |")
-    print("|---|---|---|---|---|")
-    for kind, row in planted["kinds"].items():
-        print("| %s | %d | %d | %s | %s |" % (kind, row["planted"], row["found"], row["recall"], row["precision"]))
-    print("| all | %d | %d | %s | %s |" % (sum(r["planted"] for r in planted["kinds"].values()),
-                                          sum(r["found"] for r in planted["kinds"].values()), planted["recall"],
-                                          planted["precision"]))
-    healthy = table["healthy"]
-    print("healthy fleet (same jobs, nothing planted): %d suspect nodes over %d node-jobs = %s per 10,000 "
-          "(planted fleet: healthy nodes called suspect: %s)" % (healthy["suspect_nodes"], healthy["node_jobs"],
-                                                                  healthy["false_per_10k_node_jobs"],
-                                                                  ", ".join(planted["false_nodes"]) or "none"))
+    for severity, planted in sorted(table["planted"].items(), reverse=True):
+        print("fleet: %d nodes, %d multi-node jobs, %d records (%d node-jobs scored in %.1fs), faults at severity %g"
+              % (table["nodes"], table["jobs"], planted["records"], planted["node_jobs"], planted["seconds"],
+                 severity))
+        print("| kind | planted (3 persistent + 1 intermittent) | found | recall (persistent / intermittent) | "
+              "precision |")
+        print("|---|---:|---:|---:|---:|")
+        for kind, row in planted["kinds"].items():
+            print("| %s | %d | %d | %s (%s / %s) | %s |" % (kind, row["planted"], row["found"], row["recall"],
+                                                          row["recall_persistent"], row["recall_intermittent"],
+                                                          row["precision"]))
+        print("| all | %d | %d | %s | %s |" % (sum(r["planted"] for r in planted["kinds"].values()),
+                                              sum(r["found"] for r in planted["kinds"].values()), planted["recall"],
+                                              planted["precision"]))
+        print("healthy nodes called suspect: %s" % (", ".join(planted["false_nodes"]) or "none"))
+    for healthy in table["healthy"]:
+        print("healthy fleet (nothing planted): %d suspect nodes over %d node-jobs = %s per 10,000 node-jobs"
+              % (healthy["suspect_nodes"], healthy["node_jobs"], healthy["false_per_10k_node_jobs"]))
 
 
 def speed(records: int, runs: int, seed: int = 3) -> Dict[str, Any]:
@@ -317,11 +332,15 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--seed", type=int, default=17)
     parser.add_argument("--speed", type=int, metavar="RECORDS", help="measure the report over this many records")
     parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--severity", type=float, nargs="+", default=[1.0], help="how far planted faults move "
+                        "their figures (1.0: as described; 0.5: half as far)")
+    parser.add_argument("--healthy-seeds", type=int, default=1, help="healthy fleets to measure false suspects on")
     args = parser.parse_args(argv)
     if args.speed:
         print(speed(args.speed, args.runs))
         return 0
-    print_table(detection_table(args.nodes, args.jobs, args.seed))
+    print_table(detection_table(args.nodes, args.jobs, args.seed, severities=tuple(args.severity),
+                                healthy_seeds=args.healthy_seeds))
     return 0
 
 

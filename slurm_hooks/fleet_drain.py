@@ -88,7 +88,7 @@ def enact(settings: Mapping[str, Mapping[str, Any]], suspects: List[Suspect], cl
           log: Optional[logging.Logger] = None) -> List[FleetDrain]:
     """Drain the chosen suspects (or say why not). One run at a time (a lock beside the state file)."""
     from . import drainer
-    from .slurm import SlurmError
+    from .slurm import SlurmError, check_node_name
 
     log = log or logging.getLogger(logs.LOGGER_NAME)
     fleet = settings["fleet"]
@@ -111,6 +111,11 @@ def enact(settings: Mapping[str, Mapping[str, Any]], suspects: List[Suspect], cl
             client = client or drainer.make_client(settings)
             prefix, length = settings["drain"]["reason_prefix"], settings["drain"]["max_reason_length"]
             for suspect in chosen:
+                try:
+                    check_node_name(suspect.node)  # a directory name: a hostlist or odd text never reaches Slurm
+                except ValueError as exc:
+                    rows.append(FleetDrain(suspect.node, suspect.metric, "invalid-node-name", str(exc)))
+                    continue
                 reason = reason_for(suspect, prefix, length)
                 client.set_budget(drainer.slurm_budget(settings))
                 entry = (state.get("drains") or {}).get(suspect.node)

@@ -217,3 +217,54 @@ def test_cli_uses_the_fleet_settings_and_refuses_bad_ones(tmp_path, config, caps
     config.write_text(config.read_text().replace("k = 11", "k = 30"))
     assert main(["report", "--stragglers", d]) == 3
     assert "[fleet] k = 30 is more than m = 20" in capsys.readouterr().err
+
+
+# -- the drain step, without Slurm (tests/test_fleet_drain_slurm.py has it with) -------------------
+
+class NoSlurm:
+    """A client nothing may call: these cases must end before any request."""
+
+    def __getattr__(self, name):
+        raise AssertionError("Slurm was called: %s" % name)
+
+
+def drain_settings(tmp_path, **fleet_changes):
+    values = {section: {k: s.default for k, s in schema.items()} for section, schema in SECTIONS.items()}
+    values["paths"]["state_dir"] = str(tmp_path / "state")
+    values["fleet"].update(drain=True, **fleet_changes)
+    return values
+
+
+def one_suspect(tmp_path):
+    write_jobs(str(tmp_path / "jobs"), jobs=12, slow="n03")
+    return fleet.scan([str(tmp_path / "jobs")], settings(), now=NOW).suspects()
+
+
+def test_a_node_name_slurm_would_read_as_a_hostlist_is_never_sent(tmp_path):
+    from slurm_hooks import fleet_drain
+
+    (suspect,) = one_suspect(tmp_path)
+    odd = type(suspect)("n[01-64]", suspect.metric, suspect.flagged, suspect.window, suspect.evidence, suspect.users)
+    (row,) = fleet_drain.enact(drain_settings(tmp_path), [odd], client=NoSlurm())
+    assert (row.node, row.outcome) == ("n[01-64]", "invalid-node-name")
+
+
+def test_a_corrupt_state_file_stops_the_drains(tmp_path):
+    from slurm_hooks import fleet_drain
+
+    suspects = one_suspect(tmp_path)
+    (tmp_path / "state").mkdir()
+    (tmp_path / "state" / "fleet-state.json").write_text("{not json")
+    (row,) = fleet_drain.enact(drain_settings(tmp_path), suspects, client=NoSlurm())
+    assert row.outcome == "state-corrupt" and "fleet-state.json" in row.message
+
+
+def test_the_drain_reason_is_ours_bounded_and_names_the_figure(tmp_path):
+    from slurm_hooks import fleet_drain, policy
+
+    (suspect,) = one_suspect(tmp_path)
+    reason = fleet_drain.reason_for(suspect, "slurm-hooks:", 200)
+    assert reason == ("slurm-hooks: fleet.straggler: throttle_frac.hw_slowdown 0.2 vs 0 of its job peers (higher is "
+                      "worse), 10 of its last 10 jobs, worst z 40 (job 111) -> drain")
+    short = fleet_drain.reason_for(suspect, "slurm-hooks:", 80)
+    assert len(short) <= 80 and short.endswith("... -> drain") and policy.read_reason(short, "slurm-hooks:").automatic
