@@ -169,7 +169,7 @@ def header_record(job_id: str, user: str, node: str, start: float, end: float, p
 
 def write_fleet(directory: str, plan: Plan, jobs: int, seed: int = 5, now: Optional[float] = None,
                 body_gpus: int = 0, span_days: float = 10.0, single_node_share: float = 0.0,
-                severity: float = 1.0) -> Dict[str, int]:
+                severity: float = 1.0, first_job: int = 1000000) -> Dict[str, int]:
     """Write `jobs` multi-node jobs (plus single-node ones, `single_node_share` of all) ending over the
     last `span_days`; returns counts."""
     from slurm_hooks.records import encode_record
@@ -187,7 +187,7 @@ def write_fleet(directory: str, plan: Plan, jobs: int, seed: int = 5, now: Optio
         start = end - duration
         figures = job_figures(rng, nodes, plan, duration, severity)
         user = "user%02d" % rng.randrange(USERS)
-        job_id = str(1000000 + i)
+        job_id = str(first_job + i)
         for node in nodes:
             if node not in made:
                 os.makedirs(os.path.join(directory, node), exist_ok=True)
@@ -305,7 +305,7 @@ def speed(records: int, runs: int, seed: int = 3) -> Dict[str, Any]:
         counts = {"records": 0, "bytes": 0}
         while counts["records"] < records:  # whole jobs until the record count is reached
             batch = write_fleet(directory, plan, 200, seed=rng.randrange(1 << 30), body_gpus=GPUS,
-                                span_days=10.0, now=time.time() - 0.0)
+                                span_days=10.0, now=time.time(), first_job=1000000 + jobs)
             counts["records"] += batch["records"]
             counts["bytes"] += batch["bytes"]
             jobs += batch["jobs"]
@@ -321,8 +321,12 @@ def speed(records: int, runs: int, seed: int = 3) -> Dict[str, Any]:
             read = json.loads(done.stdout)["records"]
             if read != counts["records"]:
                 raise SystemExit("the report read %d records of %d" % (read, counts["records"]))
+        import resource
+
+        peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss  # KiB on Linux: the largest child
         return {"records": counts["records"], "megabytes": round(counts["bytes"] / 1e6, 1), "jobs": jobs,
-                "wall_s_median": round(statistics.median(walls), 2), "wall_s": [round(w, 2) for w in walls]}
+                "wall_s_median": round(statistics.median(walls), 2), "wall_s": [round(w, 2) for w in walls],
+                "peak_rss_mib": round(peak / 1024.0, 1), "cpus": os.cpu_count()}
 
 
 def main(argv: Optional[List[str]] = None) -> int:

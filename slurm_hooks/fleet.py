@@ -20,7 +20,7 @@ import collections
 import json
 import os
 import time
-from typing import Any, Deque, Dict, Iterable, List, Optional, Tuple
+from typing import Any, Deque, Dict, Iterable, Iterator, List, Optional, Tuple
 
 from . import stragglers
 from .recordbuild import RECORD_SCHEMA
@@ -131,24 +131,39 @@ def _entries(directory: str) -> List[os.DirEntry]:
 
 # -- folding -------------------------------------------------------------------------------------
 
+PARALLEL_MIN_RECORDS = 20000  # below this, one process reads the headers (a fork costs more than it saves)
+CHUNK = 1000  # records per piece of work handed to a reader process
+_OPEN_FLAGS = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+HEAD_BYTES = 16384  # a header line is about 1 KB; a record without one is read whole (report.read_header)
+
+
 def scan(paths: Iterable[str], fleet: Dict[str, Any], since: Optional[float] = None,
-         now: Optional[float] = None) -> StragglerScan:
+         now: Optional[float] = None, workers: Optional[int] = None) -> StragglerScan:
     """One pass over the records under `paths` with the [fleet] settings `fleet`. `since` (Unix time)
-    defaults to now - window_days."""
+    defaults to now - window_days. workers: processes reading headers (None: 2 when there are many
+    records and 2 CPUs; reading and parsing the headers is most of the work)."""
     started = time.monotonic()
     now = time.time() if now is None else now
     since = now - fleet["window_days"] * 86400.0 if since is None else since
     result = StragglerScan(k=fleet["k"], m=fleet["m"], threshold=fleet["z_threshold"], min_nodes=fleet["min_job_nodes"])
     listing = list_records(paths, since, result)
+    if workers is None:
+        workers = min(2, os.cpu_count() or 1) if len(listing) >= PARALLEL_MIN_RECORDS else 1
     open_jobs: Dict[str, OpenJob] = {}
     order: Deque[Tuple[float, str]] = collections.deque()
-    for mtime, node, path in listing:
+    for mtime, node, outcome in _parsed(listing, since, fleet["min_job_seconds"], workers):
         while order and order[0][0] < mtime - SETTLE_S:
             _close(open_jobs.pop(order.popleft()[1]), result, fleet)
-        parsed = _read(path, node, since, fleet, result)
-        if parsed is None:
+        if outcome[0] == "unreadable":
+            result.unreadable_count += 1
+            if len(result.unreadable) < MAX_LISTED_ERRORS:
+                result.unreadable.append(outcome[1])
             continue
-        job_id, entry = parsed
+        result.records += 1
+        if outcome[0] == "skip":
+            result.skip(outcome[1])
+            continue
+        _, job_id, entry = outcome
         job = open_jobs.get(job_id)
         if job is None:
             job = open_jobs[job_id] = OpenJob(job_id, mtime)
@@ -161,15 +176,41 @@ def scan(paths: Iterable[str], fleet: Dict[str, Any], since: Optional[float] = N
     return result
 
 
-_OPEN_FLAGS = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
-HEAD_BYTES = 16384  # a header line is about 1 KB; a record without one is read whole (report.read_header)
+def _parsed(listing: List[Tuple[float, str, str]], since: float, min_seconds: float, workers: int
+            ) -> Iterator[Tuple[float, str, Tuple[Any, ...]]]:
+    """(mtime, node, parse outcome) in listing order. With workers > 1, forked processes read and
+    parse pieces of the listing ahead of the caller, at most 2 pieces each (the results wait in
+    memory only that far ahead)."""
+    if workers <= 1:
+        for mtime, node, path in listing:
+            yield mtime, node, parse(path, node, since, min_seconds)
+        return
+    import multiprocessing
+
+    pieces = iter([listing[i:i + CHUNK] for i in range(0, len(listing), CHUNK)])
+    with multiprocessing.get_context("fork").Pool(workers) as pool:
+        pending: Deque[Tuple[List[Tuple[float, str, str]], Any]] = collections.deque()
+        for piece in pieces:
+            pending.append((piece, pool.apply_async(_parse_piece, (piece, since, min_seconds))))
+            if len(pending) >= 2 * workers:
+                break
+        while pending:
+            piece, answer = pending.popleft()
+            outcomes = answer.get()
+            following = next(pieces, None)
+            if following is not None:
+                pending.append((following, pool.apply_async(_parse_piece, (following, since, min_seconds))))
+            for (mtime, node, _path), outcome in zip(piece, outcomes):
+                yield mtime, node, outcome
+
+
+def _parse_piece(piece: List[Tuple[float, str, str]], since: float, min_seconds: float) -> List[Tuple[Any, ...]]:
+    return [parse(path, node, since, min_seconds) for _mtime, node, path in piece]
 
 
 def read_header(path: str) -> Dict[str, Any]:
     """The record's first line, parsed alone (report.read_header, without a file object: the report
     reads 100,000 of them). Never through a symlink. ValueError naming the file."""
-    from .report import read_header as read_slowly
-
     try:
         fd = os.open(path, _OPEN_FLAGS)
         try:
@@ -187,38 +228,34 @@ def read_header(path: str) -> Dict[str, Any]:
         if isinstance(header, dict) and header.get("schema") == RECORD_SCHEMA and isinstance(header.get("summary"),
                                                                                                 dict):
             return header
+    from .report import read_header as read_slowly
+
     return read_slowly(path)
 
 
-def _read(path: str, node: str, since: float, fleet: Dict[str, Any], result: StragglerScan
-          ) -> Optional[Tuple[str, Tuple[Dict[str, float], float, float, Optional[str]]]]:
+def parse(path: str, node: str, since: float, min_seconds: float) -> Tuple[Any, ...]:
+    """One record -> ("ok", job id, (perf, start, end, user)) | ("skip", why) | ("unreadable", why)."""
     try:
         header = read_header(path)
     except ValueError as exc:
-        result.unreadable_count += 1
-        if len(result.unreadable) < MAX_LISTED_ERRORS:
-            result.unreadable.append(str(exc))
-        return None
-    result.records += 1
+        return ("unreadable", str(exc))
     job = header.get("job") if isinstance(header.get("job"), dict) else {}
     perf = header["summary"].get("perf")
     start, end = header.get("start"), header.get("end")
     if header.get("node") != node:
-        result.skip("names another node than its directory")
-    elif not isinstance(perf, dict) or not perf:
-        result.skip("no perf figures")
-    elif not (stragglers._number(start) and stragglers._number(end)):
-        result.skip("no start or end time")
-    elif end - start < fleet["min_job_seconds"]:
-        result.skip("shorter than min_job_seconds")
-    elif end < since:
-        result.skip("older than the window")
-    elif not isinstance(job.get("id"), str) or not job["id"]:
-        result.skip("no job id")
-    else:
-        user = job.get("user") if isinstance(job.get("user"), str) else None
-        return job["id"], (perf, float(start), float(end), user)
-    return None
+        return ("skip", "names another node than its directory")
+    if not isinstance(perf, dict) or not perf:
+        return ("skip", "no perf figures")
+    if not (stragglers._number(start) and stragglers._number(end)):
+        return ("skip", "no start or end time")
+    if end - start < min_seconds:
+        return ("skip", "shorter than min_job_seconds")
+    if end < since:
+        return ("skip", "older than the window")
+    if not isinstance(job.get("id"), str) or not job["id"]:
+        return ("skip", "no job id")
+    user = job.get("user") if isinstance(job.get("user"), str) else None
+    return ("ok", job["id"], (perf, float(start), float(end), user))
 
 
 def _close(job: OpenJob, result: StragglerScan, fleet: Dict[str, Any]) -> None:

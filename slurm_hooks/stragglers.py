@@ -16,12 +16,16 @@ A node's window: its last m scored multi-node jobs; flagged on one metric in k o
 from __future__ import annotations
 
 import collections
+import itertools
 import math
 from typing import Deque, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 from .structs import Struct, field
 
 MAD_TO_SIGMA = 1.4826  # MAD x this estimates the standard deviation of normal data
+_INF = float("inf")
+_NUMBERS = (float, int)  # what a figure may be (type() is exact: a bool is not a number here)
+_FLOAT = {float}
 
 
 class Metric(Struct):
@@ -68,15 +72,18 @@ class Flag(Struct):
     peers: int
 
 
-class JobMark(Struct):
-    """A node's part in one scored job: the metrics it was flagged on (empty: nothing stood out)."""
+class JobMark:
+    """A node's part in one scored job: the metrics it was flagged on (empty: nothing stood out).
+    A plain class with slots: the report makes one per node-job (100,000 of them)."""
 
-    job: str
-    end: float
-    nodes: int
-    user: Optional[str] = None
-    flags: Tuple[Flag, ...] = ()
-    start: Optional[float] = None
+    __slots__ = ("job", "end", "nodes", "user", "flags", "start")
+
+    def __init__(self, job: str, end: float, nodes: int, user: Optional[str] = None, flags: Tuple[Flag, ...] = (),
+                 start: Optional[float] = None) -> None:
+        self.job, self.end, self.nodes, self.user, self.flags, self.start = job, end, nodes, user, flags, start
+
+    def __repr__(self) -> str:
+        return "JobMark(job=%r, nodes=%d, flags=%r)" % (self.job, self.nodes, self.flags)
 
 
 # -- one job -------------------------------------------------------------------------------------
@@ -146,39 +153,58 @@ def score_job(perf_by_node: Mapping[str, Mapping[str, float]], min_nodes: int, t
     """{node: flags} for one job, from {node: summary.perf}. Each metric is scored among the nodes
     that have it, and only when at least `min_nodes` do (the node plus min_nodes - 1 peers).
 
-    Exact, but quick: a node whose distance from the farthest a leave-one-out median can lie,
-    measured in the smallest scale it can have, stays under the threshold cannot be flagged, and
-    its peers' median and MAD are never computed (most nodes, on most figures)."""
+    Exact, but quick (the report scores 100,000 node-jobs in well under a second): a leave-one-out
+    median lies between the order statistics just around the middle, and the scale is at least the
+    floor, so a value nearer the middle than threshold x that floor cannot be flagged; only the
+    values past that cut-off (found on the sorted values, usually none) get their peers' median and
+    MAD computed."""
     flags: Dict[str, List[Flag]] = {node: [] for node in perf_by_node}
-    items = list(perf_by_node.items())
+    nodes = list(perf_by_node)
+    perfs = list(perf_by_node.values())
+    need = max(min_nodes, 2)
+    if len(nodes) < need:
+        return flags
+    get = dict.get if all(type(perf) is dict for perf in perfs) else _get  # map() over a C method: no Python frame
     for metric in metrics:
         name = metric.name
-        nodes, values = [], []
-        for node, perf in items:
-            value = perf.get(name)
-            if (type(value) is float or type(value) is int) and math.isfinite(value):  # not bool, nan, inf
-                nodes.append(node)
-                values.append(float(value))
-        if len(nodes) < max(min_nodes, 2):
+        column = list(map(get, perfs, itertools.repeat(name)))
+        if set(map(type, column)) == _FLOAT and all(map(math.isfinite, column)):
+            values = column  # the usual case, checked in C
+        else:
+            values = [float(v) for v in column if type(v) in _NUMBERS and -_INF < v < _INF]  # not bool, str, nan, inf
+        if len(values) < need:
             continue
-        stats = _LeaveOneOut(values)
-        low, high = stats.bounds()
+        ordered = sorted(values)
+        middle = (len(ordered) - 1) // 2
+        low, high = ordered[max(middle - 1, 0)], ordered[min(middle + 1, len(ordered) - 1)]
         if metric.worse < 0 and high < metric.min_median:
             continue
         smallest = metric.floor
         if (low > 0) == (high > 0):
             smallest = max(smallest, metric.relative * min(abs(low), abs(high)))
-        reach = threshold * smallest
-        for index, value in enumerate(values):
-            if (value - low if metric.worse > 0 else high - value) < reach:
+        reach = threshold * smallest * (1 - 1e-9)  # a hair wider than exact: rounding never hides a node
+        if metric.worse > 0:
+            if ordered[-1] < low + reach:
                 continue
+            candidates = [i for i, v in enumerate(values) if v >= low + reach]
+        else:
+            if ordered[0] > high - reach:
+                continue
+            candidates = [i for i, v in enumerate(values) if v <= high - reach]
+        present = [i for i, v in enumerate(column) if type(v) in _NUMBERS and -_INF < v < _INF]  # value -> node
+        stats = _LeaveOneOut(values)
+        for index in candidates:
             median, mad = stats(index)
             if metric.worse < 0 and median < metric.min_median:
                 continue
-            z = robust_z(value, median, mad, metric)
+            z = robust_z(values[index], median, mad, metric)
             if z >= threshold:
-                flags[nodes[index]].append(Flag(name, round(z, 2), value, median, len(nodes) - 1))
+                flags[nodes[present[index]]].append(Flag(name, round(z, 2), values[index], median, len(values) - 1))
     return flags
+
+
+def _get(perf: Mapping[str, float], name: str) -> Optional[float]:
+    return perf.get(name)
 
 
 def _number(value: object) -> bool:
@@ -216,10 +242,10 @@ class NodeWindow(Struct, frozen=False):
     scored: int = 0  # all scored jobs of this node, not only those in the window
 
     def add(self, mark: JobMark) -> None:
-        self.marks.append(mark)
+        if self.marks.maxlen != self.size:
+            self.marks = collections.deque(self.marks, maxlen=self.size)
+        self.marks.append(mark)  # the oldest falls out
         self.scored += 1
-        while len(self.marks) > self.size:
-            self.marks.popleft()
 
     def suspects(self, k: int) -> List[Suspect]:
         by_metric: Dict[str, List[Tuple[JobMark, Flag]]] = {}

@@ -268,3 +268,18 @@ def test_the_drain_reason_is_ours_bounded_and_names_the_figure(tmp_path):
                       "worse), 10 of its last 10 jobs, worst z 40 (job 111) -> drain")
     short = fleet_drain.reason_for(suspect, "slurm-hooks:", 80)
     assert len(short) <= 80 and short.endswith("... -> drain") and policy.read_reason(short, "slurm-hooks:").automatic
+
+
+def test_reading_in_two_processes_gives_the_same_answer(tmp_path, monkeypatch):
+    """Above PARALLEL_MIN_RECORDS records two forked processes read the headers (pieces of CHUNK); the
+    folding, and so every count and suspect, must not change."""
+    plan = fleet_synth.make_plan(24, seed=5)
+    fleet_synth.write_fleet(str(tmp_path), plan, 120, seed=6, now=NOW)
+    with open(os.path.join(str(tmp_path), "gpu0001", "bad.json"), "w") as handle:
+        handle.write("not json\n")
+    monkeypatch.setattr(fleet, "CHUNK", 37)  # many pieces, their edges inside jobs
+    serial = fleet.to_dict(fleet.scan([str(tmp_path)], settings(), now=NOW, workers=1))
+    parallel = fleet.to_dict(fleet.scan([str(tmp_path)], settings(), now=NOW, workers=2))
+    for result in (serial, parallel):
+        result.pop("seconds")
+    assert serial == parallel and serial["suspects"] and serial["unreadable"] == 1
