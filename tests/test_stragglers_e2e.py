@@ -1,0 +1,92 @@
+"""End to end: several fake nodes run the real prolog.d and epilog.d scripts for the same job id, into
+one shared records directory; one of them has a GPU in HW slowdown and an InfiniBand port stalling.
+`slurm-hooks report --stragglers` over that directory names that node and those figures, and no other.
+
+The nodes are test_perf.py's harness (test_hangs.Prolog: a fake GPU node, the installed hook scripts
+pointed at this checkout, a fake scontrol), each with its own SLURMD_NODENAME.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+from conftest import REPO
+from test_perf import JOB_CPUS, WAIT_S, Hooks
+
+JOB = "4242"
+NODE_NAMES = ("gpu01", "gpu02", "gpu03", "gpu04", "gpu05")
+SLOW = "gpu04"
+
+
+class NamedNode(Hooks):
+    """The harness, as slurmd on node `name` starts the hooks, writing into a shared records directory."""
+
+    def __init__(self, node, base, name, shared):
+        self.name = name
+        super().__init__(node, base)
+        self.place(records_dir=shared)
+
+    def run(self, label="", kind="prolog"):
+        env = {"SLURM_JOB_ID": JOB, "SLURM_JOB_USER": "alice", "SLURMD_NODENAME": self.name, "SLURM_JOB_GPUS": "0-7",
+               "CUDA_VISIBLE_DEVICES": "0,1,2,3,4,5,6,7", "SLURM_SCRIPT_CONTEXT": "%s_slurmd" % kind,
+               "PATH": "%s:/usr/bin:/bin" % self.bin}
+        proc = subprocess.run([str(self.scripts[kind])], env=env, capture_output=True, text=True, cwd=str(self.base),
+                              timeout=60)
+        return proc.returncode, 0.0, proc.stderr
+
+
+@pytest.fixture
+def fleet_nodes(fake_node, tmp_path):
+    shared = tmp_path / "shared-jobs"
+    overrides = {"job": {JOB: {"cpus": "0-3"}}}
+    made = []
+    for name in NODE_NAMES:
+        (tmp_path / name).mkdir()
+        made.append(NamedNode(fake_node("dgx-h100", overrides), tmp_path / name, name, shared))
+    return shared, made
+
+
+def test_the_report_names_the_skewed_node_and_its_figures(fleet_nodes, tmp_path):
+    shared, nodes = fleet_nodes
+    for hooks in nodes:  # all prologs, as slurmd starts a job on its nodes
+        rc, _, err = hooks.run(kind="prolog")
+        assert rc == 0, err
+    started = time.monotonic()
+    for hooks in nodes:  # the job runs the same work everywhere; on SLOW a GPU and a port hold it back
+        node = hooks.node
+        node.add_cgroup_usage(4 * 600_000, job_id=JOB)
+        node.set_states({"gpu.%d.power.energy_mj" % i: 123456789 + 500_000 for i in range(8)})
+        node.add_cpu_ticks({c: {"user": 60} for c in JOB_CPUS})
+        if hooks.name == SLOW:
+            node.set_states({"gpu.3.clock_event_ns.hw_power_brake_slowdown": 3 * 10 ** 8})
+            node.write("/sys/class/infiniband/mlx5_2/ports/1/counters/port_xmit_wait", "5000000")
+    time.sleep(max(0.0, WAIT_S - (time.monotonic() - started)))
+    for hooks in nodes:
+        rc, _, err = hooks.run(kind="epilog")
+        assert rc == 0, err
+    assert sorted(os.listdir(shared)) == list(NODE_NAMES)
+
+    config = tmp_path / "report.toml"  # one job: flagged once is enough here (k = m = 1); the job ran ~1.5 s
+    config.write_text('[paths]\nstate_dir = "%s"\nlog_file = ""\nsyslog = false\n'
+                      "[fleet]\nk = 1\nm = 1\nmin_job_seconds = 1.0\n" % (tmp_path / "admin-state"))
+    env = dict(os.environ, SLURM_HOOKS_CONFIG=str(config), SLURM_HOOKS_ALLOW_INSECURE_CONFIG="1", PYTHONPATH=REPO)
+    done = subprocess.run([sys.executable, "-m", "slurm_hooks", "report", "--stragglers", "--json", str(shared)],
+                          env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    data = json.loads(done.stdout)
+    assert (data["records"], data["jobs_scored"], data["node_jobs"]) == (5, 1, 5), data
+    found = {(s["node"], s["metric"]) for s in data["suspects"]}
+    assert {s["node"] for s in data["suspects"]} == {SLOW}, data["suspects"]
+    assert {(SLOW, "throttle_frac.hw_slowdown"), (SLOW, "ib_xmit_wait_per_s")} <= found, found
+    hw = next(s for s in data["suspects"] if s["metric"] == "throttle_frac.hw_slowdown")
+    (evidence,) = hw["evidence"]
+    assert evidence["job"] == JOB and evidence["median"] == 0.0 and evidence["peers"] == 4 and evidence["value"] > 0.03  # 0.3 s of a few seconds
+
+    table = subprocess.run([sys.executable, "-m", "slurm_hooks", "report", "--stragglers", str(shared)], env=env,
+                           capture_output=True, text=True, timeout=60)
+    rows = [line.split() for line in table.stdout.splitlines()[2:]]
+    assert rows and all(row[0] == SLOW for row in rows), table.stdout
