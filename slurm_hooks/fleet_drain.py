@@ -65,8 +65,8 @@ def fresh(suspect: Suspect, since: Optional[float]) -> Tuple[int, int]:
 
 
 def choose(suspects: List[Suspect], fleet: Mapping[str, Any], state: Mapping[str, Any]) -> List[Suspect]:
-    """The suspects to drain: one per node (its worst figure), on fresh evidence from enough users,
-    worst first, at most max_drains_per_run."""
+    """The suspects worth draining: one per node (its worst figure), on fresh evidence from enough
+    users, worst first (not yet cut to max_drains_per_run: nodes Slurm already holds come out first)."""
     drains = state.get("drains") or {}
     best: Dict[str, Suspect] = {}
     for suspect in suspects:
@@ -76,8 +76,16 @@ def choose(suspects: List[Suspect], fleet: Mapping[str, Any], state: Mapping[str
             continue
         if suspect.node not in best:
             best[suspect.node] = suspect
-    ranked = sorted(best.values(), key=lambda s: (-s.flagged, -s.worst_z, s.node))
-    return ranked[: fleet["max_drains_per_run"]]
+    return sorted(best.values(), key=lambda s: (-s.flagged, -s.worst_z, s.node))
+
+
+def _held(node) -> Optional[str]:
+    """Why a node Slurm lists must not be drained now (None: it may): already drained, DOWN, FAIL."""
+    if node.is_drained:
+        return "already drained (%s)" % (node.reason or "no reason")
+    if node.is_down or node.is_failed:
+        return "%s (%s)" % (node.state_string, node.reason or "no reason")
+    return None
 
 
 def state_path(settings: Mapping[str, Mapping[str, Any]]) -> str:
@@ -107,15 +115,19 @@ def enact(settings: Mapping[str, Mapping[str, Any]], suspects: List[Suspect], cl
                 log.error(logs.kv(event="fleet-state-corrupt", path=path, error=exc, decision="no-drain"))
                 return [FleetDrain(s.node, s.metric, "state-corrupt", str(exc)) for s in _one_per_node(suspects)]
             state = state if isinstance(state, dict) else {}
-            chosen = choose(suspects, fleet, state)
-            client = client or drainer.make_client(settings)
-            prefix, length = settings["drain"]["reason_prefix"], settings["drain"]["max_reason_length"]
-            for suspect in chosen:
+            chosen = []
+            for suspect in choose(suspects, fleet, state):
                 try:
                     check_node_name(suspect.node)  # a directory name: a hostlist or odd text never reaches Slurm
+                    chosen.append(suspect)
                 except ValueError as exc:
                     rows.append(FleetDrain(suspect.node, suspect.metric, "invalid-node-name", str(exc)))
-                    continue
+            client = client or drainer.make_client(settings)
+            if chosen:  # one listing: nodes Slurm already holds never take a place of max_drains_per_run
+                chosen = _not_held(client, chosen, rows, drainer.slurm_budget(settings))
+            chosen = chosen[: fleet["max_drains_per_run"]]
+            prefix, length = settings["drain"]["reason_prefix"], settings["drain"]["max_reason_length"]
+            for suspect in chosen:
                 reason = reason_for(suspect, prefix, length)
                 client.set_budget(drainer.slurm_budget(settings))
                 entry = (state.get("drains") or {}).get(suspect.node)
@@ -136,6 +148,30 @@ def enact(settings: Mapping[str, Mapping[str, Any]], suspects: List[Suspect], cl
         return rows + [FleetDrain(s.node, s.metric, "not-attempted", str(exc)) for s in _one_per_node(suspects)
                        if s.node not in {r.node for r in rows}]
     return rows
+
+
+def _not_held(client, chosen: List[Suspect], rows: List[FleetDrain], budget: float) -> List[Suspect]:
+    """The chosen suspects Slurm lists and does not already hold; a row for each of the others. When the
+    node list cannot be read, a row for every one and none is drained."""
+    from . import drainer
+    from .slurm import SlurmError
+
+    client.set_budget(budget)
+    try:
+        listed = {node.name: node for node in client.list_nodes()}
+    except SlurmError as exc:
+        failure = drainer.slurm_failure(exc, "cannot list the nodes: ")
+        rows.extend(FleetDrain(s.node, s.metric, failure.outcome.value, failure.message) for s in chosen)
+        return []
+    free = []
+    for suspect in chosen:
+        node = listed.get(suspect.node)
+        why = "not a node of this Slurm cluster" if node is None else _held(node)
+        if why:
+            rows.append(FleetDrain(suspect.node, suspect.metric, "left-alone", why))
+        else:
+            free.append(suspect)
+    return free
 
 
 def _one_per_node(suspects: List[Suspect]) -> List[Suspect]:

@@ -46,12 +46,12 @@ def write(directory, node, job_id, perf, end, start=None, user="alice", mtime=No
     return path
 
 
-def write_jobs(directory, jobs=12, nodes=6, slow="n03", slow_every=1, seed=1, first_job=100):
+def write_jobs(directory, jobs=12, nodes=6, slow="n03", slow_every=1, seed=1, first_job=100, names=None):
     """`jobs` jobs on all `nodes` nodes an hour apart; `slow` spends 20 % in HW slowdown in every
     `slow_every`-th job. Users alternate. Records of a job are written in a shuffled node order with
     mtimes up to a minute apart."""
     rng = random.Random(seed)
-    names = ["n%02d" % i for i in range(nodes)]
+    names = list(names or ["n%02d" % i for i in range(nodes)])
     for j in range(jobs):
         end = NOW - (jobs - j) * 3600
         order = names[:]
