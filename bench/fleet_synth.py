@@ -323,8 +323,12 @@ def speed(records: int, runs: int, seed: int = 3) -> Dict[str, Any]:
                 raise SystemExit("the report read %d records of %d" % (read, counts["records"]))
         import resource
 
-        peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss  # KiB on Linux: the largest child
-        return {"records": counts["records"], "megabytes": round(counts["bytes"] / 1e6, 1), "jobs": jobs,
+        children = resource.getrusage(resource.RUSAGE_CHILDREN)
+        peak = children.ru_maxrss  # KiB on Linux: the largest child
+        with open("/proc/loadavg") as handle:
+            load = handle.read().split()[:3]
+        return {"cpu_s_per_run": round((children.ru_utime + children.ru_stime) / runs, 2), "loadavg": load,
+                "records": counts["records"], "megabytes": round(counts["bytes"] / 1e6, 1), "jobs": jobs,
                 "wall_s_median": round(statistics.median(walls), 2), "wall_s": [round(w, 2) for w in walls],
                 "peak_rss_mib": round(peak / 1024.0, 1), "cpus": os.cpu_count()}
 

@@ -38,7 +38,7 @@ class ScanError(Exception):
 class OpenJob(Struct, frozen=False):
     job_id: str
     first_seen: float
-    entries: Dict[str, Tuple[Dict[str, float], float, float, Optional[str]]] = field(default_factory=dict)
+    entries: Dict[str, Tuple[Tuple[Optional[float], ...], float, float, Optional[str]]] = field(default_factory=dict)
 
 
 class StragglerScan(Struct, frozen=False):
@@ -234,7 +234,7 @@ def read_header(path: str) -> Dict[str, Any]:
 
 
 def parse(path: str, node: str, since: float, min_seconds: float) -> Tuple[Any, ...]:
-    """One record -> ("ok", job id, (perf, start, end, user)) | ("skip", why) | ("unreadable", why)."""
+    """One record -> ("ok", job id, (figures_row(perf), start, end, user)) | ("skip", why) | ("unreadable", why)."""
     try:
         header = read_header(path)
     except ValueError as exc:
@@ -255,7 +255,7 @@ def parse(path: str, node: str, since: float, min_seconds: float) -> Tuple[Any, 
     if not isinstance(job.get("id"), str) or not job["id"]:
         return ("skip", "no job id")
     user = job.get("user") if isinstance(job.get("user"), str) else None
-    return ("ok", job["id"], (perf, float(start), float(end), user))
+    return ("ok", job["id"], (stragglers.figures_row(perf), float(start), float(end), user))
 
 
 def _close(job: OpenJob, result: StragglerScan, fleet: Dict[str, Any]) -> None:
@@ -264,8 +264,9 @@ def _close(job: OpenJob, result: StragglerScan, fleet: Dict[str, Any]) -> None:
     if nodes < fleet["min_job_nodes"]:
         result.skip("job on fewer than min_job_nodes nodes")
         return
-    flags = stragglers.score_job({n: e[0] for n, e in job.entries.items()}, fleet["min_job_nodes"],
-                                 fleet["z_threshold"])
+    names = list(job.entries)
+    flags = stragglers.score_rows(names, [job.entries[n][0] for n in names], fleet["min_job_nodes"],
+                                  fleet["z_threshold"])
     ends = sorted(e[2] for e in job.entries.values())
     start = min(e[1] for e in job.entries.values())
     user = next((e[3] for e in job.entries.values() if e[3]), None)
