@@ -172,7 +172,7 @@ def write_fleet(directory: str, plan: Plan, jobs: int, seed: int = 5, now: Optio
                 severity: float = 1.0, first_job: int = 1000000) -> Dict[str, int]:
     """Write `jobs` multi-node jobs (plus single-node ones, `single_node_share` of all) ending over the
     last `span_days`; returns counts."""
-    from slurm_hooks.records import encode_record
+    from slurm_hooks.records.store import encode_record
 
     rng = random.Random(seed)
     now = time.time() if now is None else now
@@ -243,8 +243,8 @@ def _ratio(a: int, b: int) -> Optional[float]:
 
 
 def run_detection(directory: str, fleet: Optional[Dict[str, Any]] = None, now: Optional[float] = None):
-    from slurm_hooks import fleet as fleet_scan
-    from slurm_hooks.config import SECTIONS
+    from slurm_hooks.core.config import SECTIONS
+    from slurm_hooks.records import straggler_scan as fleet_scan
 
     settings = {k: s.default for k, s in SECTIONS["fleet"].items()}
     settings.update(fleet or {})

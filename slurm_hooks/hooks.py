@@ -373,7 +373,7 @@ def _recover(client, name: str, state: Dict[str, Any], known: bool, report: RunR
 
             return slurm_failure(exc, "cannot rebuild the lost local state: ")
         owner = policy.read_reason(node.reason, config.get("drain", "reason_prefix"))
-        # a straggler drain (fleet_drain.py, from the admin host) is not this node's: its checks passing
+        # a straggler drain (slurm/straggler_drain.py, from the admin host) is not this node's: its checks passing
         # prove nothing about being slower than its peers; an admin clears it
         if not (node.is_drained and owner.automatic and not node.is_failed) or policy.FLEET_CHECK in owner.checks:
             state.pop("drained", None)

@@ -18,10 +18,11 @@ from conftest import REPO
 from test_e2e_slurm import ctld_reason
 from test_fleet_report import HW, write_jobs
 
-from slurm_hooks import drainer, hooks, policy
-from slurm_hooks.config import validate
+from slurm_hooks import hooks
+from slurm_hooks.core.config import validate
 from slurm_hooks.registry import load_builtin_checks
-from slurm_hooks.slurm import ScontrolBackend, SlurmClient
+from slurm_hooks.slurm import drainer, policy
+from slurm_hooks.slurm.client import ScontrolBackend, SlurmClient
 
 pytestmark = pytest.mark.slurm
 
@@ -68,8 +69,8 @@ class Site:
         return json.loads(done.stdout)
 
     def scan(self):
-        from slurm_hooks import fleet
-        from slurm_hooks.config import SECTIONS
+        from slurm_hooks.core.config import SECTIONS
+        from slurm_hooks.records import straggler_scan as fleet
 
         return fleet.scan([str(self.records)], {k: s.default for k, s in SECTIONS["fleet"].items()}).suspects()
 
@@ -162,8 +163,8 @@ def test_an_existing_drain_is_never_replaced(site, cluster, reason):
 def test_a_drain_appearing_after_the_listing_is_kept_too(site, cluster):
     """Between the run's node listing and its drain an admin drains the node (the drain library reads
     the node again, right before draining); Slurm's own Prolog error is not refined either."""
-    from slurm_hooks import fleet_drain
-    from slurm_hooks.config import SECTIONS
+    from slurm_hooks.core.config import SECTIONS
+    from slurm_hooks.slurm import straggler_drain as fleet_drain
 
     settings = {section: {k: s.default for k, s in schema.items()} for section, schema in SECTIONS.items()}
     settings["paths"]["state_dir"] = str(site.state_dir)

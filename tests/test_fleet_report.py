@@ -15,10 +15,10 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from bench import fleet_synth
-from slurm_hooks import fleet
-from slurm_hooks.cli import main
-from slurm_hooks.config import SECTIONS
-from slurm_hooks.records import encode_record
+from slurm_hooks.cli.main import main
+from slurm_hooks.core.config import SECTIONS
+from slurm_hooks.records import straggler_scan as fleet
+from slurm_hooks.records.store import encode_record
 
 NOW = time.time()
 HW = "throttle_frac.hw_slowdown"
@@ -241,7 +241,7 @@ def one_suspect(tmp_path):
 
 
 def test_a_node_name_slurm_would_read_as_a_hostlist_is_never_sent(tmp_path):
-    from slurm_hooks import fleet_drain
+    from slurm_hooks.slurm import straggler_drain as fleet_drain
 
     (suspect,) = one_suspect(tmp_path)
     odd = type(suspect)("n[01-64]", suspect.metric, suspect.flagged, suspect.window, suspect.evidence, suspect.users)
@@ -250,7 +250,7 @@ def test_a_node_name_slurm_would_read_as_a_hostlist_is_never_sent(tmp_path):
 
 
 def test_a_corrupt_state_file_stops_the_drains(tmp_path):
-    from slurm_hooks import fleet_drain
+    from slurm_hooks.slurm import straggler_drain as fleet_drain
 
     suspects = one_suspect(tmp_path)
     (tmp_path / "state").mkdir()
@@ -260,7 +260,8 @@ def test_a_corrupt_state_file_stops_the_drains(tmp_path):
 
 
 def test_the_drain_reason_is_ours_bounded_and_names_the_figure(tmp_path):
-    from slurm_hooks import fleet_drain, policy
+    from slurm_hooks.slurm import policy
+    from slurm_hooks.slurm import straggler_drain as fleet_drain
 
     (suspect,) = one_suspect(tmp_path)
     reason = fleet_drain.reason_for(suspect, "slurm-hooks:", 200)

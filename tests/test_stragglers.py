@@ -1,4 +1,4 @@
-"""Scoring of slurm_hooks/stragglers.py: a node against its job's OTHER nodes, robustly, one way.
+"""Scoring of slurm_hooks/records/stragglers.py: a node against its job's OTHER nodes, robustly, one way.
 
 The numbers are made up for each property; the detection on a whole synthetic fleet is in
 tests/test_fleet_report.py and bench/fleet_synth.py.
@@ -10,8 +10,8 @@ import statistics
 
 import pytest
 
-from slurm_hooks import stragglers
-from slurm_hooks.stragglers import METRIC_BY_NAME, JobMark, NodeWindow, score_job
+from slurm_hooks.records import stragglers
+from slurm_hooks.records.stragglers import METRIC_BY_NAME, JobMark, NodeWindow, score_job
 
 HW = "throttle_frac.hw_slowdown"
 POWER = "gpu_power_w.mean"

@@ -97,7 +97,7 @@ def cmd_report(args) -> int:
     )
 
     if args.stragglers or args.prom or args.drain:
-        from .straggler_commands import cmd_stragglers
+        from .straggler_verbs import cmd_stragglers
 
         return cmd_stragglers(args)
     paths = _directories(args, args.paths)

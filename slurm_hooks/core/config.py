@@ -143,7 +143,7 @@ SECTIONS: Dict[str, Dict[str, Setting]] = {
         "dcgm_job_mapping_dir": Setting(str, "", "dcgm-exporter --hpc-job-mapping-dir: one file per GPU index "
                                         "holding the job ids using it (empty = not written)", check=_optional_path),
     },
-    "fleet": {  # `slurm-hooks report --stragglers` on an admin host (slurm_hooks/stragglers.py, docs/records.md)
+    "fleet": {  # `slurm-hooks report --stragglers` on an admin host (records/stragglers.py, docs/records.md)
         "min_job_nodes": Setting(int, 4, "jobs on fewer nodes are not scored (each node is compared with the "
                                  "job's other nodes: at least this many nodes must have the figure)",
                                  minimum=3, maximum=100000),

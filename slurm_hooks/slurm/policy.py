@@ -167,7 +167,7 @@ def _names_field(names: Sequence[str], budget: int) -> str:
 
 
 MANUAL = "manual"  # the word after the prefix in drains made with `slurm-hooks drain`
-# The pseudo-check named by drains of straggler suspects (fleet_drain.py, on an admin host): an automatic
+# The pseudo-check named by drains of straggler suspects (slurm/straggler_drain.py, on an admin host): an automatic
 # drain (the breaker counts it) that a node's health run never resumes or adopts; an admin clears it.
 FLEET_CHECK = "fleet.straggler"
 

@@ -15,9 +15,9 @@ EXIT_UNKNOWN = 3
 
 
 def cmd_stragglers(args) -> int:
-    from . import fleet
-    from .commands import load
-    from .report import ReportError, parse_since
+    from ..records import straggler_scan as fleet
+    from ..records.fleet_report import ReportError, parse_since
+    from .check_verbs import load
 
     if not args.stragglers:
         return _error("--prom and --drain go with --stragglers")
@@ -32,7 +32,8 @@ def cmd_stragglers(args) -> int:
         return _error(str(exc))
     drains = None
     if args.drain:
-        from . import fleet_drain, logs
+        from ..core import logs
+        from ..slurm import straggler_drain as fleet_drain
 
         log = logs.setup(config.settings)
         drains = fleet_drain.enact(config.settings, result.suspects(), log=log)

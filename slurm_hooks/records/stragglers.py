@@ -19,7 +19,7 @@ import collections
 import math
 from typing import Deque, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from .structs import Struct, field
+from ..core.structs import Struct, field
 
 MAD_TO_SIGMA = 1.4826  # MAD x this estimates the standard deviation of normal data
 _INF = float("inf")

@@ -4,8 +4,8 @@ Input: <[records] dir>/<node>/<job>.json as written by each node's epilog (docs/
 shared file system, read on an admin host. Records of one job are spread over the node
 directories and written within seconds of each other (each node's epilog, at the job's end), in
 any order. The files are listed with their mtimes, then read in mtime order, header line only
-(report.read_header); a job's records are held until no more can arrive (SETTLE_S after its first
-record), then it is scored (stragglers.score_job) and dropped, and each node keeps only its last m
+(fleet_report.read_header); a job's records are held until no more can arrive (SETTLE_S after its first
+record), then it is scored (stragglers.score_rows) and dropped, and each node keeps only its last m
 scored jobs. Memory: the file listing, the jobs still open, and nodes x m marks; no record is
 kept once folded.
 
@@ -22,9 +22,9 @@ import os
 import time
 from typing import Any, Deque, Dict, Iterable, Iterator, List, Optional, Tuple
 
+from ..core.structs import Struct, field
 from . import stragglers
-from .recordbuild import RECORD_SCHEMA
-from .structs import Struct, field
+from .build import RECORD_SCHEMA
 
 SETTLE_S = 900.0  # a job's records are all written within this long of its first one (epilogs end together)
 NOBODY_UID = 65534  # NFS root_squash's default anonuid: who root's writes belong to there
@@ -134,7 +134,7 @@ def _entries(directory: str) -> List[os.DirEntry]:
 PARALLEL_MIN_RECORDS = 20000  # below this, one process reads the headers (a fork costs more than it saves)
 CHUNK = 1000  # records per piece of work handed to a reader process
 _OPEN_FLAGS = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
-HEAD_BYTES = 16384  # a header line is about 1 KB; a record without one is read whole (report.read_header)
+HEAD_BYTES = 16384  # a header line is about 1 KB; a record without one is read whole (fleet_report.read_header)
 
 
 def scan(paths: Iterable[str], fleet: Dict[str, Any], since: Optional[float] = None,
@@ -228,7 +228,7 @@ def read_header(path: str) -> Dict[str, Any]:
         if isinstance(header, dict) and header.get("schema") == RECORD_SCHEMA and isinstance(header.get("summary"),
                                                                                                 dict):
             return header
-    from .report import read_header as read_slowly
+    from .fleet_report import read_header as read_slowly
 
     return read_slowly(path)
 
@@ -381,7 +381,7 @@ def _reason_label(metric: str) -> str:
 
 def write_prom(path: str, text: str) -> None:
     """Atomically (temp file, fsync, rename): a scrape never reads half a file."""
-    from . import atomicio
+    from ..core import atomicio
 
     directory = os.path.dirname(os.path.abspath(path))
     dir_fd = atomicio.open_dir(directory)

@@ -25,10 +25,11 @@ import os
 import time
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
-from . import atomicio, logs, policy
-from .result import Action, Result, Status
-from .stragglers import METRIC_BY_NAME, Suspect
-from .structs import Struct
+from ..core import atomicio, logs
+from ..core.structs import Struct
+from ..records.stragglers import METRIC_BY_NAME, Suspect
+from ..result import Action, Result, Status
+from . import policy
 
 STATE_NAME = "fleet-state.json"
 LOCK_TIMEOUT_S = 5.0
@@ -96,7 +97,7 @@ def enact(settings: Mapping[str, Mapping[str, Any]], suspects: List[Suspect], cl
           log: Optional[logging.Logger] = None) -> List[FleetDrain]:
     """Drain the chosen suspects (or say why not). One run at a time (a lock beside the state file)."""
     from . import drainer
-    from .slurm import SlurmError, check_node_name
+    from .client import SlurmError, check_node_name
 
     log = log or logging.getLogger(logs.LOGGER_NAME)
     fleet = settings["fleet"]
@@ -154,7 +155,7 @@ def _not_held(client, chosen: List[Suspect], rows: List[FleetDrain], budget: flo
     """The chosen suspects Slurm lists and does not already hold; a row for each of the others. When the
     node list cannot be read, a row for every one and none is drained."""
     from . import drainer
-    from .slurm import SlurmError
+    from .client import SlurmError
 
     client.set_budget(budget)
     try:
