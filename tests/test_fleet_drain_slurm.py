@@ -224,3 +224,34 @@ def test_a_node_slurm_already_holds_does_not_use_up_max_drains_per_run(site, clu
     cluster.scontrol("update", "NodeName=%s" % SLOW, "State=DRAIN", "Reason=admin: reseat GPU 3")
     data = site.run(str(site.records / "more"))
     assert sorted(outcomes(data)) == [(SLOW, "left-alone"), ("n05", "drained")], data["drains"]
+
+
+def test_a_drain_whose_breaker_recount_failed_is_recounted_by_the_next_run(site, cluster):
+    """slurmctld stops answering right after our drain (the rank step's listing fails): the drain stays,
+    marked unconfirmed in the state file, and the next run redoes the breaker's count (drainer.confirm)
+    and marks it confirmed. Before, nothing ever re-counted it: the next runs do not choose the node."""
+    from slurm_hooks.core.config import SECTIONS
+    from slurm_hooks.slurm import straggler_drain as fleet_drain
+    from slurm_hooks.slurm.client import SlurmUnavailable
+
+    settings = {section: {k: s.default for k, s in schema.items()} for section, schema in SECTIONS.items()}
+    settings["paths"]["state_dir"] = str(site.state_dir)
+    settings["fleet"]["drain"] = True
+    client = SlurmClient(backend=ScontrolBackend(env=cluster.env))
+    listing, calls = client.list_nodes, []
+
+    def third_listing_fails():  # ours (who is held), the breaker's count, then the rank step's
+        calls.append(1)
+        if len(calls) == 3:
+            raise SlurmUnavailable("slurmctld went away")
+        return listing()
+
+    client.list_nodes = third_listing_fails
+    suspects = [s for s in site.scan() if s.node == SLOW]
+    (row,) = fleet_drain.enact(settings, suspects, client=client)
+    assert row.outcome == "drained" and "re-count failed" in row.message and site.drained(), row
+    assert json.loads((site.state_dir / "fleet-state.json").read_text())["drains"][SLOW]["confirmed"] is False
+
+    (again,) = fleet_drain.enact(settings, suspects, client=SlurmClient(backend=ScontrolBackend(env=cluster.env)))
+    assert again.outcome == "already-drained-by-us" and site.drained(), again
+    assert json.loads((site.state_dir / "fleet-state.json").read_text())["drains"][SLOW]["confirmed"] is True

@@ -116,6 +116,8 @@ def enact(settings: Mapping[str, Mapping[str, Any]], suspects: List[Suspect], cl
                 log.error(logs.kv(event="fleet-state-corrupt", path=path, error=exc, decision="no-drain"))
                 return [FleetDrain(s.node, s.metric, "state-corrupt", str(exc)) for s in _one_per_node(suspects)]
             state = state if isinstance(state, dict) else {}
+            client = client or drainer.make_client(settings)
+            rows.extend(_confirm_earlier(client, state, settings))
             chosen = []
             for suspect in choose(suspects, fleet, state):
                 try:
@@ -123,7 +125,6 @@ def enact(settings: Mapping[str, Mapping[str, Any]], suspects: List[Suspect], cl
                     chosen.append(suspect)
                 except ValueError as exc:
                     rows.append(FleetDrain(suspect.node, suspect.metric, "invalid-node-name", str(exc)))
-            client = client or drainer.make_client(settings)
             if chosen:  # one listing: nodes Slurm already holds never take a place of max_drains_per_run
                 chosen = _not_held(client, chosen, rows, drainer.slurm_budget(settings))
             chosen = chosen[: fleet["max_drains_per_run"]]
@@ -148,6 +149,32 @@ def enact(settings: Mapping[str, Mapping[str, Any]], suspects: List[Suspect], cl
         log.error(logs.kv(event="fleet-drain-skipped", path=path, error=exc))
         return rows + [FleetDrain(s.node, s.metric, "not-attempted", str(exc)) for s in _one_per_node(suspects)
                        if s.node not in {r.node for r in rows}]
+    return rows
+
+
+def _confirm_earlier(client, state: Dict[str, Any], settings: Mapping[str, Mapping[str, Any]]) -> List[FleetDrain]:
+    """Redo the breaker's re-count of a drain of ours that never had it (slurmctld stopped answering
+    right after the drain): as a node's next hook run does for its own drains (drainer.confirm)."""
+    from . import drainer
+    from .client import SlurmError
+
+    rows = []
+    for name, entry in sorted((state.get("drains") or {}).items()):
+        if not isinstance(entry, dict) or entry.get("confirmed") is not False:
+            continue
+        client.set_budget(drainer.slurm_budget(settings))
+        try:
+            node = client.show_node(name)
+        except SlurmError as exc:
+            rows.append(FleetDrain(name, str(entry.get("metric")), drainer.slurm_failure(exc).outcome.value,
+                                   "breaker re-count of our earlier drain not done: %s" % exc))
+            continue
+        if not drainer._same_drain(node, entry):  # resumed, or someone else's drain now: nothing to count
+            entry["confirmed"] = True
+            continue
+        enacted = drainer.confirm(client, node, settings)
+        entry["confirmed"] = enacted.confirmed
+        rows.append(FleetDrain(name, str(entry.get("metric")), enacted.outcome.value, enacted.message))
     return rows
 
 
@@ -195,5 +222,5 @@ def _remember(state: Dict[str, Any], suspect: Suspect, enacted, reason: str) -> 
         return
     drains[suspect.node] = {"reason": node.reason if node is not None and node.reason else reason,
                             "reason_time": node.reason_time if node is not None else None,
-                            "time": time.time(), "metric": suspect.metric,
+                            "time": time.time(), "metric": suspect.metric, "confirmed": enacted.confirmed,
                             "jobs": [mark.job for mark, _ in suspect.evidence]}
