@@ -14,15 +14,15 @@ import sys
 import time
 
 import pytest
-from conftest import REPO
-from test_e2e_slurm import ctld_reason
-from test_fleet_report import HW, write_jobs
 
 from slurm_hooks import hooks
 from slurm_hooks.core.config import validate
 from slurm_hooks.registry import load_builtin_checks
 from slurm_hooks.slurm import drainer, policy
 from slurm_hooks.slurm.client import ScontrolBackend, SlurmClient
+from tests.helpers import REPO
+from tests.slurm_rig import ctld_reason
+from tests.straggler_records import HW, write_jobs
 
 pytestmark = pytest.mark.slurm
 

@@ -2,7 +2,7 @@
 one shared records directory; one of them has a GPU in HW slowdown and an InfiniBand port stalling.
 `slurm-hooks report --stragglers` over that directory names that node and those figures, and no other.
 
-The nodes are test_perf.py's harness (test_hangs.Prolog: a fake GPU node, the installed hook scripts
+The nodes are tests/prolog_rig.py's harness (as in test_perf.py: a fake GPU node, the installed hook scripts
 pointed at this checkout, a fake scontrol), each with its own SLURMD_NODENAME.
 """
 from __future__ import annotations
@@ -14,21 +14,29 @@ import sys
 import time
 
 import pytest
-from conftest import REPO
-from test_perf import JOB_CPUS, WAIT_S, Hooks
+
+from tests.helpers import REPO
+from tests.prolog_rig import Prolog
 
 JOB = "4242"
+JOB_CPUS = [0, 1, 2, 3]
+WAIT_S = 1.3  # the job's wall time is at least this (rates need >= 1 s)
 NODE_NAMES = ("gpu01", "gpu02", "gpu03", "gpu04", "gpu05")
 SLOW = "gpu04"
 
 
-class NamedNode(Hooks):
-    """The harness, as slurmd on node `name` starts the hooks, writing into a shared records directory."""
+class NamedNode(Prolog):
+    """The harness, as slurmd on node `name` starts the hooks, writing into a shared records directory,
+    with a roomy snapshot budget (this test is about the figures, not about a loaded machine's timing)."""
 
     def __init__(self, node, base, name, shared):
         self.name = name
         super().__init__(node, base)
         self.place(records_dir=shared)
+
+    def write_config(self, on_timeout):
+        super().write_config(on_timeout)
+        self.config.write_text(self.config.read_text().replace("snapshot_timeout = 1.0", "snapshot_timeout = 20.0"))
 
     def run(self, label="", kind="prolog"):
         env = {"SLURM_JOB_ID": JOB, "SLURM_JOB_USER": "alice", "SLURMD_NODENAME": self.name, "SLURM_JOB_GPUS": "0-7",

@@ -11,10 +11,10 @@ import json
 import sys
 import time
 
-EXIT_UNKNOWN = 3
+from ..result import ExitCode
 
 
-def cmd_stragglers(args) -> int:
+def cmd_stragglers(args) -> ExitCode:
     from ..records import straggler_scan as fleet
     from ..records.fleet_report import ReportError, parse_since
     from .check_verbs import load
@@ -57,9 +57,9 @@ def cmd_stragglers(args) -> int:
         sys.stdout.write(fleet.render(result, args.top))
         for row in drains or ():
             sys.stdout.write("drain %s (%s): %s: %s\n" % (row.node, row.metric, row.outcome, row.message))
-    return 0
+    return ExitCode.OK
 
 
-def _error(message: str) -> int:
+def _error(message: str) -> ExitCode:
     print("slurm-hooks: %s" % message, file=sys.stderr)
-    return EXIT_UNKNOWN
+    return ExitCode.UNKNOWN

@@ -25,13 +25,16 @@ import os
 import time
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
-from ..core import atomicio, logs
+from ..core import atomicio, locks, logs
 from ..core.structs import Struct
 from ..records.stragglers import METRIC_BY_NAME, Suspect
 from ..result import Action, Result, Status
 from . import policy
+from .policy import Outcome
 
 STATE_NAME = "fleet-state.json"
+_ALARMING = frozenset({Outcome.BREAKER, Outcome.BREAKER_UNDONE, Outcome.SLURM_UNAVAILABLE, Outcome.SLURM_ERROR,
+                       Outcome.CANNOT_COUNT})  # logged as errors: an admin should look
 LOCK_TIMEOUT_S = 5.0
 
 
@@ -109,7 +112,7 @@ def enact(settings: Mapping[str, Mapping[str, Any]], suspects: List[Suspect], cl
     path = state_path(settings)
     rows: List[FleetDrain] = []
     try:
-        with atomicio.locked(path + ".lock", LOCK_TIMEOUT_S):
+        with locks.locked(path + ".lock", LOCK_TIMEOUT_S):
             try:
                 state = atomicio.read_json(path, default={})
             except ValueError as exc:  # whose drains are ours is unknown: draining now could repeat one
@@ -139,9 +142,8 @@ def enact(settings: Mapping[str, Mapping[str, Any]], suspects: List[Suspect], cl
                     enacted = drainer.slurm_failure(exc)
                 _remember(state, suspect, enacted, reason)
                 rows.append(FleetDrain(suspect.node, suspect.metric, enacted.outcome.value, enacted.message))
-                level = logging.WARNING if enacted.outcome.value in ("drained", "observe") else logging.ERROR \
-                    if enacted.outcome.value in ("breaker-tripped", "breaker-undone", "slurm-unavailable",
-                                                 "slurm-error", "cannot-count") else logging.INFO
+                level = logging.WARNING if enacted.outcome in (Outcome.DRAINED, Outcome.OBSERVE) else \
+                    logging.ERROR if enacted.outcome in _ALARMING else logging.INFO
                 log.log(level, logs.kv(context="fleet", event="straggler-drain", node=suspect.node,
                                        metric=suspect.metric, outcome=enacted.outcome.value, detail=enacted.message))
             atomicio.write_json_atomic(path, state)
@@ -213,12 +215,12 @@ def _one_per_node(suspects: List[Suspect]) -> List[Suspect]:
 
 def _remember(state: Dict[str, Any], suspect: Suspect, enacted, reason: str) -> None:
     """A drain that stands is recorded with Slurm's exact reason and reason time (the proof it is ours)."""
-    if enacted.outcome.value not in ("drained", "already-drained-by-us"):
+    if enacted.outcome not in (Outcome.DRAINED, Outcome.ALREADY_OURS):
         return
     drains = state.setdefault("drains", {})
     old = drains.get(suspect.node) or {}
     node = enacted.node
-    if enacted.outcome.value == "already-drained-by-us" and old:
+    if enacted.outcome is Outcome.ALREADY_OURS and old:
         return
     drains[suspect.node] = {"reason": node.reason if node is not None and node.reason else reason,
                             "reason_time": node.reason_time if node is not None else None,

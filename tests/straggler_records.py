@@ -1,0 +1,55 @@
+"""Records for the straggler tests, in the epilog's layout (records.store.encode_record: the header line
+first) under DIR/<node>/<job>.json with the file's mtime at the job's end; figures from
+bench/fleet_synth.py's noise model, or set by hand where a test needs one exact value."""
+from __future__ import annotations
+
+import os
+import random
+import time
+
+from bench import fleet_synth
+from slurm_hooks.core.config import SECTIONS
+from slurm_hooks.records.store import encode_record
+
+NOW = time.time()
+HW = "throttle_frac.hw_slowdown"
+
+
+def settings(**changes):
+    values = {k: s.default for k, s in SECTIONS["fleet"].items()}
+    values.update(changes)
+    return values
+
+
+def healthy(rng):
+    return {HW: 0.0, "gpu_power_w.mean": round(rng.gauss(500, 8), 1), "ib_xmit_wait_per_s": rng.uniform(9e4, 1.1e5),
+            "foreign_cpu_frac": 0.001}
+
+
+def write(directory, node, job_id, perf, end, start=None, user="alice", mtime=None, record_node=None):
+    record = fleet_synth.header_record(str(job_id), user, record_node or node, start or end - 3600, end, perf)
+    path = os.path.join(directory, node, "%s.json" % job_id)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "wb") as handle:
+        handle.write(encode_record(record))
+    stamp = end if mtime is None else mtime
+    os.utime(path, (stamp, stamp))
+    return path
+
+
+def write_jobs(directory, jobs=12, nodes=6, slow="n03", slow_every=1, seed=1, first_job=100, names=None):
+    """`jobs` jobs on all `nodes` nodes an hour apart; `slow` spends 20 % in HW slowdown in every
+    `slow_every`-th job. Users alternate. Records of a job are written in a shuffled node order with
+    mtimes up to a minute apart."""
+    rng = random.Random(seed)
+    names = list(names or ["n%02d" % i for i in range(nodes)])
+    for j in range(jobs):
+        end = NOW - (jobs - j) * 3600
+        order = names[:]
+        rng.shuffle(order)
+        for node in order:
+            perf = healthy(rng)
+            if node == slow and j % slow_every == 0:
+                perf[HW] = 0.2
+            write(directory, node, first_job + j, perf, end, user="user%d" % (j % 3), mtime=end + rng.uniform(0, 60))
+    return names
