@@ -22,6 +22,7 @@ in a forked child for at most [deadline] files (isolation.run_steps); the prolog
 is written by the check child under the same bound, and so is the state file read and written. A step that did not finish (a records file system that never
 answers) is logged with its path (event=step-abandoned) and counted in the metrics.
 """
+
 from __future__ import annotations
 
 import os
@@ -103,7 +104,9 @@ def save_state(config: Config, state: Mapping[str, Any], log) -> None:
     def write() -> None:
         try:
             write_json_atomic(path, dict(state))
-        except OSError as exc:  # full disk, read-only /var: the decision still stands, only memory is lost
+        except (
+            OSError
+        ) as exc:  # full disk, read-only /var: the decision still stands, only memory is lost
             log.error(logs.kv(event="state-not-saved", path=path, error=exc))
             try:  # an outdated file would claim to know; without one the next health run asks Slurm
                 os.unlink(path)
@@ -113,8 +116,14 @@ def save_state(config: Config, state: Mapping[str, Any], log) -> None:
     _run_bounded(config, [Step("state", path, write)], log)
 
 
-def _run_bounded(config: Config, steps: Sequence[Any], log, context: str = "", job: Optional[JobContext] = None,
-                 earlier: Sequence[Any] = ()) -> None:
+def _run_bounded(
+    config: Config,
+    steps: Sequence[Any],
+    log,
+    context: str = "",
+    job: Optional[JobContext] = None,
+    earlier: Sequence[Any] = (),
+) -> None:
     """isolation.run_steps within [deadline] files; what did not finish (there, or in `earlier`: outcomes of
     steps run elsewhere under the same bound) is logged with its path and counted."""
     from .core.isolation import Step, run_steps
@@ -122,26 +131,59 @@ def _run_bounded(config: Config, steps: Sequence[Any], log, context: str = "", j
     limit = config.get("deadline", "files")
     try:
         outcomes = list(earlier) + (run_steps(steps, limit) if steps else [])
-    except OSError as exc:  # no process left to fork: the decision stands, the steps are lost and said so
+    except (
+        OSError
+    ) as exc:  # no process left to fork: the decision stands, the steps are lost and said so
         for step in steps:
-            log.error(logs.kv(context=context or None, job=job.job_id if job else None, event="step-abandoned",
-                              step=step.name, path=step.path, state="not-started", error="cannot start: %s" % exc))
+            log.error(
+                logs.kv(
+                    context=context or None,
+                    job=job.job_id if job else None,
+                    event="step-abandoned",
+                    step=step.name,
+                    path=step.path,
+                    state="not-started",
+                    error="cannot start: %s" % exc,
+                )
+            )
         outcomes = list(earlier)
     abandoned = [o for o in outcomes if not o.finished]
     for outcome in abandoned:
-        log.error(logs.kv(context=context or None, job=job.job_id if job else None, event="step-abandoned",
-                          step=outcome.name, path=outcome.path, state=outcome.state, waited_s=outcome.seconds,
-                          error="did not finish within [deadline] files = %gs (hung file system?)" % limit))
+        log.error(
+            logs.kv(
+                context=context or None,
+                job=job.job_id if job else None,
+                event="step-abandoned",
+                step=outcome.name,
+                path=outcome.path,
+                state=outcome.state,
+                waited_s=outcome.seconds,
+                error="did not finish within [deadline] files = %gs (hung file system?)" % limit,
+            )
+        )
     if abandoned and config.get("metrics", "textfile_dir"):
         from .records import metrics
 
         names = [o.name for o in abandoned]
-        run_steps([Step("metrics", config.get("metrics", "textfile_dir"),
-                        lambda: metrics.count_abandoned(config.settings, names, log))], min(limit, 1.0))
+        run_steps(
+            [
+                Step(
+                    "metrics",
+                    config.get("metrics", "textfile_dir"),
+                    lambda: metrics.count_abandoned(config.settings, names, log),
+                )
+            ],
+            min(limit, 1.0),
+        )
 
 
-def run_isolated_checks(registry: Registry, config: Config, context: str, job: JobContext,
-                        extra_names: Sequence[str] = ()) -> Tuple[RunReport, Any]:
+def run_isolated_checks(
+    registry: Registry,
+    config: Config,
+    context: str,
+    job: JobContext,
+    extra_names: Sequence[str] = (),
+) -> Tuple[RunReport, Any]:
     """Run the context's checks (plus extra_names) in a forked child, bounded by the deadline.
 
     The prolog's/epilog's counter snapshot (records/store.py) is taken in the same child right after the
@@ -162,7 +204,9 @@ def run_isolated_checks(registry: Registry, config: Config, context: str, job: J
             specs.append(registry.checks[name])
     deadline = config.get("deadline", context)
     root = config.get("general", "root")
-    snapshot_s = config.get("records", "snapshot_timeout") if records_wanted(config, job, context) else 0.0
+    snapshot_s = (
+        config.get("records", "snapshot_timeout") if records_wanted(config, job, context) else 0.0
+    )
     store_s = config.get("deadline", "files") if snapshot_s and context == "prolog" else 0.0
 
     def work() -> Dict[str, Any]:
@@ -171,7 +215,9 @@ def run_isolated_checks(registry: Registry, config: Config, context: str, job: J
         report = run_checks(registry, config, host, context, specs, job=job, gather=gather)
         gathered = None
         if snapshot_s:
-            kernel_log = getattr(gather.peek("xid.log"), "kmsg", None)  # /dev/kmsg read once per hook
+            kernel_log = getattr(
+                gather.peek("xid.log"), "kmsg", None
+            )  # /dev/kmsg read once per hook
             gathered = _snapshot_bounded(config, job, context == "epilog", snapshot_s, kernel_log)
             if store_s and gathered[0] is not None:
                 gathered.append(_store_bounded(config, job, gathered, store_s))
@@ -180,14 +226,29 @@ def run_isolated_checks(registry: Registry, config: Config, context: str, job: J
     data, why = run_isolated(work, deadline + snapshot_s + store_s + ISOLATION_GRACE_S)
     if data is not None:
         return report_from_dict(data["report"]), data["snapshot"]
-    crashed = Result("slurm-hooks.runner", Status.UNKNOWN, why, details={"crashed": True, "timed_out": True,
-                     "checks": [s.name for s in specs]})
-    return RunReport(context, [CheckRun("slurm-hooks.runner", [crashed], deadline, timed_out=True)],
-                     deadline, deadline, True, job), None
+    crashed = Result(
+        "slurm-hooks.runner",
+        Status.UNKNOWN,
+        why,
+        details={"crashed": True, "timed_out": True, "checks": [s.name for s in specs]},
+    )
+    return RunReport(
+        context,
+        [CheckRun("slurm-hooks.runner", [crashed], deadline, timed_out=True)],
+        deadline,
+        deadline,
+        True,
+        job,
+    ), None
 
 
-def _snapshot_bounded(config: Config, job: JobContext, epilog: bool, timeout: float,
-                      kernel_log: Optional[KmsgView] = None) -> Optional[list]:
+def _snapshot_bounded(
+    config: Config,
+    job: JobContext,
+    epilog: bool,
+    timeout: float,
+    kernel_log: Optional[KmsgView] = None,
+) -> Optional[list]:
     """store.take_snapshot in a thread of the check child, abandoned after `timeout` (NVML can hang)."""
     import threading
 
@@ -207,7 +268,9 @@ def _snapshot_bounded(config: Config, job: JobContext, epilog: bool, timeout: fl
     return box[0] if box else [None, "snapshot did not finish within %.3gs" % timeout]
 
 
-def _store_bounded(config: Config, job: JobContext, gathered: list, timeout: float) -> Dict[str, Any]:
+def _store_bounded(
+    config: Config, job: JobContext, gathered: list, timeout: float
+) -> Dict[str, Any]:
     """The prolog's snapshot file, written in a thread of the check child for at most `timeout` seconds
     (the state directory may hang); its outcome for the parent's log."""
     import threading
@@ -218,82 +281,169 @@ def _store_bounded(config: Config, job: JobContext, gathered: list, timeout: flo
         path = snapshot_path(config, job.job_id)
     except ValueError:
         path = config.get("paths", "state_dir")
-    worker = threading.Thread(target=store_prolog_snapshot, args=(config, job, tuple(gathered[:2])),
-                              name="bounded:snapshot-file", daemon=True)
+    worker = threading.Thread(
+        target=store_prolog_snapshot,
+        args=(config, job, tuple(gathered[:2])),
+        name="bounded:snapshot-file",
+        daemon=True,
+    )
     started = time.monotonic()
     worker.start()
     worker.join(timeout)
-    return {"state": "running" if worker.is_alive() else "done", "path": path,
-            "seconds": round(time.monotonic() - started, 3)}
+    return {
+        "state": "running" if worker.is_alive() else "done",
+        "path": path,
+        "seconds": round(time.monotonic() - started, 3),
+    }
 
 
 def opted_out(env: Mapping[str, str], config: Config) -> bool:
     if not config.get("drain", "allow_job_opt_out"):
         return False
-    return any(OPT_OUT_TOKEN in env.get(var, "") for var in ("SLURM_JOB_EXTRA", "SLURM_JOB_COMMENT"))
+    return any(
+        OPT_OUT_TOKEN in env.get(var, "") for var in ("SLURM_JOB_EXTRA", "SLURM_JOB_COMMENT")
+    )
 
 
-def run_hook(context: str, registry: Registry, config: Config, env: Mapping[str, str],
-             node: Optional[str] = None, client=None) -> HookResult:
+def run_hook(
+    context: str,
+    registry: Registry,
+    config: Config,
+    env: Mapping[str, str],
+    node: Optional[str] = None,
+    client=None,
+) -> HookResult:
     log = logs.setup(config.settings)
     try:
         job = job_from_env(env, require_job=context in JOB_CONTEXTS)
     except JobEnvError as exc:
-        log.critical(logs.kv(context=context, event="bad-job-environment", error=exc, decision="fail-open"))
+        log.critical(
+            logs.kv(context=context, event="bad-job-environment", error=exc, decision="fail-open")
+        )
         return HookResult(0)
     name = node_name(job, node)
-    if context == "health":  # deprecated spellings still work; say how to write them, every few minutes at most
+    if (
+        context == "health"
+    ):  # deprecated spellings still work; say how to write them, every few minutes at most
         for warning in config.warnings:
-            log.warning(logs.kv(context=context, node=name, event="config-deprecated", detail=warning))
+            log.warning(
+                logs.kv(context=context, node=name, event="config-deprecated", detail=warning)
+            )
     if context == "prolog" and opted_out(env, config):
         log.warning(logs.kv(context=context, job=job.job_id, node=name, event="job-opted-out"))
         return HookResult(0)
     # Only health needs the state before its checks; a prolog/epilog reads it when it drains (the happy
     # path reads nothing, so it pays no bounded child for it).
     state, known = read_state(config, log) if context == "health" else ({}, True)
-    remembered = [c for entry in (state.get("drained"), state.get("pending")) if entry for c in entry.get("checks", [])]
-    report, gathered = run_isolated_checks(registry, config, context, job, remembered if context == "health" else ())
+    remembered = [
+        c
+        for entry in (state.get("drained"), state.get("pending"))
+        if entry
+        for c in entry.get("checks", [])
+    ]
+    report, gathered = run_isolated_checks(
+        registry, config, context, job, remembered if context == "health" else ()
+    )
     decision = policy.decide(report.results(), config.settings)
     draining = decision.verdict is policy.Verdict.DRAIN
-    if context == "health" and not draining and state.get("pending") and \
-            not policy.unproven(state["pending"].get("checks", []), report.results()):
-        state.pop("pending")  # an undelivered drain whose checks all pass now: forget it, no Slurm call
+    if (
+        context == "health"
+        and not draining
+        and state.get("pending")
+        and not policy.unproven(state["pending"].get("checks", []), report.results())
+    ):
+        state.pop(
+            "pending"
+        )  # an undelivered drain whose checks all pass now: forget it, no Slurm call
         save_state(config, state, log)
     enacted = None
-    rebuild = not known and config.get("general", "mode") != "observe"  # observe resumes nothing: no need
+    rebuild = (
+        not known and config.get("general", "mode") != "observe"
+    )  # observe resumes nothing: no need
     if draining or (context == "health" and (state.get("drained") or rebuild)):
         enacted, client = _enact(context, name, job, config, log, decision, report, client)
     calls = client.calls if client is not None else 0
     code = ExitCode.NODE_BROKEN if enacted is not None and enacted.node_drained else ExitCode.OK
-    _log_decision(log, context, name, job, report, decision, enacted, calls,
-                  client.backend_name if client is not None else None)
+    _log_decision(
+        log,
+        context,
+        name,
+        job,
+        report,
+        decision,
+        enacted,
+        calls,
+        client.backend_name if client is not None else None,
+    )
     _after_decision(context, config, job, name, report, decision, enacted, log, gathered)
     return HookResult(code, report, decision, enacted, calls)
 
 
-def _after_decision(context: str, config: Config, job: JobContext, name: str, report: RunReport,
-                    decision: policy.Decision, enacted, log, gathered) -> None:
+def _after_decision(
+    context: str,
+    config: Config,
+    job: JobContext,
+    name: str,
+    report: RunReport,
+    decision: policy.Decision,
+    enacted,
+    log,
+    gathered,
+) -> None:
     """Snapshot file or record, dcgm-exporter mapping and metrics: bounded, the exit code already decided."""
     from .core.isolation import Step, StepOutcome
     from .records import metrics, store
 
-    if gathered is None and store.wanted(config, job, context):  # the check child died: one more try
+    if gathered is None and store.wanted(
+        config, job, context
+    ):  # the check child died: one more try
         try:
             gathered = store.gather(config, job, epilog=context == "epilog")
         except OSError as exc:  # no process left to fork
             gathered = (None, "snapshot not taken: %s" % exc)
-    stored = gathered[2] if gathered and len(gathered) > 2 else None  # the check child wrote the snapshot file
-    steps = store.steps(context, config, job, name, report, decision, enacted, log,
-                          tuple(gathered[:2]) if gathered else None, snapshot_stored=stored is not None)
-    if config.get("metrics", "textfile_dir"):  # prometheus_client is imported only then, in the child
-        steps.append(Step("metrics", config.get("metrics", "textfile_dir"),
-                          lambda: metrics.write_textfile(config, context, report, decision, enacted, log=log)))
-    earlier = [StepOutcome("snapshot", stored["path"], stored["state"], stored["seconds"])] if stored else []
+    stored = (
+        gathered[2] if gathered and len(gathered) > 2 else None
+    )  # the check child wrote the snapshot file
+    steps = store.steps(
+        context,
+        config,
+        job,
+        name,
+        report,
+        decision,
+        enacted,
+        log,
+        tuple(gathered[:2]) if gathered else None,
+        snapshot_stored=stored is not None,
+    )
+    if config.get(
+        "metrics", "textfile_dir"
+    ):  # prometheus_client is imported only then, in the child
+        steps.append(
+            Step(
+                "metrics",
+                config.get("metrics", "textfile_dir"),
+                lambda: metrics.write_textfile(config, context, report, decision, enacted, log=log),
+            )
+        )
+    earlier = (
+        [StepOutcome("snapshot", stored["path"], stored["state"], stored["seconds"])]
+        if stored
+        else []
+    )
     _run_bounded(config, steps, log, context, job, earlier)
 
 
-def _enact(context: str, name: str, job: JobContext, config: Config, log, decision: policy.Decision,
-           report: RunReport, client) -> Tuple[drainer.Enacted, Any]:
+def _enact(
+    context: str,
+    name: str,
+    job: JobContext,
+    config: Config,
+    log,
+    decision: policy.Decision,
+    report: RunReport,
+    client,
+) -> Tuple[drainer.Enacted, Any]:
     """Drain, or (health) resume / rebuild lost state, under the node's lock and one Slurm budget."""
     from .slurm import drainer, nodelock  # only now: the happy path loads nothing of Slurm's
 
@@ -302,16 +452,33 @@ def _enact(context: str, name: str, job: JobContext, config: Config, log, decisi
     client.set_budget(budget)
     with nodelock.NodeLock(config.get("paths", "state_dir"), name, budget) as lock:
         if not lock.acquired:
-            log.warning(logs.kv(context=context, node=name, event="drain-lock-unavailable", error=lock.error))
-        state, known = read_state(config, log)  # fresh: another hook of this node may have just acted
+            log.warning(
+                logs.kv(
+                    context=context, node=name, event="drain-lock-unavailable", error=lock.error
+                )
+            )
+        state, known = read_state(
+            config, log
+        )  # fresh: another hook of this node may have just acted
         if decision.verdict is policy.Verdict.DRAIN:
             fresh = state.get("drained") if lock.waited > 0.05 else None
-            if fresh and fresh.get("time", 0) >= lock.started:  # it drained while we waited: no second drain
-                enacted = drainer.Enacted(Outcome.ALREADY_OURS, "drained a moment ago by another hook of "
-                                          "this node: %s" % fresh.get("reason"), node_drained=True)
+            if (
+                fresh and fresh.get("time", 0) >= lock.started
+            ):  # it drained while we waited: no second drain
+                enacted = drainer.Enacted(
+                    Outcome.ALREADY_OURS,
+                    "drained a moment ago by another hook of this node: %s" % fresh.get("reason"),
+                    node_drained=True,
+                )
             else:
-                enacted = drainer.drain(client, name, decision.reason, config.settings,
-                                        (state.get("drained"), state.get("pending")), known)
+                enacted = drainer.drain(
+                    client,
+                    name,
+                    decision.reason,
+                    config.settings,
+                    (state.get("drained"), state.get("pending")),
+                    known,
+                )
             _remember_drain(state, enacted, decision, job, context)
         else:
             enacted = _recover(client, name, state, known, report, config)
@@ -319,27 +486,57 @@ def _enact(context: str, name: str, job: JobContext, config: Config, log, decisi
     return enacted, client
 
 
-def _remember_drain(state: Dict[str, Any], enacted: drainer.Enacted, decision: policy.Decision,
-                    job: JobContext, context: str) -> None:
+def _remember_drain(
+    state: Dict[str, Any],
+    enacted: drainer.Enacted,
+    decision: policy.Decision,
+    job: JobContext,
+    context: str,
+) -> None:
     """Record what Slurm now shows as our drain (its exact reason and reason time prove it is ours)."""
     outcome = enacted.outcome
-    entry = {"reason": decision.reason, "checks": list(decision.checks), "time": time.time(), "job": job.job_id,
-             "context": context}
+    entry = {
+        "reason": decision.reason,
+        "checks": list(decision.checks),
+        "time": time.time(),
+        "job": job.job_id,
+        "context": context,
+    }
     node = enacted.node
     old = state.get("drained") or {}
     pending = state.get("pending") or {}
-    checks = list(dict.fromkeys(list(old.get("checks", [])) + list(pending.get("checks", [])) + list(decision.checks)))
-    if outcome is Outcome.ALREADY_OURS and node is None and old:  # another hook of this node just drained
+    checks = list(
+        dict.fromkeys(
+            list(old.get("checks", [])) + list(pending.get("checks", [])) + list(decision.checks)
+        )
+    )
+    if (
+        outcome is Outcome.ALREADY_OURS and node is None and old
+    ):  # another hook of this node just drained
         state["drained"] = dict(old, checks=checks)
         state.pop("pending", None)
     elif outcome in policy.DELIVERED and node is not None and node.reason:
-        if outcome is Outcome.ALREADY_OURS:  # the drain recorded (or pending), seen again: keep its story
-            base = old if old.get("reason") == node.reason else pending if pending.get("reason") == node.reason else {}
-            entry = dict(entry, **{k: v for k, v in base.items() if k in ("time", "job", "context")}, checks=checks)
+        if (
+            outcome is Outcome.ALREADY_OURS
+        ):  # the drain recorded (or pending), seen again: keep its story
+            base = (
+                old
+                if old.get("reason") == node.reason
+                else pending
+                if pending.get("reason") == node.reason
+                else {}
+            )
+            entry = dict(
+                entry,
+                **{k: v for k, v in base.items() if k in ("time", "job", "context")},
+                checks=checks,
+            )
         entry.update(reason=node.reason, reason_time=node.reason_time, confirmed=enacted.confirmed)
         state["drained"] = entry
         state.pop("pending", None)
-    elif outcome in policy.DELIVERED:  # drained, but not seen back (re-count failed): what we asked for
+    elif (
+        outcome in policy.DELIVERED
+    ):  # drained, but not seen back (re-count failed): what we asked for
         entry.update(confirmed=enacted.confirmed)
         state["drained"] = dict(state.get("drained") or {}, **entry)
         state.pop("pending", None)
@@ -347,14 +544,20 @@ def _remember_drain(state: Dict[str, Any], enacted: drainer.Enacted, decision: p
         # delivered by a later health run, if the checks still fail; if the request landed after all (a
         # timeout after slurmctld acted), the drain matching it is ours but was never ranked: confirmed False
         state["pending"] = dict(entry, confirmed=False)
-    elif outcome in (Outcome.BREAKER, Outcome.BREAKER_UNDONE, Outcome.FOREIGN_DRAIN, Outcome.NOT_DRAINED):
+    elif outcome in (
+        Outcome.BREAKER,
+        Outcome.BREAKER_UNDONE,
+        Outcome.FOREIGN_DRAIN,
+        Outcome.NOT_DRAINED,
+    ):
         state.pop("pending", None)  # decided: nothing of ours to deliver or to track
         if outcome is not Outcome.BREAKER:
             state.pop("drained", None)
 
 
-def _recover(client, name: str, state: Dict[str, Any], known: bool, report: RunReport,
-             config: Config) -> drainer.Enacted:
+def _recover(
+    client, name: str, state: Dict[str, Any], known: bool, report: RunReport, config: Config
+) -> drainer.Enacted:
     """Health run found nothing node-broken: resume what we drained, on proof only.
 
     Proof: Slurm's reason is still exactly the one we recorded, and every check that caused the drain
@@ -375,12 +578,26 @@ def _recover(client, name: str, state: Dict[str, Any], known: bool, report: RunR
         owner = policy.read_reason(node.reason, config.get("drain", "reason_prefix"))
         # a straggler drain (slurm/straggler_drain.py, from the admin host) is not this node's: its checks passing
         # prove nothing about being slower than its peers; an admin clears it
-        if not (node.is_drained and owner.automatic and not node.is_failed) or policy.FLEET_CHECK in owner.checks:
+        if (
+            not (node.is_drained and owner.automatic and not node.is_failed)
+            or policy.FLEET_CHECK in owner.checks
+        ):
             state.pop("drained", None)
-            return Enacted(Outcome.NOT_DRAINED, "local state rebuilt from Slurm: no drain of ours on %s (%s)"
-                           % (name, node.state_string), node)
-        state["drained"] = {"reason": node.reason, "reason_time": node.reason_time, "checks": list(owner.checks),
-                            "complete": owner.complete, "time": time.time(), "context": "rebuilt", "confirmed": True}
+            return Enacted(
+                Outcome.NOT_DRAINED,
+                "local state rebuilt from Slurm: no drain of ours on %s (%s)"
+                % (name, node.state_string),
+                node,
+            )
+        state["drained"] = {
+            "reason": node.reason,
+            "reason_time": node.reason_time,
+            "checks": list(owner.checks),
+            "complete": owner.complete,
+            "time": time.time(),
+            "context": "rebuilt",
+            "confirmed": True,
+        }
     record = state.get("drained")
     if not record:  # another hook of this node resumed or dropped it while we ran
         return Enacted(Outcome.NOT_DRAINED, "no drain of ours is recorded any more")
@@ -390,39 +607,70 @@ def _recover(client, name: str, state: Dict[str, Any], known: bool, report: RunR
     if not record.get("checks"):
         missing.append("no check is recorded for this drain")
     if missing:
-        return Enacted(Outcome.UNPROVEN, "drain kept%s: %s" % (" (local state rebuilt from Slurm)" if not known else "",
-                                                               "; ".join(missing)), node_drained=True)
+        return Enacted(
+            Outcome.UNPROVEN,
+            "drain kept%s: %s"
+            % (" (local state rebuilt from Slurm)" if not known else "", "; ".join(missing)),
+            node_drained=True,
+        )
     enacted = resume(client, name, config.settings, expected=record)
     if enacted.outcome in policy.NOT_OURS_NOW:
         state.pop("drained", None)  # resumed, or someone else took over the node: not ours to track
     return enacted
 
 
-def _log_decision(log, context: str, name: str, job: JobContext, report: RunReport, decision: policy.Decision,
-                  enacted: Optional[drainer.Enacted], slurm_calls: int, slurm_backend: Optional[str] = None) -> None:
+def _log_decision(
+    log,
+    context: str,
+    name: str,
+    job: JobContext,
+    report: RunReport,
+    decision: policy.Decision,
+    enacted: Optional[drainer.Enacted],
+    slurm_calls: int,
+    slurm_backend: Optional[str] = None,
+) -> None:
     """One line per decision; slurm_calls (requests sent to slurmctld, 0 on the happy path) lets an
     operator, and the end-to-end tests, see what a hook cost the controller; slurm_backend (scontrol or
     pyslurm) how it talked to it, once it did."""
     level = "info"
-    if enacted is not None and (enacted.outcome in policy.BREAKER_HELD
-                                or not enacted.confirmed):
+    if enacted is not None and (enacted.outcome in policy.BREAKER_HELD or not enacted.confirmed):
         level = "critical"
-    elif decision.verdict is policy.Verdict.DRAIN or (enacted and enacted.outcome is Outcome.SLURM_UNAVAILABLE):
+    elif decision.verdict is policy.Verdict.DRAIN or (
+        enacted and enacted.outcome is Outcome.SLURM_UNAVAILABLE
+    ):
         level = "error"
     elif decision.verdict is policy.Verdict.ALERT:
         level = "warning"
     first = decision.findings[0] if decision.findings else None
-    getattr(log, level)(logs.kv(
-        context=context, job=job.job_id, user=job.user, node=name, status=report.status.value,
-        decision=decision.verdict.value, blame=decision.blame.value if decision.blame else None,
-        outcome=enacted.outcome.value if enacted else None, check=first.check if first else None,
-        component=first.component if first else None, reason=decision.reason or (first.summary if first else None),
-        detail=enacted.message if enacted else None, slurm_calls=slurm_calls, slurm_backend=slurm_backend,
-        duration_ms=int(report.duration * 1000)))
+    getattr(log, level)(
+        logs.kv(
+            context=context,
+            job=job.job_id,
+            user=job.user,
+            node=name,
+            status=report.status.value,
+            decision=decision.verdict.value,
+            blame=decision.blame.value if decision.blame else None,
+            outcome=enacted.outcome.value if enacted else None,
+            check=first.check if first else None,
+            component=first.component if first else None,
+            reason=decision.reason or (first.summary if first else None),
+            detail=enacted.message if enacted else None,
+            slurm_calls=slurm_calls,
+            slurm_backend=slurm_backend,
+            duration_ms=int(report.duration * 1000),
+        )
+    )
 
 
-def fail_open(context: str, error: Exception, config_path: Optional[str] = None,
-              env: Optional[Mapping[str, str]] = None, event: str = "config-error") -> int:
+def fail_open(
+    context: str,
+    error: Exception,
+    config_path: Optional[str] = None,
+    env: Optional[Mapping[str, str]] = None,
+    event: str = "config-error",
+) -> int:
     """A problem of ours (a refused config, a bug): let the job run, and say so where the admin looks.
 
     One CRITICAL decision line (syslog/journald and the log file, with the [paths] that could be
@@ -435,17 +683,34 @@ def fail_open(context: str, error: Exception, config_path: Optional[str] = None,
     text = "%s: %s" % (type(error).__name__, error)
     try:
         settings = salvage_settings(config_path)
-        log = logs.setup(settings, create_dirs=False)  # an installed node has its log directory (the package's)
-        log.critical(logs.kv(context=context, job=env.get("SLURM_JOB_ID"), node=env.get("SLURMD_NODENAME"),
-                             event=event, decision="fail-open", error=text,
-                             detail="failing open (exit 0): jobs run unchecked until this is fixed (slurm-hooks config check)"))
+        log = logs.setup(
+            settings, create_dirs=False
+        )  # an installed node has its log directory (the package's)
+        log.critical(
+            logs.kv(
+                context=context,
+                job=env.get("SLURM_JOB_ID"),
+                node=env.get("SLURMD_NODENAME"),
+                event=event,
+                decision="fail-open",
+                error=text,
+                detail="failing open (exit 0): jobs run unchecked until this is fixed (slurm-hooks config check)",
+            )
+        )
         if event == "config-error" and settings["metrics"]["textfile_dir"]:
             from .core.isolation import Step, run_steps
             from .records import metrics
 
-            run_steps([Step("metrics", settings["metrics"]["textfile_dir"],
-                            lambda: metrics.write_config_error(settings, context, text, log))],
-                      settings["deadline"]["files"])
+            run_steps(
+                [
+                    Step(
+                        "metrics",
+                        settings["metrics"]["textfile_dir"],
+                        lambda: metrics.write_config_error(settings, context, text, log),
+                    )
+                ],
+                settings["deadline"]["files"],
+            )
     except Exception:  # noqa: BLE001  (logging itself broke: the plain fallback below)
         message = "slurm-hooks %s: %s -- failing open (exit 0)" % (context, text)
         print(message, file=sys.stderr)
@@ -459,15 +724,22 @@ def fail_open(context: str, error: Exception, config_path: Optional[str] = None,
     return ExitCode.OK
 
 
-def main_hook(context: str, config_path: Optional[str], env: Mapping[str, str], node: Optional[str] = None,
-              root: Optional[str] = None) -> int:
+def main_hook(
+    context: str,
+    config_path: Optional[str],
+    env: Mapping[str, str],
+    node: Optional[str] = None,
+    root: Optional[str] = None,
+) -> int:
     from .core.config import load_registry_and_config
 
     try:
         registry, config = load_registry_and_config(config_path, root)
     except ConfigError as exc:
         return fail_open(context, exc, config_path, env)
-    except Exception as exc:  # our bug (a site check that breaks the registry...) must never drain the node
+    except (
+        Exception
+    ) as exc:  # our bug (a site check that breaks the registry...) must never drain the node
         import traceback
 
         traceback.print_exc()
@@ -479,5 +751,3 @@ def main_hook(context: str, config_path: Optional[str], env: Mapping[str, str], 
 
         traceback.print_exc()
         return fail_open(context, exc, config_path, env, event="internal-error")
-
-

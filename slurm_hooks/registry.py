@@ -7,6 +7,7 @@ Gather, then judge: a *gatherer* (``@gatherer("system.cpu")``) is the only code 
 OS; it takes a GatherContext and returns an immutable snapshot. A *check* is a pure function of
 the snapshots it ``needs`` plus its ``params``; it returns a Result or a list of Results.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -14,16 +15,32 @@ from typing import Any, Callable, Dict, FrozenSet, Iterable, List, Mapping, Opti
 
 from .core.structs import Struct, field
 
-CONTEXTS = ("prolog", "epilog", "health", "manual")  # the one spelling of the contexts, in display order
+CONTEXTS = (
+    "prolog",
+    "epilog",
+    "health",
+    "manual",
+)  # the one spelling of the contexts, in display order
 HOOK_CONTEXTS = CONTEXTS[:3]  # what slurmd runs: prolog, epilog, HealthCheckProgram
 JOB_CONTEXTS = CONTEXTS[:2]  # the hooks that run for a job (SLURM_JOB_ID set): prolog, epilog
-DEFAULT_CONTEXTS = frozenset(CONTEXTS) - {"epilog"}  # a check that does not say: every context but the epilog
+DEFAULT_CONTEXTS = frozenset(CONTEXTS) - {
+    "epilog"
+}  # a check that does not say: every context but the epilog
 
 # Modules that hold built-in checks; importing one registers its checks.
-BUILTIN_CHECK_MODULES = ("slurm_hooks.checks.system", "slurm_hooks.checks.pci", "slurm_hooks.checks.gpu.inventory",
-                         "slurm_hooks.checks.gpu.memory", "slurm_hooks.checks.gpu.state",
-                         "slurm_hooks.checks.gpu.links", "slurm_hooks.checks.gpu.procs", "slurm_hooks.checks.xid",
-                         "slurm_hooks.checks.topology", "slurm_hooks.checks.gpudirect", "slurm_hooks.checks.numa")
+BUILTIN_CHECK_MODULES = (
+    "slurm_hooks.checks.system",
+    "slurm_hooks.checks.pci",
+    "slurm_hooks.checks.gpu.inventory",
+    "slurm_hooks.checks.gpu.memory",
+    "slurm_hooks.checks.gpu.state",
+    "slurm_hooks.checks.gpu.links",
+    "slurm_hooks.checks.gpu.procs",
+    "slurm_hooks.checks.xid",
+    "slurm_hooks.checks.topology",
+    "slurm_hooks.checks.gpudirect",
+    "slurm_hooks.checks.numa",
+)
 
 
 class RegistryError(Exception):
@@ -57,9 +74,11 @@ class Param(Struct):
             return "table"
         if self.choices:
             return "one of " + ", ".join(repr(c) for c in self.choices)
-        limits = (["> %g" % self.above] if self.above is not None else []) + \
-            (["\u2265 %g" % self.minimum] if self.minimum is not None else []) + \
-            (["\u2264 %g" % self.maximum] if self.maximum is not None else [])
+        limits = (
+            (["> %g" % self.above] if self.above is not None else [])
+            + (["\u2265 %g" % self.minimum] if self.minimum is not None else [])
+            + (["\u2264 %g" % self.maximum] if self.maximum is not None else [])
+        )
         return self.type.__name__ + (" (%s)" % ", ".join(limits) if limits else "")
 
 
@@ -182,7 +201,9 @@ class Registry(Struct, frozen=False):
             raise RegistryError("check %r: timeout must be > 0, got %r" % (spec.name, spec.timeout))
         names = [p.name for p in spec.params]
         if len(set(names)) != len(names) or "enabled" in names:
-            raise RegistryError("check %r: parameter names must be unique and not 'enabled'" % spec.name)
+            raise RegistryError(
+                "check %r: parameter names must be unique and not 'enabled'" % spec.name
+            )
         self.checks[spec.name] = spec
 
     def gatherer(self, name: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
@@ -192,7 +213,8 @@ class Registry(Struct, frozen=False):
             _validate_name(name, "gatherer", func)
             if name in self.gatherers:
                 raise RegistryError(
-                    "duplicate gatherer %r: %s and %s" % (name, _where(self.gatherers[name].func), _where(func))
+                    "duplicate gatherer %r: %s and %s"
+                    % (name, _where(self.gatherers[name].func), _where(func))
                 )
             self.gatherers[name] = GathererSpec(name, func)
             return func
@@ -208,8 +230,12 @@ class Registry(Struct, frozen=False):
 
 def _validate_name(name: str, kind: str, func: Callable[..., Any]) -> None:
     parts = name.split(".")
-    if len(parts) < 2 or not all(p and p.replace("-", "").replace("_", "").isalnum() for p in parts):
-        raise RegistryError("%s name %r (%s) must look like 'family.what'" % (kind, name, _where(func)))
+    if len(parts) < 2 or not all(
+        p and p.replace("-", "").replace("_", "").isalnum() for p in parts
+    ):
+        raise RegistryError(
+            "%s name %r (%s) must look like 'family.what'" % (kind, name, _where(func))
+        )
     if name != name.lower():
         raise RegistryError("%s name %r (%s) must be lower case" % (kind, name, _where(func)))
 
@@ -233,6 +259,8 @@ def load_builtin_checks() -> Registry:
     if not _loaded:
         for module in BUILTIN_CHECK_MODULES:
             importlib.import_module(module)
-        importlib.import_module("slurm_hooks.core.plugins").load_site_checks()  # /etc/slurm-hooks/checks.d/*.py
+        importlib.import_module(
+            "slurm_hooks.core.plugins"
+        ).load_site_checks()  # /etc/slurm-hooks/checks.d/*.py
         _loaded = True
     return REGISTRY

@@ -3,6 +3,7 @@
 A check never prints, exits or drains; it returns one Result or a list of them (one per
 affected component). The runner combines them (worst wins) and policy decides what to do.
 """
+
 from __future__ import annotations
 
 import enum
@@ -48,8 +49,13 @@ class ExitCode(enum.IntEnum):
 
 
 _SEVERITY = {Status.SKIP: 0, Status.OK: 1, Status.WARN: 2, Status.UNKNOWN: 3, Status.FAIL: 4}
-_EXIT_CODE = {Status.SKIP: ExitCode.OK, Status.OK: ExitCode.OK, Status.WARN: ExitCode.WARN,
-              Status.FAIL: ExitCode.FAIL, Status.UNKNOWN: ExitCode.UNKNOWN}
+_EXIT_CODE = {
+    Status.SKIP: ExitCode.OK,
+    Status.OK: ExitCode.OK,
+    Status.WARN: ExitCode.WARN,
+    Status.FAIL: ExitCode.FAIL,
+    Status.UNKNOWN: ExitCode.UNKNOWN,
+}
 
 
 class Action(enum.Enum):
@@ -128,6 +134,12 @@ def _jsonable(value: Any) -> Any:
 def result_from_dict(data: Mapping[str, Any]) -> Result:
     """Inverse of Result.to_dict (used to carry results out of the isolated check process)."""
     blame = data.get("blame")
-    return Result(check=str(data["check"]), status=Status(data["status"]), summary=str(data["summary"]),
-                  component=data.get("component"), details=dict(data.get("details") or {}),
-                  action=Action(data.get("action", "none")), blame=Blame(blame) if blame else None)
+    return Result(
+        check=str(data["check"]),
+        status=Status(data["status"]),
+        summary=str(data["summary"]),
+        component=data.get("component"),
+        details=dict(data.get("details") or {}),
+        action=Action(data.get("action", "none")),
+        blame=Blame(blame) if blame else None,
+    )

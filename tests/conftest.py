@@ -1,5 +1,6 @@
 """Shared fixtures. Config files written by tests live in root-owned temp dirs; outside root-run CI
 the ownership check would refuse them, so tests that need that opt in explicitly."""
+
 from __future__ import annotations
 
 import os
@@ -8,7 +9,9 @@ import sys
 import pytest
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-if REPO not in sys.path:  # `tests.*` (helpers, doubles, fakenode, slurmcluster) imports from the checkout
+if (
+    REPO not in sys.path
+):  # `tests.*` (helpers, doubles, fakenode, slurmcluster) imports from the checkout
     sys.path.insert(0, REPO)
 
 

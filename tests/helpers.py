@@ -2,13 +2,22 @@
 modules never import each other or conftest; test doubles live in tests/doubles/, the real Slurm in
 tests/slurmcluster.py, the end-to-end rig in tests/slurm_rig.py, the fault table in tests/fault_table.py).
 """
+
 from __future__ import annotations
 
 import os
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-GPU_BDF = {0: "0000:18:00.0", 1: "0000:1a:00.0", 2: "0000:42:00.0", 3: "0000:44:00.0", 4: "0000:9a:00.0",
-           5: "0000:9c:00.0", 6: "0000:c4:00.0", 7: "0000:c6:00.0"}  # the DGX-H100 fake node's GPUs, NVML index -> bus id
+GPU_BDF = {
+    0: "0000:18:00.0",
+    1: "0000:1a:00.0",
+    2: "0000:42:00.0",
+    3: "0000:44:00.0",
+    4: "0000:9a:00.0",
+    5: "0000:9c:00.0",
+    6: "0000:c4:00.0",
+    7: "0000:c6:00.0",
+}  # the DGX-H100 fake node's GPUs, NVML index -> bus id
 BOOT_ID = "8c4f5a7e-1111-2222-3333-444455556666"  # the boot id the gpu_node fixture writes
 
 
@@ -45,6 +54,12 @@ def run_on_node(registry, node, names, config=None, job=None, context="manual"):
     from slurm_hooks.core.runner import run_checks, select_checks
     from slurm_hooks.hw.host import Host
 
-    report = run_checks(registry, validate(registry, fake_node_config(config)), Host(str(node.root)), context,
-                        select_checks(registry, context, names), job=job)
+    report = run_checks(
+        registry,
+        validate(registry, fake_node_config(config)),
+        Host(str(node.root)),
+        context,
+        select_checks(registry, context, names),
+        job=job,
+    )
     return report.results()

@@ -1,6 +1,7 @@
 """The real prolog.d script run as slurmd runs it, on a fake GPU node, with a fake scontrol that records
 every call: the rig of test_hangs.py and test_perf.py. Prolog(node, tmp_path).run() -> (rc, seconds, stderr).
 """
+
 from __future__ import annotations
 
 import json
@@ -45,7 +46,9 @@ else:
 '''
 
 
-INSTALLED_BINARY = "/usr/bin/slurm-hooks"  # the token in prolog.d/50-slurm-hooks that the test replaces
+INSTALLED_BINARY = (
+    "/usr/bin/slurm-hooks"  # the token in prolog.d/50-slurm-hooks that the test replaces
+)
 
 
 class Prolog:
@@ -63,12 +66,20 @@ class Prolog:
         self.config = base / "config.toml"
         self.log = base / "log" / "slurm-hooks.log"
         self.write_config("alert")
-        exports = {"SLURM_HOOKS_CONFIG": str(self.config), "SLURM_HOOKS_ALLOW_INSECURE_CONFIG": "1",
-                   "SLURM_HOOKS_CHECKS_DIR": "", "PYTHONPATH": REPO,
-                   "LD_LIBRARY_PATH": node.env["LD_LIBRARY_PATH"], "FAKE_NVML_STATE": node.env["FAKE_NVML_STATE"]}
+        exports = {
+            "SLURM_HOOKS_CONFIG": str(self.config),
+            "SLURM_HOOKS_ALLOW_INSECURE_CONFIG": "1",
+            "SLURM_HOOKS_CHECKS_DIR": "",
+            "PYTHONPATH": REPO,
+            "LD_LIBRARY_PATH": node.env["LD_LIBRARY_PATH"],
+            "FAKE_NVML_STATE": node.env["FAKE_NVML_STATE"],
+        }
         wrapper = self.bin / "slurm-hooks-wrapper"
-        wrapper.write_text("#!/bin/sh\n" + "".join("export %s='%s'\n" % kv for kv in exports.items())
-                           + 'exec %s -m slurm_hooks "$@"\n' % sys.executable)
+        wrapper.write_text(
+            "#!/bin/sh\n"
+            + "".join("export %s='%s'\n" % kv for kv in exports.items())
+            + 'exec %s -m slurm_hooks "$@"\n' % sys.executable
+        )
         wrapper.chmod(0o755)
         self.scripts = {}
         for kind in ("prolog", "epilog"):
@@ -82,13 +93,33 @@ class Prolog:
 
     def write_config(self, on_timeout: str) -> None:
         self.on_timeout = on_timeout
-        self.config.write_text("\n".join([
-            "[general]", 'root = "%s"' % self.node.root, 'root_live_sources = ["nvml"]',
-            "[deadline]", "prolog = %s" % DEADLINE, "epilog = %s" % DEADLINE, "files = %s" % FILES,
-            "[drain]", 'on_timeout = "%s"' % on_timeout, 'backend = "scontrol"', "timeout = 2.0",
-            "[paths]", 'state_dir = "%s"' % self.state_dir, 'log_file = "%s"' % self.log, "syslog = false",
-            "[metrics]", 'dcgm_job_mapping_dir = "%s"' % self.dcgm_dir,
-            "[records]", 'dir = "%s"' % self.records_dir, "snapshot_timeout = %s" % SNAPSHOT_TIMEOUT, ""]))
+        self.config.write_text(
+            "\n".join(
+                [
+                    "[general]",
+                    'root = "%s"' % self.node.root,
+                    'root_live_sources = ["nvml"]',
+                    "[deadline]",
+                    "prolog = %s" % DEADLINE,
+                    "epilog = %s" % DEADLINE,
+                    "files = %s" % FILES,
+                    "[drain]",
+                    'on_timeout = "%s"' % on_timeout,
+                    'backend = "scontrol"',
+                    "timeout = 2.0",
+                    "[paths]",
+                    'state_dir = "%s"' % self.state_dir,
+                    'log_file = "%s"' % self.log,
+                    "syslog = false",
+                    "[metrics]",
+                    'dcgm_job_mapping_dir = "%s"' % self.dcgm_dir,
+                    "[records]",
+                    'dir = "%s"' % self.records_dir,
+                    "snapshot_timeout = %s" % SNAPSHOT_TIMEOUT,
+                    "",
+                ]
+            )
+        )
 
     def place(self, records_dir=None, state_dir=None, dcgm_dir=None) -> None:
         """Move the records, state or dcgm-exporter directory (e.g. onto a hung file system)."""
@@ -99,30 +130,52 @@ class Prolog:
 
     def run(self, label: str = "", kind: str = "prolog"):
         # what slurmd gives a prolog (22.05), plus PATH so that the fake scontrol is found first
-        env = {"SLURM_JOB_ID": "4242", "SLURM_JOB_USER": "alice", "SLURMD_NODENAME": "node1", "SLURM_JOB_GPUS": "0-7",
-               "CUDA_VISIBLE_DEVICES": "0,1,2,3,4,5,6,7", "SLURM_SCRIPT_CONTEXT": "%s_slurmd" % kind,
-               "PATH": "%s:/usr/bin:/bin" % self.bin}
+        env = {
+            "SLURM_JOB_ID": "4242",
+            "SLURM_JOB_USER": "alice",
+            "SLURMD_NODENAME": "node1",
+            "SLURM_JOB_GPUS": "0-7",
+            "CUDA_VISIBLE_DEVICES": "0,1,2,3,4,5,6,7",
+            "SLURM_SCRIPT_CONTEXT": "%s_slurmd" % kind,
+            "PATH": "%s:/usr/bin:/bin" % self.bin,
+        }
         started = time.monotonic()
-        proc = subprocess.run([str(self.scripts[kind])], env=env, capture_output=True, text=True, cwd=str(self.base),
-                              timeout=60)
+        proc = subprocess.run(
+            [str(self.scripts[kind])],
+            env=env,
+            capture_output=True,
+            text=True,
+            cwd=str(self.base),
+            timeout=60,
+        )
         seconds = time.monotonic() - started
-        print("\n[reliability] %s with %s: exit %d after %.2fs" % (kind, label or "no fault", proc.returncode,
-                                                                   seconds))
+        print(
+            "\n[reliability] %s with %s: exit %d after %.2fs"
+            % (kind, label or "no fault", proc.returncode, seconds)
+        )
         return proc.returncode, seconds, proc.stderr
 
     def decision(self, kind: str = "prolog") -> dict:
-        lines = [line for line in self.log.read_text().splitlines()
-                 if "context=%s" % kind in line and " decision=" in line]
+        lines = [
+            line
+            for line in self.log.read_text().splitlines()
+            if "context=%s" % kind in line and " decision=" in line
+        ]
         assert len(lines) == 1, lines
         return dict((k, v.strip('"')) for k, v in re.findall(r'(\w+)=("[^"]*"|\S+)', lines[0]))
 
     def events(self, event: str) -> list:
-        return [dict((k, v.strip('"')) for k, v in re.findall(r'(\w+)=("[^"]*"|\S+)', line))
-                for line in self.log.read_text().splitlines() if "event=%s " % event in line + " "]
+        return [
+            dict((k, v.strip('"')) for k, v in re.findall(r'(\w+)=("[^"]*"|\S+)', line))
+            for line in self.log.read_text().splitlines()
+            if "event=%s " % event in line + " "
+        ]
 
     def scontrol_calls(self):
         calls = self.base / "bin" / "calls.jsonl"
-        return [json.loads(line) for line in calls.read_text().splitlines()] if calls.exists() else []
+        return (
+            [json.loads(line) for line in calls.read_text().splitlines()] if calls.exists() else []
+        )
 
     def drain_reason(self):
         reason = self.bin / "node1.reason"

@@ -25,6 +25,7 @@ cluster for concurrency tests of the drain library (20+ nodes draining themselve
 Needs root (slurmd, mknod) and the Debian packages (``.ci/install-slurm.sh``).  When Slurm is missing
 :func:`require_slurm` skips the test, or fails when ``CI=true``.
 """
+
 from __future__ import annotations
 
 import atexit
@@ -106,22 +107,31 @@ def drain_backend_under_test() -> Optional[str]:
     if not value:
         return None
     if value not in DRAIN_BACKENDS:
-        raise ValueError("%s=%r: expected one of %s" % (DRAIN_BACKEND_ENV, value, ", ".join(DRAIN_BACKENDS)))
+        raise ValueError(
+            "%s=%r: expected one of %s" % (DRAIN_BACKEND_ENV, value, ", ".join(DRAIN_BACKENDS))
+        )
     return value
 
 
-def unreachable_slurm_cost(timeout: float, attempts: int, backoff: float = 0.5,
-                           message_timeout: float = 10.0) -> Tuple[float, int]:
+def unreachable_slurm_cost(
+    timeout: float, attempts: int, backoff: float = 0.5, message_timeout: float = 10.0
+) -> Tuple[float, int]:
     """(seconds, requests) a drain spends on a slurmctld that never answers, with the [drain] backend
     under test (auto: pyslurm where one is installed and MessageTimeout fits the budget). scontrol: each call is killed at `timeout`, `attempts` calls with backoff in between.
     pyslurm: a request cannot be cut short before slurm.conf's MessageTimeout, and a retry starts only
     if it can end near the same deadline (timeout x attempts + backoff) -- slurm_hooks.slurm.client._Retry."""
     deadline = timeout * attempts + backoff * (2 ** (attempts - 1) - 1)
     backend = drain_backend_under_test() or "auto"
-    if backend == "auto":  # slurm_hooks.slurm.client.choose_backend; CI installs pyslurm only where it matches Slurm
+    if (
+        backend == "auto"
+    ):  # slurm_hooks.slurm.client.choose_backend; CI installs pyslurm only where it matches Slurm
         from slurm_hooks.slurm.client import pyslurm_version
 
-        backend = "pyslurm" if pyslurm_version() is not None and message_timeout <= deadline else "scontrol"
+        backend = (
+            "pyslurm"
+            if pyslurm_version() is not None and message_timeout <= deadline
+            else "scontrol"
+        )
     if backend == "scontrol":
         return deadline, attempts
     spent, made = message_timeout, 1
@@ -145,8 +155,13 @@ _HW_CACHE: Dict[str, str] = {}
 def node_hardware() -> Dict[str, str]:
     """CPUs/Boards/SocketsPerBoard/CoresPerSocket/ThreadsPerCore from ``slurmd -C`` (cached)."""
     if not _HW_CACHE:
-        out = subprocess.run([find_binary("slurmd") or "slurmd", "-C"], capture_output=True,
-                             text=True, timeout=30, check=True).stdout
+        out = subprocess.run(
+            [find_binary("slurmd") or "slurmd", "-C"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=True,
+        ).stdout
         first = out.splitlines()[0] if out else ""
         for key in ("CPUs", "Boards", "SocketsPerBoard", "CoresPerSocket", "ThreadsPerCore"):
             m = re.search(r"\b%s=(\d+)" % key, first)
@@ -193,7 +208,9 @@ class RefusingListener:
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self.sock.bind(("127.0.0.1", port))
         self.sock.listen(16)
-        self.thread = threading.Thread(target=self._serve, name="slurm-dead-node-%d" % port, daemon=True)
+        self.thread = threading.Thread(
+            target=self._serve, name="slurm-dead-node-%d" % port, daemon=True
+        )
         self.thread.start()
 
     def _serve(self) -> None:
@@ -218,11 +235,14 @@ class RefusingListener:
 
 def munge_ok() -> bool:
     try:
-        cred = subprocess.run([find_binary("munge") or "munge", "-n"], capture_output=True, timeout=5)
+        cred = subprocess.run(
+            [find_binary("munge") or "munge", "-n"], capture_output=True, timeout=5
+        )
         if cred.returncode != 0:
             return False
-        dec = subprocess.run([find_binary("unmunge") or "unmunge"], input=cred.stdout,
-                             capture_output=True, timeout=5)
+        dec = subprocess.run(
+            [find_binary("unmunge") or "unmunge"], input=cred.stdout, capture_output=True, timeout=5
+        )
         return dec.returncode == 0
     except (OSError, subprocess.TimeoutExpired):
         return False
@@ -254,7 +274,9 @@ def ensure_munge(timeout: float = 10.0) -> bool:
         if munge_ok():
             return True
         time.sleep(0.05)
-    raise SlurmClusterError("munged did not come up (rc=%s): %s %s" % (res.returncode, res.stdout, res.stderr))
+    raise SlurmClusterError(
+        "munged did not come up (rc=%s): %s %s" % (res.returncode, res.stdout, res.stderr)
+    )
 
 
 # ----------------------------------------------------------------------------------------------
@@ -305,7 +327,11 @@ class SlurmCluster:
         self.slurmd_timeout = slurmd_timeout  # 0: slurmctld never marks a silent node DOWN
         self.ctld_port, self.slurmd_port, self.dead_port = free_ports(3)
         self.etc, self.log, self.run_dir = self.base / "etc", self.base / "log", self.base / "run"
-        self.state_dir, self.dev, self.out = self.base / "state", self.base / "dev", self.base / "out"
+        self.state_dir, self.dev, self.out = (
+            self.base / "state",
+            self.base / "dev",
+            self.base / "out",
+        )
         self.spool = self._spool_dir()
         self.conf = self.etc / "slurm.conf"
         self.ctld: Optional[subprocess.Popen] = None
@@ -317,7 +343,9 @@ class SlurmCluster:
         self.env: Dict[str, str] = dict(os.environ)
         self.env.update(SLURM_CONF=str(self.conf), SLURM_TIME_FORMAT="standard")
         for k in list(self.env):  # a test run inside a Slurm job must not leak into our cluster
-            if k.startswith(("SLURM_JOB", "SLURM_STEP", "SBATCH_", "SQUEUE_", "SINFO_", "SCONTROL_")):
+            if k.startswith(
+                ("SLURM_JOB", "SLURM_STEP", "SBATCH_", "SQUEUE_", "SINFO_", "SCONTROL_")
+            ):
                 del self.env[k]
 
     # -- layout / config -------------------------------------------------------------------
@@ -375,20 +403,29 @@ class SlurmCluster:
         if self.epilog:
             lines.append("Epilog=%s" % self.epilog)
         if self.health_check:
-            lines += ["HealthCheckProgram=%s" % self.health_check,
-                      "HealthCheckInterval=%d" % self.health_check_interval]
+            lines += [
+                "HealthCheckProgram=%s" % self.health_check,
+                "HealthCheckInterval=%d" % self.health_check_interval,
+            ]
         gres = ""
         if self.ngpu and self.with_slurmd:
             lines.append("GresTypes=gpu")
             gres = " Gres=gpu:%d" % self.ngpu
-        topo = " ".join("%s=%s" % (k, hw[k]) for k in
-                        ("CPUs", "Boards", "SocketsPerBoard", "CoresPerSocket", "ThreadsPerCore") if k in hw)
+        topo = " ".join(
+            "%s=%s" % (k, hw[k])
+            for k in ("CPUs", "Boards", "SocketsPerBoard", "CoresPerSocket", "ThreadsPerCore")
+            if k in hw
+        )
         if self.with_slurmd:
-            lines.append("NodeName=%s NodeAddr=127.0.0.1 NodeHostname=localhost %s RealMemory=1024%s State=UNKNOWN"
-                         % (self.node, topo, gres))
-        for extra in self.nodes[1 if self.with_slurmd else 0:]:
-            lines.append("NodeName=%s NodeAddr=127.0.0.1 NodeHostname=localhost Port=%d CPUs=1 RealMemory=1024 "
-                         "State=%s" % (extra, self.dead_port, self.extra_node_state))
+            lines.append(
+                "NodeName=%s NodeAddr=127.0.0.1 NodeHostname=localhost %s RealMemory=1024%s State=UNKNOWN"
+                % (self.node, topo, gres)
+            )
+        for extra in self.nodes[1 if self.with_slurmd else 0 :]:
+            lines.append(
+                "NodeName=%s NodeAddr=127.0.0.1 NodeHostname=localhost Port=%d CPUs=1 RealMemory=1024 "
+                "State=%s" % (extra, self.dead_port, self.extra_node_state)
+            )
         lines.append("PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP")
         if self.extra_conf:
             lines.append(self.extra_conf.strip())
@@ -406,8 +443,10 @@ class SlurmCluster:
                 dev = self.dev / ("fakegpu%d" % i)
                 if not dev.exists():  # gres File= must be a character device (c 195 N like nvidiaN)
                     os.mknod(str(dev), 0o666 | 0o020000, os.makedev(195, i))
-            gres_conf.write_text("NodeName=%s Name=gpu File=%s/fakegpu[0-%d]\n"
-                                 % (self.node, self.dev, self.ngpu - 1))
+            gres_conf.write_text(
+                "NodeName=%s Name=gpu File=%s/fakegpu[0-%d]\n"
+                % (self.node, self.dev, self.ngpu - 1)
+            )
         elif gres_conf.exists():
             gres_conf.unlink()
 
@@ -442,16 +481,24 @@ class SlurmCluster:
             logs = self.logs()
             self.stop()
             sys.stderr.write(logs)
-            raise SlurmClusterError("Slurm test cluster failed to start: %s\n%s" % (exc, logs)) from exc
+            raise SlurmClusterError(
+                "Slurm test cluster failed to start: %s\n%s" % (exc, logs)
+            ) from exc
         self.start_seconds = time.monotonic() - t0
         return self
 
     def _spawn(self, daemon: str, args: List[str]) -> subprocess.Popen:
         out = open(self.log / ("%s.stdout" % daemon), "ab")
         try:
-            return subprocess.Popen([find_binary(daemon) or daemon] + args, env=self.env, stdout=out,
-                                    stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                    start_new_session=True, cwd=str(self.base))
+            return subprocess.Popen(
+                [find_binary(daemon) or daemon] + args,
+                env=self.env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+                cwd=str(self.base),
+            )
         finally:
             out.close()
 
@@ -460,7 +507,9 @@ class SlurmCluster:
         self.ctld = self._spawn("slurmctld", ["-D", "-i"])
         self.ctld_stopped = False
         deadline = time.monotonic() + self.startup_timeout
-        while not port_open(self.ctld_port):  # poll the port, not `scontrol ping` (blocks ~10 s if down)
+        while not port_open(
+            self.ctld_port
+        ):  # poll the port, not `scontrol ping` (blocks ~10 s if down)
             if self.ctld.poll() is not None:
                 raise SlurmClusterError("slurmctld exited with rc=%s" % self.ctld.returncode)
             if time.monotonic() > deadline:
@@ -492,8 +541,10 @@ class SlurmCluster:
                 return
             self.run("scancel", *ids, timeout=timeout, check=False)
             deadline = time.monotonic() + timeout
-            while time.monotonic() < deadline and self.run("squeue", "-h", "-t", "R,CG", "-o", "%i",
-                                                           timeout=timeout).strip():
+            while (
+                time.monotonic() < deadline
+                and self.run("squeue", "-h", "-t", "R,CG", "-o", "%i", timeout=timeout).strip()
+            ):
                 time.sleep(0.1)
         except (SlurmClusterError, subprocess.TimeoutExpired, OSError):
             pass
@@ -544,7 +595,9 @@ class SlurmCluster:
         argv = [find_binary(cmd) or cmd] + [str(a) for a in args]
         res = subprocess.run(argv, env=self.env, capture_output=True, text=True, timeout=timeout)
         if check and res.returncode != 0:
-            raise SlurmClusterError("%s -> rc=%d: %s" % (" ".join(argv), res.returncode, res.stderr.strip()))
+            raise SlurmClusterError(
+                "%s -> rc=%d: %s" % (" ".join(argv), res.returncode, res.stderr.strip())
+            )
         return res.stdout
 
     def scontrol(self, *args: str, timeout: float = 15.0, check: bool = True) -> str:
@@ -588,8 +641,13 @@ class SlurmCluster:
         out = self.run("sinfo", "-h", "-N", "-n", node or self.node, "-o", "%T")
         return out.split()[0] if out.split() else ""
 
-    def wait_state(self, node: Optional[str], want: Union[str, Callable[[str], bool]],
-                   timeout: float = 10.0, interval: float = 0.02) -> str:
+    def wait_state(
+        self,
+        node: Optional[str],
+        want: Union[str, Callable[[str], bool]],
+        timeout: float = 10.0,
+        interval: float = 0.02,
+    ) -> str:
         """Wait until the node's scontrol State= matches; returns it.
 
         want: 'IDLE' (exact, so 'IDLE+NOT_RESPONDING' does not match), 'IDLE+DRAIN', or a
@@ -606,14 +664,25 @@ class SlurmCluster:
             if pred(state):
                 return state
             if time.monotonic() > deadline:
-                raise SlurmClusterError("node %s: state %r did not reach %r within %.1fs"
-                                        % (node or self.node, state, want, timeout))
+                raise SlurmClusterError(
+                    "node %s: state %r did not reach %r within %.1fs"
+                    % (node or self.node, state, want, timeout)
+                )
             time.sleep(interval)
 
-    def sbatch(self, *args: str, wrap: Optional[str] = "true", gpus: int = 0,
-               output: Optional[str] = None) -> int:
+    def sbatch(
+        self, *args: str, wrap: Optional[str] = "true", gpus: int = 0, output: Optional[str] = None
+    ) -> int:
         """Submit a batch job; returns the job id. args are extra sbatch options."""
-        argv = ["--parsable", "-N", "1", "-w", self.node, "-o", output or str(self.out / "job-%j.out")]
+        argv = [
+            "--parsable",
+            "-N",
+            "1",
+            "-w",
+            self.node,
+            "-o",
+            output or str(self.out / "job-%j.out"),
+        ]
         if gpus:
             argv.append("--gres=gpu:%d" % gpus)
         argv += list(args)
@@ -632,8 +701,13 @@ class SlurmCluster:
         m = re.search(r"(?:^|\s)%s=(\S*)" % re.escape(key), out)
         return m.group(1) if m else ""
 
-    def wait_job(self, jobid: int, states: Iterable[str] = ("COMPLETED", "FAILED", "CANCELLED", "PENDING"),
-                 timeout: float = 20.0, settle: Optional[Callable[[int], bool]] = None) -> str:
+    def wait_job(
+        self,
+        jobid: int,
+        states: Iterable[str] = ("COMPLETED", "FAILED", "CANCELLED", "PENDING"),
+        timeout: float = 20.0,
+        settle: Optional[Callable[[int], bool]] = None,
+    ) -> str:
         """Wait until the job is in one of states (PENDING counts only after it was not PENDING)."""
         want = {s.upper() for s in states}
         deadline = time.monotonic() + timeout
@@ -645,8 +719,10 @@ class SlurmCluster:
             if st in want and (st != "PENDING" or seen_other) and (settle is None or settle(jobid)):
                 return st
             if time.monotonic() > deadline:
-                raise SlurmClusterError("job %s: state %r not in %s after %.1fs\n%s"
-                                        % (jobid, st, sorted(want), timeout, self.logs(15)))
+                raise SlurmClusterError(
+                    "job %s: state %r not in %s after %.1fs\n%s"
+                    % (jobid, st, sorted(want), timeout, self.logs(15))
+                )
             time.sleep(0.05)
 
     def resume_all(self) -> None:

@@ -1,6 +1,7 @@
 """Records for the straggler tests, in the epilog's layout (records.store.encode_record: the header line
 first) under DIR/<node>/<job>.json with the file's mtime at the job's end; figures from
 bench/fleet_synth.py's noise model, or set by hand where a test needs one exact value."""
+
 from __future__ import annotations
 
 import os
@@ -22,12 +23,20 @@ def settings(**changes):
 
 
 def healthy(rng):
-    return {HW: 0.0, "gpu_power_w.mean": round(rng.gauss(500, 8), 1), "ib_xmit_wait_per_s": rng.uniform(9e4, 1.1e5),
-            "foreign_cpu_frac": 0.001}
+    return {
+        HW: 0.0,
+        "gpu_power_w.mean": round(rng.gauss(500, 8), 1),
+        "ib_xmit_wait_per_s": rng.uniform(9e4, 1.1e5),
+        "foreign_cpu_frac": 0.001,
+    }
 
 
-def write(directory, node, job_id, perf, end, start=None, user="alice", mtime=None, record_node=None):
-    record = fleet_synth.header_record(str(job_id), user, record_node or node, start or end - 3600, end, perf)
+def write(
+    directory, node, job_id, perf, end, start=None, user="alice", mtime=None, record_node=None
+):
+    record = fleet_synth.header_record(
+        str(job_id), user, record_node or node, start or end - 3600, end, perf
+    )
     path = os.path.join(directory, node, "%s.json" % job_id)
     os.makedirs(os.path.dirname(path), exist_ok=True)
     with open(path, "wb") as handle:
@@ -37,7 +46,9 @@ def write(directory, node, job_id, perf, end, start=None, user="alice", mtime=No
     return path
 
 
-def write_jobs(directory, jobs=12, nodes=6, slow="n03", slow_every=1, seed=1, first_job=100, names=None):
+def write_jobs(
+    directory, jobs=12, nodes=6, slow="n03", slow_every=1, seed=1, first_job=100, names=None
+):
     """`jobs` jobs on all `nodes` nodes an hour apart; `slow` spends 20 % in HW slowdown in every
     `slow_every`-th job. Users alternate. Records of a job are written in a shuffled node order with
     mtimes up to a minute apart."""
@@ -51,5 +62,13 @@ def write_jobs(directory, jobs=12, nodes=6, slow="n03", slow_every=1, seed=1, fi
             perf = healthy(rng)
             if node == slow and j % slow_every == 0:
                 perf[HW] = 0.2
-            write(directory, node, first_job + j, perf, end, user="user%d" % (j % 3), mtime=end + rng.uniform(0, 60))
+            write(
+                directory,
+                node,
+                first_job + j,
+                perf,
+                end,
+                user="user%d" % (j % 3),
+                mtime=end + rng.uniform(0, 60),
+            )
     return names

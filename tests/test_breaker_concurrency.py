@@ -12,6 +12,7 @@ nodes drained. Also measured (printed; run with -s): the transient overshoot (th
 us at any instant, polled with scontrol every ~50 ms while the trial runs), the time one drain() takes, and the Slurm
 calls per drain.
 """
+
 from __future__ import annotations
 
 import statistics
@@ -37,7 +38,9 @@ NODES = tuple("node%02d" % i for i in range(1, NODE_COUNT + 1))
 
 
 def settings():
-    values = {section: {k: s.default for k, s in schema.items()} for section, schema in SECTIONS.items()}
+    values = {
+        section: {k: s.default for k, s in schema.items()} for section, schema in SECTIONS.items()
+    }
     values["drain"]["timeout"] = 20.0  # 20 clients at once on 2 cores: let slow answers finish
     return values
 
@@ -45,7 +48,9 @@ def settings():
 def drained_by_us(env):
     """Names of nodes that are DRAIN with an automatic slurm-hooks reason, as slurmctld says now."""
     out = ScontrolBackend(env=env, timeout=20.0)._run(["--all", "--oneliner", "show", "node"])
-    return sorted(n.name for n in parse_nodes(out) if n.is_drained and (n.reason or "").startswith(PREFIX))
+    return sorted(
+        n.name for n in parse_nodes(out) if n.is_drained and (n.reason or "").startswith(PREFIX)
+    )
 
 
 def _drain_at(env, node, start_at, out_fd):
@@ -64,7 +69,9 @@ def _drain_at(env, node, start_at, out_fd):
     except Exception as exc:  # reported to the parent, which fails the test with it
         outcome, message = "crash", repr(exc)
     row = json.dumps([node, outcome, message, began, time.time(), client.calls]) + "\n"
-    os.write(out_fd, row.encode())  # one write per child: a line shorter than PIPE_BUF arrives whole
+    os.write(
+        out_fd, row.encode()
+    )  # one write per child: a line shorter than PIPE_BUF arrives whole
 
 
 def driver(env, nodes, start_at):
@@ -112,8 +119,14 @@ class Monitor(threading.Thread):
 
 @pytest.fixture(scope="module")
 def many(slurm_cluster_factory):
-    return slurm_cluster_factory("breaker", nodes=NODES, with_slurmd=False, extra_node_state="IDLE",
-                                 slurmd_timeout=0, message_timeout=20)
+    return slurm_cluster_factory(
+        "breaker",
+        nodes=NODES,
+        with_slurmd=False,
+        extra_node_state="IDLE",
+        slurmd_timeout=0,
+        message_timeout=20,
+    )
 
 
 def _reset(cluster):
@@ -128,10 +141,16 @@ def run_trial(cluster):
     import subprocess
     import sys
 
-    start_at = time.time() + 1.5  # the driver has imported everything and forked every child by then
-    args = json.dumps([cluster.env, list(NODES[1:1 + DRAINERS]), start_at])
-    driver_proc = subprocess.Popen([sys.executable, __file__, args], stdout=subprocess.PIPE, text=True,
-                                   cwd=str(Path(__file__).resolve().parent.parent))
+    start_at = (
+        time.time() + 1.5
+    )  # the driver has imported everything and forked every child by then
+    args = json.dumps([cluster.env, list(NODES[1 : 1 + DRAINERS]), start_at])
+    driver_proc = subprocess.Popen(
+        [sys.executable, __file__, args],
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=str(Path(__file__).resolve().parent.parent),
+    )
     monitor = Monitor(cluster.env)
     monitor.start()
     out, _ = driver_proc.communicate(timeout=180)
@@ -147,29 +166,55 @@ def test_twenty_simultaneous_drains_never_exceed_the_limit(many):
     for trial in range(TRIALS):
         _reset(many)
         rows, monitor = run_trial(many)
-        crashed = [r for r in rows if r[1] in ("crash", "slurm-unavailable", "slurm-error", "cannot-count")]
+        crashed = [
+            r for r in rows if r[1] in ("crash", "slurm-unavailable", "slurm-error", "cannot-count")
+        ]
         assert not crashed, crashed
         began = [r[3] for r in rows]
         at_rest = drained_by_us(many.env)
         kept = sorted(r[0] for r in rows if r[1] == "drained")
-        figures.append({
-            "at_rest": len(at_rest), "peak": monitor.peak, "polls": monitor.polls,
-            "spread_ms": (max(began) - min(began)) * 1000,
-            "drain_s": [r[4] - r[3] for r in rows],
-            "calls": {r[1]: r[5] for r in rows},
-        })
-        print("\n[breaker trial %d] drained at rest %d (limit %d), peak %d over %d polls, start spread %.0f ms, "
-              "outcomes %s" % (trial + 1, len(at_rest), LIMIT, monitor.peak, monitor.polls, figures[-1]["spread_ms"],
-                               sorted(r[1] for r in rows)))
+        figures.append(
+            {
+                "at_rest": len(at_rest),
+                "peak": monitor.peak,
+                "polls": monitor.polls,
+                "spread_ms": (max(began) - min(began)) * 1000,
+                "drain_s": [r[4] - r[3] for r in rows],
+                "calls": {r[1]: r[5] for r in rows},
+            }
+        )
+        print(
+            "\n[breaker trial %d] drained at rest %d (limit %d), peak %d over %d polls, start spread %.0f ms, "
+            "outcomes %s"
+            % (
+                trial + 1,
+                len(at_rest),
+                LIMIT,
+                monitor.peak,
+                monitor.polls,
+                figures[-1]["spread_ms"],
+                sorted(r[1] for r in rows),
+            )
+        )
         assert len(at_rest) <= LIMIT, (at_rest, rows)
         # and the breaker is not over-eager: exactly the limit stays drained, and those are the nodes
         # whose drain() said so
         assert len(at_rest) == LIMIT and kept == at_rest, (at_rest, rows)
     times = [t for f in figures for t in f["drain_s"]]
-    print("\n[breaker] %d trials x %d drains: max at rest %d, max transient %d, drain() median %.2fs max %.2fs, "
-          "start spread max %.0f ms; Slurm calls by outcome %s"
-          % (TRIALS, DRAINERS, max(f["at_rest"] for f in figures), max(f["peak"] for f in figures),
-             statistics.median(times), max(times), max(f["spread_ms"] for f in figures), figures[-1]["calls"]))
+    print(
+        "\n[breaker] %d trials x %d drains: max at rest %d, max transient %d, drain() median %.2fs max %.2fs, "
+        "start spread max %.0f ms; Slurm calls by outcome %s"
+        % (
+            TRIALS,
+            DRAINERS,
+            max(f["at_rest"] for f in figures),
+            max(f["peak"] for f in figures),
+            statistics.median(times),
+            max(times),
+            max(f["spread_ms"] for f in figures),
+            figures[-1]["calls"],
+        )
+    )
 
 
 if __name__ == "__main__":  # the driver process of run_trial

@@ -4,6 +4,7 @@ A capture of the fake node, unpacked and checked with `--root`, must give the no
 every check that does not need the live NVIDIA driver; the GPU checks SKIP saying why. A capture
 holds what the checks read and nothing else, with secrets redacted.
 """
+
 from __future__ import annotations
 
 import json
@@ -20,9 +21,11 @@ from slurm_hooks.hw.host import Host, ReadLog
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CLI = [sys.executable, "-m", "slurm_hooks"]
-SECRET_CONF = ("ClusterName=c1\nAccountingStoragePass=hunter2\nSlurmctldHost=head\n"
-               "NodeName=dgx-h100-[01-16] CPUs=224 CpuSpecList=0-1 RealMemory=2000000\n"
-               "PartitionName=gpu Nodes=ALL Default=YES\n")
+SECRET_CONF = (
+    "ClusterName=c1\nAccountingStoragePass=hunter2\nSlurmctldHost=head\n"
+    "NodeName=dgx-h100-[01-16] CPUs=224 CpuSpecList=0-1 RealMemory=2000000\n"
+    "PartitionName=gpu Nodes=ALL Default=YES\n"
+)
 
 
 def cli(args, env=None):
@@ -30,9 +33,14 @@ def cli(args, env=None):
     import tempfile
 
     with tempfile.NamedTemporaryFile("w", suffix=".toml") as empty:
-        full = dict(os.environ if env is None else env, SLURM_HOOKS_ALLOW_INSECURE_CONFIG="1",
-                    SLURM_HOOKS_CONFIG=empty.name)
-        return subprocess.run(CLI + args, capture_output=True, text=True, cwd=REPO, env=full, timeout=300)
+        full = dict(
+            os.environ if env is None else env,
+            SLURM_HOOKS_ALLOW_INSECURE_CONFIG="1",
+            SLURM_HOOKS_CONFIG=empty.name,
+        )
+        return subprocess.run(
+            CLI + args, capture_output=True, text=True, cwd=REPO, env=full, timeout=300
+        )
 
 
 def unpack(archive_path, directory):
@@ -51,8 +59,10 @@ def by_check(report):
 def verdicts(run):
     """(status, component, summary, action) of each result. A GPU is 'gpu:N <bdf>' when NVML numbered it and
     'pci:<bdf>' when not (under --root): the same GPU, so the component is compared by its PCI address."""
+
     def where(component):
         return re.sub(r"^(gpu:\d+ |pci:)", "", component) if component else component
+
     return [(r["status"], where(r["component"]), r["summary"], r["action"]) for r in run["results"]]
 
 
@@ -61,12 +71,23 @@ def captured_fake(tmp_path_factory):
     """The fake DGX (fake NVML, a slurm.conf holding a password, processes) captured with --live nvml."""
     from tests.fakenode import FakeNode
 
-    node = FakeNode.build_temp("dgx-h100", {"slurm": {"slurm_conf": SECRET_CONF, "gres_conf": "auto"},
-                                             "kmsg": [{"msg": "NVRM: Xid (PCI:0000:18:00): 79, pid=0, GPU has "
-                                                      "fallen off the bus.", "level": 4}]})
+    node = FakeNode.build_temp(
+        "dgx-h100",
+        {
+            "slurm": {"slurm_conf": SECRET_CONF, "gres_conf": "auto"},
+            "kmsg": [
+                {
+                    "msg": "NVRM: Xid (PCI:0000:18:00): 79, pid=0, GPU has fallen off the bus.",
+                    "level": 4,
+                }
+            ],
+        },
+    )
     base = tmp_path_factory.mktemp("capture")
     out = str(base / "fake.tar.gz")
-    proc = cli(["capture", out, "--root", str(node.root), "--live", "nvml"], env=node.subprocess_env())
+    proc = cli(
+        ["capture", out, "--root", str(node.root), "--live", "nvml"], env=node.subprocess_env()
+    )
     assert proc.returncode == 0, proc.stderr
     root = unpack(out, str(base / "unpacked"))
     yield node, out, root, proc.stdout
@@ -79,21 +100,36 @@ def test_capture_of_the_fake_node_reproduces_its_verdicts(captured_fake):
     meta = json.load(open(os.path.join(root, ".slurm-hooks", "capture.json")))
     assert meta["schema"] == "slurm-hooks.capture/1" and meta["node"] == "dgx-h100-01"
     at_capture = by_check(meta["verdicts"])
-    proc = cli(["--config", os.path.join(root, ".slurm-hooks", "config.toml"), "check", "--all-contexts", "--json",
-                "--root", root])
+    proc = cli(
+        [
+            "--config",
+            os.path.join(root, ".slurm-hooks", "config.toml"),
+            "check",
+            "--all-contexts",
+            "--json",
+            "--root",
+            root,
+        ]
+    )
     assert proc.returncode in (0, 1, 2), proc.stderr
     replayed = json.loads(proc.stdout)
     assert replayed["node"] == "dgx-h100-01"  # the capture's name, not this machine's
     replay = by_check(replayed)
     assert set(replay) == set(at_capture)
-    assert at_capture["xid.events"]["results"][0]["status"] == "FAIL"  # the capture saw the Xid 79...
+    assert (
+        at_capture["xid.events"]["results"][0]["status"] == "FAIL"
+    )  # the capture saw the Xid 79...
     for name, run in at_capture.items():
         if name.startswith("gpu."):  # live-only: NVML answers for the machine it runs on
             assert {r["status"] for r in replay[name]["results"]} == {"SKIP"}, replay[name]
-            assert "live-only" in replay[name]["results"][0]["summary"] or "NVML unavailable" in \
-                replay[name]["results"][0]["summary"]
+            assert (
+                "live-only" in replay[name]["results"][0]["summary"]
+                or "NVML unavailable" in replay[name]["results"][0]["summary"]
+            )
             continue
-        assert verdicts(replay[name]) == verdicts(run), name  # ...and so does the replay, like everything else
+        assert verdicts(replay[name]) == verdicts(run), (
+            name
+        )  # ...and so does the replay, like everything else
 
 
 def test_capture_holds_what_the_checks_read_and_no_secrets(captured_fake):
@@ -101,7 +137,9 @@ def test_capture_holds_what_the_checks_read_and_no_secrets(captured_fake):
     with tarfile.open(out) as tar:
         names = tar.getnames()
     assert not [n for n in names if re.search(r"/proc/(\d+|self)/(environ|cmdline)$", n)]
-    assert "dgx-h100-01/proc/cmdline" in names  # the kernel's command line (topology.iommu reads it)
+    assert (
+        "dgx-h100-01/proc/cmdline" in names
+    )  # the kernel's command line (topology.iommu reads it)
     slurm_conf = open(os.path.join(root, "etc/slurm/slurm.conf")).read()
     assert "hunter2" not in slurm_conf and slurm_conf.startswith("NodeName=dgx-h100-[01-16]")
     status = open(os.path.join(root, "proc/901/status")).read()  # slurmd, a watched daemon
@@ -120,9 +158,20 @@ def test_capture_of_this_machine_replays_with_the_same_verdicts(tmp_path):
     proc = cli(["capture", out])
     assert proc.returncode == 0, proc.stderr
     root = unpack(out, str(tmp_path / "unpacked"))
-    at_capture = by_check(json.load(open(os.path.join(root, ".slurm-hooks", "capture.json")))["verdicts"])
-    proc = cli(["--config", os.path.join(root, ".slurm-hooks", "config.toml"), "check", "--all-contexts", "--json",
-                "--root", root])
+    at_capture = by_check(
+        json.load(open(os.path.join(root, ".slurm-hooks", "capture.json")))["verdicts"]
+    )
+    proc = cli(
+        [
+            "--config",
+            os.path.join(root, ".slurm-hooks", "config.toml"),
+            "check",
+            "--all-contexts",
+            "--json",
+            "--root",
+            root,
+        ]
+    )
     replay = by_check(json.loads(proc.stdout))
     for name, run in at_capture.items():
         if name.startswith("gpu."):
@@ -133,8 +182,13 @@ def test_capture_of_this_machine_replays_with_the_same_verdicts(tmp_path):
 
 def test_a_root_that_does_not_exist_is_a_usage_error(tmp_path):
     proc = cli(["check", "--root", str(tmp_path / "nope")])
-    assert proc.returncode == 3 and "--root %s: no such directory" % (tmp_path / "nope") in proc.stderr
-    assert cli(["capture", str(tmp_path / "x.tar.gz"), "--root", str(tmp_path / "nope")]).returncode == 3
+    assert (
+        proc.returncode == 3 and "--root %s: no such directory" % (tmp_path / "nope") in proc.stderr
+    )
+    assert (
+        cli(["capture", str(tmp_path / "x.tar.gz"), "--root", str(tmp_path / "nope")]).returncode
+        == 3
+    )
     assert not os.path.exists(str(tmp_path / "x.tar.gz"))
 
 
@@ -153,13 +207,18 @@ def test_plan_keeps_the_symlinks_on_the_way(tmp_path):
     (root / "sys/devices/pci0000:00/0000:00:01.0/vendor").write_text("0x10de\n")
     (root / "sys/devices/pci0000:00/0000:00:01.0/unread").write_text("x\n")
     (root / "sys/bus/pci/devices").mkdir(parents=True)
-    os.symlink("../../../devices/pci0000:00/0000:00:01.0", str(root / "sys/bus/pci/devices/0000:00:01.0"))
+    os.symlink(
+        "../../../devices/pci0000:00/0000:00:01.0", str(root / "sys/bus/pci/devices/0000:00:01.0")
+    )
     log = ReadLog()
     host = Host(str(root), log=log)
     assert host.listdir("/sys/bus/pci/devices") == ["0000:00:01.0"]
     assert host.read_text("/sys/bus/pci/devices/0000:00:01.0/vendor") == "0x10de"
     entries, _ = capture.plan(str(root), log)
-    assert entries["/sys/bus/pci/devices/0000:00:01.0"] == ("link", "../../../devices/pci0000:00/0000:00:01.0")
+    assert entries["/sys/bus/pci/devices/0000:00:01.0"] == (
+        "link",
+        "../../../devices/pci0000:00/0000:00:01.0",
+    )
     assert entries["/sys/devices/pci0000:00/0000:00:01.0/vendor"] == ("file", b"0x10de\n")
     assert "/sys/devices/pci0000:00/0000:00:01.0/unread" not in entries
 
@@ -174,7 +233,9 @@ def test_nvml_is_not_read_under_root_unless_asked(registry, nvml_node):
 
     node = nvml_node()
     names = select_checks(registry, "manual", ["gpu", "topology.gpu-nic"])
-    plain = run_checks(registry, validate(registry, {}), Host(str(node.root)), "manual", names).results()
+    plain = run_checks(
+        registry, validate(registry, {}), Host(str(node.root)), "manual", names
+    ).results()
     gpu = [r for r in plain if r.check.startswith("gpu.")]
     assert gpu and {r.status for r in gpu} == {Status.SKIP}
     count = next(r for r in gpu if r.check == "gpu.count")
@@ -189,5 +250,8 @@ def test_nvml_is_not_read_under_root_unless_asked(registry, nvml_node):
 def test_root_live_sources_are_validated(registry):
     from slurm_hooks.core.config import ConfigError, validate
 
-    with pytest.raises(ConfigError, match=r"\[general\] root_live_sources: 'nvidia' is not one of 'nvml', 'statvfs'"):
+    with pytest.raises(
+        ConfigError,
+        match=r"\[general\] root_live_sources: 'nvidia' is not one of 'nvml', 'statvfs'",
+    ):
         validate(registry, {"general": {"root_live_sources": ["nvidia"]}})

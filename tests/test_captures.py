@@ -5,6 +5,7 @@ we read, and a check may be UNKNOWN only where the manifest says the capture tru
 (and the result names that file, and the file is absent). Check timeouts are lifted: this is
 about what the checks conclude, not how fast a loaded test machine runs them (bench/ measures that).
 """
+
 from __future__ import annotations
 
 import os
@@ -33,24 +34,43 @@ def unpacked(tmp_path_factory):
 @pytest.fixture(scope="module")
 def untimed():
     registry = load_builtin_checks()
-    return Registry(checks={name: replace(spec, timeout=120.0) for name, spec in registry.checks.items()},
-                    gatherers=dict(registry.gatherers))
+    return Registry(
+        checks={name: replace(spec, timeout=120.0) for name, spec in registry.checks.items()},
+        gatherers=dict(registry.gatherers),
+    )
 
 
 def run_all(registry, name, root):
     config = validate(registry, captures.corpus_config(CORPUS[name]))
-    return run_checks(registry, config, Host(root), "manual", registry.sorted_checks(), deadline=600.0)
+    return run_checks(
+        registry, config, Host(root), "manual", registry.sorted_checks(), deadline=600.0
+    )
 
 
 def test_the_corpus_has_the_machines_issue_13_asks_for():
     assert len(CORPUS) >= 10
-    machines = " ".join(entry["machine"] + " " + entry["revealed"] for entry in CORPUS.values()).lower()
-    for wanted in ("multi-die", "arm", "power", "hybrid", "more possible than present", "really offline",
-                   "passed into a vm", "plx", "gpu memory as numa nodes", "package id -1", "uneven"):
+    machines = " ".join(
+        entry["machine"] + " " + entry["revealed"] for entry in CORPUS.values()
+    ).lower()
+    for wanted in (
+        "multi-die",
+        "arm",
+        "power",
+        "hybrid",
+        "more possible than present",
+        "really offline",
+        "passed into a vm",
+        "plx",
+        "gpu memory as numa nodes",
+        "package id -1",
+        "uneven",
+    ):
         assert wanted in machines, wanted
     for name, entry in CORPUS.items():
         source = entry["source"]
-        assert re.match(r"^[0-9a-f]{40}$", source["commit"]) and source["repository"].count("/") == 1, name
+        assert (
+            re.match(r"^[0-9a-f]{40}$", source["commit"]) and source["repository"].count("/") == 1
+        ), name
         assert source["path"] and source["license"] and source["stated_in"], name
         assert os.path.getsize(captures.archive(name)) < 64 * 1024, name
     total = sum(os.path.getsize(captures.archive(name)) for name in NAMES)
@@ -69,14 +89,22 @@ def test_every_check_on_every_capture(untimed, unpacked, name):
             continue
         missing = expected_unknown.get(result.check)
         assert missing, "%s: unexpected UNKNOWN: %s" % (result.check, result.summary)
-        assert missing in result.summary, "%s should name %s: %s" % (result.check, missing, result.summary)
+        assert missing in result.summary, "%s should name %s: %s" % (
+            result.check,
+            missing,
+            result.summary,
+        )
         assert not os.path.lexists(os.path.join(root, missing.lstrip("/")))
     unknown_checks = {r.check for r in report.results() if r.status is Status.UNKNOWN}
-    assert unknown_checks == set(expected_unknown), "the manifest lists UNKNOWNs that did not happen"
+    assert unknown_checks == set(expected_unknown), (
+        "the manifest lists UNKNOWNs that did not happen"
+    )
     cpu = next(r for r in report.results() if r.check == "system.cpu")
     truth = entry["truth"]
     if truth.get("offline"):
-        assert cpu.status is Status.FAIL and cpu.summary.endswith(": " + truth["offline"]), cpu.summary
+        assert cpu.status is Status.FAIL and cpu.summary.endswith(": " + truth["offline"]), (
+            cpu.summary
+        )
     else:
         assert cpu.status is Status.OK, cpu.summary
     gpu_count = next(r for r in report.results() if r.check == "gpu.count")
@@ -93,8 +121,9 @@ def test_stated_facts_match(unpacked, name):
         assert parse_cpulist(got["online"]) == parse_cpulist(truth["online"])
     if "cores_per_socket" in truth:
         stated = truth["cores_per_socket"]
-        assert sorted(got["cores_per_socket"]) == (sorted(stated) if isinstance(stated, list)
-                                                   else [stated] * len(got["cores_per_socket"]))
+        assert sorted(got["cores_per_socket"]) == (
+            sorted(stated) if isinstance(stated, list) else [stated] * len(got["cores_per_socket"])
+        )
     if "threads_per_core" in truth:
         stated = truth["threads_per_core"]
         assert got["threads_per_core"] == (sorted(stated) if isinstance(stated, list) else [stated])
@@ -102,7 +131,11 @@ def test_stated_facts_match(unpacked, name):
     if "numa_nodes" in truth:
         assert sorted(got["numa_mib"]) == truth["numa_nodes"]
     for node, stated in truth.get("numa_local", {}).items():
-        assert _same_size(got["numa_mib"][int(node)], stated), (node, got["numa_mib"][int(node)], stated)
+        assert _same_size(got["numa_mib"][int(node)], stated), (
+            node,
+            got["numa_mib"][int(node)],
+            stated,
+        )
     tree = got["pci"]
     if "pci_devices" in truth:
         assert sorted(tree.nodes) == sorted(truth["pci_devices"])
@@ -138,7 +171,9 @@ def test_the_corpus_holds_every_file_the_checks_read(untimed, unpacked, name):
 
 
 @pytest.mark.parametrize("name", [n for n in NAMES if "nvidia_gpus" in CORPUS[n]["truth"]])
-def test_gpus_passed_into_a_vm_are_found_and_not_judged_through_this_machines_nvml(untimed, unpacked, name):
+def test_gpus_passed_into_a_vm_are_found_and_not_judged_through_this_machines_nvml(
+    untimed, unpacked, name
+):
     root = unpacked[name]
     report = run_all(untimed, name, root)
     pci = report.results()
@@ -146,6 +181,7 @@ def test_gpus_passed_into_a_vm_are_found_and_not_judged_through_this_machines_nv
     assert count.status is Status.SKIP and "live-only" in count.summary
     config = validate(untimed, captures.corpus_config(CORPUS[name]))
     from slurm_hooks.core.runner import GatherContext, JobContext
+
     gathered = GatherContext(untimed, Host(root), config, JobContext())
     found = sorted(d.bdf for d in gathered.get("pci.devices") if d.is_nvidia_gpu)
     assert found == CORPUS[name]["truth"]["nvidia_gpus"]
@@ -156,9 +192,18 @@ def test_gpu_memory_numa_nodes_are_not_judged_as_host_memory(untimed, unpacked):
     judge the nodes that have CPUs, and the summary tells the two kinds apart."""
     name = "nvidiagpunumanodes"
     config = validate(untimed, {"checks": {"system.memory": {"min_free_percent_per_numa": 99.99}}})
-    report = run_checks(untimed, config, Host(unpacked[name]), "manual", [untimed.checks["system.memory"]])
+    report = run_checks(
+        untimed, config, Host(unpacked[name]), "manual", [untimed.checks["system.memory"]]
+    )
     components = {r.component for r in report.results()}
     assert components == {"numa:0", "numa:8"}, components
-    ok = run_checks(untimed, validate(untimed, {}), Host(unpacked[name]), "manual",
-                    [untimed.checks["system.memory"]]).results()[0]
-    assert "2 NUMA node(s) with CPUs, 6 memory-only (GPU or CXL memory: 250-255)" in ok.summary, ok.summary
+    ok = run_checks(
+        untimed,
+        validate(untimed, {}),
+        Host(unpacked[name]),
+        "manual",
+        [untimed.checks["system.memory"]],
+    ).results()[0]
+    assert "2 NUMA node(s) with CPUs, 6 memory-only (GPU or CXL memory: 250-255)" in ok.summary, (
+        ok.summary
+    )

@@ -10,6 +10,7 @@ pulled in from the distribution (python3-prometheus-client) stay, as apt leaves
 them. Needs root, apt-get, dpkg-buildpackage with debhelper and dh-python (.ci/deb.sh installs
 them) and Slurm (.ci/install-slurm.sh); missing ones skip locally and fail in CI (CI=true).
 """
+
 from __future__ import annotations
 
 import fcntl
@@ -50,10 +51,17 @@ def _run(argv: List[str], **kwargs) -> subprocess.CompletedProcess:
 
 
 def _require_environment() -> None:
-    missing = [tool for tool in ("apt-get", "dpkg", "dpkg-buildpackage", "dh", "dh_python3") if shutil.which(tool) is None]
+    missing = [
+        tool
+        for tool in ("apt-get", "dpkg", "dpkg-buildpackage", "dh", "dh_python3")
+        if shutil.which(tool) is None
+    ]
     problem = ""
     if missing:
-        problem = "missing %s (apt-get install dpkg-dev debhelper dh-python; see .ci/deb.sh)" % ", ".join(missing)
+        problem = (
+            "missing %s (apt-get install dpkg-dev debhelper dh-python; see .ci/deb.sh)"
+            % ", ".join(missing)
+        )
     elif os.geteuid() != 0:
         problem = "installing a .deb needs root"
     if problem:
@@ -84,7 +92,9 @@ def _patched_tree(directory: Path, version: str, config_note: str) -> str:
             (tree / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(str(source), str(tree / name))
     init = tree / "slurm_hooks" / "__init__.py"
-    init.write_text(re.sub(r'__version__ = "[^"]+"', '__version__ = "%s"' % version, init.read_text()))
+    init.write_text(
+        re.sub(r'__version__ = "[^"]+"', '__version__ = "%s"' % version, init.read_text())
+    )
     with open(str(tree / "packaging" / "config.toml"), "a") as handle:
         handle.write("# %s\n" % config_note)
     with open(str(tree / "prolog.d" / "50-slurm-hooks"), "a") as handle:
@@ -103,18 +113,37 @@ def debs(tmp_path_factory) -> Dict[str, object]:
     v2 = __version__ + ".post1"
     argv = ["bash", BUILD_SCRIPT, "--python", sys.executable]
     started = time.monotonic()
-    running = {"v1": subprocess.Popen(argv + ["--out", str(base / "v1")], stdout=subprocess.PIPE,
-                                      stderr=subprocess.PIPE, text=True),
-               "v2": subprocess.Popen(argv + ["--nocheck", "--out", str(base / "v2"), "--source",
-                                              _patched_tree(base / "v2-src", v2, "changed in v2")],
-                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)}
+    running = {
+        "v1": subprocess.Popen(
+            argv + ["--out", str(base / "v1")],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        ),
+        "v2": subprocess.Popen(
+            argv
+            + [
+                "--nocheck",
+                "--out",
+                str(base / "v2"),
+                "--source",
+                _patched_tree(base / "v2-src", v2, "changed in v2"),
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        ),
+    }
     built: Dict[str, object] = {"versions": {"v1": __version__, "v2": v2}}
     for name, process in running.items():
         out, err = process.communicate(timeout=600)
         assert process.returncode == 0, "build_deb.sh %s failed:\n%s" % (name, err[-6000:])
         built[name] = Path(out.split()[-1])
         assert built[name].exists(), out
-    print("\n.deb builds v1 (with tests) + v2, in parallel: %.1f s" % (time.monotonic() - started), file=sys.stderr)
+    print(
+        "\n.deb builds v1 (with tests) + v2, in parallel: %.1f s" % (time.monotonic() - started),
+        file=sys.stderr,
+    )
     return built
 
 
@@ -131,10 +160,17 @@ def host(debs):
             _purge()
             if DROP_IN.exists():
                 DROP_IN.unlink()
-            for directory in ("/etc/slurm-hooks/conf.d", "/etc/slurm-hooks", "/etc/slurm/prolog.d", "/etc/slurm/epilog.d"):
+            for directory in (
+                "/etc/slurm-hooks/conf.d",
+                "/etc/slurm-hooks",
+                "/etc/slurm/prolog.d",
+                "/etc/slurm/epilog.d",
+            ):
                 if os.path.isdir(directory) and not os.listdir(directory):
                     os.rmdir(directory)
-            assert not os.path.exists(SITE + "/slurm_hooks"), "a purge left slurm_hooks in the system's dist-packages"
+            assert not os.path.exists(SITE + "/slurm_hooks"), (
+                "a purge left slurm_hooks in the system's dist-packages"
+            )
 
 
 def _field(deb: Path, name: str) -> str:
@@ -142,6 +178,7 @@ def _field(deb: Path, name: str) -> str:
 
 
 # -- the package, not installed -------------------------------------------------------------------
+
 
 def test_dependencies_come_from_the_distribution_and_pyproject(debs):
     from slurm_hooks.core.config_files import toml_loads
@@ -164,32 +201,58 @@ def test_dependencies_come_from_the_distribution_and_pyproject(debs):
 def test_contents_conffiles_and_modes(debs, tmp_path):
     listing = _run(["dpkg-deb", "-c", str(debs["v1"])]).stdout.splitlines()
     entries = {line.split()[-1].lstrip(".").rstrip("/") or "/": line.split()[0] for line in listing}
-    assert entries["/var/lib/slurm-hooks"] == "drwx------" and entries["/var/log/slurm-hooks"] == "drwxr-x---"
-    for script in ("/usr/bin/slurm-hooks", str(PROLOG), "/etc/slurm/epilog.d/50-slurm-hooks",
-                   "/usr/libexec/slurm-hooks/healthcheck"):
+    assert (
+        entries["/var/lib/slurm-hooks"] == "drwx------"
+        and entries["/var/log/slurm-hooks"] == "drwxr-x---"
+    )
+    for script in (
+        "/usr/bin/slurm-hooks",
+        str(PROLOG),
+        "/etc/slurm/epilog.d/50-slurm-hooks",
+        "/usr/libexec/slurm-hooks/healthcheck",
+    ):
         assert entries[script] == "-rwxr-xr-x"
     assert SITE + "/slurm_hooks/_vendor/pynvml.py" in entries
-    assert not [p for p in entries if p.endswith(".pyc") or "__pycache__" in p]  # py3compile makes them on the node
+    assert not [
+        p for p in entries if p.endswith(".pyc") or "__pycache__" in p
+    ]  # py3compile makes them on the node
     assert not [p for p in entries if re.search(r"/python3\.\d+/", p)]  # no version-specific path
-    assert "/usr/share/doc/slurm-hooks/slurm.conf.snippet" in entries and "/usr/share/man/man1/slurm-hooks.1.gz" in entries
+    assert (
+        "/usr/share/doc/slurm-hooks/slurm.conf.snippet" in entries
+        and "/usr/share/man/man1/slurm-hooks.1.gz" in entries
+    )
     assert {p for p in entries if p.startswith("/usr/share/doc/slurm-hooks/admin.md")} == {
-        "/usr/share/doc/slurm-hooks/admin.md.gz"}  # dh_compress: docs over 4 kB, as policy 12.3 asks
+        "/usr/share/doc/slurm-hooks/admin.md.gz"
+    }  # dh_compress: docs over 4 kB, as policy 12.3 asks
     _run(["dpkg-deb", "-e", str(debs["v1"]), str(tmp_path / "control")])
     conffiles = (tmp_path / "control" / "conffiles").read_text().split()
     # Debian: every file shipped in /etc is a conffile, hook scripts included (an unedited one is
     # replaced on upgrade like any unedited conffile)
-    assert sorted(conffiles) == sorted(["/etc/logrotate.d/slurm-hooks", str(CONFIG), str(PROLOG),
-                                        "/etc/slurm/epilog.d/50-slurm-hooks"])
+    assert sorted(conffiles) == sorted(
+        [
+            "/etc/logrotate.d/slurm-hooks",
+            str(CONFIG),
+            str(PROLOG),
+            "/etc/slurm/epilog.d/50-slurm-hooks",
+        ]
+    )
     postinst = (tmp_path / "control" / "postinst").read_text()
     assert "py3compile -p slurm-hooks" in postinst
     # the straggler report's timer (an admin host's job) is shipped, neither enabled nor started by install:
     # the only `enable` re-creates the symlinks of a timer the admin had enabled before an upgrade
     units = {p.rsplit("/", 1)[-1]: p for p in entries if "/systemd/system/slurm-hooks" in p}
-    assert sorted(units) == ["slurm-hooks-stragglers.service", "slurm-hooks-stragglers.timer"], units
+    assert sorted(units) == ["slurm-hooks-stragglers.service", "slurm-hooks-stragglers.timer"], (
+        units
+    )
     assert all(entries[p] == "-rw-r--r--" for p in units.values())
     assert "deb-systemd-invoke" not in postinst and "systemctl" not in postinst
-    assert "if deb-systemd-helper --quiet was-enabled 'slurm-hooks-stragglers.timer'; then" in postinst
-    assert "rm -rf /var/lib/slurm-hooks /var/log/slurm-hooks" in (tmp_path / "control" / "postrm").read_text()
+    assert (
+        "if deb-systemd-helper --quiet was-enabled 'slurm-hooks-stragglers.timer'; then" in postinst
+    )
+    assert (
+        "rm -rf /var/lib/slurm-hooks /var/log/slurm-hooks"
+        in (tmp_path / "control" / "postrm").read_text()
+    )
 
 
 def test_source_package_is_complete(debs, tmp_path):
@@ -197,8 +260,15 @@ def test_source_package_is_complete(debs, tmp_path):
     dsc = next(debs["v1"].parent.glob("*.dsc"))
     done = _run(["dpkg-source", "-x", str(dsc), str(tmp_path / "src")])
     assert done.returncode == 0, done.stderr
-    for path in ("debian/rules", "debian/control", "debian/changelog", "debian/vendor/pynvml.py", "PKG-INFO",
-                 "slurm_hooks/__init__.py", "prolog.d/50-slurm-hooks"):
+    for path in (
+        "debian/rules",
+        "debian/control",
+        "debian/changelog",
+        "debian/vendor/pynvml.py",
+        "PKG-INFO",
+        "slurm_hooks/__init__.py",
+        "prolog.d/50-slurm-hooks",
+    ):
         assert (tmp_path / "src" / path).is_file(), path
     orig = next(debs["v1"].parent.glob("*.orig.tar.gz"))
     with tarfile.open(str(orig)) as archive:
@@ -207,40 +277,59 @@ def test_source_package_is_complete(debs, tmp_path):
 
 # -- installed on this host -----------------------------------------------------------------------
 
+
 def test_apt_installs_it_and_a_real_slurmd_runs_the_installed_prolog_for_a_real_job(host, tmp_path):
     done = _run(APT + ["install", str(host["v1"])])
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr
     assert _status() == "install ok installed"
     # py3compile byte-compiled the code for THIS node's python3 in postinst
-    tag = _run(["/usr/bin/python3", "-c", "import sys; print(sys.implementation.cache_tag)"]).stdout.strip()
+    tag = _run(
+        ["/usr/bin/python3", "-c", "import sys; print(sys.implementation.cache_tag)"]
+    ).stdout.strip()
     assert list(Path(SITE, "slurm_hooks", "cli", "__pycache__").glob("main.%s.pyc" % tag))
     version = _run(["/usr/bin/slurm-hooks", "--version"], env={})
     assert version.stdout.strip() == "slurm-hooks " + host["versions"]["v1"], version.stderr
     check = _run(["/usr/bin/slurm-hooks", "config", "check"], env={"PATH": "/usr/bin:/bin"})
     assert check.returncode == 0 and str(CONFIG) in check.stdout, check.stderr
-    assert not Path("/etc/systemd/system/timers.target.wants/slurm-hooks-stragglers.timer").exists()  # disabled
-    stragglers = _run(["/usr/bin/slurm-hooks", "report", "--stragglers", str(tmp_path)], env={"PATH": "/usr/bin:/bin"})
-    assert stragglers.returncode == 0 and "no straggler suspects" in stragglers.stdout, stragglers.stderr
+    assert not Path(
+        "/etc/systemd/system/timers.target.wants/slurm-hooks-stragglers.timer"
+    ).exists()  # disabled
+    stragglers = _run(
+        ["/usr/bin/slurm-hooks", "report", "--stragglers", str(tmp_path)],
+        env={"PATH": "/usr/bin:/bin"},
+    )
+    assert stragglers.returncode == 0 and "no straggler suspects" in stragglers.stdout, (
+        stragglers.stderr
+    )
 
     # Observe mode, as docs/admin.md rolls out: the checks run on this (shared, GPU-less) host and
     # decide, nothing is drained, so the job's outcome does not depend on the host's health.
     DROP_IN.write_text('[general]\nmode = "observe"\n')
-    cluster = SlurmCluster(tmp_path / "cluster", prolog="/etc/slurm/prolog.d/*", epilog="/etc/slurm/epilog.d/*")
+    cluster = SlurmCluster(
+        tmp_path / "cluster", prolog="/etc/slurm/prolog.d/*", epilog="/etc/slurm/epilog.d/*"
+    )
     cluster.start()
     try:
         job = cluster.sbatch(wrap="true")
-        assert cluster.wait_job(job, states=("COMPLETED", "FAILED", "CANCELLED"), timeout=60) == "COMPLETED"
+        assert (
+            cluster.wait_job(job, states=("COMPLETED", "FAILED", "CANCELLED"), timeout=60)
+            == "COMPLETED"
+        )
         log = LOG_DIR / "slurm-hooks.log"
         deadline = time.monotonic() + 30  # the epilog runs after the job is reported complete
         while time.monotonic() < deadline:
             lines = log.read_text().splitlines() if log.exists() else []
             mine = [line for line in lines if " job=%d " % job in line]
-            if {"prolog", "epilog"} <= {m.group(1) for m in (re.search(r" context=(\w+) ", x) for x in mine) if m}:
+            if {"prolog", "epilog"} <= {
+                m.group(1) for m in (re.search(r" context=(\w+) ", x) for x in mine) if m
+            }:
                 break
             time.sleep(0.2)
         else:
-            pytest.fail("slurmd did not run the installed hooks for job %d:\n%s\n%s" % (job, "\n".join(lines[-10:]),
-                                                                                     cluster.logs(20)))
+            pytest.fail(
+                "slurmd did not run the installed hooks for job %d:\n%s\n%s"
+                % (job, "\n".join(lines[-10:]), cluster.logs(20))
+            )
         assert all("fail-open" not in line and "decision=" in line for line in mine), mine
     finally:
         cluster.stop()
@@ -254,8 +343,17 @@ def test_upgrade_keeps_the_edited_config(host):
     state = STATE_DIR / "node-state.json"
     state.write_text("{}")
     # what unattended upgrades use: keep a changed conffile, install the default beside it
-    done = _run(APT + ["-o", "Dpkg::Options::=--force-confdef", "-o", "Dpkg::Options::=--force-confold",
-                       "install", str(host["v2"])])
+    done = _run(
+        APT
+        + [
+            "-o",
+            "Dpkg::Options::=--force-confdef",
+            "-o",
+            "Dpkg::Options::=--force-confold",
+            "install",
+            str(host["v2"]),
+        ]
+    )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr
     assert CONFIG.read_text() == edited
     assert Path(str(CONFIG) + ".dpkg-dist").read_text() == packaged + "# changed in v2\n"
@@ -275,14 +373,26 @@ def test_remove_keeps_configuration_and_purge_removes_what_the_package_made(host
     done = _run(APT + ["remove", "slurm-hooks"])
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr
     assert _status() == "deinstall ok config-files"
-    assert not os.path.exists("/usr/bin/slurm-hooks") and not os.path.exists(SITE + "/slurm_hooks")  # bytecode too
-    assert CONFIG.exists() and PROLOG.exists() and Path("/etc/logrotate.d/slurm-hooks").exists()  # conffiles stay
+    assert not os.path.exists("/usr/bin/slurm-hooks") and not os.path.exists(
+        SITE + "/slurm_hooks"
+    )  # bytecode too
+    assert (
+        CONFIG.exists() and PROLOG.exists() and Path("/etc/logrotate.d/slurm-hooks").exists()
+    )  # conffiles stay
     assert (STATE_DIR / "node-state.json").exists() and rotated.exists()
 
     done = _run(APT + ["purge", "slurm-hooks"])
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr
     assert _status() == "not-installed"
-    for gone in (CONFIG, Path(str(CONFIG) + ".dpkg-dist"), PROLOG, Path("/etc/logrotate.d/slurm-hooks"), STATE_DIR,
-                 LOG_DIR, Path("/usr/libexec/slurm-hooks"), Path("/usr/share/doc/slurm-hooks")):
+    for gone in (
+        CONFIG,
+        Path(str(CONFIG) + ".dpkg-dist"),
+        PROLOG,
+        Path("/etc/logrotate.d/slurm-hooks"),
+        STATE_DIR,
+        LOG_DIR,
+        Path("/usr/libexec/slurm-hooks"),
+        Path("/usr/share/doc/slurm-hooks"),
+    ):
         assert not gone.exists(), "%s survived the purge" % gone
     assert DROP_IN.exists()  # the administrator's own file: not the package's to delete

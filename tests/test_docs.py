@@ -1,4 +1,5 @@
 """The README documents every check and parameter (generated from the registry) and its commands are real."""
+
 from __future__ import annotations
 
 import os
@@ -19,7 +20,9 @@ def readme() -> str:
 
 def test_config_reference_matches_registry(registry):
     text = readme()
-    assert update_readme.updated(text) == text, "README config reference is stale: run python tools/update_readme.py"
+    assert update_readme.updated(text) == text, (
+        "README config reference is stale: run python tools/update_readme.py"
+    )
     for spec in registry.checks.values():
         assert '[checks."%s"]' % spec.name in text
         for param in spec.params:
@@ -36,8 +39,13 @@ def test_readme_names_exactly_two_setup_commands_and_ci_runs_the_test_one():
 
 
 def test_cli_help_lists_every_verb():
-    out = subprocess.run([sys.executable, "-m", "slurm_hooks", "--help"], capture_output=True, text=True,
-                         cwd=REPO, check=True).stdout
+    out = subprocess.run(
+        [sys.executable, "-m", "slurm_hooks", "--help"],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        check=True,
+    ).stdout
     for verb in ("check", "list", "config"):
         assert verb in out
 
@@ -45,6 +53,7 @@ def test_cli_help_lists_every_verb():
 def test_reliability_figures_agree_between_readme_and_docs():
     """docs/reliability.md's summary and the README's reliability table carry the same figures for every
     claim they share (the soak test's run time is measured per machine and may differ)."""
+
     def rows(text):
         table = {}
         for line in text.splitlines():
@@ -57,7 +66,10 @@ def test_reliability_figures_agree_between_readme_and_docs():
         docs = rows(handle.read())
     ours = rows(readme())
     shared = set(docs) & set(ours)
-    assert {"A hung NVML call or blocked sysfs read costs the hung check's own timeout, not the deadline",
-            "A file system that never answers cannot hold a hook", "One hung GPU costs that GPU only"} <= shared
+    assert {
+        "A hung NVML call or blocked sysfs read costs the hung check's own timeout, not the deadline",
+        "A file system that never answers cannot hold a hook",
+        "One hung GPU costs that GPU only",
+    } <= shared
     for claim in sorted(shared - {"No false positives"}):
         assert docs[claim] == ours[claim], claim

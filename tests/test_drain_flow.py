@@ -6,6 +6,7 @@ provably ours (Slurm's exact reason and reason time, or our reason when the loca
 and never an exit code that makes slurmctld drain a node we decided to leave alone. The same flows
 against the real slurmctld: tests/test_drain_slurm.py and tests/test_e2e_slurm.py.
 """
+
 from __future__ import annotations
 
 import errno
@@ -40,15 +41,28 @@ def rig(tmp_path):
         """demo"""
         what = verdict.read_text().strip()
         if what == "node":
-            return Result("demo.gpu", Status.FAIL, "GPU 0 fell off the bus", component="gpu:0", action=Action.REBOOT)
+            return Result(
+                "demo.gpu",
+                Status.FAIL,
+                "GPU 0 fell off the bus",
+                component="gpu:0",
+                action=Action.REBOOT,
+            )
         if what == "node-gpu1":  # the same check, worded for another job's GPU
-            return Result("demo.gpu", Status.FAIL, "GPU 1 fell off the bus", component="gpu:1", action=Action.REBOOT)
+            return Result(
+                "demo.gpu",
+                Status.FAIL,
+                "GPU 1 fell off the bus",
+                component="gpu:1",
+                action=Action.REBOOT,
+            )
         if what == "unknown":
             return Result("demo.gpu", Status.UNKNOWN, "nvmlDeviceGetCount: NVML_ERROR_UNKNOWN")
         if what == "crash":
             abort_on_purpose()
         if what == "hang":
             import time
+
             time.sleep(60)
         return Result("demo.gpu", Status.OK, "fine")
 
@@ -60,10 +74,16 @@ def rig(tmp_path):
             self.verdict = verdict
 
         def config(self, **sections):
-            data = {"paths": {"state_dir": str(tmp_path / "state"), "log_file": str(tmp_path / "hooks.log"),
-                              "syslog": False},
-                    "records": {"enabled": False}, "deadline": {"prolog": 1.0, "health": 1.0, "epilog": 1.0},
-                    "metrics": {"textfile_dir": str(tmp_path / "metrics")}}
+            data = {
+                "paths": {
+                    "state_dir": str(tmp_path / "state"),
+                    "log_file": str(tmp_path / "hooks.log"),
+                    "syslog": False,
+                },
+                "records": {"enabled": False},
+                "deadline": {"prolog": 1.0, "health": 1.0, "epilog": 1.0},
+                "metrics": {"textfile_dir": str(tmp_path / "metrics")},
+            }
             for key, value in sections.items():
                 data.setdefault(key, {}).update(value)
             return validate(reg, data)
@@ -71,8 +91,13 @@ def rig(tmp_path):
         def run(self, context, what, **config):
             self.verdict.write_text(what)
             before = self.backend.calls
-            out = run_hook(context, reg, self.config(**config), JOB_ENV if context != "health" else HEALTH_ENV,
-                           client=SlurmClient(self.backend))
+            out = run_hook(
+                context,
+                reg,
+                self.config(**config),
+                JOB_ENV if context != "health" else HEALTH_ENV,
+                client=SlurmClient(self.backend),
+            )
             out.calls = self.backend.calls - before  # this run's requests
             return out
 
@@ -100,10 +125,14 @@ def test_unknown_or_timeout_keeps_the_drain(rig, what):
     assert rig.run("prolog", "node").exit_code == ExitCode.NODE_BROKEN and rig.node().is_drained
     out = rig.run("health", what)
     assert out.enacted.outcome is Outcome.UNPROVEN and out.calls == 0, out.enacted
-    assert "demo.gpu: UNKNOWN" in out.enacted.message or "did not run" in out.enacted.message, out.enacted.message
+    assert "demo.gpu: UNKNOWN" in out.enacted.message or "did not run" in out.enacted.message, (
+        out.enacted.message
+    )
     assert rig.node().is_drained and rig.state()["drained"]["checks"] == ["demo.gpu"]
     out = rig.run("health", "ok")
-    assert out.enacted.outcome is Outcome.RESUMED and not rig.node().is_drained and rig.state() == {}
+    assert (
+        out.enacted.outcome is Outcome.RESUMED and not rig.node().is_drained and rig.state() == {}
+    )
 
 
 def test_unknown_keeps_a_pending_drain(rig):
@@ -113,11 +142,19 @@ def test_unknown_keeps_a_pending_drain(rig):
     assert rig.state()["pending"]["checks"] == ["demo.gpu"]
     rig.backend.down = False
     out = rig.run("health", "unknown")
-    assert out.enacted is None and out.calls == 0 and rig.state()["pending"]["checks"] == ["demo.gpu"]
+    assert (
+        out.enacted is None and out.calls == 0 and rig.state()["pending"]["checks"] == ["demo.gpu"]
+    )
     out = rig.run("health", "node")  # still broken and Slurm is back: delivered
-    assert out.enacted.outcome is Outcome.DRAINED and rig.node().is_drained and "pending" not in rig.state()
+    assert (
+        out.enacted.outcome is Outcome.DRAINED
+        and rig.node().is_drained
+        and "pending" not in rig.state()
+    )
     rig.backend.down = True
-    rig.run("prolog", "node")  # (already drained: nothing pending) -- now a repaired node drops a pending one
+    rig.run(
+        "prolog", "node"
+    )  # (already drained: nothing pending) -- now a repaired node drops a pending one
     rig.backend.down = False
     rig.state_file.write_text(json.dumps({"pending": {"reason": "x", "checks": ["demo.gpu"]}}))
     out = rig.run("health", "ok")
@@ -132,9 +169,13 @@ def test_an_admins_drain_through_our_verb_is_never_resumed(rig):
     """Before: an automatic drain, then `slurm-hooks drain --reason ...` by an admin: the next passing
     health run resumed the admin's drain, because it carried our prefix and we had a record."""
     rig.run("prolog", "node")
-    enacted = drainer.drain_manual(SlurmClient(rig.backend), "node1", "BIOS update, ticket 4711",
-                                   rig.config().settings)
-    assert enacted.outcome is Outcome.DRAINED and rig.node().reason == "slurm-hooks: manual: BIOS update, ticket 4711"
+    enacted = drainer.drain_manual(
+        SlurmClient(rig.backend), "node1", "BIOS update, ticket 4711", rig.config().settings
+    )
+    assert (
+        enacted.outcome is Outcome.DRAINED
+        and rig.node().reason == "slurm-hooks: manual: BIOS update, ticket 4711"
+    )
     out = rig.run("health", "ok")
     assert out.enacted.outcome is Outcome.NOT_OURS and rig.node().is_drained, out.enacted
     assert "drained" not in rig.state()
@@ -158,7 +199,9 @@ def test_our_resume_leaves_nothing_that_reads_as_ours_on_2411(rig):
     rig.backend = cluster(keep_reason_on_resume=True)
     rig.run("prolog", "node")
     assert rig.run("health", "ok").enacted.outcome is Outcome.RESUMED
-    assert rig.node().reason == "resumed by slurm-hooks: demo.gpu passed" and not rig.node().is_drained
+    assert (
+        rig.node().reason == "resumed by slurm-hooks: demo.gpu passed" and not rig.node().is_drained
+    )
     rig.backend.ctld_drain("node1", "Kill task failed")  # keeps the old reason, time and user
     out = rig.run("health", "ok")
     assert out.enacted is None and rig.node().is_drained  # not ours: no record, no call
@@ -178,9 +221,14 @@ def test_lost_local_state_is_rebuilt_from_our_reason(rig):
     rig.state_file.unlink()
     local = hooks.read_state(rig.config(), None)
     info = node_status(SlurmClient(rig.backend), "node1", rig.config(), True, local)
-    assert info["drain"] == "slurm-hooks, automatic (demo.gpu)" and info["local_record"].startswith("lost")
+    assert info["drain"] == "slurm-hooks, automatic (demo.gpu)" and info["local_record"].startswith(
+        "lost"
+    )
     out = rig.run("health", "node")  # still broken: nothing to rebuild yet, the drain is ours
-    assert out.enacted.outcome is Outcome.ALREADY_OURS and rig.state()["drained"]["reason"] == rig.node().reason
+    assert (
+        out.enacted.outcome is Outcome.ALREADY_OURS
+        and rig.state()["drained"]["reason"] == rig.node().reason
+    )
     rig.state_file.unlink()
     out = rig.run("health", "ok")
     assert out.enacted.outcome is Outcome.RESUMED and not rig.node().is_drained, out.enacted
@@ -197,17 +245,22 @@ def test_full_disk_at_drain_time_loses_nothing(rig, monkeypatch):
 
     monkeypatch.setattr(hooks, "write_json_atomic", full)
     assert rig.run("prolog", "node").enacted.outcome is Outcome.DRAINED
-    assert rig.state() is None  # the outdated file is gone: it would claim nothing of ours is drained
+    assert (
+        rig.state() is None
+    )  # the outdated file is gone: it would claim nothing of ours is drained
     monkeypatch.undo()
     out = rig.run("health", "ok")
     assert out.enacted.outcome is Outcome.RESUMED and not rig.node().is_drained
 
 
 def test_an_admins_fail_is_never_overwritten_nor_resumed(rig):
-    rig.backend.nodes["node1"] = NodeInfo("node1", "IDLE", frozenset({"FAIL"}), "admin: DIMM errors", "root",
-                                          "2026-12-02T10:00:00")
+    rig.backend.nodes["node1"] = NodeInfo(
+        "node1", "IDLE", frozenset({"FAIL"}), "admin: DIMM errors", "root", "2026-12-02T10:00:00"
+    )
     out = rig.run("prolog", "node")
-    assert out.enacted.outcome is Outcome.SKIPPED_STATE and out.exit_code == 0  # FAIL is someone else's
+    assert (
+        out.enacted.outcome is Outcome.SKIPPED_STATE and out.exit_code == 0
+    )  # FAIL is someone else's
     assert rig.node().reason == "admin: DIMM errors" and not rig.node().is_drained
 
 
@@ -215,18 +268,23 @@ def test_an_admins_fail_is_never_overwritten_nor_resumed(rig):
 # no exit code that drains behind the breaker's back
 
 
-@pytest.mark.parametrize("setup,outcome", [
-    ("maint", Outcome.SKIPPED_STATE),
-    ("breaker", Outcome.BREAKER),
-    ("cannot-count", Outcome.CANNOT_COUNT),
-    ("down", Outcome.SLURM_UNAVAILABLE),
-])
+@pytest.mark.parametrize(
+    "setup,outcome",
+    [
+        ("maint", Outcome.SKIPPED_STATE),
+        ("breaker", Outcome.BREAKER),
+        ("cannot-count", Outcome.CANNOT_COUNT),
+        ("down", Outcome.SLURM_UNAVAILABLE),
+    ],
+)
 def test_when_we_do_not_drain_the_hook_exits_0(rig, setup, outcome):
     """Before: exit 1 (the script's 10) whenever a drain was wanted, so slurmctld drained the node
     itself with 'Prolog error' -- in a MAINT reservation, with the breaker tripped, or when the
     breaker could not count."""
     if setup == "maint":
-        rig.backend.nodes["node1"] = NodeInfo("node1", "IDLE", frozenset({"MAINTENANCE", "RESERVED"}))
+        rig.backend.nodes["node1"] = NodeInfo(
+            "node1", "IDLE", frozenset({"MAINTENANCE", "RESERVED"})
+        )
     elif setup == "breaker":
         for name in ("node2", "node3"):
             rig.backend.admin_drain(name, "slurm-hooks: gpu.ecc: DBE -> reset-gpu")
@@ -235,7 +293,9 @@ def test_when_we_do_not_drain_the_hook_exits_0(rig, setup, outcome):
     else:
         rig.backend.down = True
     out = rig.run("prolog", "node")
-    assert out.enacted.outcome is outcome and out.exit_code == 0 and not rig.node().is_drained, out.enacted
+    assert out.enacted.outcome is outcome and out.exit_code == 0 and not rig.node().is_drained, (
+        out.enacted
+    )
     if outcome in (Outcome.CANNOT_COUNT, Outcome.SLURM_UNAVAILABLE):
         assert rig.state()["pending"]["checks"] == ["demo.gpu"]
 
@@ -264,13 +324,19 @@ def test_a_hook_that_waited_for_the_lock_sees_the_drain_just_made(rig, monkeypat
         def __enter__(self):
             lock = super().__enter__()
             lock.waited = 0.5  # ...it waited while the first drained and wrote its record
-            rig.state_file.write_text(json.dumps({"drained": dict(drained_record, time=lock.started + 0.1)}))
+            rig.state_file.write_text(
+                json.dumps({"drained": dict(drained_record, time=lock.started + 0.1)})
+            )
             return lock
 
     monkeypatch.setattr(nodelock, "NodeLock", SlowLock)
     calls = rig.backend.calls
     out = rig.run("prolog", "node")
-    assert out.enacted.outcome is Outcome.ALREADY_OURS and rig.backend.calls == calls and out.exit_code == 10
+    assert (
+        out.enacted.outcome is Outcome.ALREADY_OURS
+        and rig.backend.calls == calls
+        and out.exit_code == 10
+    )
     assert rig.metric("slurm_hooks_drains_total") == ["slurm_hooks_drains_total 1.0"]
 
 
@@ -304,8 +370,14 @@ def test_a_drain_that_landed_despite_a_timeout_is_ours_and_gets_ranked(rig):
     assert rig.state()["pending"]["confirmed"] is False
     for name in ("node2", "node3"):  # two drains of ours ranked ahead of it meanwhile
         n = backend.nodes[name]
-        backend.nodes[name] = NodeInfo(name, n.state, n.flags | {"DRAIN"}, "slurm-hooks: gpu.ecc: x -> reboot",
-                                       "root", "2026-01-01T00:00:00")
+        backend.nodes[name] = NodeInfo(
+            name,
+            n.state,
+            n.flags | {"DRAIN"},
+            "slurm-hooks: gpu.ecc: x -> reboot",
+            "root",
+            "2026-01-01T00:00:00",
+        )
     out = rig.run("health", "node")
     assert out.enacted.outcome is Outcome.BREAKER_UNDONE and not rig.node().is_drained, out.enacted
 
@@ -320,7 +392,9 @@ def test_the_second_hooks_record_keeps_slurms_exact_reason(rig, monkeypatch):
         def __enter__(self):
             lock = super().__enter__()
             lock.waited = 0.5
-            rig.state_file.write_text(json.dumps({"drained": dict(recorded, time=lock.started + 0.1)}))
+            rig.state_file.write_text(
+                json.dumps({"drained": dict(recorded, time=lock.started + 0.1)})
+            )
             return lock
 
     monkeypatch.setattr(nodelock, "NodeLock", SlowLock)

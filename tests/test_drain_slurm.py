@@ -8,6 +8,7 @@ write was overwritten; a health run resumed an admin's drain made with our text 
 resumed when the check that drained the node came back UNKNOWN; a hostlist in --node was a traceback;
 `resume` called a missing scontrol an unreachable slurmctld.
 """
+
 from __future__ import annotations
 
 import json
@@ -43,13 +44,19 @@ def hooks(rig):
     for name in NODES:
         state = c.node_state(name).split("+")
         if "FAIL" in state or "DRAIN" in state:
-            c.scontrol("update", "NodeName=%s" % name, "State=%s" % ("RESUME" if name == "node1" else "UNDRAIN"),
-                       check=False)
+            c.scontrol(
+                "update",
+                "NodeName=%s" % name,
+                "State=%s" % ("RESUME" if name == "node1" else "UNDRAIN"),
+                check=False,
+            )
     rig.reset()
 
 
 def settings():
-    return {section: {k: s.default for k, s in schema.items()} for section, schema in SECTIONS.items()}
+    return {
+        section: {k: s.default for k, s in schema.items()} for section, schema in SECTIONS.items()
+    }
 
 
 def decisions(hooks, context):
@@ -60,10 +67,25 @@ def test_two_prologs_of_one_node_at_once_make_one_drain_counted_once(hooks):
     metrics = hooks.base / "metrics"
     hooks.write_config(metrics={"textfile_dir": str(metrics)})
     hooks.fake.inject_fault(*GPU_FAULT)
-    env = dict(SLURM_JOB_USER="root", SLURM_JOB_UID="0", SLURMD_NODENAME="node1", SLURM_SCRIPT_CONTEXT="prolog_slurmd",
-               SLURM_JOB_GPUS="0", CUDA_VISIBLE_DEVICES="0", SLURM_CONF=str(hooks.cluster.conf))
-    procs = [subprocess.Popen([str(hooks.hook_script("prolog"))], env=dict(env, SLURM_JOB_ID=str(DIRECT_JOB_ID + i)),
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=str(hooks.base)) for i in range(2)]
+    env = dict(
+        SLURM_JOB_USER="root",
+        SLURM_JOB_UID="0",
+        SLURMD_NODENAME="node1",
+        SLURM_SCRIPT_CONTEXT="prolog_slurmd",
+        SLURM_JOB_GPUS="0",
+        CUDA_VISIBLE_DEVICES="0",
+        SLURM_CONF=str(hooks.cluster.conf),
+    )
+    procs = [
+        subprocess.Popen(
+            [str(hooks.hook_script("prolog"))],
+            env=dict(env, SLURM_JOB_ID=str(DIRECT_JOB_ID + i)),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            cwd=str(hooks.base),
+        )
+        for i in range(2)
+    ]
     codes = [p.wait(60) for p in procs]
     assert codes == [1, 1], [p.stderr.read() for p in procs]
     deadline = time.monotonic() + 10
@@ -78,14 +100,26 @@ def test_two_prologs_of_one_node_at_once_make_one_drain_counted_once(hooks):
 
 def test_a_failing_check_in_a_maint_reservation_lets_the_job_run(hooks):
     c = hooks.cluster
-    c.scontrol("create", "reservation", "ReservationName=maint1", "Flags=MAINT", "Nodes=node1", "StartTime=now",
-               "Duration=10", "Users=root")
+    c.scontrol(
+        "create",
+        "reservation",
+        "ReservationName=maint1",
+        "Flags=MAINT",
+        "Nodes=node1",
+        "StartTime=now",
+        "Duration=10",
+        "Users=root",
+    )
     c.wait_state("node1", lambda s: "MAINTENANCE" in s.split("+"), timeout=10)
     hooks.fake.inject_fault(*GPU_FAULT)
     job = c.sbatch("--reservation=maint1", gpus=1)
-    assert c.wait_job(job, ("COMPLETED",), timeout=30) == "COMPLETED"  # before: requeued held, 'Prolog error'
+    assert (
+        c.wait_job(job, ("COMPLETED",), timeout=30) == "COMPLETED"
+    )  # before: requeued held, 'Prolog error'
     level, kv = hooks.wait_decision("prolog", job)
-    assert (kv["decision"], kv["outcome"]) == ("drain", "skipped-state") and "MAINTENANCE" in kv["detail"], kv
+    assert (kv["decision"], kv["outcome"]) == ("drain", "skipped-state") and "MAINTENANCE" in kv[
+        "detail"
+    ], kv
     assert not is_drained(c.node_state("node1")) and c.node_reason("node1") is None
 
 
@@ -116,8 +150,12 @@ def test_an_admin_drain_between_our_read_and_our_drain_is_kept(hooks):
         return out
 
     client = SlurmClient(backend=ScontrolBackend(env=c.env, runner=runner))
-    enacted = drainer.drain(client, "node1", "slurm-hooks: gpu.count: GPU 0 lost -> reboot", settings())
-    assert enacted.outcome is drainer.Outcome.FOREIGN_DRAIN and ctld_reason(c) == "admin: reseat GPU 3", enacted
+    enacted = drainer.drain(
+        client, "node1", "slurm-hooks: gpu.count: GPU 0 lost -> reboot", settings()
+    )
+    assert (
+        enacted.outcome is drainer.Outcome.FOREIGN_DRAIN and ctld_reason(c) == "admin: reseat GPU 3"
+    ), enacted
 
 
 def test_resume_only_the_exact_drain_we_recorded(hooks):
@@ -149,7 +187,9 @@ def test_an_admins_drain_through_our_verb_after_ours_is_never_resumed(hooks):
     hooks.run_health()
     level, kv = hooks.wait_decision("health")
     assert kv["outcome"] == "not-ours", kv
-    assert ctld_reason(c) == "slurm-hooks: manual: BIOS update, ticket 4711" and is_drained(c.node_state("node1"))
+    assert ctld_reason(c) == "slurm-hooks: manual: BIOS update, ticket 4711" and is_drained(
+        c.node_state("node1")
+    )
 
 
 def test_a_hung_check_keeps_our_drain(hooks):
@@ -158,7 +198,9 @@ def test_a_hung_check_keeps_our_drain(hooks):
     assert hooks.run_prolog()[0] == 1
     hooks.fake.clear_faults()
     hooks.write_config(deadline={"health": 2.0})
-    hooks.fake.inject_delay("nvmlDeviceGetCount", "*", 8000)  # gpu.count cannot finish: UNKNOWN, timed out
+    hooks.fake.inject_delay(
+        "nvmlDeviceGetCount", "*", 8000
+    )  # gpu.count cannot finish: UNKNOWN, timed out
     hooks.log_offset = hooks.log_file.stat().st_size
     rc, _, err = hooks.run_health()
     level, kv = hooks.wait_decision("health")
@@ -175,11 +217,20 @@ def test_lost_local_state_is_rebuilt_and_the_node_resumed(hooks):
     c = hooks.cluster
     hooks.fake.inject_fault(*GPU_FAULT)
     assert hooks.run_prolog()[0] == 1
-    (hooks.state_dir / "node-state.json").unlink()  # a diskless node after the reboot the reason asked for
-    res = subprocess.run([str(hooks.wrapper), "status", "--json"], env={"PATH": "/bin:/usr/bin",
-                         "SLURMD_NODENAME": "node1"}, capture_output=True, text=True, timeout=60)
+    (
+        hooks.state_dir / "node-state.json"
+    ).unlink()  # a diskless node after the reboot the reason asked for
+    res = subprocess.run(
+        [str(hooks.wrapper), "status", "--json"],
+        env={"PATH": "/bin:/usr/bin", "SLURMD_NODENAME": "node1"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     info = json.loads(res.stdout)
-    assert info["drain"] == "slurm-hooks, automatic (gpu.count)" and info["local_record"].startswith("lost"), info
+    assert info["drain"] == "slurm-hooks, automatic (gpu.count)" and info[
+        "local_record"
+    ].startswith("lost"), info
     hooks.fake.clear_faults()
     hooks.log_offset = hooks.log_file.stat().st_size
     assert hooks.run_health()[0] == 0
@@ -192,10 +243,16 @@ def test_hostlists_and_usage_errors_in_the_admin_verbs(hooks):
     c = hooks.cluster
     rc, out = hooks.run_cli("drain", "--node", "node[1-2]", "--reason", "PDU swap")
     # node1 drained; node2 (no slurmd here: DOWN) is in a skip state and refused: the worst code wins
-    assert rc == 1 and "drained node1: slurm-hooks: manual: PDU swap" in out and "node node2 is DOWN" in out, out
-    assert ctld_reason(c) == "slurm-hooks: manual: PDU swap" and not is_drained(c.node_state("node2"))
+    assert (
+        rc == 1
+        and "drained node1: slurm-hooks: manual: PDU swap" in out
+        and "node node2 is DOWN" in out
+    ), out
+    assert ctld_reason(c) == "slurm-hooks: manual: PDU swap" and not is_drained(
+        c.node_state("node2")
+    )
     rc, out = hooks.run_cli("status", "--node", "node1,node[2-3]", "--json")
-    info = json.loads(out[out.index("{"):out.rindex("}") + 1])
+    info = json.loads(out[out.index("{") : out.rindex("}") + 1])
     assert rc == 0 and [n["node"] for n in info["nodes"]] == ["node1", "node2", "node3"], info
     assert info["breaker"]["manual_drains"] == 1 and info["breaker"]["drained_by_us"] == 0
     rc, out = hooks.run_cli("resume", "--node", "node[1-3]")
@@ -208,10 +265,19 @@ def test_hostlists_and_usage_errors_in_the_admin_verbs(hooks):
 def test_resume_errors_say_what_happened(hooks):
     c = hooks.cluster
     c.scontrol("update", "NodeName=node1", "State=DRAIN", "Reason=slurm-hooks: manual: x")
-    res = subprocess.run([str(hooks.wrapper), "resume", "--node", "node1"], env={"PATH": "/nonexistent"},
-                         capture_output=True, text=True, timeout=60)
+    res = subprocess.run(
+        [str(hooks.wrapper), "resume", "--node", "node1"],
+        env={"PATH": "/nonexistent"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     # no client on PATH: scontrol cannot run; a forced pyslurm cannot check its version (sinfo --version)
-    missing = "pyslurm backend requested but unusable" if drain_backend_under_test() == "pyslurm" else "cannot run scontrol"
+    missing = (
+        "pyslurm backend requested but unusable"
+        if drain_backend_under_test() == "pyslurm"
+        else "cannot run scontrol"
+    )
     assert res.returncode == 3 and "Slurm client unusable: " + missing in res.stderr, res
     assert "Traceback" not in res.stderr
     hooks.write_config(drain={"timeout": 1.0, "attempts": 1})

@@ -2,6 +2,7 @@
 (tests/doubles/memory_slurm.py, which says where it follows node_mgr.c). The same flows run against the
 real slurmctld in tests/test_e2e_slurm.py, tests/test_drain_slurm.py and tests/test_breaker_concurrency.py.
 """
+
 from __future__ import annotations
 
 import time
@@ -43,10 +44,28 @@ def test_drain_sets_our_reason_in_four_calls_and_waits_for_the_controllers_clock
 def test_existing_drains():
     cases = [
         ("bad PSU, ticket 4711", None, True, Outcome.FOREIGN_DRAIN, True),
-        ("slurm-hooks: manual: fan 3", None, True, Outcome.FOREIGN_DRAIN, True),  # an admin's, through our verb
+        (
+            "slurm-hooks: manual: fan 3",
+            None,
+            True,
+            Outcome.FOREIGN_DRAIN,
+            True,
+        ),  # an admin's, through our verb
         (OTHER, "recorded", True, Outcome.ALREADY_OURS, True),
-        (OTHER, None, False, Outcome.ALREADY_OURS, True),  # local state lost: our automatic reason is ours
-        (OTHER, None, True, Outcome.FOREIGN_DRAIN, True),  # state known, no record: prefix alone proves nothing
+        (
+            OTHER,
+            None,
+            False,
+            Outcome.ALREADY_OURS,
+            True,
+        ),  # local state lost: our automatic reason is ours
+        (
+            OTHER,
+            None,
+            True,
+            Outcome.FOREIGN_DRAIN,
+            True,
+        ),  # state known, no record: prefix alone proves nothing
         (OTHER, "other-time", True, Outcome.FOREIGN_DRAIN, True),  # same text, another drain
         ("Prolog error", None, True, Outcome.REFINED, False),
     ]
@@ -59,23 +78,46 @@ def test_existing_drains():
         elif record == "other-time":
             recorded = [{"reason": reason, "reason_time": "2026-01-01T00:00:00"}]
         enacted = drainer.drain(SlurmClient(backend), "node1", REASON, settings(), recorded, known)
-        assert (enacted.outcome, enacted.node_drained) == (outcome, True), (reason, record, known, enacted)
+        assert (enacted.outcome, enacted.node_drained) == (outcome, True), (
+            reason,
+            record,
+            known,
+            enacted,
+        )
         assert (backend.nodes["node1"].reason == reason) is kept, (reason, backend.nodes["node1"])
 
 
-@pytest.mark.parametrize("state,flags,word", [
-    ("DOWN", {"NOT_RESPONDING"}, "DOWN"),
-    ("IDLE", {"MAINTENANCE", "RESERVED"}, "MAINTENANCE"),  # in a MAINT reservation
-    ("IDLE", {"FAIL"}, "FAIL"),  # an admin's State=FAIL: someone else's
-    ("IDLE", {"EXTERNAL"}, "EXTERNAL"),  # 26.05: a node without slurmd; not in skip_states, but not ours
-    ("IDLE", {"FROBNICATED"}, "FROBNICATED"),  # a state word we do not know
-])
+@pytest.mark.parametrize(
+    "state,flags,word",
+    [
+        ("DOWN", {"NOT_RESPONDING"}, "DOWN"),
+        ("IDLE", {"MAINTENANCE", "RESERVED"}, "MAINTENANCE"),  # in a MAINT reservation
+        ("IDLE", {"FAIL"}, "FAIL"),  # an admin's State=FAIL: someone else's
+        (
+            "IDLE",
+            {"EXTERNAL"},
+            "EXTERNAL",
+        ),  # 26.05: a node without slurmd; not in skip_states, but not ours
+        ("IDLE", {"FROBNICATED"}, "FROBNICATED"),  # a state word we do not know
+    ],
+)
 def test_states_we_do_not_handle_are_left_alone(state, flags, word):
     backend = cluster()
-    backend.nodes["node1"] = NodeInfo("node1", state, frozenset(flags), "admin: work" if "FAIL" in flags else None)
-    enacted = drainer.drain(SlurmClient(backend), "node1", REASON, settings(drain={"skip_states": ["DOWN", "MAINTENANCE"]}))
+    backend.nodes["node1"] = NodeInfo(
+        "node1", state, frozenset(flags), "admin: work" if "FAIL" in flags else None
+    )
+    enacted = drainer.drain(
+        SlurmClient(backend),
+        "node1",
+        REASON,
+        settings(drain={"skip_states": ["DOWN", "MAINTENANCE"]}),
+    )
     assert enacted.outcome is Outcome.SKIPPED_STATE and word in enacted.message, enacted
-    assert not enacted.node_drained and not backend.nodes["node1"].is_drained and backend.log == ["show"]
+    assert (
+        not enacted.node_drained
+        and not backend.nodes["node1"].is_drained
+        and backend.log == ["show"]
+    )
 
 
 def test_breaker_stops_mass_drains():
@@ -83,9 +125,15 @@ def test_breaker_stops_mass_drains():
     for i in (2, 3):
         backend.admin_drain("node%d" % i, "slurm-hooks: gpu.x: y")
     enacted = drainer.drain(SlurmClient(backend), "node1", REASON, settings())
-    assert enacted.outcome is Outcome.BREAKER and enacted.breaker.drained_by_us == 2 and not enacted.node_drained
+    assert (
+        enacted.outcome is Outcome.BREAKER
+        and enacted.breaker.drained_by_us == 2
+        and not enacted.node_drained
+    )
     assert not backend.nodes["node1"].is_drained and backend.log == ["show", "list"]
-    enacted = drainer.drain(SlurmClient(backend), "node1", REASON, settings(breaker={"min_nodes": 3}))
+    enacted = drainer.drain(
+        SlurmClient(backend), "node1", REASON, settings(breaker={"min_nodes": 3})
+    )
     assert enacted.outcome is Outcome.DRAINED
 
 
@@ -94,7 +142,9 @@ def test_manual_drains_and_foreign_drains_do_not_count_for_the_breaker():
     backend.admin_drain("node2", "slurm-hooks: manual: BIOS update")
     backend.admin_drain("node3", "bad PSU")
     backend.admin_drain("node4", "slurm-hooks: garbage without a check name")
-    assert drainer.drain(SlurmClient(backend), "node1", REASON, settings()).outcome is Outcome.DRAINED
+    assert (
+        drainer.drain(SlurmClient(backend), "node1", REASON, settings()).outcome is Outcome.DRAINED
+    )
 
 
 def test_breaker_cannot_count_means_no_drain():
@@ -111,7 +161,10 @@ def test_admin_drain_between_our_read_and_our_drain_is_kept():
     backend = cluster()
     backend.before["list"] = lambda: backend.admin_drain("node1", "admin: reseat GPU 3")
     enacted = drainer.drain(SlurmClient(backend), "node1", REASON, settings())
-    assert enacted.outcome is Outcome.FOREIGN_DRAIN and backend.nodes["node1"].reason == "admin: reseat GPU 3"
+    assert (
+        enacted.outcome is Outcome.FOREIGN_DRAIN
+        and backend.nodes["node1"].reason == "admin: reseat GPU 3"
+    )
     assert "drain" not in backend.log
 
 
@@ -119,29 +172,44 @@ def test_observe_mode_makes_no_call():
     backend = cluster()
     client = SlurmClient(backend)
     enacted = drainer.drain(client, "node1", REASON, settings(general={"mode": "observe"}))
-    assert enacted.outcome is Outcome.OBSERVE and client.calls == 0 and not backend.nodes["node1"].is_drained
+    assert (
+        enacted.outcome is Outcome.OBSERVE
+        and client.calls == 0
+        and not backend.nodes["node1"].is_drained
+    )
 
 
 def test_slurm_down_is_an_outcome_not_a_crash():
     backend = cluster()
     backend.down = True
     enacted = drainer.drain(SlurmClient(backend), "node1", REASON, settings())
-    assert enacted.outcome is Outcome.SLURM_UNAVAILABLE and "slurmctld unreachable" in enacted.message
+    assert (
+        enacted.outcome is Outcome.SLURM_UNAVAILABLE and "slurmctld unreachable" in enacted.message
+    )
     assert not enacted.node_drained
-    assert drainer.resume(SlurmClient(backend), "node1", settings(), by_admin=True).outcome is Outcome.SLURM_UNAVAILABLE
+    assert (
+        drainer.resume(SlurmClient(backend), "node1", settings(), by_admin=True).outcome
+        is Outcome.SLURM_UNAVAILABLE
+    )
 
 
 def test_missing_client_is_not_called_an_unreachable_controller():
     class NoScontrol(MemoryBackend):
         def show_node(self, name):
-            raise SlurmClientMissing("cannot run scontrol: [Errno 2] No such file or directory: 'scontrol'")
+            raise SlurmClientMissing(
+                "cannot run scontrol: [Errno 2] No such file or directory: 'scontrol'"
+            )
 
-    for call in (lambda c: drainer.drain(c, "node1", REASON, settings()),
-                 lambda c: drainer.resume(c, "node1", settings(), by_admin=True)):
+    for call in (
+        lambda c: drainer.drain(c, "node1", REASON, settings()),
+        lambda c: drainer.resume(c, "node1", settings(), by_admin=True),
+    ):
         enacted = call(SlurmClient(NoScontrol([])))
         assert enacted.outcome is Outcome.SLURM_UNAVAILABLE
-        assert enacted.message.startswith("Slurm client unusable: cannot run scontrol") and "slurmctld" not in \
-            enacted.message
+        assert (
+            enacted.message.startswith("Slurm client unusable: cannot run scontrol")
+            and "slurmctld" not in enacted.message
+        )
 
 
 # ------------------------------------------------------------------------------------------------
@@ -165,7 +233,9 @@ def test_drains_ranked_past_the_limit_undo_themselves():
     backend = cluster()
     backend.admin_drain("node2", OTHER)
     backend.clock += 1
-    backend.before["drain"] = lambda: backend.admin_drain("node3", OTHER)  # same second as ours, smaller name
+    backend.before["drain"] = lambda: backend.admin_drain(
+        "node3", OTHER
+    )  # same second as ours, smaller name
     enacted = drainer.drain(SlurmClient(backend), "node7", REASON, settings())
     assert enacted.outcome is Outcome.BREAKER_UNDONE and not enacted.node_drained, enacted
     assert enacted.breaker.drained_by_us == 2 and "undone" in enacted.message
@@ -182,7 +252,9 @@ def test_a_later_drain_in_the_same_second_with_a_smaller_name_is_counted():
     seen = {}
 
     def n1_drains_in_our_second():
-        assert int(backend.clock) == int(T0 + 1.25), "the settle wait must start within our drain's second"
+        assert int(backend.clock) == int(T0 + 1.25), (
+            "the settle wait must start within our drain's second"
+        )
         backend.clock += 0.5
         backend.admin_drain("n1", OTHER)
         seen["n1"] = backend.nodes["n1"].reason_time
@@ -201,7 +273,9 @@ def test_undo_only_when_the_reason_is_still_exactly_ours():
     backend.before["settle"] = lambda: backend.admin_drain("node1", "admin: keep this node out")
     enacted = drainer.drain(SlurmClient(backend), "node1", REASON, settings())
     assert enacted.outcome is Outcome.FOREIGN_DRAIN and enacted.node_drained
-    assert backend.nodes["node1"].reason == "admin: keep this node out" and "resume" not in backend.log
+    assert (
+        backend.nodes["node1"].reason == "admin: keep this node out" and "resume" not in backend.log
+    )
 
 
 def test_refined_drain_past_the_limit_gets_slurms_reason_back():
@@ -223,16 +297,28 @@ def test_recount_failure_leaves_an_unconfirmed_drain_that_the_next_run_confirms(
     assert enacted.outcome is Outcome.DRAINED and enacted.node_drained and not enacted.confirmed
     assert "re-count failed" in enacted.message
     backend.failing.clear()
-    for name in ("node2", "node3"):  # meanwhile two earlier drains show up (e.g. slurmctld was slow)
+    for name in (
+        "node2",
+        "node3",
+    ):  # meanwhile two earlier drains show up (e.g. slurmctld was slow)
         n = backend.nodes[name]
-        backend.nodes[name] = NodeInfo(name, n.state, n.flags | {"DRAIN"}, OTHER, "root", stamp(T0 - 1))
-    record = {"reason": REASON, "reason_time": backend.nodes["node1"].reason_time, "confirmed": False}
+        backend.nodes[name] = NodeInfo(
+            name, n.state, n.flags | {"DRAIN"}, OTHER, "root", stamp(T0 - 1)
+        )
+    record = {
+        "reason": REASON,
+        "reason_time": backend.nodes["node1"].reason_time,
+        "confirmed": False,
+    }
     again = drainer.drain(SlurmClient(backend), "node1", REASON, settings(), [record])
     assert again.outcome is Outcome.BREAKER_UNDONE and not backend.nodes["node1"].is_drained
     record["confirmed"] = True  # a confirmed drain is not re-ranked
     backend.admin_drain("node1", REASON)
     record["reason_time"] = backend.nodes["node1"].reason_time
-    assert drainer.drain(SlurmClient(backend), "node1", REASON, settings(), [record]).outcome is Outcome.ALREADY_OURS
+    assert (
+        drainer.drain(SlurmClient(backend), "node1", REASON, settings(), [record]).outcome
+        is Outcome.ALREADY_OURS
+    )
 
 
 # ------------------------------------------------------------------------------------------------
@@ -242,25 +328,45 @@ def test_recount_failure_leaves_an_unconfirmed_drain_that_the_next_run_confirms(
 def test_resume_only_the_exact_drain_we_recorded():
     backend = cluster()
     backend.admin_drain("node1", REASON)
-    record = {"reason": REASON, "reason_time": backend.nodes["node1"].reason_time, "checks": ["gpu.memory"]}
+    record = {
+        "reason": REASON,
+        "reason_time": backend.nodes["node1"].reason_time,
+        "checks": ["gpu.memory"],
+    }
     wrong_time = dict(record, reason_time="2026-01-01T00:00:00")
-    assert drainer.resume(SlurmClient(backend), "node1", settings(), expected=wrong_time).outcome is Outcome.NOT_OURS
-    assert drainer.resume(SlurmClient(backend), "node1", settings()).outcome is Outcome.NOT_OURS  # no proof
+    assert (
+        drainer.resume(SlurmClient(backend), "node1", settings(), expected=wrong_time).outcome
+        is Outcome.NOT_OURS
+    )
+    assert (
+        drainer.resume(SlurmClient(backend), "node1", settings()).outcome is Outcome.NOT_OURS
+    )  # no proof
     assert backend.nodes["node1"].is_drained
     enacted = drainer.resume(SlurmClient(backend), "node1", settings(), expected=record)
     assert enacted.outcome is Outcome.RESUMED and not backend.nodes["node1"].is_drained
-    assert drainer.resume(SlurmClient(backend), "node1", settings(), expected=record).outcome is Outcome.NOT_DRAINED
+    assert (
+        drainer.resume(SlurmClient(backend), "node1", settings(), expected=record).outcome
+        is Outcome.NOT_DRAINED
+    )
 
 
 def test_admin_resume_verb_rules():
     backend = cluster()
     backend.admin_drain("node1", "admin: reseat GPU 3")
-    assert drainer.resume(SlurmClient(backend), "node1", settings(), by_admin=True).outcome is Outcome.NOT_OURS
-    assert drainer.resume(SlurmClient(backend), "node1", settings(), by_admin=True, force=True).outcome is \
-        Outcome.RESUMED
+    assert (
+        drainer.resume(SlurmClient(backend), "node1", settings(), by_admin=True).outcome
+        is Outcome.NOT_OURS
+    )
+    assert (
+        drainer.resume(SlurmClient(backend), "node1", settings(), by_admin=True, force=True).outcome
+        is Outcome.RESUMED
+    )
     for reason in (REASON, "slurm-hooks: manual: fan"):
         backend.admin_drain("node1", reason)
-        assert drainer.resume(SlurmClient(backend), "node1", settings(), by_admin=True).outcome is Outcome.RESUMED
+        assert (
+            drainer.resume(SlurmClient(backend), "node1", settings(), by_admin=True).outcome
+            is Outcome.RESUMED
+        )
     backend.admin_drain("node1", "admin: rack power", flag="FAIL")
     enacted = drainer.resume(SlurmClient(backend), "node1", settings(), by_admin=True)
     assert enacted.outcome is Outcome.NOT_DRAINED and backend.nodes["node1"].is_failed
@@ -269,14 +375,26 @@ def test_admin_resume_verb_rules():
 def test_an_admins_fail_is_someone_elses():
     backend = cluster()
     backend.admin_drain("node1", REASON)  # ours...
-    record = {"reason": REASON, "reason_time": backend.nodes["node1"].reason_time, "checks": ["gpu.memory"]}
-    backend.nodes["node1"] = NodeInfo("node1", "IDLE", frozenset({"DRAIN", "FAIL"}), REASON, "root",
-                                      record["reason_time"])  # ...then FAILed by an admin keeping the text
-    assert drainer.resume(SlurmClient(backend), "node1", settings(), expected=record).outcome is Outcome.NOT_OURS
-    backend.nodes["node1"] = NodeInfo("node1", "IDLE", frozenset({"FAIL"}), "admin: dying DIMM", "root",
-                                      stamp(backend.clock))
+    record = {
+        "reason": REASON,
+        "reason_time": backend.nodes["node1"].reason_time,
+        "checks": ["gpu.memory"],
+    }
+    backend.nodes["node1"] = NodeInfo(
+        "node1", "IDLE", frozenset({"DRAIN", "FAIL"}), REASON, "root", record["reason_time"]
+    )  # ...then FAILed by an admin keeping the text
+    assert (
+        drainer.resume(SlurmClient(backend), "node1", settings(), expected=record).outcome
+        is Outcome.NOT_OURS
+    )
+    backend.nodes["node1"] = NodeInfo(
+        "node1", "IDLE", frozenset({"FAIL"}), "admin: dying DIMM", "root", stamp(backend.clock)
+    )
     enacted = drainer.drain(SlurmClient(backend), "node1", REASON, settings())
-    assert enacted.outcome is Outcome.SKIPPED_STATE and backend.nodes["node1"].reason == "admin: dying DIMM"
+    assert (
+        enacted.outcome is Outcome.SKIPPED_STATE
+        and backend.nodes["node1"].reason == "admin: dying DIMM"
+    )
 
 
 def test_our_resume_leaves_no_reason_of_ours_where_slurm_keeps_it():
@@ -285,20 +403,37 @@ def test_our_resume_leaves_no_reason_of_ours_where_slurm_keeps_it():
     and keeps the old text, it is not mistaken for one of our drains."""
     backend = cluster(keep_reason_on_resume=True)
     backend.admin_drain("node1", REASON)
-    record = {"reason": REASON, "reason_time": backend.nodes["node1"].reason_time, "checks": ["gpu.memory"]}
-    assert drainer.resume(SlurmClient(backend), "node1", settings(), expected=record).outcome is Outcome.RESUMED
+    record = {
+        "reason": REASON,
+        "reason_time": backend.nodes["node1"].reason_time,
+        "checks": ["gpu.memory"],
+    }
+    assert (
+        drainer.resume(SlurmClient(backend), "node1", settings(), expected=record).outcome
+        is Outcome.RESUMED
+    )
     kept = backend.nodes["node1"].reason
-    assert kept == "resumed by slurm-hooks: gpu.memory passed" and not backend.nodes["node1"].is_drained
+    assert (
+        kept == "resumed by slurm-hooks: gpu.memory passed"
+        and not backend.nodes["node1"].is_drained
+    )
     backend.ctld_drain("node1", "Kill task failed")
     assert backend.nodes["node1"].reason == kept  # Slurm kept the old text
     for name in ("node2",):
         backend.admin_drain(name, OTHER)
     # not counted as ours by anyone's breaker, never resumed by us
-    state = drainer.policy.breaker_state(((n.name, n.is_drained, n.reason) for n in backend.nodes.values()),
-                                         "node2", "slurm-hooks:", 10.0, 2)
+    state = drainer.policy.breaker_state(
+        ((n.name, n.is_drained, n.reason) for n in backend.nodes.values()),
+        "node2",
+        "slurm-hooks:",
+        10.0,
+        2,
+    )
     assert state.drained_by_us == 0
-    assert drainer.drain(SlurmClient(backend), "node1", REASON, settings(), (), False).outcome is \
-        Outcome.FOREIGN_DRAIN
+    assert (
+        drainer.drain(SlurmClient(backend), "node1", REASON, settings(), (), False).outcome
+        is Outcome.FOREIGN_DRAIN
+    )
 
 
 def test_breaker_undo_leaves_no_reason_of_ours_behind():
@@ -306,8 +441,12 @@ def test_breaker_undo_leaves_no_reason_of_ours_behind():
     for name in ("node2", "node3"):
         backend.admin_drain(name, OTHER)
     backend.clock += 2
-    backend.before["settle"] = lambda: backend.admin_drain("node4", OTHER)  # same second, sorts before node9
-    enacted = drainer.drain(SlurmClient(backend), "node9", REASON, settings(breaker={"min_nodes": 3}))
+    backend.before["settle"] = lambda: backend.admin_drain(
+        "node4", OTHER
+    )  # same second, sorts before node9
+    enacted = drainer.drain(
+        SlurmClient(backend), "node9", REASON, settings(breaker={"min_nodes": 3})
+    )
     assert enacted.outcome is Outcome.BREAKER_UNDONE and enacted.breaker.drained_by_us == 3
     assert backend.nodes["node9"].reason == UNDONE_REASON and not backend.nodes["node9"].is_drained
 
@@ -315,7 +454,11 @@ def test_breaker_undo_leaves_no_reason_of_ours_behind():
 def test_resume_race_with_someone_elses_resume():
     backend = cluster()
     backend.admin_drain("node1", REASON)
-    record = {"reason": REASON, "reason_time": backend.nodes["node1"].reason_time, "checks": ["gpu.memory"]}
+    record = {
+        "reason": REASON,
+        "reason_time": backend.nodes["node1"].reason_time,
+        "checks": ["gpu.memory"],
+    }
     backend.before["resume"] = lambda: backend.admin_resume("node1")
     enacted = drainer.resume(SlurmClient(backend), "node1", settings(), expected=record)
     assert enacted.outcome is Outcome.NOT_DRAINED and "no longer drained" in enacted.message
@@ -328,18 +471,32 @@ def test_resume_race_with_someone_elses_resume():
 def test_manual_drain_goes_through_the_etiquette_and_not_the_breaker():
     backend = cluster()
     for i in (2, 3, 4):
-        backend.admin_drain("node%d" % i, OTHER)  # the breaker would trip: an admin's act is not stopped
+        backend.admin_drain(
+            "node%d" % i, OTHER
+        )  # the breaker would trip: an admin's act is not stopped
     enacted = drainer.drain_manual(SlurmClient(backend), "node1", "fan 3 at 0 rpm", settings())
-    assert enacted.outcome is Outcome.DRAINED and backend.nodes["node1"].reason == "slurm-hooks: manual: fan 3 at 0 rpm"
+    assert (
+        enacted.outcome is Outcome.DRAINED
+        and backend.nodes["node1"].reason == "slurm-hooks: manual: fan 3 at 0 rpm"
+    )
     backend.admin_drain("node5", "admin: rack 7")
-    assert drainer.drain_manual(SlurmClient(backend), "node5", "x", settings()).outcome is Outcome.FOREIGN_DRAIN
-    assert drainer.drain_manual(SlurmClient(backend), "node5", "x", settings(), force=True).outcome is Outcome.DRAINED
+    assert (
+        drainer.drain_manual(SlurmClient(backend), "node5", "x", settings()).outcome
+        is Outcome.FOREIGN_DRAIN
+    )
+    assert (
+        drainer.drain_manual(SlurmClient(backend), "node5", "x", settings(), force=True).outcome
+        is Outcome.DRAINED
+    )
     backend.nodes["node6"] = NodeInfo("node6", "IDLE", frozenset({"MAINTENANCE", "RESERVED"}))
     enacted = drainer.drain_manual(SlurmClient(backend), "node6", "x", settings())
     assert enacted.outcome is Outcome.SKIPPED_STATE and not backend.nodes["node6"].is_drained
     # one of our automatic drains becomes the admin's (and is then never resumed automatically)
     enacted = drainer.drain_manual(SlurmClient(backend), "node2", "keep out: RMA", settings())
-    assert enacted.outcome is Outcome.DRAINED and backend.nodes["node2"].reason == "slurm-hooks: manual: keep out: RMA"
+    assert (
+        enacted.outcome is Outcome.DRAINED
+        and backend.nodes["node2"].reason == "slurm-hooks: manual: keep out: RMA"
+    )
     long = drainer.drain_manual(SlurmClient(backend), "node7", "x" * 1000, settings())
     assert long.outcome is Outcome.DRAINED and len(backend.nodes["node7"].reason) <= 200
 
@@ -387,7 +544,9 @@ def test_node_lock_excludes_other_processes_and_leaves_no_file(tmp_path):
     codes = [os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) for pid in children]
     assert codes == [0] * 8 and counter.read_text() == "8"
     name = nodelock.NodeLock(str(tmp_path), "node1", 1.0).name
-    assert not any(os.path.exists(os.path.join(d, name)) for d in (nodelock.LOCK_DIR, str(tmp_path)))
+    assert not any(
+        os.path.exists(os.path.join(d, name)) for d in (nodelock.LOCK_DIR, str(tmp_path))
+    )
 
 
 def test_a_long_summary_never_crashes_the_drain():

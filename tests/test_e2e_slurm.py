@@ -13,6 +13,7 @@ slurmd, used as "other nodes" for the circuit breaker). `hooks` resets it betwee
 cancelled, faults cleared, drains lifted, local state removed, default config written.
 Timings are printed (run with -s to see them).
 """
+
 from __future__ import annotations
 
 import difflib
@@ -58,8 +59,6 @@ def hooks(rig):
     rig.reset()
 
 
-
-
 # ------------------------------------------------------------------------------------------------
 # the installed scripts
 
@@ -70,16 +69,22 @@ def test_hook_copies_differ_from_the_real_scripts_by_the_binary_path_only(rig):
         copy = rig.hook_script(kind).read_text()
         assert real.count(INSTALLED_BINARY) == 1 and "\n%s %s\n" % (INSTALLED_BINARY, kind) in real
         changed = [(a, b) for a, b in zip(real.splitlines(), copy.splitlines()) if a != b]
-        assert len(real.splitlines()) == len(copy.splitlines()) and len(changed) == 1, \
-            "".join(difflib.unified_diff(real.splitlines(True), copy.splitlines(True)))
+        assert len(real.splitlines()) == len(copy.splitlines()) and len(changed) == 1, "".join(
+            difflib.unified_diff(real.splitlines(True), copy.splitlines(True))
+        )
         assert changed[0][1] == changed[0][0].replace(INSTALLED_BINARY, str(rig.wrapper))
         assert os.access(str(rig.hook_script(kind)), os.X_OK)
     if PACKAGED_HEALTHCHECK.exists():
         real = PACKAGED_HEALTHCHECK.read_text()
         assert real.count(INSTALLED_BINARY) == 1
-        assert (rig.hooks_dir / "health").read_text() == real.replace(INSTALLED_BINARY, str(rig.wrapper))
+        assert (rig.hooks_dir / "health").read_text() == real.replace(
+            INSTALLED_BINARY, str(rig.wrapper)
+        )
     conf = rig.cluster.conf.read_text()
-    assert "Prolog=%s/prolog.d/*\n" % rig.hooks_dir in conf and "Epilog=%s/epilog.d/*\n" % rig.hooks_dir in conf
+    assert (
+        "Prolog=%s/prolog.d/*\n" % rig.hooks_dir in conf
+        and "Epilog=%s/epilog.d/*\n" % rig.hooks_dir in conf
+    )
     assert "PrologFlags=Alloc,Contain\n" in conf
 
 
@@ -90,8 +95,14 @@ def test_slurmd_runs_health_check_at_startup_and_rebuilds_local_state_once(rig):
     slurmd's SLURMD_NODENAME (the wrapper does not set it)."""
     rig.log_offset = 0
     level, kv = rig.wait_decision("health", timeout=5)
-    assert (level, kv["node"], kv["decision"], kv["status"], kv["slurm_calls"], kv["outcome"]) == \
-        ("INFO", "node1", "pass", "OK", "1", "not-drained"), kv
+    assert (level, kv["node"], kv["decision"], kv["status"], kv["slurm_calls"], kv["outcome"]) == (
+        "INFO",
+        "node1",
+        "pass",
+        "OK",
+        "1",
+        "not-drained",
+    ), kv
     assert "no drain of ours" in kv["detail"]
     assert "SLURMD_NODENAME" not in rig.wrapper.read_text()
     assert rig.local_state() == {}
@@ -110,15 +121,23 @@ def test_healthy_node_runs_job_and_makes_no_slurm_call(hooks):
     job = c.sbatch(gpus=2)
     assert c.wait_job(job, ("COMPLETED",), timeout=30) == "COMPLETED"
     level, prolog = hooks.wait_decision("prolog", job)
-    assert (level, prolog["decision"], prolog["status"], prolog["node"], prolog["user"], prolog["slurm_calls"]) == \
-        ("INFO", "pass", "OK", "node1", "root", "0"), prolog
+    assert (
+        level,
+        prolog["decision"],
+        prolog["status"],
+        prolog["node"],
+        prolog["user"],
+        prolog["slurm_calls"],
+    ) == ("INFO", "pass", "OK", "node1", "root", "0"), prolog
     level, epilog = hooks.wait_decision("epilog", job)
     assert (level, epilog["decision"], epilog["slurm_calls"]) == ("INFO", "pass", "0"), epilog
     assert "outcome" not in prolog and "outcome" not in epilog
     assert c.node_state("node1") == "IDLE" and c.node_reason("node1") is None
     assert hooks.local_state() == {}
     record = json.loads((hooks.state_dir / "jobs" / "node1" / ("%s.json" % job)).read_text())
-    assert record["job"]["id"] == str(job) and record["prolog_snapshot"] != "missing", record.get("prolog_snapshot")
+    assert record["job"]["id"] == str(job) and record["prolog_snapshot"] != "missing", record.get(
+        "prolog_snapshot"
+    )
     report("prolog checks (healthy, 2 GPUs)", int(prolog["duration_ms"]) / 1000.0)
 
 
@@ -134,13 +153,23 @@ def test_gpu_fault_drains_with_our_reason_and_requeues_the_job_held(hooks):
     c.wait_state("node1", is_drained, timeout=30)
     report("sbatch -> node DRAIN (our reason)", time.monotonic() - start)
     level, prolog = hooks.wait_decision("prolog", job)
-    assert (level, prolog["decision"], prolog["blame"], prolog["outcome"], prolog["check"]) == \
-        ("ERROR", "drain", "node", "drained", "gpu.count"), prolog
+    assert (level, prolog["decision"], prolog["blame"], prolog["outcome"], prolog["check"]) == (
+        "ERROR",
+        "drain",
+        "node",
+        "drained",
+        "gpu.count",
+    ), prolog
     assert prolog["slurm_calls"] == "4", prolog  # show node, breaker count, drain, breaker re-count
     reason = ctld_reason(c)
     assert reason == prolog["reason"], (reason, prolog)
-    assert reason.startswith("slurm-hooks: gpu.count: gpu:0 0000:18:00.0 GPU 0: nvmlDeviceGetHandleByIndex: ") and \
-        "GPU is lost) -> reboot" in reason and len(reason) <= 200, reason
+    assert (
+        reason.startswith(
+            "slurm-hooks: gpu.count: gpu:0 0000:18:00.0 GPU 0: nvmlDeviceGetHandleByIndex: "
+        )
+        and "GPU is lost) -> reboot" in reason
+        and len(reason) <= 200
+    ), reason
     assert "Prolog error" not in reason
     # slurmctld requeues a batch job whose prolog failed, held (SchedulerParameters=nohold_on_prolog_fail
     # would leave it eligible for other nodes); the drain reason we set before exiting 1 is kept
@@ -148,7 +177,9 @@ def test_gpu_fault_drains_with_our_reason_and_requeues_the_job_held(hooks):
     while not (c.job_state(job) == "PENDING" and c.job_field(job, "Restarts") == "1"):
         assert time.monotonic() < deadline, c.scontrol("show", "job", str(job))
         time.sleep(0.1)
-    assert c.job_field(job, "Reason") == "launch_failed_requeued_held", c.scontrol("show", "job", str(job))
+    assert c.job_field(job, "Reason") == "launch_failed_requeued_held", c.scontrol(
+        "show", "job", str(job)
+    )
     assert c.job_field(job, "Priority") == "0"  # held
     level, epilog = hooks.wait_decision("epilog", job)  # the epilog runs after a failed prolog, too
     assert (epilog["decision"], epilog["outcome"]) == ("drain", "already-drained-by-us"), epilog
@@ -169,11 +200,18 @@ def test_health_resumes_our_drain_once_the_checks_pass_again(hooks):
     assert rc == 1, err
     report("direct prolog run that drains (rc 1)", seconds)
     reason = ctld_reason(c)
-    assert is_drained(c.node_state("node1")) and reason.startswith("slurm-hooks: gpu.count: "), reason
+    assert is_drained(c.node_state("node1")) and reason.startswith("slurm-hooks: gpu.count: "), (
+        reason
+    )
     # still broken: the health run re-runs the check, keeps the drain and changes nothing
     rc, _, err = hooks.run_health()
     level, kv = hooks.wait_decision("health")
-    assert (rc, kv["decision"], kv["outcome"], kv["slurm_calls"]) == (1, "drain", "already-drained-by-us", "1"), kv
+    assert (rc, kv["decision"], kv["outcome"], kv["slurm_calls"]) == (
+        1,
+        "drain",
+        "already-drained-by-us",
+        "1",
+    ), kv
     assert ctld_reason(c) == reason
     # repaired: the next health run resumes the node
     hooks.fake.clear_faults()
@@ -183,11 +221,18 @@ def test_health_resumes_our_drain_once_the_checks_pass_again(hooks):
     c.wait_state("node1", "IDLE", timeout=15)
     report("health run (resume) -> node IDLE", time.monotonic() - start)
     level, kv = hooks.wait_decision("health")
-    assert (rc, level, kv["decision"], kv["outcome"], kv["slurm_calls"]) == (0, "INFO", "pass", "resumed", "2"), kv
+    assert (rc, level, kv["decision"], kv["outcome"], kv["slurm_calls"]) == (
+        0,
+        "INFO",
+        "pass",
+        "resumed",
+        "2",
+    ), kv
     # 22.05/26.05 clear the reason at RESUME; 24.11 and 25.11 (accounting_storage/none) keep the one our
     # RESUME set, which is not one of our drain reasons (slurmcluster.RESUME_KEEPS_REASON)
-    assert (ctld_reason(c) or None) in c.reasons_after_resume("resumed by slurm-hooks: gpu.count passed"), \
-        c.node_reason("node1")
+    assert (ctld_reason(c) or None) in c.reasons_after_resume(
+        "resumed by slurm-hooks: gpu.count passed"
+    ), c.node_reason("node1")
     assert hooks.local_state() == {}
     job = c.sbatch(gpus=1)  # and it takes jobs again
     assert c.wait_job(job, ("COMPLETED",), timeout=30) == "COMPLETED"
@@ -211,7 +256,9 @@ def test_admin_drain_is_never_resumed_nor_re_reasoned(hooks):
         assert ctld_reason(c) == admin and is_drained(c.node_state("node1"))
     hooks.fake.clear_faults()
     rc, _, _ = hooks.run_health()
-    assert ctld_reason(c) == admin and is_drained(c.node_state("node1")) and hooks.local_state() == {}
+    assert (
+        ctld_reason(c) == admin and is_drained(c.node_state("node1")) and hooks.local_state() == {}
+    )
     # an admin who takes over one of OUR drains (new reason) owns it from then on
     c.scontrol("update", "NodeName=node1", "State=RESUME")
     c.wait_state("node1", "IDLE", timeout=15)
@@ -235,14 +282,23 @@ def test_admin_drain_is_never_resumed_nor_re_reasoned(hooks):
 def test_breaker_stops_the_drain_and_lets_the_job_run(hooks):
     c = hooks.cluster
     for other in NODES[1:]:
-        c.scontrol("update", "NodeName=%s" % other, "State=DRAIN", "Reason=slurm-hooks: gpu.ecc: earlier drain")
+        c.scontrol(
+            "update",
+            "NodeName=%s" % other,
+            "State=DRAIN",
+            "Reason=slurm-hooks: gpu.ecc: earlier drain",
+        )
     hooks.fake.inject_fault(*GPU_FAULT)
     job = c.sbatch(gpus=1)
     assert c.wait_job(job, ("COMPLETED",), timeout=30) == "COMPLETED"  # the prolog exited 0
     for context in HOOK_KINDS:
         level, kv = hooks.wait_decision(context, job)
-        assert (level, kv["decision"], kv["outcome"], kv["slurm_calls"]) == \
-            ("CRITICAL", "drain", "breaker-tripped", "2"), kv  # show node + one count, no drain
+        assert (level, kv["decision"], kv["outcome"], kv["slurm_calls"]) == (
+            "CRITICAL",
+            "drain",
+            "breaker-tripped",
+            "2",
+        ), kv  # show node + one count, no drain
         assert "2 of 3 nodes already drained by slurm-hooks (limit 2)" in kv["detail"], kv
     assert c.node_state("node1") == "IDLE" and c.node_reason("node1") is None
     assert all(ctld_reason(c, n) == "slurm-hooks: gpu.ecc: earlier drain" for n in NODES[1:])
@@ -274,9 +330,15 @@ def test_controller_down_bounded_prolog_keeps_pending_drain(hooks, how):
     assert rc == 0, err
     assert slurm_budget - 0.5 < seconds < slurm_budget + 5.0, seconds  # checks (<1 s) + interpreter
     level, kv = hooks.wait_decision("prolog", DIRECT_JOB_ID)
-    assert (level, kv["decision"], kv["outcome"], kv["slurm_calls"]) == \
-        ("ERROR", "drain", "slurm-unavailable", str(calls)), kv
-    assert kv["detail"].startswith("slurmctld unreachable: ") and "unavailable after" in kv["detail"], kv
+    assert (level, kv["decision"], kv["outcome"], kv["slurm_calls"]) == (
+        "ERROR",
+        "drain",
+        "slurm-unavailable",
+        str(calls),
+    ), kv
+    assert (
+        kv["detail"].startswith("slurmctld unreachable: ") and "unavailable after" in kv["detail"]
+    ), kv
     assert "outcome=slurm-unavailable" in err  # also on stderr, which slurmd logs
     pending = hooks.local_state()["pending"]
     assert pending["reason"] == kv["reason"] and pending["checks"] == ["gpu.count"]
@@ -300,7 +362,9 @@ def test_controller_hangs_during_a_jobs_prolog_the_job_runs_and_the_epilog_drain
     c = hooks.cluster
     hooks.write_config(drain={"timeout": 2.0, "attempts": 2})
     hooks.fake.inject_fault(*GPU_FAULT)
-    hooks.fake.inject_delay("nvmlDeviceGetCount", "*", 1500)  # keep the prolog busy long enough to freeze
+    hooks.fake.inject_delay(
+        "nvmlDeviceGetCount", "*", 1500
+    )  # keep the prolog busy long enough to freeze
     job = c.sbatch(gpus=1)
     deadline = time.monotonic() + 20
     while c.job_state(job) not in ("CONFIGURING", "RUNNING"):
@@ -313,12 +377,18 @@ def test_controller_hangs_during_a_jobs_prolog_the_job_runs_and_the_epilog_drain
         c.sigcont_ctld()
     hooks.fake.set_states({"delay_ms.nvmlDeviceGetCount.*": None})
     calls = unreachable_slurm_cost(2.0, 2, message_timeout=c.message_timeout)[1]
-    assert (level, prolog["outcome"], prolog["slurm_calls"]) == ("ERROR", "slurm-unavailable", str(calls)), prolog
+    assert (level, prolog["outcome"], prolog["slurm_calls"]) == (
+        "ERROR",
+        "slurm-unavailable",
+        str(calls),
+    ), prolog
     assert hooks.local_state()["pending"]["job"] == str(job)
     assert c.wait_job(job, ("COMPLETED",), timeout=30) == "COMPLETED"
     level, epilog = hooks.wait_decision("epilog", job, timeout=30)
     assert (epilog["decision"], epilog["outcome"]) == ("drain", "drained"), epilog
-    assert ctld_reason(c) == epilog["reason"] and ctld_reason(c).startswith("slurm-hooks: gpu.count: ")
+    assert ctld_reason(c) == epilog["reason"] and ctld_reason(c).startswith(
+        "slurm-hooks: gpu.count: "
+    )
     state = hooks.local_state()
     assert "pending" not in state and state["drained"]["context"] == "epilog"
 
@@ -332,14 +402,20 @@ def test_slurms_own_prolog_error_is_refined(hooks):
     rc, _, err = hooks.run_health()
     level, kv = hooks.wait_decision("health")
     assert (rc, kv["outcome"], kv["slurm_calls"]) == (1, "refined", "4"), (kv, err)
-    assert ctld_reason(c) == kv["reason"] and hooks.local_state()["drained"]["reason"] == kv["reason"]
+    assert (
+        ctld_reason(c) == kv["reason"] and hooks.local_state()["drained"]["reason"] == kv["reason"]
+    )
 
 
 def test_nohold_on_prolog_fail_leaves_the_requeued_job_eligible(tmp_path):
     """SchedulerParameters=nohold_on_prolog_fail: the job whose prolog failed is requeued but not
     held, so it can start elsewhere at once (here: nowhere else to go, so it waits, eligible).
     Its own cluster: `scontrol reconfigure` re-executes the daemons on Slurm >= 23.11."""
-    r = start_rig(tmp_path, nodes=("node1",), extra_conf="SchedulerParameters=bf_interval=1,nohold_on_prolog_fail")
+    r = start_rig(
+        tmp_path,
+        nodes=("node1",),
+        extra_conf="SchedulerParameters=bf_interval=1,nohold_on_prolog_fail",
+    )
     try:
         c = r.cluster
         assert "nohold_on_prolog_fail" in c.scontrol("show", "config")
@@ -351,8 +427,10 @@ def test_nohold_on_prolog_fail_leaves_the_requeued_job_eligible(tmp_path):
         while not (c.job_state(job) == "PENDING" and c.job_field(job, "Restarts") == "1"):
             assert time.monotonic() < deadline, c.scontrol("show", "job", str(job))
             time.sleep(0.1)
-        assert c.job_field(job, "Priority") != "0" and c.job_field(job, "Reason") != "launch_failed_requeued_held", \
-            c.scontrol("show", "job", str(job))
+        assert (
+            c.job_field(job, "Priority") != "0"
+            and c.job_field(job, "Reason") != "launch_failed_requeued_held"
+        ), c.scontrol("show", "job", str(job))
         assert ctld_reason(c).startswith("slurm-hooks: gpu.count: ")
     finally:
         r.stop()
@@ -371,7 +449,9 @@ def test_observe_mode_drains_nothing(hooks):
     for context in HOOK_KINDS:
         level, kv = hooks.wait_decision(context, job)
         assert (kv["decision"], kv["outcome"], kv["slurm_calls"]) == ("drain", "observe", "0"), kv
-        assert kv["detail"].startswith("observe mode: would drain node1: slurm-hooks: gpu.count: "), kv
+        assert kv["detail"].startswith(
+            "observe mode: would drain node1: slurm-hooks: gpu.count: "
+        ), kv
     rc, _, _ = hooks.run_health()
     assert rc == 0 and hooks.wait_decision("health")[1]["outcome"] == "observe"
     assert c.node_state("node1") == "IDLE" and c.node_reason("node1") is None
@@ -405,13 +485,27 @@ def test_admin_drain_status_resume_against_the_real_controller(hooks):
     hooks.write_config(general={"mode": "observe"})
     rc, out = hooks.run_cli("drain", "--node", "node1", "--reason", "fan 3 at 0 rpm")
     assert rc == 0, out
-    assert ctld_reason(c) == "slurm-hooks: manual: fan 3 at 0 rpm" and is_drained(c.node_state("node1"))
+    assert ctld_reason(c) == "slurm-hooks: manual: fan 3 at 0 rpm" and is_drained(
+        c.node_state("node1")
+    )
     rc, out = hooks.run_cli("status", "--node", "node1", "--json")
-    info = json.loads(out[:out.rindex("}") + 1])
-    assert rc == 0 and info["drained_by_us"] is True and info["reason"] == "slurm-hooks: manual: fan 3 at 0 rpm"
+    info = json.loads(out[: out.rindex("}") + 1])
+    assert (
+        rc == 0
+        and info["drained_by_us"] is True
+        and info["reason"] == "slurm-hooks: manual: fan 3 at 0 rpm"
+    )
     assert "DRAIN" in info["state"].split("+") and info["mode"] == "observe", info
-    assert info["breaker"] == {"drained_by_us": 0, "manual_drains": 1, "nodes": 3, "limit": 2, "tripped": False}, info
-    assert info["drain"] == "slurm-hooks, by an admin (slurm-hooks drain): never resumed automatically", info
+    assert info["breaker"] == {
+        "drained_by_us": 0,
+        "manual_drains": 1,
+        "nodes": 3,
+        "limit": 2,
+        "tripped": False,
+    }, info
+    assert (
+        info["drain"] == "slurm-hooks, by an admin (slurm-hooks drain): never resumed automatically"
+    ), info
     rc, out = hooks.run_cli("resume", "--node", "node1")
     assert rc == 0 and out.startswith("resumed node1"), out
     c.wait_state("node1", "IDLE", timeout=15)
@@ -434,11 +528,15 @@ def test_hooks_talk_to_slurm_through_the_configured_backend(hooks):
     from slurm_hooks.slurm.client import pyslurm_version
 
     expected = {drain_backend_under_test() or "auto"} - {"auto"} or (
-        {"scontrol"} if pyslurm_version() is None else {"scontrol", "pyslurm"})
+        {"scontrol"} if pyslurm_version() is None else {"scontrol", "pyslurm"}
+    )
     hooks.fake.inject_fault(*GPU_FAULT)
     rc, _, err = hooks.run_prolog()
     level, kv = hooks.wait_decision("prolog", DIRECT_JOB_ID)
-    assert (rc, kv["outcome"], kv["slurm_calls"]) == (1, "drained", "4"), (kv, err)  # as above: +re-count
+    assert (rc, kv["outcome"], kv["slurm_calls"]) == (1, "drained", "4"), (
+        kv,
+        err,
+    )  # as above: +re-count
     assert kv["slurm_backend"] in expected, kv
     hooks.fake.clear_faults()
     hooks.log_offset = hooks.log_file.stat().st_size
@@ -473,14 +571,23 @@ def test_job_start_cost_of_our_prolog(hooks, slurm_cluster_factory):
         without = srun_seconds(plain)
     finally:
         plain.stop()
-    prolog_ms = [int(kv["duration_ms"]) for _, kv in hooks.decisions() if kv.get("context") == "prolog"]
+    prolog_ms = [
+        int(kv["duration_ms"]) for _, kv in hooks.decisions() if kv.get("context") == "prolog"
+    ]
     assert len(prolog_ms) == len(with_hooks) + len(direct)
-    report("our prolog run directly (interpreter + checks), median of 3",
-           statistics.median(t for _, t, _ in direct))
+    report(
+        "our prolog run directly (interpreter + checks), median of 3",
+        statistics.median(t for _, t, _ in direct),
+    )
     report("  of which the checks (duration_ms), median", statistics.median(prolog_ms) / 1000.0)
-    report("srun true on an idle node, median of %d, with our prolog" % len(with_hooks),
-           statistics.median(with_hooks))
-    report("srun true on an idle node, median of %d, no prolog/epilog" % len(without), statistics.median(without))
+    report(
+        "srun true on an idle node, median of %d, with our prolog" % len(with_hooks),
+        statistics.median(with_hooks),
+    )
+    report(
+        "srun true on an idle node, median of %d, no prolog/epilog" % len(without),
+        statistics.median(without),
+    )
     # the bound we promise: the prolog's deadline ([deadline] prolog 5 s) + 1 s isolation grace + ~2 s
     # interpreter start on a loaded machine; it must stay far below PrologEpilogTimeout
     assert statistics.median(with_hooks) - statistics.median(without) < 8.0 < PROLOG_EPILOG_TIMEOUT

@@ -27,10 +27,17 @@ OVERRIDES = {
     "gpu": {
         1: {"processes": [{"pid": 4242, "used_memory": 2 << 30, "name": "train.py"}]},
         2: {"nvlink": {"links": {5: {"state": False, "errors": {"crc_flit": 7}}}}},
-        3: {"ecc": {"volatile": {"uncorrected": {"dram": 2}}, "aggregate": {"corrected": {"sram": 5}}},
-            "remapped_rows": {"uncorrected": 1, "pending": True}},
+        3: {
+            "ecc": {
+                "volatile": {"uncorrected": {"dram": 2}},
+                "aggregate": {"corrected": {"sram": 5}},
+            },
+            "remapped_rows": {"uncorrected": 1, "pending": True},
+        },
     },
-    "kmsg": ["NVRM: Xid (PCI:0000:44:00): 63, pid=4242, Row Remapping: New row marked for remapping"],
+    "kmsg": [
+        "NVRM: Xid (PCI:0000:44:00): 63, pid=4242, Row Remapping: New row marked for remapping"
+    ],
 }
 
 
@@ -50,8 +57,13 @@ def cpu_node():
 
 
 def run_py(node, code, timeout=20):
-    proc = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=node.subprocess_env(),
-                          capture_output=True, text=True, timeout=timeout)
+    proc = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        env=node.subprocess_env(),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
     assert proc.returncode == 0, proc.stderr
     return proc.stdout
 
@@ -74,18 +86,28 @@ def test_spec_shape():
         assert g["name"] == "NVIDIA H100 80GB HBM3" and g["nvlink"]["count"] == 18
     assert {"nvidia", "nvidia_peermem", "mlx5_core"} <= set(s["modules"])
     cpu = load_spec("cpu-only")
-    assert not cpu["gpu"] and not cpu["nvml"]["library"] and not any(m.startswith("nvidia") for m in cpu["modules"])
+    assert (
+        not cpu["gpu"]
+        and not cpu["nvml"]["library"]
+        and not any(m.startswith("nvidia") for m in cpu["modules"])
+    )
 
 
-@pytest.mark.parametrize("toml, message", [
-    ("[gpu.0]\npci = \"0000:18:00.0\"\nnmae = \"x\"\n", "gpu.0.nmae: unknown key"),
-    ("[cpu]\nsockets = \"two\"\n", "cpu.sockets: expected int"),
-    ("[gpu.0]\npci = \"18:00\"\n", "gpu.0.pci: bad PCI address"),
-    ("[gpu.0]\npci = \"0000:18:00.0\"\nswitch = \"nope\"\n", "gpu.0.switch: unknown switch"),
-    ("[numa.0]\ncpulist = \"0-9\"\n[numa.1]\ncpulist = \"8-15\"\n", "numa.1.cpulist: CPU 8 also in NUMA node 0"),
-    ("[iommu]\nmode = \"strict\"\n", "iommu.mode"),
-    ("[bogus]\n", "bogus: unknown top-level key"),
-])
+@pytest.mark.parametrize(
+    "toml, message",
+    [
+        ('[gpu.0]\npci = "0000:18:00.0"\nnmae = "x"\n', "gpu.0.nmae: unknown key"),
+        ('[cpu]\nsockets = "two"\n', "cpu.sockets: expected int"),
+        ('[gpu.0]\npci = "18:00"\n', "gpu.0.pci: bad PCI address"),
+        ('[gpu.0]\npci = "0000:18:00.0"\nswitch = "nope"\n', "gpu.0.switch: unknown switch"),
+        (
+            '[numa.0]\ncpulist = "0-9"\n[numa.1]\ncpulist = "8-15"\n',
+            "numa.1.cpulist: CPU 8 also in NUMA node 0",
+        ),
+        ('[iommu]\nmode = "strict"\n', "iommu.mode"),
+        ("[bogus]\n", "bogus: unknown top-level key"),
+    ],
+)
 def test_spec_errors_name_file_and_key(tmp_path, toml, message):
     f = tmp_path / "bad.toml"
     f.write_text(toml)
@@ -113,7 +135,10 @@ def test_pci_symlink_resolves_inside_root_to_nested_path(dgx):
     rel = real.relative_to(dgx.root.resolve()).as_posix()
     assert rel == "sys/devices/pci0000:15/0000:15:01.0/0000:16:00.0/0000:17:00.0/0000:18:00.0"
     assert read(dgx, rel + "/vendor") == "0x10de" and read(dgx, rel + "/class") == "0x030200"
-    assert read(dgx, rel + "/current_link_speed") == "32.0 GT/s PCIe" and read(dgx, rel + "/max_link_width") == "16"
+    assert (
+        read(dgx, rel + "/current_link_speed") == "32.0 GT/s PCIe"
+        and read(dgx, rel + "/max_link_width") == "16"
+    )
     assert os.readlink(str(real / "driver")).endswith("bus/pci/drivers/nvidia")
     assert read(dgx, "/sys/devices/pci0000:15/0000:15:01.0/class") == "0x060400"
 
@@ -152,7 +177,9 @@ def test_config_space_capability_chain_reaches_acs(dgx):
     gpu = dgx.path("/sys/bus/pci/devices/0000:18:00.0").resolve()
     port = gpu.parent  # the switch downstream port
     cfg = (port / "config").read_bytes()
-    assert len(cfg) == 4096 and cfg[0x0E] & 0x7F == 1 and cfg[0x19] == 0x18  # type 1, secondary bus 0x18
+    assert (
+        len(cfg) == 4096 and cfg[0x0E] & 0x7F == 1 and cfg[0x19] == 0x18
+    )  # type 1, secondary bus 0x18
     caps, ext = _caps(cfg)
     assert (cfg[caps[0x10] + 2] >> 4) & 0xF == pci.PORT_DOWNSTREAM
     acs_ctrl = struct.unpack_from("<H", cfg, ext[0x000D] + 6)[0]
@@ -164,12 +191,21 @@ def test_config_space_capability_chain_reaches_acs(dgx):
     assert (lnksta & 0xF, (lnksta >> 4) & 0x3F) == (5, 16) and 0x000D not in gext
     on = FakeNode.build_temp("dgx-h100", overrides={"switch": {"sw0": {"acs_redirect": True}}})
     on_root = on.root
-    cfg2 = on.path("/sys/bus/pci/devices/0000:18:00.0").resolve().parent.joinpath("config").read_bytes()
+    cfg2 = (
+        on.path("/sys/bus/pci/devices/0000:18:00.0")
+        .resolve()
+        .parent.joinpath("config")
+        .read_bytes()
+    )
     ctrl2 = struct.unpack_from("<H", cfg2, _caps(cfg2)[1][0x000D] + 6)[0]
     assert ctrl2 & (pci.ACS_RR | pci.ACS_CR | pci.ACS_SV) == pci.ACS_RR | pci.ACS_CR | pci.ACS_SV
+
     # with ACS off the GPU and the HCA behind sw0 share an IOMMU group; with it on they do not
     def group(n, bdf):
-        return os.path.basename(os.readlink(str(n.path("/sys/bus/pci/devices/%s/iommu_group" % bdf))))
+        return os.path.basename(
+            os.readlink(str(n.path("/sys/bus/pci/devices/%s/iommu_group" % bdf)))
+        )
+
     assert group(dgx, "0000:18:00.0") == group(dgx, "0000:19:00.0")
     assert group(on, "0000:18:00.0") != group(on, "0000:19:00.0")
     assert read(dgx, "/sys/kernel/iommu_groups/%s/type" % group(dgx, "0000:18:00.0")) == "identity"
@@ -179,7 +215,9 @@ def test_config_space_capability_chain_reaches_acs(dgx):
 
 def test_infiniband_net_nvme_classes(dgx):
     ib = dgx.path("/sys/class/infiniband/mlx5_0")
-    assert ib.joinpath("device").resolve() == dgx.path("/sys/bus/pci/devices/0000:19:00.0").resolve()
+    assert (
+        ib.joinpath("device").resolve() == dgx.path("/sys/bus/pci/devices/0000:19:00.0").resolve()
+    )
     port = ib / "ports" / "1"
     assert (port / "state").read_text().strip() == "4: ACTIVE"
     assert (port / "phys_state").read_text().strip() == "5: LinkUp"
@@ -199,8 +237,13 @@ def test_procfs_modules_kmsg(dgx, cpu_node):
     blocks = cpuinfo.split("\n\n")
     assert len(blocks) == 224
     b = dict(re.findall(r"^(.+?)\s*: ?(.*)$", blocks[170], re.M))
-    assert (b["processor"], b["physical id"], b["core id"], b["siblings"], b["cpu cores"]) == \
-        ("170", "1", "2", "112", "56")
+    assert (b["processor"], b["physical id"], b["core id"], b["siblings"], b["cpu cores"]) == (
+        "170",
+        "1",
+        "2",
+        "112",
+        "56",
+    )
     assert "hypervisor" not in b["flags"]
     mods = {line.split()[0]: line for line in read(dgx, "/proc/modules").splitlines()}
     assert {"nvidia", "nvidia_peermem", "mlx5_core", "ib_core"} <= set(mods)
@@ -220,7 +263,10 @@ def test_procfs_modules_kmsg(dgx, cpu_node):
     assert not list(cpu_node.path("/sys/kernel/iommu_groups").iterdir())
     assert len(read(cpu_node, "/proc/cpuinfo").split("\n\n")) == 128
     from tests.fakenode import procfs
-    assert " hypervisor" in procfs.cpuinfo(load_spec("cpu-only", {"node": {"virtualization": "kvm"}}))
+
+    assert " hypervisor" in procfs.cpuinfo(
+        load_spec("cpu-only", {"node": {"virtualization": "kvm"}})
+    )
 
 
 # ------------------------------------------------------------------------------------------------ fake NVML via pynvml
@@ -284,13 +330,18 @@ def test_pynvml_subprocess_sees_spec_values(dgx):
     assert gpus[3]["dram_unc"] == 2 and gpus[3]["sram_agg_corr"] == 5
     assert gpus[3]["remap"] == [0, 1, 1, 0] and gpus[0]["remap"] == [0, 0, 0, 0]
     assert gpus[2]["links"] == [1] * 5 + [0] + [1] * 12 and gpus[2]["crc5"] == 7
-    assert gpus[1]["procs"] == [[4242, 2 << 30]] and gpus[1]["mem_used"] == 2 << 30 and out["pname"] == "train.py"
+    assert (
+        gpus[1]["procs"] == [[4242, 2 << 30]]
+        and gpus[1]["mem_used"] == 2 << 30
+        and out["pname"] == "train.py"
+    )
     assert [g["topo0"] for g in gpus] == [0, 10, 40, 40, 50, 50, 50, 50]
 
 
 @pytest.fixture
 def inproc(dgx):
     import pynvml
+
     pynvml_mod = dgx.load_into_pynvml()
     assert pynvml_mod is pynvml
     yield dgx, pynvml
@@ -341,8 +392,13 @@ def test_hang_blocks_and_crash_aborts(dgx):
     dgx.inject_hang("nvmlDeviceGetTemperature", 5)
     dgx.inject_crash("nvmlDeviceGetPowerUsage", "*")
     try:
-        proc = subprocess.Popen([sys.executable, "-c", textwrap.dedent(HANG)], env=dgx.subprocess_env(),
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        proc = subprocess.Popen(
+            [sys.executable, "-c", textwrap.dedent(HANG)],
+            env=dgx.subprocess_env(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         try:
             assert proc.stdout.readline().strip() == "ready"
             with pytest.raises(subprocess.TimeoutExpired):
@@ -350,9 +406,17 @@ def test_hang_blocks_and_crash_aborts(dgx):
         finally:
             proc.kill()
             proc.wait()
-        crash = subprocess.run([sys.executable, "-c", "import pynvml as N; N.nvmlInit(); "
-                                "N.nvmlDeviceGetPowerUsage(N.nvmlDeviceGetHandleByIndex(0))"],
-                               env=dgx.subprocess_env(), capture_output=True, timeout=20)
+        crash = subprocess.run(
+            [
+                sys.executable,
+                "-c",
+                "import pynvml as N; N.nvmlInit(); "
+                "N.nvmlDeviceGetPowerUsage(N.nvmlDeviceGetHandleByIndex(0))",
+            ],
+            env=dgx.subprocess_env(),
+            capture_output=True,
+            timeout=20,
+        )
         assert crash.returncode == -signal.SIGABRT
     finally:
         dgx.clear_faults()
@@ -360,39 +424,101 @@ def test_hang_blocks_and_crash_aborts(dgx):
 
 # pynvml wrappers the fake must serve; the test derives the C symbol names from pynvml's own source
 PYNVML_WRAPPERS = [
-    "nvmlInitWithFlags", "nvmlInit", "nvmlShutdown", "nvmlErrorString", "nvmlSystemGetDriverVersion",
-    "nvmlSystemGetNVMLVersion", "nvmlSystemGetCudaDriverVersion", "nvmlSystemGetCudaDriverVersion_v2",
-    "nvmlSystemGetProcessName", "nvmlSystemGetTopologyGpuSet", "nvmlDeviceGetCount",
-    "nvmlDeviceGetHandleByIndex", "nvmlDeviceGetHandleByPciBusId", "nvmlDeviceGetHandleByUUID",
-    "nvmlDeviceGetHandleBySerial", "nvmlDeviceGetName", "nvmlDeviceGetUUID", "nvmlDeviceGetSerial",
-    "nvmlDeviceGetIndex", "nvmlDeviceGetMinorNumber", "nvmlDeviceGetPciInfo", "nvmlDeviceGetPciInfo_v3",
-    "nvmlDeviceGetPciInfoExt", "nvmlDeviceGetVbiosVersion", "nvmlDeviceGetBoardPartNumber",
-    "nvmlDeviceGetInforomImageVersion", "nvmlDeviceGetPersistenceMode", "nvmlDeviceGetComputeMode",
-    "nvmlDeviceGetMigMode", "nvmlDeviceGetEccMode", "nvmlDeviceGetDefaultEccMode", "nvmlDeviceGetTotalEccErrors",
-    "nvmlDeviceGetMemoryErrorCounter", "nvmlDeviceGetRemappedRows", "nvmlDeviceGetRemappedRows_v2",
-    "nvmlDeviceGetRetiredPages", "nvmlDeviceGetRetiredPages_v2", "nvmlDeviceGetRetiredPagesPendingStatus",
-    "nvmlDeviceGetCurrentClocksEventReasons", "nvmlDeviceGetCurrentClocksThrottleReasons",
-    "nvmlDeviceGetSupportedClocksEventReasons", "nvmlDeviceGetSupportedClocksThrottleReasons",
-    "nvmlDeviceGetPowerManagementLimit", "nvmlDeviceGetPowerManagementDefaultLimit",
-    "nvmlDeviceGetEnforcedPowerLimit", "nvmlDeviceGetPowerManagementLimitConstraints", "nvmlDeviceGetPowerUsage",
-    "nvmlDeviceGetTotalEnergyConsumption", "nvmlDeviceGetApplicationsClock",
-    "nvmlDeviceGetDefaultApplicationsClock", "nvmlDeviceGetClockInfo", "nvmlDeviceGetMaxClockInfo",
-    "nvmlDeviceGetClock", "nvmlDeviceGetTemperature", "nvmlDeviceGetTemperatureV",
-    "nvmlDeviceGetTemperatureThreshold", "nvmlDeviceGetCurrPcieLinkGeneration",
-    "nvmlDeviceGetMaxPcieLinkGeneration", "nvmlDeviceGetGpuMaxPcieLinkGeneration",
-    "nvmlDeviceGetCurrPcieLinkWidth", "nvmlDeviceGetMaxPcieLinkWidth", "nvmlDeviceGetPcieReplayCounter",
-    "nvmlDeviceGetPcieLinkMaxSpeed", "nvmlDeviceGetNvLinkState", "nvmlDeviceGetNvLinkVersion",
-    "nvmlDeviceGetNvLinkErrorCounter", "nvmlDeviceGetNvLinkRemotePciInfo", "nvmlDeviceGetNvLinkCapability",
-    "nvmlDeviceGetNvLinkRemoteDeviceType", "nvmlDeviceGetComputeRunningProcesses",
-    "nvmlDeviceGetComputeRunningProcesses_v2", "nvmlDeviceGetComputeRunningProcesses_v3",
-    "nvmlDeviceGetGraphicsRunningProcesses", "nvmlDeviceGetGraphicsRunningProcesses_v2",
-    "nvmlDeviceGetGraphicsRunningProcesses_v3", "nvmlDeviceGetMemoryInfo", "nvmlDeviceGetBAR1MemoryInfo",
-    "nvmlDeviceGetCpuAffinity", "nvmlDeviceGetCpuAffinityWithinScope", "nvmlDeviceGetMemoryAffinity",
-    "nvmlDeviceGetNumaNodeId", "nvmlDeviceGetTopologyCommonAncestor", "nvmlDeviceGetTopologyNearestGpus",
-    "nvmlDeviceGetFieldValues", "nvmlDeviceGetGpuFabricInfo", "nvmlDeviceGetGpuFabricInfoV",
-    "nvmlDeviceGetUtilizationRates", "nvmlDeviceGetViolationStatus", "nvmlDeviceGetArchitecture",
-    "nvmlDeviceGetBrand", "nvmlDeviceGetCudaComputeCapability", "nvmlDeviceGetPerformanceState",
-    "nvmlDeviceGetDisplayMode", "nvmlDeviceGetDisplayActive", "nvmlDeviceGetFanSpeed",
+    "nvmlInitWithFlags",
+    "nvmlInit",
+    "nvmlShutdown",
+    "nvmlErrorString",
+    "nvmlSystemGetDriverVersion",
+    "nvmlSystemGetNVMLVersion",
+    "nvmlSystemGetCudaDriverVersion",
+    "nvmlSystemGetCudaDriverVersion_v2",
+    "nvmlSystemGetProcessName",
+    "nvmlSystemGetTopologyGpuSet",
+    "nvmlDeviceGetCount",
+    "nvmlDeviceGetHandleByIndex",
+    "nvmlDeviceGetHandleByPciBusId",
+    "nvmlDeviceGetHandleByUUID",
+    "nvmlDeviceGetHandleBySerial",
+    "nvmlDeviceGetName",
+    "nvmlDeviceGetUUID",
+    "nvmlDeviceGetSerial",
+    "nvmlDeviceGetIndex",
+    "nvmlDeviceGetMinorNumber",
+    "nvmlDeviceGetPciInfo",
+    "nvmlDeviceGetPciInfo_v3",
+    "nvmlDeviceGetPciInfoExt",
+    "nvmlDeviceGetVbiosVersion",
+    "nvmlDeviceGetBoardPartNumber",
+    "nvmlDeviceGetInforomImageVersion",
+    "nvmlDeviceGetPersistenceMode",
+    "nvmlDeviceGetComputeMode",
+    "nvmlDeviceGetMigMode",
+    "nvmlDeviceGetEccMode",
+    "nvmlDeviceGetDefaultEccMode",
+    "nvmlDeviceGetTotalEccErrors",
+    "nvmlDeviceGetMemoryErrorCounter",
+    "nvmlDeviceGetRemappedRows",
+    "nvmlDeviceGetRemappedRows_v2",
+    "nvmlDeviceGetRetiredPages",
+    "nvmlDeviceGetRetiredPages_v2",
+    "nvmlDeviceGetRetiredPagesPendingStatus",
+    "nvmlDeviceGetCurrentClocksEventReasons",
+    "nvmlDeviceGetCurrentClocksThrottleReasons",
+    "nvmlDeviceGetSupportedClocksEventReasons",
+    "nvmlDeviceGetSupportedClocksThrottleReasons",
+    "nvmlDeviceGetPowerManagementLimit",
+    "nvmlDeviceGetPowerManagementDefaultLimit",
+    "nvmlDeviceGetEnforcedPowerLimit",
+    "nvmlDeviceGetPowerManagementLimitConstraints",
+    "nvmlDeviceGetPowerUsage",
+    "nvmlDeviceGetTotalEnergyConsumption",
+    "nvmlDeviceGetApplicationsClock",
+    "nvmlDeviceGetDefaultApplicationsClock",
+    "nvmlDeviceGetClockInfo",
+    "nvmlDeviceGetMaxClockInfo",
+    "nvmlDeviceGetClock",
+    "nvmlDeviceGetTemperature",
+    "nvmlDeviceGetTemperatureV",
+    "nvmlDeviceGetTemperatureThreshold",
+    "nvmlDeviceGetCurrPcieLinkGeneration",
+    "nvmlDeviceGetMaxPcieLinkGeneration",
+    "nvmlDeviceGetGpuMaxPcieLinkGeneration",
+    "nvmlDeviceGetCurrPcieLinkWidth",
+    "nvmlDeviceGetMaxPcieLinkWidth",
+    "nvmlDeviceGetPcieReplayCounter",
+    "nvmlDeviceGetPcieLinkMaxSpeed",
+    "nvmlDeviceGetNvLinkState",
+    "nvmlDeviceGetNvLinkVersion",
+    "nvmlDeviceGetNvLinkErrorCounter",
+    "nvmlDeviceGetNvLinkRemotePciInfo",
+    "nvmlDeviceGetNvLinkCapability",
+    "nvmlDeviceGetNvLinkRemoteDeviceType",
+    "nvmlDeviceGetComputeRunningProcesses",
+    "nvmlDeviceGetComputeRunningProcesses_v2",
+    "nvmlDeviceGetComputeRunningProcesses_v3",
+    "nvmlDeviceGetGraphicsRunningProcesses",
+    "nvmlDeviceGetGraphicsRunningProcesses_v2",
+    "nvmlDeviceGetGraphicsRunningProcesses_v3",
+    "nvmlDeviceGetMemoryInfo",
+    "nvmlDeviceGetBAR1MemoryInfo",
+    "nvmlDeviceGetCpuAffinity",
+    "nvmlDeviceGetCpuAffinityWithinScope",
+    "nvmlDeviceGetMemoryAffinity",
+    "nvmlDeviceGetNumaNodeId",
+    "nvmlDeviceGetTopologyCommonAncestor",
+    "nvmlDeviceGetTopologyNearestGpus",
+    "nvmlDeviceGetFieldValues",
+    "nvmlDeviceGetGpuFabricInfo",
+    "nvmlDeviceGetGpuFabricInfoV",
+    "nvmlDeviceGetUtilizationRates",
+    "nvmlDeviceGetViolationStatus",
+    "nvmlDeviceGetArchitecture",
+    "nvmlDeviceGetBrand",
+    "nvmlDeviceGetCudaComputeCapability",
+    "nvmlDeviceGetPerformanceState",
+    "nvmlDeviceGetDisplayMode",
+    "nvmlDeviceGetDisplayActive",
+    "nvmlDeviceGetFanSpeed",
 ]
 
 
@@ -400,17 +526,28 @@ def test_exports_every_symbol_pynvml_looks_up(dgx):
     import ctypes
 
     import pynvml
+
     lib = ctypes.CDLL(str(dgx.lib_path))
     needed = set()
     for name in PYNVML_WRAPPERS:
-        needed |= set(re.findall(r'_nvmlGetFunctionPointer\("(\w+)"\)', inspect.getsource(getattr(pynvml, name))))
+        needed |= set(
+            re.findall(
+                r'_nvmlGetFunctionPointer\("(\w+)"\)', inspect.getsource(getattr(pynvml, name))
+            )
+        )
     assert len(needed) >= len(PYNVML_WRAPPERS) - 5
     missing = sorted(n for n in needed if not hasattr(lib, n))
     assert not missing
-    assert {"nvmlInitWithFlags", "nvmlInit_v2", "nvmlDeviceGetCount_v2", "nvmlDeviceGetHandleByIndex_v2",
-            "nvmlDeviceGetPciInfo_v3", "nvmlDeviceGetComputeRunningProcesses_v3",
-            "nvmlDeviceGetMemoryInfo_v2", "nvmlDeviceGetNvLinkRemotePciInfo_v2"} <= needed | set(
-        fakenvml.exported_symbols(dgx.lib_path))
+    assert {
+        "nvmlInitWithFlags",
+        "nvmlInit_v2",
+        "nvmlDeviceGetCount_v2",
+        "nvmlDeviceGetHandleByIndex_v2",
+        "nvmlDeviceGetPciInfo_v3",
+        "nvmlDeviceGetComputeRunningProcesses_v3",
+        "nvmlDeviceGetMemoryInfo_v2",
+        "nvmlDeviceGetNvLinkRemotePciInfo_v2",
+    } <= needed | set(fakenvml.exported_symbols(dgx.lib_path))
 
 
 def test_build_errors_are_clear(monkeypatch, tmp_path):
@@ -425,17 +562,37 @@ def test_build_errors_are_clear(monkeypatch, tmp_path):
 
 def test_cli_run_substitutes_root_and_sets_env():
     repo = Path(__file__).resolve().parents[1]
-    code = ("import os, sys, pynvml as N; N.nvmlInit(); "
-            "print(os.path.isdir(sys.argv[1] + '/sys/class/infiniband'), N.nvmlDeviceGetCount(), "
-            "N.nvmlDeviceGetEccMode(N.nvmlDeviceGetHandleByIndex(1)))")
-    proc = subprocess.run([sys.executable, "-m", "tests.fakenode", "run", "dgx-h100", "--state",
-                           "gpu.1.ecc.mode=0", "--", sys.executable, "-c", code, "{root}"],
-                          cwd=str(repo), capture_output=True, text=True, timeout=60)
+    code = (
+        "import os, sys, pynvml as N; N.nvmlInit(); "
+        "print(os.path.isdir(sys.argv[1] + '/sys/class/infiniband'), N.nvmlDeviceGetCount(), "
+        "N.nvmlDeviceGetEccMode(N.nvmlDeviceGetHandleByIndex(1)))"
+    )
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "tests.fakenode",
+            "run",
+            "dgx-h100",
+            "--state",
+            "gpu.1.ecc.mode=0",
+            "--",
+            sys.executable,
+            "-c",
+            code,
+            "{root}",
+        ],
+        cwd=str(repo),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split() == ["True", "8", "[0,", "1]"]
 
 
 # ------------------------------------------------------------------------------------------------ PCIe trees (issue 18)
+
 
 def _config_port_type(node, bdf):
     cfg = node.path("/sys/bus/pci/devices/%s/config" % bdf).read_bytes()
@@ -446,70 +603,151 @@ def _config_port_type(node, bdf):
 
 
 def _bus_range(node, bdf):
-    return tuple(int(read(node, "/sys/bus/pci/devices/%s/%s" % (bdf, f))) for f in ("secondary_bus_number",
-                                                                                    "subordinate_bus_number"))
+    return tuple(
+        int(read(node, "/sys/bus/pci/devices/%s/%s" % (bdf, f)))
+        for f in ("secondary_bus_number", "subordinate_bus_number")
+    )
 
 
 def test_dgx_a100_nests_three_switch_levels_with_consistent_bus_numbers():
     spec = load_spec("dgx-a100")
     assert spec["cpu"]["count"] == 256 and len(spec["numa"]) == 8
     assert spec["numa"][3]["cpulist"] == "48-63,176-191"  # GPU0's CPU affinity on NVIDIA/nccl#1505
-    assert spec["switch"]["q3_gpu0"]["root_port"] == "0000:00:01.1" and spec["switch"]["q3_gpu0"]["numa_node"] == 3
+    assert (
+        spec["switch"]["q3_gpu0"]["root_port"] == "0000:00:01.1"
+        and spec["switch"]["q3_gpu0"]["numa_node"] == 3
+    )
     node = FakeNode.build_temp("dgx-a100")
     try:
-        gpu0 = node.path("/sys/bus/pci/devices/0000:07:00.0").resolve().relative_to(node.root.resolve()).as_posix()
-        assert gpu0 == ("sys/devices/pci0000:00/0000:00:01.1/0000:01:00.0/0000:02:00.0/0000:03:00.0/0000:04:00.0/"
-                        "0000:05:00.0/0000:06:00.0/0000:07:00.0")
+        gpu0 = (
+            node.path("/sys/bus/pci/devices/0000:07:00.0")
+            .resolve()
+            .relative_to(node.root.resolve())
+            .as_posix()
+        )
+        assert gpu0 == (
+            "sys/devices/pci0000:00/0000:00:01.1/0000:01:00.0/0000:02:00.0/0000:03:00.0/0000:04:00.0/"
+            "0000:05:00.0/0000:06:00.0/0000:07:00.0"
+        )
         types = [_config_port_type(node, b) for b in gpu0.split("/")[3:]]
-        assert types == [pci.PORT_ROOT, pci.PORT_UPSTREAM, pci.PORT_DOWNSTREAM] * 1 + \
-            [pci.PORT_UPSTREAM, pci.PORT_DOWNSTREAM] * 2 + [pci.PORT_ENDPOINT]
+        assert types == [pci.PORT_ROOT, pci.PORT_UPSTREAM, pci.PORT_DOWNSTREAM] * 1 + [
+            pci.PORT_UPSTREAM,
+            pci.PORT_DOWNSTREAM,
+        ] * 2 + [pci.PORT_ENDPOINT]
         assert _bus_range(node, "0000:00:01.1") == (0x01, 0x12)  # everything of the quadrant
-        assert _bus_range(node, "0000:02:00.0") == (0x03, 0x08)  # GPU-side level-2 switch and its NVMe
-        assert _bus_range(node, "0000:02:01.0") == (0x0a, 0x12)  # NIC-side level-2 switch, GPU1 below it
-        assert _bus_range(node, "0000:0b:01.0") == (0x0d, 0x0f)
-        assert read(node, "/sys/bus/pci/devices/0000:05:00.0/vendor") == "0x1000"  # PEX880xx (switch_defaults)
+        assert _bus_range(node, "0000:02:00.0") == (
+            0x03,
+            0x08,
+        )  # GPU-side level-2 switch and its NVMe
+        assert _bus_range(node, "0000:02:01.0") == (
+            0x0A,
+            0x12,
+        )  # NIC-side level-2 switch, GPU1 below it
+        assert _bus_range(node, "0000:0b:01.0") == (0x0D, 0x0F)
+        assert (
+            read(node, "/sys/bus/pci/devices/0000:05:00.0/vendor") == "0x1000"
+        )  # PEX880xx (switch_defaults)
         assert read(node, "/sys/bus/pci/devices/0000:07:00.0/numa_node") == "3"
         assert read(node, "/sys/bus/pci/devices/0000:07:00.0/local_cpulist") == "48-63,176-191"
         cfg = node.path("/sys/bus/pci/devices/0000:02:01.0/config").read_bytes()
-        assert (cfg[0x18], cfg[0x19], cfg[0x1A]) == (0x02, 0x0A, 0x12)  # primary/secondary/subordinate registers
+        assert (cfg[0x18], cfg[0x19], cfg[0x1A]) == (
+            0x02,
+            0x0A,
+            0x12,
+        )  # primary/secondary/subordinate registers
         state = node.state()
-        assert state["gpu.0.topology.1"] == "20" and state["gpu.0.topology.2"] == "50"  # PXB; SYS across nodes
+        assert (
+            state["gpu.0.topology.1"] == "20" and state["gpu.0.topology.2"] == "50"
+        )  # PXB; SYS across nodes
     finally:
         node.cleanup()
 
 
 def test_a_bridge_below_a_root_port_without_a_switch():
     """A PCIe-to-PCI bridge (port type 7) on a root port, two NIC functions on its secondary bus."""
-    spec = load_spec("dgx-h100", {
-        "switch": {"br0": {"kind": "bridge", "root_port": "0000:d0:01.0", "upstream": "0000:d1:00.0", "numa_node": 1}},
-        "nic": {"mlx5_8": {"pci": "0000:d2:00.0", "switch": "br0", "root_port": ""},
-                "mlx5_9": {"pci": "0000:d2:00.1", "switch": "br0", "root_port": ""}}})
+    spec = load_spec(
+        "dgx-h100",
+        {
+            "switch": {
+                "br0": {
+                    "kind": "bridge",
+                    "root_port": "0000:d0:01.0",
+                    "upstream": "0000:d1:00.0",
+                    "numa_node": 1,
+                }
+            },
+            "nic": {
+                "mlx5_8": {"pci": "0000:d2:00.0", "switch": "br0", "root_port": ""},
+                "mlx5_9": {"pci": "0000:d2:00.1", "switch": "br0", "root_port": ""},
+            },
+        },
+    )
     devs = pci.topology(spec)
-    assert devs["0000:d1:00.0"]["port_type"] == pci.PORT_PCI_BRIDGE and devs["0000:d1:00.0"]["parent"] == "0000:d0:01.0"
+    assert (
+        devs["0000:d1:00.0"]["port_type"] == pci.PORT_PCI_BRIDGE
+        and devs["0000:d1:00.0"]["parent"] == "0000:d0:01.0"
+    )
     assert (devs["0000:d1:00.0"]["secondary"], devs["0000:d1:00.0"]["subordinate"]) == (0xD2, 0xD2)
     assert devs["0000:d2:00.1"]["parent"] == "0000:d1:00.0"
-    assert pci.nvml_level(devs, "0000:d2:00.0", "0000:d2:00.1") == pci.NVML_SINGLE  # one bridge: PIX
-    assert pci.nvml_level(devs, "0000:d2:00.0", "0000:9a:00.0") == pci.NVML_NODE  # another host bridge, NUMA 1
+    assert (
+        pci.nvml_level(devs, "0000:d2:00.0", "0000:d2:00.1") == pci.NVML_SINGLE
+    )  # one bridge: PIX
+    assert (
+        pci.nvml_level(devs, "0000:d2:00.0", "0000:9a:00.0") == pci.NVML_NODE
+    )  # another host bridge, NUMA 1
 
 
-@pytest.mark.parametrize("overlay, message", [
-    ({"switch": {"x": {"root_port": "0000:15:02.0", "parent": "sw0", "upstream": "0000:30:00.0"}}},
-     "switch.x: give either root_port"),
-    ({"switch": {"x": {"upstream": "0000:30:00.0"}}}, "switch.x: give either root_port"),
-    ({"switch": {"x": {"parent": "nope", "upstream": "0000:30:00.0"}}}, "switch.x.parent: unknown switch 'nope'"),
-    ({"switch": {"x": {"parent": "y", "upstream": "0000:30:00.0"}, "y": {"parent": "x", "upstream": "0000:31:00.0"}}},
-     "form a loop"),
-    ({"switch": {"x": {"kind": "hub", "root_port": "0000:d0:01.0", "upstream": "0000:d1:00.0"}}}, "switch.x.kind"),
-    # below sw0 (upstream 16, downstream ports on 17), a switch whose upstream port is on bus 17 itself
-    ({"switch": {"x": {"parent": "sw0", "upstream": "0000:17:00.0"}}}, "pci: "),
-    # a GPU below sw1 numbered below sw1's own upstream bus
-    ({"gpu": {2: {"pci": "0000:1c:00.0"}}}, "must be above its own bus"),
-    # sw0's range grows to 16-2f; another root port of the same host bridge claims bus 20 inside it
-    ({"nic": {"mlx5_1": {"pci": "0000:2f:00.0"}, "mlx5_8": {"pci": "0000:20:00.0", "root_port": "0000:15:02.0"}}},
-     "overlapping bus ranges"),
-    # two endpoints on different buses directly below one root port
-    ({"nvme": {"nvme1": {"root_port": "0000:00:1d.0"}}}, "secondary bus is 0000:01"),
-])
+@pytest.mark.parametrize(
+    "overlay, message",
+    [
+        (
+            {
+                "switch": {
+                    "x": {"root_port": "0000:15:02.0", "parent": "sw0", "upstream": "0000:30:00.0"}
+                }
+            },
+            "switch.x: give either root_port",
+        ),
+        ({"switch": {"x": {"upstream": "0000:30:00.0"}}}, "switch.x: give either root_port"),
+        (
+            {"switch": {"x": {"parent": "nope", "upstream": "0000:30:00.0"}}},
+            "switch.x.parent: unknown switch 'nope'",
+        ),
+        (
+            {
+                "switch": {
+                    "x": {"parent": "y", "upstream": "0000:30:00.0"},
+                    "y": {"parent": "x", "upstream": "0000:31:00.0"},
+                }
+            },
+            "form a loop",
+        ),
+        (
+            {
+                "switch": {
+                    "x": {"kind": "hub", "root_port": "0000:d0:01.0", "upstream": "0000:d1:00.0"}
+                }
+            },
+            "switch.x.kind",
+        ),
+        # below sw0 (upstream 16, downstream ports on 17), a switch whose upstream port is on bus 17 itself
+        ({"switch": {"x": {"parent": "sw0", "upstream": "0000:17:00.0"}}}, "pci: "),
+        # a GPU below sw1 numbered below sw1's own upstream bus
+        ({"gpu": {2: {"pci": "0000:1c:00.0"}}}, "must be above its own bus"),
+        # sw0's range grows to 16-2f; another root port of the same host bridge claims bus 20 inside it
+        (
+            {
+                "nic": {
+                    "mlx5_1": {"pci": "0000:2f:00.0"},
+                    "mlx5_8": {"pci": "0000:20:00.0", "root_port": "0000:15:02.0"},
+                }
+            },
+            "overlapping bus ranges",
+        ),
+        # two endpoints on different buses directly below one root port
+        ({"nvme": {"nvme1": {"root_port": "0000:00:1d.0"}}}, "secondary bus is 0000:01"),
+    ],
+)
 def test_bus_numbering_that_no_machine_has_is_a_spec_error(overlay, message):
     with pytest.raises(SpecError) as exc:
         load_spec("dgx-h100", overlay)
@@ -518,17 +756,38 @@ def test_bus_numbering_that_no_machine_has_is_a_spec_error(overlay, message):
 
 def test_pci_domains_wider_than_16_bits():
     """VMD (and Hyper-V) domains: 10000:xx. sysfs names, the host bridge directory and NVML's busId keep every digit."""
-    node = FakeNode.build_temp("dgx-h100", {"gpu": {7: {"pci": "10000:01:00.0", "switch": "", "root_port":
-                                                          "10000:00:02.0", "numa_node": 1}}})
+    node = FakeNode.build_temp(
+        "dgx-h100",
+        {
+            "gpu": {
+                7: {
+                    "pci": "10000:01:00.0",
+                    "switch": "",
+                    "root_port": "10000:00:02.0",
+                    "numa_node": 1,
+                }
+            }
+        },
+    )
     try:
-        link = node.path("/sys/bus/pci/devices/10000:01:00.0").resolve().relative_to(node.root.resolve())
+        link = (
+            node.path("/sys/bus/pci/devices/10000:01:00.0")
+            .resolve()
+            .relative_to(node.root.resolve())
+        )
         assert link.as_posix() == "sys/devices/pci10000:00/10000:00:02.0/10000:01:00.0"
-        out = run_py(node, """
+        out = run_py(
+            node,
+            """
             import pynvml
             pynvml.nvmlInit()
             print(pynvml.nvmlDeviceGetPciInfo(pynvml.nvmlDeviceGetHandleByIndex(7)).busId)
             print(pynvml.nvmlDeviceGetHandleByPciBusId("00010000:01:00.0") is not None)
-        """)
-        assert out.split() == ["00010000:01:00.0", "True"]  # NVML_DEVICE_PCI_BUS_ID_FMT "%08X:%02X:%02X.0"
+        """,
+        )
+        assert out.split() == [
+            "00010000:01:00.0",
+            "True",
+        ]  # NVML_DEVICE_PCI_BUS_ID_FMT "%08X:%02X:%02X.0"
     finally:
         node.cleanup()

@@ -6,6 +6,7 @@ for a fault that does not drain, the job completes and the node stays IDLE witho
 Faults are the matrix's own rows (same injection, same expectations), restricted to those that can be
 injected into the running rig's node: NVML state and kernel log records.
 """
+
 from __future__ import annotations
 
 import time
@@ -17,8 +18,15 @@ from tests.slurm_rig import ctld_reason, is_drained, report, start_rig
 
 pytestmark = pytest.mark.slurm
 
-SUBSET = ["ecc-uncorrectable", "row-remap-failed", "nvlink-links-down", "leftover-process", "xid79-fell-off-bus",
-          "sxid-fatal", "xid13-job-exception"]
+SUBSET = [
+    "ecc-uncorrectable",
+    "row-remap-failed",
+    "nvlink-links-down",
+    "leftover-process",
+    "xid79-fell-off-bus",
+    "sxid-fatal",
+    "xid13-job-exception",
+]
 ROWS = {f.id: f for f in FAULTS}
 
 
@@ -38,7 +46,9 @@ def hooks(rig):
 
 def test_subset_is_representative():
     rows = [ROWS[name] for name in SUBSET]
-    assert all(not r.overrides and not r.config and not r.files for r in rows)  # injectable into the live rig
+    assert all(
+        not r.overrides and not r.config and not r.files for r in rows
+    )  # injectable into the live rig
     assert {r.family for r in rows} >= {"GPU", "NVLink", "XID"} and sum(r.drains for r in rows) >= 5
     assert any(not r.drains for r in rows)
 
@@ -59,7 +69,11 @@ def test_fault_on_a_real_controller(hooks, name):
             c.wait_state("node1", is_drained, timeout=30)
             report("%s: sbatch -> node DRAIN" % name, time.monotonic() - start)
             level, kv = hooks.wait_decision("prolog", job)
-            assert (kv["decision"], kv["outcome"], kv["check"]) == ("drain", "drained", fault.check), kv
+            assert (kv["decision"], kv["outcome"], kv["check"]) == (
+                "drain",
+                "drained",
+                fault.check,
+            ), kv
             reason = ctld_reason(c)
             assert reason == kv["reason"], (reason, kv)
             expected_start = "slurm-hooks: %s: %s" % (fault.check, fault.component or "")
@@ -70,7 +84,11 @@ def test_fault_on_a_real_controller(hooks, name):
         else:
             assert c.wait_job(job, ("COMPLETED",), timeout=30) == "COMPLETED"
             level, kv = hooks.wait_decision("prolog", job)
-            assert (kv["decision"], kv["check"], kv["slurm_calls"]) == ("alert", fault.check, "0"), kv
+            assert (kv["decision"], kv["check"], kv["slurm_calls"]) == (
+                "alert",
+                fault.check,
+                "0",
+            ), kv
             assert c.node_state("node1") == "IDLE" and c.node_reason("node1") is None
     finally:
         edits.restore()

@@ -5,6 +5,7 @@ take DRAIN/RESUME like real ones); the CLI runs as the systemd service runs it, 
 with the cluster's SLURM_CONF, over records written in the epilog's layout. Breaker limit:
 max(2, 10 % of 12) = 2.
 """
+
 from __future__ import annotations
 
 import json
@@ -32,7 +33,9 @@ SLOW = "n03"
 
 @pytest.fixture(scope="module")
 def cluster(slurm_cluster_factory):
-    return slurm_cluster_factory("fleet", nodes=NODES, with_slurmd=False, extra_node_state="IDLE", slurmd_timeout=0)
+    return slurm_cluster_factory(
+        "fleet", nodes=NODES, with_slurmd=False, extra_node_state="IDLE", slurmd_timeout=0
+    )
 
 
 @pytest.fixture
@@ -55,16 +58,40 @@ class Site:
         self.write_config()
 
     def write_config(self, extra=""):
-        self.config.write_text('[general]\n%s\n[paths]\nstate_dir = "%s"\nlog_file = ""\nsyslog = false\n'
-                               '[drain]\nbackend = "scontrol"\n[fleet]\ndrain = true\n%s'
-                               % ("mode = \"observe\"" if "observe" in extra else "", self.state_dir,
-                                  extra.replace("observe", "")))
+        self.config.write_text(
+            '[general]\n%s\n[paths]\nstate_dir = "%s"\nlog_file = ""\nsyslog = false\n'
+            '[drain]\nbackend = "scontrol"\n[fleet]\ndrain = true\n%s'
+            % (
+                'mode = "observe"' if "observe" in extra else "",
+                self.state_dir,
+                extra.replace("observe", ""),
+            )
+        )
 
     def run(self, *extra):
-        env = dict(self.cluster.env, SLURM_HOOKS_ALLOW_INSECURE_CONFIG="1", SLURM_HOOKS_CONFIG=str(self.config),
-                   PYTHONPATH=REPO)
-        done = subprocess.run([sys.executable, "-m", "slurm_hooks", "report", "--stragglers", "--json", "--drain",
-                               str(self.records)] + list(extra), env=env, capture_output=True, text=True, timeout=120)
+        env = dict(
+            self.cluster.env,
+            SLURM_HOOKS_ALLOW_INSECURE_CONFIG="1",
+            SLURM_HOOKS_CONFIG=str(self.config),
+            PYTHONPATH=REPO,
+        )
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "slurm_hooks",
+                "report",
+                "--stragglers",
+                "--json",
+                "--drain",
+                str(self.records),
+            ]
+            + list(extra),
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert done.returncode == 0, done.stderr
         return json.loads(done.stdout)
 
@@ -72,7 +99,9 @@ class Site:
         from slurm_hooks.core.config import SECTIONS
         from slurm_hooks.records import straggler_scan as fleet
 
-        return fleet.scan([str(self.records)], {k: s.default for k, s in SECTIONS["fleet"].items()}).suspects()
+        return fleet.scan(
+            [str(self.records)], {k: s.default for k, s in SECTIONS["fleet"].items()}
+        ).suspects()
 
     def reason(self, node=SLOW):
         return ctld_reason(self.cluster, node)
@@ -96,14 +125,20 @@ def test_a_suspect_is_drained_once_with_a_reason_of_ours_and_left_to_an_admin(si
     data = site.run()
     assert outcomes(data) == [(SLOW, "drained")], data["drains"]
     reason = site.reason()
-    assert reason.startswith("slurm-hooks: fleet.straggler: throttle_frac.hw_slowdown 0.2 vs 0 of its job peers")
+    assert reason.startswith(
+        "slurm-hooks: fleet.straggler: throttle_frac.hw_slowdown 0.2 vs 0 of its job peers"
+    )
     assert reason.endswith("-> drain") and "10 of its last 10 jobs" in reason
-    assert policy.read_reason(reason, "slurm-hooks:").checks == (policy.FLEET_CHECK,)  # the breaker counts it
+    assert policy.read_reason(reason, "slurm-hooks:").checks == (
+        policy.FLEET_CHECK,
+    )  # the breaker counts it
     state = json.loads((site.state_dir / "fleet-state.json").read_text())["drains"][SLOW]
     assert state["reason"] == reason and state["reason_time"] and state["metric"] == HW
     assert [n for n in NODES if n != SLOW and site.drained(n)] == []
 
-    assert outcomes(site.run()) == [] and site.drained()  # the next timer run: no new evidence, no Slurm call
+    assert (
+        outcomes(site.run()) == [] and site.drained()
+    )  # the next timer run: no new evidence, no Slurm call
 
     # the node's own health run never adopts or resumes it, even with its local state lost
     config = validate(load_builtin_checks(), {"drain": {"backend": "scontrol"}})
@@ -117,7 +152,11 @@ def test_a_suspect_is_drained_once_with_a_reason_of_ours_and_left_to_an_admin(si
     resumed = drainer.resume(client, SLOW, config.settings, by_admin=True)
     assert resumed.outcome is drainer.Outcome.RESUMED, resumed
     data = site.run()
-    assert [s["node"] for s in data["suspects"]] == [SLOW] and outcomes(data) == [] and not site.drained()
+    assert (
+        [s["node"] for s in data["suspects"]] == [SLOW]
+        and outcomes(data) == []
+        and not site.drained()
+    )
 
     # ... jobs that started after the drain do, when it is still slow in k of them
     soon = time.time() + 5
@@ -156,7 +195,9 @@ def test_an_existing_drain_is_never_replaced(site, cluster, reason):
     """An admin's drain, and Slurm's own Prolog error (the node's hooks refine that one, not the fleet)."""
     cluster.scontrol("update", "NodeName=%s" % SLOW, "State=DRAIN", "Reason=%s" % reason)
     data = site.run()
-    assert outcomes(data) == [(SLOW, "left-alone")] and data["drains"][0]["message"].startswith("already drained")
+    assert outcomes(data) == [(SLOW, "left-alone")] and data["drains"][0]["message"].startswith(
+        "already drained"
+    )
     assert site.reason() == reason
 
 
@@ -166,7 +207,9 @@ def test_a_drain_appearing_after_the_listing_is_kept_too(site, cluster):
     from slurm_hooks.core.config import SECTIONS
     from slurm_hooks.slurm import straggler_drain as fleet_drain
 
-    settings = {section: {k: s.default for k, s in schema.items()} for section, schema in SECTIONS.items()}
+    settings = {
+        section: {k: s.default for k, s in schema.items()} for section, schema in SECTIONS.items()
+    }
     settings["paths"]["state_dir"] = str(site.state_dir)
     settings["fleet"]["drain"] = True
     client = SlurmClient(backend=ScontrolBackend(env=cluster.env))
@@ -184,15 +227,23 @@ def test_a_drain_appearing_after_the_listing_is_kept_too(site, cluster):
 
 
 def test_a_suspect_slurm_does_not_know_is_left_alone(site):
-    write_jobs(str(site.records / "more"), jobs=12, slow="gone17", first_job=700, seed=11,
-               names=["n06", "n07", "n08", "gone17", "n09"])
+    write_jobs(
+        str(site.records / "more"),
+        jobs=12,
+        slow="gone17",
+        first_job=700,
+        seed=11,
+        names=["n06", "n07", "n08", "gone17", "n09"],
+    )
     data = site.run(str(site.records / "more"))
     assert ("gone17", "left-alone") in outcomes(data)
 
 
 def test_the_circuit_breaker_counts_the_nodes_own_drains_and_stops_the_fleets(site, cluster):
     for node in ("n10", "n11"):
-        cluster.scontrol("update", "NodeName=%s" % node, "State=DRAIN", "Reason=slurm-hooks: gpu.ecc: x -> drain")
+        cluster.scontrol(
+            "update", "NodeName=%s" % node, "State=DRAIN", "Reason=slurm-hooks: gpu.ecc: x -> drain"
+        )
     assert outcomes(site.run()) == [(SLOW, "breaker-tripped")] and not site.drained()
 
 
@@ -209,7 +260,9 @@ def test_one_users_jobs_are_not_enough_evidence(site):
 
 
 def test_at_most_max_drains_per_run_the_worst_first(site):
-    write_jobs(str(site.records / "more"), jobs=12, slow="n05", first_job=700, seed=11)  # n05 in another set
+    write_jobs(
+        str(site.records / "more"), jobs=12, slow="n05", first_job=700, seed=11
+    )  # n05 in another set
     site.write_config("max_drains_per_run = 1\n")
     data = site.run(str(site.records / "more"))
     assert len({s["node"] for s in data["suspects"]}) == 2
@@ -234,7 +287,9 @@ def test_a_drain_whose_breaker_recount_failed_is_recounted_by_the_next_run(site,
     from slurm_hooks.slurm import straggler_drain as fleet_drain
     from slurm_hooks.slurm.client import SlurmUnavailable
 
-    settings = {section: {k: s.default for k, s in schema.items()} for section, schema in SECTIONS.items()}
+    settings = {
+        section: {k: s.default for k, s in schema.items()} for section, schema in SECTIONS.items()
+    }
     settings["paths"]["state_dir"] = str(site.state_dir)
     settings["fleet"]["drain"] = True
     client = SlurmClient(backend=ScontrolBackend(env=cluster.env))
@@ -250,8 +305,16 @@ def test_a_drain_whose_breaker_recount_failed_is_recounted_by_the_next_run(site,
     suspects = [s for s in site.scan() if s.node == SLOW]
     (row,) = fleet_drain.enact(settings, suspects, client=client)
     assert row.outcome == "drained" and "re-count failed" in row.message and site.drained(), row
-    assert json.loads((site.state_dir / "fleet-state.json").read_text())["drains"][SLOW]["confirmed"] is False
+    assert (
+        json.loads((site.state_dir / "fleet-state.json").read_text())["drains"][SLOW]["confirmed"]
+        is False
+    )
 
-    (again,) = fleet_drain.enact(settings, suspects, client=SlurmClient(backend=ScontrolBackend(env=cluster.env)))
+    (again,) = fleet_drain.enact(
+        settings, suspects, client=SlurmClient(backend=ScontrolBackend(env=cluster.env))
+    )
     assert again.outcome == "already-drained-by-us" and site.drained(), again
-    assert json.loads((site.state_dir / "fleet-state.json").read_text())["drains"][SLOW]["confirmed"] is True
+    assert (
+        json.loads((site.state_dir / "fleet-state.json").read_text())["drains"][SLOW]["confirmed"]
+        is True
+    )

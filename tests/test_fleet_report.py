@@ -4,6 +4,7 @@ Records are written in the epilog's layout (records.encode_record: the header li
 DIR/<node>/<job>.json with the file's mtime at the job's end; the figures are bench/fleet_synth.py's
 noise model, or set by hand where a test needs one exact value.
 """
+
 from __future__ import annotations
 
 import json
@@ -25,9 +26,19 @@ def test_a_node_slow_in_every_job_is_the_one_suspect(tmp_path):
     result = fleet.scan([str(tmp_path)], settings(), now=NOW)
     assert (result.records, result.jobs_scored, result.node_jobs) == (72, 12, 72)
     (suspect,) = result.suspects()
-    assert (suspect.node, suspect.metric, suspect.flagged, suspect.window, suspect.users) == ("n03", HW, 10, 10, 3)
+    assert (suspect.node, suspect.metric, suspect.flagged, suspect.window, suspect.users) == (
+        "n03",
+        HW,
+        10,
+        10,
+        3,
+    )
     last_mark, last_flag = suspect.evidence[-1]
-    assert last_mark.job == "111" and last_mark.nodes == 6 and (last_flag.value, last_flag.median) == (0.2, 0.0)
+    assert (
+        last_mark.job == "111"
+        and last_mark.nodes == 6
+        and (last_flag.value, last_flag.median) == (0.2, 0.0)
+    )
     assert result.max_open_jobs <= 2  # streamed: jobs an hour apart are closed as the scan moves on
 
 
@@ -44,7 +55,9 @@ def test_two_of_ten_is_noise_three_of_ten_is_a_suspect(tmp_path):
     write_jobs(str(tmp_path / "a"), jobs=10, slow_every=5)  # jobs 0 and 5
     assert fleet.scan([str(tmp_path / "a")], settings(), now=NOW).suspects() == []
     write_jobs(str(tmp_path / "b"), jobs=10, slow_every=4)  # jobs 0, 4 and 8
-    assert [s.node for s in fleet.scan([str(tmp_path / "b")], settings(), now=NOW).suspects()] == ["n03"]
+    assert [s.node for s in fleet.scan([str(tmp_path / "b")], settings(), now=NOW).suspects()] == [
+        "n03"
+    ]
 
 
 def test_small_short_old_and_figureless_jobs_are_not_scored(tmp_path):
@@ -60,8 +73,12 @@ def test_small_short_old_and_figureless_jobs_are_not_scored(tmp_path):
         write(d, "n%02d" % i, 4, {}, NOW - 1800)
     result = fleet.scan([d], settings(), now=NOW)
     assert result.jobs_scored == 0
-    assert result.skipped == {"job on fewer than min_job_nodes nodes": 1, "shorter than min_job_seconds": 5,
-                              "older than the window": 5, "no perf figures": 5}
+    assert result.skipped == {
+        "job on fewer than min_job_nodes nodes": 1,
+        "shorter than min_job_seconds": 5,
+        "older than the window": 5,
+        "no perf figures": 5,
+    }
 
 
 def test_records_a_user_could_plant_are_not_read(tmp_path):
@@ -72,8 +89,16 @@ def test_records_a_user_could_plant_are_not_read(tmp_path):
     rng = random.Random(3)
     planted = []
     for j in range(4):  # would make n01 look slow in 4 jobs
-        planted.append(write(d, "n01-evil", 100 + j, dict(healthy(rng), **{HW: 0.9}), NOW - (4 - j) * 3600,
-                             record_node="n01"))
+        planted.append(
+            write(
+                d,
+                "n01-evil",
+                100 + j,
+                dict(healthy(rng), **{HW: 0.9}),
+                NOW - (4 - j) * 3600,
+                record_node="n01",
+            )
+        )
     os.chown(os.path.join(d, "n01-evil"), 4242, 4242)
     forged = write(d, "n02", 900, healthy(rng), NOW - 600, record_node="n05")
     os.symlink(forged, os.path.join(d, "n02", "901.json"))
@@ -81,8 +106,11 @@ def test_records_a_user_could_plant_are_not_read(tmp_path):
     os.chown(other, 4242, 4242)
     result = fleet.scan([d], settings(), now=NOW)
     assert result.suspects() == [] and result.jobs_scored == 4
-    assert result.skipped == {"node directory of another owner": 1, "names another node than its directory": 1,
-                              "record of another owner": 1}
+    assert result.skipped == {
+        "node directory of another owner": 1,
+        "names another node than its directory": 1,
+        "record of another owner": 1,
+    }
 
 
 def test_unreadable_records_are_counted_and_named(tmp_path):
@@ -110,10 +138,13 @@ def test_synthetic_fleet_finds_every_persistent_slow_node_and_no_healthy_one(tmp
 
 # -- the command line ----------------------------------------------------------------------------
 
+
 @pytest.fixture
 def config(tmp_path, monkeypatch):
     path = tmp_path / "config.toml"
-    path.write_text('[paths]\nstate_dir = "%s"\nlog_file = ""\nsyslog = false\n' % (tmp_path / "state"))
+    path.write_text(
+        '[paths]\nstate_dir = "%s"\nlog_file = ""\nsyslog = false\n' % (tmp_path / "state")
+    )
     monkeypatch.setenv("SLURM_HOOKS_ALLOW_INSECURE_CONFIG", "1")
     monkeypatch.setenv("SLURM_HOOKS_CONFIG", str(path))
     return path
@@ -126,8 +157,20 @@ def test_cli_table_json_and_prometheus(tmp_path, config, capsys):
     text = capsys.readouterr().out
     lines = text.splitlines()
     assert lines[0].startswith("72 records, 12 multi-node jobs scored (72 node-jobs) on 6 nodes")
-    assert lines[1].split() == ["NODE", "FIGURE", "JOBS", "WORST-Z", "LATEST:", "VALUE", "VS", "JOB", "MEDIAN",
-                                "USERS", "FLAGGED", "JOBS"]
+    assert lines[1].split() == [
+        "NODE",
+        "FIGURE",
+        "JOBS",
+        "WORST-Z",
+        "LATEST:",
+        "VALUE",
+        "VS",
+        "JOB",
+        "MEDIAN",
+        "USERS",
+        "FLAGGED",
+        "JOBS",
+    ]
     assert lines[2].split()[:7] == ["n03", HW, "10/10", "40.0", "0.2", "vs", "0"]
 
     prom = tmp_path / "textfile" / "stragglers.prom"
@@ -136,17 +179,37 @@ def test_cli_table_json_and_prometheus(tmp_path, config, capsys):
     data = json.loads(capsys.readouterr().out)
     assert data["schema"] == "slurm-hooks.stragglers/1" and data["jobs_scored"] == 12
     (suspect,) = data["suspects"]
-    assert (suspect["node"], suspect["metric"], suspect["kind"], suspect["flagged"]) == ("n03", HW, "gpu", 10)
-    assert suspect["evidence"][-1] == {"job": "111", "end": suspect["evidence"][-1]["end"], "nodes": 6, "z": 40.0,
-                                       "value": 0.2, "median": 0.0, "peers": 5}
-    families = {f.name: f for f in text_string_to_metric_families(prom.read_text())}  # the real parser
+    assert (suspect["node"], suspect["metric"], suspect["kind"], suspect["flagged"]) == (
+        "n03",
+        HW,
+        "gpu",
+        10,
+    )
+    assert suspect["evidence"][-1] == {
+        "job": "111",
+        "end": suspect["evidence"][-1]["end"],
+        "nodes": 6,
+        "z": 40.0,
+        "value": 0.2,
+        "median": 0.0,
+        "peers": 5,
+    }
+    families = {
+        f.name: f for f in text_string_to_metric_families(prom.read_text())
+    }  # the real parser
     (sample,) = families["slurm_hooks_fleet_straggler"].samples
-    assert sample.labels == {"node": "n03", "metric": HW, "kind": "gpu",
-                             "reason": "throttle_frac.hw_slowdown higher than the job's other nodes"}
+    assert sample.labels == {
+        "node": "n03",
+        "metric": HW,
+        "kind": "gpu",
+        "reason": "throttle_frac.hw_slowdown higher than the job's other nodes",
+    }
     assert sample.value == 1.0
     assert families["slurm_hooks_fleet_suspects"].samples[0].value == 1.0
     assert families["slurm_hooks_fleet_jobs_scored"].samples[0].value == 12.0
-    assert oct(prom.stat().st_mode & 0o777) == "0o644" and not [p for p in prom.parent.iterdir() if p != prom]
+    assert oct(prom.stat().st_mode & 0o777) == "0o644" and not [
+        p for p in prom.parent.iterdir() if p != prom
+    ]
 
 
 def test_cli_without_suspects_and_with_mistakes(tmp_path, config, capsys):
@@ -158,7 +221,9 @@ def test_cli_without_suspects_and_with_mistakes(tmp_path, config, capsys):
     assert "--prom and --drain go with --stragglers" in capsys.readouterr().err
     assert main(["report", "--stragglers", str(tmp_path / "nope")]) == 3
     assert "nope: no such file or directory" in capsys.readouterr().err
-    assert main(["report", "--stragglers", d, "--prom", str(tmp_path / "missing-dir" / "x.prom")]) == 3
+    assert (
+        main(["report", "--stragglers", d, "--prom", str(tmp_path / "missing-dir" / "x.prom")]) == 3
+    )
     assert "not written" in capsys.readouterr().err
     assert main(["report", "--stragglers", d, "--job", "1"]) == 3
 
@@ -169,13 +234,16 @@ def test_cli_uses_the_fleet_settings_and_refuses_bad_ones(tmp_path, config, caps
     config.write_text(config.read_text() + "[fleet]\nk = 11\nm = 20\nz_threshold = 50.0\n")
     assert main(["report", "--stragglers", d]) == 0
     out = capsys.readouterr().out
-    assert "in >= 11 of a node's last 20 jobs, z >= 50" in out and "no straggler suspects" in out  # its z is 40
+    assert (
+        "in >= 11 of a node's last 20 jobs, z >= 50" in out and "no straggler suspects" in out
+    )  # its z is 40
     config.write_text(config.read_text().replace("k = 11", "k = 30"))
     assert main(["report", "--stragglers", d]) == 3
     assert "[fleet] k = 30 is more than m = 20" in capsys.readouterr().err
 
 
 # -- the drain step, without Slurm (tests/test_fleet_drain_slurm.py has it with) -------------------
+
 
 class NoSlurm:
     """A client nothing may call: these cases must end before any request."""
@@ -185,7 +253,9 @@ class NoSlurm:
 
 
 def drain_settings(tmp_path, **fleet_changes):
-    values = {section: {k: s.default for k, s in schema.items()} for section, schema in SECTIONS.items()}
+    values = {
+        section: {k: s.default for k, s in schema.items()} for section, schema in SECTIONS.items()
+    }
     values["paths"]["state_dir"] = str(tmp_path / "state")
     values["fleet"].update(drain=True, **fleet_changes)
     return values
@@ -200,7 +270,9 @@ def test_a_node_name_slurm_would_read_as_a_hostlist_is_never_sent(tmp_path):
     from slurm_hooks.slurm import straggler_drain as fleet_drain
 
     (suspect,) = one_suspect(tmp_path)
-    odd = type(suspect)("n[01-64]", suspect.metric, suspect.flagged, suspect.window, suspect.evidence, suspect.users)
+    odd = type(suspect)(
+        "n[01-64]", suspect.metric, suspect.flagged, suspect.window, suspect.evidence, suspect.users
+    )
     (row,) = fleet_drain.enact(drain_settings(tmp_path), [odd], client=NoSlurm())
     assert (row.node, row.outcome) == ("n[01-64]", "invalid-node-name")
 
@@ -221,10 +293,16 @@ def test_the_drain_reason_is_ours_bounded_and_names_the_figure(tmp_path):
 
     (suspect,) = one_suspect(tmp_path)
     reason = fleet_drain.reason_for(suspect, "slurm-hooks:", 200)
-    assert reason == ("slurm-hooks: fleet.straggler: throttle_frac.hw_slowdown 0.2 vs 0 of its job peers (higher is "
-                      "worse), 10 of its last 10 jobs, worst z 40 (job 111) -> drain")
+    assert reason == (
+        "slurm-hooks: fleet.straggler: throttle_frac.hw_slowdown 0.2 vs 0 of its job peers (higher is "
+        "worse), 10 of its last 10 jobs, worst z 40 (job 111) -> drain"
+    )
     short = fleet_drain.reason_for(suspect, "slurm-hooks:", 80)
-    assert len(short) <= 80 and short.endswith("... -> drain") and policy.read_reason(short, "slurm-hooks:").automatic
+    assert (
+        len(short) <= 80
+        and short.endswith("... -> drain")
+        and policy.read_reason(short, "slurm-hooks:").automatic
+    )
 
 
 def test_reading_in_two_processes_gives_the_same_answer(tmp_path, monkeypatch):

@@ -1,4 +1,5 @@
 """Result, registry, config and runner: the framework every check relies on."""
+
 from __future__ import annotations
 
 import os
@@ -19,18 +20,30 @@ def test_worst_status_order():
     assert worst([Status.WARN, Status.UNKNOWN]) is Status.UNKNOWN
     assert worst([Status.UNKNOWN, Status.FAIL, Status.OK]) is Status.FAIL
     assert worst([]) is Status.SKIP
-    assert [s.exit_code for s in (Status.OK, Status.WARN, Status.FAIL, Status.UNKNOWN, Status.SKIP)] == [0, 1, 2, 3, 0]
+    assert [
+        s.exit_code for s in (Status.OK, Status.WARN, Status.FAIL, Status.UNKNOWN, Status.SKIP)
+    ] == [0, 1, 2, 3, 0]
 
 
 def test_result_blame_defaults_and_json():
-    fail = Result("x.y", Status.FAIL, "bad", component="gpu:3 0000:3b:00.0", action=Action.RESET_GPU,
-                  details={"set": {2, 1}, "t": (1, 2)})
+    fail = Result(
+        "x.y",
+        Status.FAIL,
+        "bad",
+        component="gpu:3 0000:3b:00.0",
+        action=Action.RESET_GPU,
+        details={"set": {2, 1}, "t": (1, 2)},
+    )
     assert fail.effective_blame is Blame.NODE
     assert Result("x.y", Status.UNKNOWN, "?").effective_blame is Blame.CHECK
     assert Result("x.y", Status.FAIL, "job", blame=Blame.JOB).effective_blame is Blame.JOB
     assert Result("x.y", Status.OK, "fine").effective_blame is None
     data = fail.to_dict()
-    assert data["action"] == "reset-gpu" and data["blame"] == "node" and data["details"] == {"set": [1, 2], "t": [1, 2]}
+    assert (
+        data["action"] == "reset-gpu"
+        and data["blame"] == "node"
+        and data["details"] == {"set": [1, 2], "t": [1, 2]}
+    )
 
 
 def _registry_with(*specs):
@@ -48,19 +61,26 @@ def test_registry_rejects_duplicates_with_both_locations():
         """first"""
 
     with pytest.raises(RegistryError) as err:
+
         @reg.check(name="fam.one")
         def second(params):
             """second"""
-    assert "duplicate check name 'fam.one'" in str(err.value) and "test_framework.py" in str(err.value)
+
+    assert "duplicate check name 'fam.one'" in str(err.value) and "test_framework.py" in str(
+        err.value
+    )
 
 
-@pytest.mark.parametrize("name,kwargs,message", [
-    ("nofamily", {}, "family.what"),
-    ("Fam.Upper", {}, "lower case"),
-    ("fam.ctx", {"contexts": {"bogus"}}, "contexts"),
-    ("fam.timeout", {"timeout": 0}, "timeout"),
-    ("fam.params", {"params": (Param("enabled", bool, True, "x"),)}, "not 'enabled'"),
-])
+@pytest.mark.parametrize(
+    "name,kwargs,message",
+    [
+        ("nofamily", {}, "family.what"),
+        ("Fam.Upper", {}, "lower case"),
+        ("fam.ctx", {"contexts": {"bogus"}}, "contexts"),
+        ("fam.timeout", {"timeout": 0}, "timeout"),
+        ("fam.params", {"params": (Param("enabled", bool, True, "x"),)}, "not 'enabled'"),
+    ],
+)
 def test_registry_rejects_bad_markers(name, kwargs, message):
     with pytest.raises(RegistryError, match=message):
         Registry().check(name=name, **kwargs)(lambda params: None)
@@ -77,7 +97,10 @@ def test_builtin_names_are_unique_and_documented(registry):
 def small_registry():
     reg = Registry()
 
-    @reg.check(name="demo.threshold", params=(Param("limit", int, 5, "max"), Param("names", list, [], "n", str)))
+    @reg.check(
+        name="demo.threshold",
+        params=(Param("limit", int, 5, "max"), Param("names", list, [], "n", str)),
+    )
     def threshold(params):
         """demo"""
         return Result("demo.threshold", Status.OK, "limit %d" % params.limit)
@@ -85,7 +108,9 @@ def small_registry():
     return reg
 
 
-def test_config_unknown_check_key_and_type_errors_name_file_and_key(tmp_path, small_registry, monkeypatch):
+def test_config_unknown_check_key_and_type_errors_name_file_and_key(
+    tmp_path, small_registry, monkeypatch
+):
     monkeypatch.setenv("SLURM_HOOKS_ALLOW_INSECURE_CONFIG", "1")
     main = tmp_path / "config.toml"
     cases = [
@@ -95,7 +120,7 @@ def test_config_unknown_check_key_and_type_errors_name_file_and_key(tmp_path, sm
         ('[checks."demo.threshold"]\nlimit = true\n', "expected an integer, got bool"),
         ('[checks."demo.threshold"]\nnames = [1]\n', "names[0]: expected a string"),
         ('[general]\nmode = "loud"\n', "'loud' is not one of 'enforce', 'observe'"),
-        ('[genral]\n', "unknown section [genral] (did you mean 'general'?)"),
+        ("[genral]\n", "unknown section [genral] (did you mean 'general'?)"),
         ('[checks."demo.threshold"\n', "invalid TOML"),
     ]
     for text, expected in cases:
@@ -110,12 +135,18 @@ def test_config_dropins_override_in_order(tmp_path, small_registry, monkeypatch)
     (tmp_path / "conf.d").mkdir()
     (tmp_path / "config.toml").write_text('[checks."demo.threshold"]\nlimit = 1\nnames = ["a"]\n')
     (tmp_path / "conf.d" / "20-late.toml").write_text('[checks."demo.threshold"]\nlimit = 3\n')
-    (tmp_path / "conf.d" / "10-early.toml").write_text('[checks."demo.threshold"]\nlimit = 2\nenabled = false\n')
+    (tmp_path / "conf.d" / "10-early.toml").write_text(
+        '[checks."demo.threshold"]\nlimit = 2\nenabled = false\n'
+    )
     config = load_config(small_registry, str(tmp_path / "config.toml"))
     check = config.check("demo.threshold")
     assert check.params.limit == 3 and check.params.names == ["a"] and check.enabled is False
-    assert [os.path.basename(s) for s in config.sources] == ["config.toml", "10-early.toml", "20-late.toml"]
-    assert 'limit = 3' in render_toml(config)
+    assert [os.path.basename(s) for s in config.sources] == [
+        "config.toml",
+        "10-early.toml",
+        "20-late.toml",
+    ]
+    assert "limit = 3" in render_toml(config)
 
 
 def test_config_refuses_writable_or_foreign_files(tmp_path, small_registry, monkeypatch):
@@ -141,27 +172,40 @@ REFUSED_AT_LOAD = [  # issue 14: each of these was reported "configuration is va
     ("[deadline]\nprolog = nan\n", "[deadline] prolog: nan is not a finite number"),
     ("[deadline]\nhealth = inf\n", "[deadline] health: inf is not a finite number"),
     ("[deadline]\nfiles = -inf\n", "[deadline] files: -inf is not a finite number"),
-    ("[breaker]\nmax_percent = 500\n", "[breaker] max_percent: 500.0 is out of range: must be at least 0 and at "
-                                       "most 100"),
+    (
+        "[breaker]\nmax_percent = 500\n",
+        "[breaker] max_percent: 500.0 is out of range: must be at least 0 and at most 100",
+    ),
     ("[drain]\nattempts = 0\n", "[drain] attempts: 0 is out of range: must be at least 1"),
     ("[drain]\ntimeout = 0\n", "[drain] timeout: 0.0 is out of range"),
     ('[drain]\nreason_prefix = "slurm \\"hooks\\":"\n', "would reach Slurm as 'slurm hooks:'"),
-    ('[drain]\nreason_prefix = "slurm-hooks:\\n"\n', "would reach Slurm as"),  # not stripped away: refused
+    (
+        '[drain]\nreason_prefix = "slurm-hooks:\\n"\n',
+        "would reach Slurm as",
+    ),  # not stripped away: refused
     ('[drain]\nreason_prefix = "sl\u00fcrm-hooks:"\n', "would reach Slurm as 'sl?rm-hooks:'"),
     ('[drain]\nreason_prefix = "  "\n', "[drain] reason_prefix: must not be empty"),
     ("[drain]\nmax_reason_length = 10\n", "max_reason_length = 10 leaves no room after the prefix"),
-    ("[drain]\nmax_reason_length = 600\n", "[drain] max_reason_length: 600 is out of range: must be at least 1 "
-                                           "and at most 512"),
+    (
+        "[drain]\nmax_reason_length = 600\n",
+        "[drain] max_reason_length: 600 is out of range: must be at least 1 and at most 512",
+    ),
     ('[drain]\nskip_states = ["DOWN,DRAIN"]\n', "'DOWN,DRAIN' is not a Slurm node state word"),
     ("[records]\nmax_records = 0\n", "[records] max_records: 0 is out of range"),
     ("[records]\nsnapshot_timeout = inf\n", "not a finite number"),
     ('[records]\ndir = "jobs"\n', "[records] dir: 'jobs' must be an absolute path"),
     ('[records]\nib_counters = ["../../etc/shadow"]\n', "is not a counter file name"),
     ('[paths]\nstate_dir = "/var/lib/x\\u0000y"\n', "[paths] state_dir: contains a NUL character"),
-    ('[checks."xid.events"]\noverrides = ["79=BROKEN:rma"]\n', "overrides entry '79=BROKEN:rma': xid override for "
-                                                              "Xid 79: key 'status' has invalid value 'BROKEN'"),
+    (
+        '[checks."xid.events"]\noverrides = ["79=BROKEN:rma"]\n',
+        "overrides entry '79=BROKEN:rma': xid override for "
+        "Xid 79: key 'status' has invalid value 'BROKEN'",
+    ),
     ('[checks."xid.sxid".overrides]\n20034 = {status = "FATAL"}\n', "invalid value 'FATAL'"),
-    ('[checks."system.load"]\nmax_load_per_cpu = nan\n', "max_load_per_cpu: nan is not a finite number"),
+    (
+        '[checks."system.load"]\nmax_load_per_cpu = nan\n',
+        "max_load_per_cpu: nan is not a finite number",
+    ),
 ]
 
 
@@ -174,8 +218,13 @@ def test_config_check_refuses_bad_values_naming_file_and_key(tmp_path, text, exp
     main = tmp_path / "config.toml"
     main.write_text(text)
     env = dict(os.environ, SLURM_HOOKS_ALLOW_INSECURE_CONFIG="1", SLURM_HOOKS_CHECKS_DIR="")
-    proc = subprocess.run([sys.executable, "-m", "slurm_hooks", "--config", str(main), "config", "check"],
-                          capture_output=True, text=True, env=env, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-m", "slurm_hooks", "--config", str(main), "config", "check"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
     assert proc.returncode == 3, (text, proc.stdout, proc.stderr)
     assert "configuration is valid" not in proc.stderr and "Traceback" not in proc.stderr
     assert str(main) in proc.stderr and expected in proc.stderr, (expected, proc.stderr)
@@ -185,9 +234,18 @@ def test_every_number_refuses_nan_and_infinity(registry):
     """Every float setting and float check parameter, whatever its range: nan and inf never load."""
     from slurm_hooks.core.config import SECTIONS
 
-    floats = [(section, key) for section, schema in SECTIONS.items() for key, s in schema.items() if s.type is float]
-    floats += [("checks", spec.name, p.name) for spec in registry.sorted_checks() for p in spec.params
-               if p.type is float]
+    floats = [
+        (section, key)
+        for section, schema in SECTIONS.items()
+        for key, s in schema.items()
+        if s.type is float
+    ]
+    floats += [
+        ("checks", spec.name, p.name)
+        for spec in registry.sorted_checks()
+        for p in spec.params
+        if p.type is float
+    ]
     assert len(floats) > 15
     for where in floats:
         for bad in (float("nan"), float("inf"), float("-inf")):
@@ -201,7 +259,9 @@ def test_every_number_refuses_nan_and_infinity(registry):
 
 
 def test_prefix_and_length_that_keep_our_drains_recognisable_load(registry):
-    config = validate(registry, {"drain": {"reason_prefix": "[hc] slurm-hooks:", "max_reason_length": 60}})
+    config = validate(
+        registry, {"drain": {"reason_prefix": "[hc] slurm-hooks:", "max_reason_length": 60}}
+    )
     assert config.get("drain", "max_reason_length") == 60
     validate(registry, {"drain": {"max_reason_length": 512}})
 
@@ -211,9 +271,16 @@ def test_deadline_inf_on_the_command_line_is_a_usage_error():
     import sys
 
     for value in ("inf", "nan", "-1", "0", "1e9"):
-        proc = subprocess.run([sys.executable, "-m", "slurm_hooks", "check", "system.load", "--deadline", value],
-                              capture_output=True, text=True, timeout=60, env=dict(os.environ, SLURM_HOOKS_CHECKS_DIR=""))
-        assert proc.returncode == 3 and "--deadline" in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+        proc = subprocess.run(
+            [sys.executable, "-m", "slurm_hooks", "check", "system.load", "--deadline", value],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env=dict(os.environ, SLURM_HOOKS_CHECKS_DIR=""),
+        )
+        assert (
+            proc.returncode == 3 and "--deadline" in proc.stderr and "Traceback" not in proc.stderr
+        ), proc.stderr
 
 
 def test_missing_explicit_config_is_an_error(tmp_path, small_registry, monkeypatch):
@@ -244,7 +311,10 @@ def _runner_registry(block_event: threading.Event):
     @reg.check(name="demo.later", timeout=1)
     def later(params):
         """runs after the hang"""
-        return [Result("demo.later", Status.WARN, "a", component="c1"), Result("demo.later", Status.OK, "b")]
+        return [
+            Result("demo.later", Status.WARN, "a", component="c1"),
+            Result("demo.later", Status.OK, "b"),
+        ]
 
     return reg
 
@@ -254,7 +324,9 @@ def test_blocked_check_cannot_exceed_deadline():
     reg = _runner_registry(never)
     config = validate(reg, {})
     started = time.monotonic()
-    report = run_checks(reg, config, Host("/"), "prolog", select_checks(reg, "prolog"), deadline=1.0)
+    report = run_checks(
+        reg, config, Host("/"), "prolog", select_checks(reg, "prolog"), deadline=1.0
+    )
     elapsed = time.monotonic() - started
     by_name = {run.name: run for run in report.runs}
     assert elapsed < 1.0 + 0.2
@@ -275,12 +347,19 @@ def test_run_ends_when_the_last_check_is_abandoned_not_at_the_deadline():
     reg = _runner_registry(never)
     config = validate(reg, {})
     started = time.monotonic()
-    report = run_checks(reg, config, Host("/"), "prolog", select_checks(reg, "prolog"), deadline=20.0)
+    report = run_checks(
+        reg, config, Host("/"), "prolog", select_checks(reg, "prolog"), deadline=20.0
+    )
     elapsed = time.monotonic() - started
-    assert elapsed < 0.3 + 1.0, elapsed  # demo.hang's own 0.3 s timeout plus scheduling slack, not 20 s
+    assert elapsed < 0.3 + 1.0, (
+        elapsed
+    )  # demo.hang's own 0.3 s timeout plus scheduling slack, not 20 s
     assert not report.deadline_hit
     by_name = {run.name: run for run in report.runs}
-    assert by_name["demo.hang"].timed_out and "within its 0.3s timeout" in by_name["demo.hang"].results[0].summary
+    assert (
+        by_name["demo.hang"].timed_out
+        and "within its 0.3s timeout" in by_name["demo.hang"].results[0].summary
+    )
     never.set()
 
 
@@ -289,24 +368,34 @@ def test_global_deadline_caps_every_check():
     reg = Registry()
     for i in range(4):
         reg.check(name="demo.h%d" % i, timeout=2.0)(lambda params: never.wait())
-    reg.check(name="demo.quick", timeout=2.0)(lambda params: Result("demo.quick", Status.OK, "done"))
+    reg.check(name="demo.quick", timeout=2.0)(
+        lambda params: Result("demo.quick", Status.OK, "done")
+    )
     config = validate(reg, {})
     started = time.monotonic()
-    report = run_checks(reg, config, Host("/"), "prolog", select_checks(reg, "prolog"), deadline=0.5)
+    report = run_checks(
+        reg, config, Host("/"), "prolog", select_checks(reg, "prolog"), deadline=0.5
+    )
     assert time.monotonic() - started < 0.5 + 0.2
     assert report.deadline_hit
     hung = [run for run in report.runs if run.name != "demo.quick"]
-    assert all(run.status is Status.UNKNOWN and "deadline" in run.results[0].summary for run in hung)
+    assert all(
+        run.status is Status.UNKNOWN and "deadline" in run.results[0].summary for run in hung
+    )
     assert next(run for run in report.runs if run.name == "demo.quick").status is Status.OK
     never.set()
 
 
 def test_disabled_check_is_skipped_and_params_reach_check(small_registry):
     config = validate(small_registry, {"checks": {"demo.threshold": {"limit": 9}}})
-    report = run_checks(small_registry, config, Host("/"), "manual", select_checks(small_registry, "manual"))
+    report = run_checks(
+        small_registry, config, Host("/"), "manual", select_checks(small_registry, "manual")
+    )
     assert report.runs[0].results[0].summary == "limit 9"
     config = validate(small_registry, {"checks": {"demo.threshold": {"enabled": False}}})
-    report = run_checks(small_registry, config, Host("/"), "manual", select_checks(small_registry, "manual"))
+    report = run_checks(
+        small_registry, config, Host("/"), "manual", select_checks(small_registry, "manual")
+    )
     assert report.runs[0].status is Status.SKIP and "disabled" in report.runs[0].results[0].summary
 
 
@@ -327,10 +416,14 @@ def test_gatherer_runs_once_and_errors_are_shared():
         raise OSError("boom")
 
     for i in range(3):
-        reg.check(name="demo.c%d" % i, needs=("demo.data",))(lambda snap, params: Result("x", Status.OK, "no"))
+        reg.check(name="demo.c%d" % i, needs=("demo.data",))(
+            lambda snap, params: Result("x", Status.OK, "no")
+        )
     report = run_checks(reg, validate(reg, {}), Host("/"), "manual", select_checks(reg, "manual"))
     assert len(calls) == 1
-    assert all(run.status is Status.UNKNOWN and "boom" in run.results[0].summary for run in report.runs)
+    assert all(
+        run.status is Status.UNKNOWN and "boom" in run.results[0].summary for run in report.runs
+    )
 
 
 @pytest.mark.slow
@@ -344,11 +437,15 @@ def test_checks_behind_a_hung_gatherer_still_run():
         never.wait()
 
     for i in range(12):
-        reg.check(name="demo.gpu%02d" % i, timeout=1.5, needs=("demo.nvml",))(lambda snap, params: None)
+        reg.check(name="demo.gpu%02d" % i, timeout=1.5, needs=("demo.nvml",))(
+            lambda snap, params: None
+        )
     for i in range(5):
         reg.check(name="demo.sys%d" % i, timeout=1.5)(lambda params: Result("x", Status.OK, "fine"))
     started = time.monotonic()
-    report = run_checks(reg, validate(reg, {}), Host("/"), "prolog", select_checks(reg, "prolog"), deadline=2.0)
+    report = run_checks(
+        reg, validate(reg, {}), Host("/"), "prolog", select_checks(reg, "prolog"), deadline=2.0
+    )
     assert time.monotonic() - started < 2.0 + 0.2
     by_name = {run.name: run for run in report.runs}
     assert all(by_name["demo.sys%d" % i].status is Status.OK for i in range(5))
@@ -361,10 +458,14 @@ def test_healthy_run_uses_a_small_pool():
     names = []
 
     for i in range(30):
+
         def check(params, i=i):
             names.append(threading.current_thread().name)
             return Result("x", Status.OK, "fine")
+
         reg.check(name="demo.c%02d" % i)(check)
     report = run_checks(reg, validate(reg, {}), Host("/"), "manual", select_checks(reg, "manual"))
     assert report.status is Status.OK and len(report.runs) == 30
-    assert len(set(names)) <= 3  # no thread per check: they cost more in GIL hand-offs than the checks
+    assert (
+        len(set(names)) <= 3
+    )  # no thread per check: they cost more in GIL hand-offs than the checks

@@ -9,6 +9,7 @@ job environment and scontrol's node lines. What must hold for all of it:
 
 Example counts are modest so the file runs in well under a minute on a 2-core machine.
 """
+
 from __future__ import annotations
 
 import json
@@ -48,9 +49,18 @@ pytestmark = pytest.mark.soak  # hypothesis: hundreds of random inputs per test
 REGISTRY = load_builtin_checks()
 FAST = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 SLOW = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-SHELL_META = list(";|&$`'\"\\<>(){}*?~!#\n\r\t ") + ["$(reboot)", "`id`", "&& rm -rf /", "\x00", "\u202e", "%n"]
-hostile_text = st.one_of(st.text(max_size=200), st.lists(st.sampled_from(SHELL_META + list("0123456789,-")),
-                                                         max_size=30).map("".join))
+SHELL_META = list(";|&$`'\"\\<>(){}*?~!#\n\r\t ") + [
+    "$(reboot)",
+    "`id`",
+    "&& rm -rf /",
+    "\x00",
+    "\u202e",
+    "%n",
+]
+hostile_text = st.one_of(
+    st.text(max_size=200),
+    st.lists(st.sampled_from(SHELL_META + list("0123456789,-")), max_size=30).map("".join),
+)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -70,7 +80,9 @@ def record_popen():
     subprocess.Popen.__init__ = recording
     yield
     subprocess.Popen.__init__ = original
-    bad = [(args, shell) for args, shell in POPEN_CALLS if shell or not isinstance(args, (list, tuple))]
+    bad = [
+        (args, shell) for args, shell in POPEN_CALLS if shell or not isinstance(args, (list, tuple))
+    ]
     assert bad == [], bad
 
 
@@ -89,10 +101,16 @@ def test_no_shell_anywhere_in_the_package():
 # ------------------------------------------------------------------------------------------------
 # configuration files
 
-_KEYS = sorted({k for schema in SECTIONS.values() for k in schema} | {"enabled", "expected", "deny", "bogus"})
-_toml_scalar = st.one_of(st.integers(-10**12, 10**12), st.floats(allow_nan=False, allow_infinity=False),
-                         st.booleans(), st.text(max_size=20).map(json.dumps),
-                         st.lists(st.integers(0, 9), max_size=3).map(json.dumps))
+_KEYS = sorted(
+    {k for schema in SECTIONS.values() for k in schema} | {"enabled", "expected", "deny", "bogus"}
+)
+_toml_scalar = st.one_of(
+    st.integers(-(10**12), 10**12),
+    st.floats(allow_nan=False, allow_infinity=False),
+    st.booleans(),
+    st.text(max_size=20).map(json.dumps),
+    st.lists(st.integers(0, 9), max_size=3).map(json.dumps),
+)
 
 
 @st.composite
@@ -100,13 +118,23 @@ def toml_documents(draw):
     """Plausible TOML: known and unknown sections/check tables, known and unknown keys, any value type."""
     lines = []
     for _ in range(draw(st.integers(0, 4))):
-        section = draw(st.sampled_from(sorted(SECTIONS) + ["checks.\"%s\"" % n for n in sorted(REGISTRY.checks)]
-                                       + ["nope", "checks.\"gpu.nope\""]))
+        section = draw(
+            st.sampled_from(
+                sorted(SECTIONS)
+                + ['checks."%s"' % n for n in sorted(REGISTRY.checks)]
+                + ["nope", 'checks."gpu.nope"']
+            )
+        )
         lines.append("[%s]" % section)
         for _ in range(draw(st.integers(0, 3))):
             value = draw(_toml_scalar)
-            lines.append("%s = %s" % (draw(st.sampled_from(_KEYS)), str(value).lower() if isinstance(value, bool)
-                                      else value))
+            lines.append(
+                "%s = %s"
+                % (
+                    draw(st.sampled_from(_KEYS)),
+                    str(value).lower() if isinstance(value, bool) else value,
+                )
+            )
     return "\n".join(lines) + "\n"
 
 
@@ -128,8 +156,8 @@ def _load_text(path: Path, text):
 @given(text=st.one_of(toml_documents(), st.text(max_size=300), st.binary(max_size=200)))
 @example(text=b"\xff\xfe[general]\n")
 @example(text="[general]\nmode = 3\n")
-@example(text="[deadline]\nprolog = \"5\"\n")
-@example(text="[checks.\"gpu.ecc\"]\nenabled = \"yes\"\n")
+@example(text='[deadline]\nprolog = "5"\n')
+@example(text='[checks."gpu.ecc"]\nenabled = "yes"\n')
 def test_any_config_text_is_valid_or_a_clear_config_error(config_file, text):
     try:
         config = _load_text(config_file, text)
@@ -145,10 +173,16 @@ def _wrong_value(kind: type):
     return {str: 5, int: "5", float: "fast", bool: "yes", list: "a,b", dict: "79=FAIL"}[kind]
 
 
-WRONG_TYPED = [(section, key, setting.type) for section, schema in sorted(SECTIONS.items())
-               for key, setting in sorted(schema.items())]
-WRONG_TYPED += [('checks."%s"' % spec.name, param.name, param.type) for spec in REGISTRY.sorted_checks()
-                for param in spec.params]
+WRONG_TYPED = [
+    (section, key, setting.type)
+    for section, schema in sorted(SECTIONS.items())
+    for key, setting in sorted(schema.items())
+]
+WRONG_TYPED += [
+    ('checks."%s"' % spec.name, param.name, param.type)
+    for spec in REGISTRY.sorted_checks()
+    for param in spec.params
+]
 
 
 def _toml_value(value):
@@ -167,11 +201,18 @@ def test_every_setting_and_parameter_rejects_a_wrong_type_naming_file_and_key(co
 
 
 @FAST
-@given(section=st.sampled_from(sorted(SECTIONS) + ['checks."%s"' % n for n in sorted(REGISTRY.checks)]),
-       key=st.from_regex(r"[a-z_]{1,20}", fullmatch=True))
+@given(
+    section=st.sampled_from(
+        sorted(SECTIONS) + ['checks."%s"' % n for n in sorted(REGISTRY.checks)]
+    ),
+    key=st.from_regex(r"[a-z_]{1,20}", fullmatch=True),
+)
 def test_unknown_keys_are_named(config_file, section, key):
-    known = set(SECTIONS.get(section, {})) if not section.startswith("checks") else \
-        {"enabled"} | {p.name for p in REGISTRY.checks[section[8:-1]].params}
+    known = (
+        set(SECTIONS.get(section, {}))
+        if not section.startswith("checks")
+        else {"enabled"} | {p.name for p in REGISTRY.checks[section[8:-1]].params}
+    )
     assume(key not in known)
     with pytest.raises(ConfigError) as err:
         _load_text(config_file, "[%s]\n%s = 1\n" % (section, key))
@@ -184,28 +225,64 @@ def test_unknown_keys_are_named(config_file, section, key):
 # sysfs / procfs contents through the real gatherers and checks (fake DGX node, real pynvml)
 
 SYSFS_TARGETS = [
-    "/proc/loadavg", "/proc/meminfo", "/proc/swaps", "/proc/mounts", "/proc/cpuinfo", "/proc/modules",
-    "/proc/cmdline", "/proc/interrupts", "/proc/sys/kernel/osrelease", "/proc/sys/kernel/numa_balancing",
-    "/proc/sys/vm/zone_reclaim_mode", "/proc/driver/nvidia/version",
-    "/sys/devices/system/cpu/online", "/sys/devices/system/node/node0/meminfo",
-    "/sys/devices/system/node/node1/cpulist", "/sys/devices/system/cpu/cpu3/topology/core_id",
-    "/sys/bus/pci/devices/0000:18:00.0/numa_node", "/sys/bus/pci/devices/0000:18:00.0/local_cpulist",
-    "/sys/bus/pci/devices/0000:17:00.0/config", "/sys/bus/pci/devices/0000:44:00.0/class",
-    "/sys/class/infiniband/mlx5_0/ports/1/state", "/sys/class/infiniband/mlx5_0/ports/1/rate",
-    "/sys/class/infiniband/mlx5_0/ports/1/link_layer", "/sys/kernel/mm/memory_peers/nv_mem/version",
-    "/sys/kernel/iommu_groups/0/type", "/proc/sys/kernel/random/boot_id",
+    "/proc/loadavg",
+    "/proc/meminfo",
+    "/proc/swaps",
+    "/proc/mounts",
+    "/proc/cpuinfo",
+    "/proc/modules",
+    "/proc/cmdline",
+    "/proc/interrupts",
+    "/proc/sys/kernel/osrelease",
+    "/proc/sys/kernel/numa_balancing",
+    "/proc/sys/vm/zone_reclaim_mode",
+    "/proc/driver/nvidia/version",
+    "/sys/devices/system/cpu/online",
+    "/sys/devices/system/node/node0/meminfo",
+    "/sys/devices/system/node/node1/cpulist",
+    "/sys/devices/system/cpu/cpu3/topology/core_id",
+    "/sys/bus/pci/devices/0000:18:00.0/numa_node",
+    "/sys/bus/pci/devices/0000:18:00.0/local_cpulist",
+    "/sys/bus/pci/devices/0000:17:00.0/config",
+    "/sys/bus/pci/devices/0000:44:00.0/class",
+    "/sys/class/infiniband/mlx5_0/ports/1/state",
+    "/sys/class/infiniband/mlx5_0/ports/1/rate",
+    "/sys/class/infiniband/mlx5_0/ports/1/link_layer",
+    "/sys/kernel/mm/memory_peers/nv_mem/version",
+    "/sys/kernel/iommu_groups/0/type",
+    "/proc/sys/kernel/random/boot_id",
 ]
 
 
 def _huge(seed: bytes) -> bytes:
-    return (seed or b"0") * (3_000_000 // max(len(seed), 1) + 1)  # 3 MB: beyond Host's 1 MiB read bound
+    return (seed or b"0") * (
+        3_000_000 // max(len(seed), 1) + 1
+    )  # 3 MB: beyond Host's 1 MiB read bound
 
 
 contents = st.one_of(
     st.binary(max_size=300),
     st.text(max_size=300).map(lambda t: t.encode("utf-8", "surrogatepass")),
-    st.lists(st.sampled_from(["0", "1", "-", ",", " ", "\n", "x", "ff", "0x", ":", "kB", "-1", "999999999999999999999"]),
-             max_size=30).map(lambda parts: "".join(parts).encode()),
+    st.lists(
+        st.sampled_from(
+            [
+                "0",
+                "1",
+                "-",
+                ",",
+                " ",
+                "\n",
+                "x",
+                "ff",
+                "0x",
+                ":",
+                "kB",
+                "-1",
+                "999999999999999999999",
+            ]
+        ),
+        max_size=30,
+    ).map(lambda parts: "".join(parts).encode()),
     st.binary(min_size=1, max_size=8).map(_huge),
     st.just(None),  # the file is missing
 )
@@ -227,14 +304,17 @@ def gpu_node():
 
 PROLOG_CHECKS = select_checks(REGISTRY, "prolog")
 JOB = JobContext(job_id="4242", user="alice", node_name="dgx-h100-01", gpus=(0, 1))
-CONFIG = validate(REGISTRY, {"general": {"root_live_sources": ["nvml"]}})  # the fake node's NVML (--live nvml)
+CONFIG = validate(
+    REGISTRY, {"general": {"root_live_sources": ["nvml"]}}
+)  # the fake node's NVML (--live nvml)
 
 
 def _judge(results):
     """No internal error (our bug), UNKNOWN never blames the node, every error names what it read."""
     internal = [(r.check, r.summary) for r in results if r.summary.startswith("internal error")]
-    assert internal == [], [(c, s, r.details.get("traceback")) for r in results for c, s in internal
-                            if r.check == c][:1]
+    assert internal == [], [
+        (c, s, r.details.get("traceback")) for r in results for c, s in internal if r.check == c
+    ][:1]
     for r in results:
         assert isinstance(r, Result) and isinstance(r.status, Status)
         if r.status is Status.UNKNOWN:
@@ -247,7 +327,9 @@ def _judge(results):
 @given(target=st.sampled_from(SYSFS_TARGETS), content=contents)
 def test_any_sysfs_content_gives_a_result_never_a_crash(gpu_node, target, content):
     real = gpu_node.path(target).resolve()
-    saved = real.read_bytes() if real.exists() else None  # the fake tree has no boot_id: created, then removed
+    saved = (
+        real.read_bytes() if real.exists() else None
+    )  # the fake tree has no boot_id: created, then removed
     try:
         if content is None:
             if saved is not None:
@@ -255,7 +337,9 @@ def test_any_sysfs_content_gives_a_result_never_a_crash(gpu_node, target, conten
         else:
             real.parent.mkdir(parents=True, exist_ok=True)
             real.write_bytes(content)
-        report = run_checks(REGISTRY, CONFIG, Host(str(gpu_node.root)), "prolog", PROLOG_CHECKS, job=JOB)
+        report = run_checks(
+            REGISTRY, CONFIG, Host(str(gpu_node.root)), "prolog", PROLOG_CHECKS, job=JOB
+        )
     finally:
         if saved is None:
             if real.exists():
@@ -264,34 +348,46 @@ def test_any_sysfs_content_gives_a_result_never_a_crash(gpu_node, target, conten
             real.write_bytes(saved)
     _judge(report.results())
     decision = policy.decide(report.results(), CONFIG.settings)
-    assert all(r.status is Status.FAIL for r in decision.findings) or decision.verdict is not policy.Verdict.DRAIN
+    assert (
+        all(r.status is Status.FAIL for r in decision.findings)
+        or decision.verdict is not policy.Verdict.DRAIN
+    )
 
 
 # ------------------------------------------------------------------------------------------------
 # kernel log lines
 
-REAL_LINES = ["NVRM: Xid (PCI:0000:42:00): 79, pid=1234, name=python, GPU has fallen off the bus.",
-              "NVRM: Xid (PCI:0000:18:00): 48, pid=77, name=train, An uncorrectable double bit error (DBE)",
-              "NVRM: Xid (PCI:0000:9a:00): 74, pid=5, name=x, NVLink: fatal error detected on link 3(0x0, 0x0, 0x10)",
-              "NVRM: Xid (PCI:0000:c4:00): 154, GPU recovery action changed from 0x0 (None) to 0x2 (Node Reboot Required)",
-              "nvidia-nvswitch2: SXid (PCI:0000:05:00.0): 20034, Fatal, Link 14 LTSSM Fault Up",
-              "nvidia-nvswitch2: SXid (PCI:0000:05:00.0): 20034, Severity 1 Engine instance 14 Sub-engine instance 00",
-              "nvidia-nvswitch2: SXid (PCI:0000:05:00.0): 20034, Data {0x50610002, 0x10100030, 0x00000000}",
-              "python3[4242]: segfault at 0 ip 00007f8d2c41a2b0 sp 00007ffd6f0e1c28 error 4 in NVRM: Xid (PCI:0000:"
-              "42:00): 79, x[7f8d2c400000+1b000]"]
+REAL_LINES = [
+    "NVRM: Xid (PCI:0000:42:00): 79, pid=1234, name=python, GPU has fallen off the bus.",
+    "NVRM: Xid (PCI:0000:18:00): 48, pid=77, name=train, An uncorrectable double bit error (DBE)",
+    "NVRM: Xid (PCI:0000:9a:00): 74, pid=5, name=x, NVLink: fatal error detected on link 3(0x0, 0x0, 0x10)",
+    "NVRM: Xid (PCI:0000:c4:00): 154, GPU recovery action changed from 0x0 (None) to 0x2 (Node Reboot Required)",
+    "nvidia-nvswitch2: SXid (PCI:0000:05:00.0): 20034, Fatal, Link 14 LTSSM Fault Up",
+    "nvidia-nvswitch2: SXid (PCI:0000:05:00.0): 20034, Severity 1 Engine instance 14 Sub-engine instance 00",
+    "nvidia-nvswitch2: SXid (PCI:0000:05:00.0): 20034, Data {0x50610002, 0x10100030, 0x00000000}",
+    "python3[4242]: segfault at 0 ip 00007f8d2c41a2b0 sp 00007ffd6f0e1c28 error 4 in NVRM: Xid (PCI:0000:"
+    "42:00): 79, x[7f8d2c400000+1b000]",
+]
 kmsg_lines = st.one_of(
     st.text(max_size=200),
     st.binary(max_size=200).map(lambda b: b.decode("utf-8", "replace")),
-    st.tuples(st.sampled_from(REAL_LINES), st.integers(0, 120)).map(lambda t: t[0][:t[1]]),  # truncated
+    st.tuples(st.sampled_from(REAL_LINES), st.integers(0, 120)).map(
+        lambda t: t[0][: t[1]]
+    ),  # truncated
     st.tuples(st.sampled_from(REAL_LINES), st.text(max_size=40)).map(lambda t: t[0] + t[1]),
 )
 
 
 @FAST
-@given(lines=st.lists(kmsg_lines, max_size=8),
-       header=st.sampled_from(["3,%d,%d,-;", "", "[%d.%06d] ", "12,%d,%d,-;", "<4>[%d.%06d] "]))
+@given(
+    lines=st.lists(kmsg_lines, max_size=8),
+    header=st.sampled_from(["3,%d,%d,-;", "", "[%d.%06d] ", "12,%d,%d,-;", "<4>[%d.%06d] "]),
+)
 def test_kernel_log_lines_parse_and_classify_without_crash(lines, header):
-    records = [(header % (100 + i, 5000 + i) if "%" in header else header) + line for i, line in enumerate(lines)]
+    records = [
+        (header % (100 + i, 5000 + i) if "%" in header else header) + line
+        for i, line in enumerate(lines)
+    ]
     for event in kmsg.scan(records):
         classification = xid.classify(event)
         assert classification.status in ("OK", "WARN", "FAIL", "UNKNOWN")
@@ -308,8 +404,14 @@ def test_kernel_log_lines_through_the_xid_checks(gpu_node, lines):
         with kmsg_path.open("a", encoding="utf-8", errors="surrogateescape") as handle:
             for i, line in enumerate(lines):
                 handle.write("3,%d,%d,-;%s\n" % (90000 + i, 9000000 + i, line.replace("\n", " ")))
-        report = run_checks(REGISTRY, CONFIG, Host(str(gpu_node.root)), "prolog",
-                            select_checks(REGISTRY, "prolog", ["xid"]), job=JOB)
+        report = run_checks(
+            REGISTRY,
+            CONFIG,
+            Host(str(gpu_node.root)),
+            "prolog",
+            select_checks(REGISTRY, "prolog", ["xid"]),
+            job=JOB,
+        )
     finally:
         kmsg_path.write_bytes(saved)
     _judge(report.results())
@@ -319,8 +421,13 @@ def test_kernel_log_lines_through_the_xid_checks(gpu_node, lines):
 # the job environment (untrusted: users control parts of it)
 
 long_values = st.integers(200, 20000).map(lambda n: "1" * n)
-env_values = st.one_of(hostile_text, long_values, st.sampled_from(["0-1023", "0-1024", "7-3", "00", "1,1,1", "NoDevFiles",
-                                                                   "0,,1", "-1", "0x1", "\uff11"]))
+env_values = st.one_of(
+    hostile_text,
+    long_values,
+    st.sampled_from(
+        ["0-1023", "0-1024", "7-3", "00", "1,1,1", "NoDevFiles", "0,,1", "-1", "0x1", "\uff11"]
+    ),
+)
 
 
 @FAST
@@ -333,7 +440,9 @@ def test_hostile_slurm_job_gpus(value):
     except JobEnvError as exc:
         assert str(exc).startswith("SLURM_JOB_GPUS=") and len(str(exc)) < 200, str(exc)
     else:
-        assert all(isinstance(g, int) and 0 <= g < 1024 for g in gpus) and list(gpus) == sorted(set(gpus))
+        assert all(isinstance(g, int) and 0 <= g < 1024 for g in gpus) and list(gpus) == sorted(
+            set(gpus)
+        )
 
 
 @FAST
@@ -350,11 +459,15 @@ def test_hostile_job_identity_fails_open_before_anything_runs(tmp_path_factory, 
         assert message.split("=", 1)[0].split(" ", 1)[0] in env and len(message) < 200, message
         from slurm_hooks.hooks import run_hook
 
-        outcome = run_hook("prolog", REGISTRY, _hook_config(tmp_path_factory), env, client=_never_called())
+        outcome = run_hook(
+            "prolog", REGISTRY, _hook_config(tmp_path_factory), env, client=_never_called()
+        )
         assert outcome.exit_code == 0 and outcome.report is None  # logged, failed open, nothing ran
     else:
         assert re.fullmatch(r"[1-9][0-9]{0,9}", job.job_id) and " " not in (job.node_name or "")
-        assert job.user is None or len(job.user) <= 300  # a user name is data (kept, bounded), never refused
+        assert (
+            job.user is None or len(job.user) <= 300
+        )  # a user name is data (kept, bounded), never refused
 
 
 _HOOK_CONFIG = []
@@ -363,9 +476,19 @@ _HOOK_CONFIG = []
 def _hook_config(factory):
     if not _HOOK_CONFIG:
         base = factory.mktemp("hookcfg")
-        _HOOK_CONFIG.append(validate(REGISTRY, {"paths": {"state_dir": str(base / "state"), "syslog": False,
-                                                          "log_file": str(base / "log" / "hooks.log")},
-                                                "records": {"enabled": False}}))
+        _HOOK_CONFIG.append(
+            validate(
+                REGISTRY,
+                {
+                    "paths": {
+                        "state_dir": str(base / "state"),
+                        "syslog": False,
+                        "log_file": str(base / "log" / "hooks.log"),
+                    },
+                    "records": {"enabled": False},
+                },
+            )
+        )
     return _HOOK_CONFIG[0]
 
 
@@ -382,11 +505,34 @@ def _never_called():
 # ------------------------------------------------------------------------------------------------
 # node lines from scontrol
 
+
 @FAST
-@given(text=st.one_of(st.text(max_size=300),
-                      st.lists(st.sampled_from(["NodeName=", "node1", " ", "State=", "IDLE", "+", "DRAIN", "Reason=",
-                                                "[root@2026-01-01T00:00:00]", "\n", "=", "Partitions=", "debug", "*"]),
-                               max_size=25).map("".join)))
+@given(
+    text=st.one_of(
+        st.text(max_size=300),
+        st.lists(
+            st.sampled_from(
+                [
+                    "NodeName=",
+                    "node1",
+                    " ",
+                    "State=",
+                    "IDLE",
+                    "+",
+                    "DRAIN",
+                    "Reason=",
+                    "[root@2026-01-01T00:00:00]",
+                    "\n",
+                    "=",
+                    "Partitions=",
+                    "debug",
+                    "*",
+                ]
+            ),
+            max_size=25,
+        ).map("".join),
+    )
+)
 def test_scontrol_output_parses_or_raises_parse_error(text):
     for parse in (parse_node_line, parse_nodes):
         try:
@@ -395,26 +541,36 @@ def test_scontrol_output_parses_or_raises_parse_error(text):
             assert len(str(exc)) < 300
     backend = ScontrolBackend(runner=lambda argv, timeout, env: (0, text, ""))
     enacted = drainer.drain(SlurmClient(backend), "node1", "slurm-hooks: x.y: z", _drain_settings())
-    assert isinstance(enacted.outcome, drainer.Outcome)  # an outcome (most often slurm-error), never a crash
+    assert isinstance(
+        enacted.outcome, drainer.Outcome
+    )  # an outcome (most often slurm-error), never a crash
 
 
 def _drain_settings():
-    return {section: {k: s.default for k, s in schema.items()} for section, schema in SECTIONS.items()}
+    return {
+        section: {k: s.default for k, s in schema.items()} for section, schema in SECTIONS.items()
+    }
 
 
 @FAST
-@given(summary=hostile_text, trailer=st.sampled_from(["", " Comment=(null)", " ResumeAfterTime=None"]))
+@given(
+    summary=hostile_text, trailer=st.sampled_from(["", " Comment=(null)", " ResumeAfterTime=None"])
+)
 def test_our_reasons_read_back_exactly_from_scontrol(summary, trailer):
     """Whatever a check says, the reason we set is read back verbatim, so we recognise our own drains."""
-    reason = policy.format_reason(Result("gpu.ecc", Status.FAIL, summary or "x"), "slurm-hooks:", 200)
-    line = ("NodeName=node1 Arch=x86_64 CoresPerSocket=56 State=IDLE+DRAIN ThreadsPerCore=2 Partitions=debug "
-            "Reason=%s [root@2026-12-02T10:00:00]%s" % (reason, trailer))
+    reason = policy.format_reason(
+        Result("gpu.ecc", Status.FAIL, summary or "x"), "slurm-hooks:", 200
+    )
+    line = (
+        "NodeName=node1 Arch=x86_64 CoresPerSocket=56 State=IDLE+DRAIN ThreadsPerCore=2 Partitions=debug "
+        "Reason=%s [root@2026-12-02T10:00:00]%s" % (reason, trailer)
+    )
     node = parse_node_line(line)
     assert node.reason == reason and node.is_drained and policy.is_ours(node.reason, "slurm-hooks:")
     assert (node.reason_user, node.reason_time) == ("root", "2026-12-02T10:00:00")
 
 
-FAKE_SCONTROL = r'''#!{python}
+FAKE_SCONTROL = r"""#!{python}
 import json, sys
 with open({calls!r}, "a") as fh:
     fh.write(json.dumps(sys.argv[1:]) + "\n")
@@ -425,7 +581,7 @@ if sys.argv[1:3] == ["--all", "--oneliner"]:
     print("\n".join("NodeName=%s State=IDLE%s Partitions=debug%s" % (
         n, "+DRAIN" if n in drained else "", " Reason=%s [root@2026-12-02T10:00:00]" % drained[n] if n in drained
         else "") for n in names))
-'''
+"""
 
 
 @pytest.fixture(scope="module")
@@ -433,7 +589,9 @@ def fake_scontrol(tmp_path_factory):
     base = tmp_path_factory.mktemp("scontrol")
     calls = base / "calls.jsonl"
     script = base / "scontrol"
-    script.write_text(FAKE_SCONTROL.replace("{python}", sys.executable).replace("{calls!r}", repr(str(calls))))
+    script.write_text(
+        FAKE_SCONTROL.replace("{python}", sys.executable).replace("{calls!r}", repr(str(calls)))
+    )
     script.chmod(0o755)
     return script, calls
 
@@ -447,7 +605,9 @@ def test_hostile_text_reaches_scontrol_as_one_argument(fake_scontrol, summary):
     script, calls = fake_scontrol
     if calls.exists():
         calls.unlink()
-    reason = policy.format_reason(Result("gpu.leftovers", Status.FAIL, summary or "x"), "slurm-hooks:", 200)
+    reason = policy.format_reason(
+        Result("gpu.leftovers", Status.FAIL, summary or "x"), "slurm-hooks:", 200
+    )
     before = len(POPEN_CALLS)
     backend = ScontrolBackend(scontrol=str(script), timeout=10.0, attempts=1)
     settle, drainer.SETTLE_S = drainer.SETTLE_S, 0.0  # the fake has no clock to wait for
@@ -458,12 +618,19 @@ def test_hostile_text_reaches_scontrol_as_one_argument(fake_scontrol, summary):
     assert enacted.outcome is drainer.Outcome.DRAINED, enacted.message
     received = [json.loads(line) for line in calls.read_text().splitlines()]
     new = POPEN_CALLS[before:]
-    assert received[-2] == ["update", "NodeName=node1", "State=DRAIN", "Reason=" + reason]  # then the re-count
+    assert received[-2] == [
+        "update",
+        "NodeName=node1",
+        "State=DRAIN",
+        "Reason=" + reason,
+    ]  # then the re-count
     assert len(new) == 4 and all(isinstance(args, list) and not shell for args, shell in new)
 
 
 def test_node_info_of_unknown_states_is_kept_not_guessed():
-    node = parse_node_line("NodeName=node1 State=IDLE+DRAIN+SOMETHING_NEW Reason=x [root@2026-01-01T00:00:00]")
+    node = parse_node_line(
+        "NodeName=node1 State=IDLE+DRAIN+SOMETHING_NEW Reason=x [root@2026-01-01T00:00:00]"
+    )
     assert node.flags == frozenset({"DRAIN", "SOMETHING_NEW"}) and not node.known_state
     assert isinstance(node, NodeInfo)
 
@@ -471,15 +638,39 @@ def test_node_info_of_unknown_states_is_kept_not_guessed():
 # ------------------------------------------------------------------------------------------------
 # the pure parsers behind the gatherers: only their declared error, naming the source
 
-PARSERS = [(parsers.parse_meminfo, "/proc/meminfo"), (parsers.parse_loadavg, "/proc/loadavg"),
-           (parsers.parse_mounts, "/proc/mounts"), (parsers.parse_swaps, "/proc/swaps"),
-           (parse_gres_conf, "/etc/slurm/gres.conf")]
+PARSERS = [
+    (parsers.parse_meminfo, "/proc/meminfo"),
+    (parsers.parse_loadavg, "/proc/loadavg"),
+    (parsers.parse_mounts, "/proc/mounts"),
+    (parsers.parse_swaps, "/proc/swaps"),
+    (parse_gres_conf, "/etc/slurm/gres.conf"),
+]
 
 
 @FAST
-@given(which=st.integers(0, len(PARSERS) - 1), text=st.one_of(st.text(max_size=300), st.lists(st.sampled_from(
-    ["MemTotal:", " 12 kB", "\n", "0.1 0.2 0.3 1/2 3", "/dev/sda1 / ext4 rw 0 0", "Name=gpu", " File=/dev/nvidia0",
-     " Cores=0-3", "NodeName=n[1-", "x"]), max_size=20).map("".join)))
+@given(
+    which=st.integers(0, len(PARSERS) - 1),
+    text=st.one_of(
+        st.text(max_size=300),
+        st.lists(
+            st.sampled_from(
+                [
+                    "MemTotal:",
+                    " 12 kB",
+                    "\n",
+                    "0.1 0.2 0.3 1/2 3",
+                    "/dev/sda1 / ext4 rw 0 0",
+                    "Name=gpu",
+                    " File=/dev/nvidia0",
+                    " Cores=0-3",
+                    "NodeName=n[1-",
+                    "x",
+                ]
+            ),
+            max_size=20,
+        ).map("".join),
+    ),
+)
 def test_parsers_raise_only_parse_errors_naming_the_source(which, text):
     parse, source = PARSERS[which]
     try:

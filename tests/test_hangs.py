@@ -19,6 +19,7 @@ After the checks, a file system that never answers (tests/doubles/hungfs.py: a F
 answers nothing) under the records, dcgm-exporter or state directory costs at most [deadline]
 files per bounded phase; the epilog still exits 0 and logs what it abandoned, with the path.
 """
+
 from __future__ import annotations
 
 import json
@@ -39,16 +40,21 @@ def prolog(fake_node, tmp_path):
     return Prolog(fake_node("dgx-h100"), tmp_path)
 
 
-
-
 HANGS = {
     # fault -> (injector, names (or name prefixes) of the checks that time out; the log names one)
     "nvml-hang-all-gpus": (lambda n: n.inject_hang("nvmlDeviceGetCount"), ("gpu.",)),
-    "nvml-hang-one-gpu": (lambda n: n.inject_hang("nvmlDeviceGetTemperature", 5),
-                          ("gpu.clocks", "gpu.thermal", "gpu.power", "gpu.driver")),  # one shared GPU-state read
-    "sysfs-fifo-numa-meminfo": (lambda n: make_fifo(n, "/sys/devices/system/node/node1/meminfo"), ("system.memory",)),
-    "sysfs-fifo-pci-tree": (lambda n: make_fifo(n, "/sys/bus/pci/devices/0000:44:00.0/local_cpulist"),
-                            ("topology.", "gpudirect.", "numa.")),  # every check built on the PCIe tree
+    "nvml-hang-one-gpu": (
+        lambda n: n.inject_hang("nvmlDeviceGetTemperature", 5),
+        ("gpu.clocks", "gpu.thermal", "gpu.power", "gpu.driver"),
+    ),  # one shared GPU-state read
+    "sysfs-fifo-numa-meminfo": (
+        lambda n: make_fifo(n, "/sys/devices/system/node/node1/meminfo"),
+        ("system.memory",),
+    ),
+    "sysfs-fifo-pci-tree": (
+        lambda n: make_fifo(n, "/sys/bus/pci/devices/0000:44:00.0/local_cpulist"),
+        ("topology.", "gpudirect.", "numa."),
+    ),  # every check built on the PCIe tree
 }
 
 
@@ -60,7 +66,12 @@ def test_hang_is_bounded_and_alerts_by_default(prolog, fault):
     assert rc == 0, stderr  # on_timeout = "alert": the job runs
     assert seconds < BOUND, seconds
     kv = prolog.decision()
-    assert (kv["decision"], kv["status"], kv["blame"], kv["slurm_calls"]) == ("alert", "UNKNOWN", "check", "0"), kv
+    assert (kv["decision"], kv["status"], kv["blame"], kv["slurm_calls"]) == (
+        "alert",
+        "UNKNOWN",
+        "check",
+        "0",
+    ), kv
     assert kv["check"].startswith(checks), kv
     assert "did not finish within" in kv["reason"] or "did not answer within" in kv["reason"], kv
     assert prolog.scontrol_calls() == [] and prolog.drain_reason() is None
@@ -78,11 +89,18 @@ def test_hang_drains_when_policy_says_so(prolog, fault):
     kv = prolog.decision()
     assert (kv["decision"], kv["outcome"], kv["slurm_calls"]) == ("drain", "drained", "4"), kv
     reason = prolog.drain_reason()
-    assert reason == kv["reason"] and reason.startswith("slurm-hooks: ") and \
-        reason[len("slurm-hooks: "):].startswith(checks), reason
+    assert (
+        reason == kv["reason"]
+        and reason.startswith("slurm-hooks: ")
+        and reason[len("slurm-hooks: ") :].startswith(checks)
+    ), reason
     assert "did not finish within" in reason or "not finished when the" in reason
-    assert [c[:4] for c in prolog.scontrol_calls()] == [["--all", "--oneliner", "show", "node"]] * 2 + [
-        ["update", "NodeName=node1", "State=DRAIN", "Reason=" + reason], ["--all", "--oneliner", "show", "node"]]
+    assert [c[:4] for c in prolog.scontrol_calls()] == [
+        ["--all", "--oneliner", "show", "node"]
+    ] * 2 + [
+        ["update", "NodeName=node1", "State=DRAIN", "Reason=" + reason],
+        ["--all", "--oneliner", "show", "node"],
+    ]
     # (the last: the circuit breaker's re-count, 1.1 s after the drain)
 
 
@@ -99,10 +117,15 @@ def test_nvml_call_that_aborts_the_process(prolog, on_timeout, rc_expected):
     assert kv["check"] == "slurm-hooks.runner" and kv["status"] == "UNKNOWN", kv
     assert "the check process died of signal 6 (SIGABRT)" in kv["reason"], kv
     if on_timeout == "alert":
-        assert (kv["decision"], kv["slurm_calls"]) == ("alert", "0") and prolog.drain_reason() is None
+        assert (kv["decision"], kv["slurm_calls"]) == (
+            "alert",
+            "0",
+        ) and prolog.drain_reason() is None
     else:
         assert (kv["decision"], kv["outcome"]) == ("drain", "drained"), kv
-        assert prolog.drain_reason().startswith("slurm-hooks: slurm-hooks.runner: the check process died of signal 6")
+        assert prolog.drain_reason().startswith(
+            "slurm-hooks: slurm-hooks.runner: the check process died of signal 6"
+        )
 
 
 def test_slow_but_answering_nvml_is_not_a_fault(prolog):
@@ -131,17 +154,37 @@ def test_check_ends_with_the_hung_check_not_at_the_deadline(fake_node):
     node = fake_node("dgx-h100")
     node.inject_hang("nvmlDeviceGetTemperature", 5)
     started = time.monotonic()
-    proc = subprocess.run([sys.executable, "-m", "slurm_hooks", "check", "--json", "--deadline", "30", "--live", "nvml", "--root",
-                           str(node.root)], env=dict(node.subprocess_env(), SLURM_HOOKS_CHECKS_DIR="",
-                                                     PYTHONPATH=REPO), capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "slurm_hooks",
+            "check",
+            "--json",
+            "--deadline",
+            "30",
+            "--live",
+            "nvml",
+            "--root",
+            str(node.root),
+        ],
+        env=dict(node.subprocess_env(), SLURM_HOOKS_CHECKS_DIR="", PYTHONPATH=REPO),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     seconds = time.monotonic() - started
-    print("\n[reliability] check with a hung NVML call on one GPU, 30 s deadline: exit %d after %.2fs"
-          % (proc.returncode, seconds))
+    print(
+        "\n[reliability] check with a hung NVML call on one GPU, 30 s deadline: exit %d after %.2fs"
+        % (proc.returncode, seconds)
+    )
     report = json.loads(proc.stdout)
     assert seconds < CHECK_TIMEOUT + START_UP_MARGIN, seconds
     assert report["deadline_hit"] is False, report["deadline_hit"]
     thermal = [r for c in report["checks"] for r in c["results"] if r["check"] == "gpu.thermal"]
-    assert [r["status"] for r in thermal if r["component"].startswith("gpu:5 ")] == ["UNKNOWN"], thermal
+    assert [r["status"] for r in thermal if r["component"].startswith("gpu:5 ")] == ["UNKNOWN"], (
+        thermal
+    )
 
 
 def test_one_hung_gpu_costs_that_gpu_only(nvml_node, registry):
@@ -157,12 +200,16 @@ def test_one_hung_gpu_costs_that_gpu_only(nvml_node, registry):
 
     node = nvml_node("dgx-h100", {"gpu": {3: {"remapped_rows": {"pending": True}}}})
     node.inject_hang("nvmlDeviceGetEccMode", 5)
-    config = validate(registry, fake_node_config())  # NVML under a root other than / only when asked
+    config = validate(
+        registry, fake_node_config()
+    )  # NVML under a root other than / only when asked
     started = time.monotonic()
     specs = select_checks(registry, "prolog", ["gpu.ecc", "gpu.remap", "gpu.recovery"])
     # in a forked child, as the hooks run checks: the hung NVML thread dies with it, not in pytest
-    data, why = run_isolated(lambda: report_to_dict(run_checks(registry, config, Host(str(node.root)), "prolog",
-                                                               specs)), 2 * CHECK_TIMEOUT)
+    data, why = run_isolated(
+        lambda: report_to_dict(run_checks(registry, config, Host(str(node.root)), "prolog", specs)),
+        2 * CHECK_TIMEOUT,
+    )
     assert data is not None, why
     report = report_from_dict(data)
     assert time.monotonic() - started < CHECK_TIMEOUT
@@ -171,7 +218,9 @@ def test_one_hung_gpu_costs_that_gpu_only(nvml_node, registry):
     assert remap["gpu:3"].status.value == "FAIL" and remap["gpu:5"].status.value == "UNKNOWN"
     assert remap["gpu:5"].details["timed_out"] and "did not answer within" in remap["gpu:5"].summary
     for name in ("gpu.ecc", "gpu.recovery"):
-        assert [r.component.split()[0] for r in by_check[name]] == ["gpu:5"], by_check[name]  # the others pass
+        assert [r.component.split()[0] for r in by_check[name]] == ["gpu:5"], by_check[
+            name
+        ]  # the others pass
     assert policy.decide(report.results(), config.settings).verdict is policy.Verdict.DRAIN
 
 
@@ -216,7 +265,8 @@ def test_prolog_with_a_hung_state_directory_exits_in_time(prolog, hung_dir):
     assert seconds < FILES + START_UP_MARGIN, seconds
     assert prolog.decision()["decision"] == "pass"
     assert [(e["step"], e["path"]) for e in prolog.events("step-abandoned")] == [
-        ("snapshot", str(hung_dir / "state" / "snapshots" / "4242.json"))]
+        ("snapshot", str(hung_dir / "state" / "snapshots" / "4242.json"))
+    ]
     prolog.log.unlink()
     prolog.node.set_state("gpu.3.remapped_rows.pending", 1)
     rc, seconds, stderr = prolog.run("a hung state directory, draining")
@@ -227,4 +277,6 @@ def test_prolog_with_a_hung_state_directory_exits_in_time(prolog, hung_dir):
     state_file = str(hung_dir / "state" / "node-state.json")
     assert [e["path"] for e in prolog.events("state-unreadable")] == [state_file]
     assert sorted((e["step"], e["path"]) for e in prolog.events("step-abandoned")) == [
-        ("snapshot", str(hung_dir / "state" / "snapshots" / "4242.json")), ("state", state_file)]
+        ("snapshot", str(hung_dir / "state" / "snapshots" / "4242.json")),
+        ("state", state_file),
+    ]

@@ -1,4 +1,5 @@
 """prolog.d/epilog.d and the health-check wrapper: exit 10 fails the hook, any other failure fails open."""
+
 from __future__ import annotations
 
 import os
@@ -13,7 +14,7 @@ SCRIPTS = ["prolog.d/50-slurm-hooks", "epilog.d/50-slurm-hooks"]
 
 def copy_with_binary(tmp_path, script, exit_code):
     fake = tmp_path / "fake-slurm-hooks"
-    fake.write_text("#!/bin/sh\necho \"$@\" > %s/argv\nexit %d\n" % (tmp_path, exit_code))
+    fake.write_text('#!/bin/sh\necho "$@" > %s/argv\nexit %d\n' % (tmp_path, exit_code))
     fake.chmod(0o755)
     with open(os.path.join(REPO, script)) as handle:
         text = handle.read()
@@ -25,10 +26,14 @@ def copy_with_binary(tmp_path, script, exit_code):
 
 
 @pytest.mark.parametrize("script", SCRIPTS)
-@pytest.mark.parametrize("slurm_hooks_exit,hook_exit", [(0, 0), (10, 1), (1, 0), (3, 0), (139, 0), (127, 0)])
+@pytest.mark.parametrize(
+    "slurm_hooks_exit,hook_exit", [(0, 0), (10, 1), (1, 0), (3, 0), (139, 0), (127, 0)]
+)
 def test_only_exit_10_fails_the_hook(tmp_path, script, slurm_hooks_exit, hook_exit):
     hook = copy_with_binary(tmp_path, script, slurm_hooks_exit)
-    done = subprocess.run([str(hook)], env={}, capture_output=True, text=True, timeout=10)  # slurmd gives no PATH
+    done = subprocess.run(
+        [str(hook)], env={}, capture_output=True, text=True, timeout=10
+    )  # slurmd gives no PATH
     assert done.returncode == hook_exit, done.stderr
     assert (tmp_path / "argv").read_text().strip() == script.split(".d/")[0]
 

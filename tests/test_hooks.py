@@ -1,4 +1,5 @@
 """prolog/epilog/health flows (hooks.run_hook) with checks driven by a file, and Slurm in memory."""
+
 from __future__ import annotations
 
 import json
@@ -15,7 +16,12 @@ from slurm_hooks.slurm.drainer import Outcome
 from tests.doubles.memory_slurm import REASON, cluster
 from tests.helpers import abort_on_purpose
 
-JOB_ENV = {"SLURM_JOB_ID": "42", "SLURM_JOB_USER": "alice", "SLURMD_NODENAME": "node1", "SLURM_JOB_GPUS": "0,1"}
+JOB_ENV = {
+    "SLURM_JOB_ID": "42",
+    "SLURM_JOB_USER": "alice",
+    "SLURMD_NODENAME": "node1",
+    "SLURM_JOB_GPUS": "0,1",
+}
 
 
 @pytest.fixture
@@ -30,22 +36,35 @@ def setup(tmp_path):
         """demo"""
         what = verdict.read_text().strip()
         if what == "node":
-            return Result("demo.gpu", Status.FAIL, "row-remap pending", component="gpu:3 0000:3b:00.0",
-                          action=Action.RESET_GPU)
+            return Result(
+                "demo.gpu",
+                Status.FAIL,
+                "row-remap pending",
+                component="gpu:3 0000:3b:00.0",
+                action=Action.RESET_GPU,
+            )
         if what == "job":
-            return Result("demo.gpu", Status.FAIL, "job asked for a GPU that is not there", blame=Blame.JOB)
+            return Result(
+                "demo.gpu", Status.FAIL, "job asked for a GPU that is not there", blame=Blame.JOB
+            )
         if what == "crash":
             abort_on_purpose()
         if what == "hang":
             import time
+
             time.sleep(60)
         return Result("demo.gpu", Status.OK, "fine")
 
     def config(**sections):
-        data = {"paths": {"state_dir": str(tmp_path / "state"), "log_file": str(tmp_path / "log" / "hooks.log"),
-                          "syslog": False},
-                "records": {"dir": str(tmp_path / "jobs")},
-                "deadline": {"prolog": 1.0, "health": 1.0, "epilog": 1.0}}
+        data = {
+            "paths": {
+                "state_dir": str(tmp_path / "state"),
+                "log_file": str(tmp_path / "log" / "hooks.log"),
+                "syslog": False,
+            },
+            "records": {"dir": str(tmp_path / "jobs")},
+            "deadline": {"prolog": 1.0, "health": 1.0, "epilog": 1.0},
+        }
         for key, value in sections.items():
             data.setdefault(key, {}).update(value)
         return validate(reg, data)
@@ -90,7 +109,9 @@ def test_crash_in_check_process_is_contained(setup):
     result = outcome.report.results()[0]
     assert result.status is Status.UNKNOWN and "signal 6 (SIGABRT)" in result.summary
     assert outcome.exit_code == 0 and backend.calls == 0  # alert by default
-    outcome = run_hook("prolog", reg, config(drain={"on_timeout": "drain"}), JOB_ENV, client=SlurmClient(backend))
+    outcome = run_hook(
+        "prolog", reg, config(drain={"on_timeout": "drain"}), JOB_ENV, client=SlurmClient(backend)
+    )
     assert outcome.enacted.outcome is Outcome.DRAINED and outcome.exit_code == ExitCode.NODE_BROKEN
 
 
@@ -107,17 +128,28 @@ def test_crashing_on_purpose_prints_no_fatal_error_dump(tmp_path):
     for name in sorted(os.listdir(here)):
         if name.endswith(".py") and name != "helpers.py":
             with open(os.path.join(here, name)) as handle:
-                assert not re.search(r"\bos\.abort\(\)", handle.read()), "%s: use tests.helpers.abort_on_purpose()" % name
-    crashing = [os.path.join(here, "test_hooks.py") + "::test_crash_in_check_process_is_contained",
-                os.path.join(here, "test_drain_flow.py") + "::test_unknown_or_timeout_keeps_the_drain[crash]"]
-    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"] + crashing,
-                          capture_output=True, text=True, timeout=300, cwd=str(tmp_path))
+                assert not re.search(r"\bos\.abort\(\)", handle.read()), (
+                    "%s: use tests.helpers.abort_on_purpose()" % name
+                )
+    crashing = [
+        os.path.join(here, "test_hooks.py") + "::test_crash_in_check_process_is_contained",
+        os.path.join(here, "test_drain_flow.py")
+        + "::test_unknown_or_timeout_keeps_the_drain[crash]",
+    ]
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"] + crashing,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=str(tmp_path),
+    )
     assert proc.returncode == 0 and "2 passed" in proc.stdout, proc.stdout + proc.stderr
     assert "Fatal Python error" not in proc.stdout + proc.stderr
 
 
 def test_hang_is_bounded_by_deadline(setup):
     import time
+
     reg, config, verdict, _ = setup
     verdict.write_text("hang")
     started = time.monotonic()
@@ -138,7 +170,9 @@ def test_slurm_down_keeps_a_pending_record_and_health_delivers_it(setup):
     state = json.loads((tmp / "state" / "node-state.json").read_text())
     assert state["pending"]["reason"].startswith("slurm-hooks: demo.gpu:")
     backend.down = False
-    outcome = run_hook("health", reg, config(), {"SLURMD_NODENAME": "node1"}, client=SlurmClient(backend))
+    outcome = run_hook(
+        "health", reg, config(), {"SLURMD_NODENAME": "node1"}, client=SlurmClient(backend)
+    )
     assert outcome.enacted.outcome is Outcome.DRAINED and backend.nodes["node1"].is_drained
 
 
@@ -166,8 +200,12 @@ def test_observe_mode_drains_nothing_and_exits_0(setup):
     reg, config, verdict, _ = setup
     verdict.write_text("node")
     backend = cluster()
-    outcome = run_hook("prolog", reg, config(general={"mode": "observe"}), JOB_ENV, client=SlurmClient(backend))
-    assert outcome.enacted.outcome is Outcome.OBSERVE and outcome.exit_code == 0 and backend.calls == 0
+    outcome = run_hook(
+        "prolog", reg, config(general={"mode": "observe"}), JOB_ENV, client=SlurmClient(backend)
+    )
+    assert (
+        outcome.enacted.outcome is Outcome.OBSERVE and outcome.exit_code == 0 and backend.calls == 0
+    )
 
 
 def test_hostile_environment_and_opt_out(setup):
@@ -177,25 +215,35 @@ def test_hostile_environment_and_opt_out(setup):
     bad = dict(JOB_ENV, SLURM_JOB_GPUS="0;reboot")
     assert run_hook("prolog", reg, config(), bad, client=SlurmClient(backend)).exit_code == 0
     opt = dict(JOB_ENV, SLURM_JOB_EXTRA="slurm_hooks=skip")
-    assert run_hook("prolog", reg, config(), opt, client=SlurmClient(backend)).exit_code == ExitCode.NODE_BROKEN  # off by default
+    assert (
+        run_hook("prolog", reg, config(), opt, client=SlurmClient(backend)).exit_code
+        == ExitCode.NODE_BROKEN
+    )  # off by default
     backend = cluster()
-    out = run_hook("prolog", reg, config(drain={"allow_job_opt_out": True}), opt, client=SlurmClient(backend))
+    out = run_hook(
+        "prolog", reg, config(drain={"allow_job_opt_out": True}), opt, client=SlurmClient(backend)
+    )
     assert out.exit_code == 0 and backend.calls == 0
 
 
-@pytest.mark.parametrize("broken", [
-    '[checks."gpu.nope"]\n',  # an unknown check
-    "[deadline]\nprolog = inf\n",  # used to crash `check` and make every prolog fail open with a traceback only
-    "[deadline]\nprolog = nan\n",
-    "[deadline]\nprolog = -1\n",
-    "[breaker]\nmax_percent = 500\n",
-    "[drain]\nattempts = 0\n",
-    '[drain]\nreason_prefix = "slurm \\"hooks\\":"\n',  # the reason cleaner drops the quotes: unrecognisable
-    "[drain]\nmax_reason_length = 8\n",
-    '[checks."xid.events"]\noverrides = ["79=BROKEN:rma"]\n',
-    'this is not TOML',
-])
-def test_broken_config_fails_open_with_one_critical_line_and_a_metric(tmp_path, monkeypatch, capsys, broken):
+@pytest.mark.parametrize(
+    "broken",
+    [
+        '[checks."gpu.nope"]\n',  # an unknown check
+        "[deadline]\nprolog = inf\n",  # used to crash `check` and make every prolog fail open with a traceback only
+        "[deadline]\nprolog = nan\n",
+        "[deadline]\nprolog = -1\n",
+        "[breaker]\nmax_percent = 500\n",
+        "[drain]\nattempts = 0\n",
+        '[drain]\nreason_prefix = "slurm \\"hooks\\":"\n',  # the reason cleaner drops the quotes: unrecognisable
+        "[drain]\nmax_reason_length = 8\n",
+        '[checks."xid.events"]\noverrides = ["79=BROKEN:rma"]\n',
+        "this is not TOML",
+    ],
+)
+def test_broken_config_fails_open_with_one_critical_line_and_a_metric(
+    tmp_path, monkeypatch, capsys, broken
+):
     """Issue 14 section 2: a refused configuration lets the job run (exit 0), and says so once, CRITICAL, in the
     log file and syslog (where the [paths] of the broken file still say, if they are valid on their own), with
     slurm_hooks_config_error 1 in the metrics; no traceback."""
@@ -205,13 +253,17 @@ def test_broken_config_fails_open_with_one_critical_line_and_a_metric(tmp_path, 
 
     sent = []
     monkeypatch.setattr(real_syslog, "syslog", lambda *args: sent.append(args))
-    monkeypatch.setattr(logs, "SYSLOG_SOCKET", str(tmp_path))  # exists: this machine may have no /dev/log
+    monkeypatch.setattr(
+        logs, "SYSLOG_SOCKET", str(tmp_path)
+    )  # exists: this machine may have no /dev/log
     monkeypatch.setenv("SLURM_HOOKS_ALLOW_INSECURE_CONFIG", "1")
     log, prom = tmp_path / "log" / "hooks.log", tmp_path / "prom"
     log.parent.mkdir()  # as on an installed node (the package makes /var/log/slurm-hooks)
     bad = tmp_path / "config.toml"
-    paths = '[paths]\nlog_file = "%s"\nstate_dir = "%s"\nsyslog = true\n[metrics]\ntextfile_dir = "%s"\n' % (
-        log, tmp_path / "state", prom)
+    paths = (
+        '[paths]\nlog_file = "%s"\nstate_dir = "%s"\nsyslog = true\n[metrics]\ntextfile_dir = "%s"\n'
+        % (log, tmp_path / "state", prom)
+    )
     if "TOML" in broken:  # the main file does not parse: the [paths] of a valid drop-in still count
         (tmp_path / "conf.d").mkdir()
         (tmp_path / "conf.d" / "10-paths.toml").write_text(paths)
@@ -223,7 +275,9 @@ def test_broken_config_fails_open_with_one_critical_line_and_a_metric(tmp_path, 
     assert "Traceback" not in err and "failing open" in err
     lines = log.read_text().splitlines()
     assert len(lines) == 1 and " CRITICAL " in lines[0], lines
-    assert "context=prolog" in lines[0] and "job=42" in lines[0] and "decision=fail-open" in lines[0]
+    assert (
+        "context=prolog" in lines[0] and "job=42" in lines[0] and "decision=fail-open" in lines[0]
+    )
     assert "event=config-error" in lines[0] and "ConfigError" in lines[0]
     assert [p for p, text in sent if "event=config-error" in text] == [real_syslog.LOG_CRIT]
     assert "slurm_hooks_config_error 1.0" in (prom / "slurm_hooks.prom").read_text()
@@ -235,9 +289,17 @@ def test_an_unusual_user_name_never_skips_the_checks(setup, user):
     reg, config, verdict, tmp = setup
     verdict.write_text("node")
     backend = cluster()
-    outcome = run_hook("prolog", reg, config(), dict(JOB_ENV, SLURM_JOB_USER=user), client=SlurmClient(backend))
-    assert outcome.report is not None and outcome.enacted.outcome is Outcome.DRAINED  # the checks ran and decided
-    line = [entry for entry in (tmp / "log" / "hooks.log").read_text().splitlines() if "decision=drain" in entry][0]
+    outcome = run_hook(
+        "prolog", reg, config(), dict(JOB_ENV, SLURM_JOB_USER=user), client=SlurmClient(backend)
+    )
+    assert (
+        outcome.report is not None and outcome.enacted.outcome is Outcome.DRAINED
+    )  # the checks ran and decided
+    line = [
+        entry
+        for entry in (tmp / "log" / "hooks.log").read_text().splitlines()
+        if "decision=drain" in entry
+    ][0]
     assert "user=%s " % user.replace("\\", "\\\\") in line
 
 
@@ -261,13 +323,24 @@ def test_decision_log_escapes_what_a_user_can_put_in_it(setup, monkeypatch):
     reg, config, verdict, tmp = setup
     monkeypatch.setattr(logs, "SYSLOG_SOCKET", str(tmp))
     user = "eve\x00\x1b[2J\u202eexe.gnp\udcff\nNodeName=x decision=pass"
-    outcome = run_hook("prolog", reg, config(paths={"syslog": True}), dict(JOB_ENV, SLURM_JOB_USER=user),
-                       client=SlurmClient(cluster()))
+    outcome = run_hook(
+        "prolog",
+        reg,
+        config(paths={"syslog": True}),
+        dict(JOB_ENV, SLURM_JOB_USER=user),
+        client=SlurmClient(cluster()),
+    )
     assert outcome.report is not None
-    [line] = [entry for entry in (tmp / "log" / "hooks.log").read_text().splitlines() if "context=prolog" in entry]
+    [line] = [
+        entry
+        for entry in (tmp / "log" / "hooks.log").read_text().splitlines()
+        if "context=prolog" in entry
+    ]
     assert 'user="eve\\x00\\x1b[2J\\u202eexe.gnp\\udcff NodeName=x decision=pass"' in line, line
     assert line.count("decision=") == 2  # ours, and the quoted text inside the user's value
-    assert len(sent) == 1 and "\\x00" in sent[0] and "\x00" not in sent[0] and "\u202e" not in sent[0]
+    assert (
+        len(sent) == 1 and "\\x00" in sent[0] and "\x00" not in sent[0] and "\u202e" not in sent[0]
+    )
 
 
 def test_prolog_then_epilog_leaves_a_job_record(setup):
@@ -290,7 +363,9 @@ def test_decisions_reach_syslog_with_their_priority(monkeypatch):
 
     sent = []
     monkeypatch.setattr(syslog, "openlog", lambda *args: sent.append(("open",) + args))
-    monkeypatch.setattr(syslog, "syslog", lambda priority, message: sent.append((priority, message)))
+    monkeypatch.setattr(
+        syslog, "syslog", lambda priority, message: sent.append((priority, message))
+    )
     logger = logging.getLogger("test.syslog")
     logger.addHandler(SyslogHandler())
     logger.setLevel("INFO")
@@ -317,4 +392,8 @@ def test_the_exit_code_never_depends_on_the_steps_after_the_decision(setup, monk
     outcome = run_hook("prolog", reg, config(), JOB_ENV, client=SlurmClient(cluster()))
     assert outcome.exit_code == ExitCode.NODE_BROKEN and outcome.enacted.outcome is Outcome.DRAINED
     log = (tmp / "log" / "hooks.log").read_text()
-    assert "event=step-abandoned step=state path=%s state=not-started" % (tmp / "state" / "node-state.json") in log
+    assert (
+        "event=step-abandoned step=state path=%s state=not-started"
+        % (tmp / "state" / "node-state.json")
+        in log
+    )

@@ -1,4 +1,5 @@
 """Host (reads rooted at a path) and the pure procfs/sysfs parsers."""
+
 from __future__ import annotations
 
 import os
@@ -10,7 +11,9 @@ from slurm_hooks.hw.procfs import parse_loadavg, parse_meminfo, parse_mounts, pa
 
 
 def test_host_reads_under_root_and_missing_is_explicit(write_tree):
-    root = write_tree({"proc/loadavg": "1.0 2.0 3.0 1/2 3\n", "sys/x/num": " 42\n", "sys/x/bad": "forty\n"})
+    root = write_tree(
+        {"proc/loadavg": "1.0 2.0 3.0 1/2 3\n", "sys/x/num": " 42\n", "sys/x/bad": "forty\n"}
+    )
     host = Host(root)
     assert host.read_text("/proc/loadavg") == "1.0 2.0 3.0 1/2 3"
     assert host.read_int("/sys/x/num") == 42
@@ -28,10 +31,23 @@ def test_host_reads_are_bounded(write_tree):
     assert len(host.read_text("/big", max_bytes=100)) == 100
 
 
-@pytest.mark.parametrize("size,max_bytes", [(0, 1 << 20), (5, 1 << 20), (65536, 1 << 20), (65537, 1 << 20),
-                                            (200000, 1 << 20), (200000, 65536), (200000, 70000), (200000, 1)])
+@pytest.mark.parametrize(
+    "size,max_bytes",
+    [
+        (0, 1 << 20),
+        (5, 1 << 20),
+        (65536, 1 << 20),
+        (65537, 1 << 20),
+        (200000, 1 << 20),
+        (200000, 65536),
+        (200000, 70000),
+        (200000, 1),
+    ],
+)
 def test_host_reads_whole_files_across_chunks_up_to_the_bound(write_tree, size, max_bytes):
-    content = bytes(i % 251 for i in range(size))  # position-dependent: a lost or repeated chunk shows
+    content = bytes(
+        i % 251 for i in range(size)
+    )  # position-dependent: a lost or repeated chunk shows
     root = write_tree({"blob": content})
     assert Host(root).read_bytes("/blob", max_bytes=max_bytes) == content[:max_bytes]
 
@@ -41,7 +57,10 @@ def test_host_reads_procfs_files_longer_than_a_page():
         expected = handle.read()
     got = Host("/").read_bytes("/proc/self/maps")
     assert len(got) > 4096 or len(expected) <= 4096
-    assert got.splitlines()[0] == expected.splitlines()[0] and got.count(b"\n") >= expected.count(b"\n") - 8
+    assert (
+        got.splitlines()[0] == expected.splitlines()[0]
+        and got.count(b"\n") >= expected.count(b"\n") - 8
+    )
 
 
 def test_realpath_stays_inside_root(tmp_path):
@@ -49,35 +68,50 @@ def test_realpath_stays_inside_root(tmp_path):
     (root / "sys/devices/pci0000:00/0000:00:01.0/0000:01:00.0").mkdir(parents=True)
     (root / "sys/devices/pci0000:00/0000:00:01.0/0000:01:00.0/vendor").write_text("0x10de\n")
     (root / "sys/bus/pci/devices").mkdir(parents=True)
-    os.symlink("../../../devices/pci0000:00/0000:00:01.0/0000:01:00.0", root / "sys/bus/pci/devices/0000:01:00.0")
-    os.symlink("/etc", root / "abs")  # absolute link: must resolve inside the root, not to the real /etc
+    os.symlink(
+        "../../../devices/pci0000:00/0000:00:01.0/0000:01:00.0",
+        root / "sys/bus/pci/devices/0000:01:00.0",
+    )
+    os.symlink(
+        "/etc", root / "abs"
+    )  # absolute link: must resolve inside the root, not to the real /etc
     host = Host(str(root))
-    assert host.realpath("/sys/bus/pci/devices/0000:01:00.0") == "/sys/devices/pci0000:00/0000:00:01.0/0000:01:00.0"
+    assert (
+        host.realpath("/sys/bus/pci/devices/0000:01:00.0")
+        == "/sys/devices/pci0000:00/0000:00:01.0/0000:01:00.0"
+    )
     assert host.read_int("/sys/bus/pci/devices/0000:01:00.0/vendor", base=16) == 0x10DE
     assert host.realpath("/abs/passwd") == "/etc/passwd"
     assert not host.exists("/abs/passwd")
 
 
 def test_read_kmsg_from_a_captured_file(write_tree):
-    host = Host(write_tree({"dev/kmsg": "6,1,100,-;hello\n4,2,200,-;NVRM: Xid (PCI:0000:18:00): 79, x\n"}))
+    host = Host(
+        write_tree({"dev/kmsg": "6,1,100,-;hello\n4,2,200,-;NVRM: Xid (PCI:0000:18:00): 79, x\n"})
+    )
     assert host.read_kmsg() == ["6,1,100,-;hello", "4,2,200,-;NVRM: Xid (PCI:0000:18:00): 79, x"]
     assert host.read_kmsg(max_records=1) == ["4,2,200,-;NVRM: Xid (PCI:0000:18:00): 79, x"]
 
 
-@pytest.mark.skipif(not os.path.exists("/dev/kmsg") or os.geteuid() != 0, reason="needs /dev/kmsg and root")
+@pytest.mark.skipif(
+    not os.path.exists("/dev/kmsg") or os.geteuid() != 0, reason="needs /dev/kmsg and root"
+)
 def test_read_live_kmsg_does_not_block():
     records = Host("/").read_kmsg(max_records=50)
     assert isinstance(records, list) and all(";" in r for r in records)
 
 
-@pytest.mark.parametrize("text,expected", [
-    ("0-3,8-11", {0, 1, 2, 3, 8, 9, 10, 11}),
-    ("0", {0}),
-    ("", set()),
-    ("  5-6\n", {5, 6}),
-    ("0-55,112-167", set(range(0, 56)) | set(range(112, 168))),
-    ("0-6:2", {0, 2, 4, 6}),
-])
+@pytest.mark.parametrize(
+    "text,expected",
+    [
+        ("0-3,8-11", {0, 1, 2, 3, 8, 9, 10, 11}),
+        ("0", {0}),
+        ("", set()),
+        ("  5-6\n", {5, 6}),
+        ("0-55,112-167", set(range(0, 56)) | set(range(112, 168))),
+        ("0-6:2", {0, 2, 4, 6}),
+    ],
+)
 def test_parse_cpulist(text, expected):
     assert parse_cpulist(text) == frozenset(expected)
     if expected and ":" not in text:
@@ -96,8 +130,11 @@ def test_format_cpulist():
 
 
 def test_parse_meminfo_system_and_node():
-    assert parse_meminfo("MemTotal:       1000 kB\nMemFree: 20 kB\nHugePages_Total:   4\n") == \
-        {"MemTotal": 1000, "MemFree": 20, "HugePages_Total": 4}
+    assert parse_meminfo("MemTotal:       1000 kB\nMemFree: 20 kB\nHugePages_Total:   4\n") == {
+        "MemTotal": 1000,
+        "MemFree": 20,
+        "HugePages_Total": 4,
+    }
     assert parse_meminfo("Node 1 MemTotal:  500 kB\nNode 1 MemFree:   7 kB\n")["MemFree"] == 7
     with pytest.raises(ParseError, match="Key: <number>"):
         parse_meminfo("MemTotal: lots kB")
@@ -107,7 +144,9 @@ def test_parse_loadavg_mounts_swaps():
     assert parse_loadavg("0.34 0.25 0.11 1/84 4512\n").one == 0.34
     with pytest.raises(ParseError):
         parse_loadavg("garbage")
-    mounts = parse_mounts("/dev/sda1 / ext4 rw,relatime 0 0\nsrv:/x /mnt/my\\040dir nfs ro,vers=4 0 0\n")
+    mounts = parse_mounts(
+        "/dev/sda1 / ext4 rw,relatime 0 0\nsrv:/x /mnt/my\\040dir nfs ro,vers=4 0 0\n"
+    )
     assert mounts[1].mountpoint == "/mnt/my dir" and "ro" in mounts[1].options
     with pytest.raises(ParseError):
         parse_mounts("short line")
@@ -119,8 +158,10 @@ def test_parse_loadavg_mounts_swaps():
 def test_parse_cpuinfo_topology():
     from slurm_hooks.hw.procfs import parse_cpuinfo_topology
 
-    text = ("processor\t: 0\nphysical id\t: 0\ncore id\t\t: 0\n\nprocessor\t: 1\nphysical id\t: 1\ncore id\t\t: 4\n\n"
-            "processor\t: 2\nmodel name\t: Arm\n\nprocessor\t: 3\nphysical id\t: x\ncore id\t: 1\n")
+    text = (
+        "processor\t: 0\nphysical id\t: 0\ncore id\t\t: 0\n\nprocessor\t: 1\nphysical id\t: 1\ncore id\t\t: 4\n\n"
+        "processor\t: 2\nmodel name\t: Arm\n\nprocessor\t: 3\nphysical id\t: x\ncore id\t: 1\n"
+    )
     assert parse_cpuinfo_topology(text) == {0: (0, 0), 1: (1, 4)}
 
 
@@ -137,23 +178,32 @@ def test_symlink_loop_is_an_error_not_a_hang(tmp_path):
         Host(str(root)).read_text("/sys/a/x", default="none")
 
 
-@pytest.mark.parametrize("raw,expected", [
-    (b"0-63\n\0", set(range(64))),   # Kunpeng 920, 5.x kernel: topology/*_list (tests/captures/128arm-...)
-    (b"6\n\0", {6}),
-    (b"\n\0", set()),
-])
+@pytest.mark.parametrize(
+    "raw,expected",
+    [
+        (
+            b"0-63\n\0",
+            set(range(64)),
+        ),  # Kunpeng 920, 5.x kernel: topology/*_list (tests/captures/128arm-...)
+        (b"6\n\0", {6}),
+        (b"\n\0", set()),
+    ],
+)
 def test_sysfs_lists_may_end_with_newline_nul(write_tree, raw, expected):
     host = Host(write_tree({"sys/list": raw, "sys/id": b"-1\n\0"}))
     assert parse_cpulist(host.read_text("/sys/list"), "/sys/list") == frozenset(expected)
     assert host.read_int("/sys/id") == -1
 
 
-@pytest.mark.parametrize("text,expected", [
-    ("00000000,0000000f", {0, 1, 2, 3}),
-    ("f0", {4, 5, 6, 7}),
-    ("00000001,00000000\n", {32}),
-    ("0,ffffffff\n\0", set(range(32))),
-])
+@pytest.mark.parametrize(
+    "text,expected",
+    [
+        ("00000000,0000000f", {0, 1, 2, 3}),
+        ("f0", {4, 5, 6, 7}),
+        ("00000001,00000000\n", {32}),
+        ("0,ffffffff\n\0", set(range(32))),
+    ],
+)
 def test_parse_cpumask(text, expected):
     from slurm_hooks.hw.host import parse_cpumask
 
@@ -167,19 +217,38 @@ def test_parse_cpumask_rejects_garbage():
         parse_cpumask("zz,00", "/sys/x/thread_siblings")
 
 
-@pytest.mark.parametrize("text,models", [
-    ("processor\t: 0\nmodel name\t: Intel(R) Xeon(R) CPU           X7550  @ 2.00GHz\n", ["Intel(R) Xeon(R) CPU X7550 @ 2.00GHz"]),
-    ("processor\t: 0\nCPU implementer\t: 0x41\nCPU architecture: 8\nCPU variant\t: 0x0\nCPU part\t: 0xd4f\n",
-     ["Neoverse-V2"]),  # NVIDIA Grace
-    ("processor\t: 0\nCPU implementer\t: 0x41\nCPU part\t: 0xd99\n", ["ARM part 0xd99"]),
-    ("processor\t: 0\nCPU implementer\t: 0x99\nCPU part\t: 0x001\n", ["implementer 0x99 part 0x001"]),
-    ("processor\t: 0\ncpu\t\t: POWER10 (architected), altivec supported\n", ["POWER10 (architected), altivec supported"]),
-    ("processor\t: 0\nhart\t\t: 0\nisa\t\t: rv64imafdc\nuarch\t\t: sifive,u74-mc\n", ["sifive,u74-mc"]),
-    ("processor\t\t: 0\nModel Name\t\t: Loongson-3A6000\n", ["Loongson-3A6000"]),
-    ("vendor_id       : IBM/S390\nprocessor 0: version = FF,  identification = 000123,  machine = 3931\n",
-     ["IBM/S390 machine 3931"]),
-    ("processor\t: 0\nisa\t\t: rv64imafdcv\nmvendorid\t: 0x5b7\n", []),
-])
+@pytest.mark.parametrize(
+    "text,models",
+    [
+        (
+            "processor\t: 0\nmodel name\t: Intel(R) Xeon(R) CPU           X7550  @ 2.00GHz\n",
+            ["Intel(R) Xeon(R) CPU X7550 @ 2.00GHz"],
+        ),
+        (
+            "processor\t: 0\nCPU implementer\t: 0x41\nCPU architecture: 8\nCPU variant\t: 0x0\nCPU part\t: 0xd4f\n",
+            ["Neoverse-V2"],
+        ),  # NVIDIA Grace
+        ("processor\t: 0\nCPU implementer\t: 0x41\nCPU part\t: 0xd99\n", ["ARM part 0xd99"]),
+        (
+            "processor\t: 0\nCPU implementer\t: 0x99\nCPU part\t: 0x001\n",
+            ["implementer 0x99 part 0x001"],
+        ),
+        (
+            "processor\t: 0\ncpu\t\t: POWER10 (architected), altivec supported\n",
+            ["POWER10 (architected), altivec supported"],
+        ),
+        (
+            "processor\t: 0\nhart\t\t: 0\nisa\t\t: rv64imafdc\nuarch\t\t: sifive,u74-mc\n",
+            ["sifive,u74-mc"],
+        ),
+        ("processor\t\t: 0\nModel Name\t\t: Loongson-3A6000\n", ["Loongson-3A6000"]),
+        (
+            "vendor_id       : IBM/S390\nprocessor 0: version = FF,  identification = 000123,  machine = 3931\n",
+            ["IBM/S390 machine 3931"],
+        ),
+        ("processor\t: 0\nisa\t\t: rv64imafdcv\nmvendorid\t: 0x5b7\n", []),
+    ],
+)
 def test_parse_cpuinfo_models(text, models):
     from slurm_hooks.hw.procfs import parse_cpuinfo_models
 
@@ -197,7 +266,11 @@ def test_read_log_records_what_a_host_touched(write_tree):
     host.listdir("/sys/d")
     host.exists("/sys/d/b")
     assert log.files == {"/proc/loadavg": b"1 2 3 1/2 3\n"}
-    assert log.dirs == {"/sys/d": ["a", "b"]} and "/sys/d/b" in log.probed and log.missing == {"/proc/nope"}
+    assert (
+        log.dirs == {"/sys/d": ["a", "b"]}
+        and "/sys/d/b" in log.probed
+        and log.missing == {"/proc/nope"}
+    )
 
 
 def test_captured_statvfs_is_read_from_the_tree_never_the_analysing_disk(write_tree, tmp_path):
@@ -212,4 +285,6 @@ def test_captured_statvfs_is_read_from_the_tree_never_the_analysing_disk(write_t
     with pytest.raises(LiveOnly, match="only known on the running node"):
         Host(str(tmp_path / "bare")).captured_statvfs("/tmp")
     with pytest.raises(ParseError, match="statvfs.json"):
-        Host(write_tree({".slurm-hooks/statvfs.json": "[1, 2]"}, root=tmp_path / "bad")).captured_statvfs("/tmp")
+        Host(
+            write_tree({".slurm-hooks/statvfs.json": "[1, 2]"}, root=tmp_path / "bad")
+        ).captured_statvfs("/tmp")

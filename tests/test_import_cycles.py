@@ -7,6 +7,7 @@ still a dependency), except those under `if TYPE_CHECKING:`, which never run. So
 that way). The check modules that registry.BUILTIN_CHECK_MODULES names are discovered, not imported
 by name, and are not edges: a check module imports the registry to register itself.
 """
+
 from __future__ import annotations
 
 import ast
@@ -28,7 +29,9 @@ def package_modules(root: str = REPO) -> Dict[str, str]:
             if name.endswith(".py"):
                 path = os.path.join(directory, name)
                 dotted = os.path.relpath(path, root)[:-3].replace(os.sep, ".")
-                modules[dotted[:-len(".__init__")] if dotted.endswith(".__init__") else dotted] = path
+                modules[dotted[: -len(".__init__")] if dotted.endswith(".__init__") else dotted] = (
+                    path
+                )
     return modules
 
 
@@ -47,7 +50,8 @@ def _runtime_nodes(tree: ast.AST) -> Iterator[ast.AST]:
 
 def _is_type_checking(test: ast.AST) -> bool:
     return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
-        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
 
 
 def imports_of(module: str, path: str, modules: Dict[str, str]) -> Set[str]:
@@ -71,7 +75,7 @@ def imports_of(module: str, path: str, modules: Dict[str, str]) -> Set[str]:
         elif isinstance(node, ast.ImportFrom):
             if node.level:
                 parts = package.split(".")
-                base = ".".join(parts[:len(parts) - node.level + 1])
+                base = ".".join(parts[: len(parts) - node.level + 1])
                 target = base + ("." + node.module if node.module else "")
             else:
                 target = node.module or ""
@@ -80,10 +84,15 @@ def imports_of(module: str, path: str, modules: Dict[str, str]) -> Set[str]:
             for alias in node.names:
                 submodule = target + "." + alias.name
                 add(submodule if submodule in modules else target)
-        elif (isinstance(node, ast.Call) and isinstance(node.func, (ast.Attribute, ast.Name))
-              and getattr(node.func, "attr", getattr(node.func, "id", None)) == "import_module"
-              and node.args and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str)
-              and node.args[0].value.startswith(PACKAGE + ".")):
+        elif (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, (ast.Attribute, ast.Name))
+            and getattr(node.func, "attr", getattr(node.func, "id", None)) == "import_module"
+            and node.args
+            and isinstance(node.args[0], ast.Constant)
+            and isinstance(node.args[0].value, str)
+            and node.args[0].value.startswith(PACKAGE + ".")
+        ):
             add(node.args[0].value)
     return found
 
@@ -140,7 +149,9 @@ def cycles(graph: Dict[str, Set[str]]) -> List[List[str]]:
 
 def test_the_package_has_no_import_cycle():
     graph = import_graph()
-    assert len(graph) > 50 and "slurm_hooks.hooks" in graph  # it read the package, not an empty tree
+    assert (
+        len(graph) > 50 and "slurm_hooks.hooks" in graph
+    )  # it read the package, not an empty tree
     found = cycles(graph)
     assert not found, "import cycles: " + "; ".join(" <-> ".join(component) for component in found)
 
@@ -148,9 +159,13 @@ def test_the_package_has_no_import_cycle():
 def test_the_library_never_imports_the_command_line():
     """cli/ parses arguments and renders; the hooks, checks and records must work without it."""
     graph = import_graph()
-    offenders = {module: sorted(t for t in targets if t == "slurm_hooks.cli" or t.startswith("slurm_hooks.cli."))
-                 for module, targets in graph.items()
-                 if not module.startswith("slurm_hooks.cli") and module != "slurm_hooks.__main__"}
+    offenders = {
+        module: sorted(
+            t for t in targets if t == "slurm_hooks.cli" or t.startswith("slurm_hooks.cli.")
+        )
+        for module, targets in graph.items()
+        if not module.startswith("slurm_hooks.cli") and module != "slurm_hooks.__main__"
+    }
     assert not {m: t for m, t in offenders.items() if t}
 
 
@@ -160,21 +175,45 @@ def _write(root, name: str, text: str) -> None:
     path.write_text(text)
 
 
-@pytest.mark.parametrize("files, expected", [
-    # a lazy import inside a function is a dependency too
-    ({"a.py": "from . import b\n", "b.py": "def f():\n    from .a import x\n"}, [["slurm_hooks.a", "slurm_hooks.b"]]),
-    # importlib.import_module with a literal name (how registry.py reached plugins.py)
-    ({"a.py": "import importlib\nimportlib.import_module('slurm_hooks.b')\n", "b.py": "from .a import x\n"},
-     [["slurm_hooks.a", "slurm_hooks.b"]]),
-    # three modules, across subpackages, with `..` relative imports
-    ({"x/__init__.py": "", "x/a.py": "from ..y.b import f\n", "y/__init__.py": "", "y/b.py": "from ..c import g\n",
-      "c.py": "from slurm_hooks.x import a\n"}, [["slurm_hooks.c", "slurm_hooks.x.a", "slurm_hooks.y.b"]]),
-    # typing-only imports never run
-    ({"a.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .b import T\n", "b.py": "from .a import x\n"},
-     []),
-    # a chain is not a cycle
-    ({"a.py": "from .b import x\n", "b.py": "from .c import y\n", "c.py": "import os\n"}, []),
-])
+@pytest.mark.parametrize(
+    "files, expected",
+    [
+        # a lazy import inside a function is a dependency too
+        (
+            {"a.py": "from . import b\n", "b.py": "def f():\n    from .a import x\n"},
+            [["slurm_hooks.a", "slurm_hooks.b"]],
+        ),
+        # importlib.import_module with a literal name (how registry.py reached plugins.py)
+        (
+            {
+                "a.py": "import importlib\nimportlib.import_module('slurm_hooks.b')\n",
+                "b.py": "from .a import x\n",
+            },
+            [["slurm_hooks.a", "slurm_hooks.b"]],
+        ),
+        # three modules, across subpackages, with `..` relative imports
+        (
+            {
+                "x/__init__.py": "",
+                "x/a.py": "from ..y.b import f\n",
+                "y/__init__.py": "",
+                "y/b.py": "from ..c import g\n",
+                "c.py": "from slurm_hooks.x import a\n",
+            },
+            [["slurm_hooks.c", "slurm_hooks.x.a", "slurm_hooks.y.b"]],
+        ),
+        # typing-only imports never run
+        (
+            {
+                "a.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .b import T\n",
+                "b.py": "from .a import x\n",
+            },
+            [],
+        ),
+        # a chain is not a cycle
+        ({"a.py": "from .b import x\n", "b.py": "from .c import y\n", "c.py": "import os\n"}, []),
+    ],
+)
 def test_the_cycle_finder_finds_what_it_must(tmp_path, files, expected):
     """The finder itself can fail: known cycles of each kind are found, acyclic graphs pass."""
     _write(tmp_path, "slurm_hooks/__init__.py", "")

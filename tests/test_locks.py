@@ -1,4 +1,5 @@
 """core/locks.py: the one flock helper (metrics state, dcgm mapping, the per-node drain lock, xid ack)."""
+
 from __future__ import annotations
 
 import fcntl

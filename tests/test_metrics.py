@@ -1,5 +1,6 @@
 """node_exporter textfile metrics (parsed back with prometheus_client's own parser) and the dcgm-exporter
 job mapping files."""
+
 from __future__ import annotations
 
 import json
@@ -21,15 +22,23 @@ from slurm_hooks.slurm.policy import BreakerState
 
 
 def make_config(tmp_path, textfile=True, dcgm=False):
-    return validate(load_builtin_checks(), {
-        "paths": {"state_dir": str(tmp_path / "state"), "log_file": "", "syslog": False},
-        "records": {"dir": str(tmp_path / "jobs")},
-        "metrics": {"textfile_dir": str(tmp_path / "textfile") if textfile else "",
-                    "dcgm_job_mapping_dir": str(tmp_path / "dcgm") if dcgm else ""}})
+    return validate(
+        load_builtin_checks(),
+        {
+            "paths": {"state_dir": str(tmp_path / "state"), "log_file": "", "syslog": False},
+            "records": {"dir": str(tmp_path / "jobs")},
+            "metrics": {
+                "textfile_dir": str(tmp_path / "textfile") if textfile else "",
+                "dcgm_job_mapping_dir": str(tmp_path / "dcgm") if dcgm else "",
+            },
+        },
+    )
 
 
 def run_report(context, *runs):
-    return RunReport(context, [CheckRun(name, results, duration) for name, results, duration in runs], 0.25, 5.0)
+    return RunReport(
+        context, [CheckRun(name, results, duration) for name, results, duration in runs], 0.25, 5.0
+    )
 
 
 def samples(path):
@@ -38,17 +47,28 @@ def samples(path):
 
     with open(path) as handle:
         text = handle.read()
-    return {(s.name, frozenset(s.labels.items())): s.value
-            for family in text_string_to_metric_families(text) for s in family.samples}
+    return {
+        (s.name, frozenset(s.labels.items())): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
 
 
 GPU3 = "gpu:3 0000:3b:00.0"
-PROLOG = run_report("prolog",
-                    ("gpu.memory", [Result("gpu.memory", Status.OK, "fine", component="gpu:0 0000:18:00.0"),
-                                    Result("gpu.memory", Status.FAIL, "remap pending", component=GPU3),
-                                    Result("gpu.memory", Status.WARN, "meh", component=GPU3)], 0.012),
-                    ("system.cpu", [Result("system.cpu", Status.OK, "fine")], 0.003),
-                    ("system.kernel", [Result("system.kernel", Status.SKIP, "disabled in config")], 0.0))
+PROLOG = run_report(
+    "prolog",
+    (
+        "gpu.memory",
+        [
+            Result("gpu.memory", Status.OK, "fine", component="gpu:0 0000:18:00.0"),
+            Result("gpu.memory", Status.FAIL, "remap pending", component=GPU3),
+            Result("gpu.memory", Status.WARN, "meh", component=GPU3),
+        ],
+        0.012,
+    ),
+    ("system.cpu", [Result("system.cpu", Status.OK, "fine")], 0.003),
+    ("system.kernel", [Result("system.kernel", Status.SKIP, "disabled in config")], 0.0),
+)
 
 
 def test_textfile_holds_check_status_durations_and_run_time(tmp_path):
@@ -56,35 +76,81 @@ def test_textfile_holds_check_status_durations_and_run_time(tmp_path):
     path = metrics.write_textfile(config, "prolog", PROLOG, now=1_700_000_000.0)
     assert path == str(tmp_path / "textfile" / "slurm_hooks.prom")
     got = samples(path)
-    status = {dict(k[1])["component"]: v for k, v in got.items()
-              if k[0] == "slurm_hooks_check_status" and dict(k[1])["check"] == "gpu.memory"}
+    status = {
+        dict(k[1])["component"]: v
+        for k, v in got.items()
+        if k[0] == "slurm_hooks_check_status" and dict(k[1])["check"] == "gpu.memory"
+    }
     assert status == {"gpu:0 0000:18:00.0": 0, GPU3: 2}  # the worst result per component wins
-    assert got[("slurm_hooks_check_status", frozenset({"check": "system.cpu", "component": ""}.items()))] == 0
-    assert got[("slurm_hooks_check_status", frozenset({"check": "system.kernel", "component": ""}.items()))] == -1
-    assert got[("slurm_hooks_check_duration_seconds", frozenset({"check": "gpu.memory"}.items()))] == 0.012
-    assert got[("slurm_hooks_last_run_timestamp_seconds", frozenset({"mode": "prolog"}.items()))] == 1_700_000_000.0
+    assert (
+        got[
+            (
+                "slurm_hooks_check_status",
+                frozenset({"check": "system.cpu", "component": ""}.items()),
+            )
+        ]
+        == 0
+    )
+    assert (
+        got[
+            (
+                "slurm_hooks_check_status",
+                frozenset({"check": "system.kernel", "component": ""}.items()),
+            )
+        ]
+        == -1
+    )
+    assert (
+        got[("slurm_hooks_check_duration_seconds", frozenset({"check": "gpu.memory"}.items()))]
+        == 0.012
+    )
+    assert (
+        got[("slurm_hooks_last_run_timestamp_seconds", frozenset({"mode": "prolog"}.items()))]
+        == 1_700_000_000.0
+    )
     assert got[("slurm_hooks_run_duration_seconds", frozenset({"mode": "prolog"}.items()))] == 0.25
     assert got[("slurm_hooks_drains_total", frozenset())] == 0
-    assert not any(name.startswith("slurm_hooks_breaker") for name, _ in got)  # unknown until a drain
+    assert not any(
+        name.startswith("slurm_hooks_breaker") for name, _ in got
+    )  # unknown until a drain
     assert os.listdir(str(tmp_path / "textfile")) == ["slurm_hooks.prom"]  # temp file renamed away
 
 
 def test_runs_of_other_modes_merge_and_a_rerun_check_replaces_its_components(tmp_path):
     config = make_config(tmp_path)
     metrics.write_textfile(config, "prolog", PROLOG, now=100.0)
-    health = run_report("health", ("gpu.memory", [Result("gpu.memory", Status.OK, "fine", component=GPU3)], 0.02))
+    health = run_report(
+        "health", ("gpu.memory", [Result("gpu.memory", Status.OK, "fine", component=GPU3)], 0.02)
+    )
     got = samples(metrics.write_textfile(config, "health", health, now=200.0))
-    status = {dict(k[1])["component"]: v for k, v in got.items()
-              if k[0] == "slurm_hooks_check_status" and dict(k[1])["check"] == "gpu.memory"}
+    status = {
+        dict(k[1])["component"]: v
+        for k, v in got.items()
+        if k[0] == "slurm_hooks_check_status" and dict(k[1])["check"] == "gpu.memory"
+    }
     assert status == {GPU3: 0}  # gpu:0's stale line is gone with the rerun
-    assert got[("slurm_hooks_check_status", frozenset({"check": "system.cpu", "component": ""}.items()))] == 0
-    last = {dict(k[1])["mode"]: v for k, v in got.items() if k[0] == "slurm_hooks_last_run_timestamp_seconds"}
+    assert (
+        got[
+            (
+                "slurm_hooks_check_status",
+                frozenset({"check": "system.cpu", "component": ""}.items()),
+            )
+        ]
+        == 0
+    )
+    last = {
+        dict(k[1])["mode"]: v
+        for k, v in got.items()
+        if k[0] == "slurm_hooks_last_run_timestamp_seconds"
+    }
     assert last == {"prolog": 100.0, "health": 200.0}
 
 
 def test_drains_count_and_breaker_state(tmp_path):
     config = make_config(tmp_path)
-    report = run_report("health", ("gpu.memory", [Result("gpu.memory", Status.FAIL, "x", component=GPU3)], 0.01))
+    report = run_report(
+        "health", ("gpu.memory", [Result("gpu.memory", Status.FAIL, "x", component=GPU3)], 0.01)
+    )
     drained = Enacted(Outcome.DRAINED, "drained", breaker=BreakerState(1, 100, 10))
     metrics.write_textfile(config, "health", report, enacted=drained)
     got = samples(metrics.write_textfile(config, "epilog", report, enacted=drained))
@@ -94,7 +160,10 @@ def test_drains_count_and_breaker_state(tmp_path):
     assert got[("slurm_hooks_breaker_limit_nodes", frozenset())] == 10
     tripped = Enacted(Outcome.BREAKER, "circuit breaker", breaker=BreakerState(10, 100, 10))
     got = samples(metrics.write_textfile(config, "health", report, enacted=tripped))
-    assert got[("slurm_hooks_drains_total", frozenset())] == 2 and got[("slurm_hooks_breaker_tripped", frozenset())] == 1
+    assert (
+        got[("slurm_hooks_drains_total", frozenset())] == 2
+        and got[("slurm_hooks_breaker_tripped", frozenset())] == 1
+    )
 
 
 def test_disabled_metrics_write_nothing(tmp_path):
@@ -123,6 +192,7 @@ def test_corrupt_state_is_reset(tmp_path, caplog):
 
 # -- dcgm-exporter job mapping ---------------------------------------------------------------------
 
+
 def test_job_mapping_files_follow_jobs_sharing_gpus(tmp_path):
     directory = str(tmp_path / "dcgm")
     dcgm_mapping.add_job(directory, "101", [0, 1])
@@ -130,7 +200,9 @@ def test_job_mapping_files_follow_jobs_sharing_gpus(tmp_path):
     dcgm_mapping.add_job(directory, "102", [1])  # idempotent
     read = lambda name: (tmp_path / "dcgm" / name).read_text()  # noqa: E731
     assert (read("0"), read("1"), read("2")) == ("101\n", "101\n102\n", "102\n")
-    assert stat.S_IMODE(os.stat(str(tmp_path / "dcgm" / "1")).st_mode) == 0o644  # dcgm-exporter is not root
+    assert (
+        stat.S_IMODE(os.stat(str(tmp_path / "dcgm" / "1")).st_mode) == 0o644
+    )  # dcgm-exporter is not root
     dcgm_mapping.remove_job(directory, "101")
     assert sorted(os.listdir(directory)) == ["1", "2"] and read("1") == "102\n"
     dcgm_mapping.remove_job(directory, "102")
@@ -138,34 +210,59 @@ def test_job_mapping_files_follow_jobs_sharing_gpus(tmp_path):
 
 
 def test_on_hook_writes_snapshot_and_mapping_in_prolog_and_undoes_the_mapping_in_epilog(tmp_path):
-    config = validate(load_builtin_checks(), {
-        "general": {"root": str(tmp_path / "empty-root")}, "nvml": {"library": str(tmp_path / "no-libnvidia-ml.so")},
-        "paths": {"state_dir": str(tmp_path / "state"), "log_file": "", "syslog": False},
-        "records": {"dir": str(tmp_path / "jobs")}, "metrics": {"dcgm_job_mapping_dir": str(tmp_path / "dcgm")}})
+    config = validate(
+        load_builtin_checks(),
+        {
+            "general": {"root": str(tmp_path / "empty-root")},
+            "nvml": {"library": str(tmp_path / "no-libnvidia-ml.so")},
+            "paths": {"state_dir": str(tmp_path / "state"), "log_file": "", "syslog": False},
+            "records": {"dir": str(tmp_path / "jobs")},
+            "metrics": {"dcgm_job_mapping_dir": str(tmp_path / "dcgm")},
+        },
+    )
     job = JobContext("55", "carol", "n7", (2, 3))
     snap = records.on_hook("prolog", config, job, "n7")
     assert snap == str(tmp_path / "state" / "snapshots" / "55.json")
     assert sorted(os.listdir(str(tmp_path / "dcgm"))) == ["2", "3"]
     record = records.on_hook("epilog", config, job, "n7")
-    assert record == str(tmp_path / "jobs" / "n7" / "55.json") and os.listdir(str(tmp_path / "dcgm")) == []
+    assert (
+        record == str(tmp_path / "jobs" / "n7" / "55.json")
+        and os.listdir(str(tmp_path / "dcgm")) == []
+    )
     data = json.loads(open(record).read())
     assert data["prolog_snapshot"] == "ok" and any("NVML unusable" in n for n in data["notes"])
     assert records.on_hook("health", config, JobContext(), "n7") is None
 
 
-@pytest.mark.parametrize("name, ok", [("0", True), ("12", True), ("2.1", True), (".0.x.tmp", False),
-                                      ("lock", False), ("1.2.3", False)])
+@pytest.mark.parametrize(
+    "name, ok",
+    [
+        ("0", True),
+        ("12", True),
+        ("2.1", True),
+        (".0.x.tmp", False),
+        ("lock", False),
+        ("1.2.3", False),
+    ],
+)
 def test_only_gpu_files_are_touched(name, ok):
-    assert bool(dcgm_mapping._GPU_FILE.match(name)) is ok  # "3", a MIG "3.1"; never our lock or temp files
+    assert (
+        bool(dcgm_mapping._GPU_FILE.match(name)) is ok
+    )  # "3", a MIG "3.1"; never our lock or temp files
 
 
 # -- leftovers: jobs whose epilog never ran, temp files of killed writers, locks held by a hung hook ---
 
+
 def _mapping_config(tmp_path, root):
-    return validate(load_builtin_checks(), {
-        "general": {"root": str(root)}, "paths": {"state_dir": str(tmp_path / "state"), "log_file": "",
-                                                  "syslog": False},
-        "metrics": {"dcgm_job_mapping_dir": str(tmp_path / "dcgm")}})
+    return validate(
+        load_builtin_checks(),
+        {
+            "general": {"root": str(root)},
+            "paths": {"state_dir": str(tmp_path / "state"), "log_file": "", "syslog": False},
+            "metrics": {"dcgm_job_mapping_dir": str(tmp_path / "dcgm")},
+        },
+    )
 
 
 def _age(path, seconds=3 * 3600):
@@ -182,7 +279,9 @@ def test_a_job_whose_epilog_never_ran_leaves_the_gpu_file_on_its_next_job(tmp_pa
     root = tmp_path / "root"
     if cgroups == "v2":
         scope = root / "sys/fs/cgroup/system.slice/slurmstepd.scope"
-        (scope / "job_301").mkdir(parents=True)  # 301 runs on GPU 1 (a shared GPU); 300 crashed without epilog
+        (scope / "job_301").mkdir(
+            parents=True
+        )  # 301 runs on GPU 1 (a shared GPU); 300 crashed without epilog
     elif cgroups == "v1":
         (root / "sys/fs/cgroup/cpuset/slurm/uid_1000/job_301").mkdir(parents=True)
     else:
@@ -196,7 +295,9 @@ def test_a_job_whose_epilog_never_ran_leaves_the_gpu_file_on_its_next_job(tmp_pa
     read = lambda name: (tmp_path / "dcgm" / name).read_text().split()  # noqa: E731
     assert read("0") == ["302"]
     assert read("1") == (["301", "302"] if cgroups != "none" else ["302"])
-    dcgm_mapping.on_prolog(config, JobContext("303", "u", "n1", (0,)))  # 302 just started: kept, cgroup or not
+    dcgm_mapping.on_prolog(
+        config, JobContext("303", "u", "n1", (0,))
+    )  # 302 just started: kept, cgroup or not
     assert read("0") == ["302", "303"]
 
 
@@ -204,9 +305,15 @@ def test_temp_files_of_killed_writers_are_removed_from_the_dcgm_and_textfile_dir
     config = make_config(tmp_path, dcgm=True)
     (tmp_path / "dcgm").mkdir()
     (tmp_path / "textfile").mkdir()
-    stale = [tmp_path / "dcgm" / ".0.4242.0.tmp", tmp_path / "textfile" / ".slurm_hooks.prom.4242.3.tmp",
-             tmp_path / "textfile" / "slurm_hooks.prom.4242.139872"]  # the last: prometheus_client's own naming
-    fresh = [tmp_path / "dcgm" / ".1.4243.0.tmp", tmp_path / "textfile" / ".slurm_hooks.prom.4243.0.tmp"]
+    stale = [
+        tmp_path / "dcgm" / ".0.4242.0.tmp",
+        tmp_path / "textfile" / ".slurm_hooks.prom.4242.3.tmp",
+        tmp_path / "textfile" / "slurm_hooks.prom.4242.139872",
+    ]  # the last: prometheus_client's own naming
+    fresh = [
+        tmp_path / "dcgm" / ".1.4243.0.tmp",
+        tmp_path / "textfile" / ".slurm_hooks.prom.4243.0.tmp",
+    ]
     foreign = [tmp_path / "textfile" / "node.prom", tmp_path / "textfile" / ".other.prom.1.2.tmp"]
     for path in stale + fresh + foreign:
         path.write_text("x")
@@ -229,8 +336,10 @@ def test_a_lock_held_by_a_hung_hook_costs_bounded_time(tmp_path, monkeypatch, ca
     config = make_config(tmp_path, dcgm=True)
     (tmp_path / "state").mkdir()
     (tmp_path / "dcgm").mkdir()
-    held = [os.open(str(tmp_path / "state" / (metrics.STATE_NAME + ".lock")), os.O_RDWR | os.O_CREAT),
-            os.open(str(tmp_path / "dcgm"), os.O_RDONLY)]
+    held = [
+        os.open(str(tmp_path / "state" / (metrics.STATE_NAME + ".lock")), os.O_RDWR | os.O_CREAT),
+        os.open(str(tmp_path / "dcgm"), os.O_RDONLY),
+    ]
     for fd in held:
         fcntl.flock(fd, fcntl.LOCK_EX)
     try:
@@ -242,5 +351,8 @@ def test_a_lock_held_by_a_hung_hook_costs_bounded_time(tmp_path, monkeypatch, ca
     finally:
         for fd in held:
             os.close(fd)
-    assert "event=metrics-not-written" in caplog.text and "event=dcgm-mapping-not-written" in caplog.text
+    assert (
+        "event=metrics-not-written" in caplog.text
+        and "event=dcgm-mapping-not-written" in caplog.text
+    )
     assert caplog.text.count("lock held by another process") == 2

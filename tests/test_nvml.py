@@ -1,6 +1,7 @@
 """slurm_hooks.hw.nvml: the reviewed error table (row by row), init messages, versioned fallbacks.
 
 NVML runs through the real pynvml and the fake libnvidia-ml.so.1 of the fake node."""
+
 from __future__ import annotations
 
 import logging
@@ -51,7 +52,6 @@ REVIEWED = {
 }
 
 
-
 @pytest.mark.parametrize("code", sorted(nvml.ERROR_TABLE))
 def test_every_error_table_row_is_the_reviewed_one(code):
     row = nvml.ERROR_TABLE[code]
@@ -71,8 +71,11 @@ def test_table_covers_every_code_of_nvml_h_and_pynvml():
     assert len(codes) >= 30 and codes == set(nvml.ERROR_TABLE) == set(REVIEWED)
     import pynvml
 
-    names = {name[len("NVML_ERROR_"):]: getattr(pynvml, name) for name in dir(pynvml)
-             if name.startswith("NVML_ERROR_") and isinstance(getattr(pynvml, name), int)}
+    names = {
+        name[len("NVML_ERROR_") :]: getattr(pynvml, name)
+        for name in dir(pynvml)
+        if name.startswith("NVML_ERROR_") and isinstance(getattr(pynvml, name), int)
+    }
     for code, row in nvml.ERROR_TABLE.items():
         assert names.get(row.name) == code, row.name
 
@@ -87,6 +90,7 @@ def test_unknown_codes_are_unknown(code):
 
 # -- init ----------------------------------------------------------------------------------------
 
+
 def test_library_not_found_names_the_file(tmp_path):
     session = nvml.NvmlSession(str(tmp_path / "libnvidia-ml.so.1"))
     from tests.fakenode import fakenvml
@@ -95,17 +99,27 @@ def test_library_not_found_names_the_file(tmp_path):
     with pytest.raises(nvml.NvmlUnavailable) as caught:
         session.open()
     assert caught.value.code == nvml.LIBRARY_NOT_FOUND
-    assert str(tmp_path) in str(caught.value) and "reinstall the driver package" in str(caught.value)
+    assert str(tmp_path) in str(caught.value) and "reinstall the driver package" in str(
+        caught.value
+    )
     with pytest.raises(nvml.NvmlUnavailable) as again:  # cached: nvmlInit is not retried per call
         session.call("nvmlDeviceGetCount")
     assert again.value is caught.value
 
 
-@pytest.mark.parametrize("state, fault, code, advice", [
-    ({"driver_loaded": 0}, None, nvml.DRIVER_NOT_LOADED, "modprobe nvidia"),
-    ({}, nvml.LIB_RM_VERSION_MISMATCH, nvml.LIB_RM_VERSION_MISMATCH, "upgraded without a reboot"),
-    ({}, nvml.NO_PERMISSION, nvml.NO_PERMISSION, "run slurm-hooks as root"),
-])
+@pytest.mark.parametrize(
+    "state, fault, code, advice",
+    [
+        ({"driver_loaded": 0}, None, nvml.DRIVER_NOT_LOADED, "modprobe nvidia"),
+        (
+            {},
+            nvml.LIB_RM_VERSION_MISMATCH,
+            nvml.LIB_RM_VERSION_MISMATCH,
+            "upgraded without a reboot",
+        ),
+        ({}, nvml.NO_PERMISSION, nvml.NO_PERMISSION, "run slurm-hooks as root"),
+    ],
+)
 def test_init_failures_say_what_to_do(registry, nvml_node, state, fault, code, advice):
     node = nvml_node()
     node.set_states(state)
@@ -118,10 +132,13 @@ def test_init_failures_say_what_to_do(registry, nvml_node, state, fault, code, a
     count = next(r for r in run(registry, node, ["gpu.count"]))
     assert advice in count.summary and advice in count.details["advice"]
     assert count.status is nvml.outcome(code).status
-    assert count.details["kernel_module"].startswith("NVRM version: NVIDIA UNIX")  # /proc/driver/nvidia/version
+    assert count.details["kernel_module"].startswith(
+        "NVRM version: NVIDIA UNIX"
+    )  # /proc/driver/nvidia/version
 
 
 # -- versioned functions -------------------------------------------------------------------------
+
 
 def _handle(node, index=0):
     session = nvml.session()
@@ -136,33 +153,49 @@ def test_clock_event_reasons_fall_back_to_throttle_reasons_and_log_once(nvml_nod
     with caplog.at_level(logging.WARNING, logger="slurm_hooks.hw.nvml"):
         assert session.call_versioned("clock_event_reasons", handle) == 0x48
         assert session.call_versioned("clock_event_reasons", handle) == 0x48
-    missing = [r for r in caplog.records if "nvmlDeviceGetCurrentClocksEventReasons" in r.getMessage()]
+    missing = [
+        r for r in caplog.records if "nvmlDeviceGetCurrentClocksEventReasons" in r.getMessage()
+    ]
     assert len(missing) == 1
 
 
 def test_both_variants_missing_is_function_not_found(registry, nvml_node):
     node = nvml_node()
-    for function in ("nvmlDeviceGetCurrentClocksEventReasons", "nvmlDeviceGetCurrentClocksThrottleReasons"):
+    for function in (
+        "nvmlDeviceGetCurrentClocksEventReasons",
+        "nvmlDeviceGetCurrentClocksThrottleReasons",
+    ):
         node.inject_fault(function, 1, nvml.FUNCTION_NOT_FOUND)
     session, handle = _handle(node, 1)
     with pytest.raises(nvml.NvmlError) as caught:
         session.call_versioned("clock_event_reasons", handle)
     assert caught.value.code == nvml.FUNCTION_NOT_FOUND
     nvml.reset_sessions()
-    results = run(registry, node, ["gpu.clocks"])  # UNKNOWN for GPU 1, not a crash; the others still judged
+    results = run(
+        registry, node, ["gpu.clocks"]
+    )  # UNKNOWN for GPU 1, not a crash; the others still judged
     assert [(r.status, r.component) for r in results] == [(Status.UNKNOWN, component(1))]
     assert results[0].effective_blame is Blame.CHECK
 
 
-@pytest.mark.parametrize("key, newest, args", [
-    ("compute_processes", "nvmlDeviceGetComputeRunningProcesses_v3", ()),
-    ("retired_pages", "nvmlDeviceGetRetiredPages_v2", (nvml.PAGE_RETIREMENT_DOUBLE_BIT,)),
-    ("temperature", "nvmlDeviceGetTemperatureV", (nvml.TEMPERATURE_GPU,)),
-])
+@pytest.mark.parametrize(
+    "key, newest, args",
+    [
+        ("compute_processes", "nvmlDeviceGetComputeRunningProcesses_v3", ()),
+        ("retired_pages", "nvmlDeviceGetRetiredPages_v2", (nvml.PAGE_RETIREMENT_DOUBLE_BIT,)),
+        ("temperature", "nvmlDeviceGetTemperatureV", (nvml.TEMPERATURE_GPU,)),
+    ],
+)
 def test_older_variant_answers_when_the_newest_is_missing(nvml_node, key, newest, args):
-    overlay = {"gpu": {0: {"processes": [{"pid": 99, "used_memory": 1 << 20, "name": "a.out"}],
-                           "retired_pages": {"supported": True, "double_bit": [0x1000, 0x2000]},
-                           "temperature": {"gpu": 41}}}}
+    overlay = {
+        "gpu": {
+            0: {
+                "processes": [{"pid": 99, "used_memory": 1 << 20, "name": "a.out"}],
+                "retired_pages": {"supported": True, "double_bit": [0x1000, 0x2000]},
+                "temperature": {"gpu": 41},
+            }
+        }
+    }
     node = nvml_node("dgx-h100", overlay)
     session, handle = _handle(node)
     before = session.call_versioned(key, handle, *args)
@@ -170,8 +203,16 @@ def test_older_variant_answers_when_the_newest_is_missing(nvml_node, key, newest
     with pytest.raises(nvml.NvmlError):
         session.call(newest, handle, *args)
     after = session.call_versioned(key, handle, *args)
-    simple = {"compute_processes": lambda v: [p.pid for p in v], "retired_pages": len, "temperature": int}[key]
-    assert simple(before) == simple(after) == {"compute_processes": [99], "retired_pages": 2, "temperature": 41}[key]
+    simple = {
+        "compute_processes": lambda v: [p.pid for p in v],
+        "retired_pages": len,
+        "temperature": int,
+    }[key]
+    assert (
+        simple(before)
+        == simple(after)
+        == {"compute_processes": [99], "retired_pages": 2, "temperature": 41}[key]
+    )
 
 
 def test_memory_info_v2_struct_refused_falls_back_to_v1(nvml_node):
@@ -196,7 +237,10 @@ def test_function_pynvml_lacks_is_function_not_found(nvml_node):
     session, _ = _handle(node)
     with pytest.raises(nvml.NvmlError) as caught:
         session.call("nvmlDeviceGetSomethingFromTheFuture")
-    assert caught.value.code == nvml.FUNCTION_NOT_FOUND and caught.value.outcome.status is Status.UNKNOWN
+    assert (
+        caught.value.code == nvml.FUNCTION_NOT_FOUND
+        and caught.value.outcome.status is Status.UNKNOWN
+    )
 
 
 def test_field_value_reports_its_own_return_code(nvml_node):

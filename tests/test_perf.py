@@ -5,6 +5,7 @@ parsers on real text, and end to end: the real prolog.d and epilog.d scripts on 
 test_hangs.py runs them), one node skewed (a GPU in HW slowdown, an IB port stalling, a daemon on
 the job's CPUs), one not; the skewed record's metric stands out, the healthy one's does not.
 """
+
 from __future__ import annotations
 
 import json
@@ -54,7 +55,9 @@ def test_proc_stat_parser_on_a_real_file():
     assert sorted(per_cpu) == list(range(8))
     assert per_cpu[0] == (44490 + 19 + 21045 + 1 + 3410, 0)  # user nice system irq softirq; steal
     assert per_cpu[7] == (29098 + 268 + 10164 + 0 + 31, 0)
-    old_kernel = cpustat.parse_proc_stat("cpu0 1 2 3 4 5 6 7\ncpu1 1 2 3 4 5 6 7\n")  # before steal (2.6.11)
+    old_kernel = cpustat.parse_proc_stat(
+        "cpu0 1 2 3 4 5 6 7\ncpu1 1 2 3 4 5 6 7\n"
+    )  # before steal (2.6.11)
     assert old_kernel[1] == (1 + 2 + 3 + 6 + 7, None)
     assert cpustat.parse_proc_stat("cpuX 1 2\ncpu2 a b c d e f g h\n") == {}
 
@@ -62,12 +65,18 @@ def test_proc_stat_parser_on_a_real_file():
 def test_a_hostile_job_id_never_becomes_a_cgroup_path(tmp_path, write_tree):
     from slurm_hooks.hw.host import Host
 
-    root = write_tree({"sys/fs/cgroup/system.slice/slurmstepd.scope/cpu.stat": "usage_usec 5\n",
-                       "sys/fs/cgroup/system.slice/slurmstepd.scope/job_1/cpu.stat": "usage_usec 9\n",
-                       "sys/fs/cgroup/system.slice/other.service/cpu.stat": "usage_usec 666\n",
-                       "proc/stat": "cpu0 1 0 1 5 0 0 0 0 0 0\n"})
+    root = write_tree(
+        {
+            "sys/fs/cgroup/system.slice/slurmstepd.scope/cpu.stat": "usage_usec 5\n",
+            "sys/fs/cgroup/system.slice/slurmstepd.scope/job_1/cpu.stat": "usage_usec 9\n",
+            "sys/fs/cgroup/system.slice/other.service/cpu.stat": "usage_usec 666\n",
+            "proc/stat": "cpu0 1 0 1 5 0 0 0 0 0 0\n",
+        }
+    )
     notes = []
-    assert cpustat.read_cpu_times(Host(root), "1/../../other.service", notes)["usage_usec"] == {"slurm": 5}
+    assert cpustat.read_cpu_times(Host(root), "1/../../other.service", notes)["usage_usec"] == {
+        "slurm": 5
+    }
     assert cpustat.read_cpu_times(Host(root), "1", notes)["usage_usec"] == {"slurm": 5, "job": 9}
 
 
@@ -78,22 +87,44 @@ def test_cpu_stat_parser():
 
 # -- perf_block on hand-made records ------------------------------------------------------------
 
+
 def gpu(delta=None, **extra):
     return dict({"index": 0, "delta": delta, "unavailable": {}}, **extra)
 
 
 def record(gpus=(), ib=(), cpu=None, duration=100.0):
-    return {"duration_s": duration, "gpus": list(gpus), "ib": list(ib), "cpu": cpu, "events_scope": "job"}
+    return {
+        "duration_s": duration,
+        "gpus": list(gpus),
+        "ib": list(ib),
+        "cpu": cpu,
+        "events_scope": "job",
+    }
 
 
 def test_throttle_fractions_take_the_worst_gpu_and_split_the_reasons():
-    ns = 10 ** 9
-    healthy = {"clock_event_ns.sw_power_cap": 1 * ns, "clock_event_ns.sw_therm_slowdown": 2 * ns,
-               "clock_event_ns.hw_therm_slowdown": 0, "clock_event_ns.hw_power_brake_slowdown": 0,
-               "clock_event_ns.sync_boost": 0, "violation_ns.power": 1 * ns, "violation_ns.thermal": 2 * ns,
-               "energy_mj": 50_000_000, "pcie.replay": 1, "nvlink.replay": 2, "nvlink.crc_flit": 1}
-    slow = dict(healthy, **{"clock_event_ns.hw_power_brake_slowdown": 20 * ns, "clock_event_ns.hw_therm_slowdown":
-                            3 * ns, "energy_mj": 30_000_000})
+    ns = 10**9
+    healthy = {
+        "clock_event_ns.sw_power_cap": 1 * ns,
+        "clock_event_ns.sw_therm_slowdown": 2 * ns,
+        "clock_event_ns.hw_therm_slowdown": 0,
+        "clock_event_ns.hw_power_brake_slowdown": 0,
+        "clock_event_ns.sync_boost": 0,
+        "violation_ns.power": 1 * ns,
+        "violation_ns.thermal": 2 * ns,
+        "energy_mj": 50_000_000,
+        "pcie.replay": 1,
+        "nvlink.replay": 2,
+        "nvlink.crc_flit": 1,
+    }
+    slow = dict(
+        healthy,
+        **{
+            "clock_event_ns.hw_power_brake_slowdown": 20 * ns,
+            "clock_event_ns.hw_therm_slowdown": 3 * ns,
+            "energy_mj": 30_000_000,
+        },
+    )
     result, missing = perf.perf_block(record([gpu(healthy), gpu(slow)]))
     assert result["throttle_frac.hw_slowdown"] == 0.23  # brake + HW thermal on the slow GPU
     assert result["throttle_frac.power_brake"] == 0.2
@@ -105,39 +136,62 @@ def test_throttle_fractions_take_the_worst_gpu_and_split_the_reasons():
 
 
 def test_an_old_driver_falls_back_to_violation_counters_and_leaves_the_rest_absent():
-    ns = 10 ** 9
-    old = {"violation_ns.power": 5 * ns, "violation_ns.thermal": 7 * ns, "violation_ns.sync_boost": 0}
+    ns = 10**9
+    old = {
+        "violation_ns.power": 5 * ns,
+        "violation_ns.thermal": 7 * ns,
+        "violation_ns.sync_boost": 0,
+    }
     result, missing = perf.perf_block(record([gpu(old)], duration=70.0))
     assert result["throttle_frac.power"] == 0.0714286 and result["throttle_frac.thermal"] == 0.1
-    assert "throttle_frac.hw_slowdown" not in result and "throttle_frac.power_brake" not in result  # absent, not 0
+    assert (
+        "throttle_frac.hw_slowdown" not in result and "throttle_frac.power_brake" not in result
+    )  # absent, not 0
     assert "throttle_frac.hw_slowdown" in missing and "gpu_power_w.mean" in missing
     assert all(isinstance(v, float) for v in result.values())
 
 
 def test_infiniband_worst_stall_and_summed_traffic_in_bytes():
-    ports = [{"port": "mlx5_0:1", "delta": {}, "traffic": {"port_xmit_wait": 100, "port_xmit_data": 250,
-                                                           "port_rcv_data": 25}},
-             {"port": "mlx5_1:1", "delta": {}, "traffic": {"port_xmit_wait": 90000, "port_xmit_data": 250,
-                                                           "port_rcv_data": 25}}]
+    ports = [
+        {
+            "port": "mlx5_0:1",
+            "delta": {},
+            "traffic": {"port_xmit_wait": 100, "port_xmit_data": 250, "port_rcv_data": 25},
+        },
+        {
+            "port": "mlx5_1:1",
+            "delta": {},
+            "traffic": {"port_xmit_wait": 90000, "port_xmit_data": 250, "port_rcv_data": 25},
+        },
+    ]
     result, _ = perf.perf_block(record(ib=ports, duration=10.0))
     assert result["ib_xmit_wait_per_s"] == 9000.0
-    assert result["ib_xmit_bytes_per_s"] == 200.0 and result["ib_rcv_bytes_per_s"] == 20.0  # x4: words
+    assert (
+        result["ib_xmit_bytes_per_s"] == 200.0 and result["ib_rcv_bytes_per_s"] == 20.0
+    )  # x4: words
 
 
 def test_ib_traffic_leaves_out_resets_and_saturated_counters():
     saturated = perf.IB_SATURATED
-    assert perf.ib_traffic({"port_xmit_wait": saturated, "port_xmit_data": 10, "port_rcv_data": 50},
-                           {"port_xmit_wait": saturated, "port_xmit_data": 30, "port_rcv_data": 5}) == {
-        "port_xmit_data": 20}
+    assert perf.ib_traffic(
+        {"port_xmit_wait": saturated, "port_xmit_data": 10, "port_rcv_data": 50},
+        {"port_xmit_wait": saturated, "port_xmit_data": 30, "port_rcv_data": 5},
+    ) == {"port_xmit_data": 20}
 
 
 def cpu_snap(busy, steal=None, job_cpus=None, usage=None):
     """A snapshot's `cpu` whose /proc/stat CPU lines have `busy` ticks as user time (and `steal`; without
     it, the 7-column lines of a kernel before 2.6.11)."""
-    lines = "".join("cpu%d %d 0 0 1000 0 0 0%s\n" % (cpu, ticks, " %d 0 0" % steal[cpu] if steal else "")
-                    for cpu, ticks in enumerate(busy))
-    return {"tick_hz": 100, "proc_stat": "cpu  0 0 0 0 0 0 0\n" + lines, "job_cpus": job_cpus,
-            "usage_usec": usage or {}}
+    lines = "".join(
+        "cpu%d %d 0 0 1000 0 0 0%s\n" % (cpu, ticks, " %d 0 0" % steal[cpu] if steal else "")
+        for cpu, ticks in enumerate(busy)
+    )
+    return {
+        "tick_hz": 100,
+        "proc_stat": "cpu  0 0 0 0 0 0 0\n" + lines,
+        "job_cpus": job_cpus,
+        "usage_usec": usage or {},
+    }
 
 
 def test_foreign_cpu_time_on_the_jobs_cpus():
@@ -157,7 +211,11 @@ def test_job_cgroup_usage_wins_and_a_new_cgroup_counts_from_zero():
     before = cpu_snap([0] * 4, [0] * 4, None, {"slurm": 0})
     after = cpu_snap([100] * 4, [0] * 4, None, {"slurm": 9_000_000, "job": 3_000_000})
     window = perf.cpu_window(before, after)
-    assert window["scope"] == "node" and window["job_s"] == 3.0 and window["job_from"].startswith("job cgroup")
+    assert (
+        window["scope"] == "node"
+        and window["job_s"] == 3.0
+        and window["job_from"].startswith("job cgroup")
+    )
 
 
 def test_absent_not_zero():
@@ -168,8 +226,14 @@ def test_absent_not_zero():
     # no cgroup usage: foreign absent, steal still there; a kernel without steal: steal absent
     window = perf.cpu_window(cpu_snap([0] * 4, [0] * 4), cpu_snap([10] * 4, [1] * 4))
     result, missing = perf.perf_block(record(cpu=window))
-    assert "foreign_cpu_frac" not in result and "foreign_cpu_frac" in missing and result["cpu_steal_frac"] > 0
-    window = perf.cpu_window(cpu_snap([0] * 4, usage={"slurm": 0}), cpu_snap([10] * 4, usage={"slurm": 1}))
+    assert (
+        "foreign_cpu_frac" not in result
+        and "foreign_cpu_frac" in missing
+        and result["cpu_steal_frac"] > 0
+    )
+    window = perf.cpu_window(
+        cpu_snap([0] * 4, usage={"slurm": 0}), cpu_snap([10] * 4, usage={"slurm": 1})
+    )
     result, missing = perf.perf_block(record(cpu=window))
     assert "cpu_steal_frac" not in result and "foreign_cpu_frac" in result
     # counters that went backwards (another boot) give nothing
@@ -184,13 +248,16 @@ def test_summary_has_perf_and_it_is_empty_without_deltas():
 
 # -- end to end: real prolog and epilog scripts on fake nodes --------------------------------------
 
+
 class Hooks(Prolog):
     """test_hangs' harness (the real prolog.d/epilog.d scripts, a fake scontrol) with a roomy snapshot
     budget: this test is about the figures, not about a loaded machine's timing."""
 
     def write_config(self, on_timeout: str) -> None:
         super().write_config(on_timeout)
-        self.config.write_text(self.config.read_text().replace("snapshot_timeout = 1.0", "snapshot_timeout = 20.0"))
+        self.config.write_text(
+            self.config.read_text().replace("snapshot_timeout = 1.0", "snapshot_timeout = 20.0")
+        )
 
     def record(self) -> dict:
         return json.loads((self.records_dir / "node1" / "4242.json").read_text())
@@ -211,7 +278,7 @@ def run_job(hooks: Hooks, skew: bool) -> dict:
     node.add_cgroup_usage(4 * 600_000, job_id="4242")
     node.set_states({"gpu.%d.power.energy_mj" % i: 123456789 + 500_000 for i in range(8)})
     if skew:
-        node.set_states({"gpu.3.clock_event_ns.hw_power_brake_slowdown": 2 * 10 ** 8})  # 0.2 s
+        node.set_states({"gpu.3.clock_event_ns.hw_power_brake_slowdown": 2 * 10**8})  # 0.2 s
         node.write("/sys/class/infiniband/mlx5_2/ports/1/counters/port_xmit_wait", "5000000")
         for cpu in JOB_CPUS:
             per_cpu[cpu]["system"] = 40  # a daemon: 0.4 s on each job CPU
@@ -224,7 +291,9 @@ def run_job(hooks: Hooks, skew: bool) -> dict:
 
 @pytest.fixture
 def nodes(fake_node, tmp_path):
-    overrides = {"job": {"4242": {"cpus": "0-3"}}}  # the job's cgroup (PrologFlags=RunInJob-like: there at both)
+    overrides = {
+        "job": {"4242": {"cpus": "0-3"}}
+    }  # the job's cgroup (PrologFlags=RunInJob-like: there at both)
     made = []
     for name in ("healthy", "slow"):
         (tmp_path / name).mkdir()
@@ -238,13 +307,18 @@ def test_a_skewed_node_stands_out_end_to_end(nodes):
     for hooks, rec in zip(nodes, (healthy, slow)):
         assert rec["prolog_snapshot"] == "ok" and rec["duration_s"] >= 1.0
         header = (hooks.records_dir / "node1" / "4242.json").read_text().splitlines()[0]
-        assert json.loads(header[:-1] + "}")["summary"]["perf"] == rec["summary"]["perf"]  # report reads line 1
+        assert (
+            json.loads(header[:-1] + "}")["summary"]["perf"] == rec["summary"]["perf"]
+        )  # report reads line 1
     hp, sp = healthy["summary"]["perf"], slow["summary"]["perf"]
     wall = slow["duration_s"]
     assert sp["throttle_frac.hw_slowdown"] == pytest.approx(0.2 / wall, rel=1e-3)
     assert sp["throttle_frac.power_brake"] == pytest.approx(0.2 / wall, rel=1e-3)
     assert hp["throttle_frac.hw_slowdown"] == 0.0 and hp["throttle_frac.power_brake"] == 0.0
-    assert sp["ib_xmit_wait_per_s"] == pytest.approx(5000000 / wall, rel=1e-3) and hp["ib_xmit_wait_per_s"] == 0.0
+    assert (
+        sp["ib_xmit_wait_per_s"] == pytest.approx(5000000 / wall, rel=1e-3)
+        and hp["ib_xmit_wait_per_s"] == 0.0
+    )
     # 0.4 s of someone else's time on each of the job's 4 CPUs
     assert slow["cpu"]["scope"] == "job" and slow["cpu"]["cpus"] == "0-3"
     assert sp["foreign_cpu_frac"] == pytest.approx(0.4 / wall, rel=1e-2)
@@ -272,13 +346,19 @@ def test_a_hung_infiniband_counter_read_stays_bounded(nodes):
     from tests.prolog_rig import make_fifo
 
     hooks = nodes[0]
-    hooks.config.write_text(hooks.config.read_text().replace("snapshot_timeout = 20.0", "snapshot_timeout = 1.0"))
+    hooks.config.write_text(
+        hooks.config.read_text().replace("snapshot_timeout = 20.0", "snapshot_timeout = 1.0")
+    )
     make_fifo(hooks.node, "/sys/class/infiniband/mlx5_0/ports/1/counters/port_xmit_wait")
     rc, seconds, err = hooks.run(kind="prolog")
     assert rc == 0, err
-    assert seconds < 1.0 + 2.0 + 10.0  # snapshot budget + [deadline] files + interpreter start on a loaded VM
+    assert (
+        seconds < 1.0 + 2.0 + 10.0
+    )  # snapshot budget + [deadline] files + interpreter start on a loaded VM
     rc, seconds, err = hooks.run(kind="epilog")
     assert rc == 0 and seconds < 1.0 + 2.0 + 10.0, err
     rec = hooks.record()
     assert rec["prolog_snapshot"] == "missing" and rec["epilog_snapshot"].startswith("failed")
-    assert rec["checks"]["status"] == "OK" and rec["summary"]["perf"] == {}  # the checks were not held up
+    assert (
+        rec["checks"]["status"] == "OK" and rec["summary"]["perf"] == {}
+    )  # the checks were not held up

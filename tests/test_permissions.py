@@ -4,6 +4,7 @@ another user, or group/world-writable, is refused with an error naming the file 
 
 Ownership cases need root (to chown to another uid); mode cases run everywhere.
 """
+
 from __future__ import annotations
 
 import os
@@ -57,15 +58,27 @@ def test_secure_tree_loads(etc):
     assert config.get("general", "mode") == "observe" and len(config.sources) == 2
 
 
-@pytest.mark.parametrize("target, mode", [("config.toml", 0o664), ("config.toml", 0o646), ("conf.d/10-site.toml", 0o666),
-                                          (".", 0o775), (".", 0o777), ("conf.d", 0o757), (".", 0o1777)])
+@pytest.mark.parametrize(
+    "target, mode",
+    [
+        ("config.toml", 0o664),
+        ("config.toml", 0o646),
+        ("conf.d/10-site.toml", 0o666),
+        (".", 0o775),
+        (".", 0o777),
+        ("conf.d", 0o757),
+        (".", 0o1777),
+    ],
+)
 def test_writable_by_others_is_refused(etc, target, mode):
     path = os.path.normpath(str(etc / target))
     os.chmod(path, mode)
     with pytest.raises(ConfigError) as err:
         load(etc)
     message = str(err.value)
-    assert message.startswith(path + ": group- or world-writable (mode %04o); refusing it: chmod go-w" % mode), message
+    assert message.startswith(
+        path + ": group- or world-writable (mode %04o); refusing it: chmod go-w" % mode
+    ), message
 
 
 @as_root
@@ -75,7 +88,9 @@ def test_not_owned_by_root_is_refused(etc, target):
     os.chown(path, OTHER_UID, 0)
     with pytest.raises(ConfigError) as err:
         load(etc)
-    assert str(err.value).startswith(path + ": owned by uid %d, not root; refusing it" % OTHER_UID), str(err.value)
+    assert str(err.value).startswith(
+        path + ": owned by uid %d, not root; refusing it" % OTHER_UID
+    ), str(err.value)
 
 
 @as_root
@@ -101,6 +116,7 @@ def test_override_is_explicit(etc, monkeypatch):
 
 # -- site checks (slurm_hooks/core/plugins.py) ---------------------------------------------------------
 
+
 @pytest.fixture
 def checks_d(tmp_path, monkeypatch):
     monkeypatch.delenv(INSECURE_OVERRIDE_ENV, raising=False)
@@ -116,16 +132,24 @@ def checks_d(tmp_path, monkeypatch):
     REGISTRY.checks.pop("site.permtest", None)
 
 
-@pytest.mark.parametrize("target, mode", [("site_permtest.py", 0o664), ("site_permtest.py", 0o666), (".", 0o777),
-                                          (".", 0o775)])
+@pytest.mark.parametrize(
+    "target, mode",
+    [("site_permtest.py", 0o664), ("site_permtest.py", 0o666), (".", 0o777), (".", 0o775)],
+)
 def test_writable_site_check_is_refused_and_not_run(checks_d, target, mode):
     path = os.path.normpath(str(checks_d / target))
     os.chmod(path, mode)
     with pytest.raises(plugins.PluginError) as err:
         plugins.load_site_checks(str(checks_d))
-    assert str(err.value) == "site check %s: group- or world-writable (mode %04o); refusing it: chmod go-w" % (
-        path, mode)
-    assert plugins.MODULE_PREFIX + "site_permtest" not in sys.modules  # never imported, so never executed
+    assert str(
+        err.value
+    ) == "site check %s: group- or world-writable (mode %04o); refusing it: chmod go-w" % (
+        path,
+        mode,
+    )
+    assert (
+        plugins.MODULE_PREFIX + "site_permtest" not in sys.modules
+    )  # never imported, so never executed
 
 
 @as_root
@@ -133,7 +157,9 @@ def test_writable_site_check_is_refused_and_not_run(checks_d, target, mode):
 def test_site_check_not_owned_by_root_is_refused(checks_d, target):
     path = os.path.normpath(str(checks_d / target))
     os.chown(path, OTHER_UID, 0)
-    with pytest.raises(plugins.PluginError, match="site check %s: owned by uid %d, not root" % (path, OTHER_UID)):
+    with pytest.raises(
+        plugins.PluginError, match="site check %s: owned by uid %d, not root" % (path, OTHER_UID)
+    ):
         plugins.load_site_checks(str(checks_d))
 
 
@@ -150,35 +176,55 @@ def test_bytecode_planted_in_checks_d_pycache_never_runs(checks_d, tmp_path):
 
     marker = tmp_path / "pwned"
     source = checks_d / "site_permtest.py"
-    evil = compile("open(%r, 'w').write('ran as root')\n" % str(marker) + SITE_CHECK, str(source), "exec")
+    evil = compile(
+        "open(%r, 'w').write('ran as root')\n" % str(marker) + SITE_CHECK, str(source), "exec"
+    )
     info = os.stat(str(source))
     pycache = checks_d / "__pycache__"
     pycache.mkdir()
     os.chmod(str(pycache), 0o777)  # what a careless install (or a shared /etc) leaves behind
     planted = importlib.util.cache_from_source(str(source))
-    with open(planted, "wb") as handle:  # a valid .pyc for the source's mtime and size: the loader trusts it
+    with open(
+        planted, "wb"
+    ) as handle:  # a valid .pyc for the source's mtime and size: the loader trusts it
         handle.write(bytes(_code_to_timestamp_pyc(evil, info.st_mtime, info.st_size)))
     if os.geteuid() == 0:
         os.chown(planted, OTHER_UID, OTHER_UID)
     assert plugins.load_site_checks(str(checks_d)) == [plugins.MODULE_PREFIX + "site_permtest"]
     assert not marker.exists(), "the planted bytecode ran"
-    assert os.listdir(str(pycache)) == [os.path.basename(planted)]  # and nothing of ours was written there
+    assert os.listdir(str(pycache)) == [
+        os.path.basename(planted)
+    ]  # and nothing of ours was written there
 
 
 def _cli(args, env):
-    return subprocess.run([sys.executable, "-m", "slurm_hooks"] + args, capture_output=True, text=True, env=env,
-                          cwd=REPO, timeout=60)
+    return subprocess.run(
+        [sys.executable, "-m", "slurm_hooks"] + args,
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=REPO,
+        timeout=60,
+    )
 
 
 def test_hooks_fail_open_and_check_exits_3_on_an_insecure_config(etc, tmp_path):
     """What slurmd and an admin see: the prolog logs the refusal and exits 0 (never drains because of
     our own configuration problem); `slurm-hooks check` exits 3 (UNKNOWN) with the same message."""
     os.chmod(etc / "conf.d" / "10-site.toml", 0o666)
-    env = {"PATH": os.defpath, "SLURM_HOOKS_CONFIG": str(etc / "config.toml"), "SLURM_HOOKS_CHECKS_DIR": "",
-           "PYTHONPATH": REPO, "SLURM_JOB_ID": "7", "SLURMD_NODENAME": "node1"}
+    env = {
+        "PATH": os.defpath,
+        "SLURM_HOOKS_CONFIG": str(etc / "config.toml"),
+        "SLURM_HOOKS_CHECKS_DIR": "",
+        "PYTHONPATH": REPO,
+        "SLURM_JOB_ID": "7",
+        "SLURMD_NODENAME": "node1",
+    }
     expected = "%s: group- or world-writable (mode 0666)" % (etc / "conf.d" / "10-site.toml")
     done = _cli(["prolog"], env)
-    assert done.returncode == 0 and expected in done.stderr and "failing open" in done.stderr, done.stderr
+    assert done.returncode == 0 and expected in done.stderr and "failing open" in done.stderr, (
+        done.stderr
+    )
     done = _cli(["check", "system.kernel"], env)
     assert done.returncode == 3 and expected in done.stderr, done.stderr
     assert "Traceback" not in done.stderr

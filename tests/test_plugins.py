@@ -1,5 +1,6 @@
 """Site checks dropped into checks.d (slurm_hooks/core/plugins.py), starting with docs/admin.md's example,
 which must load and behave exactly as the guide says."""
+
 from __future__ import annotations
 
 import os
@@ -48,7 +49,12 @@ def checks_dir(tmp_path, monkeypatch):
 
 
 def hca_tree(write_tree, versions):
-    return write_tree({"sys/class/infiniband/%s/fw_ver" % hca: version + "\n" for hca, version in versions.items()})
+    return write_tree(
+        {
+            "sys/class/infiniband/%s/fw_ver" % hca: version + "\n"
+            for hca, version in versions.items()
+        }
+    )
 
 
 def test_admin_guide_example_loads_and_judges(checks_dir, write_tree):
@@ -58,15 +64,27 @@ def test_admin_guide_example_loads_and_judges(checks_dir, write_tree):
     assert spec.contexts == frozenset({"prolog", "health", "manual"})
     root = hca_tree(write_tree, {"mlx5_0": "28.39.1002", "mlx5_1": "28.36.1010"})
     config = validate(REGISTRY, {"checks": {"site.hca-firmware": {"allowed": ["28.39.1002"]}}})
-    report = run_checks(REGISTRY, config, Host(root), "manual", select_checks(REGISTRY, "manual", ["site"]))
+    report = run_checks(
+        REGISTRY, config, Host(root), "manual", select_checks(REGISTRY, "manual", ["site"])
+    )
     (result,) = report.results()
-    assert (result.status, result.component, result.action) == (Status.FAIL, "hca:mlx5_1", Action.DRAIN)
+    assert (result.status, result.component, result.action) == (
+        Status.FAIL,
+        "hca:mlx5_1",
+        Action.DRAIN,
+    )
     assert result.summary == "firmware 28.36.1010 is not qualified"
     assert result.details == {"wrong": {"mlx5_1": "28.36.1010"}}
 
-    config = validate(REGISTRY, {"checks": {"site.hca-firmware": {"allowed": ["28.39.1002", "28.36.1010"]}}})
-    report = run_checks(REGISTRY, config, Host(root), "manual", select_checks(REGISTRY, "manual", ["site"]))
-    assert [(r.status, r.summary) for r in report.results()] == [(Status.OK, "2 HCAs on qualified firmware")]
+    config = validate(
+        REGISTRY, {"checks": {"site.hca-firmware": {"allowed": ["28.39.1002", "28.36.1010"]}}}
+    )
+    report = run_checks(
+        REGISTRY, config, Host(root), "manual", select_checks(REGISTRY, "manual", ["site"])
+    )
+    assert [(r.status, r.summary) for r in report.results()] == [
+        (Status.OK, "2 HCAs on qualified firmware")
+    ]
     # unconfigured: SKIP, and a bad parameter type is a config error naming the key
     report = run_checks(REGISTRY, validate(REGISTRY, {}), Host(root), "manual", [spec])
     assert [r.status for r in report.results()] == [Status.SKIP]
@@ -78,22 +96,46 @@ def test_files_load_in_name_order_and_helpers_are_skipped(checks_dir):
     for name, check in (("b_second.py", "site.second"), ("a_first.py", "site.first")):
         (checks_dir / name).write_text(
             "from slurm_hooks.registry import check\nfrom slurm_hooks.result import Result, Status\n"
-            "@check(name=%r)\ndef c(params):\n    return Result(%r, Status.OK, 'fine')\n" % (check, check))
-    (checks_dir / "_helper.py").write_text("raise RuntimeError('helpers are imported by checks, not loaded')\n")
+            "@check(name=%r)\ndef c(params):\n    return Result(%r, Status.OK, 'fine')\n"
+            % (check, check)
+        )
+    (checks_dir / "_helper.py").write_text(
+        "raise RuntimeError('helpers are imported by checks, not loaded')\n"
+    )
     (checks_dir / ".hidden.py").write_text("raise RuntimeError('never loaded')\n")
     (checks_dir / "notes.txt").write_text("not python")
-    assert plugins.load_site_checks(str(checks_dir)) == ["slurm_hooks_site.a_first", "slurm_hooks_site.b_second"]
+    assert plugins.load_site_checks(str(checks_dir)) == [
+        "slurm_hooks_site.a_first",
+        "slurm_hooks_site.b_second",
+    ]
     assert {"site.first", "site.second"} <= set(REGISTRY.checks)
-    assert plugins.load_site_checks(str(checks_dir)) == ["slurm_hooks_site.a_first", "slurm_hooks_site.b_second"]
+    assert plugins.load_site_checks(str(checks_dir)) == [
+        "slurm_hooks_site.a_first",
+        "slurm_hooks_site.b_second",
+    ]
 
 
-@pytest.mark.parametrize("name, content, message", [
-    ("broken.py", "def oops(:\n", r"broken\.py: cannot load site check: SyntaxError"),
-    ("needs.py", "import site_module_that_does_not_exist\n", r"needs\.py: cannot load site check: ModuleNotFoundError"),
-    ("dup.py", "from slurm_hooks.registry import check\n@check(name='system.cpu')\ndef c(params):\n    pass\n",
-     r"dup\.py: cannot load site check: RegistryError: duplicate check name 'system.cpu'"),
-    ("my-check.py", "", r"my-check\.py: site check file names must be Python identifiers.*my_check\.py"),
-])
+@pytest.mark.parametrize(
+    "name, content, message",
+    [
+        ("broken.py", "def oops(:\n", r"broken\.py: cannot load site check: SyntaxError"),
+        (
+            "needs.py",
+            "import site_module_that_does_not_exist\n",
+            r"needs\.py: cannot load site check: ModuleNotFoundError",
+        ),
+        (
+            "dup.py",
+            "from slurm_hooks.registry import check\n@check(name='system.cpu')\ndef c(params):\n    pass\n",
+            r"dup\.py: cannot load site check: RegistryError: duplicate check name 'system.cpu'",
+        ),
+        (
+            "my-check.py",
+            "",
+            r"my-check\.py: site check file names must be Python identifiers.*my_check\.py",
+        ),
+    ],
+)
 def test_a_bad_file_is_a_config_error_naming_it(checks_dir, name, content, message):
     (checks_dir / name).write_text(content)
     with pytest.raises(plugins.PluginError, match=message) as raised:
@@ -107,7 +149,9 @@ def test_writable_or_foreign_files_are_refused(checks_dir, monkeypatch):
     path = checks_dir / "loose.py"
     path.write_text("LOADED = True\n")
     os.chmod(str(path), 0o666)
-    with pytest.raises(plugins.PluginError, match=r"loose\.py: (group- or world-writable|owned by uid)"):
+    with pytest.raises(
+        plugins.PluginError, match=r"loose\.py: (group- or world-writable|owned by uid)"
+    ):
         plugins.load_site_checks(str(checks_dir))
     assert plugins.MODULE_PREFIX + "loose" not in sys.modules
 
@@ -126,16 +170,35 @@ def test_cli_lists_site_checks_and_refuses_a_broken_one(tmp_path):
     directory = tmp_path / "checks.d"
     directory.mkdir()
     (directory / "site_hca_firmware.py").write_text(admin_guide_example())
-    env = dict(os.environ, SLURM_HOOKS_CHECKS_DIR=str(directory), SLURM_HOOKS_CONFIG=str(tmp_path / "none.toml"))
+    env = dict(
+        os.environ,
+        SLURM_HOOKS_CHECKS_DIR=str(directory),
+        SLURM_HOOKS_CONFIG=str(tmp_path / "none.toml"),
+    )
     if os.geteuid() != 0:
         env[INSECURE_OVERRIDE_ENV] = "1"
     (tmp_path / "none.toml").write_text("")
-    done = subprocess.run([sys.executable, "-m", "slurm_hooks", "list"], capture_output=True, text=True, env=env,
-                          cwd=REPO)
+    done = subprocess.run(
+        [sys.executable, "-m", "slurm_hooks", "list"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=REPO,
+    )
     assert done.returncode == 0, done.stderr
-    assert re.search(r"^site\.hca-firmware +prolog,health,manual +HCAs run qualified firmware", done.stdout, re.M)
+    assert re.search(
+        r"^site\.hca-firmware +prolog,health,manual +HCAs run qualified firmware", done.stdout, re.M
+    )
     (directory / "zz_broken.py").write_text("def oops(:\n")
-    done = subprocess.run([sys.executable, "-m", "slurm_hooks", "check", "system.kernel"], capture_output=True,
-                          text=True, env=env, cwd=REPO)
+    done = subprocess.run(
+        [sys.executable, "-m", "slurm_hooks", "check", "system.kernel"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=REPO,
+    )
     assert done.returncode == 3
-    assert "configuration error" in done.stderr and "zz_broken.py: cannot load site check" in done.stderr
+    assert (
+        "configuration error" in done.stderr
+        and "zz_broken.py: cannot load site check" in done.stderr
+    )

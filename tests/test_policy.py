@@ -1,4 +1,5 @@
 """Policy: results -> verdict, drain reasons, etiquette and the circuit breaker (pure functions)."""
+
 from __future__ import annotations
 
 import pytest
@@ -9,7 +10,9 @@ from slurm_hooks.core.config import SECTIONS
 from slurm_hooks.result import Action, Blame, Result, Status
 from slurm_hooks.slurm import policy
 
-SETTINGS = {section: {k: s.default for k, s in schema.items()} for section, schema in SECTIONS.items()}
+SETTINGS = {
+    section: {k: s.default for k, s in schema.items()} for section, schema in SECTIONS.items()
+}
 
 
 def with_drain(**overrides):
@@ -28,11 +31,19 @@ def test_only_node_broken_failures_drain():
     decision = policy.decide([ok, job, unknown], SETTINGS)
     assert decision.verdict is policy.Verdict.ALERT and decision.blame is Blame.JOB
     assert policy.decide([unknown], SETTINGS).blame is Blame.CHECK
-    node = Result("gpu.memory", Status.FAIL, "row-remap pending", component="gpu:3 0000:3b:00.0",
-                  action=Action.RESET_GPU)
+    node = Result(
+        "gpu.memory",
+        Status.FAIL,
+        "row-remap pending",
+        component="gpu:3 0000:3b:00.0",
+        action=Action.RESET_GPU,
+    )
     decision = policy.decide([ok, job, node], SETTINGS)
     assert decision.verdict is policy.Verdict.DRAIN and decision.checks == ("gpu.memory",)
-    assert decision.reason == "slurm-hooks: gpu.memory: gpu:3 0000:3b:00.0 row-remap pending -> reset-gpu"
+    assert (
+        decision.reason
+        == "slurm-hooks: gpu.memory: gpu:3 0000:3b:00.0 row-remap pending -> reset-gpu"
+    )
 
 
 def test_worst_action_leads_the_reason():
@@ -43,7 +54,9 @@ def test_worst_action_leads_the_reason():
 
 
 def test_timeouts_alert_unless_configured_to_drain():
-    hung = Result("gpu.ecc", Status.UNKNOWN, "did not finish", details={"timed_out": True}, blame=Blame.CHECK)
+    hung = Result(
+        "gpu.ecc", Status.UNKNOWN, "did not finish", details={"timed_out": True}, blame=Blame.CHECK
+    )
     assert policy.decide([hung], SETTINGS).verdict is policy.Verdict.ALERT
     assert policy.decide([hung], with_drain(on_timeout="drain")).verdict is policy.Verdict.DRAIN
 
@@ -51,7 +64,13 @@ def test_timeouts_alert_unless_configured_to_drain():
 def test_reason_is_sanitized_and_bounded():
     evil = Result("x.y", Status.FAIL, 'bad "thing"\nwith\tnewlines; $(rm -rf /) `id` ' + "z" * 500)
     reason = policy.decide([evil], SETTINGS).reason
-    assert len(reason) <= 200 and "\n" not in reason and '"' not in reason and "`" not in reason and "$" not in reason
+    assert (
+        len(reason) <= 200
+        and "\n" not in reason
+        and '"' not in reason
+        and "`" not in reason
+        and "$" not in reason
+    )
     assert reason.endswith("...")
 
 
@@ -65,20 +84,27 @@ def test_ours_refinable_and_checks_named_in_reason():
     prefix = "slurm-hooks:"
     assert policy.is_ours("slurm-hooks: gpu.ecc: x", prefix)
     assert not policy.is_ours("bad DIMM -- ticket 123", prefix) and not policy.is_ours(None, prefix)
-    assert policy.is_refinable("Prolog error") and not policy.is_refinable("Prolog error, see ticket")
-    assert policy.read_reason("slurm-hooks: gpu.memory: gpu:3 x -> reset-gpu", prefix).checks == ("gpu.memory",)
+    assert policy.is_refinable("Prolog error") and not policy.is_refinable(
+        "Prolog error, see ticket"
+    )
+    assert policy.read_reason("slurm-hooks: gpu.memory: gpu:3 x -> reset-gpu", prefix).checks == (
+        "gpu.memory",
+    )
     assert not policy.read_reason("slurm-hooks: garbage", prefix).checks
     assert not policy.read_reason("admin: gpu.memory: x", prefix).checks
 
 
-@pytest.mark.parametrize("state,flags,expected", [
-    ("IDLE", set(), None),
-    ("IDLE", {"DRAIN"}, None),
-    ("DOWN", {"NOT_RESPONDING"}, "DOWN"),
-    ("IDLE", {"REBOOT_REQUESTED"}, "REBOOT_REQUESTED"),
-    ("IDLE", {"POWERED_DOWN", "CLOUD"}, "CLOUD"),
-    ("MIXED", {"MAINTENANCE"}, "MAINTENANCE"),
-])
+@pytest.mark.parametrize(
+    "state,flags,expected",
+    [
+        ("IDLE", set(), None),
+        ("IDLE", {"DRAIN"}, None),
+        ("DOWN", {"NOT_RESPONDING"}, "DOWN"),
+        ("IDLE", {"REBOOT_REQUESTED"}, "REBOOT_REQUESTED"),
+        ("IDLE", {"POWERED_DOWN", "CLOUD"}, "CLOUD"),
+        ("MIXED", {"MAINTENANCE"}, "MAINTENANCE"),
+    ],
+)
 def test_blocking_state(state, flags, expected):
     assert policy.blocking_state(flags, state, SETTINGS["drain"]["skip_states"]) == expected
 

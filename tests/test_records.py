@@ -1,4 +1,5 @@
 """Prolog snapshot -> epilog record on the fake node; atomicity under kill -9; full disk; retention."""
+
 from __future__ import annotations
 
 import errno
@@ -24,22 +25,38 @@ from slurm_hooks.slurm.jobenv import job_from_env
 from tests.helpers import BOOT_ID
 
 XID_79 = "NVRM: Xid (PCI:0000:%s): 79, pid=1234, name=python, GPU has fallen off the bus."
-ENV = {"SLURM_JOB_ID": "4242", "SLURM_JOB_USER": "alice", "SLURMD_NODENAME": "node1", "SLURM_JOB_GPUS": "0,1",
-       "SLURM_JOB_COMMENT": "token=hunter2-SECRET", "AWS_SECRET_ACCESS_KEY": "AKIA-SECRET"}
+ENV = {
+    "SLURM_JOB_ID": "4242",
+    "SLURM_JOB_USER": "alice",
+    "SLURMD_NODENAME": "node1",
+    "SLURM_JOB_GPUS": "0,1",
+    "SLURM_JOB_COMMENT": "token=hunter2-SECRET",
+    "AWS_SECRET_ACCESS_KEY": "AKIA-SECRET",
+}
 
 
 def make_config(tmp_path, root="/", **records_settings):
-    data = {"general": {"root": str(root)},
-            "paths": {"state_dir": str(tmp_path / "state"), "log_file": "", "syslog": False},
-            "records": dict({"dir": str(tmp_path / "jobs"), "snapshot_timeout": 10.0}, **records_settings)}
+    data = {
+        "general": {"root": str(root)},
+        "paths": {"state_dir": str(tmp_path / "state"), "log_file": "", "syslog": False},
+        "records": dict(
+            {"dir": str(tmp_path / "jobs"), "snapshot_timeout": 10.0}, **records_settings
+        ),
+    }
     return validate(load_builtin_checks(), data)
 
 
 def epilog_report(job):
     bad = Result("gpu.memory", Status.FAIL, "row remap pending", component="gpu:1 0000:2a:00.0")
     ok = Result("system.cpu", Status.OK, "fine")
-    return RunReport("epilog", [CheckRun("system.cpu", [ok], 0.01), CheckRun("gpu.memory", [bad], 0.02)], 0.05, 20.0,
-                     False, job)
+    return RunReport(
+        "epilog",
+        [CheckRun("system.cpu", [ok], 0.01), CheckRun("gpu.memory", [bad], 0.02)],
+        0.05,
+        20.0,
+        False,
+        job,
+    )
 
 
 def test_prolog_to_epilog_round_trip_gives_the_right_deltas(gpu_node, tmp_path, caplog):  # noqa: F811
@@ -52,14 +69,23 @@ def test_prolog_to_epilog_round_trip_gives_the_right_deltas(gpu_node, tmp_path, 
     assert snap_path == str(tmp_path / "state" / "snapshots" / "4242.json")
     assert stat.S_IMODE(os.stat(snap_path).st_mode) == 0o600
     # -- the job runs: counters move on its GPUs (0, 1) and on GPU 2, which is not its
-    node.set_states({"gpu.0.ecc.volatile.corrected.dram": 5, "gpu.0.ecc.volatile.uncorrected.sram": 1,
-                     "gpu.0.nvlink.links.3.errors.crc_flit": 7, "gpu.0.nvlink.links.3.errors.replay": 2,
-                     "gpu.1.pcie.replay_counter": 4, "gpu.1.remapped_rows.uncorrected": 1,
-                     "gpu.1.remapped_rows.pending": 1, "gpu.1.violation_ns.thermal": 3 * 10 ** 9,
-                     "gpu.1.violation_ns.low_utilization": 9 * 10 ** 9,
-                     "gpu.1.processes": "777:1073741824", "process.777.name": "python3",
-                     "gpu.1.memory.used": 1 << 30,  # the fake derives it from the spec only at build time
-                     "gpu.2.pcie.replay_counter": 1000})
+    node.set_states(
+        {
+            "gpu.0.ecc.volatile.corrected.dram": 5,
+            "gpu.0.ecc.volatile.uncorrected.sram": 1,
+            "gpu.0.nvlink.links.3.errors.crc_flit": 7,
+            "gpu.0.nvlink.links.3.errors.replay": 2,
+            "gpu.1.pcie.replay_counter": 4,
+            "gpu.1.remapped_rows.uncorrected": 1,
+            "gpu.1.remapped_rows.pending": 1,
+            "gpu.1.violation_ns.thermal": 3 * 10**9,
+            "gpu.1.violation_ns.low_utilization": 9 * 10**9,
+            "gpu.1.processes": "777:1073741824",
+            "process.777.name": "python3",
+            "gpu.1.memory.used": 1 << 30,  # the fake derives it from the spec only at build time
+            "gpu.2.pcie.replay_counter": 1000,
+        }
+    )
     node.write("/sys/class/infiniband/mlx5_0/ports/1/counters/symbol_error", "6")
     node.add_kmsg(XID_79 % bus0[5:12])
     node.add_kmsg("nvidia-nvswitch2: SXid (PCI:0000:05:00.0): 20034, Fatal, Link 14 LTSSM Fault Up")
@@ -79,14 +105,24 @@ def test_prolog_to_epilog_round_trip_gives_the_right_deltas(gpu_node, tmp_path, 
     assert (g0["index"], g0["bus_id"], g1["bus_id"]) == (0, bus0, bus1)
     assert g0["uuid"].startswith("GPU-") and g0["serial"]
     assert {k: v for k, v in g0["delta"].items() if v} == {
-        "ecc.volatile.corrected": 5, "ecc.volatile.uncorrected": 1, "nvlink.crc_flit": 7, "nvlink.replay": 2}
+        "ecc.volatile.corrected": 5,
+        "ecc.volatile.uncorrected": 1,
+        "nvlink.crc_flit": 7,
+        "nvlink.replay": 2,
+    }
     assert g0["nvlink_delta"] == {"3": {"crc_flit": 7, "replay": 2}}
     assert {k: v for k, v in g1["delta"].items() if v} == {
-        "pcie.replay": 4, "remapped_rows.uncorrected": 1, "violation_ns.thermal": 3 * 10 ** 9,
-        "clock_event_ns.sw_therm_slowdown": 3 * 10 ** 9,  # nvml.h: the same counter as the thermal policy's
-        "violation_ns.low_utilization": 9 * 10 ** 9}
+        "pcie.replay": 4,
+        "remapped_rows.uncorrected": 1,
+        "violation_ns.thermal": 3 * 10**9,
+        "clock_event_ns.sw_therm_slowdown": 3
+        * 10**9,  # nvml.h: the same counter as the thermal policy's
+        "violation_ns.low_utilization": 9 * 10**9,
+    }
     assert g1["flags"]["remapped_rows.pending"] is True
-    assert g1["processes"] == [{"pid": 777, "kind": "compute", "used_memory_bytes": 1 << 30, "name": "python3"}]
+    assert g1["processes"] == [
+        {"pid": 777, "kind": "compute", "used_memory_bytes": 1 << 30, "name": "python3"}
+    ]
     assert g0["processes"] == []
     ib = {p["port"]: p["delta"] for p in rec["ib"]}
     assert ib["mlx5_0:1"]["symbol_error"] == 6 and ib["mlx5_1:1"]["symbol_error"] == 0
@@ -97,12 +133,29 @@ def test_prolog_to_epilog_round_trip_gives_the_right_deltas(gpu_node, tmp_path, 
     assert [r["check"] for r in rec["checks"]["results"]] == ["gpu.memory"]
     assert rec["decision"]["verdict"] == "drain" and rec["decision"]["outcome"] == "drained"
     s = rec["summary"]
-    assert (s["ecc_corrected"], s["ecc_uncorrected"], s["remapped_rows"], s["nvlink_errors"], s["pcie_replays"],
-            s["ib_errors"], s["xids"], s["sxids"], s["leftover_processes"]) == (5, 1, 1, 9, 4, 6, 1, 1, 1)
+    assert (
+        s["ecc_corrected"],
+        s["ecc_uncorrected"],
+        s["remapped_rows"],
+        s["nvlink_errors"],
+        s["pcie_replays"],
+        s["ib_errors"],
+        s["xids"],
+        s["sxids"],
+        s["leftover_processes"],
+    ) == (5, 1, 1, 9, 4, 6, 1, 1, 1)
     assert s["throttle_s"] == 3.0  # thermal only: low utilisation is idling, not throttling
     assert s["leftover_memory_bytes"] == 1 << 30
-    assert set(s["abnormal"]) >= {"xids", "sxids", "ecc_uncorrected", "nvlink_errors", "leftover_processes",
-                                  "pending_repair", "checks_fail", "drained"}
+    assert set(s["abnormal"]) >= {
+        "xids",
+        "sxids",
+        "ecc_uncorrected",
+        "nvlink_errors",
+        "leftover_processes",
+        "pending_repair",
+        "checks_fail",
+        "drained",
+    }
     # No environment, no secrets: only the validated job id, user and GPUs come from the job.
     assert "SECRET" not in text and "hunter2" not in text and "SLURM_JOB_COMMENT" not in text
 
@@ -112,9 +165,13 @@ def test_missing_prolog_snapshot_is_marked_and_nothing_is_blamed_on_the_job(gpu_
     config = make_config(tmp_path, gpu_node.root)
     job = JobContext("77", "bob", "node1", (0,))
     rec = json.loads(open(records.epilog_record(config, job, "node1")).read())
-    assert rec["prolog_snapshot"] == "missing" and rec["start"] is None and rec["duration_s"] is None
+    assert (
+        rec["prolog_snapshot"] == "missing" and rec["start"] is None and rec["duration_s"] is None
+    )
     assert rec["gpus"][0]["delta"] is None and rec["gpus"][0]["end"]["pcie.replay"] == 0
-    assert rec["events_scope"] == "boot" and rec["xid_count"] == 1  # listed, marked as the whole boot's
+    assert (
+        rec["events_scope"] == "boot" and rec["xid_count"] == 1
+    )  # listed, marked as the whole boot's
     assert rec["summary"]["xids"] == 0 and rec["summary"]["deltas"] is False
     assert rec["checks"] is None and rec["decision"] is None
 
@@ -123,7 +180,9 @@ def test_corrupt_snapshot_is_marked(gpu_node, tmp_path):  # noqa: F811
     config = make_config(tmp_path, gpu_node.root)
     os.makedirs(str(tmp_path / "state" / "snapshots"))
     (tmp_path / "state" / "snapshots" / "78.json").write_text('{"gpus": [')
-    rec = json.loads(open(records.epilog_record(config, JobContext("78", "bob", "n1", (0,)), "n1")).read())
+    rec = json.loads(
+        open(records.epilog_record(config, JobContext("78", "bob", "n1", (0,)), "n1")).read()
+    )
     assert rec["prolog_snapshot"].startswith("corrupt: ") and rec["gpus"][0]["delta"] is None
 
 
@@ -165,6 +224,7 @@ def test_hostile_names_never_become_paths(tmp_path):
 
 
 # -- retention -------------------------------------------------------------------------------------
+
 
 def _fill(directory, count, size=1000, start=1_000_000):
     os.makedirs(directory, exist_ok=True)
@@ -276,7 +336,11 @@ def test_disk_full_is_logged_and_previous_records_stay_intact(tmp_path, monkeypa
     with caplog.at_level(logging.ERROR, logger="slurm_hooks.decisions"):
         assert records.epilog_record(config, JobContext("2", "u", "n1", ()), "n1") is None
     monkeypatch.undo()
-    assert "event=record-not-written" in caplog.text and "ENOSPC" in caplog.text and "job=2" in caplog.text
+    assert (
+        "event=record-not-written" in caplog.text
+        and "ENOSPC" in caplog.text
+        and "job=2" in caplog.text
+    )
     assert open(first).read() == content
     assert sorted(os.listdir(os.path.dirname(first))) == ["1.json"]  # no torn 2.json, no temp file
 
@@ -284,13 +348,23 @@ def test_disk_full_is_logged_and_previous_records_stay_intact(tmp_path, monkeypa
 def test_disk_full_on_a_real_tiny_tmpfs(tmp_path, caplog):
     mount = tmp_path / "tiny"
     mount.mkdir()
-    if os.geteuid() != 0 or subprocess.call(["mount", "-t", "tmpfs", "-o", "size=48k", "tmpfs", str(mount)],
-                                            stderr=subprocess.DEVNULL) != 0:
+    if (
+        os.geteuid() != 0
+        or subprocess.call(
+            ["mount", "-t", "tmpfs", "-o", "size=48k", "tmpfs", str(mount)],
+            stderr=subprocess.DEVNULL,
+        )
+        != 0
+    ):
         pytest.skip("cannot mount a tmpfs here (needs root)")
     try:
-        config = validate(load_builtin_checks(), {
-            "paths": {"state_dir": str(tmp_path / "state"), "log_file": "", "syslog": False},
-            "records": {"dir": str(mount)}})
+        config = validate(
+            load_builtin_checks(),
+            {
+                "paths": {"state_dir": str(tmp_path / "state"), "log_file": "", "syslog": False},
+                "records": {"dir": str(mount)},
+            },
+        )
         first, content = _write_previous(tmp_path, config)
         with open(str(mount / "filler"), "wb") as handle:  # leave less room than one record needs
             try:
@@ -307,21 +381,34 @@ def test_disk_full_on_a_real_tiny_tmpfs(tmp_path, caplog):
 
 def test_dcgm_mapping_uses_nvml_indices_from_the_prolog_snapshot(gpu_node, tmp_path):  # noqa: F811
     gpu_node.set_states({"gpu.0.minor_number": 1, "gpu.1.minor_number": 0})
-    config = validate(load_builtin_checks(), {
-        "general": {"root": str(gpu_node.root)},
-        "paths": {"state_dir": str(tmp_path / "state"), "log_file": "", "syslog": False},
-        "records": {"dir": str(tmp_path / "jobs")}, "metrics": {"dcgm_job_mapping_dir": str(tmp_path / "dcgm")}})
+    config = validate(
+        load_builtin_checks(),
+        {
+            "general": {"root": str(gpu_node.root)},
+            "paths": {"state_dir": str(tmp_path / "state"), "log_file": "", "syslog": False},
+            "records": {"dir": str(tmp_path / "jobs")},
+            "metrics": {"dcgm_job_mapping_dir": str(tmp_path / "dcgm")},
+        },
+    )
     job = JobContext("90", "u", "n1", (0,))  # Slurm's GPU 0 = /dev/nvidia0 = NVML index 1 here
     records.on_hook("prolog", config, job, "n1")
-    assert os.listdir(str(tmp_path / "dcgm")) == ["1"] and (tmp_path / "dcgm" / "1").read_text() == "90\n"
+    assert (
+        os.listdir(str(tmp_path / "dcgm")) == ["1"]
+        and (tmp_path / "dcgm" / "1").read_text() == "90\n"
+    )
     records.on_hook("epilog", config, job, "n1")
     assert os.listdir(str(tmp_path / "dcgm")) == []
 
 
 @pytest.mark.parametrize("xid_checks", [True, False], ids=["xid-checks-on", "xid-checks-off"])
 @pytest.mark.parametrize("context", ["prolog", "epilog"])
-def test_a_hook_reads_the_kernel_log_once_and_its_snapshot_agrees(gpu_node, tmp_path, monkeypatch,  # noqa: F811
-                                                                   context, xid_checks):
+def test_a_hook_reads_the_kernel_log_once_and_its_snapshot_agrees(
+    gpu_node,
+    tmp_path,
+    monkeypatch,  # noqa: F811
+    context,
+    xid_checks,
+):
     """A live /dev/kmsg costs a system call per record: the check child reads it once, and the counter
     snapshot takes its position (and, in the epilog, its Xid lines) from that read."""
     from slurm_hooks import hooks
@@ -335,15 +422,23 @@ def test_a_hook_reads_the_kernel_log_once_and_its_snapshot_agrees(gpu_node, tmp_
     newest = node.add_kmsg("eth0: link up")
     reads = []
     read_kmsg = Host.read_kmsg
-    monkeypatch.setattr(Host, "read_kmsg", lambda self, *args, **kw: reads.append(1) or read_kmsg(self, *args, **kw))
-    monkeypatch.setattr(isolation, "run_isolated", lambda work, timeout: (json.loads(json.dumps(work())), ""))
-    data = {"general": {"root": str(node.root)},
-            "paths": {"state_dir": str(tmp_path / "state"), "log_file": "", "syslog": False},
-            "records": {"dir": str(tmp_path / "jobs"), "snapshot_timeout": 10.0}}
+    monkeypatch.setattr(
+        Host, "read_kmsg", lambda self, *args, **kw: reads.append(1) or read_kmsg(self, *args, **kw)
+    )
+    monkeypatch.setattr(
+        isolation, "run_isolated", lambda work, timeout: (json.loads(json.dumps(work())), "")
+    )
+    data = {
+        "general": {"root": str(node.root)},
+        "paths": {"state_dir": str(tmp_path / "state"), "log_file": "", "syslog": False},
+        "records": {"dir": str(tmp_path / "jobs"), "snapshot_timeout": 10.0},
+    }
     if not xid_checks:
         data["checks"] = {"xid.events": {"enabled": False}, "xid.sxid": {"enabled": False}}
     registry = load_builtin_checks()
-    report, gathered = hooks.run_isolated_checks(registry, validate(registry, data), context, job_from_env(ENV))
+    report, gathered = hooks.run_isolated_checks(
+        registry, validate(registry, data), context, job_from_env(ENV)
+    )
     snap, why = gathered[:2]
     assert why == "" and snap is not None
     if context == "prolog":  # stored by the check child too, under [deadline] files
@@ -352,7 +447,10 @@ def test_a_hook_reads_the_kernel_log_once_and_its_snapshot_agrees(gpu_node, tmp_
     if context == "epilog":
         assert snap["xid_lines"] == [xid_record]
     assert len(reads) == 1
-    assert {run.name for run in report.runs if run.name.startswith("xid.")} == {"xid.events", "xid.sxid"}
+    assert {run.name for run in report.runs if run.name.startswith("xid.")} == {
+        "xid.events",
+        "xid.sxid",
+    }
 
 
 # -- a records directory users can write to (shared file systems often allow it) -----------------
@@ -382,20 +480,30 @@ def test_a_planted_node_directory_symlink_is_never_followed(tmp_path, caplog):
     config = make_config(tmp_path, max_records=2)
     with caplog.at_level(logging.ERROR, logger="slurm_hooks.decisions"):
         assert records.epilog_record(config, JobContext("9", "mallory", "n1", ()), "n1") is None
-    assert "event=record-not-written" in caplog.text and "a symlink" in caplog.text and str(jobs / "n1") in caplog.text
-    assert sorted(os.listdir(str(victim))) == ["%d.json" % (100 + i) for i in range(5)]  # none added, none removed
+    assert (
+        "event=record-not-written" in caplog.text
+        and "a symlink" in caplog.text
+        and str(jobs / "n1") in caplog.text
+    )
+    assert sorted(os.listdir(str(victim))) == [
+        "%d.json" % (100 + i) for i in range(5)
+    ]  # none added, none removed
 
 
 def test_a_planted_record_symlink_is_replaced_not_followed(tmp_path):
     jobs = _world_writable_records(tmp_path)
     config = make_config(tmp_path)
-    records.epilog_record(config, JobContext("1", "u", "n1", ()), "n1")  # our node directory exists now
+    records.epilog_record(
+        config, JobContext("1", "u", "n1", ()), "n1"
+    )  # our node directory exists now
     target = tmp_path / "shadow"
     target.write_text("root:secret\n")
     os.symlink(str(target), str(jobs / "n1" / "9.json"))
     path = records.epilog_record(config, JobContext("9", "u", "n1", ()), "n1")
     assert path == str(jobs / "n1" / "9.json") and not os.path.islink(path)
-    assert json.loads(open(path).read())["job"]["id"] == "9" and target.read_text() == "root:secret\n"
+    assert (
+        json.loads(open(path).read())["job"]["id"] == "9" and target.read_text() == "root:secret\n"
+    )
 
 
 @as_root
@@ -404,7 +512,10 @@ def test_a_node_directory_made_by_someone_else_is_refused(tmp_path, caplog):
     (jobs / "n1").mkdir()
     os.chown(str(jobs / "n1"), OTHER_UID, OTHER_UID)
     with caplog.at_level(logging.ERROR, logger="slurm_hooks.decisions"):
-        assert records.epilog_record(make_config(tmp_path), JobContext("9", "u", "n1", ()), "n1") is None
+        assert (
+            records.epilog_record(make_config(tmp_path), JobContext("9", "u", "n1", ()), "n1")
+            is None
+        )
     assert "owned by uid %d, not by slurm-hooks" % OTHER_UID in caplog.text
     assert os.listdir(str(jobs / "n1")) == []  # not even a temp file is left
 
@@ -422,13 +533,22 @@ def test_retention_removes_only_our_own_records(tmp_path):
     outside = tmp_path / "outside.json"
     outside.write_text("keep")
     os.symlink(str(outside), str(node_dir / "2.json"))
-    os.link(str(node_dir / ("%d.json" % 1_000_000)), str(tmp_path / "hardlink"))  # a record with a second name
+    os.link(
+        str(node_dir / ("%d.json" % 1_000_000)), str(tmp_path / "hardlink")
+    )  # a record with a second name
     (node_dir / "notes.txt").write_text("an admin's note")
     os.utime(str(node_dir / "notes.txt"), (1, 1))
     removed = records.enforce_retention(str(node_dir), max_records=1, max_bytes=1 << 30)
     left = sorted(os.listdir(str(node_dir)))
-    assert "1.json" in left and "2.json" in left and "notes.txt" in left and "%d.json" % 1_000_000 in left
-    assert sorted(os.path.basename(p) for p in removed) == ["%d.json" % (1_000_000 + i) for i in range(1, 5)]
+    assert (
+        "1.json" in left
+        and "2.json" in left
+        and "notes.txt" in left
+        and "%d.json" % 1_000_000 in left
+    )
+    assert sorted(os.path.basename(p) for p in removed) == [
+        "%d.json" % (1_000_000 + i) for i in range(1, 5)
+    ]
     assert outside.read_text() == "keep" and theirs.read_text() == "mine"
 
 

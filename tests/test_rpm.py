@@ -9,6 +9,7 @@ does it), a CPython 3.9 (pyenv's here; tests/elroot.py says where it looks), uns
 and root (rpm --root writes root-owned files, chroot). Anything missing skips the module locally
 and fails it in CI (CI=true), so CI can never go green without having built and run the packages.
 """
+
 from __future__ import annotations
 
 import importlib.metadata
@@ -33,25 +34,46 @@ pytestmark = pytest.mark.slow  # builds the RPMs and EL roots
 BUILD_SCRIPT = os.path.join(REPO, "tools", "build_rpm.sh")
 RPMLINT_CONFIG = os.path.join(REPO, "packaging", "rpmlint.toml")
 FAKE_DRIVER_VERSION = "550.54.15"  # tests/fakenode/defaults.py: proves the fake library answered
-SITELIB = "/usr/lib/python3.9/site-packages"  # both targets: EL9's python3 and EL8's python39 are 3.9
+SITELIB = (
+    "/usr/lib/python3.9/site-packages"  # both targets: EL9's python3 and EL8's python39 are 3.9
+)
 # What each target's RPM must look like: the interpreter its scripts name and its package prefix.
-TARGETS = {"el9": {"python": "/usr/bin/python3", "prefix": "python3"},
-           "el8": {"python": "/usr/bin/python3.9", "prefix": "python39"}}
+TARGETS = {
+    "el9": {"python": "/usr/bin/python3", "prefix": "python3"},
+    "el8": {"python": "/usr/bin/python3.9", "prefix": "python39"},
+}
 # The rpmlint messages issue 15 named; they must never appear, and no filter may hide them.
-RPMLINT_MUST_NOT_SAY = ("no-changelogname-tag", "no-url-tag", "invalid-url URL", "missing-dependency-to-logrotate",
-                        "manpage-not-compressed", "description-line-too-long")
-JOB_ENV = {"SLURM_JOB_ID": "4242", "SLURM_JOB_USER": "root", "SLURM_JOB_UID": "0", "SLURMD_NODENAME": "node1",
-           "SLURM_SCRIPT_CONTEXT": "prolog_slurmd"}  # what slurmd 22.05 gives a prolog (no PATH)
+RPMLINT_MUST_NOT_SAY = (
+    "no-changelogname-tag",
+    "no-url-tag",
+    "invalid-url URL",
+    "missing-dependency-to-logrotate",
+    "manpage-not-compressed",
+    "description-line-too-long",
+)
+JOB_ENV = {
+    "SLURM_JOB_ID": "4242",
+    "SLURM_JOB_USER": "root",
+    "SLURM_JOB_UID": "0",
+    "SLURMD_NODENAME": "node1",
+    "SLURM_SCRIPT_CONTEXT": "prolog_slurmd",
+}  # what slurmd 22.05 gives a prolog (no PATH)
 
 
 def _require_environment() -> str:
     """The CPython 3.9 to run the installed packages with; skips (fails in CI) what is missing."""
-    missing = [tool for tool in ("rpmbuild", "rpm", "rpm2cpio", "cpio", "rpmlint", "unshare", "chroot")
-               if shutil.which(tool) is None]
+    missing = [
+        tool
+        for tool in ("rpmbuild", "rpm", "rpm2cpio", "cpio", "rpmlint", "unshare", "chroot")
+        if shutil.which(tool) is None
+    ]
     problem = ""
     python39 = elroot.find_python39()
     if missing:
-        problem = "missing %s (Debian: apt-get install rpm cpio rpmlint; see .ci/rpm.sh)" % ", ".join(missing)
+        problem = (
+            "missing %s (Debian: apt-get install rpm cpio rpmlint; see .ci/rpm.sh)"
+            % ", ".join(missing)
+        )
     elif os.geteuid() != 0:
         problem = "rpm --root installs and chroot need root"
     elif python39 is None:
@@ -71,7 +93,18 @@ def _run(argv: List[str], **kwargs) -> subprocess.CompletedProcess:
 
 
 def _build_argv(source: str, out: Path, target: str, check: bool) -> List[str]:
-    argv = ["bash", BUILD_SCRIPT, "--target", target, "--source", source, "--out", str(out), "--python", sys.executable]
+    argv = [
+        "bash",
+        BUILD_SCRIPT,
+        "--target",
+        target,
+        "--source",
+        source,
+        "--out",
+        str(out),
+        "--python",
+        sys.executable,
+    ]
     return argv + ([] if check else ["--nocheck"])
 
 
@@ -90,18 +123,36 @@ def _query(rpm_file: Path, fmt: str) -> List[str]:
 
 
 def _requires(rpm_file: Path) -> List[str]:
-    return [" ".join(r.split()) for r in _query(rpm_file, "[%{REQUIRENAME} %{REQUIREFLAGS:depflags} %{REQUIREVERSION}\\n]")]
+    return [
+        " ".join(r.split())
+        for r in _query(rpm_file, "[%{REQUIRENAME} %{REQUIREFLAGS:depflags} %{REQUIREVERSION}\\n]")
+    ]
 
 
 def _install(root: Path, rpm_file: Path, upgrade: bool = False) -> None:
-    done = _run(["rpm", "-U" if upgrade else "-i", "--root", str(root), "--nodeps", "--noscripts", str(rpm_file)])
+    done = _run(
+        [
+            "rpm",
+            "-U" if upgrade else "-i",
+            "--root",
+            str(root),
+            "--nodeps",
+            "--noscripts",
+            str(rpm_file),
+        ]
+    )
     assert done.returncode == 0, done.stderr
 
 
 def _unpack(rpm_file: Path, directory: Path) -> None:
     directory.mkdir(parents=True, exist_ok=True)
-    done = subprocess.run("rpm2cpio '%s' | cpio -idm --quiet" % rpm_file, shell=True, cwd=str(directory),
-                          capture_output=True, text=True)
+    done = subprocess.run(
+        "rpm2cpio '%s' | cpio -idm --quiet" % rpm_file,
+        shell=True,
+        cwd=str(directory),
+        capture_output=True,
+        text=True,
+    )
     assert done.returncode == 0, done.stderr
 
 
@@ -116,16 +167,29 @@ def built(python39, tmp_path_factory) -> Dict[str, dict]:
     (the same tests under the same interpreter would prove nothing new)."""
     out = tmp_path_factory.mktemp("rpms")
     started = time.monotonic()
-    running = {target: subprocess.Popen(_build_argv(REPO, out / target, target, check=target == "el9") + ["--verbose"],
-                                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-               for target in TARGETS}
+    running = {
+        target: subprocess.Popen(
+            _build_argv(REPO, out / target, target, check=target == "el9") + ["--verbose"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for target in TARGETS
+    }
     result = {}
     for target, process in running.items():
         stdout, stderr = process.communicate(timeout=300)
-        assert process.returncode == 0, "build_rpm.sh --target %s failed:\n%s\n%s" % (target, stdout, stderr[-6000:])
+        assert process.returncode == 0, "build_rpm.sh --target %s failed:\n%s\n%s" % (
+            target,
+            stdout,
+            stderr[-6000:],
+        )
         binary, source_rpm = _rpms(stdout)
         result[target] = {"rpm": binary, "srpm": source_rpm, "log": stderr}
-    print("\nRPM builds el9 (with %%check) + el8, in parallel: %.1f s" % (time.monotonic() - started), file=sys.stderr)
+    print(
+        "\nRPM builds el9 (with %%check) + el8, in parallel: %.1f s" % (time.monotonic() - started),
+        file=sys.stderr,
+    )
     return result
 
 
@@ -136,8 +200,20 @@ def python_deps(built, python39, tmp_path_factory) -> Path:
     for target in TARGETS:
         wanted.update(elroot.python_requirements(_requires(built[target]["rpm"])))
     directory = tmp_path_factory.mktemp("python39-deps")
-    done = _run([python39, "-m", "pip", "install", "-q", "--disable-pip-version-check", "--no-compile",
-                 "--target", str(directory)] + sorted(wanted))
+    done = _run(
+        [
+            python39,
+            "-m",
+            "pip",
+            "install",
+            "-q",
+            "--disable-pip-version-check",
+            "--no-compile",
+            "--target",
+            str(directory),
+        ]
+        + sorted(wanted)
+    )
     assert done.returncode == 0, done.stderr
     return directory
 
@@ -152,7 +228,9 @@ def el_roots(built, python39, python_deps, tmp_path_factory) -> Dict[str, Path]:
         packages = set(elroot.python_requirements(_requires(built[target]["rpm"])))
         for entry in python_deps.iterdir():  # only what THIS target's RPM requires
             project = entry.name.split("-")[0].split(".")[0].lower()
-            if project in packages or entry.name.lower().startswith(tuple(p + "-" for p in packages)):
+            if project in packages or entry.name.lower().startswith(
+                tuple(p + "-" for p in packages)
+            ):
                 destination = root / SITELIB.lstrip("/") / entry.name
                 (shutil.copytree if entry.is_dir() else shutil.copy2)(str(entry), str(destination))
         _install(root, built[target]["rpm"])
@@ -180,8 +258,12 @@ def outside_cli(root: Path, python39: str, args: List[str], extra_env=None, deps
     """ROOT/usr/bin/slurm-hooks run from outside ROOT by the 3.9 interpreter with -S (no site-packages of
     its own), ROOT's site-packages and DEPS on the path: for the fake node, which lives outside ROOT."""
     path = str(root) + SITELIB + (":" + str(deps) if deps else "")
-    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": path, "LANG": "C.UTF-8",
-           "SLURM_HOOKS_CHECKS_DIR": str(root / "etc/slurm-hooks/checks.d")}
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "PYTHONPATH": path,
+        "LANG": "C.UTF-8",
+        "SLURM_HOOKS_CHECKS_DIR": str(root / "etc/slurm-hooks/checks.d"),
+    }
     env.update(extra_env or {})
     return _run([python39, "-S", str(root / "usr/bin/slurm-hooks")] + args, env=env, cwd=str(root))
 
@@ -190,10 +272,14 @@ def _pyc_digests(root: Path) -> Dict[str, bytes]:
     import hashlib
 
     base = root / SITELIB.lstrip("/") / "slurm_hooks"
-    return {str(p.relative_to(base)): hashlib.sha256(p.read_bytes()).digest() for p in base.rglob("*.pyc")}
+    return {
+        str(p.relative_to(base)): hashlib.sha256(p.read_bytes()).digest()
+        for p in base.rglob("*.pyc")
+    }
 
 
 # -- the packages ---------------------------------------------------------------------------------
+
 
 def test_build_ran_the_unit_tests_in_check_against_the_buildroot(built):
     log = built["el9"]["log"]
@@ -201,7 +287,9 @@ def test_build_ran_the_unit_tests_in_check_against_the_buildroot(built):
     passed = re.search(r"^(\d+) passed", log, re.M)
     assert passed and int(passed.group(1)) >= 20, log[-3000:]
     # %check imported the buildroot copy, not the unpacked sources
-    assert re.search(r"^rpm check: testing /.*/BUILDROOT/.*/site-packages/slurm_hooks/__init__\.py$", log, re.M)
+    assert re.search(
+        r"^rpm check: testing /.*/BUILDROOT/.*/site-packages/slurm_hooks/__init__\.py$", log, re.M
+    )
     assert re.search(r"^Wrote: .*\.el9\.noarch\.rpm$", log, re.M)
 
 
@@ -230,9 +318,13 @@ def test_nothing_of_the_build_hosts_python_in_the_package(built, target, python3
     assert versions == {"3.9"}, versions
     assert not [n for n in names if "/site-packages/" in n and not n.startswith(SITELIB + "/")]
     compiled = [n for n in names if n.endswith(".pyc")]
-    assert len(compiled) >= 30 and all(n.endswith(".cpython-39.pyc") for n in compiled), compiled[:5]
+    assert len(compiled) >= 30 and all(n.endswith(".cpython-39.pyc") for n in compiled), compiled[
+        :5
+    ]
     # ... and the bytes inside are 3.9's: the magic number of the 3.9 interpreter
-    magic = _run([python39, "-Ic", "import importlib.util; print(importlib.util.MAGIC_NUMBER.hex())"]).stdout.strip()
+    magic = _run(
+        [python39, "-Ic", "import importlib.util; print(importlib.util.MAGIC_NUMBER.hex())"]
+    ).stdout.strip()
     _unpack(rpm_file, tmp_path)
     for name in compiled:
         assert (tmp_path / name.lstrip("/")).read_bytes()[:4].hex() == magic, name
@@ -250,40 +342,71 @@ def test_file_list(built, target):
     guides = [name for name in os.listdir(os.path.join(REPO, "docs")) if name.endswith(".md")]
     assert "admin.md" in guides
     docs = {path for path in other if path.startswith("/usr/share/doc/")}
-    assert docs == {docdir} | {docdir + "/" + name for name in ["README.md", "slurm.conf.snippet"] + guides}
+    assert docs == {docdir} | {
+        docdir + "/" + name for name in ["README.md", "slurm.conf.snippet"] + guides
+    }
     assert {p for p in other if p.startswith("/usr/share/licenses/")} == {
-        "/usr/share/licenses/slurm-hooks", "/usr/share/licenses/slurm-hooks/LICENSE"}
-    assert {p for p in other if p.startswith("/usr/share/man/")} == {"/usr/share/man/man1/slurm-hooks.1.gz"}
+        "/usr/share/licenses/slurm-hooks",
+        "/usr/share/licenses/slurm-hooks/LICENSE",
+    }
+    assert {p for p in other if p.startswith("/usr/share/man/")} == {
+        "/usr/share/man/man1/slurm-hooks.1.gz"
+    }
     expected = {
         "/usr/bin/slurm-hooks",
-        "/etc/slurm/prolog.d", "/etc/slurm/prolog.d/50-slurm-hooks",
-        "/etc/slurm/epilog.d", "/etc/slurm/epilog.d/50-slurm-hooks",
-        "/usr/libexec/slurm-hooks", "/usr/libexec/slurm-hooks/healthcheck",
-        "/etc/slurm-hooks", "/etc/slurm-hooks/config.toml", "/etc/slurm-hooks/conf.d", "/etc/slurm-hooks/checks.d",
+        "/etc/slurm/prolog.d",
+        "/etc/slurm/prolog.d/50-slurm-hooks",
+        "/etc/slurm/epilog.d",
+        "/etc/slurm/epilog.d/50-slurm-hooks",
+        "/usr/libexec/slurm-hooks",
+        "/usr/libexec/slurm-hooks/healthcheck",
+        "/etc/slurm-hooks",
+        "/etc/slurm-hooks/config.toml",
+        "/etc/slurm-hooks/conf.d",
+        "/etc/slurm-hooks/checks.d",
         "/etc/logrotate.d/slurm-hooks",
-        "/var/lib/slurm-hooks", "/var/log/slurm-hooks",
-        "/usr/lib/systemd/system/slurm-hooks-stragglers.service", "/usr/lib/systemd/system/slurm-hooks-stragglers.timer",
+        "/var/lib/slurm-hooks",
+        "/var/log/slurm-hooks",
+        "/usr/lib/systemd/system/slurm-hooks-stragglers.service",
+        "/usr/lib/systemd/system/slurm-hooks-stragglers.timer",
     }
-    assert {p for p in other if not p.startswith(("/usr/share/doc/", "/usr/share/man/", "/usr/share/licenses/"))} \
-        == expected
-    python = {path[len(SITELIB) + 1:] for path in names if path.startswith(SITELIB + "/")}
+    assert {
+        p
+        for p in other
+        if not p.startswith(("/usr/share/doc/", "/usr/share/man/", "/usr/share/licenses/"))
+    } == expected
+    python = {path[len(SITELIB) + 1 :] for path in names if path.startswith(SITELIB + "/")}
     distinfo = "slurm_hooks-%s.dist-info" % __version__
     assert {p for p in python if p.startswith(distinfo)} == {distinfo} | {
-        distinfo + "/" + name for name in ("METADATA", "entry_points.txt", "top_level.txt", "INSTALLER")}
-    sources = {str(p.relative_to(REPO)) for p in Path(REPO, "slurm_hooks").rglob("*")
-               if p.is_file() and "__pycache__" not in p.parts and p.suffix not in (".pyc", ".pyo")}
+        distinfo + "/" + name
+        for name in ("METADATA", "entry_points.txt", "top_level.txt", "INSTALLER")
+    }
+    sources = {
+        str(p.relative_to(REPO))
+        for p in Path(REPO, "slurm_hooks").rglob("*")
+        if p.is_file() and "__pycache__" not in p.parts and p.suffix not in (".pyc", ".pyo")
+    }
     assert sources and sources <= python, sorted(sources - python)
     assert "slurm_hooks/_vendor/pynvml.py" in python
-    assert any("slurm_hooks/cli/__pycache__/main." in p for p in python)  # byte-compiled at build time
+    assert any(
+        "slurm_hooks/cli/__pycache__/main." in p for p in python
+    )  # byte-compiled at build time
 
 
 def test_config_and_noreplace_flags_exactly_where_intended(files):
     flagged = {path: flags for path, flags in files.items() if "c" in flags or "n" in flags}
     # rpm keeps only 'noreplace' for a directory (a directory is never replaced or removed with files in it)
-    assert flagged == {"/etc/slurm-hooks/config.toml": "cn", "/etc/logrotate.d/slurm-hooks": "cn",
-                       "/etc/slurm-hooks/conf.d": "n"}
-    for code in ("/etc/slurm/prolog.d/50-slurm-hooks", "/etc/slurm/epilog.d/50-slurm-hooks", "/usr/bin/slurm-hooks",
-                 "/usr/libexec/slurm-hooks/healthcheck"):
+    assert flagged == {
+        "/etc/slurm-hooks/config.toml": "cn",
+        "/etc/logrotate.d/slurm-hooks": "cn",
+        "/etc/slurm-hooks/conf.d": "n",
+    }
+    for code in (
+        "/etc/slurm/prolog.d/50-slurm-hooks",
+        "/etc/slurm/epilog.d/50-slurm-hooks",
+        "/usr/bin/slurm-hooks",
+        "/usr/libexec/slurm-hooks/healthcheck",
+    ):
         assert files[code] == "", "%s is code: it must be replaced on upgrade, not kept" % code
     documentation = [path for path in files if re.match(r"/usr/share/(doc/[^/]+|man/man1)/.", path)]
     assert len(documentation) >= 4 and all("d" in files[path] for path in documentation)
@@ -294,23 +417,39 @@ def test_the_straggler_timer_is_shipped_disabled(built, files):
     """`report --stragglers` runs on an admin host from a systemd timer that no scriptlet enables or starts;
     on erase the timer is stopped (what %systemd_preun does)."""
     units = sorted(p for p in files if p.startswith("/usr/lib/systemd/system/"))
-    assert units == ["/usr/lib/systemd/system/slurm-hooks-stragglers.service",
-                     "/usr/lib/systemd/system/slurm-hooks-stragglers.timer"]
+    assert units == [
+        "/usr/lib/systemd/system/slurm-hooks-stragglers.service",
+        "/usr/lib/systemd/system/slurm-hooks-stragglers.timer",
+    ]
     scripts = _run(["rpm", "-qp", "--scripts", str(built["el9"]["rpm"])]).stdout
-    assert "enable --now" not in scripts.replace("disable --now", "") and "systemctl start" not in scripts
-    assert "disable --now slurm-hooks-stragglers.timer" in scripts and "preuninstall scriptlet" in scripts
+    assert (
+        "enable --now" not in scripts.replace("disable --now", "")
+        and "systemctl start" not in scripts
+    )
+    assert (
+        "disable --now slurm-hooks-stragglers.timer" in scripts
+        and "preuninstall scriptlet" in scripts
+    )
 
 
 def test_modes_and_owners(built):
-    rows = _query(built["el9"]["rpm"], "[%{FILENAMES} %{FILEMODES:octal} %{FILEUSERNAME}:%{FILEGROUPNAME}\\n]")
+    rows = _query(
+        built["el9"]["rpm"], "[%{FILENAMES} %{FILEMODES:octal} %{FILEUSERNAME}:%{FILEGROUPNAME}\\n]"
+    )
     modes = {row.split()[0]: (row.split()[1], row.split()[2]) for row in rows}
     assert {owner for _mode, owner in modes.values()} == {"root:root"}
     assert modes["/var/lib/slurm-hooks"][0] == "40700"
     assert modes["/var/log/slurm-hooks"][0] == "40750"
-    assert modes["/etc/slurm-hooks"][0] == "40755"  # config dirs: root's and not group/world-writable
+    assert (
+        modes["/etc/slurm-hooks"][0] == "40755"
+    )  # config dirs: root's and not group/world-writable
     assert modes["/etc/slurm-hooks/config.toml"][0] == "100644"
-    for script in ("/usr/bin/slurm-hooks", "/etc/slurm/prolog.d/50-slurm-hooks", "/etc/slurm/epilog.d/50-slurm-hooks",
-                   "/usr/libexec/slurm-hooks/healthcheck"):
+    for script in (
+        "/usr/bin/slurm-hooks",
+        "/etc/slurm/prolog.d/50-slurm-hooks",
+        "/etc/slurm/epilog.d/50-slurm-hooks",
+        "/usr/libexec/slurm-hooks/healthcheck",
+    ):
         assert modes[script][0] == "100755"
 
 
@@ -321,22 +460,30 @@ def _declared_python_dependencies() -> List[str]:
 
     with open(os.path.join(REPO, "pyproject.toml")) as handle:
         dependencies = toml_loads(handle.read())["project"]["dependencies"]
-    names = [re.match(r"[A-Za-z0-9_.\-]+", d).group(0).lower().replace("_", "-") for d in dependencies]
+    names = [
+        re.match(r"[A-Za-z0-9_.\-]+", d).group(0).lower().replace("_", "-") for d in dependencies
+    ]
     return [n for n in names if n not in ("nvidia-ml-py", "prometheus-client")]
 
 
 @pytest.mark.parametrize("target", sorted(TARGETS))
 def test_dependencies(built, target):
     prefix, python = TARGETS[target]["prefix"], TARGETS[target]["python"]
-    requires = {r for r in _requires(built[target]["rpm"]) if not r.startswith(("rpmlib(", "config("))}
+    requires = {
+        r for r in _requires(built[target]["rpm"]) if not r.startswith(("rpmlib(", "config("))
+    }
     # Python 3.9 has no tomllib: the toml package is required on both targets
     expected = {"/bin/sh", python, "logrotate", "python(abi) = 3.9", "%s >= 3.9" % prefix} | {
-        "%s-%s" % (prefix, name) for name in _declared_python_dependencies()}
+        "%s-%s" % (prefix, name) for name in _declared_python_dependencies()
+    }
     assert requires == expected
     recommends = _query(built[target]["rpm"], "[%{RECOMMENDNAME}\\n]")
     assert recommends == ["%s-prometheus_client" % prefix]
     provides = _query(built[target]["rpm"], "[%{PROVIDENAME} %{PROVIDEVERSION}\\n]")
-    assert "bundled(python3dist(nvidia-ml-py)) %s" % importlib.metadata.version("nvidia-ml-py") in provides
+    assert (
+        "bundled(python3dist(nvidia-ml-py)) %s" % importlib.metadata.version("nvidia-ml-py")
+        in provides
+    )
 
 
 @pytest.mark.parametrize("target", sorted(TARGETS))
@@ -344,7 +491,9 @@ def test_rpmlint_is_clean(built, target):
     with open(RPMLINT_CONFIG) as handle:
         config = handle.read()
     filters = re.findall(r"^\s*'([^']+)',", config, re.M)
-    assert filters and not [f for f in filters if any(re.search(f, " " + id_) for id_ in RPMLINT_MUST_NOT_SAY)]
+    assert filters and not [
+        f for f in filters if any(re.search(f, " " + id_) for id_ in RPMLINT_MUST_NOT_SAY)
+    ]
     for rpm_file in (built[target]["rpm"], built[target]["srpm"]):
         done = _run(["rpmlint", "-c", RPMLINT_CONFIG, str(rpm_file)])
         assert done.returncode == 0, done.stdout + done.stderr
@@ -366,20 +515,41 @@ def test_source_rpm_is_self_contained_and_rebuilds(built, python39, tmp_path):
     assert names == sorted(["slurm-hooks.spec", "pynvml.py", "slurm_hooks-%s.tar.gz" % __version__])
     spec = (tmp_path / "srpm" / "slurm-hooks.spec").read_text()
     assert "%%global upstream_version %s\n" % __version__ in spec
-    assert re.search(r"^%%changelog\n\* \w{3} \w{3} \d\d \d{4} .+ <.+> - %s-1\n" % re.escape(__version__), spec, re.M)
+    assert re.search(
+        r"^%%changelog\n\* \w{3} \w{3} \d\d \d{4} .+ <.+> - %s-1\n" % re.escape(__version__),
+        spec,
+        re.M,
+    )
     top = tmp_path / "top"
-    done = _run(["rpmbuild", "--rebuild", "--nodeps", "--without", "check",
-                 "--load", os.path.join(REPO, "packaging", "rpm-targets", "el9.macros"),
-                 "--define", "_topdir %s" % top, "--define", "build_python %s" % sys.executable,
-                 "--define", "bytecompile_python %s" % python39, str(built["el9"]["srpm"])])
+    done = _run(
+        [
+            "rpmbuild",
+            "--rebuild",
+            "--nodeps",
+            "--without",
+            "check",
+            "--load",
+            os.path.join(REPO, "packaging", "rpm-targets", "el9.macros"),
+            "--define",
+            "_topdir %s" % top,
+            "--define",
+            "build_python %s" % sys.executable,
+            "--define",
+            "bytecompile_python %s" % python39,
+            str(built["el9"]["srpm"]),
+        ]
+    )
     assert done.returncode == 0, done.stderr[-4000:]
     rebuilt = list(top.glob("RPMS/noarch/*.rpm"))
     assert [p.name for p in rebuilt] == [built["el9"]["rpm"].name]
-    assert _query(rebuilt[0], "[%{FILENAMES}\\n]") == _query(built["el9"]["rpm"], "[%{FILENAMES}\\n]")
+    assert _query(rebuilt[0], "[%{FILENAMES}\\n]") == _query(
+        built["el9"]["rpm"], "[%{FILENAMES}\\n]"
+    )
     assert _requires(rebuilt[0]) == _requires(built["el9"]["rpm"])
 
 
 # -- the installed package, run by Python 3.9 in an EL-shaped root ---------------------------------
+
 
 @pytest.mark.parametrize("target", sorted(TARGETS))
 def test_installed_hooks_run_with_only_the_package_and_its_dependencies(el_roots, target):
@@ -390,15 +560,25 @@ def test_installed_hooks_run_with_only_the_package_and_its_dependencies(el_roots
     (root / "etc/slurm-hooks/conf.d/00-observe.toml").write_text('[general]\nmode = "observe"\n')
     before = _pyc_digests(root)
     log = root / "var/log/slurm-hooks/slurm-hooks.log"
-    for script, context, env in (("/etc/slurm/prolog.d/50-slurm-hooks", "prolog", JOB_ENV),
-                                 ("/etc/slurm/epilog.d/50-slurm-hooks", "epilog", dict(JOB_ENV, SLURM_SCRIPT_CONTEXT="epilog_slurmd")),
-                                 ("/usr/libexec/slurm-hooks/healthcheck", "health", {"SLURMD_NODENAME": "node1"})):
+    for script, context, env in (
+        ("/etc/slurm/prolog.d/50-slurm-hooks", "prolog", JOB_ENV),
+        (
+            "/etc/slurm/epilog.d/50-slurm-hooks",
+            "epilog",
+            dict(JOB_ENV, SLURM_SCRIPT_CONTEXT="epilog_slurmd"),
+        ),
+        ("/usr/libexec/slurm-hooks/healthcheck", "health", {"SLURMD_NODENAME": "node1"}),
+    ):
         done = elroot.run_chrooted(root, [script], env)
         assert done.returncode == 0, done.stderr
         assert "broke" not in done.stderr and "Traceback" not in done.stderr, done.stderr
         lines = [line for line in log.read_text().splitlines() if " context=%s " % context in line]
         assert lines, "no %s decision in %s:\n%s" % (context, log, done.stderr)
-        assert "decision=" in lines[-1] and "fail-open" not in lines[-1] and "slurm_calls=0" in lines[-1], lines[-1]
+        assert (
+            "decision=" in lines[-1]
+            and "fail-open" not in lines[-1]
+            and "slurm_calls=0" in lines[-1]
+        ), lines[-1]
         if context != "health":
             assert " job=4242 " in lines[-1]
     # the shipped .pyc files were valid for 3.9: nothing recompiled, nothing added
@@ -410,22 +590,37 @@ def test_installed_version_list_and_config(el_roots, target, registry):
     from slurm_hooks import __version__
 
     root = el_roots[target]
-    run = lambda *args: elroot.run_chrooted(root, ["/usr/bin/slurm-hooks"] + list(args), {"LANG": "C.UTF-8"})  # noqa: E731
+
+    def run(*args):
+        return elroot.run_chrooted(root, ["/usr/bin/slurm-hooks"] + list(args), {"LANG": "C.UTF-8"})
+
     done = run("--version")
     assert (done.returncode, done.stdout.strip()) == (0, "slurm-hooks " + __version__), done.stderr
     done = run("list")
     assert done.returncode == 0, done.stderr
-    assert {line.split()[0] for line in done.stdout.splitlines() if line.strip()} == set(registry.checks)
+    assert {line.split()[0] for line in done.stdout.splitlines() if line.strip()} == set(
+        registry.checks
+    )
     done = run("config", "check")
-    assert done.returncode == 0, done.stderr  # packaged file and directory pass the root-only ownership check
+    assert done.returncode == 0, (
+        done.stderr
+    )  # packaged file and directory pass the root-only ownership check
     assert "/etc/slurm-hooks/config.toml" in done.stdout
 
 
 def test_installed_pynvml_is_the_bundled_copy(el_roots):
     """The EL root has no nvidia-ml-py: the RPM's bundled pynvml is what the installed code imports."""
-    done = elroot.run_chrooted(el_roots["el9"], ["/usr/bin/python3", "-s", "-c",
-                                                 "from slurm_hooks.hw.pynvml_import import import_pynvml; "
-                                                 "print(import_pynvml().__file__)"], {})
+    done = elroot.run_chrooted(
+        el_roots["el9"],
+        [
+            "/usr/bin/python3",
+            "-s",
+            "-c",
+            "from slurm_hooks.hw.pynvml_import import import_pynvml; "
+            "print(import_pynvml().__file__)",
+        ],
+        {},
+    )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == SITELIB + "/slurm_hooks/_vendor/pynvml.py"
 
@@ -434,14 +629,31 @@ def test_installed_check_against_the_example_node(el_roots, python39, example_no
     """The installed tree, its packaged config and the bundled pynvml drive the fake GPU node, under 3.9."""
     root = el_roots["el9"]
     config = str(root / "etc/slurm-hooks/config.toml")
-    done = outside_cli(root, python39, ["--config", config, "check", "--json", "--root", str(example_node.root),
-                                        "--live", "nvml", "gpu.count", "system"], extra_env=dict(example_node.env))
+    done = outside_cli(
+        root,
+        python39,
+        [
+            "--config",
+            config,
+            "check",
+            "--json",
+            "--root",
+            str(example_node.root),
+            "--live",
+            "nvml",
+            "gpu.count",
+            "system",
+        ],
+        extra_env=dict(example_node.env),
+    )
     report = json.loads(done.stdout)
     by_name = {check["name"]: check for check in report["checks"]}
     gpu = by_name["gpu.count"]["results"][0]
-    assert gpu["status"] == "OK", ("%s\n-- the installed code could not drive NVML; without an nvidia-ml-py of the "
-                                   "node's own it needs the bundled pynvml, which slurm_hooks/hw/nvml.py must import "
-                                   "through slurm_hooks.hw.pynvml_import.import_pynvml()" % gpu)
+    assert gpu["status"] == "OK", (
+        "%s\n-- the installed code could not drive NVML; without an nvidia-ml-py of the "
+        "node's own it needs the bundled pynvml, which slurm_hooks/hw/nvml.py must import "
+        "through slurm_hooks.hw.pynvml_import.import_pynvml()" % gpu
+    )
     assert FAKE_DRIVER_VERSION in gpu["summary"]  # the fake libnvidia-ml answered through pynvml
     assert by_name["system.cpu"]["status"] == "OK"
     assert report["root"] == str(example_node.root) and done.returncode == 0
@@ -450,15 +662,21 @@ def test_installed_check_against_the_example_node(el_roots, python39, example_no
 @pytest.mark.parametrize("target", sorted(TARGETS))
 def test_installed_hook_scripts_run_the_installed_cli(el_roots, target):
     root = el_roots[target]
-    for path, verb in (("etc/slurm/prolog.d/50-slurm-hooks", "prolog"), ("etc/slurm/epilog.d/50-slurm-hooks", "epilog"),
-                       ("usr/libexec/slurm-hooks/healthcheck", "health")):
+    for path, verb in (
+        ("etc/slurm/prolog.d/50-slurm-hooks", "prolog"),
+        ("etc/slurm/epilog.d/50-slurm-hooks", "epilog"),
+        ("usr/libexec/slurm-hooks/healthcheck", "health"),
+    ):
         text = (root / path).read_text()
         assert text.startswith("#!/bin/sh\n") and ("\n/usr/bin/slurm-hooks %s\n" % verb) in text
 
 
 # -- upgrades -------------------------------------------------------------------------------------
 
-def _patched_source(built, directory: Path, version: str, config_note: str = "", prolog_note: str = "") -> str:
+
+def _patched_source(
+    built, directory: Path, version: str, config_note: str = "", prolog_note: str = ""
+) -> str:
     """The sdist inside the SRPM, unpacked, with __version__ (and optionally files) changed."""
     _unpack(built["el9"]["srpm"], directory)
     tarball = next(directory.glob("*.tar.gz"))
@@ -469,7 +687,9 @@ def _patched_source(built, directory: Path, version: str, config_note: str = "",
             archive.extractall(str(directory))
     tree = next(p for p in directory.iterdir() if p.is_dir())
     init = tree / "slurm_hooks" / "__init__.py"
-    init.write_text(re.sub(r'__version__ = "[^"]+"', '__version__ = "%s"' % version, init.read_text()))
+    init.write_text(
+        re.sub(r'__version__ = "[^"]+"', '__version__ = "%s"' % version, init.read_text())
+    )
     if config_note:
         with open(str(tree / "packaging" / "config.toml"), "a") as handle:
             handle.write("# %s\n" % config_note)
@@ -486,21 +706,35 @@ def upgrades(built, tmp_path_factory):
 
     base = tmp_path_factory.mktemp("upgrades")
     versions = {"v2": __version__ + ".post1", "v3": __version__ + ".post2"}
-    sources = {"v2": _patched_source(built, base / "v2-src", versions["v2"], prolog_note="changed in v2"),
-               "v3": _patched_source(built, base / "v3-src", versions["v3"], config_note="changed in v3")}
+    sources = {
+        "v2": _patched_source(built, base / "v2-src", versions["v2"], prolog_note="changed in v2"),
+        "v3": _patched_source(built, base / "v3-src", versions["v3"], config_note="changed in v3"),
+    }
     started = time.monotonic()
-    running = {name: subprocess.Popen(_build_argv(sources[name], base / name, "el9", check=False), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-               for name in sources}
+    running = {
+        name: subprocess.Popen(
+            _build_argv(sources[name], base / name, "el9", check=False),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for name in sources
+    }
     rpms = {}
     for name, process in running.items():
         out, err = process.communicate(timeout=300)
         assert process.returncode == 0, err[-4000:]
         rpms[name] = next(Path(line) for line in out.split() if line.endswith(".noarch.rpm"))
-    print("\nRPM builds v2+v3 (parallel, --nocheck): %.1f s" % (time.monotonic() - started), file=sys.stderr)
+    print(
+        "\nRPM builds v2+v3 (parallel, --nocheck): %.1f s" % (time.monotonic() - started),
+        file=sys.stderr,
+    )
     return {"rpms": rpms, "versions": versions}
 
 
-def test_upgrade_keeps_edited_config_and_replaces_code(built, upgrades, python39, python_deps, tmp_path):
+def test_upgrade_keeps_edited_config_and_replaces_code(
+    built, upgrades, python39, python_deps, tmp_path
+):
     root = tmp_path / "root"
     root.mkdir()
     _install(root, built["el9"]["rpm"])
@@ -531,11 +765,16 @@ def test_upgrade_keeps_edited_config_and_replaces_code(built, upgrades, python39
     assert config.read_text() == edited
     rpmnew = root / "etc/slurm-hooks/config.toml.rpmnew"
     assert rpmnew.read_text() == packaged_v1 + "# changed in v3\n"
-    done = outside_cli(root, python39, ["--config", str(config), "config", "check"], deps=python_deps)
+    done = outside_cli(
+        root, python39, ["--config", str(config), "config", "check"], deps=python_deps
+    )
     assert done.returncode == 0, done.stderr
     assert 'mode = "observe"' in done.stdout and 'reason_prefix = "site-hooks:"' in done.stdout
-    assert _run(["rpm", "--root", str(root), "-q", "slurm-hooks"]).stdout.strip().startswith(
-        "slurm-hooks-%s-" % upgrades["versions"]["v3"])
+    assert (
+        _run(["rpm", "--root", str(root), "-q", "slurm-hooks"])
+        .stdout.strip()
+        .startswith("slurm-hooks-%s-" % upgrades["versions"]["v3"])
+    )
 
     # erase: the edited config is saved as .rpmsave, the admin's drop-in stays
     done = _run(["rpm", "-e", "--root", str(root), "--nodeps", "--noscripts", "slurm-hooks"])
@@ -548,8 +787,14 @@ def test_the_spec_targets_python39_on_el8_by_itself(python39):
     """`rpmbuild --rebuild` on EL8, whose python3 is 3.6: the spec picks the python39 module itself. EL8's
     macros compute %python3_version from %__python3 there; here the 3.9 values stand in for that."""
     spec = os.path.join(REPO, "packaging", "slurm-hooks.spec")
-    defines = {"upstream_version": "1", "pynvml_version": "1", "project_url": "https://example.org/",
-               "python3_version": "3.9", "python3_version_nodots": "39", "python3_sitelib": SITELIB}
+    defines = {
+        "upstream_version": "1",
+        "pynvml_version": "1",
+        "project_url": "https://example.org/",
+        "python3_version": "3.9",
+        "python3_version_nodots": "39",
+        "python3_sitelib": SITELIB,
+    }
 
     def requires(rhel: str) -> set:
         argv = ["rpm", "-q", "--specfile", spec, "--requires", "--define", "rhel " + rhel]

@@ -1,6 +1,7 @@
 """slurm_hooks.slurm.client: parser table tests, backend unit tests, and ONE contract suite that runs against
 (a) ScontrolBackend on the real slurmctld, (b) PyslurmBackend over tests/doubles/pyslurm.py (also the
 real slurmctld underneath), (c) PyslurmBackend over real pyslurm when a matching one is importable."""
+
 from __future__ import annotations
 
 import os
@@ -44,7 +45,8 @@ L2205_IDLE = (
     "FreeMem=23879 Sockets=1 Boards=1 State=IDLE ThreadsPerCore=1 TmpDisk=0 Weight=1 Owner=N/A "
     "MCS_label=N/A Partitions=debug  BootTime=2026-12-02T14:41:06 SlurmdStartTime=2026-12-02T14:46:34 "
     "LastBusyTime=2026-12-02T14:46:34 CfgTRES=cpu=2,mem=1G,billing=2 AllocTRES= CapWatts=n/a "
-    "CurrentWatts=0 AveWatts=0 ExtSensorsJoules=n/s ExtSensorsWatts=0 ExtSensorsTemp=n/s")
+    "CurrentWatts=0 AveWatts=0 ExtSensorsJoules=n/s ExtSensorsWatts=0 ExtSensorsTemp=n/s"
+)
 L2205_DOWN_DRAIN = (
     "NodeName=node2 CoresPerSocket=1  CPUAlloc=0 CPUEfctv=1 CPUTot=1 CPULoad=N/A AvailableFeatures=(null) "
     "ActiveFeatures=(null) Gres=(null) NodeAddr=127.0.0.1 NodeHostName=localhost Port=35365  RealMemory=1024 "
@@ -52,7 +54,8 @@ L2205_DOWN_DRAIN = (
     "Weight=1 Owner=N/A MCS_label=N/A Partitions=debug  BootTime=None SlurmdStartTime=None "
     "LastBusyTime=Unknown CfgTRES=cpu=1,mem=1G,billing=1 AllocTRES= CapWatts=n/a CurrentWatts=0 AveWatts=0 "
     "ExtSensorsJoules=n/s ExtSensorsWatts=0 ExtSensorsTemp=n/s "
-    "Reason=slurm-hooks: gpu.ecc: GPU 3 (0000:3b:00.0) DBE=2 volatile [root@2026-12-02T10:00:00]")
+    "Reason=slurm-hooks: gpu.ecc: GPU 3 (0000:3b:00.0) DBE=2 volatile [root@2026-12-02T10:00:00]"
+)
 # 24.11-style record (ResumeAfterTime, gres/gpu in CfgTRES, Comment after Reason)
 L2411_CLOUD = (
     "NodeName=gpu-a17 Arch=x86_64 CoresPerSocket=56 CPUAlloc=0 CPUEfctv=224 CPUTot=224 CPULoad=0.01 "
@@ -62,38 +65,145 @@ L2411_CLOUD = (
     "State=IDLE+CLOUD+POWERED_DOWN ThreadsPerCore=2 TmpDisk=0 Weight=1 Owner=N/A MCS_label=N/A "
     "Partitions=gpu,gpu-long BootTime=None SlurmdStartTime=None LastBusyTime=2025-11-02T08:00:00 "
     "ResumeAfterTime=None CfgTRES=cpu=224,mem=2000000M,billing=224,gres/gpu=8 AllocTRES= CurrentWatts=0 "
-    "AveWatts=0 Reason=power save [slurm@2025-11-02T08:10:00] Comment=rack 7")
+    "AveWatts=0 Reason=power save [slurm@2025-11-02T08:10:00] Comment=rack 7"
+)
 
 CASES = [
     # (line, name, state, flags, reason, reason_user, reason_time, partitions)
     (L2205_IDLE, "node1", "IDLE", set(), None, None, None, ("debug",)),
-    (L2205_DOWN_DRAIN, "node2", "DOWN", {"DRAIN", "NOT_RESPONDING"},
-     "slurm-hooks: gpu.ecc: GPU 3 (0000:3b:00.0) DBE=2 volatile", "root", "2026-12-02T10:00:00", ("debug",)),
-    (L2411_CLOUD, "gpu-a17", "IDLE", {"CLOUD", "POWERED_DOWN"}, "power save", "slurm", "2025-11-02T08:10:00",
-     ("gpu", "gpu-long")),
-    ("NodeName=n1 State=IDLE+DRAIN Partitions=p Reason=Prolog error [root@2024-01-01T00:00:00]",
-     "n1", "IDLE", {"DRAIN"}, "Prolog error", "root", "2024-01-01T00:00:00", ("p",)),
+    (
+        L2205_DOWN_DRAIN,
+        "node2",
+        "DOWN",
+        {"DRAIN", "NOT_RESPONDING"},
+        "slurm-hooks: gpu.ecc: GPU 3 (0000:3b:00.0) DBE=2 volatile",
+        "root",
+        "2026-12-02T10:00:00",
+        ("debug",),
+    ),
+    (
+        L2411_CLOUD,
+        "gpu-a17",
+        "IDLE",
+        {"CLOUD", "POWERED_DOWN"},
+        "power save",
+        "slurm",
+        "2025-11-02T08:10:00",
+        ("gpu", "gpu-long"),
+    ),
+    (
+        "NodeName=n1 State=IDLE+DRAIN Partitions=p Reason=Prolog error [root@2024-01-01T00:00:00]",
+        "n1",
+        "IDLE",
+        {"DRAIN"},
+        "Prolog error",
+        "root",
+        "2024-01-01T00:00:00",
+        ("p",),
+    ),
     ("NodeName=n1 State=MIXED Partitions=a,b", "n1", "MIXED", set(), None, None, None, ("a", "b")),
-    ("NodeName=n1 State=MIXED+DRAIN Reason=x [u1@2024-01-01T00:00:00]", "n1", "MIXED", {"DRAIN"}, "x", "u1",
-     "2024-01-01T00:00:00", ()),
-    ("NodeName=n1 State=ALLOCATED+COMPLETING Partitions=(null)", "n1", "ALLOCATED", {"COMPLETING"},
-     None, None, None, ()),
-    ("NodeName=n1 State=IDLE+NOT_RESPONDING", "n1", "IDLE", {"NOT_RESPONDING"}, None, None, None, ()),
-    ("NodeName=n1 State=DOWN+NOT_RESPONDING Reason=Not responding [slurm@2024-05-05T05:05:05]",
-     "n1", "DOWN", {"NOT_RESPONDING"}, "Not responding", "slurm", "2024-05-05T05:05:05", ()),
-    ("NodeName=n1 State=IDLE+DRAIN+REBOOT_REQUESTED Reason=reboot requested [root@2024-01-01T00:00:00]",
-     "n1", "IDLE", {"DRAIN", "REBOOT_REQUESTED"}, "reboot requested", "root", "2024-01-01T00:00:00", ()),
-    ("NodeName=n1 State=IDLE+MAINTENANCE+RESERVED", "n1", "IDLE", {"MAINTENANCE", "RESERVED"}, None, None,
-     None, ()),
-    ("NodeName=n1 State=UNKNOWN+DRAIN Reason=kept [root@2024-01-01T00:00:00]", "n1", "UNKNOWN", {"DRAIN"},
-     "kept", "root", "2024-01-01T00:00:00", ()),
-    ("NodeName=n1 State=IDLE+DRAIN+DYNAMIC_NORM Reason=a=b c=d State=x [root@2024-01-01T00:00:00]",
-     "n1", "IDLE", {"DRAIN", "DYNAMIC_NORM"}, "a=b c=d State=x", "root", "2024-01-01T00:00:00", ()),
+    (
+        "NodeName=n1 State=MIXED+DRAIN Reason=x [u1@2024-01-01T00:00:00]",
+        "n1",
+        "MIXED",
+        {"DRAIN"},
+        "x",
+        "u1",
+        "2024-01-01T00:00:00",
+        (),
+    ),
+    (
+        "NodeName=n1 State=ALLOCATED+COMPLETING Partitions=(null)",
+        "n1",
+        "ALLOCATED",
+        {"COMPLETING"},
+        None,
+        None,
+        None,
+        (),
+    ),
+    (
+        "NodeName=n1 State=IDLE+NOT_RESPONDING",
+        "n1",
+        "IDLE",
+        {"NOT_RESPONDING"},
+        None,
+        None,
+        None,
+        (),
+    ),
+    (
+        "NodeName=n1 State=DOWN+NOT_RESPONDING Reason=Not responding [slurm@2024-05-05T05:05:05]",
+        "n1",
+        "DOWN",
+        {"NOT_RESPONDING"},
+        "Not responding",
+        "slurm",
+        "2024-05-05T05:05:05",
+        (),
+    ),
+    (
+        "NodeName=n1 State=IDLE+DRAIN+REBOOT_REQUESTED Reason=reboot requested [root@2024-01-01T00:00:00]",
+        "n1",
+        "IDLE",
+        {"DRAIN", "REBOOT_REQUESTED"},
+        "reboot requested",
+        "root",
+        "2024-01-01T00:00:00",
+        (),
+    ),
+    (
+        "NodeName=n1 State=IDLE+MAINTENANCE+RESERVED",
+        "n1",
+        "IDLE",
+        {"MAINTENANCE", "RESERVED"},
+        None,
+        None,
+        None,
+        (),
+    ),
+    (
+        "NodeName=n1 State=UNKNOWN+DRAIN Reason=kept [root@2024-01-01T00:00:00]",
+        "n1",
+        "UNKNOWN",
+        {"DRAIN"},
+        "kept",
+        "root",
+        "2024-01-01T00:00:00",
+        (),
+    ),
+    (
+        "NodeName=n1 State=IDLE+DRAIN+DYNAMIC_NORM Reason=a=b c=d State=x [root@2024-01-01T00:00:00]",
+        "n1",
+        "IDLE",
+        {"DRAIN", "DYNAMIC_NORM"},
+        "a=b c=d State=x",
+        "root",
+        "2024-01-01T00:00:00",
+        (),
+    ),
     # our own structured reason with brackets inside; only the final [user@time] is Slurm's
-    ("NodeName=n1 State=IDLE+DRAIN Reason=slurm-hooks: gpu.xid: [xid 79] fell off the bus [root@2026-12-02T10:00:00]",
-     "n1", "IDLE", {"DRAIN"}, "slurm-hooks: gpu.xid: [xid 79] fell off the bus", "root", "2026-12-02T10:00:00", ()),
+    (
+        "NodeName=n1 State=IDLE+DRAIN Reason=slurm-hooks: gpu.xid: [xid 79] fell off the bus [root@2026-12-02T10:00:00]",
+        "n1",
+        "IDLE",
+        {"DRAIN"},
+        "slurm-hooks: gpu.xid: [xid 79] fell off the bus",
+        "root",
+        "2026-12-02T10:00:00",
+        (),
+    ),
     # reason without Slurm's stamp (older/odd output) runs to the end of the line
-    ("NodeName=n1 State=DOWN Reason=set in slurm.conf", "n1", "DOWN", set(), "set in slurm.conf", None, None, ()),
+    (
+        "NodeName=n1 State=DOWN Reason=set in slurm.conf",
+        "n1",
+        "DOWN",
+        set(),
+        "set in slurm.conf",
+        None,
+        None,
+        (),
+    ),
     ("NodeName=n1 State=DRAINED", "n1", "IDLE", {"DRAIN"}, None, None, None, ()),
     ("NodeName=n1 State=FUTURE", "n1", "FUTURE", set(), None, None, None, ()),
     ("NodeName=n1 State=FROBNICATED+WOBBLY", "n1", "FROBNICATED", {"WOBBLY"}, None, None, None, ()),
@@ -103,15 +213,24 @@ CASES = [
 @pytest.mark.parametrize("line,name,state,flags,reason,user,when,parts", CASES)
 def test_parse_node_line(line, name, state, flags, reason, user, when, parts):
     n = parse_node_line(line)
-    assert (n.name, n.state, set(n.flags), n.reason, n.reason_user, n.reason_time, n.partitions) == (
-        name, state, flags, reason, user, when, parts)
+    assert (
+        n.name,
+        n.state,
+        set(n.flags),
+        n.reason,
+        n.reason_user,
+        n.reason_time,
+        n.partitions,
+    ) == (name, state, flags, reason, user, when, parts)
     assert n.raw == line.strip()
     assert n.is_drained == ("DRAIN" in flags)
 
 
 def test_nodeinfo_helpers():
     n = parse_node_line(L2205_DOWN_DRAIN)
-    assert n.is_drained and n.is_down and n.is_not_responding and not n.is_draining and n.known_state
+    assert (
+        n.is_drained and n.is_down and n.is_not_responding and not n.is_draining and n.known_state
+    )
     assert n.state_string == "DOWN+DRAIN+NOT_RESPONDING"
     assert parse_node_line("NodeName=a State=MIXED+DRAIN").is_draining
     assert parse_node_line(L2411_CLOUD).is_power_saving
@@ -121,23 +240,51 @@ def test_nodeinfo_helpers():
         n.state = "IDLE"
 
 
-@pytest.mark.parametrize("text,base,flags", [
-    ("IDLE", "IDLE", set()), ("idle*", "IDLE", {"NOT_RESPONDING"}), ("drained", "IDLE", {"DRAIN"}),
-    ("draining", "ALLOCATED", {"DRAIN"}), ("drng", "ALLOCATED", {"DRAIN"}), ("drain*", "IDLE", {"DRAIN", "NOT_RESPONDING"}),
-    ("mixed*", "MIXED", {"NOT_RESPONDING"}), ("down", "DOWN", set()), ("idle~", "IDLE", {"POWERED_DOWN"}),
-    ("alloc", "ALLOCATED", set()), ("maint", "IDLE", {"MAINTENANCE"}), ("IDLE+MAINT", "IDLE", {"MAINTENANCE"}),
-    ("down$", "DOWN", {"MAINTENANCE"}), ("idle@", "IDLE", {"REBOOT_REQUESTED"}), ("unk*", "UNKNOWN", {"NOT_RESPONDING"}),
-    ("IDLE+CLOUD+POWERED_DOWN", "IDLE", {"CLOUD", "POWERED_DOWN"}), ("completing", "ALLOCATED", {"COMPLETING"}),
-])
+@pytest.mark.parametrize(
+    "text,base,flags",
+    [
+        ("IDLE", "IDLE", set()),
+        ("idle*", "IDLE", {"NOT_RESPONDING"}),
+        ("drained", "IDLE", {"DRAIN"}),
+        ("draining", "ALLOCATED", {"DRAIN"}),
+        ("drng", "ALLOCATED", {"DRAIN"}),
+        ("drain*", "IDLE", {"DRAIN", "NOT_RESPONDING"}),
+        ("mixed*", "MIXED", {"NOT_RESPONDING"}),
+        ("down", "DOWN", set()),
+        ("idle~", "IDLE", {"POWERED_DOWN"}),
+        ("alloc", "ALLOCATED", set()),
+        ("maint", "IDLE", {"MAINTENANCE"}),
+        ("IDLE+MAINT", "IDLE", {"MAINTENANCE"}),
+        ("down$", "DOWN", {"MAINTENANCE"}),
+        ("idle@", "IDLE", {"REBOOT_REQUESTED"}),
+        ("unk*", "UNKNOWN", {"NOT_RESPONDING"}),
+        ("IDLE+CLOUD+POWERED_DOWN", "IDLE", {"CLOUD", "POWERED_DOWN"}),
+        ("completing", "ALLOCATED", {"COMPLETING"}),
+    ],
+)
 def test_parse_state(text, base, flags):
     assert parse_state(text) == (base, frozenset(flags))
 
 
 GARBAGE = [
-    "", "   ", "garbage", "NodeName=", "NodeName= State=IDLE", "State=IDLE NodeName=n1", "NodeName=n1",
-    "NodeName=n1 Arch=x86_64", "NodeName=n1 State=", "NodeName=n1 State=IDLE++DRAIN", "NodeName=n1 State=+",
-    "NodeName=n1 State=IDLE;rm", "NodeName=n1 State=IDLE\x00", "slurm_load_node error: Unable to contact",
-    "Node node9 not found", None, b"NodeName=n1 State=IDLE", 42,
+    "",
+    "   ",
+    "garbage",
+    "NodeName=",
+    "NodeName= State=IDLE",
+    "State=IDLE NodeName=n1",
+    "NodeName=n1",
+    "NodeName=n1 Arch=x86_64",
+    "NodeName=n1 State=",
+    "NodeName=n1 State=IDLE++DRAIN",
+    "NodeName=n1 State=+",
+    "NodeName=n1 State=IDLE;rm",
+    "NodeName=n1 State=IDLE\x00",
+    "slurm_load_node error: Unable to contact",
+    "Node node9 not found",
+    None,
+    b"NodeName=n1 State=IDLE",
+    42,
 ]
 
 
@@ -161,16 +308,23 @@ def test_parser_never_crashes(text):
 def test_parse_nodes_multi_and_multiline():
     nodes = parse_nodes("\n".join([L2205_IDLE, L2205_DOWN_DRAIN, L2411_CLOUD]) + "\n")
     assert [n.name for n in nodes] == ["node1", "node2", "gpu-a17"]
-    multi = "NodeName=a Arch=x86_64\n   State=IDLE+DRAIN ThreadsPerCore=1\n   Reason=r [root@2024-01-01T00:00:00]\n\n" \
-            "NodeName=b\n   State=IDLE\n"
+    multi = (
+        "NodeName=a Arch=x86_64\n   State=IDLE+DRAIN ThreadsPerCore=1\n   Reason=r [root@2024-01-01T00:00:00]\n\n"
+        "NodeName=b\n   State=IDLE\n"
+    )
     got = parse_nodes(multi)
-    assert [(n.name, n.state_string, n.reason) for n in got] == [("a", "IDLE+DRAIN", "r"), ("b", "IDLE", None)]
+    assert [(n.name, n.state_string, n.reason) for n in got] == [
+        ("a", "IDLE+DRAIN", "r"),
+        ("b", "IDLE", None),
+    ]
     assert parse_nodes("") == [] and parse_nodes("No nodes in the system\n") == []
     with pytest.raises(SlurmParseError):
         parse_nodes("error: something\nNodeName=a State=IDLE")
 
 
-@pytest.mark.parametrize("reason", ["", "  ", "a\nb", '"quoted"', "x\"", " lead", "trail ", "t\tab", "x" * 600])
+@pytest.mark.parametrize(
+    "reason", ["", "  ", "a\nb", '"quoted"', 'x"', " lead", "trail ", "t\tab", "x" * 600]
+)
 def test_bad_reasons_rejected(reason):
     with pytest.raises(ValueError):
         SlurmClient(backend=_NoBackend()).drain("node1", reason)
@@ -179,7 +333,11 @@ def test_bad_reasons_rejected(reason):
 @pytest.mark.parametrize("name", ["", "node[1-4]", "a,b", "a b", "-x", "n;rm", "ALL x"])
 def test_bad_names_rejected(name):
     client = SlurmClient(backend=_NoBackend())
-    for call in (lambda: client.drain(name, "r"), lambda: client.resume(name), lambda: client.show_node(name)):
+    for call in (
+        lambda: client.drain(name, "r"),
+        lambda: client.resume(name),
+        lambda: client.show_node(name),
+    ):
         with pytest.raises(ValueError):
             call()
     assert client.calls == 0
@@ -214,7 +372,12 @@ class Script:
 
 
 def test_scontrol_argv_and_parse():
-    run = Script((0, L2205_IDLE + "\n", ""), (0, "", ""), (0, "", ""), (0, L2205_IDLE + "\n" + L2205_DOWN_DRAIN, ""))
+    run = Script(
+        (0, L2205_IDLE + "\n", ""),
+        (0, "", ""),
+        (0, "", ""),
+        (0, L2205_IDLE + "\n" + L2205_DOWN_DRAIN, ""),
+    )
     b = ScontrolBackend(runner=run)
     client = SlurmClient(backend=b)
     assert client.calls == 0
@@ -224,25 +387,41 @@ def test_scontrol_argv_and_parse():
     assert [n.name for n in client.list_nodes()] == ["node1", "node2"]
     assert run.argvs == [
         ["scontrol", "--all", "--oneliner", "show", "node", "node1"],
-        ["scontrol", "update", "NodeName=node1", "State=DRAIN", "Reason=slurm-hooks: gpu.ecc: GPU 3 DBE=2 [x]; $(rm -rf /) `id`"],
+        [
+            "scontrol",
+            "update",
+            "NodeName=node1",
+            "State=DRAIN",
+            "Reason=slurm-hooks: gpu.ecc: GPU 3 DBE=2 [x]; $(rm -rf /) `id`",
+        ],
         ["scontrol", "update", "NodeName=node1", "State=RESUME"],
         ["scontrol", "--all", "--oneliner", "show", "node"],
     ]
-    assert client.calls == 4 and [op[0] for op in client.ops] == ["show_node", "drain", "resume", "list_nodes"]
+    assert client.calls == 4 and [op[0] for op in client.ops] == [
+        "show_node",
+        "drain",
+        "resume",
+        "list_nodes",
+    ]
 
 
 def test_scontrol_retries_transient_then_succeeds():
-    run = Script((1, "", "slurm_load_node error: Unable to contact slurm controller (connect failure)\n"),
-                 (0, L2205_IDLE, ""))
+    run = Script(
+        (1, "", "slurm_load_node error: Unable to contact slurm controller (connect failure)\n"),
+        (0, L2205_IDLE, ""),
+    )
     b = ScontrolBackend(runner=run, backoff=0.01)
     assert b.show_node("node1").name == "node1" and b.calls == 2
 
 
-@pytest.mark.parametrize("first", [
-    subprocess.TimeoutExpired(["scontrol"], 5),
-    (1, "", "slurm_load_node error: Socket timed out on send/recv operation\n"),
-    (1, "", "slurm_update error: Zero Bytes were transmitted or received\n"),
-])
+@pytest.mark.parametrize(
+    "first",
+    [
+        subprocess.TimeoutExpired(["scontrol"], 5),
+        (1, "", "slurm_load_node error: Socket timed out on send/recv operation\n"),
+        (1, "", "slurm_update error: Zero Bytes were transmitted or received\n"),
+    ],
+)
 def test_scontrol_transient_exhausts_to_unavailable(first):
     run = Script(first, first)
     b = ScontrolBackend(runner=run, timeout=1.0, attempts=2, backoff=0.01)
@@ -251,14 +430,20 @@ def test_scontrol_transient_exhausts_to_unavailable(first):
     assert b.calls == 2 and run.timeouts[0] == 1.0
 
 
-@pytest.mark.parametrize("reply,exc", [
-    ((1, "", "Node node9 not found\n"), NodeNotFound),
-    ((1, "", " slurm_update error: Invalid node name specified\n"), NodeNotFound),
-    ((1, "", " slurm_update error: Invalid node state specified\n"), SlurmCommandError),
-    ((1, "", "slurm_update error: Access/permission denied\n"), SlurmCommandError),
-    ((1, "", "auth/munge: _encode: Munge encode failed: Failed to access socket\n"), SlurmUnavailable),
-    (FileNotFoundError(2, "No such file", "scontrol"), SlurmUnavailable),
-])
+@pytest.mark.parametrize(
+    "reply,exc",
+    [
+        ((1, "", "Node node9 not found\n"), NodeNotFound),
+        ((1, "", " slurm_update error: Invalid node name specified\n"), NodeNotFound),
+        ((1, "", " slurm_update error: Invalid node state specified\n"), SlurmCommandError),
+        ((1, "", "slurm_update error: Access/permission denied\n"), SlurmCommandError),
+        (
+            (1, "", "auth/munge: _encode: Munge encode failed: Failed to access socket\n"),
+            SlurmUnavailable,
+        ),
+        (FileNotFoundError(2, "No such file", "scontrol"), SlurmUnavailable),
+    ],
+)
 def test_scontrol_permanent_errors_not_retried(reply, exc):
     run = Script(reply, (0, "", ""))
     b = ScontrolBackend(runner=run, backoff=0.01)
@@ -305,16 +490,28 @@ def test_choose_backend(tmp_path):
     v2205 = Script((0, "slurm-wlm 22.05.8\n", ""))
     b, why = choose_backend(env=env, pyslurm_module=FakeModule("22.5.3"), runner=v2205)
     assert isinstance(b, PyslurmBackend) and "22.5.3" in why and b.probe_calls == 1
-    b, why = choose_backend(env=env, pyslurm_module=FakeModule("25.11.0"), runner=Script((0, "slurm 22.05.8\n", "")))
+    b, why = choose_backend(
+        env=env, pyslurm_module=FakeModule("25.11.0"), runner=Script((0, "slurm 22.05.8\n", ""))
+    )
     assert isinstance(b, ScontrolBackend) and "does not match Slurm 22.05.8" in why
-    b, why = choose_backend(env={"SLURM_CONF": str(tmp_path / "missing")}, pyslurm_module=FakeModule("22.5.3"))
+    b, why = choose_backend(
+        env={"SLURM_CONF": str(tmp_path / "missing")}, pyslurm_module=FakeModule("22.5.3")
+    )
     assert isinstance(b, ScontrolBackend) and "slurm.conf" in why and b.probe_calls == 0
-    b, why = choose_backend(env=env, pyslurm_module=FakeModule("22.5.3"), runner=Script((1, "", "fatal")))
+    b, why = choose_backend(
+        env=env, pyslurm_module=FakeModule("22.5.3"), runner=Script((1, "", "fatal"))
+    )
     assert isinstance(b, ScontrolBackend) and "version" in why
     with pytest.raises(SlurmError, match="requested but unusable") as err:
-        choose_backend("pyslurm", env=env, pyslurm_module=FakeModule("25.11.0"),
-                       runner=Script((0, "slurm 22.05.8\n", "")))
-    assert isinstance(err.value, slurm.SlurmClientMissing)  # the admin reads "Slurm client unusable", not "refused"
+        choose_backend(
+            "pyslurm",
+            env=env,
+            pyslurm_module=FakeModule("25.11.0"),
+            runner=Script((0, "slurm 22.05.8\n", "")),
+        )
+    assert isinstance(
+        err.value, slurm.SlurmClientMissing
+    )  # the admin reads "Slurm client unusable", not "refused"
     b, why = choose_backend("scontrol", pyslurm_module=FakeModule("22.5.3"))
     assert isinstance(b, ScontrolBackend) and b.probe_calls == 0
     with pytest.raises(ValueError):
@@ -327,25 +524,49 @@ def test_pyslurm_gets_the_drain_budget_and_auto_avoids_it_when_messagetimeout_ex
     'auto' keeps scontrol where MessageTimeout alone is longer than the budget."""
     conf = tmp_path / "slurm.conf"
     env = {"SLURM_CONF": str(conf), "PATH": os.environ.get("PATH", "")}
-    for text, per_request in (("ClusterName=x\n", 10.0), ("ClusterName=x\nmessagetimeout=3 # short\n", 3.0)):
+    for text, per_request in (
+        ("ClusterName=x\n", 10.0),
+        ("ClusterName=x\nmessagetimeout=3 # short\n", 3.0),
+    ):
         conf.write_text(text)
-        b, why = choose_backend(env=env, pyslurm_module=FakeModule("25.11.2"), runner=Script((0, "slurm 25.11.7\n", "")))
+        b, why = choose_backend(
+            env=env, pyslurm_module=FakeModule("25.11.2"), runner=Script((0, "slurm 25.11.7\n", ""))
+        )
         assert isinstance(b, PyslurmBackend), why
-        assert (b.retry.deadline, b.message_timeout, b.auth_type) == (10.5, per_request, "auth/munge")
+        assert (b.retry.deadline, b.message_timeout, b.auth_type) == (
+            10.5,
+            per_request,
+            "auth/munge",
+        )
     conf.write_text("ClusterName=x\nMessageTimeout=10\nAuthType=auth/slurm\nMessageTimeout=30\n")
-    b, why = choose_backend(env=env, pyslurm_module=FakeModule("25.11.2"), runner=Script((0, "slurm 25.11.7\n", "")))
+    b, why = choose_backend(
+        env=env, pyslurm_module=FakeModule("25.11.2"), runner=Script((0, "slurm 25.11.7\n", ""))
+    )
     assert isinstance(b, ScontrolBackend) and "MessageTimeout=30s" in why and "10.5" in why, why
-    b, why = choose_backend("pyslurm", env=env, pyslurm_module=FakeModule("25.11.2"), timeout=2.0,
-                            runner=Script((0, "slurm 25.11.7\n", "")))
+    b, why = choose_backend(
+        "pyslurm",
+        env=env,
+        pyslurm_module=FakeModule("25.11.2"),
+        timeout=2.0,
+        runner=Script((0, "slurm 25.11.7\n", "")),
+    )
     assert isinstance(b, PyslurmBackend) and (b.retry.deadline, b.message_timeout) == (4.5, 30.0)
     assert b.auth_type == "auth/slurm"
 
 
 def test_slurm_conf_settings(tmp_path):
     conf = tmp_path / "slurm.conf"
-    conf.write_text("# MessageTimeout=99\nmessagetimeout = 20\nAuthType=auth/munge  # comment\nInclude x.conf\n")
-    assert slurm.slurm_conf_settings(str(conf)) == {"MessageTimeout": "20", "AuthType": "auth/munge"}
-    assert slurm.slurm_conf_settings(str(tmp_path / "missing")) == {} and slurm.slurm_conf_settings(None) == {}
+    conf.write_text(
+        "# MessageTimeout=99\nmessagetimeout = 20\nAuthType=auth/munge  # comment\nInclude x.conf\n"
+    )
+    assert slurm.slurm_conf_settings(str(conf)) == {
+        "MessageTimeout": "20",
+        "AuthType": "auth/munge",
+    }
+    assert (
+        slurm.slurm_conf_settings(str(tmp_path / "missing")) == {}
+        and slurm.slurm_conf_settings(None) == {}
+    )
     assert slurm.message_timeout({"MessageTimeout": "20"}) == 20.0
     assert slurm.message_timeout({"MessageTimeout": "x"}) == slurm.message_timeout({}) == 10.0
 
@@ -353,11 +574,14 @@ def test_slurm_conf_settings(tmp_path):
 def test_pyslurm_retry_starts_no_attempt_that_cannot_end_in_time():
     """Each stub RPC blocks 0.3 s (its 'MessageTimeout') and fails as a stopped slurmctld does: with a
     0.5 s deadline a second attempt would end at ~0.6 s, so it is not started."""
+
     def behaviour(*args):
         time.sleep(0.3)
         raise StubRPCError(1800, "Unable to contact slurm controller (connect failure)")
 
-    b = PyslurmBackend(stub_module(behaviour), attempts=3, backoff=0.01, deadline=0.5, message_timeout=0.3)
+    b = PyslurmBackend(
+        stub_module(behaviour), attempts=3, backoff=0.01, deadline=0.5, message_timeout=0.3
+    )
     t0 = time.monotonic()
     with pytest.raises(SlurmUnavailable):
         b.show_node("node1")
@@ -367,11 +591,24 @@ def test_pyslurm_retry_starts_no_attempt_that_cannot_end_in_time():
 def test_pyslurm_request_late_in_the_hook_budget_still_runs():
     """slurmctld frozen for 3 s held the hook's first request; the breaker count that follows has less
     than MessageTimeout of the budget left and must still be asked (seen on 25.11: 'cannot-count')."""
-    class N:
-        name, state, reason, reason_user, reason_time, partitions = "node1", "IDLE", None, "root", None, []
 
-    b = PyslurmBackend(stub_module(lambda *args: [N()] if args[0] == "nodes" else N()), attempts=2,
-                       backoff=0.5, deadline=10.5, message_timeout=10.0)
+    class N:
+        name, state, reason, reason_user, reason_time, partitions = (
+            "node1",
+            "IDLE",
+            None,
+            "root",
+            None,
+            [],
+        )
+
+    b = PyslurmBackend(
+        stub_module(lambda *args: [N()] if args[0] == "nodes" else N()),
+        attempts=2,
+        backoff=0.5,
+        deadline=10.5,
+        message_timeout=10.0,
+    )
     b.until = time.monotonic() + 1.0
     assert [n.name for n in b.list_nodes()] == ["node1"] and b.calls == 1
 
@@ -380,7 +617,9 @@ def test_client_calls_count_requests_to_slurmctld_not_the_version_probe(tmp_path
     conf = tmp_path / "slurm.conf"
     conf.write_text("ClusterName=x\n")
     env = {"SLURM_CONF": str(conf), "PATH": os.environ.get("PATH", "")}
-    b, _ = choose_backend(env=env, pyslurm_module=FakeModule("25.11.2"), runner=Script((0, "slurm 25.11.7\n", "")))
+    b, _ = choose_backend(
+        env=env, pyslurm_module=FakeModule("25.11.2"), runner=Script((0, "slurm 25.11.7\n", ""))
+    )
     client = SlurmClient(backend=b)
     assert (client.calls, client.probe_calls) == (0, 1)  # the same slurm_calls= for both backends
 
@@ -463,18 +702,33 @@ def stub_module(behaviour):
     return mod
 
 
-@pytest.mark.parametrize("err,exc,calls", [
-    (StubRPCError(msg="Node 'node9' does not exist"), NodeNotFound, 1),
-    (StubRPCError(2018, "Invalid node name specified"), NodeNotFound, 1),
-    (StubRPCError(1001, "Unable to contact slurm controller (connect failure)"), SlurmUnavailable, 2),
-    # what the real pyslurm 25.11.2 raised on Slurm 25.11.7 (slurmctld stopped / SIGSTOPped / RESUME of
-    # an idle node); slurm_errno.h: SLURMCTLD_COMMUNICATIONS_* are 1800-1805
-    (StubRPCError(1800, "Unable to contact slurm controller (connect failure)"), SlurmUnavailable, 2),
-    (StubRPCError(5004, "Socket timed out on send/recv operation"), SlurmUnavailable, 2),
-    (StubRPCError(2180, "Invalid node state transition"), SlurmCommandError, 1),
-    (StubRPCError(1007, "Protocol authentication error"), SlurmUnavailable, 1),  # munged stopped (25.11)
-    (StubRPCError(2002, "Access/permission denied"), SlurmCommandError, 1),
-])
+@pytest.mark.parametrize(
+    "err,exc,calls",
+    [
+        (StubRPCError(msg="Node 'node9' does not exist"), NodeNotFound, 1),
+        (StubRPCError(2018, "Invalid node name specified"), NodeNotFound, 1),
+        (
+            StubRPCError(1001, "Unable to contact slurm controller (connect failure)"),
+            SlurmUnavailable,
+            2,
+        ),
+        # what the real pyslurm 25.11.2 raised on Slurm 25.11.7 (slurmctld stopped / SIGSTOPped / RESUME of
+        # an idle node); slurm_errno.h: SLURMCTLD_COMMUNICATIONS_* are 1800-1805
+        (
+            StubRPCError(1800, "Unable to contact slurm controller (connect failure)"),
+            SlurmUnavailable,
+            2,
+        ),
+        (StubRPCError(5004, "Socket timed out on send/recv operation"), SlurmUnavailable, 2),
+        (StubRPCError(2180, "Invalid node state transition"), SlurmCommandError, 1),
+        (
+            StubRPCError(1007, "Protocol authentication error"),
+            SlurmUnavailable,
+            1,
+        ),  # munged stopped (25.11)
+        (StubRPCError(2002, "Access/permission denied"), SlurmCommandError, 1),
+    ],
+)
 def test_pyslurm_error_mapping(err, exc, calls):
     def behaviour(*args):
         raise err
@@ -490,6 +744,7 @@ def test_pyslurm_error_mapping(err, exc, calls):
 @pytest.mark.parametrize("errno", [1800, 1801, 1802, 1803, 1804, 1805, 1001, 5004, 5005])
 def test_pyslurm_controller_errnos_are_transient_whatever_the_text(errno):
     """The errno decides when the text is not one we know (a translated or reworded strerror)."""
+
     def behaviour(*args):
         raise StubRPCError(errno, "Kommunikationsfehler")
 
@@ -503,7 +758,14 @@ def test_pyslurm_modify_arguments_and_node_mapping():
     seen = []
 
     class N:
-        name, state, reason, reason_user, reason_time, partitions = "node1", "IDLE+DRAIN", "r x", "root", 0, ["p"]
+        name, state, reason, reason_user, reason_time, partitions = (
+            "node1",
+            "IDLE+DRAIN",
+            "r x",
+            "root",
+            0,
+            ["p"],
+        )
 
     def behaviour(*args):
         seen.append(args)
@@ -513,18 +775,33 @@ def test_pyslurm_modify_arguments_and_node_mapping():
     b.drain("node1", "slurm-hooks: x")
     b.resume("node1")
     node = b.show_node("node1")
-    assert seen[:2] == [("modify", "node1", {"state": "DRAIN", "reason": "slurm-hooks: x"}),
-                        ("modify", "node1", {"state": "RESUME"})]
+    assert seen[:2] == [
+        ("modify", "node1", {"state": "DRAIN", "reason": "slurm-hooks: x"}),
+        ("modify", "node1", {"state": "RESUME"}),
+    ]
     assert (node.state, node.flags, node.reason, node.reason_user, node.partitions) == (
-        "IDLE", frozenset({"DRAIN"}), "r x", "root", ("p",))
+        "IDLE",
+        frozenset({"DRAIN"}),
+        "r x",
+        "root",
+        ("p",),
+    )
     assert [n.name for n in b.list_nodes()] == ["node1"]
 
 
 def test_pyslurm_node_without_reason_has_no_reason_user():
     """The real pyslurm (25.11) reports reason_user 'root' (uid 0) and reason_time None for a node that
     never had a reason; NodeInfo must not claim root set a reason."""
+
     class Idle:
-        name, state, reason, reason_user, reason_time, partitions = "node1", "IDLE", None, "root", None, ["debug"]
+        name, state, reason, reason_user, reason_time, partitions = (
+            "node1",
+            "IDLE",
+            None,
+            "root",
+            None,
+            ["debug"],
+        )
 
     node = slurm.node_from_pyslurm(Idle())
     assert (node.reason, node.reason_user, node.reason_time) == (None, None, None)
@@ -543,7 +820,9 @@ def cluster(slurm_cluster_factory):  # noqa: F811
     return slurm_cluster_factory("client", nodes=("node1", "node2", "node3"), message_timeout=2)
 
 
-REQUIRE_REAL_PYSLURM = "SLURM_HOOKS_TEST_REQUIRE_PYSLURM"  # .ci/slurm-root.sh sets it in the Slurm 25.11 root
+REQUIRE_REAL_PYSLURM = (
+    "SLURM_HOOKS_TEST_REQUIRE_PYSLURM"  # .ci/slurm-root.sh sets it in the Slurm 25.11 root
+)
 
 
 def skip_without_real_pyslurm(why):
@@ -562,7 +841,10 @@ def real_pyslurm(cluster):
     conf = cluster.env["SLURM_CONF"]
     if slurm.pyslurm_version() is None:
         skip_without_real_pyslurm("pyslurm is not installed")
-    if "pyslurm" in sys.modules and getattr(sys.modules["pyslurm"], "_slurm_hooks_test_conf", None) != conf:
+    if (
+        "pyslurm" in sys.modules
+        and getattr(sys.modules["pyslurm"], "_slurm_hooks_test_conf", None) != conf
+    ):
         skip_without_real_pyslurm("pyslurm already imported against another slurm.conf")
     saved = os.environ.get("SLURM_CONF")
     os.environ["SLURM_CONF"] = conf
@@ -585,13 +867,19 @@ def make_backend(kind, cluster, request, **kw):
     if kind == "scontrol":
         return ScontrolBackend(env=cluster.env, **kw)
     kw.pop("timeout", None)
-    module = PyslurmDouble(cluster.env) if kind == "pyslurm-double" else request.getfixturevalue("real_pyslurm")
+    module = (
+        PyslurmDouble(cluster.env)
+        if kind == "pyslurm-double"
+        else request.getfixturevalue("real_pyslurm")
+    )
     return PyslurmBackend(module, message_timeout=cluster.message_timeout, **kw)
 
 
 @pytest.fixture(params=BACKEND_KINDS)
 def client(request, cluster):
-    c = SlurmClient(backend=make_backend(request.param, cluster, request, timeout=5.0, attempts=2, backoff=0.2))
+    c = SlurmClient(
+        backend=make_backend(request.param, cluster, request, timeout=5.0, attempts=2, backoff=0.2)
+    )
     c.kind = request.param
     yield c
     cluster.start_ctld()  # no-op unless a test stopped it
@@ -613,10 +901,12 @@ def _settled(client, name, pred, timeout=10.0):
 # state specified" (ESLURM_INVALID_NODE_STATE, 2028) up to 24.11, "Invalid node state transition"
 # (ESLURM_INVALID_NODE_STATE_TRANSITION, 2180) from 25.11 on. What they do with the Reason of a resumed
 # node: slurmcluster.RESUME_KEEPS_REASON.
-RESUME_OF_IDLE_ERROR = {(22, 5): (2028, "Invalid node state specified"),
-                        (24, 11): (2028, "Invalid node state specified"),
-                        (25, 11): (2180, "Invalid node state transition"),
-                        (26, 5): (2180, "Invalid node state transition")}
+RESUME_OF_IDLE_ERROR = {
+    (22, 5): (2028, "Invalid node state specified"),
+    (24, 11): (2028, "Invalid node state specified"),
+    (25, 11): (2180, "Invalid node state transition"),
+    (26, 5): (2180, "Invalid node state transition"),
+}
 
 
 def scontrol_reason(cluster, node="node1"):
@@ -659,8 +949,11 @@ def test_contract_drain_then_resume_round_trip(client, cluster, record_property)
 
 @pytest.mark.slurm
 def test_contract_unknown_node(client):
-    for call in (lambda: client.show_node("node99"), lambda: client.drain("node99", "r"),
-                 lambda: client.resume("node99")):
+    for call in (
+        lambda: client.show_node("node99"),
+        lambda: client.drain("node99", "r"),
+        lambda: client.resume("node99"),
+    ):
         with pytest.raises(NodeNotFound):
             call()
     assert client.calls == 3  # not retried
@@ -682,7 +975,9 @@ def test_contract_list_nodes_with_reasons(client, cluster):
     nodes = {n.name: n for n in client.list_nodes()}
     assert set(nodes) == {"node1", "node2", "node3"}
     assert nodes["node1"].reason == OUR and nodes["node1"].is_drained
-    assert nodes["node2"].reason == "slurm-hooks: gpu.count: other node" and nodes["node2"].is_drained
+    assert (
+        nodes["node2"].reason == "slurm-hooks: gpu.count: other node" and nodes["node2"].is_drained
+    )
     assert nodes["node2"].state == "DOWN" and nodes["node3"].state == "DOWN"
     assert client.calls == 3
 
@@ -703,7 +998,9 @@ def test_contract_controller_down_is_unavailable_in_bounded_time(client, cluster
 @pytest.mark.slurm
 def test_hung_controller_times_out_by_our_timeout(cluster):
     """SIGSTOPped slurmctld: connect succeeds, no answer; our per-call timeout ends it."""
-    client = SlurmClient(backend=ScontrolBackend(env=cluster.env, timeout=1.0, attempts=2, backoff=0.1))
+    client = SlurmClient(
+        backend=ScontrolBackend(env=cluster.env, timeout=1.0, attempts=2, backoff=0.1)
+    )
     cluster.sigstop_ctld()
     try:
         t0 = time.monotonic()
@@ -728,13 +1025,21 @@ def test_hung_controller_times_out_by_our_timeout(cluster):
 
 @pytest.fixture(params=("pyslurm-double", "pyslurm-real"))
 def pyslurm_api(request, cluster):
-    mod = PyslurmDouble(cluster.env) if request.param == "pyslurm-double" else request.getfixturevalue("real_pyslurm")
+    mod = (
+        PyslurmDouble(cluster.env)
+        if request.param == "pyslurm-double"
+        else request.getfixturevalue("real_pyslurm")
+    )
     yield mod
     cluster.sigcont_ctld()
     cluster.start_ctld()  # no-op unless a test stopped it
     for name in ("node1", "node2"):
         if "DRAIN" in cluster.node_state(name).split("+"):
-            cluster.scontrol("update", "NodeName=%s" % name, "State=%s" % ("RESUME" if name == "node1" else "UNDRAIN"))
+            cluster.scontrol(
+                "update",
+                "NodeName=%s" % name,
+                "State=%s" % ("RESUME" if name == "node1" else "UNDRAIN"),
+            )
     cluster.wait_state("node1", "IDLE", timeout=15)
 
 
@@ -743,7 +1048,9 @@ def test_pyslurm_api_version_matches_the_running_slurm(pyslurm_api, cluster):
     running = cluster.slurm_version()
     assert slurm.parse_version(pyslurm_api.__version__)[:2] == running, pyslurm_api.__version__
     assert tuple(pyslurm_api.slurm_api_version())[:2] == running
-    assert not callable(getattr(pyslurm_api, "version", None))  # 25.11: a submodule, not pyslurm.version()
+    assert not callable(
+        getattr(pyslurm_api, "version", None)
+    )  # 25.11: a submodule, not pyslurm.version()
     assert slurm.pyslurm_version(pyslurm_api) == pyslurm_api.__version__
 
 
@@ -751,8 +1058,12 @@ def test_pyslurm_api_version_matches_the_running_slurm(pyslurm_api, cluster):
 def test_pyslurm_api_node_load(pyslurm_api, cluster):
     n = pyslurm_api.Node.load("node1")
     assert (n.name, n.state, n.partitions) == ("node1", "IDLE", ["debug"])
-    assert n.reason == scontrol_reason(cluster)  # None unless an earlier drain left it (slurmcluster.RESUME_KEEPS_REASON)
-    other = pyslurm_api.Node.load("node3")  # defined, no slurmd: DOWN (+NOT_RESPONDING after the first ping)
+    assert n.reason == scontrol_reason(
+        cluster
+    )  # None unless an earlier drain left it (slurmcluster.RESUME_KEEPS_REASON)
+    other = pyslurm_api.Node.load(
+        "node3"
+    )  # defined, no slurmd: DOWN (+NOT_RESPONDING after the first ping)
     assert other.state in ("DOWN", "DOWN+NOT_RESPONDING") and isinstance(other.state, str)
 
 
@@ -762,7 +1073,9 @@ def test_pyslurm_api_drain_reads_back_exactly_and_resume(pyslurm_api, cluster):
     pyslurm_api.Node("node1").modify(pyslurm_api.Node(state="DRAIN", reason=OUR))
     n = pyslurm_api.Node.load("node1")
     assert (n.state, n.reason, n.reason_user) == ("IDLE+DRAIN", OUR, "root")
-    assert isinstance(n.reason_time, int) and before - 1 <= n.reason_time <= time.time() + 1, n.reason_time
+    assert isinstance(n.reason_time, int) and before - 1 <= n.reason_time <= time.time() + 1, (
+        n.reason_time
+    )
     nodes = pyslurm_api.Nodes.load()
     assert nodes["node1"].reason == OUR and nodes["node1"].state == "IDLE+DRAIN"
     t0 = time.monotonic()
@@ -776,15 +1089,21 @@ def test_pyslurm_api_drain_reads_back_exactly_and_resume(pyslurm_api, cluster):
     seen = list(dict.fromkeys(states))
     assert seen in (["IDLE+NOT_RESPONDING", "IDLE"], ["IDLE"]), seen
     assert pyslurm_api.Node.load("node1").reason in cluster.reasons_after_resume(OUR)
-    print("[%s] RESUME -> %s in %.2fs" % (type(pyslurm_api).__name__, " -> ".join(seen), time.monotonic() - t0))
+    print(
+        "[%s] RESUME -> %s in %.2fs"
+        % (type(pyslurm_api).__name__, " -> ".join(seen), time.monotonic() - t0)
+    )
 
 
 @pytest.mark.slurm
 def test_pyslurm_api_errors_are_rpc_errors(pyslurm_api, cluster):
     with pytest.raises(pyslurm_api.RPCError) as err:
         pyslurm_api.Node.load("node99")
-    assert (err.value.errno, err.value.msg, str(err.value)) == (-1, "Node 'node99' does not exist",
-                                                                  "Node 'node99' does not exist")
+    assert (err.value.errno, err.value.msg, str(err.value)) == (
+        -1,
+        "Node 'node99' does not exist",
+        "Node 'node99' does not exist",
+    )
     assert isinstance(err.value, pyslurm_api.PyslurmError)
     for state, reason in (("DRAIN", "r"), ("RESUME", None)):
         with pytest.raises(pyslurm_api.RPCError) as err:
@@ -803,7 +1122,10 @@ def test_pyslurm_api_rejects_bad_changes_before_any_rpc(pyslurm_api):
     rpcs = getattr(pyslurm_api, "rpcs", None)
     with pytest.raises(ValueError, match="^Invalid Node state: BOGUS$"):
         pyslurm_api.Node(state="BOGUS")
-    with pytest.raises(AttributeError, match="attribute 'partitions' of 'pyslurm.core.node.Node' objects is not writable"):
+    with pytest.raises(
+        AttributeError,
+        match="attribute 'partitions' of 'pyslurm.core.node.Node' objects is not writable",
+    ):
         pyslurm_api.Node(partitions=["debug"])
     with pytest.raises(KeyError):
         pyslurm_api.Node(frobnicate=1)
@@ -829,7 +1151,10 @@ def test_pyslurm_api_controller_stopped_or_hung(pyslurm_api, cluster):
     with pytest.raises(pyslurm_api.RPCError) as err:
         pyslurm_api.Node.load("node1")
     stopped = time.monotonic() - t0
-    assert (err.value.errno, err.value.msg) == (1800, "Unable to contact slurm controller (connect failure)")
+    assert (err.value.errno, err.value.msg) == (
+        1800,
+        "Unable to contact slurm controller (connect failure)",
+    )
     cluster.start_ctld()
     cluster.sigstop_ctld()
     try:
@@ -840,12 +1165,17 @@ def test_pyslurm_api_controller_stopped_or_hung(pyslurm_api, cluster):
     finally:
         cluster.sigcont_ctld()
     assert (err.value.errno, err.value.msg) == (5004, "Socket timed out on send/recv operation")
-    print("[%s] stopped: RPCError after %.2fs, hung: after %.2fs" % (type(pyslurm_api).__name__, stopped, hung))
+    print(
+        "[%s] stopped: RPCError after %.2fs, hung: after %.2fs"
+        % (type(pyslurm_api).__name__, stopped, hung)
+    )
     assert stopped < 4 * cluster.message_timeout and hung < 4 * cluster.message_timeout
 
 
 def _python(code, env, timeout):
-    return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=timeout
+    )
 
 
 @pytest.mark.slurm
@@ -857,22 +1187,27 @@ def test_real_pyslurm_import_needs_a_readable_slurm_conf(tmp_path):
         skip_without_real_pyslurm("pyslurm is not installed")
     missing = str(tmp_path / "missing" / "slurm.conf")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "PYSLURM_"))}
-    res = _python("import pyslurm; print(pyslurm.__version__)",
-                  dict(env, SLURM_CONF=missing, PYSLURM_DISABLE_AUTO_INIT="1"), timeout=60)
+    res = _python(
+        "import pyslurm; print(pyslurm.__version__)",
+        dict(env, SLURM_CONF=missing, PYSLURM_DISABLE_AUTO_INIT="1"),
+        timeout=60,
+    )
     assert res.returncode == 0 and res.stdout.strip() == slurm.pyslurm_version(), res.stderr
     try:
         res = _python("import pyslurm; print('imported')", dict(env, SLURM_CONF=missing), timeout=4)
         assert res.returncode != 0 and "imported" not in res.stdout, (res.stdout, res.stderr)
     except subprocess.TimeoutExpired as exc:  # still retrying: that is the 60 s wait
         assert b"cannot stat file" in (exc.stderr or b""), exc.stderr
-    probe = ("import sys, time\n"
-             "from slurm_hooks.slurm.client import PyslurmBackend, SlurmUnavailable, choose_backend\n"
-             "backend, why = choose_backend('auto')\n"
-             "t0 = time.monotonic()\n"
-             "try:\n"
-             "    PyslurmBackend().show_node('node1')\n"
-             "except SlurmUnavailable as exc:\n"
-             "    print(backend.name, '|', why, '|', exc, '|', 'pyslurm' in sys.modules, '|', time.monotonic() - t0)\n")
+    probe = (
+        "import sys, time\n"
+        "from slurm_hooks.slurm.client import PyslurmBackend, SlurmUnavailable, choose_backend\n"
+        "backend, why = choose_backend('auto')\n"
+        "t0 = time.monotonic()\n"
+        "try:\n"
+        "    PyslurmBackend().show_node('node1')\n"
+        "except SlurmUnavailable as exc:\n"
+        "    print(backend.name, '|', why, '|', exc, '|', 'pyslurm' in sys.modules, '|', time.monotonic() - t0)\n"
+    )
     res = _python(probe, dict(env, SLURM_CONF=missing), timeout=60)
     assert res.returncode == 0, res.stderr
     name, why, error, imported, took = (x.strip() for x in res.stdout.split("|"))
@@ -888,16 +1223,21 @@ def test_real_pyslurm_import_needs_a_readable_slurm_conf(tmp_path):
 def prolog_cluster(slurm_cluster_factory, tmp_path_factory):  # noqa: F811
     d = tmp_path_factory.mktemp("prolog-drain")
     prolog = d / "prolog.sh"
-    c = slurm_cluster_factory("prolog-drain", nodes=("node1",), prolog=str(prolog),
-                              extra_conf="SchedulerParameters=bf_interval=1,nohold_on_prolog_fail")
+    c = slurm_cluster_factory(
+        "prolog-drain",
+        nodes=("node1",),
+        prolog=str(prolog),
+        extra_conf="SchedulerParameters=bf_interval=1,nohold_on_prolog_fail",
+    )
     flag = d / "DRAIN_FIRST"
     prolog.write_text(
         "#!/bin/sh\n"
         "if [ -e %(flag)s ]; then\n"
         "  SLURM_CONF=%(conf)s scontrol update NodeName=$SLURMD_NODENAME State=DRAIN "
-        "Reason=\"slurm-hooks: gpu.ecc: drained by prolog job $SLURM_JOB_ID\" || exit 3\n"
+        'Reason="slurm-hooks: gpu.ecc: drained by prolog job $SLURM_JOB_ID" || exit 3\n'
         "fi\n"
-        "exit 1\n" % {"flag": flag, "conf": c.conf})
+        "exit 1\n" % {"flag": flag, "conf": c.conf}
+    )
     prolog.chmod(0o755)
     c.drain_flag = flag
     return c
@@ -958,7 +1298,11 @@ def captured(version, name):
 
 
 def test_captures_cover_the_supported_versions():
-    assert {v.split(".")[0] + "." + v.split(".")[1] for v in VERSIONS} >= {"22.05", "24.11", "26.05"}, VERSIONS
+    assert {v.split(".")[0] + "." + v.split(".")[1] for v in VERSIONS} >= {
+        "22.05",
+        "24.11",
+        "26.05",
+    }, VERSIONS
 
 
 @pytest.mark.parametrize("version", VERSIONS)
@@ -968,7 +1312,12 @@ def test_captured_node_records_parse(version):
             assert node.known_state, (path, node.state_string)
             assert node.name in ("node1", "node2", "node3", "ext1"), (path, node.name)
     node = parse_node_line(captured(version, "show-node-drained-ours.txt"))
-    assert (node.state, node.flags, node.reason, node.reason_user) == ("IDLE", {"DRAIN"}, OURS_CAPTURED, "root")
+    assert (node.state, node.flags, node.reason, node.reason_user) == (
+        "IDLE",
+        {"DRAIN"},
+        OURS_CAPTURED,
+        "root",
+    )
     assert node.reason_epoch is not None
     node = parse_node_line(captured(version, "show-node-fail.txt"))
     assert node.is_failed and node.reason == "admin: DIMM errors"
@@ -982,7 +1331,12 @@ def test_captured_node_records_parse(version):
 def test_captured_reason_with_a_newline_does_not_forge_a_node(version):
     """Before: '... Reason=maint window [root@T]        NodeName=node9 State=IDLE' read as node9, idle."""
     node = parse_node_line(captured(version, "show-node-reason-newline.txt"))
-    assert (node.name, node.state, node.is_drained, node.reason) == ("node2", "DOWN", True, FORGED), node
+    assert (node.name, node.state, node.is_drained, node.reason) == (
+        "node2",
+        "DOWN",
+        True,
+        FORGED,
+    ), node
     names = [n.name for n in parse_nodes(captured(version, "show-nodes-reason-newline.txt"))]
     assert {"node1", "node2", "node3"} <= set(names) and "node9" not in names  # (26.05: and ext1)
 
@@ -1001,10 +1355,16 @@ def test_captured_error_texts_are_classified(version):
 def test_captured_hostnames_and_version(version):
     names = captured(version, "show-hostnames.txt").split()
     run = Script((0, captured(version, "show-hostnames.txt"), ""))
-    assert slurm.expand_hostlist("gpu[01-03,07],login1", runner=run) == names == \
-        ["gpu01", "gpu02", "gpu03", "gpu07", "login1"]
+    assert (
+        slurm.expand_hostlist("gpu[01-03,07],login1", runner=run)
+        == names
+        == ["gpu01", "gpu02", "gpu03", "gpu07", "login1"]
+    )
     assert run.argvs == [["scontrol", "show", "hostnames", "gpu[01-03,07],login1"]]
-    assert "%d.%02d" % slurm.parse_version(captured(version, "sinfo-version.txt"))[:2] == version.rsplit(".", 1)[0]
+    assert (
+        "%d.%02d" % slurm.parse_version(captured(version, "sinfo-version.txt"))[:2]
+        == version.rsplit(".", 1)[0]
+    )
 
 
 def test_captured_external_node_of_2605():
@@ -1024,7 +1384,10 @@ def test_what_slurm_keeps_after_resume_by_version():
         drained = parse_node_line(captured(version, "show-node-draining.txt"))
         if version.startswith(("24.11", "25.11")):
             assert kept.reason == OURS_CAPTURED and not kept.is_drained
-            assert (again.reason, again.reason_time) == (OURS_CAPTURED, drained.reason_time) and again.is_drained
+            assert (again.reason, again.reason_time) == (
+                OURS_CAPTURED,
+                drained.reason_time,
+            ) and again.is_drained
         else:
             assert kept.reason is None and again.reason == "Epilog error", (version, again)
 
@@ -1032,26 +1395,49 @@ def test_what_slurm_keeps_after_resume_by_version():
 # ---------------------------------------------------------------------------------------------
 # the parser against hand-written edge cases the captures do not show
 
-@pytest.mark.parametrize("line,reason,user,when", [
-    # a stamp-like text inside the reason's first line: Slurm's is the one followed by the end
-    ("NodeName=n1 State=IDLE+DRAIN Reason=x [bob@2024-01-01T00:00:00] y [root@2026-12-02T10:00:00]",
-     "x [bob@2024-01-01T00:00:00] y", "root", "2026-12-02T10:00:00"),
-    # further reason lines after eight spaces, then a trailing field
-    ("NodeName=n1 State=IDLE+DRAIN Reason=a [root@2026-12-02T10:00:00]        b State=IDLE        c Comment=z",
-     "a\nb State=IDLE\nc", "root", "2026-12-02T10:00:00"),
-    # a field a later release might print after the reason
-    ("NodeName=n1 State=IDLE+DRAIN Reason=a b [root@2026-12-02T10:00:00] NewField=1", "a b", "root",
-     "2026-12-02T10:00:00"),
-])
+
+@pytest.mark.parametrize(
+    "line,reason,user,when",
+    [
+        # a stamp-like text inside the reason's first line: Slurm's is the one followed by the end
+        (
+            "NodeName=n1 State=IDLE+DRAIN Reason=x [bob@2024-01-01T00:00:00] y [root@2026-12-02T10:00:00]",
+            "x [bob@2024-01-01T00:00:00] y",
+            "root",
+            "2026-12-02T10:00:00",
+        ),
+        # further reason lines after eight spaces, then a trailing field
+        (
+            "NodeName=n1 State=IDLE+DRAIN Reason=a [root@2026-12-02T10:00:00]        b State=IDLE        c Comment=z",
+            "a\nb State=IDLE\nc",
+            "root",
+            "2026-12-02T10:00:00",
+        ),
+        # a field a later release might print after the reason
+        (
+            "NodeName=n1 State=IDLE+DRAIN Reason=a b [root@2026-12-02T10:00:00] NewField=1",
+            "a b",
+            "root",
+            "2026-12-02T10:00:00",
+        ),
+    ],
+)
 def test_reason_edges(line, reason, user, when):
     node = parse_node_line(line)
     assert (node.name, node.state_string, node.reason, node.reason_user, node.reason_time) == (
-        "n1", "IDLE+DRAIN", reason, user, when)
+        "n1",
+        "IDLE+DRAIN",
+        reason,
+        user,
+        when,
+    )
 
 
 def test_fields_after_the_reason_never_rename_or_restate_a_node():
-    node = parse_node_line("NodeName=n1 State=IDLE+DRAIN Partitions=p Reason=x [root@2026-12-02T10:00:00]        "
-                           "NodeName=n9 State=IDLE Partitions=q")
+    node = parse_node_line(
+        "NodeName=n1 State=IDLE+DRAIN Partitions=p Reason=x [root@2026-12-02T10:00:00]        "
+        "NodeName=n9 State=IDLE Partitions=q"
+    )
     assert (node.name, node.state_string, node.partitions) == ("n1", "IDLE+DRAIN", ("p",))
 
 
@@ -1073,7 +1459,9 @@ def test_missing_scontrol_is_not_an_unreachable_controller():
     with pytest.raises(slurm.SlurmClientMissing, match="cannot run scontrol"):
         ScontrolBackend(runner=run).show_node("node1")
     with pytest.raises(slurm.SlurmClientMissing):
-        slurm.expand_hostlist("gpu[1-2]", runner=Script(FileNotFoundError(2, "No such file", "scontrol")))
+        slurm.expand_hostlist(
+            "gpu[1-2]", runner=Script(FileNotFoundError(2, "No such file", "scontrol"))
+        )
 
 
 @pytest.mark.parametrize("text", ["", "a b", "gpu[1-2];reboot", "$(id)", "-x"])
@@ -1084,9 +1472,18 @@ def test_hostlist_refuses_non_hostlists_before_running_anything(text):
 
 def test_resume_with_a_reason_is_one_request():
     run = Script((0, "", ""))
-    SlurmClient(backend=ScontrolBackend(runner=run)).resume("node1", "resumed by slurm-hooks: gpu.ecc passed")
-    assert run.argvs == [["scontrol", "update", "NodeName=node1", "State=RESUME",
-                          "Reason=resumed by slurm-hooks: gpu.ecc passed"]]
+    SlurmClient(backend=ScontrolBackend(runner=run)).resume(
+        "node1", "resumed by slurm-hooks: gpu.ecc passed"
+    )
+    assert run.argvs == [
+        [
+            "scontrol",
+            "update",
+            "NodeName=node1",
+            "State=RESUME",
+            "Reason=resumed by slurm-hooks: gpu.ecc passed",
+        ]
+    ]
 
 
 def test_client_budget_bounds_every_request():

@@ -11,6 +11,7 @@ slurmctld is merely slow, the drain lands and the prolog exits 1 (slurm-hooks' 1
 munge: this module runs its OWN munged on a private socket (slurm.conf AuthInfo=socket=...), so
 stopping it never disturbs the machine's munged or other Slurm tests; it is restarted afterwards.
 """
+
 from __future__ import annotations
 
 import os
@@ -38,7 +39,9 @@ class PrivateMunge:
         import grp
         import pwd
 
-        self.dir = Path(tempfile.mkdtemp(prefix="slurm-hooks-munge-"))  # /tmp: the munge user must reach it
+        self.dir = Path(
+            tempfile.mkdtemp(prefix="slurm-hooks-munge-")
+        )  # /tmp: the munge user must reach it
         self.socket = self.dir / "munge.socket"
         uid, gid = pwd.getpwnam("munge").pw_uid, grp.getgrnam("munge").gr_gid
         os.chmod(self.dir, 0o755)
@@ -50,9 +53,19 @@ class PrivateMunge:
         self.pid = None
 
     def start(self) -> None:
-        argv = ["runuser", "-u", "munge", "--", find_binary("munged") or "munged", "--socket=%s" % self.socket,
-                "--key-file=%s" % (self.dir / "munge.key"), "--pid-file=%s" % (self.dir / "munged.pid"),
-                "--log-file=%s" % (self.dir / "munged.log"), "--seed-file=%s" % (self.dir / "munged.seed"), "--force"]
+        argv = [
+            "runuser",
+            "-u",
+            "munge",
+            "--",
+            find_binary("munged") or "munged",
+            "--socket=%s" % self.socket,
+            "--key-file=%s" % (self.dir / "munge.key"),
+            "--pid-file=%s" % (self.dir / "munged.pid"),
+            "--log-file=%s" % (self.dir / "munged.log"),
+            "--seed-file=%s" % (self.dir / "munged.seed"),
+            "--force",
+        ]
         subprocess.run(argv, check=True, capture_output=True, timeout=15)  # daemonizes
         deadline = time.monotonic() + 10
         while not self.ok():
@@ -61,9 +74,19 @@ class PrivateMunge:
         self.pid = int((self.dir / "munged.pid").read_text())
 
     def ok(self) -> bool:
-        cred = subprocess.run(["munge", "-n", "-S", str(self.socket)], capture_output=True, timeout=5)
-        return cred.returncode == 0 and subprocess.run(["unmunge", "-S", str(self.socket)], input=cred.stdout,
-                                                       capture_output=True, timeout=5).returncode == 0
+        cred = subprocess.run(
+            ["munge", "-n", "-S", str(self.socket)], capture_output=True, timeout=5
+        )
+        return (
+            cred.returncode == 0
+            and subprocess.run(
+                ["unmunge", "-S", str(self.socket)],
+                input=cred.stdout,
+                capture_output=True,
+                timeout=5,
+            ).returncode
+            == 0
+        )
 
     def stop(self) -> None:
         if self.pid is None:
@@ -94,7 +117,9 @@ def munge():
 
 @pytest.fixture(scope="module")
 def rig(tmp_path_factory, munge):
-    r = start_rig(tmp_path_factory.mktemp("slurmfaults"), extra_conf="AuthInfo=socket=%s" % munge.socket)
+    r = start_rig(
+        tmp_path_factory.mktemp("slurmfaults"), extra_conf="AuthInfo=socket=%s" % munge.socket
+    )
     yield r
     r.stop()
 
@@ -117,7 +142,9 @@ def assert_pending_then_delivered(hooks, restore) -> None:
     rc, _, err = hooks.run_health()
     level, kv = hooks.wait_decision("health")
     assert (rc, kv["outcome"]) == (1, "drained"), (kv, err)
-    assert is_drained(hooks.cluster.node_state("node1")) and ctld_reason(hooks.cluster) == kv["reason"]
+    assert (
+        is_drained(hooks.cluster.node_state("node1")) and ctld_reason(hooks.cluster) == kv["reason"]
+    )
     assert "pending" not in hooks.local_state()
 
 
@@ -131,7 +158,9 @@ def test_slurmctld_down(hooks):
     rc, seconds, err = hooks.run_prolog()
     report("prolog, slurmctld down, [drain] timeout 2 s x 2", seconds)
     assert rc == 0 and "Traceback" not in err, err
-    assert seconds < unreachable_slurm_cost(2.0, 2, message_timeout=c.message_timeout)[0] + CHECKS_S, seconds
+    assert (
+        seconds < unreachable_slurm_cost(2.0, 2, message_timeout=c.message_timeout)[0] + CHECKS_S
+    ), seconds
     level, kv = hooks.wait_decision("prolog", DIRECT_JOB_ID)
     assert (level, kv["decision"], kv["outcome"]) == ("ERROR", "drain", "slurm-unavailable"), kv
     assert_pending_then_delivered(hooks, c.start_ctld)
@@ -178,6 +207,7 @@ def test_munge_down(hooks, munge):
 # ------------------------------------------------------------------------------------------------
 # found while writing the above (in-process, no Slurm needed)
 
+
 def test_health_forgets_an_undelivered_drain_without_asking_slurm(tmp_path):
     from slurm_hooks.core.config import validate
     from slurm_hooks.hooks import run_hook
@@ -194,17 +224,33 @@ def test_health_forgets_an_undelivered_drain_without_asking_slurm(tmp_path):
     def demo(params):
         """FAIL while the verdict file says 'broken'."""
         if verdict.read_text() == "broken":
-            return Result("demo.gpu", Status.FAIL, "GPU lost", component="gpu:0", action=Action.REBOOT)
+            return Result(
+                "demo.gpu", Status.FAIL, "GPU lost", component="gpu:0", action=Action.REBOOT
+            )
         return Result("demo.gpu", Status.OK, "fine")
 
-    config = validate(reg, {"paths": {"state_dir": str(tmp_path / "state"), "log_file": "", "syslog": False},
-                            "records": {"enabled": False}})
+    config = validate(
+        reg,
+        {
+            "paths": {"state_dir": str(tmp_path / "state"), "log_file": "", "syslog": False},
+            "records": {"enabled": False},
+        },
+    )
     backend = cluster()
     backend.down = True
-    prolog = run_hook("prolog", reg, config, {"SLURM_JOB_ID": "7", "SLURMD_NODENAME": "node1"},
-                      client=SlurmClient(backend))
-    assert prolog.enacted.outcome.value == "slurm-unavailable"  # the drain could not be delivered: pending
+    prolog = run_hook(
+        "prolog",
+        reg,
+        config,
+        {"SLURM_JOB_ID": "7", "SLURMD_NODENAME": "node1"},
+        client=SlurmClient(backend),
+    )
+    assert (
+        prolog.enacted.outcome.value == "slurm-unavailable"
+    )  # the drain could not be delivered: pending
     verdict.write_text("repaired")
     calls = backend.calls
-    health = run_hook("health", reg, config, {"SLURMD_NODENAME": "node1"}, client=SlurmClient(backend))
+    health = run_hook(
+        "health", reg, config, {"SLURMD_NODENAME": "node1"}, client=SlurmClient(backend)
+    )
     assert health.exit_code == 0 and backend.calls == calls

@@ -11,6 +11,7 @@ node that is not drained (the error text changed in 26.05); an unknown node; hos
 slurmctld's own drain of a node that still carries an old reason (Epilog error after a resume while
 the job ran: the old reason, time and user stay); 26.05's EXTERNAL node state.
 """
+
 from __future__ import annotations
 
 import re
@@ -40,7 +41,9 @@ FORGED = "maint window\nNodeName=node9 State=IDLE Partitions=debug"
 
 
 def slurm_version():
-    out = subprocess.run([find_binary("slurmctld") or "slurmctld", "-V"], capture_output=True, text=True).stdout
+    out = subprocess.run(
+        [find_binary("slurmctld") or "slurmctld", "-V"], capture_output=True, text=True
+    ).stdout
     return parse_version(out)
 
 
@@ -58,8 +61,13 @@ def rig(tmp_path_factory):
     extra = ""
     if version >= (26, 5, 0):  # State=EXTERNAL is new in 26.05 (src/common/node_conf.c)
         extra = "NodeName=ext1 NodeAddr=127.0.0.1 CPUs=1 RealMemory=100 State=EXTERNAL"
-    cluster = SlurmCluster(base / "cluster", nodes=("node1", "node2", "node3"), epilog=str(epilog),
-                           extra_conf=extra, message_timeout=5)
+    cluster = SlurmCluster(
+        base / "cluster",
+        nodes=("node1", "node2", "node3"),
+        epilog=str(epilog),
+        extra_conf=extra,
+        message_timeout=5,
+    )
     cluster.start()
     cluster.flag, cluster.captures, cluster.version = flag, captures, version
     print("\n[slurm captures] Slurm %s -> %s" % (".".join(map(str, version)), captures))
@@ -71,8 +79,13 @@ def scontrol(rig, *args):
     """(rc, stdout, stderr) of scontrol with the drain library's client environment (UTC, ISO times)."""
     from slurm_hooks.slurm.client import client_env
 
-    res = subprocess.run([find_binary("scontrol") or "scontrol"] + list(args), env=client_env(rig.env),
-                         capture_output=True, text=True, timeout=30)
+    res = subprocess.run(
+        [find_binary("scontrol") or "scontrol"] + list(args),
+        env=client_env(rig.env),
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     return res.returncode, res.stdout, res.stderr
 
 
@@ -101,7 +114,10 @@ def test_our_drain_reads_back_exactly(rig):
     node = parse_node_line(line)
     assert node.is_drained and node.reason == OURS and node.reason_user == "root", node
     now = time.time()
-    assert node.reason_epoch is not None and abs(node.reason_epoch - now) < 30, (node.reason_time, now)  # UTC
+    assert node.reason_epoch is not None and abs(node.reason_epoch - now) < 30, (
+        node.reason_time,
+        now,
+    )  # UTC
     assert policy.read_reason(node.reason, "slurm-hooks:").checks == ("gpu.count",)
     rc, _, err = scontrol(rig, "update", "NodeName=node1", "State=RESUME")
     assert rc == 0, err
@@ -125,20 +141,33 @@ def test_a_reason_with_a_newline_cannot_forge_a_node(rig):
 
 
 def test_an_admins_fail_state(rig):
-    rc, _, err = scontrol(rig, "update", "NodeName=node3", "State=FAIL", "Reason=admin: DIMM errors")
+    rc, _, err = scontrol(
+        rig, "update", "NodeName=node3", "State=FAIL", "Reason=admin: DIMM errors"
+    )
     assert rc == 0, err
     node = parse_node_line(show(rig, "node3", "show-node-fail.txt"))
     assert node.is_failed and node.reason == "admin: DIMM errors" and node.known_state, node
     enacted = drainer.drain(client(rig), "node3", OURS, _settings())
     assert enacted.outcome is drainer.Outcome.SKIPPED_STATE and "FAIL" in enacted.message
     assert parse_node_line(show(rig, "node3")).reason == "admin: DIMM errors"
-    scontrol(rig, "update", "NodeName=node3", "State=DOWN", "Reason=back to down")  # as the fixture had it
+    scontrol(
+        rig, "update", "NodeName=node3", "State=DOWN", "Reason=back to down"
+    )  # as the fixture had it
     scontrol(rig, "update", "NodeName=node3", "State=UNDRAIN")
 
 
 def test_a_maint_reservation(rig):
-    rc, out, err = scontrol(rig, "create", "reservation", "ReservationName=maint1", "Flags=MAINT", "Nodes=node1",
-                            "StartTime=now", "Duration=10", "Users=root")
+    rc, out, err = scontrol(
+        rig,
+        "create",
+        "reservation",
+        "ReservationName=maint1",
+        "Flags=MAINT",
+        "Nodes=node1",
+        "StartTime=now",
+        "Duration=10",
+        "Users=root",
+    )
     assert rc == 0, err
     try:
         deadline = time.monotonic() + 10
@@ -175,7 +204,9 @@ def test_resume_errors_and_what_resume_leaves(rig):
     rig.wait_state("node1", "IDLE", timeout=15)
     node = parse_node_line(show(rig, "node1", "show-node-resumed-with-reason.txt"))
     # 22.05/26.05 clear it; 24.11/25.11 with accounting_storage/none keep it (the reason we sent, not ours)
-    assert node.reason == (drainer.UNDONE_REASON if keeps_reason_after_resume(rig.version) else None), node
+    assert node.reason == (
+        drainer.UNDONE_REASON if keeps_reason_after_resume(rig.version) else None
+    ), node
     assert not policy.is_ours(node.reason, "slurm-hooks:")
 
 
@@ -214,7 +245,11 @@ def test_slurm_keeps_an_old_reason_when_it_drains_a_node_itself(rig):
         rig.flag.unlink()
     assert "DRAIN" in state
     if keeps_reason_after_resume(rig.version):
-        assert (again.reason, again.reason_time, again.reason_user) == (OURS, drained.reason_time, "root"), again
+        assert (again.reason, again.reason_time, again.reason_user) == (
+            OURS,
+            drained.reason_time,
+            "root",
+        ), again
     else:
         assert again.reason == "Epilog error", again
     log = (rig.log / "slurmctld.log").read_text()
@@ -237,7 +272,9 @@ def test_hostlists_expand_as_slurm_does(rig):
 
 def test_external_nodes_of_2605(rig):
     if rig.version < (26, 5, 0):
-        pytest.skip("State=EXTERNAL exists from Slurm 26.05 (this is %s)" % ".".join(map(str, rig.version)))
+        pytest.skip(
+            "State=EXTERNAL exists from Slurm 26.05 (this is %s)" % ".".join(map(str, rig.version))
+        )
     node = parse_node_line(show(rig, "ext1", "show-node-external.txt"))
     assert "EXTERNAL" in node.flags and node.known_state, node
     enacted = drainer.drain(client(rig), "ext1", OURS, _settings())
@@ -245,8 +282,9 @@ def test_external_nodes_of_2605(rig):
 
 
 def test_version_string(rig):
-    out = subprocess.run([find_binary("sinfo") or "sinfo", "--version"], env=rig.env, capture_output=True,
-                         text=True).stdout
+    out = subprocess.run(
+        [find_binary("sinfo") or "sinfo", "--version"], env=rig.env, capture_output=True, text=True
+    ).stdout
     capture(rig, "sinfo-version.txt", out)
     assert parse_version(out)[:2] == rig.version[:2]
 
@@ -254,7 +292,9 @@ def test_version_string(rig):
 def _settings():
     from slurm_hooks.core.config import SECTIONS
 
-    return {section: {k: s.default for k, s in schema.items()} for section, schema in SECTIONS.items()}
+    return {
+        section: {k: s.default for k, s in schema.items()} for section, schema in SECTIONS.items()
+    }
 
 
 def test_captures_written(rig):

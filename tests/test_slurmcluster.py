@@ -1,4 +1,5 @@
 """The throw-away Slurm cluster fixture works, and what it shows about Slurm is recorded here."""
+
 from __future__ import annotations
 
 import os
@@ -26,14 +27,20 @@ def cluster(slurm_cluster_factory, tmp_path_factory):  # noqa: F811
     for name in PROLOG_NAMES:  # each appends its name and dumps the environment
         p = d / "prolog.d" / name
         p.parent.mkdir(exist_ok=True)
-        p.write_text("#!/bin/sh\necho %s >> %s/order.$SLURM_JOB_ID\nenv | sort > %s/%s.$SLURM_JOB_ID.env\n"
-                     % (name, out, out, name))
+        p.write_text(
+            "#!/bin/sh\necho %s >> %s/order.$SLURM_JOB_ID\nenv | sort > %s/%s.$SLURM_JOB_ID.env\n"
+            % (name, out, out, name)
+        )
         p.chmod(0o755)
     epilog = d / "epilog.sh"
     epilog.write_text("#!/bin/sh\nenv | sort > %s/epilog.$SLURM_JOB_ID.env\n" % out)
     epilog.chmod(0o755)
-    c = slurm_cluster_factory("fixture", nodes=("node1", "node2", "node3"),
-                              prolog=str(d / "prolog.d" / "*"), epilog=str(epilog))
+    c = slurm_cluster_factory(
+        "fixture",
+        nodes=("node1", "node2", "node3"),
+        prolog=str(d / "prolog.d" / "*"),
+        epilog=str(epilog),
+    )
     c.hook_out = out
     return c
 
@@ -56,7 +63,9 @@ def test_extra_nodes_have_no_slurmd_and_can_be_drained(cluster):
     'other nodes already drained by us' for the circuit breaker."""
     st = cluster.node_state("node2")
     assert st.split("+")[0] == "DOWN", st
-    cluster.scontrol("update", "NodeName=node2", "State=DRAIN", "Reason=slurm-hooks: gpu.ecc: simulated")
+    cluster.scontrol(
+        "update", "NodeName=node2", "State=DRAIN", "Reason=slurm-hooks: gpu.ecc: simulated"
+    )
     st = cluster.node_state("node2")
     assert set(st.split("+")) >= {"DOWN", "DRAIN"}, st
     assert cluster.node_reason("node2").startswith("slurm-hooks: gpu.ecc: simulated [root@")
@@ -74,9 +83,14 @@ def test_batch_job_with_gpus_runs_prolog_glob_in_reverse_order(cluster):
     assert cluster.wait_job(job, ("COMPLETED",), timeout=30) == "COMPLETED"
     out = cluster.hook_out
     order = (out / ("order.%d" % job)).read_text().split()
-    assert order == sorted(PROLOG_NAMES, reverse=True)  # Prolog=/dir/prolog.d/* : reverse alphabetical
-    env = dict(line.split("=", 1) for line in (out / ("10-first.%d.env" % job)).read_text().splitlines()
-               if "=" in line)
+    assert order == sorted(
+        PROLOG_NAMES, reverse=True
+    )  # Prolog=/dir/prolog.d/* : reverse alphabetical
+    env = dict(
+        line.split("=", 1)
+        for line in (out / ("10-first.%d.env" % job)).read_text().splitlines()
+        if "=" in line
+    )
     assert env["SLURM_JOB_GPUS"] == "0,1"
     assert env["CUDA_VISIBLE_DEVICES"] == "0,1"
     assert env["SLURM_SCRIPT_CONTEXT"] == "prolog_slurmd"
@@ -91,7 +105,9 @@ def test_batch_job_with_gpus_runs_prolog_glob_in_reverse_order(cluster):
 
 @pytest.mark.slurm
 def test_restart_and_sigstop_controller_keep_drain(cluster):
-    cluster.scontrol("update", "NodeName=node1", "State=DRAIN", "Reason=slurm-hooks: kept over restart")
+    cluster.scontrol(
+        "update", "NodeName=node1", "State=DRAIN", "Reason=slurm-hooks: kept over restart"
+    )
     t0 = time.monotonic()
     cluster.restart_ctld()
     restart = time.monotonic() - t0
@@ -118,10 +134,24 @@ def test_require_slurm_skips_or_fails(monkeypatch):
 
 
 def test_config_text(monkeypatch, tmp_path):
-    monkeypatch.setattr(slurmcluster, "_HW_CACHE", {"CPUs": "4", "Boards": "1", "SocketsPerBoard": "1",
-                                                    "CoresPerSocket": "4", "ThreadsPerCore": "1"})
-    c = SlurmCluster(tmp_path, nodes=("node1", "node2"), prolog="/p/prolog.d/*", health_check="/bin/true",
-                     extra_conf="SchedulerParameters=nohold_on_prolog_fail")
+    monkeypatch.setattr(
+        slurmcluster,
+        "_HW_CACHE",
+        {
+            "CPUs": "4",
+            "Boards": "1",
+            "SocketsPerBoard": "1",
+            "CoresPerSocket": "4",
+            "ThreadsPerCore": "1",
+        },
+    )
+    c = SlurmCluster(
+        tmp_path,
+        nodes=("node1", "node2"),
+        prolog="/p/prolog.d/*",
+        health_check="/bin/true",
+        extra_conf="SchedulerParameters=nohold_on_prolog_fail",
+    )
     text = c.slurm_conf_text()
     assert "Prolog=/p/prolog.d/*\n" in text and "Epilog=" not in text
     assert "SlurmctldPort=%d\n" % c.ctld_port in text and "SlurmdPort=%d\n" % c.slurmd_port in text

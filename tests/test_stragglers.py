@@ -3,6 +3,7 @@
 The numbers are made up for each property; the detection on a whole synthetic fleet is in
 tests/test_fleet_report.py and bench/fleet_synth.py.
 """
+
 from __future__ import annotations
 
 import random
@@ -23,19 +24,27 @@ def job(values, metric=HW, **common):
 
 
 def flagged(flags, metric=None):
-    return sorted(node for node, found in flags.items() if any(metric is None or f.metric == metric for f in found))
+    return sorted(
+        node
+        for node, found in flags.items()
+        if any(metric is None or f.metric == metric for f in found)
+    )
 
 
 def test_leave_one_out_equals_the_naive_median_and_mad_of_the_others():
     rng = random.Random(4)
     for size in list(range(2, 12)) + [31, 64, 257]:
         for _ in range(20):
-            values = [float(rng.choice([0, 0, 1, 2, 3, rng.random()])) for _ in range(size)]  # many ties
+            values = [
+                float(rng.choice([0, 0, 1, 2, 3, rng.random()])) for _ in range(size)
+            ]  # many ties
             for i, (median, mad) in enumerate(stragglers.leave_one_out(values)):
-                others = values[:i] + values[i + 1:]
+                others = values[:i] + values[i + 1 :]
                 want_median = statistics.median(others)
                 assert median == pytest.approx(want_median), (values, i)
-                assert mad == pytest.approx(statistics.median(abs(v - want_median) for v in others)), (values, i)
+                assert mad == pytest.approx(
+                    statistics.median(abs(v - want_median) for v in others)
+                ), (values, i)
 
 
 def test_one_extreme_node_does_not_drag_the_baseline_of_a_moderately_slow_one():
@@ -51,25 +60,35 @@ def test_the_baseline_never_includes_the_node_itself():
     """Two slow nodes of four: with itself in its baseline (median 0.25, MAD 0.15) neither stands out."""
     flags = score_job(job([0.10, 0.10, 0.40, 0.40]), 4, 6.0)
     assert flagged(flags) == ["n02", "n03"]
-    assert flags["n02"][0].median == pytest.approx(0.10) and flags["n02"][0].z == pytest.approx(12.0)
+    assert flags["n02"][0].median == pytest.approx(0.10) and flags["n02"][0].z == pytest.approx(
+        12.0
+    )
 
 
 def test_identical_peers_do_not_make_an_infinite_z():
     """MAD 0: the scale falls back to the metric's floor (absolute, or relative to the median)."""
     assert flagged(score_job(job([0.0, 0.0, 0.0, 1e-9]), 4, 6.0)) == []
     assert flagged(score_job(job([500.0, 500.0, 500.0, 499.0], POWER), 4, 6.0)) == []
-    flags = score_job(job([500.0, 500.0, 500.0, 350.0], POWER), 4, 6.0)  # 30 % less: 7.5 x (4 % of 500)
+    flags = score_job(
+        job([500.0, 500.0, 500.0, 350.0], POWER), 4, 6.0
+    )  # 30 % less: 7.5 x (4 % of 500)
     assert flagged(flags) == ["n03"] and flags["n03"][0].z == pytest.approx(7.5)
 
 
 def test_only_the_bad_direction_counts():
-    assert flagged(score_job(job([400.0, 400.0, 400.0, 650.0], POWER), 4, 6.0)) == []  # more power: not slow
-    assert flagged(score_job(job([1e6, 1e6, 1e6, 1.0], WAIT), 4, 6.0)) == []  # fewer stalls: not slow
+    assert (
+        flagged(score_job(job([400.0, 400.0, 400.0, 650.0], POWER), 4, 6.0)) == []
+    )  # more power: not slow
+    assert (
+        flagged(score_job(job([1e6, 1e6, 1e6, 1.0], WAIT), 4, 6.0)) == []
+    )  # fewer stalls: not slow
     assert flagged(score_job(job([1e5, 1e5, 1e5, 9e5], WAIT), 4, 6.0)) == ["n03"]
 
 
 def test_jobs_that_do_not_use_the_gpus_are_not_scored_on_power():
-    assert flagged(score_job(job([30.0, 30.0, 30.0, 0.5], POWER), 4, 6.0)) == []  # idle GPUs: says nothing
+    assert (
+        flagged(score_job(job([30.0, 30.0, 30.0, 0.5], POWER), 4, 6.0)) == []
+    )  # idle GPUs: says nothing
 
 
 def test_a_metric_is_scored_among_the_nodes_that_have_it():
@@ -89,10 +108,22 @@ def test_values_that_are_not_finite_numbers_are_ignored(bad):
 
 
 def test_every_contract_metric_has_a_direction_and_sane_floors():
-    contract = {"throttle_frac.hw_slowdown", "throttle_frac.thermal", "throttle_frac.power",
-                "throttle_frac.power_brake", "throttle_frac.sync_boost", "gpu_power_w.mean", "gpu_power_w.min",
-                "pcie_replays_per_h", "nvlink_errors_per_h", "ib_xmit_wait_per_s", "ib_xmit_bytes_per_s",
-                "ib_rcv_bytes_per_s", "foreign_cpu_frac", "cpu_steal_frac"}
+    contract = {
+        "throttle_frac.hw_slowdown",
+        "throttle_frac.thermal",
+        "throttle_frac.power",
+        "throttle_frac.power_brake",
+        "throttle_frac.sync_boost",
+        "gpu_power_w.mean",
+        "gpu_power_w.min",
+        "pcie_replays_per_h",
+        "nvlink_errors_per_h",
+        "ib_xmit_wait_per_s",
+        "ib_xmit_bytes_per_s",
+        "ib_rcv_bytes_per_s",
+        "foreign_cpu_frac",
+        "cpu_steal_frac",
+    }
     assert set(METRIC_BY_NAME) == contract
     for metric in stragglers.METRICS:
         assert metric.worse in (1, -1) and metric.floor > 0 and 0 < metric.relative < 1, metric
@@ -113,8 +144,16 @@ def test_a_large_job_is_scored_exactly_and_quickly():
 
 # -- windows ------------------------------------------------------------------------------------
 
+
 def mark(i, *metrics, user="alice"):
-    return JobMark(str(i), float(i), 8, user, tuple(stragglers.Flag(m, 9.0, 1.0, 0.0, 7) for m in metrics), float(i))
+    return JobMark(
+        str(i),
+        float(i),
+        8,
+        user,
+        tuple(stragglers.Flag(m, 9.0, 1.0, 0.0, 7) for m in metrics),
+        float(i),
+    )
 
 
 def test_k_of_the_last_m_jobs():

@@ -5,6 +5,7 @@ one shared records directory; one of them has a GPU in HW slowdown and an Infini
 The nodes are tests/prolog_rig.py's harness (as in test_perf.py: a fake GPU node, the installed hook scripts
 pointed at this checkout, a fake scontrol), each with its own SLURMD_NODENAME.
 """
+
 from __future__ import annotations
 
 import json
@@ -36,14 +37,28 @@ class NamedNode(Prolog):
 
     def write_config(self, on_timeout):
         super().write_config(on_timeout)
-        self.config.write_text(self.config.read_text().replace("snapshot_timeout = 1.0", "snapshot_timeout = 20.0"))
+        self.config.write_text(
+            self.config.read_text().replace("snapshot_timeout = 1.0", "snapshot_timeout = 20.0")
+        )
 
     def run(self, label="", kind="prolog"):
-        env = {"SLURM_JOB_ID": JOB, "SLURM_JOB_USER": "alice", "SLURMD_NODENAME": self.name, "SLURM_JOB_GPUS": "0-7",
-               "CUDA_VISIBLE_DEVICES": "0,1,2,3,4,5,6,7", "SLURM_SCRIPT_CONTEXT": "%s_slurmd" % kind,
-               "PATH": "%s:/usr/bin:/bin" % self.bin}
-        proc = subprocess.run([str(self.scripts[kind])], env=env, capture_output=True, text=True, cwd=str(self.base),
-                              timeout=60)
+        env = {
+            "SLURM_JOB_ID": JOB,
+            "SLURM_JOB_USER": "alice",
+            "SLURMD_NODENAME": self.name,
+            "SLURM_JOB_GPUS": "0-7",
+            "CUDA_VISIBLE_DEVICES": "0,1,2,3,4,5,6,7",
+            "SLURM_SCRIPT_CONTEXT": "%s_slurmd" % kind,
+            "PATH": "%s:/usr/bin:/bin" % self.bin,
+        }
+        proc = subprocess.run(
+            [str(self.scripts[kind])],
+            env=env,
+            capture_output=True,
+            text=True,
+            cwd=str(self.base),
+            timeout=60,
+        )
         return proc.returncode, 0.0, proc.stderr
 
 
@@ -64,13 +79,15 @@ def test_the_report_names_the_skewed_node_and_its_figures(fleet_nodes, tmp_path)
         rc, _, err = hooks.run(kind="prolog")
         assert rc == 0, err
     started = time.monotonic()
-    for hooks in nodes:  # the job runs the same work everywhere; on SLOW a GPU and a port hold it back
+    for (
+        hooks
+    ) in nodes:  # the job runs the same work everywhere; on SLOW a GPU and a port hold it back
         node = hooks.node
         node.add_cgroup_usage(4 * 600_000, job_id=JOB)
         node.set_states({"gpu.%d.power.energy_mj" % i: 123456789 + 500_000 for i in range(8)})
         node.add_cpu_ticks({c: {"user": 60} for c in JOB_CPUS})
         if hooks.name == SLOW:
-            node.set_states({"gpu.3.clock_event_ns.hw_power_brake_slowdown": 3 * 10 ** 8})
+            node.set_states({"gpu.3.clock_event_ns.hw_power_brake_slowdown": 3 * 10**8})
             node.write("/sys/class/infiniband/mlx5_2/ports/1/counters/port_xmit_wait", "5000000")
     time.sleep(max(0.0, WAIT_S - (time.monotonic() - started)))
     for hooks in nodes:
@@ -78,12 +95,26 @@ def test_the_report_names_the_skewed_node_and_its_figures(fleet_nodes, tmp_path)
         assert rc == 0, err
     assert sorted(os.listdir(shared)) == list(NODE_NAMES)
 
-    config = tmp_path / "report.toml"  # one job: flagged once is enough here (k = m = 1); the job ran ~1.5 s
-    config.write_text('[paths]\nstate_dir = "%s"\nlog_file = ""\nsyslog = false\n'
-                      "[fleet]\nk = 1\nm = 1\nmin_job_seconds = 1.0\n" % (tmp_path / "admin-state"))
-    env = dict(os.environ, SLURM_HOOKS_CONFIG=str(config), SLURM_HOOKS_ALLOW_INSECURE_CONFIG="1", PYTHONPATH=REPO)
-    done = subprocess.run([sys.executable, "-m", "slurm_hooks", "report", "--stragglers", "--json", str(shared)],
-                          env=env, capture_output=True, text=True, timeout=60)
+    config = (
+        tmp_path / "report.toml"
+    )  # one job: flagged once is enough here (k = m = 1); the job ran ~1.5 s
+    config.write_text(
+        '[paths]\nstate_dir = "%s"\nlog_file = ""\nsyslog = false\n'
+        "[fleet]\nk = 1\nm = 1\nmin_job_seconds = 1.0\n" % (tmp_path / "admin-state")
+    )
+    env = dict(
+        os.environ,
+        SLURM_HOOKS_CONFIG=str(config),
+        SLURM_HOOKS_ALLOW_INSECURE_CONFIG="1",
+        PYTHONPATH=REPO,
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "slurm_hooks", "report", "--stragglers", "--json", str(shared)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 0, done.stderr
     data = json.loads(done.stdout)
     assert (data["records"], data["jobs_scored"], data["node_jobs"]) == (5, 1, 5), data
@@ -92,9 +123,19 @@ def test_the_report_names_the_skewed_node_and_its_figures(fleet_nodes, tmp_path)
     assert {(SLOW, "throttle_frac.hw_slowdown"), (SLOW, "ib_xmit_wait_per_s")} <= found, found
     hw = next(s for s in data["suspects"] if s["metric"] == "throttle_frac.hw_slowdown")
     (evidence,) = hw["evidence"]
-    assert evidence["job"] == JOB and evidence["median"] == 0.0 and evidence["peers"] == 4 and evidence["value"] > 0.03  # 0.3 s of a few seconds
+    assert (
+        evidence["job"] == JOB
+        and evidence["median"] == 0.0
+        and evidence["peers"] == 4
+        and evidence["value"] > 0.03
+    )  # 0.3 s of a few seconds
 
-    table = subprocess.run([sys.executable, "-m", "slurm_hooks", "report", "--stragglers", str(shared)], env=env,
-                           capture_output=True, text=True, timeout=60)
+    table = subprocess.run(
+        [sys.executable, "-m", "slurm_hooks", "report", "--stragglers", str(shared)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     rows = [line.split() for line in table.stdout.splitlines()[2:]]
     assert rows and all(row[0] == SLOW for row in rows), table.stdout

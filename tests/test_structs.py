@@ -1,4 +1,5 @@
 """structs.Struct: the dataclass semantics slurm-hooks relies on, without dataclasses' start-up cost."""
+
 from __future__ import annotations
 
 import subprocess
@@ -39,8 +40,15 @@ def test_default_factories_give_each_instance_its_own_value():
     assert b.tags == []
 
 
-@pytest.mark.parametrize("call", [lambda: Point(), lambda: Point(1, 2, [], "", 5), lambda: Point(1, x=1),
-                                  lambda: Point(1, colour="red")])
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda: Point(),
+        lambda: Point(1, 2, [], "", 5),
+        lambda: Point(1, x=1),
+        lambda: Point(1, colour="red"),
+    ],
+)
 def test_wrong_arguments_are_type_errors(call):
     with pytest.raises(TypeError):
         call()
@@ -84,15 +92,20 @@ def test_replace_copies_with_changes_and_keeps_the_class():
 
 def test_a_field_without_default_after_one_with_default_is_refused():
     with pytest.raises(TypeError, match="without a default"):
+
         class Bad(Struct):  # noqa: F841
             a: int = 0
             b: int
 
 
 def test_the_hook_path_imports_neither_dataclasses_nor_inspect():
-    code = ("import sys, slurm_hooks.hooks, slurm_hooks.registry as r; r.load_builtin_checks(); "
-            "print(sorted(m for m in ('dataclasses', 'inspect', 'argparse') if m in sys.modules))")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    code = (
+        "import sys, slurm_hooks.hooks, slurm_hooks.registry as r; r.load_builtin_checks(); "
+        "print(sorted(m for m in ('dataclasses', 'inspect', 'argparse') if m in sys.modules))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout
     assert out.strip() == "[]"
 
 

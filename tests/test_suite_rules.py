@@ -6,6 +6,7 @@
 - One way to import those: `from tests.<module> import ...` (never `import slurmcluster`, which would load a
   second copy of a module next to `tests.slurmcluster`, with its own module-level state).
 """
+
 from __future__ import annotations
 
 import ast
@@ -26,7 +27,11 @@ def _python_files() -> Iterator[str]:
 def _local_names() -> set:
     """What sits directly in tests/ and could be imported by its bare name: modules and packages."""
     names = {name[:-3] for name in os.listdir(TESTS) if name.endswith(".py")}
-    names |= {name for name in os.listdir(TESTS) if os.path.isdir(os.path.join(TESTS, name)) and name.isidentifier()}
+    names |= {
+        name
+        for name in os.listdir(TESTS)
+        if os.path.isdir(os.path.join(TESTS, name)) and name.isidentifier()
+    }
     return names
 
 
@@ -38,7 +43,9 @@ def _imports(path: str) -> List[Tuple[int, str]]:
         if isinstance(node, ast.Import):
             found += [(node.lineno, alias.name) for alias in node.names]
         elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
-            found += [(node.lineno, node.module)] + [(node.lineno, "%s.%s" % (node.module, a.name)) for a in node.names]
+            found += [(node.lineno, node.module)] + [
+                (node.lineno, "%s.%s" % (node.module, a.name)) for a in node.names
+            ]
     return found
 
 
@@ -49,12 +56,18 @@ def test_test_modules_do_not_import_each_other_or_conftest():
             leaf = name.split(".")[-1] if name.startswith("tests.") else name.split(".")[0]
             if leaf.startswith("test_") or leaf == "conftest":
                 found.append("%s:%d imports %s" % (os.path.relpath(path, TESTS), line, name))
-    assert not found, "move what is shared to tests/helpers.py, tests/doubles/ or conftest: " + "; ".join(found)
+    assert not found, (
+        "move what is shared to tests/helpers.py, tests/doubles/ or conftest: " + "; ".join(found)
+    )
 
 
 def test_helpers_are_imported_as_tests_modules():
     local = _local_names() - {"conftest"}
     assert {"helpers", "slurmcluster", "doubles", "fakenode"} <= local  # read the right directory
-    found = ["%s:%d %s" % (os.path.relpath(path, TESTS), line, name) for path in _python_files()
-             for line, name in _imports(path) if name.split(".")[0] in local]
+    found = [
+        "%s:%d %s" % (os.path.relpath(path, TESTS), line, name)
+        for path in _python_files()
+        for line, name in _imports(path)
+        if name.split(".")[0] in local
+    ]
     assert not found, "import these as `from tests.<module> import ...`: " + "; ".join(found)

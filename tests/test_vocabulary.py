@@ -4,6 +4,7 @@ A drain outcome or status spelled again as a string ("already-drained-by-us", "O
 goes stale silently when the enum's value is renamed: an exit code or a drain changes and no test
 notices. These tests read the package's source (ast) and fail on such a spelling.
 """
+
 from __future__ import annotations
 
 import ast
@@ -17,7 +18,10 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PACKAGE = os.path.join(REPO, "slurm_hooks")
 OUTCOME_VALUES = {outcome.value for outcome in Outcome}
 STATUS_VALUES = {status.value for status in Status}
-WORDS_OF_OTHERS = {"drained", "observe"}  # also a state-file key and a [general] mode: not only outcomes
+WORDS_OF_OTHERS = {
+    "drained",
+    "observe",
+}  # also a state-file key and a [general] mode: not only outcomes
 
 
 def _sources() -> Iterator[Tuple[str, ast.AST]]:
@@ -40,8 +44,12 @@ def _strings(node: ast.AST) -> List[str]:
 
 def _enum_value_of(node: ast.AST, attribute: str) -> bool:
     """`<anything>.<attribute>.value`, e.g. enacted.outcome.value."""
-    return (isinstance(node, ast.Attribute) and node.attr == "value" and isinstance(node.value, ast.Attribute)
-            and node.value.attr == attribute)
+    return (
+        isinstance(node, ast.Attribute)
+        and node.attr == "value"
+        and isinstance(node.value, ast.Attribute)
+        and node.value.attr == attribute
+    )
 
 
 def _comparisons() -> Iterator[Tuple[str, int, List[ast.AST]]]:
@@ -54,15 +62,23 @@ def _comparisons() -> Iterator[Tuple[str, int, List[ast.AST]]]:
 def test_drain_outcomes_are_compared_as_the_enum():
     found = []
     for path, line, operands in _comparisons():
-        spelled = [s for operand in operands for s in _strings(operand) if s in OUTCOME_VALUES - WORDS_OF_OTHERS]
+        spelled = [
+            s
+            for operand in operands
+            for s in _strings(operand)
+            if s in OUTCOME_VALUES - WORDS_OF_OTHERS
+        ]
         if spelled or any(_enum_value_of(operand, "outcome") for operand in operands):
             found.append("%s:%d %s" % (path, line, spelled or ".outcome.value"))
     assert not found, "compare drainer outcomes as policy.Outcome members: " + ", ".join(found)
 
 
 def test_statuses_are_compared_as_the_enum():
-    found = ["%s:%d" % (path, line) for path, line, operands in _comparisons()
-             if any(_enum_value_of(operand, "status") for operand in operands)]
+    found = [
+        "%s:%d" % (path, line)
+        for path, line, operands in _comparisons()
+        if any(_enum_value_of(operand, "status") for operand in operands)
+    ]
     assert not found, "compare Status members, not their strings: " + ", ".join(found)
 
 
@@ -75,17 +91,33 @@ def test_no_module_declares_exit_codes_of_its_own():
         for node in ast.walk(tree):
             if isinstance(node, ast.Assign):
                 names = [t.id for t in node.targets if isinstance(t, ast.Name)]
-                names += [e.id for t in node.targets if isinstance(t, ast.Tuple) for e in t.elts
-                          if isinstance(e, ast.Name)]
-                found += ["%s:%d %s" % (path, node.lineno, n) for n in names
-                          if n.startswith("EXIT_") and n != "EXIT_CHILD_ERROR"]
-            if not (path.startswith(os.path.join("slurm_hooks", "cli")) or path.endswith("hooks.py")):
+                names += [
+                    e.id
+                    for t in node.targets
+                    if isinstance(t, ast.Tuple)
+                    for e in t.elts
+                    if isinstance(e, ast.Name)
+                ]
+                found += [
+                    "%s:%d %s" % (path, node.lineno, n)
+                    for n in names
+                    if n.startswith("EXIT_") and n != "EXIT_CHILD_ERROR"
+                ]
+            if not (
+                path.startswith(os.path.join("slurm_hooks", "cli")) or path.endswith("hooks.py")
+            ):
                 continue
             value = None
             if isinstance(node, ast.Return):
                 value = node.value
-            elif isinstance(node, ast.Call) and node.args and (
-                    getattr(node.func, "attr", None) in ("exit", "_exit") or getattr(node.func, "id", None) == "SystemExit"):
+            elif (
+                isinstance(node, ast.Call)
+                and node.args
+                and (
+                    getattr(node.func, "attr", None) in ("exit", "_exit")
+                    or getattr(node.func, "id", None) == "SystemExit"
+                )
+            ):
                 value = node.args[0]
             if isinstance(value, ast.Constant) and type(value.value) is int:
                 found.append("%s:%d exit code %d" % (path, node.lineno, value.value))
@@ -93,12 +125,23 @@ def test_no_module_declares_exit_codes_of_its_own():
 
 
 def test_exit_codes_are_nagios_codes_and_the_hooks_own():
-    assert [int(ExitCode.OK), int(ExitCode.WARN), int(ExitCode.FAIL), int(ExitCode.UNKNOWN)] == [0, 1, 2, 3]
-    assert ExitCode.NODE_BROKEN == 10  # prolog.d/epilog.d test for 10 (packaging and prolog.d scripts)
+    assert [int(ExitCode.OK), int(ExitCode.WARN), int(ExitCode.FAIL), int(ExitCode.UNKNOWN)] == [
+        0,
+        1,
+        2,
+        3,
+    ]
+    assert (
+        ExitCode.NODE_BROKEN == 10
+    )  # prolog.d/epilog.d test for 10 (packaging and prolog.d scripts)
     assert ExitCode.REFUSED is ExitCode.WARN
     assert {status: status.exit_code for status in Status} == {
-        Status.OK: ExitCode.OK, Status.SKIP: ExitCode.OK, Status.WARN: ExitCode.WARN, Status.FAIL: ExitCode.FAIL,
-        Status.UNKNOWN: ExitCode.UNKNOWN}
+        Status.OK: ExitCode.OK,
+        Status.SKIP: ExitCode.OK,
+        Status.WARN: ExitCode.WARN,
+        Status.FAIL: ExitCode.FAIL,
+        Status.UNKNOWN: ExitCode.UNKNOWN,
+    }
     with open(os.path.join(REPO, "prolog.d", "50-slurm-hooks")) as handle:
         assert '"$rc" -eq %d ] && exit 1' % ExitCode.NODE_BROKEN in handle.read()
 
@@ -106,7 +149,9 @@ def test_exit_codes_are_nagios_codes_and_the_hooks_own():
 def test_outcome_groups_are_disjoint_where_they_must_be():
     assert NEW_DRAINS < DELIVERED
     assert not DELIVERED & UNDELIVERED
-    assert Outcome.ALREADY_OURS in DELIVERED - NEW_DRAINS  # a drain seen again is ours, not a new one
+    assert (
+        Outcome.ALREADY_OURS in DELIVERED - NEW_DRAINS
+    )  # a drain seen again is ours, not a new one
 
 
 def test_xid_overrides_accept_exactly_the_result_vocabulary():
@@ -128,16 +173,24 @@ def test_contexts_are_spelled_once():
     for path, tree in _sources():
         for node in ast.walk(tree):
             if isinstance(node, (ast.Tuple, ast.List, ast.Set)) and set(_strings(node)) in groups:
-                if not (path == os.path.join("slurm_hooks", "registry.py") and node.lineno == _line_of_contexts()):
+                if not (
+                    path == os.path.join("slurm_hooks", "registry.py")
+                    and node.lineno == _line_of_contexts()
+                ):
                     found.append("%s:%d" % (path, node.lineno))
-    assert not found, "use registry.CONTEXTS / HOOK_CONTEXTS / JOB_CONTEXTS / DEFAULT_CONTEXTS: " + ", ".join(found)
+    assert not found, (
+        "use registry.CONTEXTS / HOOK_CONTEXTS / JOB_CONTEXTS / DEFAULT_CONTEXTS: "
+        + ", ".join(found)
+    )
     assert HOOK_CONTEXTS == ("prolog", "epilog", "health") and JOB_CONTEXTS == ("prolog", "epilog")
     assert DEFAULT_CONTEXTS == {"prolog", "health", "manual"}
 
 
 def _line_of_contexts() -> int:
     with open(os.path.join(PACKAGE, "registry.py"), encoding="utf-8") as handle:
-        return next(number for number, line in enumerate(handle, 1) if line.startswith("CONTEXTS = ("))
+        return next(
+            number for number, line in enumerate(handle, 1) if line.startswith("CONTEXTS = (")
+        )
 
 
 def _setting_lookups() -> Iterator[Tuple[str, int, str, str]]:
@@ -145,15 +198,25 @@ def _setting_lookups() -> Iterator[Tuple[str, int, str, str]]:
     settings["drain"]["timeout"], drain["timeout"] after drain = settings["drain"] is not followed."""
     for path, tree in _sources():
         for node in ast.walk(tree):
-            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "get"
-                    and len(node.args) == 2 and all(isinstance(a, ast.Constant) and isinstance(a.value, str)
-                                                    for a in node.args)
-                    and isinstance(node.func.value, ast.Name) and node.func.value.id in ("config", "cfg")):
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr == "get"
+                and len(node.args) == 2
+                and all(isinstance(a, ast.Constant) and isinstance(a.value, str) for a in node.args)
+                and isinstance(node.func.value, ast.Name)
+                and node.func.value.id in ("config", "cfg")
+            ):
                 yield path, node.lineno, node.args[0].value, node.args[1].value
-            elif (isinstance(node, ast.Subscript) and isinstance(node.value, ast.Subscript)
-                  and isinstance(node.value.value, (ast.Name, ast.Attribute))
-                  and getattr(node.value.value, "id", getattr(node.value.value, "attr", None)) == "settings"
-                  and isinstance(node.slice, ast.Constant) and isinstance(node.value.slice, ast.Constant)):
+            elif (
+                isinstance(node, ast.Subscript)
+                and isinstance(node.value, ast.Subscript)
+                and isinstance(node.value.value, (ast.Name, ast.Attribute))
+                and getattr(node.value.value, "id", getattr(node.value.value, "attr", None))
+                == "settings"
+                and isinstance(node.slice, ast.Constant)
+                and isinstance(node.value.slice, ast.Constant)
+            ):
                 yield path, node.lineno, node.value.slice.value, node.slice.value
 
 
@@ -164,6 +227,9 @@ def test_every_setting_the_code_reads_is_declared():
 
     lookups = list(_setting_lookups())
     assert len(lookups) > 50  # found the lookups (55 config.get and 37 settings[...] when written)
-    unknown = ["%s:%d [%s] %s" % (path, line, section, key) for path, line, section, key in lookups
-               if key not in SECTIONS.get(section, {})]
+    unknown = [
+        "%s:%d [%s] %s" % (path, line, section, key)
+        for path, line, section, key in lookups
+        if key not in SECTIONS.get(section, {})
+    ]
     assert not unknown, "not declared in core/config.py SECTIONS: " + ", ".join(unknown)

@@ -50,19 +50,37 @@ def ev(xid: int, text: str = "", pci: str = "0000:3b:00.0") -> XidEvent:
         # /dev/kmsg
         (
             "6,339,5140900,-;" + XID79,
-            dict(source="kmsg", priority=6, seq=339, usec=5140900, message=XID79, continuation=False),
+            dict(
+                source="kmsg", priority=6, seq=339, usec=5140900, message=XID79, continuation=False
+            ),
         ),
         (
             "3,1000,2000,c,caller=T123;NVRM: part one",
-            dict(source="kmsg", priority=3, seq=1000, usec=2000, message="NVRM: part one", continuation=True),
+            dict(
+                source="kmsg",
+                priority=3,
+                seq=1000,
+                usec=2000,
+                message="NVRM: part one",
+                continuation=True,
+            ),
         ),
-        ("<4>,7,8,-;hello; world", dict(source="kmsg", priority=4, seq=7, usec=8, message="hello; world")),
+        (
+            "<4>,7,8,-;hello; world",
+            dict(source="kmsg", priority=4, seq=7, usec=8, message="hello; world"),
+        ),
         ("6,1,2,-;", dict(source="kmsg", seq=1, message="")),
         # plain dmesg
-        ("[12345.678901] " + XID79, dict(source="dmesg", usec=12345678901, seq=None, message=XID79)),
+        (
+            "[12345.678901] " + XID79,
+            dict(source="dmesg", usec=12345678901, seq=None, message=XID79),
+        ),
         ("[    1.5] NVRM: loading", dict(source="dmesg", usec=1500000, message="NVRM: loading")),
         # journalctl -o short-monotonic
-        ("[ 7.000001] gpu01 kernel: " + XID79, dict(source="dmesg", usec=7000001, host="gpu01", message=XID79)),
+        (
+            "[ 7.000001] gpu01 kernel: " + XID79,
+            dict(source="dmesg", usec=7000001, host="gpu01", message=XID79),
+        ),
         # dmesg -T
         (
             "[Wed Dec  2 10:00:00 2026] " + XID79,
@@ -79,7 +97,9 @@ def ev(xid: int, text: str = "", pci: str = "0000:3b:00.0") -> XidEvent:
         ),
         (
             "2026-12-02T10:00:00+0000 gpu01 kernel: " + XID79,
-            dict(source="journal", wallclock="2026-12-02T10:00:00+0000", host="gpu01", message=XID79),
+            dict(
+                source="journal", wallclock="2026-12-02T10:00:00+0000", host="gpu01", message=XID79
+            ),
         ),
         # trailing newline stripped, bytes accepted
         ("6,2,3,-;msg\n", dict(source="kmsg", message="msg")),
@@ -157,7 +177,14 @@ def test_parse_kmsg_record_rejects(line):
             "pt_main_thread",
             "Ch 00000010, intr 00000000. MMU Fault",
         ),
-        ("NVRM: Xid (0000:3b:00): 31, pid=..., name=..., MMU Fault", 31, "0000:3b:00.0", None, "...", "MMU Fault"),
+        (
+            "NVRM: Xid (0000:3b:00): 31, pid=..., name=..., MMU Fault",
+            31,
+            "0000:3b:00.0",
+            None,
+            "...",
+            "MMU Fault",
+        ),
         (
             "NVRM: Xid (PCI:0001:00:00): 48, pid=77, An uncorrectable double bit error (DBE) has been detected on GPU "
             "in the framebuffer at partition 1, subpartition 0.",
@@ -209,7 +236,14 @@ def test_parse_kmsg_record_rejects(line):
             None,
             "GPU recovery action changed from 0x0 (None) to 0x2 (Node Reboot Required)",
         ),
-        ("NVRM: Xid (0000:03:00): 14, Channel 00000001", 14, "0000:03:00.0", None, None, "Channel 00000001"),
+        (
+            "NVRM: Xid (0000:03:00): 14, Channel 00000001",
+            14,
+            "0000:03:00.0",
+            None,
+            None,
+            "Channel 00000001",
+        ),
         (
             "NVRM: Xid (PCI:0000:B3:00.0): 63, pid=1, Row Remapper: New row marked for remapping",
             63,
@@ -228,7 +262,14 @@ def test_parse_kmsg_record_rejects(line):
         ),
         ("NVRM: Xid (PCI:0000:3b:00): 79", 79, "0000:3b:00.0", None, None, ""),
         # still found behind a log prefix
-        ("Dec 02 10:00:00 gpu01 kernel: " + XID79, 79, "0000:3b:00.0", 1234, "python", "GPU has fallen off the bus."),
+        (
+            "Dec 02 10:00:00 gpu01 kernel: " + XID79,
+            79,
+            "0000:3b:00.0",
+            1234,
+            "python",
+            "GPU has fallen off the bus.",
+        ),
     ],
 )
 def test_parse_xid_variants(message, xid, pci, pid, process, text):
@@ -337,7 +378,14 @@ def test_normalize_pci(addr, expected):
 def test_parse_sxid(message, sxid, switch, pci, severity, link, text):
     e = parse_sxid(message)
     assert isinstance(e, SxidEvent)
-    assert (e.sxid, e.switch, e.pci, e.severity, e.link, e.text) == (sxid, switch, pci, severity, link, text)
+    assert (e.sxid, e.switch, e.pci, e.severity, e.link, e.text) == (
+        sxid,
+        switch,
+        pci,
+        severity,
+        link,
+        text,
+    )
     assert e.fatal is (None if severity is None else severity == "Fatal")
 
 
@@ -566,7 +614,13 @@ def test_catalog_loads_from_path(tmp_path, cat):
         # catalog says the application typically causes it
         (13, "Graphics Exception", "WARN", "none", "job"),
         (31, "MMU Fault", "WARN", "none", "job"),
-        (32, "", "WARN", "none", "node"),  # push buffer DMA faults reflect PCIe quality, not the application
+        (
+            32,
+            "",
+            "WARN",
+            "none",
+            "node",
+        ),  # push buffer DMA faults reflect PCIe quality, not the application
         # Xid 94, contained ECC error: a hardware error that killed the job (issue 13 section 4)
         (94, "Contained: SM (0x1)", "WARN", "none", "node"),
         (94, "Contained: SM (0x1). RST: No, D-RST: No", "WARN", "none", "node"),
@@ -586,19 +640,79 @@ def test_catalog_loads_from_path(tmp_path, cat):
             "node",
         ),
         (74, "NVLink: fatal error detected on link 2", "FAIL", "reset-gpu", "node"),
-        (74, "NVLink: fatal error detected on link 14(0x0, 0x0, 0x0, 0x0, 0x0, 0x0, 0x0)", "FAIL", "reset-gpu", "node"),
-        (74, "NVLink: error on link 3(0x800001, 0x0, 0x0, 0x0, 0x100000, 0x0, 0x0)", "WARN", "none", "node"),
-        (74, "NVLink: error on link 3(0x800003, 0x0, 0x0, 0x0, 0x0, 0x0, 0x0)", "FAIL", "reset-gpu", "node"),
+        (
+            74,
+            "NVLink: fatal error detected on link 14(0x0, 0x0, 0x0, 0x0, 0x0, 0x0, 0x0)",
+            "FAIL",
+            "reset-gpu",
+            "node",
+        ),
+        (
+            74,
+            "NVLink: error on link 3(0x800001, 0x0, 0x0, 0x0, 0x100000, 0x0, 0x0)",
+            "WARN",
+            "none",
+            "node",
+        ),
+        (
+            74,
+            "NVLink: error on link 3(0x800003, 0x0, 0x0, 0x0, 0x0, 0x0, 0x0)",
+            "FAIL",
+            "reset-gpu",
+            "node",
+        ),
         # WORKFLOW_NVLINK5_ERR
-        (149, "NETIR_LINK_EVT  Fatal   XC0 i0 Link 09 (0x025525c6 0x00000000)", "FAIL", "reset-gpu", "node"),
-        (149, "NETIR_BER_EVENT Nonfatal XC0 i0 Link 03 (0x00086226 0x00000001)", "WARN", "none", "node"),
+        (
+            149,
+            "NETIR_LINK_EVT  Fatal   XC0 i0 Link 09 (0x025525c6 0x00000000)",
+            "FAIL",
+            "reset-gpu",
+            "node",
+        ),
+        (
+            149,
+            "NETIR_BER_EVENT Nonfatal XC0 i0 Link 03 (0x00086226 0x00000001)",
+            "WARN",
+            "none",
+            "node",
+        ),
         (145, "RLW_REMAP", "UNKNOWN", "none", "check"),
         # XID_154
-        (154, "GPU recovery action changed from 0x0 (None) to 0x2 (Node Reboot Required)", "FAIL", "reboot", "node"),
-        (154, "GPU recovery action changed from 0x0 (None) to 0x1 (GPU Reset Required)", "FAIL", "reset-gpu", "node"),
-        (154, "GPU recovery action changed from 0x1 (GPU Reset Required) to 0x0 (None)", "OK", "none", "node"),
-        (154, "GPU recovery action changed from 0x0 (None) to 0x3 (Drain P2P)", "FAIL", "drain", "node"),
-        (154, "GPU recovery action changed from 0x0 (None) to 0x4 (Drain and Reset)", "FAIL", "reset-gpu", "node"),
+        (
+            154,
+            "GPU recovery action changed from 0x0 (None) to 0x2 (Node Reboot Required)",
+            "FAIL",
+            "reboot",
+            "node",
+        ),
+        (
+            154,
+            "GPU recovery action changed from 0x0 (None) to 0x1 (GPU Reset Required)",
+            "FAIL",
+            "reset-gpu",
+            "node",
+        ),
+        (
+            154,
+            "GPU recovery action changed from 0x1 (GPU Reset Required) to 0x0 (None)",
+            "OK",
+            "none",
+            "node",
+        ),
+        (
+            154,
+            "GPU recovery action changed from 0x0 (None) to 0x3 (Drain P2P)",
+            "FAIL",
+            "drain",
+            "node",
+        ),
+        (
+            154,
+            "GPU recovery action changed from 0x0 (None) to 0x4 (Drain and Reset)",
+            "FAIL",
+            "reset-gpu",
+            "node",
+        ),
         (154, "something new", "WARN", "none", "node"),
         # catalog lists it but gives no bucket -> UNKNOWN, never drains
         (167, "", "UNKNOWN", "none", "check"),
@@ -676,7 +790,12 @@ def test_overrides_applied():
     c92 = classify(ev(92), ov)
     assert (c92.status, c92.action) == ("WARN", "none")
     c500 = classify(ev(500), ov)
-    assert (c500.status, c500.action, c500.blame, c500.reason) == ("FAIL", "drain", "node", "site policy")
+    assert (c500.status, c500.action, c500.blame, c500.reason) == (
+        "FAIL",
+        "drain",
+        "node",
+        "site policy",
+    )
     # untouched Xids keep the catalog decision
     assert classify(ev(64), ov).overridden is False
 
@@ -702,7 +821,10 @@ def test_override_action_only_implies_fail():
         ({"79": {"status": "BROKEN"}}, r"Xid 79: key 'status' has invalid value 'BROKEN'"),
         ({"13": {"action": "explode"}}, r"Xid 13: key 'action' has invalid value 'explode'"),
         ({"13": {"blame": "user"}}, r"Xid 13: key 'blame' has invalid value 'user'"),
-        ({"13": {"status": "OK", "action": "drain"}}, r"Xid 13: key 'action' 'drain' contradicts status 'OK'"),
+        (
+            {"13": {"status": "OK", "action": "drain"}},
+            r"Xid 13: key 'action' 'drain' contradicts status 'OK'",
+        ),
         ({"13": {"status": 1}}, r"Xid 13: key 'status' must be a string"),
         ({"13": "OK"}, r"Xid 13 must be a mapping"),
         ({"13": {}}, r"Xid 13 is empty"),
@@ -720,7 +842,9 @@ def test_overrides_invalid(overrides, message):
 
 
 def test_overrides_normalised():
-    assert validate_overrides({"79": {"status": "fail", "action": "REBOOT"}, 13: {"blame": "Node"}}) == {
+    assert validate_overrides(
+        {"79": {"status": "fail", "action": "REBOOT"}, 13: {"blame": "Node"}}
+    ) == {
         79: {"status": "FAIL", "action": "reboot"},
         13: {"blame": "node"},
     }
@@ -735,14 +859,24 @@ def test_overrides_normalised():
 @pytest.mark.parametrize(
     "line, status, action, blame",
     [
-        ("nvidia-nvswitch0: SXid (PCI:0000:05:00.0): 20034, Fatal, Link 14 LTSSM Fault Up", "FAIL", "reboot", "node"),
+        (
+            "nvidia-nvswitch0: SXid (PCI:0000:05:00.0): 20034, Fatal, Link 14 LTSSM Fault Up",
+            "FAIL",
+            "reboot",
+            "node",
+        ),
         (
             "nvidia-nvswitch0: SXid (PCI:0000:05:00.0): 20009, Non-fatal, Link 28 RX Short Error Rate",
             "WARN",
             "none",
             "node",
         ),
-        ("nvidia-nvswitch0: SXid (PCI:0000:05:00.0): 22013, Minion Link 4 NA interrupt", "UNKNOWN", "none", "check"),
+        (
+            "nvidia-nvswitch0: SXid (PCI:0000:05:00.0): 22013, Minion Link 4 NA interrupt",
+            "UNKNOWN",
+            "none",
+            "check",
+        ),
     ],
 )
 def test_classify_sxid(line, status, action, blame):
@@ -751,7 +885,9 @@ def test_classify_sxid(line, status, action, blame):
 
 
 def test_classify_sxid_override():
-    e = parse_sxid("nvidia-nvswitch0: SXid (PCI:0000:05:00.0): 20009, Non-fatal, Link 28 RX Short Error Rate")
+    e = parse_sxid(
+        "nvidia-nvswitch0: SXid (PCI:0000:05:00.0): 20009, Non-fatal, Link 28 RX Short Error Rate"
+    )
     c = classify_sxid(e, {"20009": {"status": "OK"}})
     assert (c.status, c.action, c.overridden) == ("OK", "none", True)
     with pytest.raises(ValueError, match="20009: unknown key 'x'"):
@@ -790,7 +926,9 @@ def test_explain_job_caused_13():
 
 def test_explain_unknown_and_override():
     text = explain(9999)
-    assert "not in the packaged catalog" in text and "Status: UNKNOWN" in text and "no drain" in text
+    assert (
+        "not in the packaged catalog" in text and "Status: UNKNOWN" in text and "no drain" in text
+    )
     text = explain(13, overrides={"13": {"status": "FAIL", "action": "drain"}})
     assert "Status: FAIL" in text and "operator override" in text
     assert "not an Xid number" in explain("abc")
@@ -867,12 +1005,18 @@ def test_scan_bytes_lines():
 def test_kmsg_view_keeps_the_newest_sequence_number_and_the_xid_lines():
     from slurm_hooks.xid.kmsg import view
 
-    records = ["6,5,100,-;eth0: link up",
-               "3,6,200,-;NVRM: Xid (PCI:0000:18:00): 79, pid=1, name=x, GPU has fallen off the bus.\n"
-               " SUBSYSTEM=pci\n DEVICE=+pci:0000:18:00.0",
-               "4,7,300,-;nvidia-nvswitch0: SXid (PCI:0000:05:00.0): 12028, Non-fatal, Link 3",
-               "not a kmsg record at all", ""]
+    records = [
+        "6,5,100,-;eth0: link up",
+        "3,6,200,-;NVRM: Xid (PCI:0000:18:00): 79, pid=1, name=x, GPU has fallen off the bus.\n"
+        " SUBSYSTEM=pci\n DEVICE=+pci:0000:18:00.0",
+        "4,7,300,-;nvidia-nvswitch0: SXid (PCI:0000:05:00.0): 12028, Non-fatal, Link 3",
+        "not a kmsg record at all",
+        "",
+    ]
     seen = view(records)
     assert seen.last_seq == 7  # the newest record that has one: garbage after it is skipped
-    assert seen.xid_lines == (records[1].split("\n")[0], records[2])  # message lines only, oldest first
+    assert seen.xid_lines == (
+        records[1].split("\n")[0],
+        records[2],
+    )  # message lines only, oldest first
     assert view([]).last_seq is None and view(["junk"]).xid_lines == ()

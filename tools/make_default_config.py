@@ -14,6 +14,7 @@ removes would make the kept (noreplace) file invalid after an upgrade.
     python tools/make_default_config.py            # rewrite packaging/config.toml
     python tools/make_default_config.py --check    # exit 1 when it is stale
 """
+
 from __future__ import annotations
 
 import argparse
@@ -113,8 +114,12 @@ def uncomment(text: str) -> str:
 
 def main(argv: Optional[List[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--check", action="store_true", help="do not write; exit 1 if %s is stale" % TARGET)
-    parser.add_argument("-o", "--output", default=TARGET, help="where to write (default %(default)s)")
+    parser.add_argument(
+        "--check", action="store_true", help="do not write; exit 1 if %s is stale" % TARGET
+    )
+    parser.add_argument(
+        "-o", "--output", default=TARGET, help="where to write (default %(default)s)"
+    )
     args = parser.parse_args(argv)
     text = render_default_config(load_builtin_checks())
     current = None
@@ -123,7 +128,10 @@ def main(argv: Optional[List[str]] = None) -> int:
             current = handle.read()
     if args.check:
         if current != text:
-            print("%s is stale: run python tools/make_default_config.py" % args.output, file=sys.stderr)
+            print(
+                "%s is stale: run python tools/make_default_config.py" % args.output,
+                file=sys.stderr,
+            )
             return 1
         return 0
     if current != text:

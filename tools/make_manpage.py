@@ -9,6 +9,7 @@ config.SECTIONS, every check and parameter from the registry, paths from the mod
 
 The date in the header is $SOURCE_DATE_EPOCH's (reproducible builds), else left empty.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -31,10 +32,15 @@ DESCRIPTION = (
     "(through /etc/slurm/prolog.d/50-slurm-hooks and /etc/slurm/epilog.d/50-slurm-hooks) and as "
     "HealthCheckProgram; administrators run the checks by hand, explain errors, and drain or resume "
     "nodes. A node-broken failure drains the node with a reason that starts with the configured "
-    "prefix; failures of slurm-hooks itself never drain anything (the hooks then exit 0 and log).")
+    "prefix; failures of slurm-hooks itself never drain anything (the hooks then exit 0 and log)."
+)
 
-EXIT_STATUS = (("0", "OK (or every check skipped)"), ("1", "WARN: works, but degraded or suspicious"),
-               ("2", "FAIL: broken"), ("3", "UNKNOWN: could not evaluate; also usage and configuration errors"))
+EXIT_STATUS = (
+    ("0", "OK (or every check skipped)"),
+    ("1", "WARN: works, but degraded or suspicious"),
+    ("2", "FAIL: broken"),
+    ("3", "UNKNOWN: could not evaluate; also usage and configuration errors"),
+)
 
 
 def roff(text: str) -> str:
@@ -48,7 +54,9 @@ def paragraphs(text: str) -> List[str]:
     return [" ".join(block.split()) for block in text.strip().split("\n\n") if block.strip()]
 
 
-def subcommands(parser: argparse.ArgumentParser, prefix: str) -> Iterator[Tuple[str, str, argparse.ArgumentParser]]:
+def subcommands(
+    parser: argparse.ArgumentParser, prefix: str
+) -> Iterator[Tuple[str, str, argparse.ArgumentParser]]:
     """(full command, one-line help, parser) for every verb, depth first in definition order."""
     for action in parser._actions:
         if not isinstance(action, argparse._SubParsersAction):
@@ -63,7 +71,10 @@ def option_items(parser: argparse.ArgumentParser) -> Iterator[Tuple[str, str]]:
     """(invocation like '--root DIR', expanded help) for each argument except -h and sub-commands."""
     formatter = parser._get_formatter()
     for action in parser._actions:
-        if isinstance(action, (argparse._HelpAction, argparse._SubParsersAction)) or action.help == argparse.SUPPRESS:
+        if (
+            isinstance(action, (argparse._HelpAction, argparse._SubParsersAction))
+            or action.help == argparse.SUPPRESS
+        ):
             continue
         help_text = formatter._expand_help(action) if action.help else ""
         yield formatter._format_action_invocation(action), help_text
@@ -71,7 +82,7 @@ def option_items(parser: argparse.ArgumentParser) -> Iterator[Tuple[str, str]]:
 
 def usage(parser: argparse.ArgumentParser) -> str:
     text = " ".join(parser.format_usage().split())
-    return text[len("usage: "):] if text.startswith("usage: ") else text
+    return text[len("usage: ") :] if text.startswith("usage: ") else text
 
 
 def options_block(parser: argparse.ArgumentParser) -> List[str]:
@@ -84,7 +95,7 @@ def options_block(parser: argparse.ArgumentParser) -> List[str]:
 def commands_section(parser: argparse.ArgumentParser) -> List[str]:
     lines = [".SH COMMANDS"]
     for command, summary, sub in subcommands(parser, parser.prog):
-        lines += [".SS %s" % roff(command[len(parser.prog) + 1:]), ".B %s" % roff(usage(sub))]
+        lines += [".SS %s" % roff(command[len(parser.prog) + 1 :]), ".B %s" % roff(usage(sub))]
         texts = paragraphs(sub.description) if sub.description else ([summary] if summary else [])
         for text in texts:
             lines += [".PP", roff(text)]
@@ -93,23 +104,38 @@ def commands_section(parser: argparse.ArgumentParser) -> List[str]:
 
 
 def configuration_section(registry: Registry) -> List[str]:
-    lines = [".SH CONFIGURATION", roff(
-        "%s, then conf.d/*.toml beside it in name order, later files overriding earlier ones key by key. "
-        "The settings and their defaults:" % config_files.DEFAULT_CONFIG)]
+    lines = [
+        ".SH CONFIGURATION",
+        roff(
+            "%s, then conf.d/*.toml beside it in name order, later files overriding earlier ones key by key. "
+            "The settings and their defaults:" % config_files.DEFAULT_CONFIG
+        ),
+    ]
     for section, schema in config_module.SECTIONS.items():
         lines.append(".SS [%s]" % section)
         for key, setting in schema.items():
             default = config_module._toml_value(setting.default)
             lines += [".TP", "\\fB%s\\fR = %s" % (roff(key), roff(default)), roff(setting.help)]
-    lines += [".SH CHECKS", roff("Each check has a table [checks.\"NAME\"] with enabled = true|false and the "
-                                 "parameters below (`slurm-hooks config reference` prints them as Markdown).")]
+    lines += [
+        ".SH CHECKS",
+        roff(
+            'Each check has a table [checks."NAME"] with enabled = true|false and the '
+            "parameters below (`slurm-hooks config reference` prints them as Markdown)."
+        ),
+    ]
     for spec in registry.sorted_checks():
         contexts = ", ".join(c for c in CONTEXTS if c in spec.contexts)
-        lines += [".SS %s" % roff(spec.name), roff("%s Contexts: %s; timeout %gs." % (spec.description, contexts,
-                                                                                       spec.timeout))]
+        lines += [
+            ".SS %s" % roff(spec.name),
+            roff("%s Contexts: %s; timeout %gs." % (spec.description, contexts, spec.timeout)),
+        ]
         for param in spec.params:
             default = config_module._toml_value(param.default)
-            lines += [".TP", "\\fB%s\\fR = %s" % (roff(param.name), roff(default)), roff(param.help)]
+            lines += [
+                ".TP",
+                "\\fB%s\\fR = %s" % (roff(param.name), roff(default)),
+                roff(param.help),
+            ]
     return lines
 
 
@@ -117,17 +143,35 @@ def files_and_environment() -> List[str]:
     paths = config_module.SECTIONS["paths"]
     files = [
         (config_files.DEFAULT_CONFIG, "main configuration file"),
-        (os.path.join(os.path.dirname(config_files.DEFAULT_CONFIG), "conf.d/*.toml"), "drop-in configuration"),
-        (os.path.join(plugins.SITE_CHECKS_DIR, "*.py"), "site-specific checks, loaded after the built-in ones"),
+        (
+            os.path.join(os.path.dirname(config_files.DEFAULT_CONFIG), "conf.d/*.toml"),
+            "drop-in configuration",
+        ),
+        (
+            os.path.join(plugins.SITE_CHECKS_DIR, "*.py"),
+            "site-specific checks, loaded after the built-in ones",
+        ),
         (paths["state_dir"].default, "local state: drains we made, drains not yet delivered"),
         (paths["log_file"].default, "decision log (also syslog: journalctl -t slurm-hooks)"),
-        ("/etc/slurm/prolog.d/50-slurm-hooks, /etc/slurm/epilog.d/50-slurm-hooks", "the hooks slurmd runs"),
+        (
+            "/etc/slurm/prolog.d/50-slurm-hooks, /etc/slurm/epilog.d/50-slurm-hooks",
+            "the hooks slurmd runs",
+        ),
     ]
     environment = [
-        (config_files.CONFIG_ENV, "configuration file to read instead of %s" % config_files.DEFAULT_CONFIG),
-        (config_files.INSECURE_OVERRIDE_ENV, "=1 accepts configuration and site check files not owned by root "
-                                              "(tests and development only)"),
-        (plugins.CHECKS_DIR_ENV, "site check directory instead of %s; empty loads none" % plugins.SITE_CHECKS_DIR),
+        (
+            config_files.CONFIG_ENV,
+            "configuration file to read instead of %s" % config_files.DEFAULT_CONFIG,
+        ),
+        (
+            config_files.INSECURE_OVERRIDE_ENV,
+            "=1 accepts configuration and site check files not owned by root "
+            "(tests and development only)",
+        ),
+        (
+            plugins.CHECKS_DIR_ENV,
+            "site check directory instead of %s; empty loads none" % plugins.SITE_CHECKS_DIR,
+        ),
     ]
     lines = [".SH FILES"]
     for path, text in files:
@@ -140,11 +184,17 @@ def files_and_environment() -> List[str]:
 
 def render(registry: Registry, date: str = "") -> str:
     parser = build_parser()
-    lines = ['.TH SLURM\\-HOOKS 1 "%s" "slurm\\-hooks %s" "slurm-hooks manual"' % (date, roff(__version__)),
-             ".SH NAME", "slurm\\-hooks \\- %s" % roff(parser.description or ""),
-             ".SH SYNOPSIS", ".B %s" % roff(usage(parser)),
-             ".SH DESCRIPTION", roff(DESCRIPTION),
-             ".SH OPTIONS"]
+    lines = [
+        '.TH SLURM\\-HOOKS 1 "%s" "slurm\\-hooks %s" "slurm-hooks manual"'
+        % (date, roff(__version__)),
+        ".SH NAME",
+        "slurm\\-hooks \\- %s" % roff(parser.description or ""),
+        ".SH SYNOPSIS",
+        ".B %s" % roff(usage(parser)),
+        ".SH DESCRIPTION",
+        roff(DESCRIPTION),
+        ".SH OPTIONS",
+    ]
     lines += options_block(parser)
     lines += commands_section(parser)
     lines.append(".SH EXIT STATUS")
@@ -152,8 +202,11 @@ def render(registry: Registry, date: str = "") -> str:
         lines += [".TP", "\\fB%s\\fR" % code, roff(meaning)]
     lines += configuration_section(registry)
     lines += files_and_environment()
-    lines += [".SH SEE ALSO", "\\fBslurm.conf\\fR(5), \\fBscontrol\\fR(1), \\fBnvidia\\-smi\\fR(1), "
-              "/usr/share/doc/slurm\\-hooks/admin.md"]
+    lines += [
+        ".SH SEE ALSO",
+        "\\fBslurm.conf\\fR(5), \\fBscontrol\\fR(1), \\fBnvidia\\-smi\\fR(1), "
+        "/usr/share/doc/slurm\\-hooks/admin.md",
+    ]
     return "\n".join(lines) + "\n"
 
 
@@ -164,7 +217,9 @@ def build_date() -> str:
 
 def main(argv: Optional[List[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("-o", "--output", default="-", help="file to write (default: standard output)")
+    parser.add_argument(
+        "-o", "--output", default="-", help="file to write (default: standard output)"
+    )
     args = parser.parse_args(argv)
     page = render(load_builtin_checks(), build_date())
     if args.output == "-":

@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
 """Regenerate README.md's configuration reference from the registry (tests/test_docs.py checks it)."""
+
 import os
 import sys
 
@@ -17,7 +18,9 @@ def updated(text: str) -> str:
 
 
 if __name__ == "__main__":
-    os.environ["SLURM_HOOKS_CHECKS_DIR"] = ""  # this machine's own site checks never reach the README
+    os.environ["SLURM_HOOKS_CHECKS_DIR"] = (
+        ""  # this machine's own site checks never reach the README
+    )
     path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "README.md")
     with open(path) as handle:
         text = handle.read()

@@ -7,6 +7,7 @@ Where the data comes from: each GPU's /sys/bus/pci/devices/<bdf>/{numa_node,loca
 /proc/irq/<n>/smp_affinity_list (`cat /proc/irq/N/smp_affinity_list`); /proc/sys/kernel/numa_balancing,
 /proc/sys/vm/zone_reclaim_mode, /sys/devices/system/node/node<N>/hugepages (`numactl -H`, `sysctl`).
 """
+
 from __future__ import annotations
 
 import fnmatch
@@ -25,15 +26,24 @@ class GpuPlace(Struct):
     gpu: Endpoint
     numa_node: int
     local_cpus: FrozenSet[int]  # sysfs local_cpulist
-    nvml_cpus: Optional[FrozenSet[int]] = None  # nvmlDeviceGetCpuAffinity; None when NVML is unusable
+    nvml_cpus: Optional[FrozenSet[int]] = (
+        None  # nvmlDeviceGetCpuAffinity; None when NVML is unusable
+    )
 
 
 @gatherer("numa.gpus")
 def read_gpu_places(ctx) -> Tuple[GpuPlace, ...]:
     topo: Topology = ctx.get("topology.pcie")
     nvml_cpus = _nvml_affinity(ctx, topo)
-    return tuple(GpuPlace(g, topo.tree.nodes[g.bdf].numa_node, topo.tree.nodes[g.bdf].local_cpus,
-                          nvml_cpus.get(g.index)) for g in topo.gpus)
+    return tuple(
+        GpuPlace(
+            g,
+            topo.tree.nodes[g.bdf].numa_node,
+            topo.tree.nodes[g.bdf].local_cpus,
+            nvml_cpus.get(g.index),
+        )
+        for g in topo.gpus
+    )
 
 
 def _nvml_affinity(ctx, topo: Topology) -> Dict[int, FrozenSet[int]]:
@@ -49,12 +59,17 @@ def _nvml_affinity(ctx, topo: Topology) -> Dict[int, FrozenSet[int]]:
             array = session.call("nvmlDeviceGetCpuAffinity", handle, words)
         except nvml.NvmlError:
             continue  # sysfs stays authoritative; the cross-check is best effort
-        out[index] = frozenset(64 * w + bit for w, value in enumerate(array) for bit in range(64) if value >> bit & 1)
+        out[index] = frozenset(
+            64 * w + bit for w, value in enumerate(array) for bit in range(64) if value >> bit & 1
+        )
     return out
 
 
 def _host_name(ctx) -> str:
-    return ctx.job.node_name or ctx.host.read_text("/proc/sys/kernel/hostname", default="").strip().split(".")[0]
+    return (
+        ctx.job.node_name
+        or ctx.host.read_text("/proc/sys/kernel/hostname", default="").strip().split(".")[0]
+    )
 
 
 @gatherer("numa.job")
@@ -91,13 +106,22 @@ def read_gres(ctx) -> GresSource:
 def _table(places: Tuple[GpuPlace, ...], extra: Dict[int, str], title: str) -> str:
     rows = [("GPU", "PCI", "NUMA", "local CPUs", title)]
     for p in places:
-        rows.append((p.gpu.name, p.gpu.bdf, str(p.numa_node), format_cpulist(p.local_cpus) or "-",
-                     extra.get(id(p), "-")))
+        rows.append(
+            (
+                p.gpu.name,
+                p.gpu.bdf,
+                str(p.numa_node),
+                format_cpulist(p.local_cpus) or "-",
+                extra.get(id(p), "-"),
+            )
+        )
     widths = [max(len(r[i]) for r in rows) for i in range(5)]
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows)
 
 
-def _job_places(places: Tuple[GpuPlace, ...], job_gpus: Optional[Tuple[int, ...]]) -> List[GpuPlace]:
+def _job_places(
+    places: Tuple[GpuPlace, ...], job_gpus: Optional[Tuple[int, ...]]
+) -> List[GpuPlace]:
     """The job's GPUs: Slurm's indices are /dev/nvidia<minor> numbers (NVML index when minors are unknown)."""
     if job_gpus is None:
         return list(places)
@@ -105,14 +129,33 @@ def _job_places(places: Tuple[GpuPlace, ...], job_gpus: Optional[Tuple[int, ...]
     return [p for p in places if (p.gpu.minor if by_minor else p.gpu.index) in job_gpus]
 
 
-@check(name="numa.job-affinity", contexts=("prolog", "manual"), timeout=3.0,
-       needs=("numa.gpus", "numa.job", "job"), params=(
-           Param("policy", str, "some", "some: each allocated GPU has at least one allocated CPU on its NUMA node; "
-                 "all: every allocated CPU is local to one of the job's GPUs", choices=("some", "all")),
-           Param("on_violation", str, "warn", "status for a misplaced job (blamed on the job's allocation, never "
-                 "drains the node; gres-affinity catches the node-side cause)", choices=("warn", "fail")),
-       ))
-def job_affinity(places: Tuple[GpuPlace, ...], job_cpus: Optional[cgroup.JobCpuset], job, params) -> List[Result]:
+@check(
+    name="numa.job-affinity",
+    contexts=("prolog", "manual"),
+    timeout=3.0,
+    needs=("numa.gpus", "numa.job", "job"),
+    params=(
+        Param(
+            "policy",
+            str,
+            "some",
+            "some: each allocated GPU has at least one allocated CPU on its NUMA node; "
+            "all: every allocated CPU is local to one of the job's GPUs",
+            choices=("some", "all"),
+        ),
+        Param(
+            "on_violation",
+            str,
+            "warn",
+            "status for a misplaced job (blamed on the job's allocation, never "
+            "drains the node; gres-affinity catches the node-side cause)",
+            choices=("warn", "fail"),
+        ),
+    ),
+)
+def job_affinity(
+    places: Tuple[GpuPlace, ...], job_cpus: Optional[cgroup.JobCpuset], job, params
+) -> List[Result]:
     """The job's allocated CPUs are on the NUMA nodes of its allocated GPUs.
 
     Source: the job's cgroup cpuset (v2 .../slurmstepd.scope/job_<id>/cpuset.cpus.effective, v1
@@ -122,39 +165,101 @@ def job_affinity(places: Tuple[GpuPlace, ...], job_cpus: Optional[cgroup.JobCpus
     saying so. Fix: gres.conf Cores= (see numa.gres-affinity), or --gres-flags=enforce-binding.
     """
     if job_cpus is None:
-        return [Result("numa.job-affinity", Status.SKIP, "no job (runs in the prolog, or with a job id)")]
+        return [
+            Result(
+                "numa.job-affinity", Status.SKIP, "no job (runs in the prolog, or with a job id)"
+            )
+        ]
     if job_cpus.cpus is None:
-        return [Result("numa.job-affinity", Status.SKIP, "job %s's cgroup is not visible to the prolog (%s): it "
-                       "exists before the prolog only with PrologFlags=RunInJob and TaskPlugin=task/cgroup"
-                       % (job_cpus.job_id, job_cpus.reason), details={"searched": list(job_cpus.searched)})]
+        return [
+            Result(
+                "numa.job-affinity",
+                Status.SKIP,
+                "job %s's cgroup is not visible to the prolog (%s): it "
+                "exists before the prolog only with PrologFlags=RunInJob and TaskPlugin=task/cgroup"
+                % (job_cpus.job_id, job_cpus.reason),
+                details={"searched": list(job_cpus.searched)},
+            )
+        ]
     mine = _job_places(places, job.gpus)
     if not mine:
-        return [Result("numa.job-affinity", Status.SKIP, "job %s has no GPUs on this node" % job_cpus.job_id)]
+        return [
+            Result(
+                "numa.job-affinity",
+                Status.SKIP,
+                "job %s has no GPUs on this node" % job_cpus.job_id,
+            )
+        ]
     cpus = job_cpus.cpus
     extra = {id(p): format_cpulist(cpus & p.local_cpus) or "none" for p in mine}
-    details = {"job_cpus": format_cpulist(cpus), "cgroup": job_cpus.path,
-               "gpus": _table(tuple(mine), extra, "job CPUs local"), "nvml_cpu_affinity": _nvml_agreement(mine)}
+    details = {
+        "job_cpus": format_cpulist(cpus),
+        "cgroup": job_cpus.path,
+        "gpus": _table(tuple(mine), extra, "job CPUs local"),
+        "nvml_cpu_affinity": _nvml_agreement(mine),
+    }
     bad_status = Status.FAIL if params.on_violation == "fail" else Status.WARN
-    results = [Result("numa.job-affinity", bad_status, "%s (NUMA %d, CPUs %s) has none of the job's CPUs (%s) "
-                      "on its NUMA node: its host threads and NCCL proxy run across the socket"
-                      % (p.gpu.name, p.numa_node, format_cpulist(p.local_cpus), format_cpulist(cpus)),
-                      component=p.gpu.component, blame=Blame.JOB, details=details)
-               for p in mine if p.local_cpus and not cpus & p.local_cpus]
+    results = [
+        Result(
+            "numa.job-affinity",
+            bad_status,
+            "%s (NUMA %d, CPUs %s) has none of the job's CPUs (%s) "
+            "on its NUMA node: its host threads and NCCL proxy run across the socket"
+            % (p.gpu.name, p.numa_node, format_cpulist(p.local_cpus), format_cpulist(cpus)),
+            component=p.gpu.component,
+            blame=Blame.JOB,
+            details=details,
+        )
+        for p in mine
+        if p.local_cpus and not cpus & p.local_cpus
+    ]
     if not results and params.policy == "all":
         local = frozenset().union(*(p.local_cpus for p in mine))
         remote = cpus - local
         if remote:
-            results.append(Result("numa.job-affinity", bad_status, "job CPUs %s are not local to any of its GPUs"
-                                  % format_cpulist(remote), blame=Blame.JOB, details=details))
-    return results or [Result("numa.job-affinity", Status.OK, "job %s: CPUs %s local to its %d GPUs (%s)"
-                              % (job_cpus.job_id, format_cpulist(cpus), len(mine), params.policy), details=details)]
+            results.append(
+                Result(
+                    "numa.job-affinity",
+                    bad_status,
+                    "job CPUs %s are not local to any of its GPUs" % format_cpulist(remote),
+                    blame=Blame.JOB,
+                    details=details,
+                )
+            )
+    return results or [
+        Result(
+            "numa.job-affinity",
+            Status.OK,
+            "job %s: CPUs %s local to its %d GPUs (%s)"
+            % (job_cpus.job_id, format_cpulist(cpus), len(mine), params.policy),
+            details=details,
+        )
+    ]
 
 
-@check(name="numa.gres-affinity", contexts=DEFAULT_CONTEXTS, timeout=3.0, needs=("numa.gpus", "numa.gres", "numa.cores"), params=(
-    Param("gres_conf", str, "/etc/slurm/gres.conf", "gres.conf to read (or a saved `slurmd -G` output)"),
-    Param("exact", bool, False, "Cores= must cover every core local to the GPU (default: a subset is fine)"),
-))
-def gres_affinity(places: Tuple[GpuPlace, ...], source: GresSource, core_cpus, params) -> List[Result]:
+@check(
+    name="numa.gres-affinity",
+    contexts=DEFAULT_CONTEXTS,
+    timeout=3.0,
+    needs=("numa.gpus", "numa.gres", "numa.cores"),
+    params=(
+        Param(
+            "gres_conf",
+            str,
+            "/etc/slurm/gres.conf",
+            "gres.conf to read (or a saved `slurmd -G` output)",
+        ),
+        Param(
+            "exact",
+            bool,
+            False,
+            "Cores= must cover every core local to the GPU (default: a subset is fine)",
+        ),
+    ),
+)
+def gres_affinity(
+    places: Tuple[GpuPlace, ...], source: GresSource, core_cpus, params
+) -> List[Result]:
     """gres.conf Cores= of each GPU are CPUs local to that GPU (a very common misconfiguration).
 
     Slurm binds a job's CPUs to its GPUs through Cores=; swapped or stale Cores put every job's
@@ -169,7 +274,9 @@ def gres_affinity(places: Tuple[GpuPlace, ...], source: GresSource, core_cpus, p
     if source.conf is None:
         return [Result(name, Status.SKIP, "no %s" % source.path)]
     lines = source.conf.gpu_lines(source.node)
-    by_minor = {(p.gpu.minor if p.gpu.minor >= 0 else p.gpu.index): p for p in places}  # Slurm's index
+    by_minor = {
+        (p.gpu.minor if p.gpu.minor >= 0 else p.gpu.index): p for p in places
+    }  # Slurm's index
     results, extra = [], {}
     for line in lines:
         if line.cores is None:
@@ -180,52 +287,125 @@ def gres_affinity(places: Tuple[GpuPlace, ...], source: GresSource, core_cpus, p
             if place is None:
                 continue
             extra[id(place)] = format_cpulist(cpus)
-            results += _judge_gres(place, dev, line, cpus, missing, len(core_cpus), source.path, params)
+            results += _judge_gres(
+                place, dev, line, cpus, missing, len(core_cpus), source.path, params
+            )
     autodetect = source.conf.autodetect_for(source.node)
     if not extra:
-        why = ("AutoDetect=%s: slurmd takes Cores from the driver" % autodetect) if autodetect not in ("", "off") \
+        why = (
+            ("AutoDetect=%s: slurmd takes Cores from the driver" % autodetect)
+            if autodetect not in ("", "off")
             else "no GPU lines with Cores= for node %s" % source.node
-        return [Result(name, Status.SKIP if not autodetect or autodetect == "off" else Status.OK, why)]
-    details = {"gpus": _table(places, extra, "gres Cores CPUs"), "file": source.path, "node": source.node,
-               "nvml_cpu_affinity": _nvml_agreement(places)}
+        )
+        return [
+            Result(name, Status.SKIP if not autodetect or autodetect == "off" else Status.OK, why)
+        ]
+    details = {
+        "gpus": _table(places, extra, "gres Cores CPUs"),
+        "file": source.path,
+        "node": source.node,
+        "nvml_cpu_affinity": _nvml_agreement(places),
+    }
     bad = [r for r in results if r.status is not Status.OK]
     if bad:  # the table once, on the first finding: -v output stays readable with 8 failing GPUs
-        bad[0] = Result(bad[0].check, bad[0].status, bad[0].summary, bad[0].component, dict(bad[0].details, **details),
-                        bad[0].action)
-    return bad or [Result(name, Status.OK, "Cores= of %d GPUs in %s are local to them" % (len(extra), source.path),
-                          details=details)]
+        bad[0] = Result(
+            bad[0].check,
+            bad[0].status,
+            bad[0].summary,
+            bad[0].component,
+            dict(bad[0].details, **details),
+            bad[0].action,
+        )
+    return bad or [
+        Result(
+            name,
+            Status.OK,
+            "Cores= of %d GPUs in %s are local to them" % (len(extra), source.path),
+            details=details,
+        )
+    ]
 
 
 def _nvml_agreement(places) -> Dict[str, str]:
     """Per GPU: does nvmlDeviceGetCpuAffinity agree with sysfs local_cpulist? (informational cross-check)"""
-    return {p.gpu.name: "n/a" if p.nvml_cpus is None else
-            ("agrees" if p.nvml_cpus == p.local_cpus else "NVML says " + format_cpulist(p.nvml_cpus)) for p in places}
+    return {
+        p.gpu.name: "n/a"
+        if p.nvml_cpus is None
+        else (
+            "agrees" if p.nvml_cpus == p.local_cpus else "NVML says " + format_cpulist(p.nvml_cpus)
+        )
+        for p in places
+    }
 
 
-def _judge_gres(place: GpuPlace, dev: str, line: gres.GresLine, cpus: FrozenSet[int], missing: List[int],
-                n_cores: int, path: str, params) -> List[Result]:
+def _judge_gres(
+    place: GpuPlace,
+    dev: str,
+    line: gres.GresLine,
+    cpus: FrozenSet[int],
+    missing: List[int],
+    n_cores: int,
+    path: str,
+    params,
+) -> List[Result]:
     where = "%s:%d" % (path, line.line_no)
     if missing:
-        return [Result("numa.gres-affinity", Status.FAIL, "%s line %d: Cores %s beyond this node's %d cores"
-                       % (path, line.line_no, ",".join(map(str, missing[:4])), n_cores),
-                       component=place.gpu.component, action=Action.DRAIN, details={"line": where})]
+        return [
+            Result(
+                "numa.gres-affinity",
+                Status.FAIL,
+                "%s line %d: Cores %s beyond this node's %d cores"
+                % (path, line.line_no, ",".join(map(str, missing[:4])), n_cores),
+                component=place.gpu.component,
+                action=Action.DRAIN,
+                details={"line": where},
+            )
+        ]
     if not place.local_cpus:
-        return [Result("numa.gres-affinity", Status.OK, "%s: the platform reports no local CPUs" % dev,
-                       component=place.gpu.component)]
+        return [
+            Result(
+                "numa.gres-affinity",
+                Status.OK,
+                "%s: the platform reports no local CPUs" % dev,
+                component=place.gpu.component,
+            )
+        ]
     foreign = cpus - place.local_cpus
     short = place.local_cpus - cpus if params.exact else frozenset()
     if foreign or short:
-        return [Result("numa.gres-affinity", Status.FAIL, "%s (%s, %s): gres.conf Cores give CPUs %s, but the GPU's "
-                       "local CPUs (NUMA %d) are %s; fix Cores= in %s and restart slurmd"
-                       % (place.gpu.name, dev, place.gpu.bdf, format_cpulist(cpus), place.numa_node,
-                          format_cpulist(place.local_cpus), where),
-                       component=place.gpu.component, action=Action.DRAIN,
-                       details={"line": line.text, "not_local": format_cpulist(foreign) or None,
-                                "local_not_listed": format_cpulist(short) or None})]
-    return [Result("numa.gres-affinity", Status.OK, "%s Cores local" % dev, component=place.gpu.component)]
+        return [
+            Result(
+                "numa.gres-affinity",
+                Status.FAIL,
+                "%s (%s, %s): gres.conf Cores give CPUs %s, but the GPU's "
+                "local CPUs (NUMA %d) are %s; fix Cores= in %s and restart slurmd"
+                % (
+                    place.gpu.name,
+                    dev,
+                    place.gpu.bdf,
+                    format_cpulist(cpus),
+                    place.numa_node,
+                    format_cpulist(place.local_cpus),
+                    where,
+                ),
+                component=place.gpu.component,
+                action=Action.DRAIN,
+                details={
+                    "line": line.text,
+                    "not_local": format_cpulist(foreign) or None,
+                    "local_not_listed": format_cpulist(short) or None,
+                },
+            )
+        ]
+    return [
+        Result(
+            "numa.gres-affinity", Status.OK, "%s Cores local" % dev, component=place.gpu.component
+        )
+    ]
 
 
 # -- housekeeping CPUs: system daemons and device IRQs stay off the job's CPUs ---------------------
+
 
 class Irq(Struct):
     number: int
@@ -243,13 +423,25 @@ class HousekeepingState(Struct):
 @gatherer("numa.housekeeping")
 def read_housekeeping(ctx) -> HousekeepingState:
     host, params = ctx.host, ctx.config.check("numa.housekeeping").params
-    slurm_text = host.read_text(params.slurm_conf, default="") if not params.housekeeping_cpus else ""
-    node = gres.parse_slurm_node_line(slurm_text, _host_name(ctx), params.slurm_conf) if slurm_text else {}
+    slurm_text = (
+        host.read_text(params.slurm_conf, default="") if not params.housekeeping_cpus else ""
+    )
+    node = (
+        gres.parse_slurm_node_line(slurm_text, _host_name(ctx), params.slurm_conf)
+        if slurm_text
+        else {}
+    )
     if not params.housekeeping_cpus and "cpuspeclist" not in node:
-        return HousekeepingState((), (), node, params.slurm_conf)  # nothing to compare against: skip the /proc walk
+        return HousekeepingState(
+            (), (), node, params.slurm_conf
+        )  # nothing to compare against: skip the /proc walk
     processes = _watched_processes(host, params) if params.processes or params.cgroups else []
     irqs = []
-    for number, name in cgroup.parse_interrupts(host.read_text("/proc/interrupts", default="")) if params.irqs else ():
+    for number, name in (
+        cgroup.parse_interrupts(host.read_text("/proc/interrupts", default=""))
+        if params.irqs
+        else ()
+    ):
         if any(fnmatch.fnmatchcase(name, pattern) for pattern in params.irqs):
             path = "/proc/irq/%d/smp_affinity_list" % number
             text = host.read_text(path, default=None)
@@ -271,7 +463,11 @@ def _watched_processes(host, params) -> List[cgroup.ProcessAffinity]:
         if text is None:
             continue  # exited meanwhile
         path = cgroup.process_cgroup(text)
-        comm = host.read_text("/proc/%d/comm" % pid, default="", max_bytes=64).strip() if names else None
+        comm = (
+            host.read_text("/proc/%d/comm" % pid, default="", max_bytes=64).strip()
+            if names
+            else None
+        )
         if comm in names or _in_cgroups(path, params):
             proc = cgroup.read_process(host, pid, path, comm)
             if proc is not None:
@@ -280,11 +476,16 @@ def _watched_processes(host, params) -> List[cgroup.ProcessAffinity]:
 
 
 def _in_cgroups(path: str, params) -> bool:
-    return bool(path) and any(fnmatch.fnmatchcase(path, p) for p in params.cgroups) and \
-        not any(fnmatch.fnmatchcase(path, p) for p in params.exclude_cgroups)
+    return (
+        bool(path)
+        and any(fnmatch.fnmatchcase(path, p) for p in params.cgroups)
+        and not any(fnmatch.fnmatchcase(path, p) for p in params.exclude_cgroups)
+    )
 
 
-def housekeeping_cpus(params, state: HousekeepingState, core_cpus: List[FrozenSet[int]]) -> Tuple[Optional[FrozenSet[int]], str]:
+def housekeeping_cpus(
+    params, state: HousekeepingState, core_cpus: List[FrozenSet[int]]
+) -> Tuple[Optional[FrozenSet[int]], str]:
     """The housekeeping CPU set and where it came from, or (None, why not).
 
     From `housekeeping_cpus`, else from slurm.conf CpuSpecList (Slurm abstract CPU ids: core by core,
@@ -292,33 +493,81 @@ def housekeeping_cpus(params, state: HousekeepingState, core_cpus: List[FrozenSe
     picks those cores itself, so set housekeeping_cpus to what `scontrol show node` reports.
     """
     if params.housekeeping_cpus:
-        return parse_cpulist(params.housekeeping_cpus, 'checks."numa.housekeeping".housekeeping_cpus'), "config"
+        return parse_cpulist(
+            params.housekeeping_cpus, 'checks."numa.housekeeping".housekeeping_cpus'
+        ), "config"
     spec = state.slurm_node.get("cpuspeclist")
     if spec:
         cpus = gres.spec_cpus(parse_cpulist(spec, state.slurm_conf + " CpuSpecList"), core_cpus)
         return cpus, "%s CpuSpecList=%s" % (state.slurm_conf, spec)
     if state.slurm_node.get("corespeccount"):
-        return None, ("%s sets CoreSpecCount=%s, whose cores Slurm picks itself: set housekeeping_cpus"
-                      % (state.slurm_conf, state.slurm_node["corespeccount"]))
-    return None, "no housekeeping_cpus configured and no CpuSpecList for this node in %s" % state.slurm_conf
+        return None, (
+            "%s sets CoreSpecCount=%s, whose cores Slurm picks itself: set housekeeping_cpus"
+            % (state.slurm_conf, state.slurm_node["corespeccount"])
+        )
+    return (
+        None,
+        "no housekeeping_cpus configured and no CpuSpecList for this node in %s" % state.slurm_conf,
+    )
 
 
-@check(name="numa.housekeeping", contexts=DEFAULT_CONTEXTS, timeout=3.0,
-       needs=("numa.housekeeping", "numa.cores", "numa.job"), params=(
-           Param("housekeeping_cpus", str, "", "CPUs reserved for the system, e.g. '0-1,112-113'; empty = derive "
-                 "from slurm.conf CpuSpecList"),
-           Param("slurm_conf", str, "/etc/slurm/slurm.conf", "where to look for this node's CpuSpecList"),
-           Param("processes", list, [], "process names (comm) that must stay on housekeeping CPUs", item_type=str),
-           Param("cgroups", list, ["/system.slice/*"], "cgroup v2 path patterns whose processes must stay on "
-                 "housekeeping CPUs", item_type=str),
-           Param("exclude_cgroups", list, ["/system.slice/slurmstepd.scope*", "/system.slice/*_slurmstepd.scope*"],
-                 "cgroup patterns exempt (the jobs' own steps)", item_type=str),
-           Param("irqs", list, [], "interrupt names in /proc/interrupts (patterns, e.g. 'mlx5_comp*@pci:*') whose "
-                 "affinity must stay on housekeeping CPUs; empty = don't check IRQs", item_type=str),
-           Param("on_violation", str, "warn", "status for a process or IRQ outside the housekeeping CPUs",
-                 choices=("warn", "fail")),
-       ))
-def housekeeping(state: HousekeepingState, core_cpus, job_cpus: Optional[cgroup.JobCpuset], params) -> List[Result]:
+@check(
+    name="numa.housekeeping",
+    contexts=DEFAULT_CONTEXTS,
+    timeout=3.0,
+    needs=("numa.housekeeping", "numa.cores", "numa.job"),
+    params=(
+        Param(
+            "housekeeping_cpus",
+            str,
+            "",
+            "CPUs reserved for the system, e.g. '0-1,112-113'; empty = derive "
+            "from slurm.conf CpuSpecList",
+        ),
+        Param(
+            "slurm_conf", str, "/etc/slurm/slurm.conf", "where to look for this node's CpuSpecList"
+        ),
+        Param(
+            "processes",
+            list,
+            [],
+            "process names (comm) that must stay on housekeeping CPUs",
+            item_type=str,
+        ),
+        Param(
+            "cgroups",
+            list,
+            ["/system.slice/*"],
+            "cgroup v2 path patterns whose processes must stay on housekeeping CPUs",
+            item_type=str,
+        ),
+        Param(
+            "exclude_cgroups",
+            list,
+            ["/system.slice/slurmstepd.scope*", "/system.slice/*_slurmstepd.scope*"],
+            "cgroup patterns exempt (the jobs' own steps)",
+            item_type=str,
+        ),
+        Param(
+            "irqs",
+            list,
+            [],
+            "interrupt names in /proc/interrupts (patterns, e.g. 'mlx5_comp*@pci:*') whose "
+            "affinity must stay on housekeeping CPUs; empty = don't check IRQs",
+            item_type=str,
+        ),
+        Param(
+            "on_violation",
+            str,
+            "warn",
+            "status for a process or IRQ outside the housekeeping CPUs",
+            choices=("warn", "fail"),
+        ),
+    ),
+)
+def housekeeping(
+    state: HousekeepingState, core_cpus, job_cpus: Optional[cgroup.JobCpuset], params
+) -> List[Result]:
     """System daemons and device interrupts stay on the housekeeping CPUs, off the job's CPUs.
 
     A daemon or IRQ allowed onto job CPUs steals cycles from (and adds jitter to) a synchronous
@@ -335,20 +584,53 @@ def housekeeping(state: HousekeepingState, core_cpus, job_cpus: Optional[cgroup.
     results = []
     for proc in state.processes:
         if not proc.cpus <= allowed:
-            results.append(_violation(status, "%s (pid %d, %s)" % (proc.comm, proc.pid, proc.cgroup or "no cgroup"),
-                                      proc.cpus, allowed, job, "pid:%d" % proc.pid))
+            results.append(
+                _violation(
+                    status,
+                    "%s (pid %d, %s)" % (proc.comm, proc.pid, proc.cgroup or "no cgroup"),
+                    proc.cpus,
+                    allowed,
+                    job,
+                    "pid:%d" % proc.pid,
+                )
+            )
     for irq in state.irqs:
         if not irq.cpus <= allowed:
-            results.append(_violation(status, "IRQ %d %s" % (irq.number, irq.name), irq.cpus, allowed, job,
-                                      "irq:%d" % irq.number))
-    details = {"housekeeping_cpus": format_cpulist(allowed), "from": origin, "processes": len(state.processes),
-               "irqs": len(state.irqs), "job_cpus": format_cpulist(job) or None}
+            results.append(
+                _violation(
+                    status,
+                    "IRQ %d %s" % (irq.number, irq.name),
+                    irq.cpus,
+                    allowed,
+                    job,
+                    "irq:%d" % irq.number,
+                )
+            )
+    details = {
+        "housekeeping_cpus": format_cpulist(allowed),
+        "from": origin,
+        "processes": len(state.processes),
+        "irqs": len(state.irqs),
+        "job_cpus": format_cpulist(job) or None,
+    }
     if len(results) > 20:
-        results = results[:20] + [Result("numa.housekeeping", status, "... and %d more outside %s"
-                                         % (len(results) - 20, format_cpulist(allowed)),
-                                         action=_action(status))]
-    return results or [Result("numa.housekeeping", Status.OK, "%d processes and %d IRQs on housekeeping CPUs %s"
-                              % (len(state.processes), len(state.irqs), format_cpulist(allowed)), details=details)]
+        results = results[:20] + [
+            Result(
+                "numa.housekeeping",
+                status,
+                "... and %d more outside %s" % (len(results) - 20, format_cpulist(allowed)),
+                action=_action(status),
+            )
+        ]
+    return results or [
+        Result(
+            "numa.housekeeping",
+            Status.OK,
+            "%d processes and %d IRQs on housekeeping CPUs %s"
+            % (len(state.processes), len(state.irqs), format_cpulist(allowed)),
+            details=details,
+        )
+    ]
 
 
 def _action(status: Status) -> Action:
@@ -356,18 +638,36 @@ def _action(status: Status) -> Action:
     return Action.DRAIN if status is Status.FAIL else Action.NONE
 
 
-def _violation(status: Status, who: str, cpus: FrozenSet[int], allowed: FrozenSet[int], job: FrozenSet[int],
-               component: str) -> Result:
+def _violation(
+    status: Status,
+    who: str,
+    cpus: FrozenSet[int],
+    allowed: FrozenSet[int],
+    job: FrozenSet[int],
+    component: str,
+) -> Result:
     on_job = cpus & job
-    where = ("on the job's CPUs %s" % format_cpulist(on_job)) if on_job else \
-        ("on CPUs %s outside the housekeeping set" % format_cpulist(cpus - allowed))
-    return Result("numa.housekeeping", status, "%s may run %s; pin it to %s" % (who, where, format_cpulist(allowed)),
-                  component=component, action=_action(status), details={"allowed_cpus": format_cpulist(cpus),
-                                                "housekeeping_cpus": format_cpulist(allowed),
-                                                "job_cpus_hit": format_cpulist(on_job) or None})
+    where = (
+        ("on the job's CPUs %s" % format_cpulist(on_job))
+        if on_job
+        else ("on CPUs %s outside the housekeeping set" % format_cpulist(cpus - allowed))
+    )
+    return Result(
+        "numa.housekeeping",
+        status,
+        "%s may run %s; pin it to %s" % (who, where, format_cpulist(allowed)),
+        component=component,
+        action=_action(status),
+        details={
+            "allowed_cpus": format_cpulist(cpus),
+            "housekeeping_cpus": format_cpulist(allowed),
+            "job_cpus_hit": format_cpulist(on_job) or None,
+        },
+    )
 
 
 # -- NUMA sysctls and hugepages ---------------------------------------------------------------
+
 
 class NumaSysctls(Struct):
     numa_balancing: Optional[int]
@@ -383,20 +683,52 @@ def read_sysctls(ctx) -> NumaSysctls:
         node = int(node_dir.rsplit("node", 1)[1])
         for size_dir in host.glob(node_dir + "/hugepages", "hugepages-*"):
             size = size_dir.rsplit("hugepages-", 1)[1]
-            pages.setdefault(node, {})[size] = (host.read_int(size_dir + "/nr_hugepages", default=0),
-                                                host.read_int(size_dir + "/free_hugepages", default=0))
-    return NumaSysctls(host.read_int("/proc/sys/kernel/numa_balancing", default=None),
-                       host.read_int("/proc/sys/vm/zone_reclaim_mode", default=None), pages)
+            pages.setdefault(node, {})[size] = (
+                host.read_int(size_dir + "/nr_hugepages", default=0),
+                host.read_int(size_dir + "/free_hugepages", default=0),
+            )
+    return NumaSysctls(
+        host.read_int("/proc/sys/kernel/numa_balancing", default=None),
+        host.read_int("/proc/sys/vm/zone_reclaim_mode", default=None),
+        pages,
+    )
 
 
-@check(name="numa.sysctl", contexts=DEFAULT_CONTEXTS, timeout=2.0, needs=("numa.sysctl",), params=(
-    Param("numa_balancing", int, -1, "required kernel.numa_balancing (0 = off, usual for GPU nodes); -1 = don't check"),
-    Param("zone_reclaim_mode", int, 0, "required vm.zone_reclaim_mode; 0 (the kernel default) allocates remote "
-          "memory instead of stalling to reclaim local page cache; -1 = don't check"),
-    Param("hugepages", list, [], "per-NUMA-node hugepage pools, e.g. ['1048576kB=8'] (nr_hugepages on every node)",
-          item_type=str),
-    Param("on_mismatch", str, "warn", "status for a setting that differs", choices=("warn", "fail")),
-))
+@check(
+    name="numa.sysctl",
+    contexts=DEFAULT_CONTEXTS,
+    timeout=2.0,
+    needs=("numa.sysctl",),
+    params=(
+        Param(
+            "numa_balancing",
+            int,
+            -1,
+            "required kernel.numa_balancing (0 = off, usual for GPU nodes); -1 = don't check",
+        ),
+        Param(
+            "zone_reclaim_mode",
+            int,
+            0,
+            "required vm.zone_reclaim_mode; 0 (the kernel default) allocates remote "
+            "memory instead of stalling to reclaim local page cache; -1 = don't check",
+        ),
+        Param(
+            "hugepages",
+            list,
+            [],
+            "per-NUMA-node hugepage pools, e.g. ['1048576kB=8'] (nr_hugepages on every node)",
+            item_type=str,
+        ),
+        Param(
+            "on_mismatch",
+            str,
+            "warn",
+            "status for a setting that differs",
+            choices=("warn", "fail"),
+        ),
+    ),
+)
 def sysctl(state: NumaSysctls, params) -> List[Result]:
     """kernel.numa_balancing, vm.zone_reclaim_mode and per-node hugepages are as configured.
 
@@ -407,25 +739,58 @@ def sysctl(state: NumaSysctls, params) -> List[Result]:
     """
     status = Status.FAIL if params.on_mismatch == "fail" else Status.WARN
     results = []
-    for key, want, have in (("kernel.numa_balancing", params.numa_balancing, state.numa_balancing),
-                            ("vm.zone_reclaim_mode", params.zone_reclaim_mode, state.zone_reclaim_mode)):
+    for key, want, have in (
+        ("kernel.numa_balancing", params.numa_balancing, state.numa_balancing),
+        ("vm.zone_reclaim_mode", params.zone_reclaim_mode, state.zone_reclaim_mode),
+    ):
         if want >= 0 and have is not None and have != want:
-            results.append(Result("numa.sysctl", status, "%s = %d, expected %d (sysctl -w %s=%d)" % (key, have, want,
-                                                                                                  key, want),
-                                  component="sysctl:" + key, action=_action(status)))
+            results.append(
+                Result(
+                    "numa.sysctl",
+                    status,
+                    "%s = %d, expected %d (sysctl -w %s=%d)" % (key, have, want, key, want),
+                    component="sysctl:" + key,
+                    action=_action(status),
+                )
+            )
     for spec in params.hugepages:
         size, sep, count = spec.partition("=")
         if not sep or not count.strip().isdigit():
-            return [Result("numa.sysctl", Status.UNKNOWN, 'checks."numa.sysctl".hugepages: %r is not SIZE=COUNT '
-                           "(e.g. '1048576kB=8')" % spec)]
+            return [
+                Result(
+                    "numa.sysctl",
+                    Status.UNKNOWN,
+                    'checks."numa.sysctl".hugepages: %r is not SIZE=COUNT '
+                    "(e.g. '1048576kB=8')" % spec,
+                )
+            ]
         for node, sizes in sorted(state.hugepages.items()):
             nr, free = sizes.get(size.strip(), (0, 0))
             if nr != int(count):
-                results.append(Result("numa.sysctl", status, "NUMA node %d has %d hugepages of %s, expected %s "
-                                      "(%d free)" % (node, nr, size, count, free), component="numa:%d" % node,
-                                      action=_action(status)))
-    details = {"numa_balancing": state.numa_balancing, "zone_reclaim_mode": state.zone_reclaim_mode,
-               "hugepages": {str(n): {s: "%d nr, %d free" % v for s, v in sizes.items()}
-                             for n, sizes in sorted(state.hugepages.items())}}
-    return results or [Result("numa.sysctl", Status.OK, "numa_balancing=%s zone_reclaim_mode=%s, hugepages as "
-                              "configured" % (state.numa_balancing, state.zone_reclaim_mode), details=details)]
+                results.append(
+                    Result(
+                        "numa.sysctl",
+                        status,
+                        "NUMA node %d has %d hugepages of %s, expected %s "
+                        "(%d free)" % (node, nr, size, count, free),
+                        component="numa:%d" % node,
+                        action=_action(status),
+                    )
+                )
+    details = {
+        "numa_balancing": state.numa_balancing,
+        "zone_reclaim_mode": state.zone_reclaim_mode,
+        "hugepages": {
+            str(n): {s: "%d nr, %d free" % v for s, v in sizes.items()}
+            for n, sizes in sorted(state.hugepages.items())
+        },
+    }
+    return results or [
+        Result(
+            "numa.sysctl",
+            Status.OK,
+            "numa_balancing=%s zone_reclaim_mode=%s, hugepages as "
+            "configured" % (state.numa_balancing, state.zone_reclaim_mode),
+            details=details,
+        )
+    ]

@@ -1,4 +1,5 @@
 """Gatherer `pci.devices`: the PCI devices in sysfs (`lspci -D -n`), shared by the GPU and topology families."""
+
 from __future__ import annotations
 
 from typing import Tuple
@@ -32,8 +33,14 @@ def read_pci_devices(ctx) -> Tuple[PciDevice, ...]:
         vendor = host.read_int(base + "vendor", default=None, base=16)
         if vendor is None:
             continue
-        devices.append(PciDevice(bdf.lower(), vendor, host.read_int(base + "device", default=0, base=16),
-                                 host.read_int(base + "class", default=0, base=16)))
+        devices.append(
+            PciDevice(
+                bdf.lower(),
+                vendor,
+                host.read_int(base + "device", default=0, base=16),
+                host.read_int(base + "class", default=0, base=16),
+            )
+        )
     return tuple(devices)
 
 

@@ -12,11 +12,23 @@ kmsg sequence number of one record in one boot). A reboot clears everything, sin
 numbers restart and the boot id changes. Limit: an old Xid that the ring buffer has overwritten
 is no longer seen (a GPU that fell off the bus still fails gpu.count).
 """
+
 from __future__ import annotations
 
 import json
 import threading
-from typing import Any, Callable, Dict, FrozenSet, Iterable, List, Mapping, Optional, Sequence, Tuple
+from typing import (
+    Any,
+    Callable,
+    Dict,
+    FrozenSet,
+    Iterable,
+    List,
+    Mapping,
+    Optional,
+    Sequence,
+    Tuple,
+)
 
 from ..core.structs import Struct, field
 from ..hw.host import HostError
@@ -31,13 +43,16 @@ KMSG = "/dev/kmsg"
 BOOT_ID = "/proc/sys/kernel/random/boot_id"
 ACK_FILE = "xid-ack.json"
 ACK_SCHEMA = "slurm-hooks.xid-ack/1"
-NVML_WAIT_S = 1.5  # a GPU that fell off the bus can hang NVML: map bus ids without it rather than hang
+NVML_WAIT_S = (
+    1.5  # a GPU that fell off the bus can hang NVML: map bus ids without it rather than hang
+)
 MAX_LISTED = 20  # events listed in one result's details
 ALL = CONTEXTS  # every context
 _ACTION_RANK = {"none": 0, "drain": 1, "reset-gpu": 2, "reboot": 3, "rma": 4}
 
 
 # -- gatherers ---------------------------------------------------------------------------------
+
 
 class KernelLog(Struct):
     """The Xid/SXid lines of the kernel log, and which of them an admin acknowledged.
@@ -93,8 +108,14 @@ def parse_acks(text: Optional[str]) -> Tuple[List[Dict[str, Any]], Optional[str]
     entries = data.get("acks") if isinstance(data, dict) else data
     if not isinstance(entries, list):
         return [], "ack file has no 'acks' list; ignoring it"
-    good = [e for e in entries if isinstance(e, dict) and isinstance(e.get("boot_id"), str)
-            and isinstance(e.get("seq"), int) and not isinstance(e.get("seq"), bool)]
+    good = [
+        e
+        for e in entries
+        if isinstance(e, dict)
+        and isinstance(e.get("boot_id"), str)
+        and isinstance(e.get("seq"), int)
+        and not isinstance(e.get("seq"), bool)
+    ]
     bad = len(entries) - len(good)
     return good, ("ack file: %d malformed entries ignored" % bad if bad else None)
 
@@ -110,7 +131,10 @@ def read_kernel_log(ctx) -> KernelLog:
     notes: List[str] = []
     try:
         text = host.read_text(path, default=None)
-    except (HostError, ValueError) as exc:  # unreadable, or a relative state_dir: never hide an Xid over it
+    except (
+        HostError,
+        ValueError,
+    ) as exc:  # unreadable, or a relative state_dir: never hide an Xid over it
         text = None
         notes.append("cannot read the ack file: %s" % exc)
     entries, problem = parse_acks(text)
@@ -157,6 +181,7 @@ def read_gpu_map(ctx) -> GpuMap:
 
 # -- parameters --------------------------------------------------------------------------------
 
+
 def parse_overrides(entries: Sequence[str], label: str = "overrides") -> Dict[int, Dict[str, str]]:
     """['79=FAIL:rma', '13=OK'] -> {79: {'status': 'FAIL', 'action': 'rma'}, 13: {'status': 'OK'}}.
 
@@ -175,10 +200,12 @@ def parse_overrides(entries: Sequence[str], label: str = "overrides") -> Dict[in
             if not sep or not status.strip():
                 raise ValueError("expected CODE=STATUS[:ACTION], e.g. '79=FAIL:reboot' or '13=OK'")
             clean = catalog.validate_overrides({code.strip(): spec})
-            number, = clean
+            (number,) = clean
             if clean[number]["status"] == "FAIL" and clean[number].get("action") == "none":
-                raise ValueError("FAIL needs an action (drain, reset-gpu, reboot, rma); leave it out to keep "
-                                 "the catalog's")
+                raise ValueError(
+                    "FAIL needs an action (drain, reset-gpu, reboot, rma); leave it out to keep "
+                    "the catalog's"
+                )
             if number in out:
                 raise ValueError("code %d is overridden twice" % number)
         except ValueError as exc:
@@ -199,21 +226,32 @@ def overrides_param(check_name: str, kind: str) -> Callable[[Any], Any]:
     the same entries as a table, so an existing configuration keeps working and says how to move on.
     A bad entry in either form is refused at load, naming the entry.
     """
+
     def convert(value: Any) -> Any:
         if isinstance(value, list):
             if not all(isinstance(entry, str) for entry in value):
-                raise ValueError("expected a table of %s codes, e.g. 79 = {status = \"FAIL\", action = \"rma\"}" % kind)
+                raise ValueError(
+                    'expected a table of %s codes, e.g. 79 = {status = "FAIL", action = "rma"}'
+                    % kind
+                )
             clean = parse_overrides(value, "overrides")
-            return Deprecated(clean, "the list of CODE=STATUS[:ACTION] strings is deprecated (still applied); "
-                                     "write it as a table:\n%s" % _as_table(check_name, clean))
+            return Deprecated(
+                clean,
+                "the list of CODE=STATUS[:ACTION] strings is deprecated (still applied); "
+                "write it as a table:\n%s" % _as_table(check_name, clean),
+            )
         if not isinstance(value, Mapping):
-            raise ValueError("expected a table of %s codes, e.g. [checks.\"%s\".overrides] 79 = {status = \"FAIL\", "
-                             "action = \"rma\"}, got %s %r" % (kind, check_name, type(value).__name__, value))
+            raise ValueError(
+                'expected a table of %s codes, e.g. [checks."%s".overrides] 79 = {status = "FAIL", '
+                'action = "rma"}, got %s %r' % (kind, check_name, type(value).__name__, value)
+            )
         clean = catalog.validate_overrides(value)
         for number, spec in clean.items():
             if spec.get("status") == "FAIL" and spec.get("action") == "none":
-                raise ValueError("%s %d: status FAIL needs an action (drain, reset-gpu, reboot, rma); leave action "
-                                 "out to keep the catalog's" % (kind, number))
+                raise ValueError(
+                    "%s %d: status FAIL needs an action (drain, reset-gpu, reboot, rma); leave action "
+                    "out to keep the catalog's" % (kind, number)
+                )
         return clean
 
     return convert
@@ -222,7 +260,9 @@ def overrides_param(check_name: str, kind: str) -> Callable[[Any], Any]:
 def _as_table(check_name: str, overrides: Mapping[int, Mapping[str, str]]) -> str:
     lines = ['  [checks."%s".overrides]' % check_name]
     for number, spec in sorted(overrides.items()):
-        lines.append("  %d = {%s}" % (number, ", ".join('%s = "%s"' % item for item in spec.items())))
+        lines.append(
+            "  %d = {%s}" % (number, ", ".join('%s = "%s"' % item for item in spec.items()))
+        )
     return "\n".join(lines)
 
 
@@ -233,19 +273,39 @@ def _overrides(params) -> Dict[int, Dict[str, str]]:
 
 
 def _bad_params(name: str, exc: ValueError) -> Result:
-    return Result(name, Status.UNKNOWN, '[checks."%s"] %s' % (name, exc), blame=Blame.CHECK,
-                  details={"error": str(exc)})
+    return Result(
+        name,
+        Status.UNKNOWN,
+        '[checks."%s"] %s' % (name, exc),
+        blame=Blame.CHECK,
+        details={"error": str(exc)},
+    )
 
 
 # -- checks ------------------------------------------------------------------------------------
 
-@check(name="xid.events", contexts=ALL, timeout=3.0, needs=("xid.log", "xid.gpus", "job"), params=(
-    Param("overrides", dict, {}, "decisions replacing the catalog's, a table keyed by Xid: "
-          "[checks.\"xid.events\".overrides] 79 = {status = \"FAIL\", action = \"rma\"}, 13 = {status = \"OK\"} "
-          + _SYNTAX + "; the older list of '79=FAIL:rma' strings is still read, with a deprecation warning",
-          convert=overrides_param("xid.events", "Xid")),
-    Param("ignore", list, [], "Xids left out entirely (not reported, not counted)", item_type=int),
-))
+
+@check(
+    name="xid.events",
+    contexts=ALL,
+    timeout=3.0,
+    needs=("xid.log", "xid.gpus", "job"),
+    params=(
+        Param(
+            "overrides",
+            dict,
+            {},
+            "decisions replacing the catalog's, a table keyed by Xid: "
+            '[checks."xid.events".overrides] 79 = {status = "FAIL", action = "rma"}, 13 = {status = "OK"} '
+            + _SYNTAX
+            + "; the older list of '79=FAIL:rma' strings is still read, with a deprecation warning",
+            convert=overrides_param("xid.events", "Xid"),
+        ),
+        Param(
+            "ignore", list, [], "Xids left out entirely (not reported, not counted)", item_type=int
+        ),
+    ),
+)
 def xid_events(log: KernelLog, gpus: GpuMap, job, params) -> List[Result]:
     """No GPU Xid error since boot that breaks the node (or, as a warning, the job).
 
@@ -271,14 +331,20 @@ def _xid_event_results(log: KernelLog, gpus: GpuMap, job, params, overrides) -> 
     counts["other_gpus"] = 0
     findings = []
     by_bus = gpus.by_bus or {}
-    components: Dict[Optional[str], Tuple[bool, Optional[str]]] = {}  # bus id -> (the job's?, component)
+    components: Dict[
+        Optional[str], Tuple[bool, Optional[str]]
+    ] = {}  # bus id -> (the job's?, component)
     for event, cls in zip(live, catalog.classify_all(live, overrides)):
         known = components.get(event.pci)
         if known is None:
             index = by_bus.get(event.pci or "")
             mine = index is None or job.gpus is None or index in job.gpus
-            known = components[event.pci] = (mine, "gpu:%d %s" % (index, event.pci) if index is not None else
-                                             ("pci:%s" % event.pci if event.pci else None))
+            known = components[event.pci] = (
+                mine,
+                "gpu:%d %s" % (index, event.pci)
+                if index is not None
+                else ("pci:%s" % event.pci if event.pci else None),
+            )
         if not known[0]:
             counts["other_gpus"] += 1
             continue
@@ -290,13 +356,29 @@ def _xid_event_results(log: KernelLog, gpus: GpuMap, job, params, overrides) -> 
     return [Result("xid.events", Status.OK, _ok_summary("Xid", counts), details=common)]
 
 
-@check(name="xid.sxid", contexts=ALL, timeout=2.0, needs=("xid.log",), params=(
-    Param("overrides", dict, {}, "decisions replacing the severity-based ones, a table keyed by SXid: "
-          "[checks.\"xid.sxid\".overrides] 20034 = {status = \"WARN\"}, 12028 = {status = \"FAIL\", action = "
-          "\"drain\"} " + _SYNTAX + "; the older list of '20034=WARN' strings is still read, with a deprecation "
-          "warning", convert=overrides_param("xid.sxid", "SXid")),
-    Param("ignore", list, [], "SXids left out entirely (not reported, not counted)", item_type=int),
-))
+@check(
+    name="xid.sxid",
+    contexts=ALL,
+    timeout=2.0,
+    needs=("xid.log",),
+    params=(
+        Param(
+            "overrides",
+            dict,
+            {},
+            "decisions replacing the severity-based ones, a table keyed by SXid: "
+            '[checks."xid.sxid".overrides] 20034 = {status = "WARN"}, 12028 = {status = "FAIL", action = '
+            '"drain"} '
+            + _SYNTAX
+            + "; the older list of '20034=WARN' strings is still read, with a deprecation "
+            "warning",
+            convert=overrides_param("xid.sxid", "SXid"),
+        ),
+        Param(
+            "ignore", list, [], "SXids left out entirely (not reported, not counted)", item_type=int
+        ),
+    ),
+)
 def xid_sxid(log: KernelLog, params) -> List[Result]:
     """No fatal NVSwitch SXid error since boot.
 
@@ -320,12 +402,19 @@ def xid_sxid(log: KernelLog, params) -> List[Result]:
 
 # -- helpers -----------------------------------------------------------------------------------
 
-def _live(events: Sequence[Any], ignore: Sequence[int], acked: Any) -> Tuple[List[Any], Dict[str, int]]:
+
+def _live(
+    events: Sequence[Any], ignore: Sequence[int], acked: Any
+) -> Tuple[List[Any], Dict[str, int]]:
     """Xid/SXid events neither ignored by number nor acknowledged (by kmsg sequence), and the counts."""
     ignored = set(ignore)
     kept = [e for e in events if _code(e) not in ignored] if ignored else list(events)
     live = [e for e in kept if e.seq is None or e.seq not in acked] if acked else kept
-    return live, {"since_boot": len(kept), "acknowledged": len(kept) - len(live), "ignored": len(events) - len(kept)}
+    return live, {
+        "since_boot": len(kept),
+        "acknowledged": len(kept) - len(live),
+        "ignored": len(events) - len(kept),
+    }
 
 
 def _switch_component(event: SxidEvent) -> str:
@@ -337,7 +426,9 @@ def _code(event: Any) -> int:
     return event.xid if isinstance(event, XidEvent) else event.sxid
 
 
-def _common_details(log: KernelLog, counts: Mapping[str, int], map_error: Optional[str]) -> Dict[str, Any]:
+def _common_details(
+    log: KernelLog, counts: Mapping[str, int], map_error: Optional[str]
+) -> Dict[str, Any]:
     details: Dict[str, Any] = {"boot_id": log.boot_id}
     details.update(counts)
     notes = list(log.notes)
@@ -351,20 +442,33 @@ def _common_details(log: KernelLog, counts: Mapping[str, int], map_error: Option
 def _ok_summary(kind: str, counts: Mapping[str, int]) -> str:
     if not counts["since_boot"]:
         return "no %s since boot" % kind
-    parts = ["%d %s" % (counts[k], k.replace("_", " ")) for k in ("acknowledged", "other_gpus") if counts.get(k)]
-    return "%d %s since boot, none needing action%s" % (counts["since_boot"], kind,
-                                                        " (%s)" % ", ".join(parts) if parts else "")
+    parts = [
+        "%d %s" % (counts[k], k.replace("_", " "))
+        for k in ("acknowledged", "other_gpus")
+        if counts.get(k)
+    ]
+    return "%d %s since boot, none needing action%s" % (
+        counts["since_boot"],
+        kind,
+        " (%s)" % ", ".join(parts) if parts else "",
+    )
 
 
-def _group(name: str, findings: Iterable[Tuple[Optional[str], Any, Any]], kind: str,
-           common: Mapping[str, Any]) -> List[Result]:
+def _group(
+    name: str,
+    findings: Iterable[Tuple[Optional[str], Any, Any]],
+    kind: str,
+    common: Mapping[str, Any],
+) -> List[Result]:
     """One Result per (component, status, blame); OK classifications are left out.
 
     The result's head is its group's first event with the strongest action; its summary counts the
     events and names the other codes; its details list the first MAX_LISTED events. One pass: a
     flood of 100,000 Xids is a few groups.
     """
-    groups: Dict[Tuple[Optional[str], str, str], List[Any]] = {}  # key -> [items, head item, head rank, codes]
+    groups: Dict[
+        Tuple[Optional[str], str, str], List[Any]
+    ] = {}  # key -> [items, head item, head rank, codes]
     for component, event, cls in findings:
         if cls.status == "OK":
             continue
@@ -375,7 +479,9 @@ def _group(name: str, findings: Iterable[Tuple[Optional[str], Any, Any]], kind: 
             groups[key] = [[(event, cls)], (event, cls), rank, {_code(event)}]
             continue
         group[0].append((event, cls))
-        group[3].add(cls.xid if cls.xid is not None else _code(event))  # an Xid's classification names it
+        group[3].add(
+            cls.xid if cls.xid is not None else _code(event)
+        )  # an Xid's classification names it
         if rank > group[2]:
             group[1], group[2] = (event, cls), rank
     results = []
@@ -384,18 +490,39 @@ def _group(name: str, findings: Iterable[Tuple[Optional[str], Any, Any]], kind: 
         text = (head_event.text or head.reason)[:100]
         summary = "%s %d: %s" % (kind, _code(head_event), text)
         if len(items) > 1:
-            summary += " (%d events%s)" % (len(items), "; also %s %s" % (kind, ", ".join(map(str, codes)))
-                                           if codes else "")
+            summary += " (%d events%s)" % (
+                len(items),
+                "; also %s %s" % (kind, ", ".join(map(str, codes))) if codes else "",
+            )
         details = dict(common)
         details["events"] = [_event_dict(event, cls) for event, cls in items[:MAX_LISTED]]
         details["reason"] = head.reason
-        results.append(Result(name, Status(status), summary, component=component, details=details,
-                              action=Action(head.action) if status == "FAIL" else Action.NONE, blame=Blame(blame)))
+        results.append(
+            Result(
+                name,
+                Status(status),
+                summary,
+                component=component,
+                details=details,
+                action=Action(head.action) if status == "FAIL" else Action.NONE,
+                blame=Blame(blame),
+            )
+        )
     return results
 
 
 def _event_dict(event: Any, cls: Any) -> Dict[str, Any]:
-    return {"code": _code(event), "pci": event.pci, "seq": event.seq, "usec": event.usec,
-            "pid": getattr(event, "pid", None), "process": getattr(event, "process", None), "text": event.text,
-            "status": cls.status, "action": cls.action, "blame": cls.blame, "reason": cls.reason,
-            "overridden": cls.overridden}
+    return {
+        "code": _code(event),
+        "pci": event.pci,
+        "seq": event.seq,
+        "usec": event.usec,
+        "pid": getattr(event, "pid", None),
+        "process": getattr(event, "process", None),
+        "text": event.text,
+        "status": cls.status,
+        "action": cls.action,
+        "blame": cls.blame,
+        "reason": cls.reason,
+        "overridden": cls.overridden,
+    }

@@ -1,4 +1,5 @@
 """CLI verbs for slurmd's hooks (prolog, epilog, health) and for admins (drain, resume, status)."""
+
 from __future__ import annotations
 
 import json
@@ -9,25 +10,37 @@ from ..result import ExitCode
 
 
 def add_parsers(sub) -> None:
-    for context, text in (("prolog", "run the prolog checks for the job in slurmd's environment"),
-                          ("epilog", "run the epilog checks after the job"),
-                          ("health", "passive checks for HealthCheckProgram; resumes nodes we drained once healthy")):
+    for context, text in (
+        ("prolog", "run the prolog checks for the job in slurmd's environment"),
+        ("epilog", "run the epilog checks after the job"),
+        ("health", "passive checks for HealthCheckProgram; resumes nodes we drained once healthy"),
+    ):
         hook = sub.add_parser(context, help=text)
         hook.add_argument("--root", metavar="DIR", help="read /sys, /proc, /dev under DIR")
-        hook.add_argument("--node", metavar="NAME", help="node name when SLURMD_NODENAME is not set")
+        hook.add_argument(
+            "--node", metavar="NAME", help="node name when SLURMD_NODENAME is not set"
+        )
         hook.set_defaults(handler=cmd_hook, context=context)
     nodes_help = "node name or Slurm hostlist (gpu[01-04],login1); default: this node"
-    drain = sub.add_parser("drain", help="drain this node (or --node) with a slurm-hooks reason; never resumed "
-                                         "automatically")
-    drain.add_argument("--reason", required=True, help="why (becomes '<reason_prefix> manual: REASON')")
+    drain = sub.add_parser(
+        "drain",
+        help="drain this node (or --node) with a slurm-hooks reason; never resumed automatically",
+    )
+    drain.add_argument(
+        "--reason", required=True, help="why (becomes '<reason_prefix> manual: REASON')"
+    )
     drain.add_argument("--node", metavar="NODES", help=nodes_help)
-    drain.add_argument("--force", action="store_true", help="replace a drain reason that is not ours")
+    drain.add_argument(
+        "--force", action="store_true", help="replace a drain reason that is not ours"
+    )
     drain.set_defaults(handler=cmd_drain)
     resume = sub.add_parser("resume", help="resume this node (or --node) if slurm-hooks drained it")
     resume.add_argument("--node", metavar="NODES", help=nodes_help)
     resume.add_argument("--force", action="store_true", help="also resume a drain that is not ours")
     resume.set_defaults(handler=cmd_resume)
-    status = sub.add_parser("status", help="Slurm state and reason of this node, whether we drained it, breaker")
+    status = sub.add_parser(
+        "status", help="Slurm state and reason of this node, whether we drained it, breaker"
+    )
     status.add_argument("--node", metavar="NODES", help=nodes_help)
     status.add_argument("--json", action="store_true")
     status.set_defaults(handler=cmd_status)
@@ -37,8 +50,6 @@ def cmd_hook(args) -> int:
     from ..hooks import main_hook
 
     return main_hook(args.context, args.config, os.environ, args.node, args.root)
-
-
 
 
 def _setup(args):
@@ -108,15 +119,34 @@ def cmd_status(args) -> int:
     local_state = read_state(config, setup(config.settings, stderr=True))
     prefix = config.get("drain", "reason_prefix")
     breaker = config.settings["breaker"]
-    out = {"mode": config.get("general", "mode"), "local_state": local_state[0] if local_state[1] else None,
-           "nodes": [node_status(client, name, config, name == this_node, local_state) for name in names]}
+    out = {
+        "mode": config.get("general", "mode"),
+        "local_state": local_state[0] if local_state[1] else None,
+        "nodes": [
+            node_status(client, name, config, name == this_node, local_state) for name in names
+        ],
+    }
     try:
         nodes = client.list_nodes()
-        state = policy.breaker_state(((n.name, n.is_drained, n.reason) for n in nodes), "", prefix,
-                                     breaker["max_percent"], breaker["min_nodes"])
-        manual = sum(1 for n in nodes if n.is_drained and policy.read_reason(n.reason, prefix).kind == "manual")
-        out["breaker"] = {"drained_by_us": state.drained_by_us, "manual_drains": manual, "nodes": state.total_nodes,
-                          "limit": state.limit, "tripped": state.tripped}
+        state = policy.breaker_state(
+            ((n.name, n.is_drained, n.reason) for n in nodes),
+            "",
+            prefix,
+            breaker["max_percent"],
+            breaker["min_nodes"],
+        )
+        manual = sum(
+            1
+            for n in nodes
+            if n.is_drained and policy.read_reason(n.reason, prefix).kind == "manual"
+        )
+        out["breaker"] = {
+            "drained_by_us": state.drained_by_us,
+            "manual_drains": manual,
+            "nodes": state.total_nodes,
+            "limit": state.limit,
+            "tripped": state.tripped,
+        }
     except SlurmError as exc:
         out["breaker"] = {"error": str(exc)}
     if len(names) == 1:  # the single-node layout admins and scripts already read
@@ -129,8 +159,15 @@ def cmd_status(args) -> int:
                 for entry in value:
                     print("%-14s %s" % ("node:", json.dumps(entry)))
                 continue
-            print("%-14s %s" % (key + ":", value if not isinstance(value, dict) else json.dumps(value)))
-    failed = "error" in out or any("error" in n for n in out.get("nodes", [])) or "error" in out["breaker"]
+            print(
+                "%-14s %s"
+                % (key + ":", value if not isinstance(value, dict) else json.dumps(value))
+            )
+    failed = (
+        "error" in out
+        or any("error" in n for n in out.get("nodes", []))
+        or "error" in out["breaker"]
+    )
     return ExitCode.UNKNOWN if failed else ExitCode.OK
 
 

@@ -4,6 +4,7 @@ Each group of verbs lives in its own module (VERB_MODULES) exposing add_parsers(
 sets `handler` on each parser. Handlers import what they need lazily, so `slurm-hooks prolog`
 pays only for what it uses (start-up time is the prolog's cost floor).
 """
+
 from __future__ import annotations
 
 import importlib
@@ -18,18 +19,27 @@ from ..result import ExitCode
 if TYPE_CHECKING:
     import argparse
 
-VERB_MODULES = ("slurm_hooks.cli.check_verbs", "slurm_hooks.cli.xid_verbs", "slurm_hooks.cli.hook_verbs",
-                "slurm_hooks.cli.record_verbs")
+VERB_MODULES = (
+    "slurm_hooks.cli.check_verbs",
+    "slurm_hooks.cli.xid_verbs",
+    "slurm_hooks.cli.hook_verbs",
+    "slurm_hooks.cli.record_verbs",
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
     from .. import __version__
     from .parser import Parser
 
-    parser = Parser(prog="slurm-hooks", description="GPU node checks for Slurm prolog/epilog/health and admins.")
+    parser = Parser(
+        prog="slurm-hooks", description="GPU node checks for Slurm prolog/epilog/health and admins."
+    )
     parser.add_argument("--version", action="version", version="slurm-hooks " + __version__)
-    parser.add_argument("--config", metavar="FILE", help="config file (default /etc/slurm-hooks/config.toml "
-                                                          "plus conf.d/*.toml beside it)")
+    parser.add_argument(
+        "--config",
+        metavar="FILE",
+        help="config file (default /etc/slurm-hooks/config.toml plus conf.d/*.toml beside it)",
+    )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
     for name in VERB_MODULES:
         try:
@@ -93,7 +103,10 @@ def _exit_now(code: int) -> None:
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()
-        except (OSError, ValueError):  # slurmd closed the pipe, or the stream is closed: nothing to keep
+        except (
+            OSError,
+            ValueError,
+        ):  # slurmd closed the pipe, or the stream is closed: nothing to keep
             pass
     os._exit(code)
 
@@ -114,7 +127,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     return _finish(handler, args)
 
 
-def _finish(handler, args) -> int:  # args: argparse.Namespace, or a SimpleNamespace from parse_hook_args
+def _finish(
+    handler, args
+) -> int:  # args: argparse.Namespace, or a SimpleNamespace from parse_hook_args
     from ..core.config import ConfigError
     from .check_verbs import finish
 

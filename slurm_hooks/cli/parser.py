@@ -3,6 +3,7 @@
 argparse brings shutil, gettext and locale with it (a few ms); `slurm-hooks prolog|epilog|health`
 parse their few options by hand (cli.parse_hook_args) and only the admin verbs build parsers.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -19,11 +20,21 @@ class Parser(argparse.ArgumentParser):
 
 def add_run_options(parser: argparse.ArgumentParser) -> None:
     """Options shared by every verb that runs checks."""
-    parser.add_argument("--json", action="store_true", help="print JSON (schema slurm-hooks.check/1)")
-    parser.add_argument("-v", "--verbose", action="store_true", help="show every result with its details")
-    parser.add_argument("--root", metavar="DIR", help="read /sys, /proc, /dev under DIR (a captured or fake tree)")
-    parser.add_argument("--deadline", type=deadline_seconds, metavar="SECONDS",
-                        help="override the run's global deadline (0 < SECONDS <= 3600)")
+    parser.add_argument(
+        "--json", action="store_true", help="print JSON (schema slurm-hooks.check/1)"
+    )
+    parser.add_argument(
+        "-v", "--verbose", action="store_true", help="show every result with its details"
+    )
+    parser.add_argument(
+        "--root", metavar="DIR", help="read /sys, /proc, /dev under DIR (a captured or fake tree)"
+    )
+    parser.add_argument(
+        "--deadline",
+        type=deadline_seconds,
+        metavar="SECONDS",
+        help="override the run's global deadline (0 < SECONDS <= 3600)",
+    )
 
 
 def deadline_seconds(text: str) -> float:
@@ -35,6 +46,7 @@ def deadline_seconds(text: str) -> float:
     except ValueError:
         raise argparse.ArgumentTypeError("%r is not a number of seconds" % text) from None
     if not math.isfinite(value) or not 0 < value <= 3600:
-        raise argparse.ArgumentTypeError("%r: the deadline must be a finite number of seconds, > 0 and <= 3600"
-                                         % text)
+        raise argparse.ArgumentTypeError(
+            "%r: the deadline must be a finite number of seconds, > 0 and <= 3600" % text
+        )
     return value

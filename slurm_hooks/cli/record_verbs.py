@@ -1,4 +1,5 @@
 """CLI verbs over per-job records: `record show JOBID [--node N]` and `report [PATH...]`."""
+
 from __future__ import annotations
 
 import json
@@ -13,35 +14,70 @@ def add_parsers(sub) -> None:
     from .parser import Parser
 
     record = sub.add_parser("record", help="per-job records written by the epilog")
-    record_sub = record.add_subparsers(dest="record_command", metavar="SUBCOMMAND", parser_class=Parser)
+    record_sub = record.add_subparsers(
+        dest="record_command", metavar="SUBCOMMAND", parser_class=Parser
+    )
     record_sub.required = True
-    show = record_sub.add_parser("show", help="print one job's record(s) readably",
-                                 description="Print the record of JOBID on every node it ran on (or on --node).")
+    show = record_sub.add_parser(
+        "show",
+        help="print one job's record(s) readably",
+        description="Print the record of JOBID on every node it ran on (or on --node).",
+    )
     show.add_argument("job_id", metavar="JOBID")
     show.add_argument("--node", metavar="N", help="only the record written by node N")
-    show.add_argument("--dir", metavar="DIR", action="append", help="records directory (default: [records] dir; "
-                                                                     "repeatable)")
+    show.add_argument(
+        "--dir",
+        metavar="DIR",
+        action="append",
+        help="records directory (default: [records] dir; repeatable)",
+    )
     show.add_argument("--json", action="store_true", help="print the record(s) as JSON")
     show.set_defaults(handler=cmd_record_show)
 
-    report = sub.add_parser("report", help="rank nodes by what went wrong during jobs",
-                            description="Aggregate per-job records (files or directories, walked recursively; "
-                                        "default: [records] dir): nodes ranked by Xids, error-counter deltas, "
-                                        "throttle time and leftover processes.")
+    report = sub.add_parser(
+        "report",
+        help="rank nodes by what went wrong during jobs",
+        description="Aggregate per-job records (files or directories, walked recursively; "
+        "default: [records] dir): nodes ranked by Xids, error-counter deltas, "
+        "throttle time and leftover processes.",
+    )
     report.add_argument("paths", nargs="*", metavar="PATH")
-    report.add_argument("--since", metavar="WHEN", help="only jobs that ended after WHEN: 7d, 24h, 90m, "
-                                                        "2024-05-01, 2024-05-01T12:00 or Unix seconds")
-    report.add_argument("--job", metavar="JOBID", help="the nodes of this job with anything abnormal")
-    report.add_argument("--top", type=int, default=20, metavar="N", help="nodes to list (default 20)")
+    report.add_argument(
+        "--since",
+        metavar="WHEN",
+        help="only jobs that ended after WHEN: 7d, 24h, 90m, "
+        "2024-05-01, 2024-05-01T12:00 or Unix seconds",
+    )
+    report.add_argument(
+        "--job", metavar="JOBID", help="the nodes of this job with anything abnormal"
+    )
+    report.add_argument(
+        "--top", type=int, default=20, metavar="N", help="nodes to list (default 20)"
+    )
     report.add_argument("--all", action="store_true", help="also list nodes with nothing abnormal")
-    report.add_argument("--json", action="store_true", help="print JSON (schema slurm-hooks.report/1; "
-                                                            "with --stragglers slurm-hooks.stragglers/1)")
-    report.add_argument("--stragglers", action="store_true", help="find slow nodes: score each node of every "
-                        "multi-node job against the job's other nodes ([fleet] settings; docs/records.md)")
-    report.add_argument("--prom", metavar="FILE", help="with --stragglers: also write the suspects as Prometheus "
-                        "metrics to FILE (atomically; e.g. node_exporter's textfile directory)")
-    report.add_argument("--drain", action="store_true", help="with --stragglers: drain suspects when [fleet] "
-                        "drain = true (breaker, observe mode); without this flag nothing is ever drained")
+    report.add_argument(
+        "--json",
+        action="store_true",
+        help="print JSON (schema slurm-hooks.report/1; with --stragglers slurm-hooks.stragglers/1)",
+    )
+    report.add_argument(
+        "--stragglers",
+        action="store_true",
+        help="find slow nodes: score each node of every "
+        "multi-node job against the job's other nodes ([fleet] settings; docs/records.md)",
+    )
+    report.add_argument(
+        "--prom",
+        metavar="FILE",
+        help="with --stragglers: also write the suspects as Prometheus "
+        "metrics to FILE (atomically; e.g. node_exporter's textfile directory)",
+    )
+    report.add_argument(
+        "--drain",
+        action="store_true",
+        help="with --stragglers: drain suspects when [fleet] "
+        "drain = true (breaker, observe mode); without this flag nothing is ever drained",
+    )
     report.set_defaults(handler=cmd_report)
 
 
@@ -70,7 +106,9 @@ def cmd_record_show(args) -> int:
         return _error(str(exc))
     if not paths:
         where = " on node %s" % args.node if args.node else ""
-        return _error("no record of job %s%s under %s" % (args.job_id, where, ", ".join(directories)))
+        return _error(
+            "no record of job %s%s under %s" % (args.job_id, where, ", ".join(directories))
+        )
     records = []
     for path in paths:
         try:
@@ -78,7 +116,9 @@ def cmd_record_show(args) -> int:
         except ValueError as exc:
             return _error(str(exc))
     if args.json:
-        json.dump([r for _, r in records] if len(records) > 1 else records[0][1], sys.stdout, indent=2)
+        json.dump(
+            [r for _, r in records] if len(records) > 1 else records[0][1], sys.stdout, indent=2
+        )
         sys.stdout.write("\n")
         return ExitCode.OK
     sys.stdout.write("\n".join(render_record(record, path) for path, record in records))
@@ -105,8 +145,16 @@ def cmd_report(args) -> int:
         if args.job:
             rows, problems = job_view(paths, args.job)
             if args.json:
-                json.dump({"schema": "slurm-hooks.report-job/1", "job": args.job, "nodes": rows,
-                           "unreadable": problems}, sys.stdout, indent=2)
+                json.dump(
+                    {
+                        "schema": "slurm-hooks.report-job/1",
+                        "job": args.job,
+                        "nodes": rows,
+                        "unreadable": problems,
+                    },
+                    sys.stdout,
+                    indent=2,
+                )
                 sys.stdout.write("\n")
             else:
                 sys.stdout.write(render_job(args.job, rows, problems))
@@ -124,21 +172,43 @@ def cmd_report(args) -> int:
 
 # -- one record, readably -----------------------------------------------------------------------
 
+
 def render_record(record: Dict[str, Any], path: str = "") -> str:
     job, summary = record.get("job") or {}, record.get("summary") or {}
-    lines = ["job %s on %s (user %s, GPUs %s)%s" % (job.get("id"), record.get("node"), job.get("user"),
-                                                     _gpus(job.get("gpus")), "  [%s]" % path if path else ""),
-             "  %s -> %s (%s)" % (_when(record.get("start")), _when(record.get("end")), _duration(record.get("duration_s")))]
+    lines = [
+        "job %s on %s (user %s, GPUs %s)%s"
+        % (
+            job.get("id"),
+            record.get("node"),
+            job.get("user"),
+            _gpus(job.get("gpus")),
+            "  [%s]" % path if path else "",
+        ),
+        "  %s -> %s (%s)"
+        % (
+            _when(record.get("start")),
+            _when(record.get("end")),
+            _duration(record.get("duration_s")),
+        ),
+    ]
     if record.get("prolog_snapshot") != "ok":
-        lines.append("  prolog snapshot: %s -- no deltas for this job" % record.get("prolog_snapshot"))
+        lines.append(
+            "  prolog snapshot: %s -- no deltas for this job" % record.get("prolog_snapshot")
+        )
     if str(record.get("epilog_snapshot", "ok")) != "ok":
         lines.append("  epilog snapshot: %s" % record.get("epilog_snapshot"))
     if record.get("rebooted_during_job"):
         lines.append("  the node rebooted during the job: counters not comparable")
     lines.append("  abnormal: %s" % (", ".join(summary.get("abnormal") or []) or "nothing"))
-    lines.append("  throttle %.1fs, energy %.0f J, leftover processes %d, leftover memory %s" % (
-        summary.get("throttle_s") or 0, summary.get("energy_j") or 0, summary.get("leftover_processes") or 0,
-        _bytes(summary.get("leftover_memory_bytes") or 0)))
+    lines.append(
+        "  throttle %.1fs, energy %.0f J, leftover processes %d, leftover memory %s"
+        % (
+            summary.get("throttle_s") or 0,
+            summary.get("energy_j") or 0,
+            summary.get("leftover_processes") or 0,
+            _bytes(summary.get("leftover_memory_bytes") or 0),
+        )
+    )
     for gpu in record.get("gpus") or []:
         lines.extend(_gpu_lines(gpu))
     for port in record.get("ib") or []:
@@ -153,9 +223,16 @@ def render_record(record: Dict[str, Any], path: str = "") -> str:
 
 
 def _gpu_lines(gpu: Dict[str, Any]) -> List[str]:
-    lines = ["  gpu %s %s %s serial %s" % (gpu.get("index"), gpu.get("bus_id"), gpu.get("uuid"), gpu.get("serial"))]
+    lines = [
+        "  gpu %s %s %s serial %s"
+        % (gpu.get("index"), gpu.get("bus_id"), gpu.get("uuid"), gpu.get("serial"))
+    ]
     delta = gpu.get("delta")
-    moved = {k: v for k, v in (delta or {}).items() if v and not k.startswith(("energy", "violation_ns.low"))}
+    moved = {
+        k: v
+        for k, v in (delta or {}).items()
+        if v and not k.startswith(("energy", "violation_ns.low"))
+    }
     if delta is None:
         lines.append("    no deltas")
     elif moved:
@@ -166,8 +243,10 @@ def _gpu_lines(gpu: Dict[str, Any]) -> List[str]:
     if flags:
         lines.append("    flags: %s" % ", ".join(flags))
     for proc in gpu.get("processes") or []:
-        lines.append("    leftover process %s (%s) using %s" % (proc.get("pid"), proc.get("name"),
-                                                               _bytes(proc.get("used_memory_bytes") or 0)))
+        lines.append(
+            "    leftover process %s (%s) using %s"
+            % (proc.get("pid"), proc.get("name"), _bytes(proc.get("used_memory_bytes") or 0))
+        )
     if gpu.get("counter_resets"):
         lines.append("    counters reset during the job: %s" % ", ".join(gpu["counter_resets"]))
     if gpu.get("unavailable"):
@@ -180,12 +259,30 @@ def _event_lines(record: Dict[str, Any]) -> List[str]:
     scope = record.get("events_scope")
     suffix = "" if scope == "job" else " (no prolog position: whole boot shown)"
     for event in record.get("xids") or []:
-        lines.append("  Xid %s on %s%s: %s -> %s/%s%s" % (event["xid"], event["pci"],
-                     " (gpu %s)" % event["job_gpu"] if event.get("job_gpu") is not None else "", event["text"],
-                     event["status"], event["action"], suffix))
+        lines.append(
+            "  Xid %s on %s%s: %s -> %s/%s%s"
+            % (
+                event["xid"],
+                event["pci"],
+                " (gpu %s)" % event["job_gpu"] if event.get("job_gpu") is not None else "",
+                event["text"],
+                event["status"],
+                event["action"],
+                suffix,
+            )
+        )
     for event in record.get("sxids") or []:
-        lines.append("  SXid %s on switch %s link %s: %s -> %s%s" % (event["sxid"], event["switch"], event["link"],
-                                                                   event["text"], event["status"], suffix))
+        lines.append(
+            "  SXid %s on switch %s link %s: %s -> %s%s"
+            % (
+                event["sxid"],
+                event["switch"],
+                event["link"],
+                event["text"],
+                event["status"],
+                suffix,
+            )
+        )
     return lines
 
 
@@ -193,14 +290,29 @@ def _check_lines(record: Dict[str, Any]) -> List[str]:
     checks, decision = record.get("checks"), record.get("decision")
     lines = []
     if checks:
-        lines.append("  epilog checks: %s (%d passed)" % (checks.get("status"), len(checks.get("passed") or [])))
+        lines.append(
+            "  epilog checks: %s (%d passed)"
+            % (checks.get("status"), len(checks.get("passed") or []))
+        )
         for result in checks.get("results") or []:
-            lines.append("    %-7s %s %s: %s" % (result["status"], result["check"], result.get("component") or "node",
-                                                 result["summary"]))
+            lines.append(
+                "    %-7s %s %s: %s"
+                % (
+                    result["status"],
+                    result["check"],
+                    result.get("component") or "node",
+                    result["summary"],
+                )
+            )
     if decision:
-        lines.append("  decision: %s%s%s" % (decision.get("verdict"),
-                                             " (%s)" % decision["outcome"] if decision.get("outcome") else "",
-                                             ": %s" % decision["reason"] if decision.get("reason") else ""))
+        lines.append(
+            "  decision: %s%s%s"
+            % (
+                decision.get("verdict"),
+                " (%s)" % decision["outcome"] if decision.get("outcome") else "",
+                ": %s" % decision["reason"] if decision.get("reason") else "",
+            )
+        )
     return lines
 
 
@@ -213,7 +325,11 @@ def _gpus(gpus: Any) -> str:
 
 
 def _when(epoch: Any) -> str:
-    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(epoch)) if isinstance(epoch, (int, float)) else "?"
+    return (
+        time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(epoch))
+        if isinstance(epoch, (int, float))
+        else "?"
+    )
 
 
 def _duration(seconds: Any) -> str:

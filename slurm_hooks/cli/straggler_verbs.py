@@ -5,6 +5,7 @@ PATH and --since, and admins look for "which nodes hurt jobs" in one place. Read
 anything; --drain (what the shipped slurm-hooks-stragglers.service passes) acts only when [fleet]
 drain = true, so a report run by hand cannot drain a node.
 """
+
 from __future__ import annotations
 
 import json
@@ -56,7 +57,9 @@ def cmd_stragglers(args) -> ExitCode:
     else:
         sys.stdout.write(fleet.render(result, args.top))
         for row in drains or ():
-            sys.stdout.write("drain %s (%s): %s: %s\n" % (row.node, row.metric, row.outcome, row.message))
+            sys.stdout.write(
+                "drain %s (%s): %s: %s\n" % (row.node, row.metric, row.outcome, row.message)
+            )
     return ExitCode.OK
 
 

@@ -3,6 +3,7 @@
 Imported on every invocation (prolog included) to build the parser: keep the top level light and
 import the catalog, parsers and checks inside the handlers.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -40,19 +41,38 @@ def add_parsers(sub) -> None:
     explain = sub.add_parser("explain", help="explain an error code: explain xid 79")
     what = explain.add_subparsers(dest="explain_what", metavar="WHAT", parser_class=Parser)
     what.required = True
-    explain_xid = what.add_parser("xid", help="what NVIDIA Xid N means and what slurm-hooks does about it")
+    explain_xid = what.add_parser(
+        "xid", help="what NVIDIA Xid N means and what slurm-hooks does about it"
+    )
     explain_xid.add_argument("number", type=int, metavar="N", help="the Xid number, e.g. 79")
     explain_xid.set_defaults(handler=cmd_explain_xid)
 
-    xid = sub.add_parser("xid", help="classify Xid/SXid lines from a log, stdin or this node; `xid ack` clears them",
-                         description=XID_DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
-    xid.add_argument("target", nargs="?", metavar="FILE|-|ack",
-                     help="log file, '-' for stdin, nothing for this node's kernel log, or 'ack'")
+    xid = sub.add_parser(
+        "xid",
+        help="classify Xid/SXid lines from a log, stdin or this node; `xid ack` clears them",
+        description=XID_DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    xid.add_argument(
+        "target",
+        nargs="?",
+        metavar="FILE|-|ack",
+        help="log file, '-' for stdin, nothing for this node's kernel log, or 'ack'",
+    )
     xid.add_argument("--json", action="store_true", help="print a JSON list of events")
-    xid.add_argument("--since-seq", type=int, metavar="N", help="only /dev/kmsg records after sequence number N")
-    xid.add_argument("--all", action="store_true", help="ack: acknowledge every Xid/SXid of this boot")
-    xid.add_argument("--seq", type=int, action="append", metavar="N",
-                     help="ack: acknowledge the record with this /dev/kmsg sequence number (repeatable)")
+    xid.add_argument(
+        "--since-seq", type=int, metavar="N", help="only /dev/kmsg records after sequence number N"
+    )
+    xid.add_argument(
+        "--all", action="store_true", help="ack: acknowledge every Xid/SXid of this boot"
+    )
+    xid.add_argument(
+        "--seq",
+        type=int,
+        action="append",
+        metavar="N",
+        help="ack: acknowledge the record with this /dev/kmsg sequence number (repeatable)",
+    )
     xid.add_argument("--root", metavar="DIR", help="read /dev, /proc and the state dir under DIR")
     xid.set_defaults(handler=cmd_xid)
 
@@ -81,10 +101,12 @@ def cmd_explain_xid(args) -> int:
         print("slurm-hooks: configuration not applied: %s" % exc, file=sys.stderr)
     catalog = load_catalog()
     if catalog.lookup(args.number) is None:
-        return _error("Xid %d is not in the packaged catalog (NVIDIA catalog %s): newer than this release, or "
-                      "not an NVIDIA Xid. xid.events reports it UNKNOWN (never drains); decide for it with "
-                      '[checks."xid.events".overrides] %d = {status = "FAIL", action = "drain"} (or status '
-                      '"WARN", "OK").' % (args.number, catalog.version, args.number))
+        return _error(
+            "Xid %d is not in the packaged catalog (NVIDIA catalog %s): newer than this release, or "
+            "not an NVIDIA Xid. xid.events reports it UNKNOWN (never drains); decide for it with "
+            '[checks."xid.events".overrides] %d = {status = "FAIL", action = "drain"} (or status '
+            '"WARN", "OK").' % (args.number, catalog.version, args.number)
+        )
     print(explain(args.number, overrides, catalog))
     return ExitCode.OK
 
@@ -155,21 +177,49 @@ def _classify(xids, sxids, acked, config, overrides, sxid_overrides) -> List[Dic
     ignore_sxid = set(config.check("xid.sxid").params.ignore)
     for event in sxids:
         if event.sxid not in ignore_sxid:
-            rows.append(_row("sxid", event.sxid, event, classify_sxid(event, sxid_overrides), acked,
-                             switch=event.switch, severity=event.severity, link=event.link))
+            rows.append(
+                _row(
+                    "sxid",
+                    event.sxid,
+                    event,
+                    classify_sxid(event, sxid_overrides),
+                    acked,
+                    switch=event.switch,
+                    severity=event.severity,
+                    link=event.link,
+                )
+            )
     skipped = len(xids) + len(sxids) - len(rows)
     if skipped:
-        print("slurm-hooks: note: %d event(s) left out by the configured ignore lists" % skipped, file=sys.stderr)
+        print(
+            "slurm-hooks: note: %d event(s) left out by the configured ignore lists" % skipped,
+            file=sys.stderr,
+        )
     return rows
 
 
 def _row(kind: str, code: int, event, cls, acked, **extra: Any) -> Dict[str, Any]:
-    row = {"kind": kind, "code": code, "pci": event.pci, "seq": event.seq, "usec": event.usec,
-           "wallclock": event.wallclock}
+    row = {
+        "kind": kind,
+        "code": code,
+        "pci": event.pci,
+        "seq": event.seq,
+        "usec": event.usec,
+        "wallclock": event.wallclock,
+    }
     row.update(extra)
-    row.update({"text": event.text, "status": cls.status, "action": cls.action, "blame": cls.blame,
-                "reason": cls.reason, "bucket": cls.bucket, "overridden": cls.overridden,
-                "acknowledged": event.seq is not None and event.seq in acked})
+    row.update(
+        {
+            "text": event.text,
+            "status": cls.status,
+            "action": cls.action,
+            "blame": cls.blame,
+            "reason": cls.reason,
+            "bucket": cls.bucket,
+            "overridden": cls.overridden,
+            "acknowledged": event.seq is not None and event.seq in acked,
+        }
+    )
     return row
 
 
@@ -184,12 +234,27 @@ def _print_rows(rows: List[Dict[str, Any]], as_json: bool) -> None:
         print("no Xid or SXid events")
         return
     for r in rows:
-        where = "seq=%d" % r["seq"] if r["seq"] is not None else (
-            "t=%.6f" % (r["usec"] / 1e6) if r["usec"] is not None else (r["wallclock"] or "-"))
+        where = (
+            "seq=%d" % r["seq"]
+            if r["seq"] is not None
+            else (
+                "t=%.6f" % (r["usec"] / 1e6) if r["usec"] is not None else (r["wallclock"] or "-")
+            )
+        )
         label = "%s %d" % ("Xid" if r["kind"] == "xid" else "SXid", r["code"])
-        print("%-7s %-9s %-10s %-12s %-12s %s -- %s%s" % (
-            r["status"], r["action"], label, r["pci"] or "-", where, r["text"] or "-", r["reason"],
-            "  (acknowledged)" if r["acknowledged"] else ""))
+        print(
+            "%-7s %-9s %-10s %-12s %-12s %s -- %s%s"
+            % (
+                r["status"],
+                r["action"],
+                label,
+                r["pci"] or "-",
+                where,
+                r["text"] or "-",
+                r["reason"],
+                "  (acknowledged)" if r["acknowledged"] else "",
+            )
+        )
 
 
 def cmd_ack(args) -> int:
@@ -197,7 +262,9 @@ def cmd_ack(args) -> int:
     from .check_verbs import load
 
     if not args.all and not args.seq:
-        return _error("xid ack: say --all, or --seq N for one record (see `slurm-hooks xid` for sequence numbers)")
+        return _error(
+            "xid ack: say --all, or --seq N for one record (see `slurm-hooks xid` for sequence numbers)"
+        )
     if args.all and args.seq:
         return _error("xid ack: --all or --seq, not both")
     _registry, config = load(args)
@@ -206,13 +273,19 @@ def cmd_ack(args) -> int:
     except HostError as exc:
         return _error("cannot read the kernel log: %s" % exc)
     if log.boot_id is None:
-        return _error("cannot read the boot id (/proc/sys/kernel/random/boot_id): nothing acknowledged")
+        return _error(
+            "cannot read the boot id (/proc/sys/kernel/random/boot_id): nothing acknowledged"
+        )
     events = {e.seq: e for e in list(log.xids) + list(log.sxids) if e.seq is not None}
     missing = sorted(set(args.seq or ()) - set(events))
     if missing:
-        return _error("no Xid/SXid record with sequence number %s in this boot's kernel log (see `slurm-hooks xid`)"
-                      % ", ".join(map(str, missing)))
-    chosen = [events[s] for s in sorted(events) if s not in log.acked and (args.all or s in args.seq)]
+        return _error(
+            "no Xid/SXid record with sequence number %s in this boot's kernel log (see `slurm-hooks xid`)"
+            % ", ".join(map(str, missing))
+        )
+    chosen = [
+        events[s] for s in sorted(events) if s not in log.acked and (args.all or s in args.seq)
+    ]
     if not chosen:
         print("nothing to acknowledge")
         return ExitCode.OK
@@ -224,8 +297,15 @@ def cmd_ack(args) -> int:
     except OSError as exc:
         return _error("cannot write %s: %s" % (path, exc))
     for event in chosen:
-        print("acknowledged seq=%d %s %d %s" % (event.seq, "SXid" if hasattr(event, "sxid") else "Xid",
-                                               getattr(event, "sxid", getattr(event, "xid", 0)), event.pci or "-"))
+        print(
+            "acknowledged seq=%d %s %d %s"
+            % (
+                event.seq,
+                "SXid" if hasattr(event, "sxid") else "Xid",
+                getattr(event, "sxid", getattr(event, "xid", 0)),
+                event.pci or "-",
+            )
+        )
     return ExitCode.OK
 
 
@@ -243,7 +323,9 @@ def write_acks(path: str, boot_id: str, events: List[Any]) -> None:
 
     directory = os.path.dirname(path)
     os.makedirs(directory, mode=0o755, exist_ok=True)
-    with locked(directory, None, directory=True):  # two admins acking at once must not lose an entry
+    with locked(
+        directory, None, directory=True
+    ):  # two admins acking at once must not lose an entry
         try:
             with open(path, encoding="utf-8", errors="replace") as handle:
                 text: Optional[str] = handle.read(1 << 20)
@@ -258,9 +340,20 @@ def write_acks(path: str, boot_id: str, events: List[Any]) -> None:
         for event in events:
             if event.seq not in seen:
                 kind, code = ("sxid", event.sxid) if hasattr(event, "sxid") else ("xid", event.xid)
-                keep.append({"boot_id": boot_id, "seq": event.seq, "kind": kind, "code": code, "pci": event.pci,
-                             "acked_at": stamp, "by": _user()})
-        write_json_atomic(path, {"schema": ACK_SCHEMA, "acks": keep})  # temp + fsync + rename, mode 0600
+                keep.append(
+                    {
+                        "boot_id": boot_id,
+                        "seq": event.seq,
+                        "kind": kind,
+                        "code": code,
+                        "pci": event.pci,
+                        "acked_at": stamp,
+                        "by": _user(),
+                    }
+                )
+        write_json_atomic(
+            path, {"schema": ACK_SCHEMA, "acks": keep}
+        )  # temp + fsync + rename, mode 0600
 
 
 def _user() -> str:

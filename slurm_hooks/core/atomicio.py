@@ -9,6 +9,7 @@ symbolic link (openat with O_NOFOLLOW), the temp file is created with O_EXCL|O_N
 renamed over the final name (a rename replaces a planted symlink, it never follows it), and only
 regular files we own, with names we write, are ever removed (`remove_ours`).
 """
+
 from __future__ import annotations
 
 import errno
@@ -38,8 +39,14 @@ def write_atomic(path: str, data: bytes, mode: int = 0o600) -> None:
         os.close(dir_fd)
 
 
-def write_atomic_at(dir_fd: int, name: str, data: bytes, mode: int = 0o600, where: str = "",
-                    owner_check: Optional[Callable[[os.stat_result], None]] = None) -> os.stat_result:
+def write_atomic_at(
+    dir_fd: int,
+    name: str,
+    data: bytes,
+    mode: int = 0o600,
+    where: str = "",
+    owner_check: Optional[Callable[[os.stat_result], None]] = None,
+) -> os.stat_result:
     """Write `data` to dir_fd/name atomically; returns the new file's stat (its owner is who we are there).
 
     `owner_check(stat of our temp file)` may raise before anything is renamed into place (it is how
@@ -52,7 +59,9 @@ def write_atomic_at(dir_fd: int, name: str, data: bytes, mode: int = 0o600, wher
     label = os.path.join(where, name) if where else name
     try:
         fd = os.open(tmp, flags, 0o600, dir_fd=dir_fd)
-    except FileExistsError:  # left by a killed process that had our pid: nobody else can be writing it
+    except (
+        FileExistsError
+    ):  # left by a killed process that had our pid: nobody else can be writing it
         os.unlink(tmp, dir_fd=dir_fd)
         fd = os.open(tmp, flags, 0o600, dir_fd=dir_fd)
     try:
@@ -108,6 +117,7 @@ def read_json(path: str, default: Any = None) -> Any:
 
 # -- directories by file descriptor ----------------------------------------------------------
 
+
 def open_dir(path: str, create_mode: Optional[int] = None) -> int:
     """A descriptor of directory `path` (a configured path: symlinks in it are the admin's and followed);
     created with its parents when `create_mode` is given."""
@@ -135,8 +145,11 @@ def open_subdir(dir_fd: int, name: str, create_mode: Optional[int] = None, where
                 pass
         except OSError as exc:
             if exc.errno in (errno.ELOOP, errno.ENOTDIR):
-                raise UnsafePath(exc.errno, "not a directory we made (a symlink or a file): refusing to use it",
-                                 label) from None
+                raise UnsafePath(
+                    exc.errno,
+                    "not a directory we made (a symlink or a file): refusing to use it",
+                    label,
+                ) from None
             raise
     raise UnsafePath(errno.ENOENT, "vanished while being created", label)
 
@@ -145,11 +158,17 @@ def check_owner(dir_fd: int, uid: int, where: str) -> None:
     """Refuse a directory owned by anyone but `uid` (who our own files belong to on that file system)."""
     info = os.fstat(dir_fd)
     if info.st_uid != uid:
-        raise UnsafePath(errno.EPERM, "owned by uid %d, not by slurm-hooks (uid %d): refusing to write there "
-                         "(someone else made it; remove it or fix its owner)" % (info.st_uid, uid), where)
+        raise UnsafePath(
+            errno.EPERM,
+            "owned by uid %d, not by slurm-hooks (uid %d): refusing to write there "
+            "(someone else made it; remove it or fix its owner)" % (info.st_uid, uid),
+            where,
+        )
 
 
-def our_entries(dir_fd: int, names: "re.Pattern[str]", uid: int) -> Iterator[Tuple[str, os.stat_result]]:
+def our_entries(
+    dir_fd: int, names: "re.Pattern[str]", uid: int
+) -> Iterator[Tuple[str, os.stat_result]]:
     """(name, lstat) of the regular files in dir_fd that we own (uid, one link) and whose name matches."""
     try:
         with os.scandir(dir_fd) as entries:
@@ -175,9 +194,17 @@ def remove_ours(dir_fd: int, name: str) -> bool:
         return False
 
 
-def remove_stale_temps(dir_fd: int, uid: int, max_age_s: float, now: Optional[float] = None,
-                       names: "re.Pattern[str]" = TEMP_NAME) -> List[str]:
+def remove_stale_temps(
+    dir_fd: int,
+    uid: int,
+    max_age_s: float,
+    now: Optional[float] = None,
+    names: "re.Pattern[str]" = TEMP_NAME,
+) -> List[str]:
     """Temp files of writers killed mid-write (ours, older than max_age_s); returns the names removed."""
     now = time.time() if now is None else now
-    return [name for name, info in list(our_entries(dir_fd, names, uid))
-            if now - info.st_mtime > max_age_s and remove_ours(dir_fd, name)]
+    return [
+        name
+        for name, info in list(our_entries(dir_fd, names, uid))
+        if now - info.st_mtime > max_age_s and remove_ours(dir_fd, name)
+    ]

@@ -6,6 +6,7 @@ error names the file, the key and what was expected. Files must be owned by root
 group/world-writable (they decide whether nodes get drained) unless
 SLURM_HOOKS_ALLOW_INSECURE_CONFIG=1 is set (tests, development).
 """
+
 from __future__ import annotations
 
 import math
@@ -26,7 +27,9 @@ class Setting(Struct):
     minimum: Optional[float] = None  # inclusive
     maximum: Optional[float] = None  # inclusive
     above: Optional[float] = None  # exclusive lower bound (a time must be > 0)
-    check: Optional[Callable[[Any], Optional[str]]] = None  # value -> what is wrong with it, or None
+    check: Optional[Callable[[Any], Optional[str]]] = (
+        None  # value -> what is wrong with it, or None
+    )
 
 
 def _seconds(default: float, text: str, most: float) -> Setting:
@@ -34,7 +37,11 @@ def _seconds(default: float, text: str, most: float) -> Setting:
 
 
 def _path(value: str) -> Optional[str]:
-    return None if os.path.isabs(value) else "must be an absolute path (hooks run with slurmd's working directory)"
+    return (
+        None
+        if os.path.isabs(value)
+        else "must be an absolute path (hooks run with slurmd's working directory)"
+    )
 
 
 def _optional_path(value: str) -> Optional[str]:
@@ -53,117 +60,296 @@ def _words(pattern: "re.Pattern[str]", what: str) -> Callable[[Any], Optional[st
     return check
 
 
-LIVE_SOURCES = ("nvml", "statvfs")  # what a root other than / may still read from the running machine
+LIVE_SOURCES = (
+    "nvml",
+    "statvfs",
+)  # what a root other than / may still read from the running machine
 
 # Sections other than [checks.*]: section -> key -> Setting. Later features add their sections here.
 SECTIONS: Dict[str, Dict[str, Setting]] = {
     "general": {
-        "mode": Setting(str, "enforce", "enforce: drain on node-broken failures; observe: log what would be done",
-                        ("enforce", "observe")),
-        "root": Setting(str, "/", "filesystem root to read /sys, /proc, /dev from (a captured or fake tree)",
-                        check=_path),
-        "root_live_sources": Setting(list, [], "with a root other than /, live sources still read from the running "
-                                     "machine: 'nvml' (its NVIDIA driver; the fake node's library), 'statvfs' (free "
-                                     "space of the disk holding the tree); by default none, and the checks needing "
-                                     "them SKIP", LIVE_SOURCES),
-        "expect_gpus": Setting(bool, False, "this node must have NVIDIA GPUs: a missing driver is FAIL, not SKIP"),
-        "log_level": Setting(str, "info", "logging threshold", ("debug", "info", "warning", "error")),
+        "mode": Setting(
+            str,
+            "enforce",
+            "enforce: drain on node-broken failures; observe: log what would be done",
+            ("enforce", "observe"),
+        ),
+        "root": Setting(
+            str,
+            "/",
+            "filesystem root to read /sys, /proc, /dev from (a captured or fake tree)",
+            check=_path,
+        ),
+        "root_live_sources": Setting(
+            list,
+            [],
+            "with a root other than /, live sources still read from the running "
+            "machine: 'nvml' (its NVIDIA driver; the fake node's library), 'statvfs' (free "
+            "space of the disk holding the tree); by default none, and the checks needing "
+            "them SKIP",
+            LIVE_SOURCES,
+        ),
+        "expect_gpus": Setting(
+            bool, False, "this node must have NVIDIA GPUs: a missing driver is FAIL, not SKIP"
+        ),
+        "log_level": Setting(
+            str, "info", "logging threshold", ("debug", "info", "warning", "error")
+        ),
     },
     "deadline": {
-        "prolog": _seconds(5.0, "seconds for all prolog checks together (keep well under PrologEpilogTimeout)", 3600),
+        "prolog": _seconds(
+            5.0,
+            "seconds for all prolog checks together (keep well under PrologEpilogTimeout)",
+            3600,
+        ),
         "epilog": _seconds(20.0, "seconds for all epilog checks together", 3600),
-        "health": _seconds(45.0, "seconds for health checks (Slurm kills HealthCheckProgram at 60 s)", 3600),
+        "health": _seconds(
+            45.0, "seconds for health checks (Slurm kills HealthCheckProgram at 60 s)", 3600
+        ),
         "manual": _seconds(30.0, "seconds for `slurm-hooks check`", 3600),
-        "files": _seconds(5.0, "seconds for our own file work around the checks (state file, counter snapshot "
-                          "file, record and retention, metrics, dcgm-exporter mapping, their locks); what does not "
-                          "finish (a hung file system) is abandoned and logged with its path, and the exit code "
-                          "never waits for it", 600),
+        "files": _seconds(
+            5.0,
+            "seconds for our own file work around the checks (state file, counter snapshot "
+            "file, record and retention, metrics, dcgm-exporter mapping, their locks); what does not "
+            "finish (a hung file system) is abandoned and logged with its path, and the exit code "
+            "never waits for it",
+            600,
+        ),
     },
     "nvml": {
-        "library": Setting(str, "", "explicit path of libnvidia-ml.so.1; empty = the dynamic loader's choice",
-                           check=_optional_path),
+        "library": Setting(
+            str,
+            "",
+            "explicit path of libnvidia-ml.so.1; empty = the dynamic loader's choice",
+            check=_optional_path,
+        ),
     },
     "drain": {
-        "reason_prefix": Setting(str, "slurm-hooks:", "every drain reason we set starts with this; we only ever "
-                                 "resume or re-reason drains that carry it"),
-        "max_reason_length": Setting(int, 200, "drain reasons are cut to this many characters (Slurm refuses "
-                                     "longer than 512; room is needed for the prefix, a check name and the action)",
-                                     minimum=1, maximum=512),
-        "on_timeout": Setting(str, "alert", "a check that timed out or crashed the check process (hung or aborting "
-                              "NVML call, blocked read): alert only, or treat as node-broken and drain", ("alert", "drain")),
-        "skip_states": Setting(list, ["DOWN", "REBOOT_REQUESTED", "REBOOT_ISSUED", "POWERED_DOWN", "POWERING_DOWN",
-                                      "POWERING_UP", "POWER_DOWN", "FUTURE", "MAINTENANCE", "RESERVED",
-                                      "CLOUD"],
-                               "node states/flags in which we never drain or resume (logged instead)",
-                               check=_words(_WORD, "is not a Slurm node state word")),
-        "backend": Setting(str, "auto", "how to talk to slurmctld: pyslurm when a matching one is installed, "
-                           "else scontrol", ("auto", "scontrol", "pyslurm")),
+        "reason_prefix": Setting(
+            str,
+            "slurm-hooks:",
+            "every drain reason we set starts with this; we only ever "
+            "resume or re-reason drains that carry it",
+        ),
+        "max_reason_length": Setting(
+            int,
+            200,
+            "drain reasons are cut to this many characters (Slurm refuses "
+            "longer than 512; room is needed for the prefix, a check name and the action)",
+            minimum=1,
+            maximum=512,
+        ),
+        "on_timeout": Setting(
+            str,
+            "alert",
+            "a check that timed out or crashed the check process (hung or aborting "
+            "NVML call, blocked read): alert only, or treat as node-broken and drain",
+            ("alert", "drain"),
+        ),
+        "skip_states": Setting(
+            list,
+            [
+                "DOWN",
+                "REBOOT_REQUESTED",
+                "REBOOT_ISSUED",
+                "POWERED_DOWN",
+                "POWERING_DOWN",
+                "POWERING_UP",
+                "POWER_DOWN",
+                "FUTURE",
+                "MAINTENANCE",
+                "RESERVED",
+                "CLOUD",
+            ],
+            "node states/flags in which we never drain or resume (logged instead)",
+            check=_words(_WORD, "is not a Slurm node state word"),
+        ),
+        "backend": Setting(
+            str,
+            "auto",
+            "how to talk to slurmctld: pyslurm when a matching one is installed, else scontrol",
+            ("auto", "scontrol", "pyslurm"),
+        ),
         "timeout": _seconds(5.0, "seconds for one Slurm client call", 300),
-        "attempts": Setting(int, 2, "tries of one Slurm call on transient errors (controller down, timeout)",
-                            minimum=1, maximum=10),
-        "allow_job_opt_out": Setting(bool, False, "honour a job's --extra/--comment 'slurm_hooks=skip' "
-                                     "(its prolog checks are then skipped and logged)"),
+        "attempts": Setting(
+            int,
+            2,
+            "tries of one Slurm call on transient errors (controller down, timeout)",
+            minimum=1,
+            maximum=10,
+        ),
+        "allow_job_opt_out": Setting(
+            bool,
+            False,
+            "honour a job's --extra/--comment 'slurm_hooks=skip' "
+            "(its prolog checks are then skipped and logged)",
+        ),
     },
     "breaker": {
-        "max_percent": Setting(float, 10.0, "do not drain when this percent of the cluster's nodes are "
-                               "already drained by us", minimum=0, maximum=100),
-        "min_nodes": Setting(int, 2, "... but always allow draining until this many nodes are drained by us",
-                             minimum=0, maximum=1000000),
+        "max_percent": Setting(
+            float,
+            10.0,
+            "do not drain when this percent of the cluster's nodes are already drained by us",
+            minimum=0,
+            maximum=100,
+        ),
+        "min_nodes": Setting(
+            int,
+            2,
+            "... but always allow draining until this many nodes are drained by us",
+            minimum=0,
+            maximum=1000000,
+        ),
     },
     "paths": {
-        "state_dir": Setting(str, "/var/lib/slurm-hooks", "local state: pending drains, prolog snapshots",
-                             check=_path),
-        "log_file": Setting(str, "/var/log/slurm-hooks/slurm-hooks.log", "decision log (empty = none)",
-                            check=_optional_path),
+        "state_dir": Setting(
+            str,
+            "/var/lib/slurm-hooks",
+            "local state: pending drains, prolog snapshots",
+            check=_path,
+        ),
+        "log_file": Setting(
+            str,
+            "/var/log/slurm-hooks/slurm-hooks.log",
+            "decision log (empty = none)",
+            check=_optional_path,
+        ),
         "syslog": Setting(bool, True, "also log decisions to syslog/journald through /dev/log"),
     },
     "records": {
-        "enabled": Setting(bool, True, "prolog: store a counter snapshot; epilog: write a per-job record "
-                           "(docs/records.md)"),
-        "dir": Setting(str, "/var/log/slurm-hooks/jobs", "per-job records go to DIR/<node>/<job id>.json "
-                       "(may be a shared file system)", check=_path),
-        "max_records": Setting(int, 10000, "keep at most this many records of this node (oldest removed first)",
-                               minimum=1, maximum=10000000),
-        "max_mb": Setting(int, 200, "... and at most this many MiB of them", minimum=1, maximum=1000000),
-        "snapshot_timeout": _seconds(3.0, "seconds for one counter snapshot (NVML can hang); add it to "
-                                     "the deadline when sizing PrologEpilogTimeout", 300),
-        "ib_counters": Setting(list, ["symbol_error", "link_downed", "port_rcv_errors", "link_error_recovery",
-                                      "port_rcv_remote_physical_errors", "port_xmit_discards",
-                                      "local_link_integrity_errors", "excessive_buffer_overrun_errors"],
-                               "InfiniBand port counters (/sys/class/infiniband/*/ports/*/counters/) recorded",
-                               check=_words(_COUNTER, "is not a counter file name")),
-        "leftover_memory_mib": Setting(int, 1024, "GPU memory still used after the job above this is abnormal",
-                                       minimum=0, maximum=1 << 30),
-        "snapshot_max_age_days": Setting(int, 30, "prolog snapshots whose epilog never ran are removed after this",
-                                         minimum=1, maximum=3650),
+        "enabled": Setting(
+            bool,
+            True,
+            "prolog: store a counter snapshot; epilog: write a per-job record (docs/records.md)",
+        ),
+        "dir": Setting(
+            str,
+            "/var/log/slurm-hooks/jobs",
+            "per-job records go to DIR/<node>/<job id>.json (may be a shared file system)",
+            check=_path,
+        ),
+        "max_records": Setting(
+            int,
+            10000,
+            "keep at most this many records of this node (oldest removed first)",
+            minimum=1,
+            maximum=10000000,
+        ),
+        "max_mb": Setting(
+            int, 200, "... and at most this many MiB of them", minimum=1, maximum=1000000
+        ),
+        "snapshot_timeout": _seconds(
+            3.0,
+            "seconds for one counter snapshot (NVML can hang); add it to "
+            "the deadline when sizing PrologEpilogTimeout",
+            300,
+        ),
+        "ib_counters": Setting(
+            list,
+            [
+                "symbol_error",
+                "link_downed",
+                "port_rcv_errors",
+                "link_error_recovery",
+                "port_rcv_remote_physical_errors",
+                "port_xmit_discards",
+                "local_link_integrity_errors",
+                "excessive_buffer_overrun_errors",
+            ],
+            "InfiniBand port counters (/sys/class/infiniband/*/ports/*/counters/) recorded",
+            check=_words(_COUNTER, "is not a counter file name"),
+        ),
+        "leftover_memory_mib": Setting(
+            int,
+            1024,
+            "GPU memory still used after the job above this is abnormal",
+            minimum=0,
+            maximum=1 << 30,
+        ),
+        "snapshot_max_age_days": Setting(
+            int,
+            30,
+            "prolog snapshots whose epilog never ran are removed after this",
+            minimum=1,
+            maximum=3650,
+        ),
     },
     "metrics": {
-        "textfile_dir": Setting(str, "", "node_exporter textfile collector directory for slurm_hooks.prom "
-                                "(empty = no metrics)", check=_optional_path),
-        "dcgm_job_mapping_dir": Setting(str, "", "dcgm-exporter --hpc-job-mapping-dir: one file per GPU index "
-                                        "holding the job ids using it (empty = not written)", check=_optional_path),
+        "textfile_dir": Setting(
+            str,
+            "",
+            "node_exporter textfile collector directory for slurm_hooks.prom (empty = no metrics)",
+            check=_optional_path,
+        ),
+        "dcgm_job_mapping_dir": Setting(
+            str,
+            "",
+            "dcgm-exporter --hpc-job-mapping-dir: one file per GPU index "
+            "holding the job ids using it (empty = not written)",
+            check=_optional_path,
+        ),
     },
     "fleet": {  # `slurm-hooks report --stragglers` on an admin host (records/stragglers.py, docs/records.md)
-        "min_job_nodes": Setting(int, 4, "jobs on fewer nodes are not scored (each node is compared with the "
-                                 "job's other nodes: at least this many nodes must have the figure)",
-                                 minimum=3, maximum=100000),
-        "z_threshold": Setting(float, 6.0, "a node is flagged in a job on a figure this many robust sigmas "
-                               "worse than the median of the job's other nodes", minimum=2.0, maximum=1000.0),
-        "k": Setting(int, 3, "... and is a suspect when flagged on the same figure in k ...", minimum=1,
-                     maximum=1000),
+        "min_job_nodes": Setting(
+            int,
+            4,
+            "jobs on fewer nodes are not scored (each node is compared with the "
+            "job's other nodes: at least this many nodes must have the figure)",
+            minimum=3,
+            maximum=100000,
+        ),
+        "z_threshold": Setting(
+            float,
+            6.0,
+            "a node is flagged in a job on a figure this many robust sigmas "
+            "worse than the median of the job's other nodes",
+            minimum=2.0,
+            maximum=1000.0,
+        ),
+        "k": Setting(
+            int,
+            3,
+            "... and is a suspect when flagged on the same figure in k ...",
+            minimum=1,
+            maximum=1000,
+        ),
         "m": Setting(int, 10, "... of its last m scored multi-node jobs", minimum=1, maximum=1000),
-        "window_days": Setting(float, 14.0, "only jobs that ended in the last this many days count",
-                               above=0.0, maximum=3650.0),
-        "min_job_seconds": Setting(float, 300.0, "shorter jobs are not scored (start-up dominates their figures)",
-                                   minimum=1.0, maximum=1e7),
-        "drain": Setting(bool, False, "drain suspects (with `report --stragglers --drain`, as the shipped "
-                         "slurm-hooks-stragglers.service runs it) through the drain library: breaker, observe "
-                         "mode, reason 'slurm-hooks: fleet.straggler: ...'; false: report only"),
-        "drain_min_users": Setting(int, 2, "drain only a suspect whose flagged jobs belong to at least this many "
-                                   "users (one user's jobs can make a node look slow on purpose)", minimum=1,
-                                   maximum=1000),
-        "max_drains_per_run": Setting(int, 2, "drain at most this many suspects per run (the worst first)",
-                                      minimum=0, maximum=10000),
+        "window_days": Setting(
+            float,
+            14.0,
+            "only jobs that ended in the last this many days count",
+            above=0.0,
+            maximum=3650.0,
+        ),
+        "min_job_seconds": Setting(
+            float,
+            300.0,
+            "shorter jobs are not scored (start-up dominates their figures)",
+            minimum=1.0,
+            maximum=1e7,
+        ),
+        "drain": Setting(
+            bool,
+            False,
+            "drain suspects (with `report --stragglers --drain`, as the shipped "
+            "slurm-hooks-stragglers.service runs it) through the drain library: breaker, observe "
+            "mode, reason 'slurm-hooks: fleet.straggler: ...'; false: report only",
+        ),
+        "drain_min_users": Setting(
+            int,
+            2,
+            "drain only a suspect whose flagged jobs belong to at least this many "
+            "users (one user's jobs can make a node look slow on purpose)",
+            minimum=1,
+            maximum=1000,
+        ),
+        "max_drains_per_run": Setting(
+            int,
+            2,
+            "drain at most this many suspects per run (the worst first)",
+            minimum=0,
+            maximum=10000,
+        ),
     },
 }
 
@@ -177,7 +363,9 @@ class Config(Struct):
     settings: Mapping[str, Mapping[str, Any]]
     checks: Mapping[str, CheckConfig]
     sources: Tuple[str, ...] = field(default_factory=tuple)
-    warnings: Tuple[str, ...] = field(default_factory=tuple)  # accepted, but deprecated: how to write it now
+    warnings: Tuple[str, ...] = field(
+        default_factory=tuple
+    )  # accepted, but deprecated: how to write it now
 
     def get(self, section: str, key: str) -> Any:
         return self.settings[section][key]
@@ -188,7 +376,10 @@ class Config(Struct):
 
 # -- loading ---------------------------------------------------------------------------------
 
-def load_config(registry: Registry, path: Optional[str] = None, extra: Optional[Mapping[str, Any]] = None) -> Config:
+
+def load_config(
+    registry: Registry, path: Optional[str] = None, extra: Optional[Mapping[str, Any]] = None
+) -> Config:
     """Read, merge and validate the configuration. `extra` (already parsed) is applied last (CLI flags)."""
     files, _required = config_files(path)
     merged: Dict[str, Any] = {}
@@ -208,7 +399,9 @@ def load_registry_and_config(config_path, root=None, live=()) -> Tuple[Registry,
     extra: Dict[str, Any] = {}
     if root:
         if not os.path.isdir(root):
-            raise ConfigError("--root %s: no such directory (unpack a capture first: tar xf FILE -C DIR)" % root)
+            raise ConfigError(
+                "--root %s: no such directory (unpack a capture first: tar xf FILE -C DIR)" % root
+            )
         extra["general"] = {"root": os.path.abspath(root)}
     if live:
         extra.setdefault("general", {})["root_live_sources"] = sorted(set(live))
@@ -226,8 +419,10 @@ def salvage_settings(path: Optional[str] = None) -> Dict[str, Dict[str, Any]]:
     each value of [general], [paths], [metrics] and [deadline] that is valid on its own, so the
     CRITICAL line and the metric land where the admin looks. Files that fail the ownership rules
     are skipped (their log_file must not steer root's writes). Never raises."""
-    settings = {section: {key: setting.default for key, setting in schema.items()}
-                for section, schema in SECTIONS.items()}
+    settings = {
+        section: {key: setting.default for key, setting in schema.items()}
+        for section, schema in SECTIONS.items()
+    }
     try:
         files, _required = config_files(path)
     except Exception:  # noqa: BLE001  (anything: this is the last resort)
@@ -244,15 +439,22 @@ def salvage_settings(path: Optional[str] = None) -> Dict[str, Dict[str, Any]]:
                 continue
             for key, value in table.items():
                 try:
-                    valid = _validate_settings(section, {key: value}, SECTIONS[section], lambda *_k, f=file: f)
+                    valid = _validate_settings(
+                        section, {key: value}, SECTIONS[section], lambda *_k, f=file: f
+                    )
                 except Exception:  # noqa: BLE001  (an invalid value keeps its default)
                     continue
                 settings[section][key] = valid[key]
     return settings
 
 
-def _merge(into: Dict[str, Any], new: Mapping[str, Any], origin: Dict[Tuple[str, ...], str], file: str,
-           prefix: Tuple[str, ...]) -> None:
+def _merge(
+    into: Dict[str, Any],
+    new: Mapping[str, Any],
+    origin: Dict[Tuple[str, ...], str],
+    file: str,
+    prefix: Tuple[str, ...],
+) -> None:
     for key, value in new.items():
         keypath = prefix + (key,)
         if isinstance(value, Mapping) and isinstance(into.get(key), dict):
@@ -264,8 +466,9 @@ def _merge(into: Dict[str, Any], new: Mapping[str, Any], origin: Dict[Tuple[str,
             _mark_origin(value, origin, file, keypath)
 
 
-def _mark_origin(table: Mapping[str, Any], origin: Dict[Tuple[str, ...], str], file: str,
-                 prefix: Tuple[str, ...]) -> None:
+def _mark_origin(
+    table: Mapping[str, Any], origin: Dict[Tuple[str, ...], str], file: str, prefix: Tuple[str, ...]
+) -> None:
     for key, value in table.items():
         origin[prefix + (key,)] = file
         if isinstance(value, Mapping):
@@ -274,8 +477,13 @@ def _mark_origin(table: Mapping[str, Any], origin: Dict[Tuple[str, ...], str], f
 
 # -- validation ------------------------------------------------------------------------------
 
-def validate(registry: Registry, data: Mapping[str, Any], origin: Optional[Dict[Tuple[str, ...], str]] = None,
-             sources: Tuple[str, ...] = ()) -> Config:
+
+def validate(
+    registry: Registry,
+    data: Mapping[str, Any],
+    origin: Optional[Dict[Tuple[str, ...], str]] = None,
+    sources: Tuple[str, ...] = (),
+) -> Config:
     """Every value checked before anything runs: type, range, finiteness, structure, and the settings
     that must agree with each other. Errors name the file, section and key (ConfigError)."""
     origin = origin or {}
@@ -286,7 +494,9 @@ def validate(registry: Registry, data: Mapping[str, Any], origin: Optional[Dict[
     known = list(SECTIONS) + ["checks"]
     for section in data:
         if section not in known:
-            raise ConfigError("%s: unknown section [%s]%s" % (where(section), section, _hint(section, known)))
+            raise ConfigError(
+                "%s: unknown section [%s]%s" % (where(section), section, _hint(section, known))
+            )
     settings = {}
     for section, schema in SECTIONS.items():
         table = data.get(section, {})
@@ -295,38 +505,56 @@ def validate(registry: Registry, data: Mapping[str, Any], origin: Optional[Dict[
         settings[section] = _validate_settings(section, table, schema, where)
     _validate_drain_reasons(settings["drain"], where)
     if settings["fleet"]["k"] > settings["fleet"]["m"]:
-        raise ConfigError("%s: [fleet] k = %d is more than m = %d: no node could ever be a suspect"
-                          % (where("fleet", "k"), settings["fleet"]["k"], settings["fleet"]["m"]))
+        raise ConfigError(
+            "%s: [fleet] k = %d is more than m = %d: no node could ever be a suspect"
+            % (where("fleet", "k"), settings["fleet"]["k"], settings["fleet"]["m"])
+        )
     checks_table = data.get("checks", {})
     if not isinstance(checks_table, Mapping):
-        raise ConfigError("%s: 'checks' must be a table of [checks.\"<name>\"] tables" % where("checks"))
+        raise ConfigError(
+            "%s: 'checks' must be a table of [checks.\"<name>\"] tables" % where("checks")
+        )
     for name in checks_table:
         if name not in registry.checks:
-            raise ConfigError('%s: [checks."%s"]: no such check%s (see `slurm-hooks list`)'
-                              % (where("checks", name), name, _hint(name, registry.checks)))
+            raise ConfigError(
+                '%s: [checks."%s"]: no such check%s (see `slurm-hooks list`)'
+                % (where("checks", name), name, _hint(name, registry.checks))
+            )
     checks = {}
     warnings: List[str] = []
     for name, spec in registry.checks.items():
         table = checks_table.get(name, {})
         if not isinstance(table, Mapping):
             raise ConfigError('%s: [checks."%s"] must be a table' % (where("checks", name), name))
-        checks[name] = _validate_check(spec, table, lambda key, n=name: where("checks", n, key), warnings)
+        checks[name] = _validate_check(
+            spec, table, lambda key, n=name: where("checks", n, key), warnings
+        )
     return Config(settings=settings, checks=checks, sources=sources, warnings=tuple(warnings))
 
 
-def _validate_settings(section: str, table: Mapping[str, Any], schema: Mapping[str, Setting], where) -> Dict[str, Any]:
+def _validate_settings(
+    section: str, table: Mapping[str, Any], schema: Mapping[str, Setting], where
+) -> Dict[str, Any]:
     values = {key: setting.default for key, setting in schema.items()}
     for key, value in table.items():
         if key not in schema:
-            raise ConfigError("%s: [%s] unknown key %r%s" % (where(section, key), section, key, _hint(key, schema)))
+            raise ConfigError(
+                "%s: [%s] unknown key %r%s"
+                % (where(section, key), section, key, _hint(key, schema))
+            )
         setting = schema[key]
         label = "%s: [%s] %s" % (where(section, key), section, key)
-        value = coerce(value, setting.type, str if setting.type is list else None, setting.choices, label)
+        value = coerce(
+            value, setting.type, str if setting.type is list else None, setting.choices, label
+        )
         _check_range(value, setting, label)
         problem = setting.check(value) if setting.check is not None else None
         if problem:
-            raise ConfigError("%s: %r %s" % (label, value, problem) if not problem.startswith("'") else
-                              "%s: %s" % (label, problem))
+            raise ConfigError(
+                "%s: %r %s" % (label, value, problem)
+                if not problem.startswith("'")
+                else "%s: %s" % (label, problem)
+            )
         values[key] = value
     return values
 
@@ -335,12 +563,25 @@ def _check_range(value: Any, limits: Any, label: str) -> None:
     """minimum/maximum (inclusive) and above (exclusive) of a Setting or Param, for numbers."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return
-    lo, hi, above = getattr(limits, "minimum", None), getattr(limits, "maximum", None), getattr(limits, "above", None)
-    bad = (lo is not None and value < lo) or (hi is not None and value > hi) or (above is not None and value <= above)
+    lo, hi, above = (
+        getattr(limits, "minimum", None),
+        getattr(limits, "maximum", None),
+        getattr(limits, "above", None),
+    )
+    bad = (
+        (lo is not None and value < lo)
+        or (hi is not None and value > hi)
+        or (above is not None and value <= above)
+    )
     if bad:
-        parts = (["> %g" % above] if above is not None else []) + (["at least %g" % lo] if lo is not None else []) \
+        parts = (
+            (["> %g" % above] if above is not None else [])
+            + (["at least %g" % lo] if lo is not None else [])
             + (["at most %g" % hi] if hi is not None else [])
-        raise ConfigError("%s: %r is out of range: must be %s" % (label, value, " and ".join(parts)))
+        )
+        raise ConfigError(
+            "%s: %r is out of range: must be %s" % (label, value, " and ".join(parts))
+        )
 
 
 def _validate_drain_reasons(drain: Mapping[str, Any], where) -> None:
@@ -355,21 +596,37 @@ def _validate_drain_reasons(drain: Mapping[str, Any], where) -> None:
         raise ConfigError("%s: must not be empty (our drains are recognised by it)" % label)
     cleaned = policy.sanitize(prefix)
     if cleaned != prefix.strip():
-        raise ConfigError("%s: %r would reach Slurm as %r (drain reasons are cleaned: letters, digits, spaces and "
-                          ".,:;_=+/@%%()[]<>#|- only, no quotes, single spaces): our drains would not be recognised; "
-                          "use %r" % (label, prefix, cleaned, cleaned))
+        raise ConfigError(
+            "%s: %r would reach Slurm as %r (drain reasons are cleaned: letters, digits, spaces and "
+            ".,:;_=+/@%%()[]<>#|- only, no quotes, single spaces): our drains would not be recognised; "
+            "use %r" % (label, prefix, cleaned, cleaned)
+        )
     length = drain["max_reason_length"]
-    probe = Result("topology.gpu-nvme", Status.FAIL, "x" * 600, component="gpu:7 0000:c6:00.0", action=Action.RMA)
+    probe = Result(
+        "topology.gpu-nvme",
+        Status.FAIL,
+        "x" * 600,
+        component="gpu:7 0000:c6:00.0",
+        action=Action.RMA,
+    )
     reason = policy.format_reason(probe, prefix, length, more=99)
     if not (policy.is_ours(reason, prefix) and probe.check in reason):
-        raise ConfigError("%s: [drain] max_reason_length = %d leaves no room after the prefix %r for a check name "
-                          "(%r): our drains would not be recognised; use at least %d"
-                          % (where("drain", "max_reason_length"), length, prefix.strip(), reason,
-                             len(prefix.strip()) + 40))
+        raise ConfigError(
+            "%s: [drain] max_reason_length = %d leaves no room after the prefix %r for a check name "
+            "(%r): our drains would not be recognised; use at least %d"
+            % (
+                where("drain", "max_reason_length"),
+                length,
+                prefix.strip(),
+                reason,
+                len(prefix.strip()) + 40,
+            )
+        )
 
 
-def _validate_check(spec: CheckSpec, table: Mapping[str, Any], where, warnings: Optional[List[str]] = None
-                    ) -> CheckConfig:
+def _validate_check(
+    spec: CheckSpec, table: Mapping[str, Any], where, warnings: Optional[List[str]] = None
+) -> CheckConfig:
     enabled = spec.enabled_by_default
     params = spec.default_params()
     for key, value in table.items():
@@ -380,7 +637,9 @@ def _validate_check(spec: CheckSpec, table: Mapping[str, Any], where, warnings: 
         param = spec.param(key)
         if param is None:
             valid = ["enabled"] + [p.name for p in spec.params]
-            raise ConfigError("%s: unknown parameter%s; valid: %s" % (label, _hint(key, valid), ", ".join(valid)))
+            raise ConfigError(
+                "%s: unknown parameter%s; valid: %s" % (label, _hint(key, valid), ", ".join(valid))
+            )
         value = coerce_param(value, param, label)
         if isinstance(value, Deprecated):
             if warnings is not None:
@@ -403,30 +662,48 @@ def coerce_param(value: Any, param: Param, label: str) -> Any:
     return value
 
 
-def coerce(value: Any, expected: type, item_type: Optional[type], choices: Optional[Sequence[Any]], label: str) -> Any:
+def coerce(
+    value: Any,
+    expected: type,
+    item_type: Optional[type],
+    choices: Optional[Sequence[Any]],
+    label: str,
+) -> Any:
     """Check a TOML value against the declared type; ints are accepted where floats are expected.
     Numbers must be finite (nan and inf are refused) and strings free of NUL characters."""
     if expected is float and isinstance(value, int) and not isinstance(value, bool):
         value = float(value)
     ok = isinstance(value, expected) and not (expected is int and isinstance(value, bool))
     if not ok:
-        raise ConfigError("%s: expected %s, got %s %r" % (label, _type_name(expected, item_type),
-                                                          type(value).__name__, value))
+        raise ConfigError(
+            "%s: expected %s, got %s %r"
+            % (label, _type_name(expected, item_type), type(value).__name__, value)
+        )
     if isinstance(value, float) and not math.isfinite(value):
         raise ConfigError("%s: %r is not a finite number" % (label, value))
     if isinstance(value, str) and "\x00" in value:
         raise ConfigError("%s: contains a NUL character" % label)
     if expected is list and item_type is not None:
-        value = [coerce(item, item_type, None, None, "%s[%d]" % (label, i)) for i, item in enumerate(value)]
+        value = [
+            coerce(item, item_type, None, None, "%s[%d]" % (label, i))
+            for i, item in enumerate(value)
+        ]
     for item in (value if expected is list else [value]) if choices else ():
         if item not in choices:
-            raise ConfigError("%s: %r is not one of %s" % (label, item, ", ".join(repr(c) for c in choices)))
+            raise ConfigError(
+                "%s: %r is not one of %s" % (label, item, ", ".join(repr(c) for c in choices))
+            )
     return value
 
 
 def _type_name(expected: type, item_type: Optional[type]) -> str:
-    names = {bool: "a boolean (true/false)", int: "an integer", float: "a number", str: "a string",
-             list: "a list"}
+    names = {
+        bool: "a boolean (true/false)",
+        int: "an integer",
+        float: "a number",
+        str: "a string",
+        list: "a list",
+    }
     name = names.get(expected, expected.__name__)
     if expected is list and item_type is not None:
         name += " of " + names.get(item_type, item_type.__name__).split(" ", 1)[-1] + "s"
@@ -442,9 +719,13 @@ def _hint(word: str, candidates) -> str:
 
 # -- rendering -------------------------------------------------------------------------------
 
+
 def render_toml(config: Config) -> str:
     """The effective configuration as TOML (what `slurm-hooks config check` prints)."""
-    lines = ["# effective configuration; sources: %s" % (", ".join(config.sources) or "built-in defaults")]
+    lines = [
+        "# effective configuration; sources: %s"
+        % (", ".join(config.sources) or "built-in defaults")
+    ]
     for section, values in config.settings.items():
         lines.append("\n[%s]" % section)
         lines.extend("%s = %s" % (key, _toml_value(value)) for key, value in values.items())
@@ -469,7 +750,11 @@ def _toml_value(value: Any) -> str:
     if isinstance(value, Mapping):
         if not value:
             return "{}"
-        return "{ " + ", ".join("%s = %s" % (_toml_key(k), _toml_value(v)) for k, v in value.items()) + " }"
+        return (
+            "{ "
+            + ", ".join("%s = %s" % (_toml_key(k), _toml_value(v)) for k, v in value.items())
+            + " }"
+        )
     raise TypeError("cannot render %r as TOML" % (value,))
 
 
@@ -479,9 +764,11 @@ def _toml_key(key: Any) -> str:
 
 
 def _limits(setting: Setting) -> str:
-    parts = (["> %g" % setting.above] if setting.above is not None else []) + \
-        (["\u2265 %g" % setting.minimum] if setting.minimum is not None else []) + \
-        (["\u2264 %g" % setting.maximum] if setting.maximum is not None else [])
+    parts = (
+        (["> %g" % setting.above] if setting.above is not None else [])
+        + (["\u2265 %g" % setting.minimum] if setting.minimum is not None else [])
+        + (["\u2264 %g" % setting.maximum] if setting.maximum is not None else [])
+    )
     return " (%s)" % ", ".join(parts) if parts else ""
 
 
@@ -490,22 +777,34 @@ def render_reference(registry: Registry) -> str:
     lines = ["| key | type | default | meaning |", "|---|---|---|---|"]
     for section, schema in SECTIONS.items():
         for key, setting in schema.items():
-            kind = _type_name(setting.type, None) + _limits(setting) if not setting.choices else \
-                ("a list of " if setting.type is list else "one of ") + ", ".join(setting.choices)
-            lines.append("| `[%s] %s` | %s | `%s` | %s |" % (section, key, kind, _toml_value(setting.default),
-                                                             setting.help))
+            kind = (
+                _type_name(setting.type, None) + _limits(setting)
+                if not setting.choices
+                else ("a list of " if setting.type is list else "one of ")
+                + ", ".join(setting.choices)
+            )
+            lines.append(
+                "| `[%s] %s` | %s | `%s` | %s |"
+                % (section, key, kind, _toml_value(setting.default), setting.help)
+            )
     for spec in registry.sorted_checks():
         lines.append("")
         lines.append('### `[checks."%s"]`' % spec.name)
         lines.append("")
-        lines.append("%s Contexts: %s; timeout %gs." % (spec.description, ", ".join(
-            c for c in CONTEXTS if c in spec.contexts), spec.timeout))
+        lines.append(
+            "%s Contexts: %s; timeout %gs."
+            % (spec.description, ", ".join(c for c in CONTEXTS if c in spec.contexts), spec.timeout)
+        )
         lines.append("")
         lines.append("| key | type | default | meaning |")
         lines.append("|---|---|---|---|")
-        lines.append("| `enabled` | a boolean (true/false) | `%s` | run this check |"
-                     % _toml_value(spec.enabled_by_default))
+        lines.append(
+            "| `enabled` | a boolean (true/false) | `%s` | run this check |"
+            % _toml_value(spec.enabled_by_default)
+        )
         for param in spec.params:
-            lines.append("| `%s` | %s | `%s` | %s |" % (param.name, param.describe_type(), _toml_value(param.default),
-                                                       param.help))
+            lines.append(
+                "| `%s` | %s | `%s` | %s |"
+                % (param.name, param.describe_type(), _toml_value(param.default), param.help)
+            )
     return "\n".join(lines) + "\n"

@@ -6,6 +6,7 @@ files decide whether nodes get drained. Site checks (core/plugins.py) pass the s
 Kept apart from config.py (validation) so that plugins.py can refuse a file without importing the
 configuration schema (config -> registry -> plugins would import config again).
 """
+
 from __future__ import annotations
 
 import glob
@@ -71,8 +72,12 @@ def check_secure(file: str) -> None:
         except OSError as exc:
             raise ConfigError("%s: cannot stat: %s" % (target, exc.strerror or exc)) from None
         if info.st_uid != 0:
-            raise ConfigError("%s: owned by uid %d, not root; refusing it (set %s=1 only for tests)"
-                              % (target, info.st_uid, INSECURE_OVERRIDE_ENV))
+            raise ConfigError(
+                "%s: owned by uid %d, not root; refusing it (set %s=1 only for tests)"
+                % (target, info.st_uid, INSECURE_OVERRIDE_ENV)
+            )
         if info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-            raise ConfigError("%s: group- or world-writable (mode %04o); refusing it: chmod go-w"
-                              % (target, stat.S_IMODE(info.st_mode)))
+            raise ConfigError(
+                "%s: group- or world-writable (mode %04o); refusing it: chmod go-w"
+                % (target, stat.S_IMODE(info.st_mode))
+            )

@@ -22,6 +22,7 @@ uninterruptibly (FUSE waits that way once its server has read the request), and 
 such a thread cannot exit, so slurmd would wait on it. File work on paths that may hang therefore
 never runs in the hook's own process, not even a small read.
 """
+
 from __future__ import annotations
 
 import json
@@ -43,7 +44,10 @@ MAX_RELAYED_STDERR = 64 << 10  # bytes of a child's stderr passed on (a flood mu
 
 # -- the checks' child -----------------------------------------------------------------------
 
-def run_isolated(work: Callable[[], Any], timeout: float, what: str = "the check process") -> Tuple[Optional[Any], str]:
+
+def run_isolated(
+    work: Callable[[], Any], timeout: float, what: str = "the check process"
+) -> Tuple[Optional[Any], str]:
     """(value, "") when the child returned JSON-able `value`, else (None, why it did not)."""
 
     def child(result_fd: int) -> int:
@@ -68,6 +72,7 @@ def run_isolated(work: Callable[[], Any], timeout: float, what: str = "the check
 
 
 # -- the steps after the checks --------------------------------------------------------------
+
 
 class Step(Struct):
     """One piece of work after the checks: `name` for the log, `path` it touches, `run` does it (never raises)."""
@@ -109,8 +114,10 @@ def run_steps(steps: Sequence[Step], timeout: float) -> List[StepOutcome]:
                 traceback.print_exc()
                 _note(result_fd, lock, "F %d\n" % index)
 
-        threads = [threading.Thread(target=one, args=(i, s), name="bounded:%s" % s.name, daemon=True)
-                   for i, s in enumerate(steps)]
+        threads = [
+            threading.Thread(target=one, args=(i, s), name="bounded:%s" % s.name, daemon=True)
+            for i, s in enumerate(steps)
+        ]
         for thread in threads:
             thread.start()
         end = time.monotonic() + timeout
@@ -134,7 +141,11 @@ def run_steps(steps: Sequence[Step], timeout: float) -> List[StepOutcome]:
     for index, step in enumerate(steps):
         kind, seconds = marks.get(index, ("", waited))
         state = {"E": "done", "F": "failed", "B": "running"}.get(kind, "not-started")
-        outcomes.append(StepOutcome(step.name, step.path, state, round(seconds if state != "running" else waited, 3)))
+        outcomes.append(
+            StepOutcome(
+                step.name, step.path, state, round(seconds if state != "running" else waited, 3)
+            )
+        )
     return outcomes
 
 
@@ -144,6 +155,7 @@ def _note(fd: int, lock: threading.Lock, text: str) -> None:
 
 
 # -- many small items ------------------------------------------------------------------------
+
 
 class _Mapper:
     """map_bounded's state: one worker reads the items in order; a slow item gets a fresh worker for the rest."""
@@ -172,7 +184,9 @@ class _Mapper:
             with self.cond:
                 self.running.pop(index, None)
                 self.results[index] = value
-                if len(self.results) == self.count:  # the caller polls for parking; wake it only at the end
+                if (
+                    len(self.results) == self.count
+                ):  # the caller polls for parking; wake it only at the end
                     self.cond.notify_all()
                 if index in self.parked:  # a replacement took over the queue
                     return
@@ -199,8 +213,9 @@ class _Mapper:
             return [self.results.get(i, (False, None)) for i in range(self.count)]
 
 
-def map_bounded(count: int, func: Callable[[int], Any], budget: float, park_s: float = 0.1
-                ) -> List[Tuple[bool, Any]]:
+def map_bounded(
+    count: int, func: Callable[[int], Any], budget: float, park_s: float = 0.1
+) -> List[Tuple[bool, Any]]:
     """func(i) for i in range(count), in order, within `budget` seconds: one answer per item.
 
     (True, value) for an item that finished (value is the exception if it raised one), (False,
@@ -215,6 +230,7 @@ def map_bounded(count: int, func: Callable[[int], Any], budget: float, park_s: f
 
 
 # -- plumbing --------------------------------------------------------------------------------
+
 
 def _fork(child: Callable[[int], int]) -> Tuple[int, int, int]:
     """Fork; the child runs child(result_fd) with /dev/null as stdin/stdout and a pipe as stderr."""
@@ -243,7 +259,9 @@ def _fork(child: Callable[[int], int]) -> Tuple[int, int, int]:
             traceback.print_exc()
         finally:
             try:
-                os.close(result_w)  # EOF for the parent even if a thread of ours stays stuck in the kernel
+                os.close(
+                    result_w
+                )  # EOF for the parent even if a thread of ours stays stuck in the kernel
                 sys.stderr.flush()
                 os.close(2)
             except BaseException:
@@ -257,11 +275,16 @@ def _fork(child: Callable[[int], int]) -> Tuple[int, int, int]:
 def _write_all(fd: int, payload: bytes) -> None:
     view = memoryview(payload)
     while view:
-        view = view[os.write(fd, view):]
+        view = view[os.write(fd, view) :]
 
 
-def _collect(pid: int, result_fd: int, err_fd: int, deadline: float,
-             on_line: Optional[Callable[[str], None]] = None) -> Tuple[bytes, bool]:
+def _collect(
+    pid: int,
+    result_fd: int,
+    err_fd: int,
+    deadline: float,
+    on_line: Optional[Callable[[str], None]] = None,
+) -> Tuple[bytes, bool]:
     """Read the child's result pipe (and relay its stderr) until EOF or `deadline`: (data, timed_out)."""
     chunks: List[bytes] = []
     pending = b""
@@ -348,7 +371,9 @@ def _reap(pid: int, kill: bool) -> Optional[int]:
 
 
 def _pidfd(pid: int) -> int:
-    opener = getattr(os, "pidfd_open", None)  # Python >= 3.9 on Linux; the kernel may still lack it (ENOSYS)
+    opener = getattr(
+        os, "pidfd_open", None
+    )  # Python >= 3.9 on Linux; the kernel may still lack it (ENOSYS)
     if opener is None:
         return -1
     try:

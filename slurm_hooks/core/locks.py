@@ -5,6 +5,7 @@ records/metrics.py (the metrics state file), records/dcgm.py (dcgm-exporter's ma
 slurm/nodelock.py (one drain decision at a time per node) and `slurm-hooks xid ack` (cli/xid_verbs.py,
 an admin's command: it may wait as long as it takes). Shell equivalent: `flock -w SECONDS FILE`.
 """
+
 from __future__ import annotations
 
 import errno
@@ -43,16 +44,30 @@ class locked:  # noqa: N801 - used like a function: `with locked(path, timeout):
     """flock(LOCK_EX) on `path` (a file, or a directory: no lock file then), for at most `timeout`
     seconds (None: no limit), else LockTimeout naming the path. Closing releases the lock."""
 
-    def __init__(self, path: str, timeout: Optional[float], create_dir_mode: Optional[int] = None,
-                 directory: bool = False):
-        self.path, self.timeout, self.directory, self.create_dir_mode = path, timeout, directory, create_dir_mode
+    def __init__(
+        self,
+        path: str,
+        timeout: Optional[float],
+        create_dir_mode: Optional[int] = None,
+        directory: bool = False,
+    ):
+        self.path, self.timeout, self.directory, self.create_dir_mode = (
+            path,
+            timeout,
+            directory,
+            create_dir_mode,
+        )
         self.fd = -1
 
     def __enter__(self) -> "locked":
         if self.directory:
             self.fd = open_dir(self.path, self.create_dir_mode)
         else:
-            self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0), 0o600)
+            self.fd = os.open(
+                self.path,
+                os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0),
+                0o600,
+            )
         try:
             taken = flock_within(self.fd, self.timeout)
         except BaseException:
@@ -60,7 +75,11 @@ class locked:  # noqa: N801 - used like a function: `with locked(path, timeout):
             raise
         if not taken:
             self.__exit__()
-            raise LockTimeout(errno.EWOULDBLOCK, "lock held by another process for %.3gs" % self.timeout, self.path)
+            raise LockTimeout(
+                errno.EWOULDBLOCK,
+                "lock held by another process for %.3gs" % self.timeout,
+                self.path,
+            )
         return self
 
     def __exit__(self, *exc: object) -> None:

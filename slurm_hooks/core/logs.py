@@ -12,6 +12,7 @@ backslash becomes \\\\, and a value is cut after MAX_VALUE characters. A NUL wou
 syslog(3) raise and lose the decision line from journald; a bidi override would make the line read
 differently from what it holds.
 """
+
 from __future__ import annotations
 
 import logging
@@ -24,7 +25,9 @@ LOGGER_NAME = "slurm_hooks.decisions"
 SYSLOG_SOCKET = "/dev/log"  # where syslog(3) sends; without it (containers) syslog is skipped
 
 
-def setup(settings: Mapping[str, Mapping[str, Any]], stderr: bool = True, create_dirs: bool = True) -> logging.Logger:
+def setup(
+    settings: Mapping[str, Mapping[str, Any]], stderr: bool = True, create_dirs: bool = True
+) -> logging.Logger:
     """The decision logger: syslog, the log file (its directory made unless create_dirs is false), stderr."""
     logger = logging.getLogger(LOGGER_NAME)
     for handler in list(logger.handlers):
@@ -41,7 +44,9 @@ def setup(settings: Mapping[str, Mapping[str, Any]], stderr: bool = True, create
         try:
             if create_dirs:
                 os.makedirs(os.path.dirname(paths["log_file"]), mode=0o750, exist_ok=True)
-            handler = logging.FileHandler(paths["log_file"], encoding="utf-8", errors="backslashreplace")
+            handler = logging.FileHandler(
+                paths["log_file"], encoding="utf-8", errors="backslashreplace"
+            )
             handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
             logger.addHandler(handler)
         except OSError as exc:
@@ -60,7 +65,13 @@ class SyslogHandler(logging.Handler):
     would import before every job, and syslog(3) already knows /dev/log and reconnects on its own.
     """
 
-    _PRIORITIES = {"CRITICAL": 2, "ERROR": 3, "WARNING": 4, "INFO": 6, "DEBUG": 7}  # LOG_CRIT .. LOG_DEBUG
+    _PRIORITIES = {
+        "CRITICAL": 2,
+        "ERROR": 3,
+        "WARNING": 4,
+        "INFO": 6,
+        "DEBUG": 7,
+    }  # LOG_CRIT .. LOG_DEBUG
 
     def __init__(self) -> None:
         super().__init__()
@@ -84,8 +95,10 @@ MAX_VALUE = 1024  # characters of one value in a decision line
 # C0/C1 controls, the backslash itself, Unicode format characters that change how text reads (soft
 # hyphen, Arabic letter mark, bidi marks/embeddings/overrides/isolates, zero-width and invisible
 # operators, BOM, interlinear annotations, tag characters) and lone surrogates
-_UNSAFE = re.compile("[\\\\\x00-\x1f\x7f-\x9f\u00ad\u061c\u180e\u200b-\u200f\u2028-\u202e\u2060-\u206f"
-                     "\ufeff\ufff9-\ufffb\ud800-\udfff\U000e0000-\U000e007f]")
+_UNSAFE = re.compile(
+    "[\\\\\x00-\x1f\x7f-\x9f\u00ad\u061c\u180e\u200b-\u200f\u2028-\u202e\u2060-\u206f"
+    "\ufeff\ufff9-\ufffb\ud800-\udfff\U000e0000-\U000e007f]"
+)
 
 
 def _escape(match: "re.Match[str]") -> str:
@@ -93,7 +106,11 @@ def _escape(match: "re.Match[str]") -> str:
     if char == "\\":
         return "\\\\"
     code = ord(char)
-    return "\\x%02x" % code if code < 0x100 else ("\\u%04x" % code if code < 0x10000 else "\\U%08x" % code)
+    return (
+        "\\x%02x" % code
+        if code < 0x100
+        else ("\\u%04x" % code if code < 0x10000 else "\\U%08x" % code)
+    )
 
 
 def kv(**fields: Any) -> str:

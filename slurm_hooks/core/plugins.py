@@ -18,6 +18,7 @@ fail open (exit 0, nothing drained), `slurm-hooks check` exits 3 (UNKNOWN). Fix 
 SLURM_HOOKS_CHECKS_DIR names another directory; set to the empty string it loads no site checks
 (the build tools use that, so a build host's own site checks never leak into generated files).
 """
+
 from __future__ import annotations
 
 import glob
@@ -69,8 +70,10 @@ def load_site_checks(directory: Optional[str] = None) -> List[str]:
 def _load_file(path: str) -> str:
     stem = os.path.splitext(os.path.basename(path))[0]
     if not stem.isidentifier():
-        raise PluginError("%s: site check file names must be Python identifiers (letters, digits, _), "
-                          "e.g. %s.py" % (path, "".join(c if c.isalnum() else "_" for c in stem)))
+        raise PluginError(
+            "%s: site check file names must be Python identifiers (letters, digits, _), "
+            "e.g. %s.py" % (path, "".join(c if c.isalnum() else "_" for c in stem))
+        )
     try:
         check_secure(path)
     except ConfigError as exc:
@@ -87,7 +90,9 @@ def _load_file(path: str) -> str:
         exec(code, module.__dict__)  # noqa: S102  (the whole point: a root-owned site check, from its source)
     except Exception as exc:  # anything a site file raises: our caller must fail open, not crash
         del sys.modules[name]
-        raise PluginError("%s: cannot load site check: %s: %s" % (path, type(exc).__name__, exc)) from None
+        raise PluginError(
+            "%s: cannot load site check: %s: %s" % (path, type(exc).__name__, exc)
+        ) from None
     return name
 
 
@@ -102,9 +107,13 @@ def _read_source(path: str) -> bytes:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
             raise PluginError("%s: not a regular file" % path)
-        if os.environ.get(INSECURE_OVERRIDE_ENV) != "1" and (info.st_uid != 0 or info.st_mode & 0o022):
-            raise PluginError("site check %s: owned by uid %d, mode %04o: must be root's and not group/world-writable"
-                              % (path, info.st_uid, stat.S_IMODE(info.st_mode)))
+        if os.environ.get(INSECURE_OVERRIDE_ENV) != "1" and (
+            info.st_uid != 0 or info.st_mode & 0o022
+        ):
+            raise PluginError(
+                "site check %s: owned by uid %d, mode %04o: must be root's and not group/world-writable"
+                % (path, info.st_uid, stat.S_IMODE(info.st_mode))
+            )
         chunks = []
         size = 0
         while size <= MAX_SOURCE:

@@ -1,4 +1,5 @@
 """Rendering of a RunReport: an aligned human table and a stable JSON document (schema in README)."""
+
 from __future__ import annotations
 
 import json
@@ -11,7 +12,13 @@ from ..result import Status
 from .runner import RunReport
 
 JSON_SCHEMA = "slurm-hooks.check/1"
-_COLOURS = {Status.OK: "32", Status.WARN: "33", Status.FAIL: "31;1", Status.UNKNOWN: "35", Status.SKIP: "2"}
+_COLOURS = {
+    Status.OK: "32",
+    Status.WARN: "33",
+    Status.FAIL: "31;1",
+    Status.UNKNOWN: "35",
+    Status.SKIP: "2",
+}
 
 
 def report_to_dict(report: RunReport, root: str = "/") -> Dict[str, Any]:
@@ -23,15 +30,27 @@ def report_to_dict(report: RunReport, root: str = "/") -> Dict[str, Any]:
         "node": job.node_name or node_name(root),
         "root": root,
         "status": report.status.value,
-        "exit_code": int(report.status.exit_code),  # a plain number in the JSON document, whatever the Python
+        "exit_code": int(
+            report.status.exit_code
+        ),  # a plain number in the JSON document, whatever the Python
         "duration_s": round(report.duration, 4),
         "deadline_s": report.deadline,
         "deadline_hit": report.deadline_hit,
-        "job": None if job.job_id is None else {
-            "id": job.job_id, "user": job.user, "gpus": list(job.gpus) if job.gpus is not None else None},
+        "job": None
+        if job.job_id is None
+        else {
+            "id": job.job_id,
+            "user": job.user,
+            "gpus": list(job.gpus) if job.gpus is not None else None,
+        },
         "checks": [
-            {"name": run.name, "status": run.status.value, "duration_s": round(run.duration, 4),
-             "timed_out": run.timed_out, "results": [r.to_dict() for r in run.results]}
+            {
+                "name": run.name,
+                "status": run.status.value,
+                "duration_s": round(run.duration, 4),
+                "timed_out": run.timed_out,
+                "results": [r.to_dict() for r in run.results],
+            }
             for run in report.runs
         ],
     }
@@ -74,7 +93,9 @@ def render_table(report: RunReport, verbose: bool = False, colour: bool = False)
         status = row[0].ljust(widths[0])
         if colour and i > 0:
             status = "\033[%sm%s\033[0m" % (_COLOURS[Status(row[0])], status)
-        lines.append("  ".join([status, row[1].ljust(widths[1]), row[2].rjust(widths[2]), row[3]]).rstrip())
+        lines.append(
+            "  ".join([status, row[1].ljust(widths[1]), row[2].rjust(widths[2]), row[3]]).rstrip()
+        )
         lines.extend(extra.get(i, []))
     lines.append(_footer(report))
     return "\n".join(lines) + "\n"
@@ -100,9 +121,16 @@ def _detail_lines(run) -> List[str]:
 
 def _footer(report: RunReport) -> str:
     counts = Counter(run.status for run in report.runs)
-    parts = ["%d %s" % (counts[s], s.value) for s in (Status.FAIL, Status.UNKNOWN, Status.WARN, Status.OK, Status.SKIP)
-             if counts[s]]
-    text = "overall: %s (%s) in %.3fs" % (report.status.value, ", ".join(parts) or "no checks", report.duration)
+    parts = [
+        "%d %s" % (counts[s], s.value)
+        for s in (Status.FAIL, Status.UNKNOWN, Status.WARN, Status.OK, Status.SKIP)
+        if counts[s]
+    ]
+    text = "overall: %s (%s) in %.3fs" % (
+        report.status.value,
+        ", ".join(parts) or "no checks",
+        report.duration,
+    )
     if report.deadline_hit:
         text += " -- deadline of %.3gs reached" % report.deadline
     return text
@@ -119,8 +147,21 @@ def report_from_dict(data: Dict[str, Any]) -> RunReport:
 
     job_data = data.get("job") or {}
     gpus = job_data.get("gpus")
-    job = JobContext(job_id=job_data.get("id"), user=job_data.get("user"), node_name=data.get("node"),
-                     gpus=tuple(gpus) if gpus is not None else None)
-    runs = [CheckRun(run["name"], [result_from_dict(r) for r in run["results"]], run["duration_s"], run["timed_out"])
-            for run in data["checks"]]
-    return RunReport(data["context"], runs, data["duration_s"], data["deadline_s"], data["deadline_hit"], job)
+    job = JobContext(
+        job_id=job_data.get("id"),
+        user=job_data.get("user"),
+        node_name=data.get("node"),
+        gpus=tuple(gpus) if gpus is not None else None,
+    )
+    runs = [
+        CheckRun(
+            run["name"],
+            [result_from_dict(r) for r in run["results"]],
+            run["duration_s"],
+            run["timed_out"],
+        )
+        for run in data["checks"]
+    ]
+    return RunReport(
+        data["context"], runs, data["duration_s"], data["deadline_s"], data["deadline_hit"], job
+    )

@@ -11,6 +11,7 @@ Whether a timeout drains is policy.
 Gatherers run lazily, once per run, the first time a check needs them; their snapshot (or the
 exception they raised) is shared by every later check.
 """
+
 from __future__ import annotations
 
 import threading
@@ -60,7 +61,9 @@ class GatherContext:
                     raise KeyError("no gatherer named %r" % name)
                 try:
                     self._cache[name] = (True, spec.func(self))
-                except BaseException as exc:  # cached: every check that needs it reports the same cause
+                except (
+                    BaseException
+                ) as exc:  # cached: every check that needs it reports the same cause
                     self._cache[name] = (False, exc)
             ok, value = self._cache[name]
         if not ok:
@@ -105,8 +108,9 @@ class RunReport(Struct, frozen=False):
         return [r for run in self.runs for r in run.results]
 
 
-def select_checks(registry: Registry, context: str, names: Sequence[str] = (), all_contexts: bool = False
-                  ) -> List[CheckSpec]:
+def select_checks(
+    registry: Registry, context: str, names: Sequence[str] = (), all_contexts: bool = False
+) -> List[CheckSpec]:
     """Checks to run: named ones (a name may be a family like 'gpu'), else those of the context."""
     if names:
         chosen = []
@@ -121,9 +125,17 @@ def select_checks(registry: Registry, context: str, names: Sequence[str] = (), a
     return registry.for_context(context)
 
 
-def run_checks(registry: Registry, config: Config, host: Host, context: str, checks: Iterable[CheckSpec],
-               job: Optional[JobContext] = None, deadline: Optional[float] = None,
-               clock: Callable[[], float] = time.monotonic, gather: Optional[GatherContext] = None) -> RunReport:
+def run_checks(
+    registry: Registry,
+    config: Config,
+    host: Host,
+    context: str,
+    checks: Iterable[CheckSpec],
+    job: Optional[JobContext] = None,
+    deadline: Optional[float] = None,
+    clock: Callable[[], float] = time.monotonic,
+    gather: Optional[GatherContext] = None,
+) -> RunReport:
     """Run `checks` on a small pool of daemon threads and collect them in order (see _Scheduler).
 
     Each check gets min(its own timeout, time left before the deadline); a hung one (an NVML call
@@ -131,16 +143,24 @@ def run_checks(registry: Registry, config: Config, host: Host, context: str, che
     A caller that passes its own `gather` (same host and job) can look at the snapshots afterwards.
     """
     job = job or JobContext()
-    budget = deadline if deadline is not None else config.get("deadline", context if context in
-                                                                config.settings["deadline"] else "manual")
+    budget = (
+        deadline
+        if deadline is not None
+        else config.get("deadline", context if context in config.settings["deadline"] else "manual")
+    )
     gather = gather or GatherContext(registry, host, config, job)
     start = clock()
     specs = list(checks)
-    enabled = [(spec, config.check(spec.name).params) for spec in specs if config.check(spec.name).enabled]
+    enabled = [
+        (spec, config.check(spec.name).params) for spec in specs if config.check(spec.name).enabled
+    ]
     scheduler = _Scheduler(enabled, gather, clock, budget, start + budget)
     done = scheduler.run()
-    runs = [done.get(spec.name) or CheckRun(spec.name, [Result(spec.name, Status.SKIP, "disabled in config")], 0.0)
-            for spec in specs]
+    runs = [
+        done.get(spec.name)
+        or CheckRun(spec.name, [Result(spec.name, Status.SKIP, "disabled in config")], 0.0)
+        for spec in specs
+    ]
     return RunReport(context, runs, clock() - start, budget, scheduler.deadline_cut, job)
 
 
@@ -158,8 +178,14 @@ class _Scheduler:
     POOL_SIZE = 3
     PARKED_S = 0.1
 
-    def __init__(self, items: List[Tuple[CheckSpec, Any]], gather: GatherContext, clock: Callable[[], float],
-                 budget: float, end: float):
+    def __init__(
+        self,
+        items: List[Tuple[CheckSpec, Any]],
+        gather: GatherContext,
+        clock: Callable[[], float],
+        budget: float,
+        end: float,
+    ):
         self.pending = list(items)
         self.gather, self.clock, self.budget, self.end = gather, clock, budget, end
         self.cond = threading.Condition()
@@ -167,7 +193,9 @@ class _Scheduler:
         self.done: Dict[str, CheckRun] = {}
         self.parked: set = set()
         self.workers = 0
-        self.deadline_cut = False  # the global deadline, not a check's own timeout, ended some check
+        self.deadline_cut = (
+            False  # the global deadline, not a check's own timeout, ended some check
+        )
 
     def run(self) -> Dict[str, CheckRun]:
         with self.cond:
@@ -176,7 +204,9 @@ class _Scheduler:
             while True:
                 now = self.clock()
                 wake = self._expire(now)
-                if not self.pending and not self.running:  # all ended or abandoned: do not sit out the deadline
+                if (
+                    not self.pending and not self.running
+                ):  # all ended or abandoned: do not sit out the deadline
                     break
                 if now >= self.end:
                     self._give_up()
@@ -186,7 +216,9 @@ class _Scheduler:
 
     def _spawn(self) -> None:
         self.workers += 1
-        threading.Thread(target=self._work, name="check:worker-%d" % self.workers, daemon=True).start()
+        threading.Thread(
+            target=self._work, name="check:worker-%d" % self.workers, daemon=True
+        ).start()
 
     def _expire(self, now: float) -> float:
         """Time out what is past its limit, park what is slow; returns when to look again."""
@@ -230,22 +262,34 @@ class _Scheduler:
                 self.cond.notify_all()  # the scheduler times this one from now
             results = _execute(spec, params, self.gather)
             with self.cond:
-                if spec.name in self.done:  # reported as timed out; a replacement took over the queue
+                if (
+                    spec.name in self.done
+                ):  # reported as timed out; a replacement took over the queue
                     return
                 self.running.pop(spec.name, None)
                 self.done[spec.name] = CheckRun(spec.name, results, self.clock() - started)
                 self.cond.notify_all()
 
 
-def _timed_out(spec: CheckSpec, waited: float, by_deadline: bool, budget: float, started: bool = True) -> CheckRun:
+def _timed_out(
+    spec: CheckSpec, waited: float, by_deadline: bool, budget: float, started: bool = True
+) -> CheckRun:
     if not started:
         summary = "not started: the %.3gs deadline was reached" % budget
     elif by_deadline:
         summary = "not finished when the %.3gs deadline was reached" % budget
     else:
-        summary = "did not finish within its %.3gs timeout (hung NVML call or blocked read?)" % spec.timeout
-    result = Result(spec.name, Status.UNKNOWN, summary, blame=Blame.CHECK,
-                    details={"timed_out": True, "timeout_s": spec.timeout, "deadline_s": budget})
+        summary = (
+            "did not finish within its %.3gs timeout (hung NVML call or blocked read?)"
+            % spec.timeout
+        )
+    result = Result(
+        spec.name,
+        Status.UNKNOWN,
+        summary,
+        blame=Blame.CHECK,
+        details={"timed_out": True, "timeout_s": spec.timeout, "deadline_s": budget},
+    )
     return CheckRun(spec.name, [result], waited, timed_out=True)
 
 
@@ -255,12 +299,27 @@ def _execute(spec: CheckSpec, params: Any, gather: GatherContext) -> List[Result
         snapshots = [gather.get(name) for name in spec.needs]
         returned = spec.func(*snapshots, params)
     except HostError as exc:
-        return [Result(spec.name, Status.UNKNOWN, "could not read the host: %s" % exc,
-                       details={"error": str(exc), "path": exc.path}, blame=Blame.CHECK)]
-    except Exception as exc:  # our bug must never drain a node: UNKNOWN, with the traceback recorded
-        return [Result(spec.name, Status.UNKNOWN, "internal error: %s: %s" % (type(exc).__name__, exc),
-                       details={"error": repr(exc), "traceback": traceback.format_exc(limit=8)},
-                       blame=Blame.CHECK)]
+        return [
+            Result(
+                spec.name,
+                Status.UNKNOWN,
+                "could not read the host: %s" % exc,
+                details={"error": str(exc), "path": exc.path},
+                blame=Blame.CHECK,
+            )
+        ]
+    except (
+        Exception
+    ) as exc:  # our bug must never drain a node: UNKNOWN, with the traceback recorded
+        return [
+            Result(
+                spec.name,
+                Status.UNKNOWN,
+                "internal error: %s: %s" % (type(exc).__name__, exc),
+                details={"error": repr(exc), "traceback": traceback.format_exc(limit=8)},
+                blame=Blame.CHECK,
+            )
+        ]
     return _normalise(spec, returned)
 
 
@@ -272,6 +331,12 @@ def _normalise(spec: CheckSpec, returned: Any) -> List[Result]:
     else:
         results = []
     if not results or not all(isinstance(r, Result) for r in results):
-        return [Result(spec.name, Status.UNKNOWN, "internal error: check returned %r, not Result(s)"
-                       % (type(returned).__name__,), blame=Blame.CHECK)]
+        return [
+            Result(
+                spec.name,
+                Status.UNKNOWN,
+                "internal error: check returned %r, not Result(s)" % (type(returned).__name__,),
+                blame=Blame.CHECK,
+            )
+        ]
     return [r if r.check == spec.name else replace(r, check=spec.name) for r in results]

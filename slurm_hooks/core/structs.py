@@ -18,6 +18,7 @@ class, frozen instances raise FrozenError (an AttributeError) on assignment and 
 mutable ones are unhashable, `replace(obj, **changes)`. Not supported (not used here):
 __post_init__, InitVar, ClassVar fields, ordering, keyword-only fields.
 """
+
 from __future__ import annotations
 
 from typing import Any, Callable, Dict, Optional, Tuple
@@ -32,13 +33,27 @@ class FrozenError(AttributeError):
 class Field:
     __slots__ = ("default", "default_factory", "compare", "repr")
 
-    def __init__(self, default: Any = _MISSING, default_factory: Optional[Callable[[], Any]] = None,
-                 compare: bool = True, repr: bool = True):  # noqa: A002 - the dataclasses spelling
-        self.default, self.default_factory, self.compare, self.repr = default, default_factory, compare, repr
+    def __init__(
+        self,
+        default: Any = _MISSING,
+        default_factory: Optional[Callable[[], Any]] = None,
+        compare: bool = True,
+        repr: bool = True,
+    ):  # noqa: A002 - the dataclasses spelling
+        self.default, self.default_factory, self.compare, self.repr = (
+            default,
+            default_factory,
+            compare,
+            repr,
+        )
 
 
-def field(default: Any = _MISSING, default_factory: Optional[Callable[[], Any]] = None, compare: bool = True,
-          repr: bool = True) -> Any:  # noqa: A002
+def field(
+    default: Any = _MISSING,
+    default_factory: Optional[Callable[[], Any]] = None,
+    compare: bool = True,
+    repr: bool = True,
+) -> Any:  # noqa: A002
     """A field with a default factory, or one left out of equality/repr (like dataclasses.field)."""
     return Field(default, default_factory, compare, repr)
 
@@ -68,8 +83,13 @@ class Struct:
             elif spec.default is not _MISSING:
                 defaults[name] = spec.default
             elif defaults or factories:
-                raise TypeError("%s: field %r without a default follows one with a default" % (cls.__name__, name))
-            if isinstance(value, Field):  # the marker must not shadow instance values as a class attribute
+                raise TypeError(
+                    "%s: field %r without a default follows one with a default"
+                    % (cls.__name__, name)
+                )
+            if isinstance(
+                value, Field
+            ):  # the marker must not shadow instance values as a class attribute
                 delattr(cls, name)
             fields.append(name)
             if spec.compare:
@@ -84,13 +104,18 @@ class Struct:
     def __init__(self, *args: Any, **kwargs: Any):
         fields = self._fields
         if len(args) > len(fields):
-            raise TypeError("%s takes at most %d arguments (%d given)" % (type(self).__name__, len(fields), len(args)))
+            raise TypeError(
+                "%s takes at most %d arguments (%d given)"
+                % (type(self).__name__, len(fields), len(args))
+            )
         values = dict(zip(fields, args))
         for name, value in kwargs.items():
             if name not in fields:
                 raise TypeError("%s got an unexpected argument %r" % (type(self).__name__, name))
             if name in values:
-                raise TypeError("%s got multiple values for argument %r" % (type(self).__name__, name))
+                raise TypeError(
+                    "%s got multiple values for argument %r" % (type(self).__name__, name)
+                )
             values[name] = value
         setter = object.__setattr__
         for name in fields:
@@ -105,7 +130,9 @@ class Struct:
 
     def __setattr__(self, name: str, value: Any) -> None:
         if self._frozen:
-            raise FrozenError("cannot assign to field %r of frozen %s" % (name, type(self).__name__))
+            raise FrozenError(
+                "cannot assign to field %r of frozen %s" % (name, type(self).__name__)
+            )
         object.__setattr__(self, name, value)
 
     def __delattr__(self, name: str) -> None:
@@ -125,8 +152,10 @@ class Struct:
         return hash(self._key())
 
     def __repr__(self) -> str:
-        return "%s(%s)" % (type(self).__qualname__, ", ".join("%s=%r" % (name, getattr(self, name))
-                                                               for name in self._shown))
+        return "%s(%s)" % (
+            type(self).__qualname__,
+            ", ".join("%s=%r" % (name, getattr(self, name)) for name in self._shown),
+        )
 
 
 def replace(obj: Struct, **changes: Any) -> Any:

@@ -24,6 +24,7 @@ environ, cmdline), and anything a redaction below removes:
 Live-only sources are not captured: NVML (the driver's view of the GPUs) and statvfs of paths the
 checks did not stat. Under --root those checks SKIP and say why.
 """
+
 from __future__ import annotations
 
 import io
@@ -38,7 +39,16 @@ from typing import Any, Dict, List, Optional, Tuple
 from .host import CAPTURE_DIR, CAPTURED_STATVFS, Host, ReadLog
 
 SCHEMA = "slurm-hooks.capture/1"
-NEVER = ("environ", "cmdline", "mem", "pagemap", "kcore", "auxv", "maps", "smaps")  # /proc/<pid>/ files
+NEVER = (
+    "environ",
+    "cmdline",
+    "mem",
+    "pagemap",
+    "kcore",
+    "auxv",
+    "maps",
+    "smaps",
+)  # /proc/<pid>/ files
 STATUS_KEEP = ("Name", "Kthread", "Cpus_allowed_list", "Mems_allowed_list", "Tgid", "Pid", "PPid")
 _MAX_HOPS = 40
 
@@ -49,7 +59,12 @@ class CaptureError(Exception):
 
 def _is_proc_pid_file(path: str, names: Tuple[str, ...]) -> bool:
     parts = path.strip("/").split("/")
-    return len(parts) == 3 and parts[0] == "proc" and (parts[1].isdigit() or parts[1] == "self") and parts[2] in names
+    return (
+        len(parts) == 3
+        and parts[0] == "proc"
+        and (parts[1].isdigit() or parts[1] == "self")
+        and parts[2] in names
+    )
 
 
 def redact(host_path: str, data: bytes) -> Tuple[Optional[bytes], str]:
@@ -95,13 +110,19 @@ class _Tree:
             if stat.S_ISLNK(info.st_mode):
                 target = os.readlink(self.real(candidate))
                 self.entries.setdefault(candidate, ("link", target))
-                resolved = target if target.startswith("/") else posixpath.normpath(posixpath.join(current, target))
-                rest = "/".join(parts[index + 1:])
+                resolved = (
+                    target
+                    if target.startswith("/")
+                    else posixpath.normpath(posixpath.join(current, target))
+                )
+                rest = "/".join(parts[index + 1 :])
                 return self.add_path(posixpath.join(resolved, rest) if rest else resolved, hops + 1)
             if stat.S_ISDIR(info.st_mode):
                 self.entries.setdefault(candidate, ("dir",))
             else:
-                self.entries.setdefault(candidate, ("file", b""))  # content set by the caller if it was read
+                self.entries.setdefault(
+                    candidate, ("file", b"")
+                )  # content set by the caller if it was read
             current = candidate
         return current
 
@@ -150,12 +171,20 @@ def plan(root: str, log: ReadLog) -> Tuple[Dict[str, Tuple[Any, ...]], List[str]
             del tree.entries[path]
     if log.statvfs:
         usage = {path: value._asdict() for path, value in sorted(log.statvfs.items())}
-        tree.entries[CAPTURED_STATVFS] = ("file", (json.dumps(usage, indent=1, sort_keys=True) + "\n").encode())
+        tree.entries[CAPTURED_STATVFS] = (
+            "file",
+            (json.dumps(usage, indent=1, sort_keys=True) + "\n").encode(),
+        )
     return tree.entries, sorted(set(redactions))
 
 
-def write_archive(out: str, top: str, entries: Dict[str, Tuple[Any, ...]], extra: Dict[str, bytes],
-                  mtime: Optional[int] = None) -> int:
+def write_archive(
+    out: str,
+    top: str,
+    entries: Dict[str, Tuple[Any, ...]],
+    extra: Dict[str, bytes],
+    mtime: Optional[int] = None,
+) -> int:
     """Write OUT (.tar.gz, .tgz, .tar.xz or .tar) with every entry under `top`/; returns the entry count.
 
     `mtime` fixes every entry's time (a reproducible archive: the test corpus); default now.
@@ -166,7 +195,9 @@ def write_archive(out: str, top: str, entries: Dict[str, Tuple[Any, ...]], extra
     for path, data in extra.items():
         everything[path] = ("file", data)
     dirs = {"/"}
-    for path in everything:  # every parent becomes a directory entry, so extraction recreates the tree
+    for (
+        path
+    ) in everything:  # every parent becomes a directory entry, so extraction recreates the tree
         parent = posixpath.dirname(path)
         while parent not in dirs:
             dirs.add(parent)
@@ -220,19 +251,31 @@ def capture(registry, config, out: str, deadline: Optional[float] = None) -> Dic
     root = config.get("general", "root")
     log = ReadLog()
     host = Host(root, log=log)
-    report = run_checks(registry, config, host, "manual", registry.sorted_checks(), deadline=deadline)
-    hostname = (host.read_text("/proc/sys/kernel/hostname", default="") or "node").strip().split(".")[0] or "node"
+    report = run_checks(
+        registry, config, host, "manual", registry.sorted_checks(), deadline=deadline
+    )
+    hostname = (host.read_text("/proc/sys/kernel/hostname", default="") or "node").strip().split(
+        "."
+    )[0] or "node"
     entries, redactions = plan(root, log)
     meta = {
-        "schema": SCHEMA, "version": __version__, "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "node": hostname, "root": root,
+        "schema": SCHEMA,
+        "version": __version__,
+        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "node": hostname,
+        "root": root,
         "kernel": host.read_text("/proc/sys/kernel/osrelease", default="").strip(),
-        "paths": len(entries), "redactions": redactions,
-        "live_only": ["nvml: GPU checks read the driver, which a capture cannot hold; under --root they SKIP",
-                      "statvfs: only the file systems the checks stat are in %s" % CAPTURED_STATVFS],
+        "paths": len(entries),
+        "redactions": redactions,
+        "live_only": [
+            "nvml: GPU checks read the driver, which a capture cannot hold; under --root they SKIP",
+            "statvfs: only the file systems the checks stat are in %s" % CAPTURED_STATVFS,
+        ],
         "verdicts": report_to_dict(report, root),
     }
-    extra = {CAPTURE_DIR + "/capture.json": (json.dumps(meta, indent=1) + "\n").encode(),
-             CAPTURE_DIR + "/config.toml": render_toml(node_config(config)).encode()}
+    extra = {
+        CAPTURE_DIR + "/capture.json": (json.dumps(meta, indent=1) + "\n").encode(),
+        CAPTURE_DIR + "/config.toml": render_toml(node_config(config)).encode(),
+    }
     meta["entries"] = write_archive(out, hostname, entries, extra)
     return meta

@@ -20,6 +20,7 @@ usage_usec, so the scope's usage between prolog and epilog is the CPU time of ev
 slurmstepds) in the job's window: exactly the job's on a node it has to itself, an overestimate of it on a
 shared node, which only makes `foreign_cpu_frac` smaller (never a false "slow").
 """
+
 from __future__ import annotations
 
 import os
@@ -55,7 +56,9 @@ def parse_proc_stat(text: str) -> Dict[int, Tuple[int, Optional[int]]]:
         if len(f) < 8 or not f[0][3:].isdigit():
             continue  # the all-CPU "cpu" line, or a kernel older than anything we run on
         try:
-            busy = int(f[1]) + int(f[2]) + int(f[3]) + int(f[6]) + int(f[7])  # user nice system irq softirq
+            busy = (
+                int(f[1]) + int(f[2]) + int(f[3]) + int(f[6]) + int(f[7])
+            )  # user nice system irq softirq
             out[int(f[0][3:])] = (busy, int(f[8]) if len(f) > 8 else None)
         except ValueError:
             continue
@@ -78,7 +81,7 @@ def cpu_lines(text: str) -> str:
     """The CPU lines of /proc/stat (everything before the `intr` line): what a snapshot keeps. The
     prolog only slices the text; the epilog's record build parses both (parse_proc_stat)."""
     end = text.find("\nintr ")
-    return text[:end + 1] if end >= 0 else text
+    return text[: end + 1] if end >= 0 else text
 
 
 def read_cpu_times(host: Host, job_id: Optional[str], notes: List[str]) -> Dict[str, Any]:
@@ -104,7 +107,9 @@ def _slurm_usage(host: Host, job_id: Optional[str], notes: List[str]) -> Dict[st
     usage: Dict[str, int] = {}
     for scope in host.glob(CGROUP_ROOT + "/system.slice", "*slurmstepd.scope"):
         paths = [("slurm", scope + "/cpu.stat")]
-        if job_id and job_id.isdigit() and job_id.isascii():  # a path component: only a Slurm job number
+        if (
+            job_id and job_id.isdigit() and job_id.isascii()
+        ):  # a path component: only a Slurm job number
             paths.append(("job", "%s/job_%s/cpu.stat" % (scope, job_id)))
         for key, path in paths:
             try:

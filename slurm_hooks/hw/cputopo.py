@@ -16,6 +16,7 @@ no `online` file -> the cpuN/online flags, else the cpuN directories with a topo
 processors of /proc/cpuinfo; no `present` file -> online plus the cpuN directories; no sibling
 lists -> /proc/cpuinfo's physical id/core id, else the topology ids, else one core per CPU.
 """
+
 from __future__ import annotations
 
 import re
@@ -27,7 +28,11 @@ from .procfs import parse_cpuinfo_processors, parse_cpuinfo_topology
 
 CPU_DIR = "/sys/devices/system/cpu"
 _CPU_ENTRY = re.compile(r"^cpu[0-9]+$")
-THREAD_LISTS = ("core_cpus_list", "thread_siblings_list", "thread_siblings")  # newest name first, then the mask
+THREAD_LISTS = (
+    "core_cpus_list",
+    "thread_siblings_list",
+    "thread_siblings",
+)  # newest name first, then the mask
 PACKAGE_LISTS = ("package_cpus_list", "core_siblings_list", "core_siblings")
 
 
@@ -61,7 +66,9 @@ class CpuLayout(Struct):
 def read_cpu_layout(host: Host, cpuinfo: str = "") -> CpuLayout:
     """The CPU layout of the node under `host` (see the module docstring for sources and fallbacks)."""
     notes: List[str] = []
-    entries = [int(name[3:]) for name in host.listdir(CPU_DIR, default=[]) if _CPU_ENTRY.match(name)]
+    entries = [
+        int(name[3:]) for name in host.listdir(CPU_DIR, default=[]) if _CPU_ENTRY.match(name)
+    ]
     online = _online(host, entries, cpuinfo, notes)
     present = _cpulist(host, CPU_DIR + "/present")
     if present is None:
@@ -91,19 +98,32 @@ def _online(host: Host, entries: List[int], cpuinfo: str, notes: List[str]) -> F
     flags = {cpu: _flag(host, "%s/cpu%d/online" % (CPU_DIR, cpu)) for cpu in entries}
     if any(flag is not None for flag in flags.values()):
         # cpu0 often has no `online` file: it cannot be taken offline, so it is online
-        found = frozenset(cpu for cpu, flag in flags.items() if flag != 0 and
-                          (flag == 1 or host.isdir("%s/cpu%d/topology" % (CPU_DIR, cpu))))
+        found = frozenset(
+            cpu
+            for cpu, flag in flags.items()
+            if flag != 0 and (flag == 1 or host.isdir("%s/cpu%d/topology" % (CPU_DIR, cpu)))
+        )
         notes.append("%s/online missing: online CPUs from the cpuN/online flags" % CPU_DIR)
         return found
-    with_topology = frozenset(cpu for cpu in entries if host.isdir("%s/cpu%d/topology" % (CPU_DIR, cpu)))
+    with_topology = frozenset(
+        cpu for cpu in entries if host.isdir("%s/cpu%d/topology" % (CPU_DIR, cpu))
+    )
     if with_topology:
-        notes.append("%s/online missing: online CPUs are the cpuN directories with a topology" % CPU_DIR)
+        notes.append(
+            "%s/online missing: online CPUs are the cpuN directories with a topology" % CPU_DIR
+        )
         return with_topology
     processors = frozenset(parse_cpuinfo_processors(cpuinfo))
     if processors:
-        notes.append("%s/online and the cpuN topology missing: online CPUs are /proc/cpuinfo's processors" % CPU_DIR)
+        notes.append(
+            "%s/online and the cpuN topology missing: online CPUs are /proc/cpuinfo's processors"
+            % CPU_DIR
+        )
         return processors
-    raise HostError(CPU_DIR + "/online", "no such file, and neither cpuN directories nor /proc/cpuinfo name a CPU")
+    raise HostError(
+        CPU_DIR + "/online",
+        "no such file, and neither cpuN directories nor /proc/cpuinfo name a CPU",
+    )
 
 
 def _flag(host: Host, path: str) -> Optional[int]:
@@ -122,7 +142,9 @@ def _first_list(host: Host, base: str, names: Iterable[str]) -> Optional[FrozenS
     return None
 
 
-def _from_sibling_lists(host: Host, online: FrozenSet[int]) -> Tuple[Optional[Tuple[Socket, ...]], str]:
+def _from_sibling_lists(
+    host: Host, online: FrozenSet[int]
+) -> Tuple[Optional[Tuple[Socket, ...]], str]:
     """Cores and sockets keyed by the kernel's sibling lists; None when an online CPU lacks them.
 
     The lists are symmetric (a CPU's siblings list it back), so each list is read once for all the
@@ -154,21 +176,29 @@ def _from_sibling_lists(host: Host, online: FrozenSet[int]) -> Tuple[Optional[Tu
     return _group(core_of, package_of, die_of, package_id), "sysfs sibling lists"
 
 
-def _group(core_of: Dict[int, FrozenSet[int]], package_of: Dict[int, FrozenSet[int]],
-           die_of: Dict[int, FrozenSet[int]], package_id: Dict[FrozenSet[int], int]) -> Tuple[Socket, ...]:
+def _group(
+    core_of: Dict[int, FrozenSet[int]],
+    package_of: Dict[int, FrozenSet[int]],
+    die_of: Dict[int, FrozenSet[int]],
+    package_id: Dict[FrozenSet[int], int],
+) -> Tuple[Socket, ...]:
     """Sockets (by lowest CPU), each with its cores ordered by (die's lowest CPU, core's lowest CPU)."""
     packages = sorted(set(package_of.values()), key=min)
     ids = [package_id.get(p, -1) for p in packages]
     usable_ids = all(i >= 0 for i in ids) and len(set(ids)) == len(ids)
     sockets = []
     for index, package in enumerate(packages):
-        cores = sorted({core_of[cpu] for cpu in package}, key=lambda core: (min(die_of[min(core)]), min(core)))
+        cores = sorted(
+            {core_of[cpu] for cpu in package}, key=lambda core: (min(die_of[min(core)]), min(core))
+        )
         name = "socket %d" % ids[index] if usable_ids else "socket #%d" % index
         sockets.append(Socket(name, frozenset().union(*cores), tuple(cores)))
     return tuple(sockets)
 
 
-def _from_ids(host: Host, online: FrozenSet[int], cpuinfo: str, notes: List[str]) -> Tuple[Tuple[Socket, ...], str]:
+def _from_ids(
+    host: Host, online: FrozenSet[int], cpuinfo: str, notes: List[str]
+) -> Tuple[Tuple[Socket, ...], str]:
     """Older kernels and partial captures: (package id, core id) from /proc/cpuinfo or sysfs, else flat."""
     places = {cpu: place for cpu, place in parse_cpuinfo_topology(cpuinfo).items() if cpu in online}
     source = "/proc/cpuinfo physical id/core id"
@@ -177,17 +207,25 @@ def _from_ids(host: Host, online: FrozenSet[int], cpuinfo: str, notes: List[str]
         for cpu in sorted(online):
             base = "%s/cpu%d/topology/" % (CPU_DIR, cpu)
             try:
-                package, core = host.read_int(base + "physical_package_id"), host.read_int(base + "core_id")
+                package, core = (
+                    host.read_int(base + "physical_package_id"),
+                    host.read_int(base + "core_id"),
+                )
             except (HostError, ParseError):
                 places = {}
                 break
             places[cpu] = (package, core)
     if not places:
-        notes.append("no sibling lists or package/core ids for every online CPU: each CPU counted as a core "
-                     "of one socket")
+        notes.append(
+            "no sibling lists or package/core ids for every online CPU: each CPU counted as a core "
+            "of one socket"
+        )
         places, source = {cpu: (0, cpu) for cpu in online}, "none (one core per CPU)"
     else:
-        notes.append("sysfs sibling lists missing: cores and sockets from %s (not unique on multi-die CPUs)" % source)
+        notes.append(
+            "sysfs sibling lists missing: cores and sockets from %s (not unique on multi-die CPUs)"
+            % source
+        )
     by_core: Dict[Tuple[int, int], set] = {}
     for cpu, key in places.items():
         by_core.setdefault(key, set()).add(cpu)

@@ -10,6 +10,7 @@ A Host given a ReadLog records every path it touches and what it read: `slurm-ho
 archives exactly that (slurm_hooks.hw.capture), so the list of captured files cannot drift from
 what the checks read.
 """
+
 from __future__ import annotations
 
 import errno
@@ -22,7 +23,9 @@ DEFAULT_MAX_BYTES = 1 << 20  # 1 MiB: more than any sysfs/procfs file we read
 _CHUNK = 1 << 16  # one read(2) of a sysfs attribute (<= one page) or a typical procfs file
 _MISSING: Any = object()
 _MAX_SYMLINKS = 40
-CAPTURE_DIR = "/.slurm-hooks"  # a capture's own metadata, beside sys/ and proc/ (slurm_hooks.hw.capture)
+CAPTURE_DIR = (
+    "/.slurm-hooks"  # a capture's own metadata, beside sys/ and proc/ (slurm_hooks.hw.capture)
+)
 CAPTURED_STATVFS = CAPTURE_DIR + "/statvfs.json"
 
 
@@ -97,7 +100,9 @@ class Host:
             raise ValueError("host paths are absolute, got %r" % host_path)
         if self._live:
             return host_path
-        return self.root + host_path  # abspath'd root has no trailing slash; one concatenation per read
+        return (
+            self.root + host_path
+        )  # abspath'd root has no trailing slash; one concatenation per read
 
     def real(self, host_path: str) -> str:
         """The real filesystem path to open for a host path.
@@ -136,7 +141,9 @@ class Host:
         real = candidate if self._live else self.root + candidate
         if os.path.islink(real):
             target = os.readlink(real)
-            return self.realpath(target if target.startswith("/") else posixpath.join(parent, target), _hops + 1)
+            return self.realpath(
+                target if target.startswith("/") else posixpath.join(parent, target), _hops + 1
+            )
         return candidate
 
     def _resolve_dir(self, directory: str, hops: int = 0) -> str:
@@ -147,7 +154,9 @@ class Host:
         return cached
 
     # -- reads -------------------------------------------------------------------------------
-    def read_bytes(self, host_path: str, default: Any = _MISSING, max_bytes: int = DEFAULT_MAX_BYTES) -> bytes:
+    def read_bytes(
+        self, host_path: str, default: Any = _MISSING, max_bytes: int = DEFAULT_MAX_BYTES
+    ) -> bytes:
         try:
             data = _read_file(self.real(host_path), max_bytes)
         except FileNotFoundError:
@@ -164,9 +173,13 @@ class Host:
             self.log.files[host_path] = data
         return data
 
-    def read_text(self, host_path: str, default: Any = _MISSING, max_bytes: int = DEFAULT_MAX_BYTES) -> str:
+    def read_text(
+        self, host_path: str, default: Any = _MISSING, max_bytes: int = DEFAULT_MAX_BYTES
+    ) -> str:
         """File content decoded as UTF-8 (bad bytes replaced), trailing newline stripped."""
-        data = self.read_bytes(host_path, default=_MISSING if default is _MISSING else None, max_bytes=max_bytes)
+        data = self.read_bytes(
+            host_path, default=_MISSING if default is _MISSING else None, max_bytes=max_bytes
+        )
         if data is None:
             return default
         return data.decode("utf-8", errors="replace").rstrip("\n")
@@ -207,8 +220,11 @@ class Host:
 
     def glob(self, host_dir: str, pattern: str) -> List[str]:
         """Host paths of the entries of host_dir matching a shell pattern (sorted)."""
-        return [host_dir.rstrip("/") + "/" + name for name in self.listdir(host_dir, default=[])
-                if fnmatch.fnmatchcase(name, pattern)]
+        return [
+            host_dir.rstrip("/") + "/" + name
+            for name in self.listdir(host_dir, default=[])
+            if fnmatch.fnmatchcase(name, pattern)
+        ]
 
     def statvfs(self, host_path: str) -> FsUsage:
         """Filesystem usage of the file system holding host_path (statvfs(2), like `df`).
@@ -235,19 +251,30 @@ class Host:
 
         text = self.read_text(CAPTURED_STATVFS, default=None)
         if text is None:
-            raise LiveOnly(host_path, "free space is only known on the running node (statvfs(2)), and this "
-                           "tree has no %s" % CAPTURED_STATVFS)
+            raise LiveOnly(
+                host_path,
+                "free space is only known on the running node (statvfs(2)), and this "
+                "tree has no %s" % CAPTURED_STATVFS,
+            )
         try:
             entry = json.loads(text).get(host_path)
             usage = None if entry is None else FsUsage(*(int(entry[k]) for k in FsUsage._fields))
         except (ValueError, TypeError, KeyError, AttributeError):
-            raise ParseError(CAPTURED_STATVFS, text, "a JSON object {path: {%s}}" % ", ".join(FsUsage._fields)) from None
+            raise ParseError(
+                CAPTURED_STATVFS, text, "a JSON object {path: {%s}}" % ", ".join(FsUsage._fields)
+            ) from None
         if usage is None:
-            raise LiveOnly(host_path, "not in this tree's %s (the capture did not stat it)" % CAPTURED_STATVFS)
+            raise LiveOnly(
+                host_path, "not in this tree's %s (the capture did not stat it)" % CAPTURED_STATVFS
+            )
         return usage
 
-    def read_lines(self, host_path: str, default: Any = _MISSING, max_bytes: int = DEFAULT_MAX_BYTES) -> List[str]:
-        text = self.read_text(host_path, default=None if default is not _MISSING else _MISSING, max_bytes=max_bytes)
+    def read_lines(
+        self, host_path: str, default: Any = _MISSING, max_bytes: int = DEFAULT_MAX_BYTES
+    ) -> List[str]:
+        text = self.read_text(
+            host_path, default=None if default is not _MISSING else _MISSING, max_bytes=max_bytes
+        )
         if text is None:
             return default
         return text.splitlines()

@@ -10,6 +10,7 @@
 
 Data comes from libnvidia-ml.so.1 (the driver's library; `nvidia-smi -q` reads the same).
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -29,8 +30,16 @@ DRIVER_NOT_LOADED, TIMEOUT, IRQ_ISSUE, LIBRARY_NOT_FOUND, FUNCTION_NOT_FOUND = 9
 CORRUPTED_INFOROM, GPU_IS_LOST, RESET_REQUIRED, OPERATING_SYSTEM = 14, 15, 16, 17
 LIB_RM_VERSION_MISMATCH, IN_USE, MEMORY, NO_DATA, VGPU_ECC_NOT_SUPPORTED = 18, 19, 20, 21, 22
 INSUFFICIENT_RESOURCES, FREQ_NOT_SUPPORTED, ARGUMENT_VERSION_MISMATCH, DEPRECATED = 23, 24, 25, 26
-NOT_READY, GPU_NOT_FOUND, INVALID_STATE, RESET_TYPE_NOT_SUPPORTED, UNKNOWN_ERROR = 27, 28, 29, 30, 999
-NOT_LIVE = -100  # ours, not an nvmlReturn_t: a root other than / is read, and NVML only knows this machine
+NOT_READY, GPU_NOT_FOUND, INVALID_STATE, RESET_TYPE_NOT_SUPPORTED, UNKNOWN_ERROR = (
+    27,
+    28,
+    29,
+    30,
+    999,
+)
+NOT_LIVE = (
+    -100
+)  # ours, not an nvmlReturn_t: a root other than / is read, and NVML only knows this machine
 
 
 class ErrorOutcome(Struct):
@@ -48,56 +57,145 @@ def _row(name: str, status: Status, action: Action, blame: Blame, meaning: str) 
 _U, _F, _S = Status.UNKNOWN, Status.FAIL, Status.SKIP
 _NODE, _CHECK = Blame.NODE, Blame.CHECK
 ERROR_TABLE: Dict[int, ErrorOutcome] = {
-    UNINITIALIZED: _row("UNINITIALIZED", _U, Action.NONE, _CHECK, "NVML used before nvmlInit (a slurm-hooks bug)"),
-    INVALID_ARGUMENT: _row("INVALID_ARGUMENT", _U, Action.NONE, _CHECK, "bad argument to NVML (a slurm-hooks bug)"),
-    NOT_SUPPORTED: _row("NOT_SUPPORTED", _S, Action.NONE, _CHECK, "not supported on this GPU/driver"),
+    UNINITIALIZED: _row(
+        "UNINITIALIZED", _U, Action.NONE, _CHECK, "NVML used before nvmlInit (a slurm-hooks bug)"
+    ),
+    INVALID_ARGUMENT: _row(
+        "INVALID_ARGUMENT", _U, Action.NONE, _CHECK, "bad argument to NVML (a slurm-hooks bug)"
+    ),
+    NOT_SUPPORTED: _row(
+        "NOT_SUPPORTED", _S, Action.NONE, _CHECK, "not supported on this GPU/driver"
+    ),
     NO_PERMISSION: _row("NO_PERMISSION", _U, Action.NONE, _CHECK, "no permission: run as root"),
-    ALREADY_INITIALIZED: _row("ALREADY_INITIALIZED", _U, Action.NONE, _CHECK, "NVML initialised twice (obsolete)"),
+    ALREADY_INITIALIZED: _row(
+        "ALREADY_INITIALIZED", _U, Action.NONE, _CHECK, "NVML initialised twice (obsolete)"
+    ),
     NOT_FOUND: _row("NOT_FOUND", _U, Action.NONE, _CHECK, "the requested object was not found"),
-    INSUFFICIENT_SIZE: _row("INSUFFICIENT_SIZE", _U, Action.NONE, _CHECK, "buffer too small (a slurm-hooks bug)"),
-    INSUFFICIENT_POWER: _row("INSUFFICIENT_POWER", _F, Action.DRAIN, _NODE,
-                             "GPU power cables not connected or power supply failing: check the chassis"),
-    DRIVER_NOT_LOADED: _row("DRIVER_NOT_LOADED", _F, Action.REBOOT, _NODE,
-                            "NVIDIA kernel driver not loaded: modprobe nvidia / check dmesg, then reboot"),
+    INSUFFICIENT_SIZE: _row(
+        "INSUFFICIENT_SIZE", _U, Action.NONE, _CHECK, "buffer too small (a slurm-hooks bug)"
+    ),
+    INSUFFICIENT_POWER: _row(
+        "INSUFFICIENT_POWER",
+        _F,
+        Action.DRAIN,
+        _NODE,
+        "GPU power cables not connected or power supply failing: check the chassis",
+    ),
+    DRIVER_NOT_LOADED: _row(
+        "DRIVER_NOT_LOADED",
+        _F,
+        Action.REBOOT,
+        _NODE,
+        "NVIDIA kernel driver not loaded: modprobe nvidia / check dmesg, then reboot",
+    ),
     TIMEOUT: _row("TIMEOUT", _U, Action.NONE, _CHECK, "NVML call timed out"),
-    IRQ_ISSUE: _row("IRQ_ISSUE", _F, Action.REBOOT, _NODE, "kernel reported an interrupt problem with a GPU"),
-    LIBRARY_NOT_FOUND: _row("LIBRARY_NOT_FOUND", _F, Action.DRAIN, _NODE,
-                            "libnvidia-ml.so.1 not found: NVIDIA driver user space missing (reinstall the driver)"),
-    FUNCTION_NOT_FOUND: _row("FUNCTION_NOT_FOUND", _U, Action.NONE, _CHECK,
-                             "this driver's NVML lacks the function (older driver)"),
-    CORRUPTED_INFOROM: _row("CORRUPTED_INFOROM", _F, Action.RMA, _NODE, "GPU infoROM corrupted: RMA the board"),
-    GPU_IS_LOST: _row("GPU_IS_LOST", _F, Action.REBOOT, _NODE,
-                      "GPU fell off the bus or is otherwise inaccessible: reboot; RMA if it recurs"),
-    RESET_REQUIRED: _row("RESET_REQUIRED", _F, Action.RESET_GPU, _NODE,
-                         "GPU needs a reset (nvidia-smi -r -i N, or reboot)"),
-    OPERATING_SYSTEM: _row("OPERATING_SYSTEM", _U, Action.NONE, _CHECK, "the OS blocked the NVML call"),
-    LIB_RM_VERSION_MISMATCH: _row("LIB_RM_VERSION_MISMATCH", _F, Action.REBOOT, _NODE,
-                                  "driver library and kernel module versions differ (upgrade without reboot)"),
-    IN_USE: _row("IN_USE", _U, Action.NONE, _CHECK, "GPU busy: operation not possible while in use"),
+    IRQ_ISSUE: _row(
+        "IRQ_ISSUE", _F, Action.REBOOT, _NODE, "kernel reported an interrupt problem with a GPU"
+    ),
+    LIBRARY_NOT_FOUND: _row(
+        "LIBRARY_NOT_FOUND",
+        _F,
+        Action.DRAIN,
+        _NODE,
+        "libnvidia-ml.so.1 not found: NVIDIA driver user space missing (reinstall the driver)",
+    ),
+    FUNCTION_NOT_FOUND: _row(
+        "FUNCTION_NOT_FOUND",
+        _U,
+        Action.NONE,
+        _CHECK,
+        "this driver's NVML lacks the function (older driver)",
+    ),
+    CORRUPTED_INFOROM: _row(
+        "CORRUPTED_INFOROM", _F, Action.RMA, _NODE, "GPU infoROM corrupted: RMA the board"
+    ),
+    GPU_IS_LOST: _row(
+        "GPU_IS_LOST",
+        _F,
+        Action.REBOOT,
+        _NODE,
+        "GPU fell off the bus or is otherwise inaccessible: reboot; RMA if it recurs",
+    ),
+    RESET_REQUIRED: _row(
+        "RESET_REQUIRED",
+        _F,
+        Action.RESET_GPU,
+        _NODE,
+        "GPU needs a reset (nvidia-smi -r -i N, or reboot)",
+    ),
+    OPERATING_SYSTEM: _row(
+        "OPERATING_SYSTEM", _U, Action.NONE, _CHECK, "the OS blocked the NVML call"
+    ),
+    LIB_RM_VERSION_MISMATCH: _row(
+        "LIB_RM_VERSION_MISMATCH",
+        _F,
+        Action.REBOOT,
+        _NODE,
+        "driver library and kernel module versions differ (upgrade without reboot)",
+    ),
+    IN_USE: _row(
+        "IN_USE", _U, Action.NONE, _CHECK, "GPU busy: operation not possible while in use"
+    ),
     MEMORY: _row("MEMORY", _U, Action.NONE, _CHECK, "host out of memory during the NVML call"),
     NO_DATA: _row("NO_DATA", _U, Action.NONE, _CHECK, "NVML has no data for this query yet"),
-    VGPU_ECC_NOT_SUPPORTED: _row("VGPU_ECC_NOT_SUPPORTED", _S, Action.NONE, _CHECK, "ECC not supported with vGPU"),
-    INSUFFICIENT_RESOURCES: _row("INSUFFICIENT_RESOURCES", _U, Action.NONE, _CHECK, "NVML ran out of resources"),
-    FREQ_NOT_SUPPORTED: _row("FREQ_NOT_SUPPORTED", _S, Action.NONE, _CHECK, "frequency not supported"),
-    ARGUMENT_VERSION_MISMATCH: _row("ARGUMENT_VERSION_MISMATCH", _U, Action.NONE, _CHECK,
-                                    "struct version not accepted by this driver (pynvml/driver mismatch)"),
-    DEPRECATED: _row("DEPRECATED", _U, Action.NONE, _CHECK, "NVML function deprecated on this driver"),
-    NOT_READY: _row("NOT_READY", _U, Action.NONE, _CHECK, "system not ready (e.g. fabric manager starting)"),
-    GPU_NOT_FOUND: _row("GPU_NOT_FOUND", _F, Action.REBOOT, _NODE, "NVML found no GPU where one was expected"),
-    INVALID_STATE: _row("INVALID_STATE", _U, Action.NONE, _CHECK, "resource in an unexpected state"),
-    RESET_TYPE_NOT_SUPPORTED: _row("RESET_TYPE_NOT_SUPPORTED", _U, Action.NONE, _CHECK, "reset type not supported"),
-    UNKNOWN_ERROR: _row("UNKNOWN", _U, Action.NONE, _CHECK, "NVML reported an unknown internal error"),
+    VGPU_ECC_NOT_SUPPORTED: _row(
+        "VGPU_ECC_NOT_SUPPORTED", _S, Action.NONE, _CHECK, "ECC not supported with vGPU"
+    ),
+    INSUFFICIENT_RESOURCES: _row(
+        "INSUFFICIENT_RESOURCES", _U, Action.NONE, _CHECK, "NVML ran out of resources"
+    ),
+    FREQ_NOT_SUPPORTED: _row(
+        "FREQ_NOT_SUPPORTED", _S, Action.NONE, _CHECK, "frequency not supported"
+    ),
+    ARGUMENT_VERSION_MISMATCH: _row(
+        "ARGUMENT_VERSION_MISMATCH",
+        _U,
+        Action.NONE,
+        _CHECK,
+        "struct version not accepted by this driver (pynvml/driver mismatch)",
+    ),
+    DEPRECATED: _row(
+        "DEPRECATED", _U, Action.NONE, _CHECK, "NVML function deprecated on this driver"
+    ),
+    NOT_READY: _row(
+        "NOT_READY", _U, Action.NONE, _CHECK, "system not ready (e.g. fabric manager starting)"
+    ),
+    GPU_NOT_FOUND: _row(
+        "GPU_NOT_FOUND", _F, Action.REBOOT, _NODE, "NVML found no GPU where one was expected"
+    ),
+    INVALID_STATE: _row(
+        "INVALID_STATE", _U, Action.NONE, _CHECK, "resource in an unexpected state"
+    ),
+    RESET_TYPE_NOT_SUPPORTED: _row(
+        "RESET_TYPE_NOT_SUPPORTED", _U, Action.NONE, _CHECK, "reset type not supported"
+    ),
+    UNKNOWN_ERROR: _row(
+        "UNKNOWN", _U, Action.NONE, _CHECK, "NVML reported an unknown internal error"
+    ),
 }
-_NOT_LIVE_OUTCOME = _row("NOT_LIVE", _S, Action.NONE, _CHECK, "not read: NVML answers for the running machine, not "
-                         "for the tree under --root")
+_NOT_LIVE_OUTCOME = _row(
+    "NOT_LIVE",
+    _S,
+    Action.NONE,
+    _CHECK,
+    "not read: NVML answers for the running machine, not for the tree under --root",
+)
 
 
 def outcome(code: int) -> ErrorOutcome:
     """The reviewed meaning of an NVML return code; codes we have never seen are UNKNOWN."""
     if code == NOT_LIVE:
         return _NOT_LIVE_OUTCOME
-    return ERROR_TABLE.get(code, ErrorOutcome("CODE_%d" % code, Status.UNKNOWN, Action.NONE, Blame.CHECK,
-                                              "unrecognised NVML return code %d" % code))
+    return ERROR_TABLE.get(
+        code,
+        ErrorOutcome(
+            "CODE_%d" % code,
+            Status.UNKNOWN,
+            Action.NONE,
+            Blame.CHECK,
+            "unrecognised NVML return code %d" % code,
+        ),
+    )
 
 
 # Enum values from nvml.h that checks pass as arguments (ABI: they never change meaning).
@@ -113,12 +211,20 @@ FI_DEV_NVLINK_LINK_COUNT = 91  # nvmlDeviceGetFieldValues field ids
 # nvml.h (nvidia-nvml-dev 13.5.37, the same numbers nvidia-ml-py 13.615 exposes). 74 and 76 are the
 # NVML_FI_DEV_PERF_POLICY_POWER / _SYNC_BOOST counters (old: every driver with field values); 269-271 came with
 # the clocks-event rename (R535): older drivers answer NOT_SUPPORTED for each of them.
-FI_CLOCKS_EVENT_SW_POWER_CAP = 74  # NVML_FI_DEV_CLOCKS_EVENT_REASON_SW_POWER_CAP = NVML_FI_DEV_PERF_POLICY_POWER
-FI_CLOCKS_EVENT_SYNC_BOOST = 76  # NVML_FI_DEV_CLOCKS_EVENT_REASON_SYNC_BOOST = NVML_FI_DEV_PERF_POLICY_SYNC_BOOST
+FI_CLOCKS_EVENT_SW_POWER_CAP = (
+    74  # NVML_FI_DEV_CLOCKS_EVENT_REASON_SW_POWER_CAP = NVML_FI_DEV_PERF_POLICY_POWER
+)
+FI_CLOCKS_EVENT_SYNC_BOOST = (
+    76  # NVML_FI_DEV_CLOCKS_EVENT_REASON_SYNC_BOOST = NVML_FI_DEV_PERF_POLICY_SYNC_BOOST
+)
 FI_CLOCKS_EVENT_SW_THERM_SLOWDOWN = 269  # NVML_FI_DEV_CLOCKS_EVENT_REASON_SW_THERM_SLOWDOWN
 FI_CLOCKS_EVENT_HW_THERM_SLOWDOWN = 270  # NVML_FI_DEV_CLOCKS_EVENT_REASON_HW_THERM_SLOWDOWN
-FI_CLOCKS_EVENT_HW_POWER_BRAKE_SLOWDOWN = 271  # NVML_FI_DEV_CLOCKS_EVENT_REASON_HW_POWER_BRAKE_SLOWDOWN
-FI_DEV_GET_GPU_RECOVERY_ACTION = 230  # NVML >= 12.560 (R560); older drivers answer NOT_SUPPORTED per value
+FI_CLOCKS_EVENT_HW_POWER_BRAKE_SLOWDOWN = (
+    271  # NVML_FI_DEV_CLOCKS_EVENT_REASON_HW_POWER_BRAKE_SLOWDOWN
+)
+FI_DEV_GET_GPU_RECOVERY_ACTION = (
+    230  # NVML >= 12.560 (R560); older drivers answer NOT_SUPPORTED per value
+)
 NVLINK_MAX_LINKS = 18  # NVML_NVLINK_MAX_LINKS
 
 
@@ -129,7 +235,10 @@ class NvmlError(Exception):
         self.code = code
         self.function = function
         self.outcome = outcome(code)
-        super().__init__("%s: %s (NVML %d: %s)" % (function, self.outcome.meaning, code, message or self.outcome.name))
+        super().__init__(
+            "%s: %s (NVML %d: %s)"
+            % (function, self.outcome.meaning, code, message or self.outcome.name)
+        )
 
 
 class NvmlUnavailable(NvmlError):
@@ -139,13 +248,13 @@ class NvmlUnavailable(NvmlError):
 # What an operator should do when nvmlInit fails, by return code: shown in gpu.count's summary.
 INIT_ADVICE: Dict[int, str] = {
     LIBRARY_NOT_FOUND: "libnvidia-ml.so.1 could not be loaded: the NVIDIA driver's user-space libraries are not "
-                       "installed (or not on the loader path); reinstall the driver package, or point "
-                       "[nvml] library at the file",
+    "installed (or not on the loader path); reinstall the driver package, or point "
+    "[nvml] library at the file",
     DRIVER_NOT_LOADED: "the NVIDIA kernel module is not loaded: check `lsmod | grep nvidia` and `dmesg | grep NVRM`, "
-                       "then `modprobe nvidia` or reboot",
+    "then `modprobe nvidia` or reboot",
     LIB_RM_VERSION_MISMATCH: "libnvidia-ml.so.1 and the loaded kernel module are different driver versions (the "
-                             "driver was upgraded without a reboot; compare `cat /proc/driver/nvidia/version`): "
-                             "reboot the node",
+    "driver was upgraded without a reboot; compare `cat /proc/driver/nvidia/version`): "
+    "reboot the node",
     NO_PERMISSION: "no permission to open /dev/nvidia*: run slurm-hooks as root (slurmd's prolog does)",
 }
 
@@ -159,8 +268,12 @@ def refuse_under_root(ctx) -> Optional["NvmlUnavailable"]:
     this machine's NVML anyway ([general] root_live_sources = ["nvml"], `--live nvml`: the fake node)."""
     if ctx.host.is_live or "nvml" in ctx.config.get("general", "root_live_sources"):
         return None
-    return NvmlUnavailable(NOT_LIVE, "nvmlInit", "reading the tree %s, not this machine: GPU checks need the live "
-                           "driver (pass --live nvml to use this machine's NVML)" % ctx.host.root)
+    return NvmlUnavailable(
+        NOT_LIVE,
+        "nvmlInit",
+        "reading the tree %s, not this machine: GPU checks need the live "
+        "driver (pass --live nvml to use this machine's NVML)" % ctx.host.root,
+    )
 
 
 class Variant(Struct):
@@ -175,20 +288,37 @@ class Variant(Struct):
 # ARGUMENT_VERSION_MISMATCH (struct version unknown to the driver) falls through to the next one.
 VERSIONED: Dict[str, Tuple[Variant, ...]] = {
     # R535 renamed "throttle reasons" to "clocks event reasons"; the bits are the same.
-    "clock_event_reasons": (Variant("nvmlDeviceGetCurrentClocksEventReasons"),
-                            Variant("nvmlDeviceGetCurrentClocksThrottleReasons")),
+    "clock_event_reasons": (
+        Variant("nvmlDeviceGetCurrentClocksEventReasons"),
+        Variant("nvmlDeviceGetCurrentClocksThrottleReasons"),
+    ),
     # _v3 (R510+) carries GPU/compute instance ids; _v2 is the R470 layout.
-    "compute_processes": (Variant("nvmlDeviceGetComputeRunningProcesses_v3"),
-                          Variant("nvmlDeviceGetComputeRunningProcesses_v2")),
+    "compute_processes": (
+        Variant("nvmlDeviceGetComputeRunningProcesses_v3"),
+        Variant("nvmlDeviceGetComputeRunningProcesses_v2"),
+    ),
     # v2 (R510+) reports `reserved` separately, so `used` is what processes hold.
-    "memory_info": (Variant("nvmlDeviceGetMemoryInfo", (("version", "nvmlMemory_v2"),)),
-                    Variant("nvmlDeviceGetMemoryInfo")),
-    "retired_pages": (Variant("nvmlDeviceGetRetiredPages_v2"), Variant("nvmlDeviceGetRetiredPages")),
+    "memory_info": (
+        Variant("nvmlDeviceGetMemoryInfo", (("version", "nvmlMemory_v2"),)),
+        Variant("nvmlDeviceGetMemoryInfo"),
+    ),
+    "retired_pages": (
+        Variant("nvmlDeviceGetRetiredPages_v2"),
+        Variant("nvmlDeviceGetRetiredPages"),
+    ),
     "temperature": (Variant("nvmlDeviceGetTemperatureV"), Variant("nvmlDeviceGetTemperature")),
 }
 _FALL_THROUGH = (FUNCTION_NOT_FOUND, ARGUMENT_VERSION_MISMATCH)
 # nvmlValueType_t -> the nvmlValue_t member that holds it (nvml.h)
-_VALUE_MEMBERS = {0: "dVal", 1: "uiVal", 2: "ulVal", 3: "ullVal", 4: "sllVal", 5: "siVal", 6: "usVal"}
+_VALUE_MEMBERS = {
+    0: "dVal",
+    1: "uiVal",
+    2: "ulVal",
+    3: "ullVal",
+    4: "sllVal",
+    5: "siVal",
+    6: "usVal",
+}
 
 
 class NvmlSession:
@@ -214,24 +344,35 @@ class NvmlSession:
             if self._init_error is not None:
                 raise self._init_error
             try:
-                from .pynvml_import import import_pynvml  # the node's nvidia-ml-py, else the RPM's bundled copy
+                from .pynvml_import import (
+                    import_pynvml,
+                )  # the node's nvidia-ml-py, else the RPM's bundled copy
 
                 pynvml = import_pynvml()
 
                 if self.library and pynvml.nvmlLib is None:
-                    pynvml.nvmlLib = ctypes.CDLL(self.library)  # an explicit path wins over the loader
+                    pynvml.nvmlLib = ctypes.CDLL(
+                        self.library
+                    )  # an explicit path wins over the loader
                 pynvml.nvmlInit()
             except ImportError as exc:
-                self._init_error = NvmlUnavailable(LIBRARY_NOT_FOUND, "import pynvml",
-                                                   "nvidia-ml-py is not installed: %s" % exc)
+                self._init_error = NvmlUnavailable(
+                    LIBRARY_NOT_FOUND, "import pynvml", "nvidia-ml-py is not installed: %s" % exc
+                )
                 raise self._init_error from None
             except OSError as exc:  # only from our own CDLL(self.library)
-                self._init_error = NvmlUnavailable(LIBRARY_NOT_FOUND, "nvmlInit", "cannot load %s ([nvml] library): "
-                                                   "%s; %s" % (self.library, exc, init_advice(LIBRARY_NOT_FOUND)))
+                self._init_error = NvmlUnavailable(
+                    LIBRARY_NOT_FOUND,
+                    "nvmlInit",
+                    "cannot load %s ([nvml] library): "
+                    "%s; %s" % (self.library, exc, init_advice(LIBRARY_NOT_FOUND)),
+                )
                 raise self._init_error from None
             except Exception as exc:
                 code = getattr(exc, "value", UNKNOWN_ERROR)
-                self._init_error = NvmlUnavailable(code, "nvmlInit", "%s; %s" % (exc, init_advice(code)))
+                self._init_error = NvmlUnavailable(
+                    code, "nvmlInit", "%s; %s" % (exc, init_advice(code))
+                )
                 raise self._init_error from None
             self._pynvml = pynvml
 
@@ -248,7 +389,9 @@ class NvmlSession:
             if exc.value == FUNCTION_NOT_FOUND:
                 self._log_missing(function)
             raise NvmlError(exc.value, function, str(exc)) from None
-        except getattr(lib, "NVMLLibraryMismatchError", ()) as exc:  # an unversioned wrapper, symbol absent
+        except getattr(
+            lib, "NVMLLibraryMismatchError", ()
+        ) as exc:  # an unversioned wrapper, symbol absent
             self._log_missing(function)
             raise NvmlError(FUNCTION_NOT_FOUND, function, str(exc)) from None
 
@@ -256,9 +399,14 @@ class NvmlSession:
         """Call the newest variant of a VERSIONED family this driver answers."""
         last: Optional[NvmlError] = None
         for variant in VERSIONED[key]:
-            kwargs = {name: getattr(self.pynvml, constant) for name, constant in variant.constant_kwargs
-                      if hasattr(self.pynvml, constant)}
-            if len(kwargs) != len(variant.constant_kwargs):  # this pynvml predates the struct version
+            kwargs = {
+                name: getattr(self.pynvml, constant)
+                for name, constant in variant.constant_kwargs
+                if hasattr(self.pynvml, constant)
+            }
+            if len(kwargs) != len(
+                variant.constant_kwargs
+            ):  # this pynvml predates the struct version
                 continue
             try:
                 return self.call(variant.function, *args, **kwargs)
@@ -266,7 +414,9 @@ class NvmlSession:
                 if exc.code not in _FALL_THROUGH:
                     raise
                 last = exc
-        raise last if last is not None else NvmlError(FUNCTION_NOT_FOUND, key, "no variant available")
+        raise (
+            last if last is not None else NvmlError(FUNCTION_NOT_FOUND, key, "no variant available")
+        )
 
     def field_value(self, handle: Any, field_id: int) -> Any:
         """One nvmlDeviceGetFieldValues entry as a Python number; its own nvmlReturn becomes NvmlError."""
@@ -292,7 +442,9 @@ class NvmlSession:
             if entry.nvmlReturn != 0:
                 out[field_id] = NvmlError(entry.nvmlReturn, name)
             elif member is None:
-                out[field_id] = NvmlError(UNKNOWN_ERROR, name, "unknown value type %d" % entry.valueType)
+                out[field_id] = NvmlError(
+                    UNKNOWN_ERROR, name, "unknown value type %d" % entry.valueType
+                )
             else:
                 out[field_id] = getattr(entry.value, member)
         return out
@@ -303,8 +455,10 @@ class NvmlSession:
         nvmlDeviceGetGpuFabricInfoV with a v3 struct, then v2, then the original call (no health mask).
         """
         lib = self.pynvml
-        for struct, version in (("c_nvmlGpuFabricInfo_v3_t", "nvmlGpuFabricInfo_v3"),
-                                ("c_nvmlGpuFabricInfo_v2_t", "nvmlGpuFabricInfo_v2")):
+        for struct, version in (
+            ("c_nvmlGpuFabricInfo_v3_t", "nvmlGpuFabricInfo_v3"),
+            ("c_nvmlGpuFabricInfo_v2_t", "nvmlGpuFabricInfo_v2"),
+        ):
             if not hasattr(lib, struct) or not hasattr(lib, version):
                 continue
             info = getattr(lib, struct)()
@@ -322,8 +476,10 @@ class NvmlSession:
     def _log_missing(self, function: str) -> None:
         if function not in self._missing_logged:
             self._missing_logged.add(function)
-            log.warning("NVML function %s is not available on this driver; checks using it report UNKNOWN",
-                        function)
+            log.warning(
+                "NVML function %s is not available on this driver; checks using it report UNKNOWN",
+                function,
+            )
 
 
 _sessions: Dict[str, NvmlSession] = {}

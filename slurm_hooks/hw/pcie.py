@@ -12,6 +12,7 @@ PIX (at most one PCIe switch between the two), PXB (several switches, no host br
 PHB (through a CPU host bridge), NODE (different host bridges, same NUMA node), SYS (across the
 inter-socket link). Smaller is closer.
 """
+
 from __future__ import annotations
 
 import enum
@@ -28,11 +29,20 @@ _BDF = re.compile(r"^[0-9a-f]{4,8}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
 # PCI Express capability: device/port type in bits 7:4 of the capabilities register.
 CAP_ID_EXP = 0x10
 PORT_ENDPOINT, PORT_ROOT, PORT_UPSTREAM, PORT_DOWNSTREAM = 0x0, 0x4, 0x5, 0x6
-PORT_PCI_BRIDGE = 0x7  # PCI Express to PCI/PCI-X bridge: one bridge, devices behind it share its secondary bus
+PORT_PCI_BRIDGE = (
+    0x7  # PCI Express to PCI/PCI-X bridge: one bridge, devices behind it share its secondary bus
+)
 ECAP_ID_ACS = 0x000D
 # ACS control register bits (PCIe Base spec 7.7.8), named as `lspci -vvv` prints them in ACSCtl.
-ACS_BITS = (("SrcValid", 0x01), ("TransBlk", 0x02), ("ReqRedir", 0x04), ("CmpltRedir", 0x08),
-            ("UpstreamFwd", 0x10), ("EgressCtrl", 0x20), ("DirectTrans", 0x40))
+ACS_BITS = (
+    ("SrcValid", 0x01),
+    ("TransBlk", 0x02),
+    ("ReqRedir", 0x04),
+    ("CmpltRedir", 0x08),
+    ("UpstreamFwd", 0x10),
+    ("EgressCtrl", 0x20),
+    ("DirectTrans", 0x40),
+)
 
 
 class Level(enum.IntEnum):
@@ -49,8 +59,9 @@ class Level(enum.IntEnum):
         try:
             return cls[text.strip().upper()]
         except KeyError:
-            raise ValueError("%r is not a topology level (one of %s)" % (text, ", ".join(m.name for m in cls))) \
-                from None
+            raise ValueError(
+                "%r is not a topology level (one of %s)" % (text, ", ".join(m.name for m in cls))
+            ) from None
 
     @classmethod
     def from_nvml(cls, value: int) -> Optional["Level"]:
@@ -63,12 +74,16 @@ class Level(enum.IntEnum):
 class PciNode(Struct):
     bdf: str
     chain: Tuple[str, ...]  # addresses from the root port (first) down to this device (last)
-    host_bridge: str  # "pci0000:15": the sysfs directory of the host bridge (the innermost, below VMD)
+    host_bridge: (
+        str  # "pci0000:15": the sysfs directory of the host bridge (the innermost, below VMD)
+    )
     numa_node: int  # -1 when the platform does not say (single-socket machines), or not read (read_pci_tree)
     local_cpus: frozenset
     config: bytes = field(default=b"", repr=False, compare=False)  # b"" when unreadable
     config_error: Optional[str] = None
-    locality: Optional[int] = None  # numa_node, or when that is -1 the nearest bridge's above it (None: numa_node)
+    locality: Optional[int] = (
+        None  # numa_node, or when that is -1 the nearest bridge's above it (None: numa_node)
+    )
 
     @property
     def parent(self) -> Optional[str]:
@@ -104,8 +119,9 @@ class PciTree(Struct):
         return pcie_port_type(node.config) if node is not None and node.config else None
 
 
-def read_pci_tree(host: Host, with_config: Iterable[str] = (), locality_for: Optional[Iterable[str]] = None
-                  ) -> PciTree:
+def read_pci_tree(
+    host: Host, with_config: Iterable[str] = (), locality_for: Optional[Iterable[str]] = None
+) -> PciTree:
     """Every device under /sys/bus/pci/devices with its chain; config space for bridges and `with_config`.
 
     numa_node and local_cpulist are read for the devices in `locality_for` (default: all). Levels
@@ -123,16 +139,20 @@ def read_pci_tree(host: Host, with_config: Iterable[str] = (), locality_for: Opt
         # The innermost host bridge: a VMD domain's root bus (pci10000:00) sits below the VMD endpoint of
         # its parent domain (/sys/devices/pci0000:d7/0000:d7:05.5/pci10001:00/10001:00:00.0/10001:01:00.0).
         top = max((i for i, p in enumerate(parts) if p.startswith("pci") and ":" in p), default=-1)
-        chain = tuple(p for p in parts[top + 1:] if _BDF.match(p))
+        chain = tuple(p for p in parts[top + 1 :] if _BDF.match(p))
         if not chain or chain[-1] != bdf.lower():
             continue  # not a PCI function path we understand (virtual functions in odd places): leave it out
         numa, cpus, node = -1, frozenset(), None
         if local is None or bdf.lower() in local:
             numa = host.read_int(base + "/numa_node", default=-1)
-            cpus = parse_cpulist(host.read_text(base + "/local_cpulist", default=""), base + "/local_cpulist")
+            cpus = parse_cpulist(
+                host.read_text(base + "/local_cpulist", default=""), base + "/local_cpulist"
+            )
             if numa < 0:
                 node = _bridge_locality(host, chain)
-        nodes[bdf.lower()] = PciNode(bdf.lower(), chain, parts[top] if top >= 0 else "?", numa, cpus, locality=node)
+        nodes[bdf.lower()] = PciNode(
+            bdf.lower(), chain, parts[top] if top >= 0 else "?", numa, cpus, locality=node
+        )
     is_bridge = {b for n in nodes.values() for b in n.chain[:-1]}
     for bdf in list(nodes):
         if bdf in is_bridge or bdf in wanted:
@@ -157,11 +177,26 @@ def _with_config(host: Host, node: PciNode) -> PciNode:
     path = "%s/%s/config" % (PCI_DEVICES, node.bdf)
     try:
         data = host.read_bytes(path, max_bytes=4096)
-        error = None if len(data) > 0x100 else (
-            "only %d bytes of config space readable: extended capabilities need root" % len(data))
+        error = (
+            None
+            if len(data) > 0x100
+            else (
+                "only %d bytes of config space readable: extended capabilities need root"
+                % len(data)
+            )
+        )
     except HostError as exc:
         data, error = b"", str(exc)
-    return PciNode(node.bdf, node.chain, node.host_bridge, node.numa_node, node.local_cpus, data, error, node.locality)
+    return PciNode(
+        node.bdf,
+        node.chain,
+        node.host_bridge,
+        node.numa_node,
+        node.local_cpus,
+        data,
+        error,
+        node.locality,
+    )
 
 
 def _common_prefix(a: Tuple[str, ...], b: Tuple[str, ...]) -> Tuple[str, ...]:
@@ -193,19 +228,24 @@ def path_level(a: PciNode, b: PciNode, port_type=lambda bdf: None) -> Level:
     common = _common_prefix(a.chain, b.chain)
     if not common:
         return Level.PHB
-    on_path = list(dict.fromkeys(a.chain[len(common) - 1:-1] + b.chain[len(common):-1]))
+    on_path = list(dict.fromkeys(a.chain[len(common) - 1 : -1] + b.chain[len(common) : -1]))
     depth = {bdf: i for i, bdf in enumerate(a.chain)}
     depth.update({bdf: i for i, bdf in enumerate(b.chain)})
     switches = 0
     for bdf in on_path:
         kind = port_type(bdf)
         if kind is None:
-            kind = PORT_ROOT if depth[bdf] == 0 else (PORT_UPSTREAM if depth[bdf] % 2 else PORT_DOWNSTREAM)
+            kind = (
+                PORT_ROOT
+                if depth[bdf] == 0
+                else (PORT_UPSTREAM if depth[bdf] % 2 else PORT_DOWNSTREAM)
+            )
         switches += kind in (PORT_UPSTREAM, PORT_PCI_BRIDGE)
     return Level.PIX if switches <= 1 else Level.PXB
 
 
 # -- config space --------------------------------------------------------------------------------
+
 
 def capabilities(cfg: bytes) -> Dict[int, int]:
     """{capability id: offset} of the classic capability list (pointer at 0x34)."""
@@ -262,7 +302,9 @@ def parse_lspci_hex_dump(text: str, source: str = "<lspci -xxxx>") -> bytes:
             continue  # the '0000:15:01.0 PCI bridge: ...' title line
         address, _, rest = line.partition(":")
         if int(address, 16) != len(data):
-            raise ParseError(source, line, "rows at consecutive offsets (expected %03x)" % len(data))
+            raise ParseError(
+                source, line, "rows at consecutive offsets (expected %03x)" % len(data)
+            )
         try:
             data.extend(int(word, 16) for word in rest.split())
         except ValueError:
@@ -276,7 +318,7 @@ def parse_lspci_acsctl(text: str, source: str = "<lspci -vvv>") -> Optional[Dict
         line = line.strip()
         if line.startswith("ACSCtl:"):
             flags: Dict[str, bool] = {}
-            for word in line[len("ACSCtl:"):].split():
+            for word in line[len("ACSCtl:") :].split():
                 if word[-1:] not in "+-" or len(word) < 2:
                     raise ParseError(source, line, "'Name+' or 'Name-' words")
                 flags[word[:-1]] = word.endswith("+")

@@ -2,6 +2,7 @@
 
 Each raises host.ParseError naming the source path when the text is not what the kernel writes.
 """
+
 from __future__ import annotations
 
 from typing import Dict, List, NamedTuple, Tuple
@@ -64,7 +65,11 @@ def parse_mounts(text: str, source: str = "/proc/mounts") -> List[Mount]:
             continue
         if len(fields) < 4:
             raise ParseError(source, line, "'<device> <mountpoint> <fstype> <options> ...'")
-        mounts.append(Mount(_unescape(fields[0]), _unescape(fields[1]), fields[2], tuple(fields[3].split(","))))
+        mounts.append(
+            Mount(
+                _unescape(fields[0]), _unescape(fields[1]), fields[2], tuple(fields[3].split(","))
+            )
+        )
     return mounts
 
 
@@ -73,8 +78,8 @@ def _unescape(field: str) -> str:
         return field
     out, i = [], 0
     while i < len(field):
-        if field[i] == "\\" and i + 3 < len(field) and field[i + 1:i + 4].isdigit():
-            out.append(chr(int(field[i + 1:i + 4], 8)))
+        if field[i] == "\\" and i + 3 < len(field) and field[i + 1 : i + 4].isdigit():
+            out.append(chr(int(field[i + 1 : i + 4], 8)))
             i += 4
         else:
             out.append(field[i])
@@ -98,30 +103,55 @@ def parse_swaps(text: str, source: str = "/proc/swaps") -> List[SwapArea]:
         try:
             areas.append(SwapArea(fields[0], int(fields[2]), int(fields[3])))
         except (ValueError, IndexError):
-            raise ParseError(source, line, "'<file> <type> <size kB> <used kB> <priority>'") from None
+            raise ParseError(
+                source, line, "'<file> <type> <size kB> <used kB> <priority>'"
+            ) from None
     return areas
 
 
 # Arm "CPU implementer" -> (vendor, {"CPU part": core name}): the server and hybrid parts, from
 # util-linux sys-utils/lscpu-arm.c (the table lscpu prints "Model name" from).
 ARM_PARTS: Dict[int, Tuple[str, Dict[int, str]]] = {
-    0x41: ("ARM", {0xd03: "Cortex-A53", 0xd05: "Cortex-A55", 0xd07: "Cortex-A57", 0xd08: "Cortex-A72",
-                   0xd0b: "Cortex-A76", 0xd0c: "Neoverse-N1", 0xd40: "Neoverse-V1", 0xd41: "Cortex-A78",
-                   0xd46: "Cortex-A510", 0xd47: "Cortex-A710", 0xd49: "Neoverse-N2", 0xd4d: "Cortex-A715",
-                   0xd4e: "Cortex-X3", 0xd4f: "Neoverse-V2", 0xd80: "Cortex-A520", 0xd81: "Cortex-A720",
-                   0xd82: "Cortex-X4", 0xd84: "Neoverse-V3", 0xd85: "Cortex-X925", 0xd87: "Cortex-A725",
-                   0xd8e: "Neoverse-N3", 0xc0f: "Cortex-A15", 0xc09: "Cortex-A9", 0xc07: "Cortex-A7"}),
+    0x41: (
+        "ARM",
+        {
+            0xD03: "Cortex-A53",
+            0xD05: "Cortex-A55",
+            0xD07: "Cortex-A57",
+            0xD08: "Cortex-A72",
+            0xD0B: "Cortex-A76",
+            0xD0C: "Neoverse-N1",
+            0xD40: "Neoverse-V1",
+            0xD41: "Cortex-A78",
+            0xD46: "Cortex-A510",
+            0xD47: "Cortex-A710",
+            0xD49: "Neoverse-N2",
+            0xD4D: "Cortex-A715",
+            0xD4E: "Cortex-X3",
+            0xD4F: "Neoverse-V2",
+            0xD80: "Cortex-A520",
+            0xD81: "Cortex-A720",
+            0xD82: "Cortex-X4",
+            0xD84: "Neoverse-V3",
+            0xD85: "Cortex-X925",
+            0xD87: "Cortex-A725",
+            0xD8E: "Neoverse-N3",
+            0xC0F: "Cortex-A15",
+            0xC09: "Cortex-A9",
+            0xC07: "Cortex-A7",
+        },
+    ),
     0x42: ("Broadcom", {0x516: "ThunderX2"}),
-    0x43: ("Cavium", {0x0a1: "ThunderX-88XX", 0x0af: "ThunderX2-99xx", 0x0b8: "ThunderX3-T110"}),
+    0x43: ("Cavium", {0x0A1: "ThunderX-88XX", 0x0AF: "ThunderX2-99xx", 0x0B8: "ThunderX3-T110"}),
     0x46: ("FUJITSU", {0x001: "A64FX", 0x003: "MONAKA"}),
-    0x48: ("HiSilicon", {0xd01: "Kunpeng-920", 0xd02: "Kunpeng-920", 0xd06: "Kunpeng-950"}),
-    0x4e: ("NVIDIA", {0x004: "Carmel", 0x010: "Olympus"}),
+    0x48: ("HiSilicon", {0xD01: "Kunpeng-920", 0xD02: "Kunpeng-920", 0xD06: "Kunpeng-950"}),
+    0x4E: ("NVIDIA", {0x004: "Carmel", 0x010: "Olympus"}),
     0x50: ("APM", {0x000: "X-Gene"}),
-    0x51: ("Qualcomm", {0xc00: "Falkor", 0x001: "Oryon"}),
+    0x51: ("Qualcomm", {0xC00: "Falkor", 0x001: "Oryon"}),
     0x61: ("Apple", {}),
-    0x6d: ("Microsoft", {0xd49: "Azure-Cobalt-100"}),
+    0x6D: ("Microsoft", {0xD49: "Azure-Cobalt-100"}),
     0x70: ("Phytium", {0x662: "FTC662", 0x663: "FTC663"}),
-    0xc0: ("Ampere", {0xac3: "Ampere-1", 0xac4: "Ampere-1a"}),
+    0xC0: ("Ampere", {0xAC3: "Ampere-1", 0xAC4: "Ampere-1a"}),
 }
 # Keys naming the CPU model, by architecture: x86 'model name', LoongArch 'Model Name' (matched
 # case-insensitively), POWER and SPARC 'cpu', RISC-V 'uarch'; Arm is implementer + part below,
@@ -150,9 +180,13 @@ def parse_cpuinfo_models(text: str) -> List[str]:
             implementer = _hex(value)
         elif key == "cpu part" and implementer is not None:
             model = _arm_model(implementer, _hex(value))
-        elif key.startswith("processor ") and "machine =" in value:  # s390: 'processor 0: version = ..., machine = 2964'
+        elif (
+            key.startswith("processor ") and "machine =" in value
+        ):  # s390: 'processor 0: version = ..., machine = 2964'
             model = "IBM/S390 machine " + value.rsplit("machine =", 1)[1].strip()
-        model = " ".join(model.split()) if model else None  # x86 pads 'Genuine Intel(R) CPU      @ 2.66GHz'
+        model = (
+            " ".join(model.split()) if model else None
+        )  # x86 pads 'Genuine Intel(R) CPU      @ 2.66GHz'
         if model and model not in models:
             models.append(model)
     return models

@@ -11,6 +11,7 @@ Checking which one a node uses: `python3 -c 'from slurm_hooks.hw.pynvml_import i
 print(import_pynvml().__file__)'`. In a development checkout there is no _vendor directory and
 an ImportError means nvidia-ml-py is not installed (`pip install nvidia-ml-py`).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -20,7 +21,9 @@ import sys
 from types import ModuleType
 from typing import Iterator
 
-VENDOR_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "_vendor")  # slurm_hooks/_vendor
+VENDOR_DIR = os.path.join(
+    os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "_vendor"
+)  # slurm_hooks/_vendor
 
 
 def import_pynvml() -> ModuleType:
@@ -53,7 +56,9 @@ def _lazy_ctypes_util() -> Iterator[None]:
     if "ctypes.util" in sys.modules:
         yield
         return
-    stand_in = ModuleType("ctypes.util", "slurm-hooks stand-in: the real ctypes.util loads on first use")
+    stand_in = ModuleType(
+        "ctypes.util", "slurm-hooks stand-in: the real ctypes.util loads on first use"
+    )
 
     def find_library(name: str):
         if sys.modules.get("ctypes.util") is stand_in:

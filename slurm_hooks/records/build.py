@@ -3,6 +3,7 @@
 Pure functions: store.py does the I/O. `summarize` computes the record's "summary" block, the
 only part `slurm-hooks report` reads, so the report stays fast over thousands of records.
 """
+
 from __future__ import annotations
 
 import time
@@ -17,12 +18,24 @@ from .perf import cpu_window, ib_traffic, perf_block
 RECORD_SCHEMA = "slurm-hooks.job-record/1"
 MAX_EVENTS = 100  # Xid/SXid events kept in one record (the count is always exact)
 THROTTLE_ABNORMAL_FRACTION = 0.05  # clocks held down for 5% of the job's GPU-time is worth a look
-DRAIN_OUTCOMES = frozenset(outcome.value for outcome in DELIVERED)  # as the record's decision.outcome spells them
+DRAIN_OUTCOMES = frozenset(
+    outcome.value for outcome in DELIVERED
+)  # as the record's decision.outcome spells them
 
 
-def build_record(job, node: str, before: Optional[Dict[str, Any]], prolog_state: str,
-                 after: Optional[Dict[str, Any]], epilog_why: str, report, decision, enacted,
-                 settings: Mapping[str, Mapping[str, Any]], now: Optional[float] = None) -> Dict[str, Any]:
+def build_record(
+    job,
+    node: str,
+    before: Optional[Dict[str, Any]],
+    prolog_state: str,
+    after: Optional[Dict[str, Any]],
+    epilog_why: str,
+    report,
+    decision,
+    enacted,
+    settings: Mapping[str, Mapping[str, Any]],
+    now: Optional[float] = None,
+) -> Dict[str, Any]:
     now = time.time() if now is None else now
     end = after.get("time", now) if after else now
     start = before.get("time") if before else None
@@ -31,7 +44,11 @@ def build_record(job, node: str, before: Optional[Dict[str, Any]], prolog_state:
     record: Dict[str, Any] = {
         "schema": RECORD_SCHEMA,
         "version": __version__,
-        "job": {"id": job.job_id, "user": job.user, "gpus": list(job.gpus) if job.gpus is not None else None},
+        "job": {
+            "id": job.job_id,
+            "user": job.user,
+            "gpus": list(job.gpus) if job.gpus is not None else None,
+        },
         "node": node,
         "start": start,
         "end": round(end, 3),
@@ -44,13 +61,17 @@ def build_record(job, node: str, before: Optional[Dict[str, Any]], prolog_state:
     }
     record["gpus"] = _gpu_entries(before, after, comparable)
     record["ib"] = _ib_entries(before, after, comparable)
-    record["cpu"] = cpu_window((before or {}).get("cpu"), (after or {}).get("cpu")) if comparable else None
+    record["cpu"] = (
+        cpu_window((before or {}).get("cpu"), (after or {}).get("cpu")) if comparable else None
+    )
     record.update(_kernel_events(before, after, comparable, record["gpus"]))
     record["checks"] = _checks(report)
     record["decision"] = _decision(decision, enacted)
-    record["timings"] = {"prolog_snapshot_s": (before or {}).get("duration_s"),
-                         "epilog_snapshot_s": (after or {}).get("duration_s"),
-                         "checks_s": round(report.duration, 4) if report is not None else None}
+    record["timings"] = {
+        "prolog_snapshot_s": (before or {}).get("duration_s"),
+        "epilog_snapshot_s": (after or {}).get("duration_s"),
+        "checks_s": round(report.duration, 4) if report is not None else None,
+    }
     record["summary"] = summarize(record, settings["records"]["leftover_memory_mib"] << 20)
     record["perf_unavailable"] = perf_block(record)[1]
     return record
@@ -77,7 +98,9 @@ def _gpu_entries(before, after, comparable: bool) -> List[Dict[str, Any]]:
         old = start.get(gpu.get("index"))
         same_gpu = old is not None and old.get("uuid") == gpu.get("uuid")
         if comparable and same_gpu:
-            entry["delta"], entry["counter_resets"] = deltas(old.get("counters", {}), gpu.get("counters", {}))
+            entry["delta"], entry["counter_resets"] = deltas(
+                old.get("counters", {}), gpu.get("counters", {})
+            )
             entry["nvlink_delta"] = _link_deltas(old.get("nvlink", {}), gpu.get("nvlink", {}))
         else:
             entry["delta"], entry["counter_resets"], entry["nvlink_delta"] = None, [], {}
@@ -88,7 +111,9 @@ def _gpu_entries(before, after, comparable: bool) -> List[Dict[str, Any]]:
     return out
 
 
-def _link_deltas(before: Dict[str, Dict[str, int]], after: Dict[str, Dict[str, int]]) -> Dict[str, Dict[str, int]]:
+def _link_deltas(
+    before: Dict[str, Dict[str, int]], after: Dict[str, Dict[str, int]]
+) -> Dict[str, Dict[str, int]]:
     """Only links whose error counters moved: which link is bad is what the operator needs."""
     out = {}
     for link, values in after.items():
@@ -105,7 +130,9 @@ def _ib_entries(before, after, comparable: bool) -> List[Dict[str, Any]]:
     end_traffic = (after or {}).get("ib_perf") or {}
     out = []
     for port, values in sorted(((after or {}).get("ib") or {}).items()):
-        delta, resets = deltas(start.get(port, {}), values) if comparable and port in start else (None, [])
+        delta, resets = (
+            deltas(start.get(port, {}), values) if comparable and port in start else (None, [])
+        )
         entry = {"port": port, "delta": delta, "counter_resets": resets}
         if comparable and port in start_traffic and port in end_traffic:
             entry["traffic"] = ib_traffic(start_traffic[port], end_traffic[port])
@@ -121,24 +148,55 @@ def _kernel_events(before, after, comparable: bool, gpus: List[Dict[str, Any]]) 
 
     lines = (after or {}).get("xid_lines")
     if lines is None:
-        return {"events_scope": None, "xid_count": None, "sxid_count": None, "xids": [], "sxids": []}
+        return {
+            "events_scope": None,
+            "xid_count": None,
+            "sxid_count": None,
+            "xids": [],
+            "sxids": [],
+        }
     since = before.get("kmsg_seq") if comparable else None
     scope = "job" if since is not None else "boot"
     xids, sxids = scan_all(lines, since_seq=since)
     by_bus = {g["bus_id"]: g["index"] for g in gpus if g.get("bus_id")}
     xid_rows = []
     for event, cls in zip(xids[:MAX_EVENTS], classify_all(xids[:MAX_EVENTS])):
-        xid_rows.append({"xid": event.xid, "pci": event.pci, "job_gpu": by_bus.get(event.pci), "seq": event.seq,
-                         "pid": event.pid, "text": event.text[:200], "status": cls.status, "action": cls.action,
-                         "blame": cls.blame})
+        xid_rows.append(
+            {
+                "xid": event.xid,
+                "pci": event.pci,
+                "job_gpu": by_bus.get(event.pci),
+                "seq": event.seq,
+                "pid": event.pid,
+                "text": event.text[:200],
+                "status": cls.status,
+                "action": cls.action,
+                "blame": cls.blame,
+            }
+        )
     sxid_rows = []
     for event in sxids[:MAX_EVENTS]:
         cls = classify_sxid(event)
-        sxid_rows.append({"sxid": event.sxid, "pci": event.pci, "switch": event.switch, "link": event.link,
-                          "severity": event.severity, "seq": event.seq, "text": event.text[:200],
-                          "status": cls.status, "action": cls.action})
-    return {"events_scope": scope, "xid_count": len(xids), "sxid_count": len(sxids), "xids": xid_rows,
-            "sxids": sxid_rows}
+        sxid_rows.append(
+            {
+                "sxid": event.sxid,
+                "pci": event.pci,
+                "switch": event.switch,
+                "link": event.link,
+                "severity": event.severity,
+                "seq": event.seq,
+                "text": event.text[:200],
+                "status": cls.status,
+                "action": cls.action,
+            }
+        )
+    return {
+        "events_scope": scope,
+        "xid_count": len(xids),
+        "sxid_count": len(sxids),
+        "xids": xid_rows,
+        "sxids": sxid_rows,
+    }
 
 
 _QUIET = (Status.OK, Status.SKIP)  # a record lists these by check name only
@@ -154,17 +212,26 @@ def _checks(report) -> Optional[Dict[str, Any]]:
             passed.append(run.name)
         else:
             troubled.extend(r.to_dict() for r in run.results if r.status not in _QUIET)
-    return {"context": report.context, "status": report.status.value, "deadline_hit": report.deadline_hit,
-            "results": troubled, "passed": passed}
+    return {
+        "context": report.context,
+        "status": report.status.value,
+        "deadline_hit": report.deadline_hit,
+        "results": troubled,
+        "passed": passed,
+    }
 
 
 def _decision(decision, enacted) -> Optional[Dict[str, Any]]:
     if decision is None:
         return None
-    return {"verdict": decision.verdict.value, "blame": decision.blame.value if decision.blame else None,
-            "reason": decision.reason or None, "checks": list(decision.checks),
-            "outcome": enacted.outcome.value if enacted is not None else None,
-            "message": enacted.message if enacted is not None else None}
+    return {
+        "verdict": decision.verdict.value,
+        "blame": decision.blame.value if decision.blame else None,
+        "reason": decision.reason or None,
+        "checks": list(decision.checks),
+        "outcome": enacted.outcome.value if enacted is not None else None,
+        "message": enacted.message if enacted is not None else None,
+    }
 
 
 # -- summary -------------------------------------------------------------------------------------
@@ -174,7 +241,13 @@ _SUM_KEYS = {  # summary field -> delta counters summed over the job's GPUs
     "ecc_uncorrected": ("ecc.volatile.uncorrected",),
     "remapped_rows": ("remapped_rows.corrected", "remapped_rows.uncorrected"),
     "retired_pages": ("retired_pages.single_bit", "retired_pages.double_bit"),
-    "nvlink_errors": ("nvlink.replay", "nvlink.recovery", "nvlink.crc_flit", "nvlink.crc_data", "nvlink.ecc_data"),
+    "nvlink_errors": (
+        "nvlink.replay",
+        "nvlink.recovery",
+        "nvlink.crc_flit",
+        "nvlink.crc_data",
+        "nvlink.ecc_data",
+    ),
     "pcie_replays": ("pcie.replay",),
 }
 ERROR_FIELDS = tuple(_SUM_KEYS) + ("ib_errors",)
@@ -183,15 +256,20 @@ ERROR_FIELDS = tuple(_SUM_KEYS) + ("ib_errors",)
 def summarize(record: Dict[str, Any], leftover_memory_bytes: int) -> Dict[str, Any]:
     """The numbers `report` aggregates, and `abnormal`: the names of those worth a look."""
     gpus = record.get("gpus") or []
-    have_deltas = any(g.get("delta") is not None for g in gpus) or any(p.get("delta") is not None
-                                                                         for p in record.get("ib") or [])
+    have_deltas = any(g.get("delta") is not None for g in gpus) or any(
+        p.get("delta") is not None for p in record.get("ib") or []
+    )
     summary: Dict[str, Any] = {"deltas": have_deltas}
     for field, keys in _SUM_KEYS.items():
         summary[field] = sum((g.get("delta") or {}).get(k, 0) for g in gpus for k in keys)
     summary["ib_errors"] = sum(sum((p.get("delta") or {}).values()) for p in record.get("ib") or [])
-    throttle_ns = sum((g.get("delta") or {}).get("violation_ns." + r, 0) for g in gpus for r in THROTTLE_REASONS)
+    throttle_ns = sum(
+        (g.get("delta") or {}).get("violation_ns." + r, 0) for g in gpus for r in THROTTLE_REASONS
+    )
     summary["throttle_s"] = round(throttle_ns / 1e9, 3)
-    summary["energy_j"] = round(sum((g.get("delta") or {}).get("energy_mj", 0) for g in gpus) / 1000.0, 1)
+    summary["energy_j"] = round(
+        sum((g.get("delta") or {}).get("energy_mj", 0) for g in gpus) / 1000.0, 1
+    )
     scoped = record.get("events_scope") == "job"
     summary["xids"] = (record.get("xid_count") or 0) if scoped else 0
     summary["sxids"] = (record.get("sxid_count") or 0) if scoped else 0
@@ -207,7 +285,9 @@ def summarize(record: Dict[str, Any], leftover_memory_bytes: int) -> Dict[str, A
     return summary
 
 
-def _abnormal(summary: Dict[str, Any], record: Dict[str, Any], leftover_memory_bytes: int) -> List[str]:
+def _abnormal(
+    summary: Dict[str, Any], record: Dict[str, Any], leftover_memory_bytes: int
+) -> List[str]:
     found = [f for f in ERROR_FIELDS + ("xids", "sxids", "leftover_processes") if summary[f]]
     if summary["leftover_memory_bytes"] > leftover_memory_bytes:
         found.append("leftover_memory")
@@ -227,8 +307,17 @@ def _abnormal(summary: Dict[str, Any], record: Dict[str, Any], leftover_memory_b
 
 def rank_key(summary: Mapping[str, Any]) -> Tuple[int, ...]:
     """Sort key of a node's badness: hard errors, soft errors, throttle, leftovers (report ranks by it)."""
-    hard = summary.get("xids", 0) + summary.get("sxids", 0) + summary.get("ecc_uncorrected", 0) + \
-        summary.get("remapped_rows", 0) + summary.get("retired_pages", 0)
-    soft = summary.get("ecc_corrected", 0) + summary.get("nvlink_errors", 0) + summary.get("pcie_replays", 0) + \
-        summary.get("ib_errors", 0)
+    hard = (
+        summary.get("xids", 0)
+        + summary.get("sxids", 0)
+        + summary.get("ecc_uncorrected", 0)
+        + summary.get("remapped_rows", 0)
+        + summary.get("retired_pages", 0)
+    )
+    soft = (
+        summary.get("ecc_corrected", 0)
+        + summary.get("nvlink_errors", 0)
+        + summary.get("pcie_replays", 0)
+        + summary.get("ib_errors", 0)
+    )
     return hard, soft, summary.get("throttle_s", 0), summary.get("leftover_processes", 0)

@@ -35,6 +35,7 @@ A snapshot is a plain JSON-able dict (schema SNAPSHOT_SCHEMA) with flat counter 
 epilog's deltas are a key-by-key difference (`deltas`). NVML calls may hang; store.py runs
 `take` in a forked child bounded in time (isolation.run_isolated).
 """
+
 from __future__ import annotations
 
 import re
@@ -51,28 +52,56 @@ KMSG = "/dev/kmsg"
 BOOT_ID = "/proc/sys/kernel/random/boot_id"
 IB_ROOT = "/sys/class/infiniband"
 MAX_NVLINKS = 36  # NVML_NVLINK_MAX_LINKS in current nvml.h; probing stops at the first invalid link
-NVLINK_COUNTERS = ("replay", "recovery", "crc_flit", "crc_data", "ecc_data")  # nvmlNvLinkErrorCounter_t 0..4
+NVLINK_COUNTERS = (
+    "replay",
+    "recovery",
+    "crc_flit",
+    "crc_data",
+    "ecc_data",
+)  # nvmlNvLinkErrorCounter_t 0..4
 # nvmlPerfPolicyType_t 0..5, the order nvml.h gives them
-VIOLATION_POLICIES = ("power", "thermal", "sync_boost", "board_limit", "low_utilization", "reliability")
+VIOLATION_POLICIES = (
+    "power",
+    "thermal",
+    "sync_boost",
+    "board_limit",
+    "low_utilization",
+    "reliability",
+)
 # Violation reasons that mean the clocks were lowered below what the job asked for (low_utilization
 # is the GPU idling, not a limit).
 THROTTLE_REASONS = ("power", "thermal", "board_limit", "reliability", "sync_boost")
 # clock_event_ns.<name> counters: nvmlDeviceGetFieldValues ids (nvml.FI_CLOCKS_EVENT_*, from nvml.h)
-CLOCK_EVENT_FIELDS = (("sw_power_cap", nvml.FI_CLOCKS_EVENT_SW_POWER_CAP),
-                      ("sw_therm_slowdown", nvml.FI_CLOCKS_EVENT_SW_THERM_SLOWDOWN),
-                      ("hw_therm_slowdown", nvml.FI_CLOCKS_EVENT_HW_THERM_SLOWDOWN),
-                      ("hw_power_brake_slowdown", nvml.FI_CLOCKS_EVENT_HW_POWER_BRAKE_SLOWDOWN),
-                      ("sync_boost", nvml.FI_CLOCKS_EVENT_SYNC_BOOST))
+CLOCK_EVENT_FIELDS = (
+    ("sw_power_cap", nvml.FI_CLOCKS_EVENT_SW_POWER_CAP),
+    ("sw_therm_slowdown", nvml.FI_CLOCKS_EVENT_SW_THERM_SLOWDOWN),
+    ("hw_therm_slowdown", nvml.FI_CLOCKS_EVENT_HW_THERM_SLOWDOWN),
+    ("hw_power_brake_slowdown", nvml.FI_CLOCKS_EVENT_HW_POWER_BRAKE_SLOWDOWN),
+    ("sync_boost", nvml.FI_CLOCKS_EVENT_SYNC_BOOST),
+)
 IB_PERF_COUNTERS = ("port_xmit_wait", "port_xmit_data", "port_rcv_data")
-GPU_BUDGET_S = 2.0  # seconds before a GPU that does not answer is given up (store.py passes its own)
+GPU_BUDGET_S = (
+    2.0  # seconds before a GPU that does not answer is given up (store.py passes its own)
+)
 _COUNTER_NAME = re.compile(r"^[A-Za-z0-9_]{1,64}$")
-_TEXT_CALLS = (("uuid", "nvmlDeviceGetUUID"), ("serial", "nvmlDeviceGetSerial"), ("name", "nvmlDeviceGetName"))
+_TEXT_CALLS = (
+    ("uuid", "nvmlDeviceGetUUID"),
+    ("serial", "nvmlDeviceGetSerial"),
+    ("name", "nvmlDeviceGetName"),
+)
 
 
-def take(host: Host, library: str = "", gpus: Optional[Sequence[int]] = None,
-         ib_counters: Sequence[str] = (), processes: bool = False, clock: Callable[[], float] = time.time,
-         kernel_log: Optional[KmsgView] = None, gpu_budget: float = GPU_BUDGET_S,
-         job_id: Optional[str] = None) -> Dict[str, Any]:
+def take(
+    host: Host,
+    library: str = "",
+    gpus: Optional[Sequence[int]] = None,
+    ib_counters: Sequence[str] = (),
+    processes: bool = False,
+    clock: Callable[[], float] = time.time,
+    kernel_log: Optional[KmsgView] = None,
+    gpu_budget: float = GPU_BUDGET_S,
+    job_id: Optional[str] = None,
+) -> Dict[str, Any]:
     """One snapshot of the node (kernel log position, IB ports, CPU times; `job_id`: that job's cgroup too)
     and of the GPUs `gpus` (None = all).
 
@@ -83,8 +112,9 @@ def take(host: Host, library: str = "", gpus: Optional[Sequence[int]] = None,
     started = time.monotonic()
     snap: Dict[str, Any] = {"schema": SNAPSHOT_SCHEMA, "time": round(clock(), 3), "notes": []}
     snap["boot_id"], snap["kmsg_seq"] = kernel_log_position(host, snap["notes"], kernel_log)
-    snap["ib"], snap["ib_perf"] = _split_ib(read_ib_counters(host, _with_perf(ib_counters), snap["notes"]),
-                                            ib_counters)
+    snap["ib"], snap["ib_perf"] = _split_ib(
+        read_ib_counters(host, _with_perf(ib_counters), snap["notes"]), ib_counters
+    )
     snap["cpu"] = read_cpu_times(host, job_id, snap["notes"])
     snap["gpus"] = read_gpus(library, gpus, processes, snap["notes"], gpu_budget)
     snap["duration_s"] = round(time.monotonic() - started, 4)
@@ -93,8 +123,10 @@ def take(host: Host, library: str = "", gpus: Optional[Sequence[int]] = None,
 
 # -- kernel log and InfiniBand (files) --------------------------------------------------------
 
-def kernel_log_position(host: Host, notes: List[str], seen: Optional[KmsgView] = None
-                        ) -> Tuple[Optional[str], Optional[int]]:
+
+def kernel_log_position(
+    host: Host, notes: List[str], seen: Optional[KmsgView] = None
+) -> Tuple[Optional[str], Optional[int]]:
     """(boot id, sequence number of the newest /dev/kmsg record, from `seen` if given); None where unreadable."""
     boot_id = None
     try:
@@ -120,7 +152,9 @@ def read_xid_lines(host: Host, seen: Optional[KmsgView] = None) -> List[str]:
     return list((seen or read_kernel_log(host)).xid_lines)
 
 
-def read_ib_counters(host: Host, names: Sequence[str], notes: List[str]) -> Dict[str, Dict[str, int]]:
+def read_ib_counters(
+    host: Host, names: Sequence[str], notes: List[str]
+) -> Dict[str, Dict[str, int]]:
     """{"mlx5_0:1": {"symbol_error": 0, ...}} for every HCA port; counters missing on a port are left out."""
     ports: Dict[str, Dict[str, int]] = {}
     if not names:
@@ -131,7 +165,9 @@ def read_ib_counters(host: Host, names: Sequence[str], notes: List[str]) -> Dict
             base = "%s/%s/ports/%s/counters/" % (IB_ROOT, hca, port)
             for name in names:
                 if not isinstance(name, str) or not _COUNTER_NAME.match(name):
-                    notes.append("[records] ib_counters: %r is not a counter file name; skipped" % (name,))
+                    notes.append(
+                        "[records] ib_counters: %r is not a counter file name; skipped" % (name,)
+                    )
                     continue
                 try:
                     value = host.read_int(base + name, default=None)
@@ -148,18 +184,31 @@ def _with_perf(names: Sequence[str]) -> List[str]:
     return list(names) + [n for n in IB_PERF_COUNTERS if n not in names]
 
 
-def _split_ib(ports: Dict[str, Dict[str, int]], error_names: Sequence[str]
-              ) -> Tuple[Dict[str, Dict[str, int]], Dict[str, Dict[str, int]]]:
+def _split_ib(
+    ports: Dict[str, Dict[str, int]], error_names: Sequence[str]
+) -> Tuple[Dict[str, Dict[str, int]], Dict[str, Dict[str, int]]]:
     """One read of every port's counters -> (the configured error counters, the traffic counters)."""
-    errors = {port: {k: v for k, v in values.items() if k in error_names} for port, values in ports.items()}
-    traffic = {port: {k: v for k, v in values.items() if k in IB_PERF_COUNTERS} for port, values in ports.items()}
+    errors = {
+        port: {k: v for k, v in values.items() if k in error_names}
+        for port, values in ports.items()
+    }
+    traffic = {
+        port: {k: v for k, v in values.items() if k in IB_PERF_COUNTERS}
+        for port, values in ports.items()
+    }
     return errors, traffic
 
 
 # -- GPUs (NVML) --------------------------------------------------------------------------------
 
-def read_gpus(library: str, gpus: Optional[Sequence[int]], processes: bool, notes: List[str],
-              budget: float = GPU_BUDGET_S) -> List[Dict[str, Any]]:
+
+def read_gpus(
+    library: str,
+    gpus: Optional[Sequence[int]],
+    processes: bool,
+    notes: List[str],
+    budget: float = GPU_BUDGET_S,
+) -> List[Dict[str, Any]]:
     """The GPUs Slurm gave the job (None = all). SLURM_JOB_GPUS counts gres.conf's /dev/nvidiaN files, i.e.
     NVML *minor numbers*, which need not equal NVML indices: nvml.slurm_to_nvml matches them (as
     for the gpu checks). A GPU whose
@@ -180,14 +229,17 @@ def read_gpus(library: str, gpus: Optional[Sequence[int]], processes: bool, note
         for wanted in gpus:
             index = by_slurm.get(wanted)
             if index is None:
-                notes.append("GPU %d of the job matches no GPU NVML sees (%d GPUs)" % (wanted, count))
+                notes.append(
+                    "GPU %d of the job matches no GPU NVML sees (%d GPUs)" % (wanted, count)
+                )
                 continue
             indices.append(index)
     return _read_bounded(session, indices, processes, budget, notes)
 
 
-def _read_bounded(session: nvml.NvmlSession, indices: List[int], processes: bool, budget: float,
-                  notes: List[str]) -> List[Dict[str, Any]]:
+def _read_bounded(
+    session: nvml.NvmlSession, indices: List[int], processes: bool, budget: float, notes: List[str]
+) -> List[Dict[str, Any]]:
     """read_gpu for each index; a GPU that has not answered within `budget` is recorded as unavailable
     (its partial readings are dropped), and the other GPUs' counters stand (isolation.map_bounded)."""
     from ..core.isolation import map_bounded
@@ -198,7 +250,9 @@ def _read_bounded(session: nvml.NvmlSession, indices: List[int], processes: bool
         if finished and isinstance(value, dict):
             out.append(value)
             continue
-        why = "did not answer within %.3gs" % budget if not finished else "read failed: %r" % (value,)
+        why = (
+            "did not answer within %.3gs" % budget if not finished else "read failed: %r" % (value,)
+        )
         notes.append("GPU %d %s" % (index, why))
         out.append({"index": index, "counters": {}, "flags": {}, "unavailable": {"device": why}})
     return out
@@ -210,26 +264,42 @@ def _slurm_to_nvml(session: nvml.NvmlSession, count: int, budget: float) -> Dict
 
     def minor(index: int) -> int:
         try:
-            return int(session.call("nvmlDeviceGetMinorNumber", session.call("nvmlDeviceGetHandleByIndex", index)))
+            return int(
+                session.call(
+                    "nvmlDeviceGetMinorNumber", session.call("nvmlDeviceGetHandleByIndex", index)
+                )
+            )
         except nvml.NvmlError:
             return -1
 
-    minors = [value if finished and isinstance(value, int) else -1
-              for finished, value in map_bounded(count, minor, budget)]
+    minors = [
+        value if finished and isinstance(value, int) else -1
+        for finished, value in map_bounded(count, minor, budget)
+    ]
     return nvml.slurm_to_nvml(dict(enumerate(minors)))[0]
 
 
 def read_gpu(session: nvml.NvmlSession, index: int, processes: bool) -> Dict[str, Any]:
-    gpu: Dict[str, Any] = {"index": index, "counters": {}, "flags": {}, "nvlink": {}, "unavailable": {}}
+    gpu: Dict[str, Any] = {
+        "index": index,
+        "counters": {},
+        "flags": {},
+        "nvlink": {},
+        "unavailable": {},
+    }
     try:
         handle = session.call("nvmlDeviceGetHandleByIndex", index)
     except nvml.NvmlError as exc:
         gpu["unavailable"]["device"] = _why(exc)
         return gpu
-    gpu["minor"] = _guard(gpu, "minor", lambda: int(session.call("nvmlDeviceGetMinorNumber", handle)))
+    gpu["minor"] = _guard(
+        gpu, "minor", lambda: int(session.call("nvmlDeviceGetMinorNumber", handle))
+    )
     for key, function in _TEXT_CALLS:
         gpu[key] = _guard(gpu, key, lambda f=function: _text(session.call(f, handle)))
-    gpu["bus_id"] = _guard(gpu, "bus_id", lambda: _bus_id(session.call("nvmlDeviceGetPciInfo", handle).busId))
+    gpu["bus_id"] = _guard(
+        gpu, "bus_id", lambda: _bus_id(session.call("nvmlDeviceGetPciInfo", handle).busId)
+    )
     for group, reader in _COUNTER_GROUPS:
         _guard(gpu, group, lambda r=reader: r(session, handle, gpu))
     if processes:
@@ -255,9 +325,14 @@ def _why(exc: nvml.NvmlError) -> str:
 
 def _read_ecc(session, handle, gpu) -> None:
     pynvml = session.pynvml
-    for counter_name, counter in (("volatile", pynvml.NVML_VOLATILE_ECC), ("aggregate", pynvml.NVML_AGGREGATE_ECC)):
-        for error_name, error in (("corrected", pynvml.NVML_MEMORY_ERROR_TYPE_CORRECTED),
-                                  ("uncorrected", pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED)):
+    for counter_name, counter in (
+        ("volatile", pynvml.NVML_VOLATILE_ECC),
+        ("aggregate", pynvml.NVML_AGGREGATE_ECC),
+    ):
+        for error_name, error in (
+            ("corrected", pynvml.NVML_MEMORY_ERROR_TYPE_CORRECTED),
+            ("uncorrected", pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED),
+        ):
             value = session.call("nvmlDeviceGetTotalEccErrors", handle, error, counter)
             gpu["counters"]["ecc.%s.%s" % (counter_name, error_name)] = int(value)
 
@@ -272,10 +347,16 @@ def _read_remapped_rows(session, handle, gpu) -> None:
 
 def _read_retired_pages(session, handle, gpu) -> None:
     pynvml = session.pynvml
-    for name, cause in (("single_bit", pynvml.NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS),
-                        ("double_bit", pynvml.NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR)):
-        gpu["counters"]["retired_pages.%s" % name] = len(session.call("nvmlDeviceGetRetiredPages", handle, cause))
-    gpu["flags"]["retired_pages.pending"] = bool(session.call("nvmlDeviceGetRetiredPagesPendingStatus", handle))
+    for name, cause in (
+        ("single_bit", pynvml.NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS),
+        ("double_bit", pynvml.NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR),
+    ):
+        gpu["counters"]["retired_pages.%s" % name] = len(
+            session.call("nvmlDeviceGetRetiredPages", handle, cause)
+        )
+    gpu["flags"]["retired_pages.pending"] = bool(
+        session.call("nvmlDeviceGetRetiredPagesPendingStatus", handle)
+    )
 
 
 def _read_pcie(session, handle, gpu) -> None:
@@ -294,8 +375,10 @@ def _read_nvlink(session, handle, gpu) -> None:
             raise
         if not active:
             continue
-        values = {name: int(session.call("nvmlDeviceGetNvLinkErrorCounter", handle, link, code))
-                  for code, name in enumerate(NVLINK_COUNTERS)}
+        values = {
+            name: int(session.call("nvmlDeviceGetNvLinkErrorCounter", handle, link, code))
+            for code, name in enumerate(NVLINK_COUNTERS)
+        }
         gpu["nvlink"][str(link)] = values
         for name, value in values.items():
             totals[name] += value
@@ -332,19 +415,32 @@ def _read_energy(session, handle, gpu) -> None:
     gpu["counters"]["energy_mj"] = int(session.call("nvmlDeviceGetTotalEnergyConsumption", handle))
 
 
-_COUNTER_GROUPS = (("ecc", _read_ecc), ("remapped_rows", _read_remapped_rows), ("retired_pages", _read_retired_pages),
-                   ("pcie", _read_pcie), ("nvlink", _read_nvlink), ("violation", _read_violations),
-                   ("clock_events", _read_clock_event_fields), ("energy", _read_energy))
+_COUNTER_GROUPS = (
+    ("ecc", _read_ecc),
+    ("remapped_rows", _read_remapped_rows),
+    ("retired_pages", _read_retired_pages),
+    ("pcie", _read_pcie),
+    ("nvlink", _read_nvlink),
+    ("violation", _read_violations),
+    ("clock_events", _read_clock_event_fields),
+    ("energy", _read_energy),
+)
 
 
 def _read_processes(session, handle, gpu) -> None:
     found: Dict[int, Dict[str, Any]] = {}
-    for kind, function in (("compute", "nvmlDeviceGetComputeRunningProcesses"),
-                           ("graphics", "nvmlDeviceGetGraphicsRunningProcesses")):
+    for kind, function in (
+        ("compute", "nvmlDeviceGetComputeRunningProcesses"),
+        ("graphics", "nvmlDeviceGetGraphicsRunningProcesses"),
+    ):
         for proc in session.call(function, handle):
             used = proc.usedGpuMemory
-            entry = found.setdefault(int(proc.pid), {"pid": int(proc.pid), "kind": kind, "used_memory_bytes": None})
-            if isinstance(used, int) and used < (1 << 63):  # NVML_VALUE_NOT_AVAILABLE is ULL max: unknown
+            entry = found.setdefault(
+                int(proc.pid), {"pid": int(proc.pid), "kind": kind, "used_memory_bytes": None}
+            )
+            if isinstance(used, int) and used < (
+                1 << 63
+            ):  # NVML_VALUE_NOT_AVAILABLE is ULL max: unknown
                 entry["used_memory_bytes"] = used
     for entry in found.values():
         try:  # the executable's name only (not its arguments, which may hold secrets)
@@ -373,6 +469,7 @@ def _bus_id(value: Any) -> str:
 
 
 # -- differences --------------------------------------------------------------------------------
+
 
 def deltas(before: Dict[str, int], after: Dict[str, int]) -> Tuple[Dict[str, int], List[str]]:
     """Key-by-key after - before for keys in both; a counter that went down was reset (driver reload,

@@ -23,6 +23,7 @@ hour. The files are mode 0644: dcgm-exporter usually does not run as root. Failu
 directory, full disk, a lock held by a hook stuck on a hung file system) are logged and never stop
 a hook.
 """
+
 from __future__ import annotations
 
 import logging
@@ -39,13 +40,20 @@ STALE_TEMP_S = 3600
 RECENT_S = 120.0
 CGROUP_ROOT = "/sys/fs/cgroup"
 _GPU_FILE = re.compile(r"^[0-9]{1,4}(\.[0-9]{1,4})?$")  # "3", or a MIG instance "3.1"
-_TEMP = re.compile(r"^\.[0-9]{1,4}(\.[0-9]{1,4})?\.[0-9]+\.[0-9]+\.tmp$")  # atomicio's temp files of them
+_TEMP = re.compile(
+    r"^\.[0-9]{1,4}(\.[0-9]{1,4})?\.[0-9]+\.[0-9]+\.tmp$"
+)  # atomicio's temp files of them
 
 Alive = Callable[[str], bool]  # job id -> still running on this node
 
 
-def add_job(directory: str, job_id: str, gpus: Iterable[int], alive: Optional[Alive] = None,
-            now: Optional[float] = None) -> List[str]:
+def add_job(
+    directory: str,
+    job_id: str,
+    gpus: Iterable[int],
+    alive: Optional[Alive] = None,
+    now: Optional[float] = None,
+) -> List[str]:
     """Add job_id to the mapping file of each GPU index; returns the files written.
 
     With `alive`, other jobs in a file not changed for RECENT_S are kept only while alive(job) says
@@ -93,14 +101,21 @@ def job_liveness(root: str = "/") -> Optional[Alive]:
     for controller in _listdir(base):
         for slurm in _listdir(os.path.join(base, controller)):
             if slurm.startswith("slurm"):
-                parents.extend(os.path.join(base, controller, slurm, uid)
-                               for uid in _listdir(os.path.join(base, controller, slurm)) if uid.startswith("uid_"))
+                parents.extend(
+                    os.path.join(base, controller, slurm, uid)
+                    for uid in _listdir(os.path.join(base, controller, slurm))
+                    if uid.startswith("uid_")
+                )
     if not parents:
         return None
-    return lambda job_id: any(os.path.isdir(os.path.join(parent, "job_" + job_id)) for parent in parents)
+    return lambda job_id: any(
+        os.path.isdir(os.path.join(parent, "job_" + job_id)) for parent in parents
+    )
 
 
-def on_prolog(config, job, nvml_indices: Optional[Iterable[int]] = None, log: Optional[logging.Logger] = None) -> None:
+def on_prolog(
+    config, job, nvml_indices: Optional[Iterable[int]] = None, log: Optional[logging.Logger] = None
+) -> None:
     """nvml_indices: the job's GPUs as NVML indices (from the prolog snapshot); else Slurm's indices,
     which are the same unless minor numbers and NVML indices differ on this node."""
     directory = config.get("metrics", "dcgm_job_mapping_dir")
@@ -112,7 +127,8 @@ def on_prolog(config, job, nvml_indices: Optional[Iterable[int]] = None, log: Op
         add_job(directory, job.job_id, gpus, alive if alive is not None else (lambda _job: False))
     except OSError as exc:
         (log or logging.getLogger(logs.LOGGER_NAME)).error(
-            logs.kv(event="dcgm-mapping-not-written", job=job.job_id, path=directory, error=exc))
+            logs.kv(event="dcgm-mapping-not-written", job=job.job_id, path=directory, error=exc)
+        )
 
 
 def on_epilog(config, job, log: Optional[logging.Logger] = None) -> None:
@@ -123,7 +139,8 @@ def on_epilog(config, job, log: Optional[logging.Logger] = None) -> None:
         remove_job(directory, job.job_id)
     except OSError as exc:
         (log or logging.getLogger(logs.LOGGER_NAME)).error(
-            logs.kv(event="dcgm-mapping-not-removed", job=job.job_id, path=directory, error=exc))
+            logs.kv(event="dcgm-mapping-not-removed", job=job.job_id, path=directory, error=exc)
+        )
 
 
 def _listdir(path: str) -> List[str]:
@@ -153,4 +170,6 @@ def _read_jobs(dir_fd: int, name: str) -> List[str]:
 
 
 def _write_jobs(dir_fd: int, name: str, jobs: List[str], directory: str) -> None:
-    atomicio.write_atomic_at(dir_fd, name, ("\n".join(jobs) + "\n").encode("utf-8"), FILE_MODE, where=directory)
+    atomicio.write_atomic_at(
+        dir_fd, name, ("\n".join(jobs) + "\n").encode("utf-8"), FILE_MODE, where=directory
+    )

@@ -11,6 +11,7 @@ errors (correctable ECC, NVLink, PCIe replays, InfiniBand), then GPU-seconds of 
 leftover processes (build.rank_key). Records without a prolog snapshot have no deltas; they
 are counted ("no_deltas") but add nothing to the error totals.
 """
+
 from __future__ import annotations
 
 import heapq
@@ -42,7 +43,9 @@ class NodeTotals(Struct, frozen=False):
     last_end: float = 0.0
     sums: Dict[str, float] = field(default_factory=lambda: dict.fromkeys(SUM_FIELDS, 0))
     reasons: Dict[str, int] = field(default_factory=dict)  # abnormal reason -> jobs
-    worst: List[Tuple[Tuple[float, ...], str]] = field(default_factory=list)  # min-heap of (rank, job id)
+    worst: List[Tuple[Tuple[float, ...], str]] = field(
+        default_factory=list
+    )  # min-heap of (rank, job id)
 
     def add(self, job_id: str, end: float, summary: Dict[str, Any]) -> None:
         self.jobs += 1
@@ -69,10 +72,17 @@ class NodeTotals(Struct, frozen=False):
 
     def to_dict(self) -> Dict[str, Any]:
         sums = {k: round(v, 3) if isinstance(v, float) else v for k, v in self.sums.items()}
-        return {"node": self.node, "jobs": self.jobs, "abnormal_jobs": self.abnormal_jobs, "no_deltas": self.no_deltas,
-                "drained": self.drained, "last_end": self.last_end, "totals": sums,
-                "reasons": dict(sorted(self.reasons.items())),
-                "worst_jobs": [job for _, job in sorted(self.worst, reverse=True)]}
+        return {
+            "node": self.node,
+            "jobs": self.jobs,
+            "abnormal_jobs": self.abnormal_jobs,
+            "no_deltas": self.no_deltas,
+            "drained": self.drained,
+            "last_end": self.last_end,
+            "totals": sums,
+            "reasons": dict(sorted(self.reasons.items())),
+            "worst_jobs": [job for _, job in sorted(self.worst, reverse=True)],
+        }
 
 
 class Fleet(Struct, frozen=False):
@@ -88,6 +98,7 @@ class Fleet(Struct, frozen=False):
 
 
 # -- input ---------------------------------------------------------------------------------------
+
 
 def parse_since(text: Optional[str], now: Optional[float] = None) -> Optional[float]:
     """'7d', '24h', '90m', '2024-05-01', '2024-05-01T12:00[:00]' (local time) or Unix seconds -> Unix time."""
@@ -106,12 +117,14 @@ def parse_since(text: Optional[str], now: Optional[float] = None) -> Optional[fl
     try:
         return float(value)
     except ValueError:
-        raise ReportError("--since %r: expected 7d, 24h, 90m, 2024-05-01, 2024-05-01T12:00 or Unix seconds"
-                          % text) from None
+        raise ReportError(
+            "--since %r: expected 7d, 24h, 90m, 2024-05-01, 2024-05-01T12:00 or Unix seconds" % text
+        ) from None
 
 
-def record_files(paths: Iterable[str], since: Optional[float] = None, fleet: Optional[Fleet] = None
-                 ) -> Iterator[str]:
+def record_files(
+    paths: Iterable[str], since: Optional[float] = None, fleet: Optional[Fleet] = None
+) -> Iterator[str]:
     """Record files under paths (files, or directories walked recursively; dot files are temp files)."""
     for path in paths:
         if os.path.isfile(path):
@@ -160,7 +173,11 @@ def read_header(path: str) -> Dict[str, Any]:
                     header = json.loads(first[:-2] + b"}")
                 except ValueError:
                     header = None
-                if isinstance(header, dict) and header.get("schema") == RECORD_SCHEMA and "summary" in header:
+                if (
+                    isinstance(header, dict)
+                    and header.get("schema") == RECORD_SCHEMA
+                    and "summary" in header
+                ):
                     return header
     except OSError as exc:
         raise ValueError("%s: unreadable: %s" % (path, exc.strerror or exc)) from None
@@ -186,7 +203,10 @@ def load_record(path: str) -> Dict[str, Any]:
 
 # -- aggregation ---------------------------------------------------------------------------------
 
-def aggregate(paths: Iterable[str], since: Optional[float] = None, max_listed_errors: int = 10) -> Fleet:
+
+def aggregate(
+    paths: Iterable[str], since: Optional[float] = None, max_listed_errors: int = 10
+) -> Fleet:
     fleet = Fleet()
     started = time.monotonic()
     for path in record_files(paths, since, fleet):
@@ -224,40 +244,92 @@ def job_view(paths: List[str], job_id: str) -> Tuple[List[Dict[str, Any]], List[
             problems.append(str(exc))
             continue
         summary = record["summary"]
-        rows.append({"node": record.get("node"), "path": path, "abnormal": summary.get("abnormal") or [],
-                     "prolog_snapshot": record.get("prolog_snapshot"), "duration_s": record.get("duration_s"),
-                     "summary": summary})
+        rows.append(
+            {
+                "node": record.get("node"),
+                "path": path,
+                "abnormal": summary.get("abnormal") or [],
+                "prolog_snapshot": record.get("prolog_snapshot"),
+                "duration_s": record.get("duration_s"),
+                "summary": summary,
+            }
+        )
     rows.sort(key=lambda r: (_descending(rank_key(r["summary"])), r["node"] or ""))
     return rows, problems
 
 
 # -- output --------------------------------------------------------------------------------------
 
-def fleet_to_dict(fleet: Fleet, top: Optional[int] = None, everything: bool = False) -> Dict[str, Any]:
+
+def fleet_to_dict(
+    fleet: Fleet, top: Optional[int] = None, everything: bool = False
+) -> Dict[str, Any]:
     ranked = [n for n in fleet.ranked() if everything or n.abnormal_jobs]
-    return {"schema": "slurm-hooks.report/1", "records": fleet.records, "nodes": len(fleet.nodes),
-            "skipped_old": fleet.skipped_old, "unreadable": fleet.unreadable_count,
-            "unreadable_examples": fleet.unreadable, "seconds": round(fleet.seconds, 3),
-            "ranking": [n.to_dict() for n in (ranked[:top] if top else ranked)]}
+    return {
+        "schema": "slurm-hooks.report/1",
+        "records": fleet.records,
+        "nodes": len(fleet.nodes),
+        "skipped_old": fleet.skipped_old,
+        "unreadable": fleet.unreadable_count,
+        "unreadable_examples": fleet.unreadable,
+        "seconds": round(fleet.seconds, 3),
+        "ranking": [n.to_dict() for n in (ranked[:top] if top else ranked)],
+    }
 
 
 def render_fleet(fleet: Fleet, top: int = 20, everything: bool = False) -> str:
     ranked = [n for n in fleet.ranked() if everything or n.abnormal_jobs]
-    lines = ["%d records from %d nodes (%d older ones skipped, %d unreadable) in %.2fs"
-             % (fleet.records, len(fleet.nodes), fleet.skipped_old, fleet.unreadable_count, fleet.seconds)]
+    lines = [
+        "%d records from %d nodes (%d older ones skipped, %d unreadable) in %.2fs"
+        % (
+            fleet.records,
+            len(fleet.nodes),
+            fleet.skipped_old,
+            fleet.unreadable_count,
+            fleet.seconds,
+        )
+    ]
     lines.extend("  unreadable: %s" % text for text in fleet.unreadable)
     if not ranked:
         lines.append("no node had anything abnormal")
         return "\n".join(lines) + "\n"
-    header = ("NODE", "JOBS", "BAD", "XID", "SXID", "ECC-UE", "ECC-CE", "REMAP", "NVLINK", "PCIE", "IB",
-              "THROTTLE", "LEFTOVER", "WORST JOBS")
+    header = (
+        "NODE",
+        "JOBS",
+        "BAD",
+        "XID",
+        "SXID",
+        "ECC-UE",
+        "ECC-CE",
+        "REMAP",
+        "NVLINK",
+        "PCIE",
+        "IB",
+        "THROTTLE",
+        "LEFTOVER",
+        "WORST JOBS",
+    )
     rows = [header]
     for n in ranked[:top]:
         s = n.sums
-        rows.append((n.node, str(n.jobs), str(n.abnormal_jobs), _n(s["xids"]), _n(s["sxids"]), _n(s["ecc_uncorrected"]),
-                     _n(s["ecc_corrected"]), _n(s["remapped_rows"] + s["retired_pages"]), _n(s["nvlink_errors"]),
-                     _n(s["pcie_replays"]), _n(s["ib_errors"]), "%.0fs" % s["throttle_s"], _n(s["leftover_processes"]),
-                     ",".join(job for _, job in sorted(n.worst, reverse=True))))
+        rows.append(
+            (
+                n.node,
+                str(n.jobs),
+                str(n.abnormal_jobs),
+                _n(s["xids"]),
+                _n(s["sxids"]),
+                _n(s["ecc_uncorrected"]),
+                _n(s["ecc_corrected"]),
+                _n(s["remapped_rows"] + s["retired_pages"]),
+                _n(s["nvlink_errors"]),
+                _n(s["pcie_replays"]),
+                _n(s["ib_errors"]),
+                "%.0fs" % s["throttle_s"],
+                _n(s["leftover_processes"]),
+                ",".join(job for _, job in sorted(n.worst, reverse=True)),
+            )
+        )
     lines.extend(_table(rows))
     if len(ranked) > top:
         lines.append("... %d more nodes with abnormal jobs (--top N, --json)" % (len(ranked) - top))
@@ -272,11 +344,16 @@ def render_job(job_id: str, rows: List[Dict[str, Any]], problems: List[str]) -> 
     lines.extend("  unreadable: %s" % p for p in problems)
     missing = [r["node"] for r in rows if r["prolog_snapshot"] != "ok"]
     if missing:
-        lines.append("  no prolog snapshot (no deltas) on: %s" % ", ".join(sorted(str(m) for m in missing)))
+        lines.append(
+            "  no prolog snapshot (no deltas) on: %s" % ", ".join(sorted(str(m) for m in missing))
+        )
     for row in bad:
         s = row["summary"]
         numbers = ", ".join("%s=%s" % (k, s[k]) for k in SUM_FIELDS if k != "energy_j" and s.get(k))
-        lines.append("  %-20s %s%s" % (row["node"], ", ".join(row["abnormal"]), "  (%s)" % numbers if numbers else ""))
+        lines.append(
+            "  %-20s %s%s"
+            % (row["node"], ", ".join(row["abnormal"]), "  (%s)" % numbers if numbers else "")
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -290,5 +367,9 @@ def _n(value: float) -> str:
 
 def _table(rows: List[Tuple[str, ...]]) -> List[str]:
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
-    return ["  ".join([r[0].ljust(widths[0])] + [c.rjust(w) for c, w in zip(r[1:-1], widths[1:])] + [r[-1]]).rstrip()
-            for r in rows]
+    return [
+        "  ".join(
+            [r[0].ljust(widths[0])] + [c.rjust(w) for c, w in zip(r[1:-1], widths[1:])] + [r[-1]]
+        ).rstrip()
+        for r in rows
+    ]

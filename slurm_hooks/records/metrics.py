@@ -28,6 +28,7 @@ file is written through atomicio (temp file + fsync + rename); temp files of wri
 mid-write (ours, and prometheus_client's from older releases) are removed after an hour. Errors
 are logged and never stop a hook.
 """
+
 from __future__ import annotations
 
 import logging
@@ -46,23 +47,39 @@ STATE_NAME = "metrics-state.json"
 LOCK_TIMEOUT_S = 2.0
 STALE_TEMP_S = 3600
 # ours (atomicio) and prometheus_client.write_to_textfile's "<path>.<pid>.<thread id>" of older releases
-_TEMP_NAMES = re.compile(r"^(\.%s\.[0-9]+\.[0-9]+\.tmp|%s\.[0-9]+\.[0-9]+)$"
-                         % (re.escape(TEXTFILE_NAME), re.escape(TEXTFILE_NAME)))
+_TEMP_NAMES = re.compile(
+    r"^(\.%s\.[0-9]+\.[0-9]+\.tmp|%s\.[0-9]+\.[0-9]+)$"
+    % (re.escape(TEXTFILE_NAME), re.escape(TEXTFILE_NAME))
+)
 
 
-def write_textfile(config, context: str, report=None, decision=None, enacted=None, now: Optional[float] = None,
-                   log: Optional[logging.Logger] = None) -> Optional[str]:
+def write_textfile(
+    config,
+    context: str,
+    report=None,
+    decision=None,
+    enacted=None,
+    now: Optional[float] = None,
+    log: Optional[logging.Logger] = None,
+) -> Optional[str]:
     """Merge this run into the metrics state and rewrite the .prom file; its path, or None (off or failed)."""
     directory = config.get("metrics", "textfile_dir")
     if not directory:
         return None
     log = log or logging.getLogger(logs.LOGGER_NAME)
     when = time.time() if now is None else now
-    return _write(config.settings, lambda state: update_state(state, context, report, enacted, when), log)
+    return _write(
+        config.settings, lambda state: update_state(state, context, report, enacted, when), log
+    )
 
 
-def write_config_error(settings: Mapping[str, Mapping[str, Any]], context: str, error: str,
-                       log: Optional[logging.Logger] = None, now: Optional[float] = None) -> Optional[str]:
+def write_config_error(
+    settings: Mapping[str, Mapping[str, Any]],
+    context: str,
+    error: str,
+    log: Optional[logging.Logger] = None,
+    now: Optional[float] = None,
+) -> Optional[str]:
     """A hook failed open on a refused configuration: slurm_hooks_config_error 1 (settings: what could be
     salvaged from the broken files, config.salvage_settings)."""
     if not settings["metrics"]["textfile_dir"]:
@@ -70,14 +87,22 @@ def write_config_error(settings: Mapping[str, Mapping[str, Any]], context: str, 
     when = time.time() if now is None else now
 
     def fold(state: Dict[str, Any]) -> Dict[str, Any]:
-        state["config_error"] = {"value": 1, "time": round(when, 3), "context": context, "error": error[:300]}
+        state["config_error"] = {
+            "value": 1,
+            "time": round(when, 3),
+            "context": context,
+            "error": error[:300],
+        }
         return state
 
     return _write(settings, fold, log or logging.getLogger(logs.LOGGER_NAME))
 
 
-def count_abandoned(settings: Mapping[str, Mapping[str, Any]], names: Sequence[str],
-                    log: Optional[logging.Logger] = None) -> Optional[str]:
+def count_abandoned(
+    settings: Mapping[str, Mapping[str, Any]],
+    names: Sequence[str],
+    log: Optional[logging.Logger] = None,
+) -> Optional[str]:
     """Steps given up after [deadline] files: slurm_hooks_steps_abandoned_total{step}."""
     if not settings["metrics"]["textfile_dir"] or not names:
         return None
@@ -110,14 +135,23 @@ def _write(settings: Mapping[str, Mapping[str, Any]], fold, log: logging.Logger)
             write_json_atomic(state_path, state)
         dir_fd = atomicio.open_dir(directory, create_mode=0o755)
         try:
-            atomicio.write_atomic_at(dir_fd, TEXTFILE_NAME, generate_latest(build_registry(state)), 0o644,
-                                     where=directory)
+            atomicio.write_atomic_at(
+                dir_fd,
+                TEXTFILE_NAME,
+                generate_latest(build_registry(state)),
+                0o644,
+                where=directory,
+            )
             atomicio.remove_stale_temps(dir_fd, os.geteuid(), STALE_TEMP_S, names=_TEMP_NAMES)
         finally:
             os.close(dir_fd)
         return path
     except ImportError as exc:
-        log.error(logs.kv(event="metrics-not-written", error="prometheus_client is not installed: %s" % exc))
+        log.error(
+            logs.kv(
+                event="metrics-not-written", error="prometheus_client is not installed: %s" % exc
+            )
+        )
     except OSError as exc:
         log.error(logs.kv(event="metrics-not-written", path=path, error=exc))
     except Exception as exc:  # our bug: metrics are never worth failing a hook
@@ -125,7 +159,9 @@ def _write(settings: Mapping[str, Mapping[str, Any]], fold, log: logging.Logger)
     return None
 
 
-def update_state(state: Dict[str, Any], context: str, report, enacted, now: float) -> Dict[str, Any]:
+def update_state(
+    state: Dict[str, Any], context: str, report, enacted, now: float
+) -> Dict[str, Any]:
     """Pure: fold one run into the persisted values. A check that ran replaces all its components."""
     state.setdefault("last_run", {})[context] = round(now, 3)
     checks = state.setdefault("checks", {})
@@ -137,8 +173,10 @@ def update_state(state: Dict[str, Any], context: str, report, enacted, now: floa
                 key = result.component or ""
                 if key not in worst or result.status.severity > worst[key].severity:
                     worst[key] = result.status
-            checks[run.name] = {"duration": round(run.duration, 4),
-                                "components": {key: status.value for key, status in worst.items()}}
+            checks[run.name] = {
+                "duration": round(run.duration, 4),
+                "components": {key: status.value for key, status in worst.items()},
+            }
     state.setdefault("drains_total", 0)
     if isinstance(state.get("config_error"), dict):
         state["config_error"]["value"] = 0  # a hook ran with a valid configuration
@@ -147,9 +185,11 @@ def update_state(state: Dict[str, Any], context: str, report, enacted, now: floa
             state["drains_total"] += 1
         breaker = enacted.breaker
         if breaker is not None or enacted.outcome is Outcome.BREAKER:
-            state["breaker"] = {"tripped": bool(breaker.tripped) if breaker else True,
-                                "drained_by_us": breaker.drained_by_us if breaker else None,
-                                "limit": breaker.limit if breaker else None}
+            state["breaker"] = {
+                "tripped": bool(breaker.tripped) if breaker else True,
+                "drained_by_us": breaker.drained_by_us if breaker else None,
+                "limit": breaker.limit if breaker else None,
+            }
     return state
 
 
@@ -180,44 +220,72 @@ class _StateCollector:
         from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
         s = self.state
-        status = GaugeMetricFamily("slurm_hooks_check_status", "latest status of a check: 0 OK, 1 WARN, 2 FAIL, "
-                                   "3 UNKNOWN, -1 SKIP", labels=["check", "component"])
-        duration = GaugeMetricFamily("slurm_hooks_check_duration_seconds", "duration of the check's last run",
-                                     labels=["check"])
+        status = GaugeMetricFamily(
+            "slurm_hooks_check_status",
+            "latest status of a check: 0 OK, 1 WARN, 2 FAIL, 3 UNKNOWN, -1 SKIP",
+            labels=["check", "component"],
+        )
+        duration = GaugeMetricFamily(
+            "slurm_hooks_check_duration_seconds",
+            "duration of the check's last run",
+            labels=["check"],
+        )
         for name, entry in sorted(s.get("checks", {}).items()):
             for component, value in sorted(entry.get("components", {}).items()):
                 status.add_metric([name, component], status_metric(value))
             duration.add_metric([name], entry.get("duration", 0.0))
         yield status
         yield duration
-        last = GaugeMetricFamily("slurm_hooks_last_run_timestamp_seconds", "end of the last run of this mode "
-                                 "(Unix time)", labels=["mode"])
+        last = GaugeMetricFamily(
+            "slurm_hooks_last_run_timestamp_seconds",
+            "end of the last run of this mode (Unix time)",
+            labels=["mode"],
+        )
         for mode, value in sorted(s.get("last_run", {}).items()):
             last.add_metric([mode], value)
         yield last
-        run = GaugeMetricFamily("slurm_hooks_run_duration_seconds", "duration of the last run of this mode's checks",
-                                labels=["mode"])
+        run = GaugeMetricFamily(
+            "slurm_hooks_run_duration_seconds",
+            "duration of the last run of this mode's checks",
+            labels=["mode"],
+        )
         for mode, value in sorted(s.get("run_duration", {}).items()):
             run.add_metric([mode], value)
         yield run
-        yield CounterMetricFamily("slurm_hooks_drains", "drains this node set on itself", value=s.get("drains_total", 0))
+        yield CounterMetricFamily(
+            "slurm_hooks_drains", "drains this node set on itself", value=s.get("drains_total", 0)
+        )
         config_error = s.get("config_error")
         if isinstance(config_error, dict):
-            yield GaugeMetricFamily("slurm_hooks_config_error", "1 while hooks fail open on a refused configuration "
-                                    "(jobs run unchecked)", value=config_error.get("value", 0))
+            yield GaugeMetricFamily(
+                "slurm_hooks_config_error",
+                "1 while hooks fail open on a refused configuration (jobs run unchecked)",
+                value=config_error.get("value", 0),
+            )
         abandoned = s.get("abandoned")
         if isinstance(abandoned, dict) and abandoned:
-            steps = CounterMetricFamily("slurm_hooks_steps_abandoned", "steps after the checks given up after "
-                                        "[deadline] files (hung file system)", labels=["step"])
+            steps = CounterMetricFamily(
+                "slurm_hooks_steps_abandoned",
+                "steps after the checks given up after [deadline] files (hung file system)",
+                labels=["step"],
+            )
             for name, value in sorted(abandoned.items()):
                 steps.add_metric([str(name)], value)
             yield steps
         breaker = s.get("breaker")
         if breaker:
-            yield GaugeMetricFamily("slurm_hooks_breaker_tripped", "1 when the circuit breaker refused the last "
-                                    "drain", value=1 if breaker.get("tripped") else 0)
-            for key, name, text in (("drained_by_us", "drained_nodes", "other nodes drained by slurm-hooks"),
-                                    ("limit", "limit_nodes", "drained nodes at which the breaker trips")):
+            yield GaugeMetricFamily(
+                "slurm_hooks_breaker_tripped",
+                "1 when the circuit breaker refused the last drain",
+                value=1 if breaker.get("tripped") else 0,
+            )
+            for key, name, text in (
+                ("drained_by_us", "drained_nodes", "other nodes drained by slurm-hooks"),
+                ("limit", "limit_nodes", "drained nodes at which the breaker trips"),
+            ):
                 if breaker.get(key) is not None:
-                    yield GaugeMetricFamily("slurm_hooks_breaker_" + name, text + " (at the last drain)",
-                                            value=breaker[key])
+                    yield GaugeMetricFamily(
+                        "slurm_hooks_breaker_" + name,
+                        text + " (at the last drain)",
+                        value=breaker[key],
+                    )

@@ -6,6 +6,7 @@ The metric names and units are the contract with `slurm-hooks report` (docs/reco
 rates are per second of the job's wall time, fractions are of that wall time, and a figure that
 could not be measured is ABSENT (never 0): its reason goes to the record's `perf_unavailable`.
 """
+
 from __future__ import annotations
 
 from typing import Any, Dict, List, Optional, Tuple
@@ -14,8 +15,12 @@ from ..hw.cpustat import parse_proc_stat
 from ..hw.host import HostError, format_cpulist, parse_cpulist
 
 MIN_WALL_S = 1.0  # shorter jobs give no rates: two snapshots a few ms apart say nothing
-IB_WORD_BYTES = 4  # port_xmit_data / port_rcv_data count octets divided by 4 (sysfs-class-infiniband ABI)
-IB_SATURATED = (1 << 32) - 1  # a 32-bit PMA counter stuck here stopped counting (kernels without 64-bit ones)
+IB_WORD_BYTES = (
+    4  # port_xmit_data / port_rcv_data count octets divided by 4 (sysfs-class-infiniband ABI)
+)
+IB_SATURATED = (
+    1 << 32
+) - 1  # a 32-bit PMA counter stuck here stopped counting (kernels without 64-bit ones)
 Perf = Dict[str, float]
 
 
@@ -45,6 +50,7 @@ def perf_block(record: Dict[str, Any]) -> Tuple[Perf, Dict[str, str]]:
 
 # -- GPUs ---------------------------------------------------------------------------------------
 
+
 def gpu_throttle_ns(delta: Dict[str, int]) -> Dict[str, int]:
     """One GPU's held-down time per contract reason, from its counter deltas.
 
@@ -53,11 +59,16 @@ def gpu_throttle_ns(delta: Dict[str, int]) -> Dict[str, int]:
     NVML's HwSlowdown reason, engaged by HW thermal slowdown or the HW power brake: their sum (an upper
     bound should both hold the clocks at once; capped at the wall time by the caller).
     """
+
     def ce(name: str) -> Optional[int]:
         return delta.get("clock_event_ns." + name)
 
     out: Dict[str, int] = {}
-    hw_thermal, brake, sw_thermal = ce("hw_therm_slowdown"), ce("hw_power_brake_slowdown"), ce("sw_therm_slowdown")
+    hw_thermal, brake, sw_thermal = (
+        ce("hw_therm_slowdown"),
+        ce("hw_power_brake_slowdown"),
+        ce("sw_therm_slowdown"),
+    )
     if hw_thermal is not None and brake is not None:
         out["hw_slowdown"] = hw_thermal + brake
     if brake is not None:
@@ -66,7 +77,10 @@ def gpu_throttle_ns(delta: Dict[str, int]) -> Dict[str, int]:
         out["thermal"] = hw_thermal + sw_thermal
     elif delta.get("violation_ns.thermal") is not None:
         out["thermal"] = delta["violation_ns.thermal"]
-    for reason, field, violation in (("power", "sw_power_cap", "power"), ("sync_boost", "sync_boost", "sync_boost")):
+    for reason, field, violation in (
+        ("power", "sw_power_cap", "power"),
+        ("sync_boost", "sync_boost", "sync_boost"),
+    ):
         value = ce(field) if ce(field) is not None else delta.get("violation_ns." + violation)
         if value is not None:
             out[reason] = value
@@ -84,20 +98,31 @@ def _throttle(gpus: List[Dict[str, Any]], wall: float, perf: Perf, missing: Dict
         if values:
             perf[key] = min(1.0, max(values) / 1e9 / wall)
         else:
-            missing[key] = "no job GPU reports it (driver too old, or see gpus[].unavailable)" if gpus else \
-                "no GPU deltas"
+            missing[key] = (
+                "no job GPU reports it (driver too old, or see gpus[].unavailable)"
+                if gpus
+                else "no GPU deltas"
+            )
 
 
-def _power_and_errors(gpus: List[Dict[str, Any]], wall: float, perf: Perf, missing: Dict[str, str]) -> None:
+def _power_and_errors(
+    gpus: List[Dict[str, Any]], wall: float, perf: Perf, missing: Dict[str, str]
+) -> None:
     watts = [g["delta"]["energy_mj"] / 1000.0 / wall for g in gpus if "energy_mj" in g["delta"]]
     if watts:
         perf["gpu_power_w.mean"] = sum(watts) / len(watts)
         perf["gpu_power_w.min"] = min(watts)
     else:
-        missing["gpu_power_w.mean"] = missing["gpu_power_w.min"] = "no job GPU reports its energy counter"
+        missing["gpu_power_w.mean"] = missing["gpu_power_w.min"] = (
+            "no job GPU reports its energy counter"
+        )
     for key, prefix in (("pcie_replays_per_h", "pcie.replay"), ("nvlink_errors_per_h", "nvlink.")):
-        counts = [v for g in gpus for k, v in g["delta"].items() if k == prefix or (prefix.endswith(".")
-                                                                                    and k.startswith(prefix))]
+        counts = [
+            v
+            for g in gpus
+            for k, v in g["delta"].items()
+            if k == prefix or (prefix.endswith(".") and k.startswith(prefix))
+        ]
         if counts:
             perf[key] = sum(counts) * 3600.0 / wall
         else:
@@ -106,17 +131,26 @@ def _power_and_errors(gpus: List[Dict[str, Any]], wall: float, perf: Perf, missi
 
 # -- InfiniBand ------------------------------------------------------------------------------------
 
-def _infiniband(ports: List[Dict[str, Any]], wall: float, perf: Perf, missing: Dict[str, str]) -> None:
+
+def _infiniband(
+    ports: List[Dict[str, Any]], wall: float, perf: Perf, missing: Dict[str, str]
+) -> None:
     waits = [p["traffic"]["port_xmit_wait"] for p in ports if "port_xmit_wait" in p["traffic"]]
     sent = [p["traffic"]["port_xmit_data"] for p in ports if "port_xmit_data" in p["traffic"]]
     received = [p["traffic"]["port_rcv_data"] for p in ports if "port_rcv_data" in p["traffic"]]
-    for key, values, make in (("ib_xmit_wait_per_s", waits, lambda v: max(v) / wall),
-                              ("ib_xmit_bytes_per_s", sent, lambda v: sum(v) * IB_WORD_BYTES / wall),
-                              ("ib_rcv_bytes_per_s", received, lambda v: sum(v) * IB_WORD_BYTES / wall)):
+    for key, values, make in (
+        ("ib_xmit_wait_per_s", waits, lambda v: max(v) / wall),
+        ("ib_xmit_bytes_per_s", sent, lambda v: sum(v) * IB_WORD_BYTES / wall),
+        ("ib_rcv_bytes_per_s", received, lambda v: sum(v) * IB_WORD_BYTES / wall),
+    ):
         if values:
             perf[key] = make(values)
         else:
-            missing[key] = "no InfiniBand port with the counter in both snapshots" if ports else "no InfiniBand port"
+            missing[key] = (
+                "no InfiniBand port with the counter in both snapshots"
+                if ports
+                else "no InfiniBand port"
+            )
 
 
 def ib_traffic(before: Dict[str, int], after: Dict[str, int]) -> Dict[str, int]:
@@ -135,6 +169,7 @@ def ib_traffic(before: Dict[str, int], after: Dict[str, int]) -> Dict[str, int]:
 
 # -- CPUs ------------------------------------------------------------------------------------------
 
+
 def cpu_window(before: Optional[Dict[str, Any]], after: Optional[Dict[str, Any]]) -> Dict[str, Any]:
     """The record's `cpu`: CPU time on the job's CPUs between the snapshots, and the job's own.
 
@@ -144,7 +179,10 @@ def cpu_window(before: Optional[Dict[str, Any]], after: Optional[Dict[str, Any]]
     slurmstepd scope's delta (every Slurm job's time: see cpustat's docstring). Values in seconds.
     """
     if not before or not after:
-        return {"busy_s": None, "why": "no CPU times in %s snapshot" % ("the prolog" if not before else "the epilog")}
+        return {
+            "busy_s": None,
+            "why": "no CPU times in %s snapshot" % ("the prolog" if not before else "the epilog"),
+        }
     out: Dict[str, Any] = {}
     try:
         b, a = _per_cpu(before), _per_cpu(after)
@@ -156,14 +194,20 @@ def cpu_window(before: Optional[Dict[str, Any]], after: Optional[Dict[str, Any]]
     if not cpus:
         return {"busy_s": None, "why": "no CPU in both snapshots"}
     hz = float(after.get("tick_hz") or 100)
-    out.update(scope="job" if wanted is not None else "node", cpus=format_cpulist(cpus), ncpus=len(cpus))
+    out.update(
+        scope="job" if wanted is not None else "node", cpus=format_cpulist(cpus), ncpus=len(cpus)
+    )
     busy = [a[c][0] - b[c][0] for c in cpus]
     steal = [a[c][1] - b[c][1] for c in cpus if a[c][1] is not None and b[c][1] is not None]
     if min(busy) < 0:
         return dict(out, busy_s=None, why="CPU times went backwards (not the same boot)")
     out["busy_s"] = round(sum(busy) / hz, 3)
-    out["steal_s"] = round(sum(steal) / hz, 3) if len(steal) == len(cpus) and min(steal) >= 0 else None
-    out["job_s"], out["job_from"] = _job_usage(before.get("usage_usec") or {}, after.get("usage_usec") or {})
+    out["steal_s"] = (
+        round(sum(steal) / hz, 3) if len(steal) == len(cpus) and min(steal) >= 0 else None
+    )
+    out["job_s"], out["job_from"] = _job_usage(
+        before.get("usage_usec") or {}, after.get("usage_usec") or {}
+    )
     return out
 
 
@@ -174,13 +218,17 @@ def _per_cpu(snap: Dict[str, Any]) -> Dict[int, Tuple[int, Optional[int]]]:
     return parse_proc_stat(text)
 
 
-def _job_usage(before: Dict[str, int], after: Dict[str, int]) -> Tuple[Optional[float], Optional[str]]:
+def _job_usage(
+    before: Dict[str, int], after: Dict[str, int]
+) -> Tuple[Optional[float], Optional[str]]:
     if "job" in after and "job" in before and after["job"] >= before["job"]:
         return round((after["job"] - before["job"]) / 1e6, 3), "job cgroup"
     if "job" in after and "job" not in before:
         return round(after["job"] / 1e6, 3), "job cgroup (created after the prolog)"
     if "slurm" in after and "slurm" in before and after["slurm"] >= before["slurm"]:
-        return round((after["slurm"] - before["slurm"]) / 1e6, 3), "slurmstepd scope (every Slurm job)"
+        return round(
+            (after["slurm"] - before["slurm"]) / 1e6, 3
+        ), "slurmstepd scope (every Slurm job)"
     return None, None
 
 

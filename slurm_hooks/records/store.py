@@ -26,6 +26,7 @@ answers costs at most [deadline] files, and what did not finish is logged with i
 A missing prolog snapshot (prolog skipped or failed, node rebooted, state dir wiped) still gives a
 record, marked "prolog_snapshot": "missing" and without deltas.
 """
+
 from __future__ import annotations
 
 import errno
@@ -45,11 +46,16 @@ if TYPE_CHECKING:
     from ..xid.kmsg import KmsgView
 
 SNAPSHOT_DIR = "snapshots"
-RECORD_MODE, RECORD_DIR_MODE = 0o640, 0o750  # readable by the directory's group (setgid dir: admins)
+RECORD_MODE, RECORD_DIR_MODE = (
+    0o640,
+    0o750,
+)  # readable by the directory's group (setgid dir: admins)
 STALE_TEMP_S = 3600  # a temp file this old was left by a writer killed mid-write
 GPU_SHARE = 0.6  # of [records] snapshot_timeout: after it a GPU whose NVML calls hang is given up (the rest stand)
 _SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
-RECORD_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}\.json$")  # <job id>.json: what retention may remove
+RECORD_NAME = re.compile(
+    r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}\.json$"
+)  # <job id>.json: what retention may remove
 OUR_TEMP = re.compile(r"^\..+\.tmp$")  # atomicio's temp files (".<name>.<pid>.<n>.tmp")
 
 
@@ -66,18 +72,25 @@ def safe_name(value: Optional[str], what: str) -> str:
 
 # -- paths -------------------------------------------------------------------------------------
 
+
 def snapshot_path(config: Config, job_id: str) -> str:
-    return os.path.join(config.get("paths", "state_dir"), SNAPSHOT_DIR, safe_name(job_id, "job id") + ".json")
+    return os.path.join(
+        config.get("paths", "state_dir"), SNAPSHOT_DIR, safe_name(job_id, "job id") + ".json"
+    )
 
 
 def record_path(directory: str, node: str, job_id: str) -> str:
-    return os.path.join(directory, safe_name(node, "node name"), safe_name(job_id, "job id") + ".json")
+    return os.path.join(
+        directory, safe_name(node, "node name"), safe_name(job_id, "job id") + ".json"
+    )
 
 
 # -- gathering, isolated -----------------------------------------------------------------------
 
-def take_snapshot(config: Config, job: JobContext, epilog: bool, kernel_log: Optional[KmsgView] = None
-                  ) -> Dict[str, Any]:
+
+def take_snapshot(
+    config: Config, job: JobContext, epilog: bool, kernel_log: Optional[KmsgView] = None
+) -> Dict[str, Any]:
     """counters.take for the job's GPUs and the node, in this process (callers bound it in time).
 
     In the epilog the snapshot also carries the kernel log's Xid/SXid lines (`xid_lines`).
@@ -93,9 +106,16 @@ def take_snapshot(config: Config, job: JobContext, epilog: bool, kernel_log: Opt
             kernel_log = counters.read_kernel_log(host)
         except HostError:  # counters.take reads again and records why it could not
             pass
-    snap = counters.take(host, settings["nvml"]["library"], job.gpus, settings["records"]["ib_counters"],
-                         processes=epilog, kernel_log=kernel_log,
-                         gpu_budget=GPU_SHARE * settings["records"]["snapshot_timeout"], job_id=job.job_id)
+    snap = counters.take(
+        host,
+        settings["nvml"]["library"],
+        job.gpus,
+        settings["records"]["ib_counters"],
+        processes=epilog,
+        kernel_log=kernel_log,
+        gpu_budget=GPU_SHARE * settings["records"]["snapshot_timeout"],
+        job_id=job.job_id,
+    )
     if epilog:
         try:
             snap["xid_lines"] = counters.read_xid_lines(host, kernel_log)
@@ -117,22 +137,28 @@ def gather(config: Config, job: JobContext, epilog: bool) -> Tuple[Optional[Dict
     """
     from ..core.isolation import run_isolated
 
-    return run_isolated(lambda: take_snapshot(config, job, epilog), config.get("records", "snapshot_timeout"))
+    return run_isolated(
+        lambda: take_snapshot(config, job, epilog), config.get("records", "snapshot_timeout")
+    )
 
 
 # -- prolog ------------------------------------------------------------------------------------
 
-Gathered = Optional[Tuple[Optional[Dict[str, Any]], str]]  # (snapshot, why not) taken by the caller, or None
+Gathered = Optional[
+    Tuple[Optional[Dict[str, Any]], str]
+]  # (snapshot, why not) taken by the caller, or None
 
 
-def prolog_snapshot(config: Config, job: JobContext, log: Optional[logging.Logger] = None,
-                    gathered: Gathered = None) -> Optional[str]:
+def prolog_snapshot(
+    config: Config, job: JobContext, log: Optional[logging.Logger] = None, gathered: Gathered = None
+) -> Optional[str]:
     """Take and store the job's start snapshot; its path, or None (disabled, no job, or failed: logged)."""
     return _prolog(config, job, _log(log), gathered)[0]
 
 
-def _prolog(config: Config, job: JobContext, log: logging.Logger, gathered: Gathered = None
-            ) -> Tuple[Optional[str], Optional[Dict[str, Any]]]:
+def _prolog(
+    config: Config, job: JobContext, log: logging.Logger, gathered: Gathered = None
+) -> Tuple[Optional[str], Optional[Dict[str, Any]]]:
     if not config.get("records", "enabled") or not job.job_id:
         return None, None
     snap = None
@@ -143,7 +169,9 @@ def _prolog(config: Config, job: JobContext, log: logging.Logger, gathered: Gath
             log.error(logs.kv(event="snapshot-failed", context="prolog", job=job.job_id, error=why))
             return None, None
         write_json_atomic(path, snap, mode=0o600)
-        prune_snapshots(os.path.dirname(path), config.get("records", "snapshot_max_age_days") * 86400.0)
+        prune_snapshots(
+            os.path.dirname(path), config.get("records", "snapshot_max_age_days") * 86400.0
+        )
         return path, snap
     except ValueError as exc:  # a job id that cannot be a file name (jobenv lets none through)
         log.error(logs.kv(event="snapshot-not-written", job=job.job_id, error=exc))
@@ -154,8 +182,9 @@ def _prolog(config: Config, job: JobContext, log: logging.Logger, gathered: Gath
     return None, snap
 
 
-def store_prolog_snapshot(config: Config, job: JobContext, gathered: Gathered,
-                          log: Optional[logging.Logger] = None) -> Optional[str]:
+def store_prolog_snapshot(
+    config: Config, job: JobContext, gathered: Gathered, log: Optional[logging.Logger] = None
+) -> Optional[str]:
     """Write a snapshot already taken (hooks.py does it in the check child, bounded); its path or None."""
     return _prolog(config, job, _log(log), gathered)[0]
 
@@ -195,8 +224,17 @@ def load_snapshot(config: Config, job_id: str) -> Tuple[Optional[Dict[str, Any]]
 
 # -- epilog ------------------------------------------------------------------------------------
 
-def epilog_record(config: Config, job: JobContext, node: str, report=None, decision=None, enacted=None,
-                  log: Optional[logging.Logger] = None, gathered: Gathered = None) -> Optional[str]:
+
+def epilog_record(
+    config: Config,
+    job: JobContext,
+    node: str,
+    report=None,
+    decision=None,
+    enacted=None,
+    log: Optional[logging.Logger] = None,
+    gathered: Gathered = None,
+) -> Optional[str]:
     """Build and write the job's record on this node; its path, or None (disabled, no job, failed: logged)."""
     from .build import build_record
 
@@ -209,28 +247,47 @@ def epilog_record(config: Config, job: JobContext, node: str, report=None, decis
         path = record_path(config.get("records", "dir"), node, job.job_id)
         before, prolog_state = load_snapshot(config, job.job_id)
         after, why = gathered if gathered is not None else gather(config, job, epilog=True)
-        record = build_record(job, node, before, prolog_state, after, why, report, decision, enacted,
-                              config.settings)
+        record = build_record(
+            job, node, before, prolog_state, after, why, report, decision, enacted, config.settings
+        )
         record["timings"]["record_build_s"] = round(time.monotonic() - started, 4)
-        write_record(path, record, max_records=config.get("records", "max_records"),
-                     max_bytes=config.get("records", "max_mb") << 20)
+        write_record(
+            path,
+            record,
+            max_records=config.get("records", "max_records"),
+            max_bytes=config.get("records", "max_mb") << 20,
+        )
         _remove_quietly(snapshot_path(config, job.job_id))
         return path
     except ValueError as exc:  # a node name or job id that cannot be a file name
         log.error(logs.kv(event="record-not-written", job=job.job_id, node=node, error=exc))
     except OSError as exc:
-        log.error(logs.kv(event="record-not-written", job=job.job_id, node=node, path=path, error=_oserror(exc)))
+        log.error(
+            logs.kv(
+                event="record-not-written",
+                job=job.job_id,
+                node=node,
+                path=path,
+                error=_oserror(exc),
+            )
+        )
     except Exception as exc:  # our bug must not fail the epilog (that would drain the node)
         log.exception(logs.kv(event="record-bug", job=job.job_id, node=node, error=repr(exc)))
-    _remove_quietly(snapshot_path(config, job.job_id))  # the job is over: its start snapshot is useless now
+    _remove_quietly(
+        snapshot_path(config, job.job_id)
+    )  # the job is over: its start snapshot is useless now
     return None
 
 
 HEADER_KEYS = ("schema", "version", "job", "node", "start", "end", "prolog_snapshot", "summary")
 
 
-def write_record(path: str, record: Dict[str, Any], max_records: Optional[int] = None,
-                 max_bytes: Optional[int] = None) -> None:
+def write_record(
+    path: str,
+    record: Dict[str, Any],
+    max_records: Optional[int] = None,
+    max_bytes: Optional[int] = None,
+) -> None:
     """Compact JSON, atomically, at DIR/<node>/<job>.json; then retention when max_records is given.
 
     Directories are created group-readable (see RECORD_DIR_MODE). DIR is the configured path; below
@@ -241,17 +298,33 @@ def write_record(path: str, record: Dict[str, Any], max_records: Optional[int] =
     node_dir = os.path.dirname(path)
     base_fd = atomicio.open_dir(os.path.dirname(node_dir), create_mode=RECORD_DIR_MODE)
     try:
-        node_fd = atomicio.open_subdir(base_fd, os.path.basename(node_dir), RECORD_DIR_MODE, os.path.dirname(node_dir))
+        node_fd = atomicio.open_subdir(
+            base_fd, os.path.basename(node_dir), RECORD_DIR_MODE, os.path.dirname(node_dir)
+        )
     finally:
         os.close(base_fd)
     try:
-        def ours(info: os.stat_result) -> None:  # our temp file's owner is who we are on this file system
+
+        def ours(
+            info: os.stat_result,
+        ) -> None:  # our temp file's owner is who we are on this file system
             atomicio.check_owner(node_fd, info.st_uid, node_dir)
 
-        written = atomicio.write_atomic_at(node_fd, os.path.basename(path), encode_record(record), RECORD_MODE,
-                                           where=node_dir, owner_check=ours)
+        written = atomicio.write_atomic_at(
+            node_fd,
+            os.path.basename(path),
+            encode_record(record),
+            RECORD_MODE,
+            where=node_dir,
+            owner_check=ours,
+        )
         if max_records is not None:
-            _retain(node_fd, written.st_uid, max_records, max_bytes if max_bytes is not None else 1 << 62)
+            _retain(
+                node_fd,
+                written.st_uid,
+                max_records,
+                max_bytes if max_bytes is not None else 1 << 62,
+            )
     finally:
         os.close(node_fd)
 
@@ -269,8 +342,9 @@ def encode_record(record: Dict[str, Any]) -> bytes:
     return (dump(header)[:-1] + ",\n" + dump(body)[1:] + "\n").encode("utf-8")
 
 
-def enforce_retention(directory: str, max_records: int, max_bytes: int, now: Optional[float] = None
-                      ) -> List[str]:
+def enforce_retention(
+    directory: str, max_records: int, max_bytes: int, now: Optional[float] = None
+) -> List[str]:
     """Delete the oldest records (by mtime) until at most max_records files and max_bytes remain.
 
     Also removes temp files left by writers killed mid-write once they are STALE_TEMP_S old. Returns
@@ -282,17 +356,24 @@ def enforce_retention(directory: str, max_records: int, max_bytes: int, now: Opt
     except OSError:
         return []
     try:
-        return [os.path.join(directory, name) for name in _retain(dir_fd, os.geteuid(), max_records, max_bytes, now)]
+        return [
+            os.path.join(directory, name)
+            for name in _retain(dir_fd, os.geteuid(), max_records, max_bytes, now)
+        ]
     finally:
         os.close(dir_fd)
 
 
-def _retain(dir_fd: int, uid: int, max_records: int, max_bytes: int, now: Optional[float] = None) -> List[str]:
+def _retain(
+    dir_fd: int, uid: int, max_records: int, max_bytes: int, now: Optional[float] = None
+) -> List[str]:
     """enforce_retention on a directory descriptor, for files owned by `uid`; returns the names removed."""
     now = time.time() if now is None else now
     atomicio.remove_stale_temps(dir_fd, uid, STALE_TEMP_S, now, OUR_TEMP)
-    records = sorted((info.st_mtime, info.st_size, name)
-                     for name, info in atomicio.our_entries(dir_fd, RECORD_NAME, uid))
+    records = sorted(
+        (info.st_mtime, info.st_size, name)
+        for name, info in atomicio.our_entries(dir_fd, RECORD_NAME, uid)
+    )
     total = sum(size for _, size, _ in records)
     removed: List[str] = []
     for _mtime, size, name in records:
@@ -305,6 +386,7 @@ def _retain(dir_fd: int, uid: int, max_records: int, max_bytes: int, now: Option
 
 
 # -- finding records (record show, report --job) ------------------------------------------------
+
 
 def find_records(directories: List[str], job_id: str, node: Optional[str] = None) -> List[str]:
     """Paths of the records of job_id (on node, when given) under the records directories."""
@@ -319,15 +401,30 @@ def find_records(directories: List[str], job_id: str, node: Optional[str] = None
         if os.path.isfile(os.path.join(directory, name)):  # a node directory given directly
             found.append(os.path.join(directory, name))
         for entry in _scan(directory):
-            if entry.is_dir() and not entry.name.startswith(".") and os.path.isfile(os.path.join(entry.path, name)):
+            if (
+                entry.is_dir()
+                and not entry.name.startswith(".")
+                and os.path.isfile(os.path.join(entry.path, name))
+            ):
                 found.append(os.path.join(entry.path, name))
     return sorted(found)
 
 
 # -- what hooks.run_hook runs after its decision -----------------------------------------------
 
-def steps(context: str, config: Config, job: JobContext, node: str, report=None, decision=None, enacted=None,
-          log: Optional[logging.Logger] = None, gathered: Gathered = None, snapshot_stored: bool = False) -> list:
+
+def steps(
+    context: str,
+    config: Config,
+    job: JobContext,
+    node: str,
+    report=None,
+    decision=None,
+    enacted=None,
+    log: Optional[logging.Logger] = None,
+    gathered: Gathered = None,
+    snapshot_stored: bool = False,
+) -> list:
     """The prolog's snapshot file (unless `snapshot_stored`: hooks.py wrote it already) or the epilog's
     record, and the dcgm-exporter job mapping, as isolation.Steps (name, path, work) that hooks.py
     runs in a bounded child. Each step logs its own errors and never raises."""
@@ -340,27 +437,58 @@ def steps(context: str, config: Config, job: JobContext, node: str, report=None,
     wanted_here = config.get("records", "enabled") and bool(job.job_id)
     if context == "prolog":
         if wanted_here and not snapshot_stored:
-            out.append(Step("snapshot", _path_or_dir(lambda: snapshot_path(config, job.job_id),
-                                                     config.get("paths", "state_dir")),
-                            lambda: _prolog(config, job, log, gathered)))
+            out.append(
+                Step(
+                    "snapshot",
+                    _path_or_dir(
+                        lambda: snapshot_path(config, job.job_id), config.get("paths", "state_dir")
+                    ),
+                    lambda: _prolog(config, job, log, gathered),
+                )
+            )
         snap = gathered[0] if gathered else None
         # dcgm-exporter names files by NVML index; Slurm's indices are minor numbers (see counters.read_gpus)
         indices = [g["index"] for g in snap["gpus"]] if snap and snap.get("gpus") else None
         if mapping_dir and job.job_id:
-            out.append(Step("dcgm-mapping", mapping_dir,
-                            lambda: dcgm.on_prolog(config, job, indices, log=log)))
+            out.append(
+                Step(
+                    "dcgm-mapping",
+                    mapping_dir,
+                    lambda: dcgm.on_prolog(config, job, indices, log=log),
+                )
+            )
     elif context == "epilog":
         if mapping_dir and job.job_id:
-            out.append(Step("dcgm-mapping", mapping_dir, lambda: dcgm.on_epilog(config, job, log=log)))
+            out.append(
+                Step("dcgm-mapping", mapping_dir, lambda: dcgm.on_epilog(config, job, log=log))
+            )
         if wanted_here:
-            out.append(Step("record", _path_or_dir(lambda: record_path(config.get("records", "dir"), node, job.job_id),
-                                                   config.get("records", "dir")),
-                            lambda: epilog_record(config, job, node, report, decision, enacted, log, gathered)))
+            out.append(
+                Step(
+                    "record",
+                    _path_or_dir(
+                        lambda: record_path(config.get("records", "dir"), node, job.job_id),
+                        config.get("records", "dir"),
+                    ),
+                    lambda: epilog_record(
+                        config, job, node, report, decision, enacted, log, gathered
+                    ),
+                )
+            )
     return out
 
 
-def on_hook(context: str, config: Config, job: JobContext, node: str, report=None, decision=None, enacted=None,
-            log: Optional[logging.Logger] = None, gathered: Gathered = None) -> Optional[str]:
+def on_hook(
+    context: str,
+    config: Config,
+    job: JobContext,
+    node: str,
+    report=None,
+    decision=None,
+    enacted=None,
+    log: Optional[logging.Logger] = None,
+    gathered: Gathered = None,
+) -> Optional[str]:
     """The steps of `steps`, one after the other in this process (tests; hooks.py bounds them instead);
     the snapshot's or record's path when one was written."""
     if gathered is None and wanted(config, job, context):
@@ -382,6 +510,7 @@ def _path_or_dir(path, fallback: str) -> str:
 
 # -- helpers -----------------------------------------------------------------------------------
 
+
 def _scan(directory: str) -> List[os.DirEntry]:
     try:
         with os.scandir(directory) as entries:
@@ -402,4 +531,8 @@ def _oserror(exc: OSError) -> str:
     """'No space left on device (ENOSPC): /var/log/...' -- what an operator greps for."""
     code = errno.errorcode.get(exc.errno or 0, "")
     where = exc.filename or ""
-    return "%s%s%s" % (exc.strerror or exc, " (%s)" % code if code else "", ": %s" % where if where else "")
+    return "%s%s%s" % (
+        exc.strerror or exc,
+        " (%s)" % code if code else "",
+        ": %s" % where if where else "",
+    )

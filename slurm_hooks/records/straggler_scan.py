@@ -14,6 +14,7 @@ skipped. A node directory, and each record in it, must belong to root, to the ow
 records directory, or to nobody (NFS root_squash): a user who can create a directory in a shared
 records directory cannot plant records for someone else's node (that could get it drained).
 """
+
 from __future__ import annotations
 
 import collections
@@ -38,7 +39,9 @@ class ScanError(Exception):
 class OpenJob(Struct, frozen=False):
     job_id: str
     first_seen: float
-    entries: Dict[str, Tuple[Tuple[Optional[float], ...], float, float, Optional[str]]] = field(default_factory=dict)
+    entries: Dict[str, Tuple[Tuple[Optional[float], ...], float, float, Optional[str]]] = field(
+        default_factory=dict
+    )
 
 
 class StragglerScan(Struct, frozen=False):
@@ -52,11 +55,15 @@ class StragglerScan(Struct, frozen=False):
     records: int = 0  # header lines read
     jobs_scored: int = 0
     node_jobs: int = 0  # (node, job) pairs scored
-    skipped: Dict[str, int] = field(default_factory=dict)  # why a record or job was not scored -> count
+    skipped: Dict[str, int] = field(
+        default_factory=dict
+    )  # why a record or job was not scored -> count
     unreadable: List[str] = field(default_factory=list)  # first few only
     unreadable_count: int = 0
     seconds: float = 0.0
-    max_open_jobs: int = 0  # the most jobs held at once (streaming: jobs ending within SETTLE_S of each other)
+    max_open_jobs: int = (
+        0  # the most jobs held at once (streaming: jobs ending within SETTLE_S of each other)
+    )
 
     def skip(self, why: str, count: int = 1) -> None:
         self.skipped[why] = self.skipped.get(why, 0) + count
@@ -68,7 +75,10 @@ class StragglerScan(Struct, frozen=False):
 
 # -- listing -------------------------------------------------------------------------------------
 
-def list_records(paths: Iterable[str], since: Optional[float], scan: StragglerScan) -> List[Tuple[float, str, str]]:
+
+def list_records(
+    paths: Iterable[str], since: Optional[float], scan: StragglerScan
+) -> List[Tuple[float, str, str]]:
     """(mtime, node, path) of every record to read, oldest first. A PATH is a records directory
     (its subdirectories are node directories), a node directory, or one record file."""
     found: List[Tuple[float, str, str]] = []
@@ -78,11 +88,21 @@ def list_records(paths: Iterable[str], since: Optional[float], scan: StragglerSc
         except OSError:
             raise ScanError("%s: no such file or directory" % path) from None
         if os.path.isfile(path):
-            found.append((info.st_mtime, os.path.basename(os.path.dirname(os.path.abspath(path))), path))
+            found.append(
+                (info.st_mtime, os.path.basename(os.path.dirname(os.path.abspath(path))), path)
+            )
             continue
         trusted = {0, NOBODY_UID, info.st_uid}
         parent = os.stat(os.path.dirname(os.path.abspath(path)) or "/").st_uid
-        _node_dir(path, os.path.basename(os.path.abspath(path)), info.st_uid, trusted | {parent}, since, scan, found)
+        _node_dir(
+            path,
+            os.path.basename(os.path.abspath(path)),
+            info.st_uid,
+            trusted | {parent},
+            since,
+            scan,
+            found,
+        )
         for entry in _entries(path):
             if entry.name.startswith(".") or not entry.is_dir(follow_symlinks=False):
                 continue
@@ -98,8 +118,15 @@ def list_records(paths: Iterable[str], since: Optional[float], scan: StragglerSc
     return found
 
 
-def _node_dir(directory: str, node: str, owner: int, trusted: set, since: Optional[float], scan: StragglerScan,
-              found: List[Tuple[float, str, str]]) -> None:
+def _node_dir(
+    directory: str,
+    node: str,
+    owner: int,
+    trusted: set,
+    since: Optional[float],
+    scan: StragglerScan,
+    found: List[Tuple[float, str, str]],
+) -> None:
     """The records directly in `directory` (node directory `node`, owned by `owner`)."""
     if owner not in trusted:
         return
@@ -131,21 +158,30 @@ def _entries(directory: str) -> List[os.DirEntry]:
 
 # -- folding -------------------------------------------------------------------------------------
 
-PARALLEL_MIN_RECORDS = 20000  # below this, one process reads the headers (a fork costs more than it saves)
+PARALLEL_MIN_RECORDS = (
+    20000  # below this, one process reads the headers (a fork costs more than it saves)
+)
 CHUNK = 1000  # records per piece of work handed to a reader process
 _OPEN_FLAGS = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
 HEAD_BYTES = 16384  # a header line is about 1 KB; a record without one is read whole (fleet_report.read_header)
 
 
-def scan(paths: Iterable[str], fleet: Dict[str, Any], since: Optional[float] = None,
-         now: Optional[float] = None, workers: Optional[int] = None) -> StragglerScan:
+def scan(
+    paths: Iterable[str],
+    fleet: Dict[str, Any],
+    since: Optional[float] = None,
+    now: Optional[float] = None,
+    workers: Optional[int] = None,
+) -> StragglerScan:
     """One pass over the records under `paths` with the [fleet] settings `fleet`. `since` (Unix time)
     defaults to now - window_days. workers: processes reading headers (None: 2 when there are many
     records and 2 CPUs; reading and parsing the headers is most of the work)."""
     started = time.monotonic()
     now = time.time() if now is None else now
     since = now - fleet["window_days"] * 86400.0 if since is None else since
-    result = StragglerScan(k=fleet["k"], m=fleet["m"], threshold=fleet["z_threshold"], min_nodes=fleet["min_job_nodes"])
+    result = StragglerScan(
+        k=fleet["k"], m=fleet["m"], threshold=fleet["z_threshold"], min_nodes=fleet["min_job_nodes"]
+    )
     listing = list_records(paths, since, result)
     if workers is None:
         workers = min(2, os.cpu_count() or 1) if len(listing) >= PARALLEL_MIN_RECORDS else 1
@@ -176,8 +212,9 @@ def scan(paths: Iterable[str], fleet: Dict[str, Any], since: Optional[float] = N
     return result
 
 
-def _parsed(listing: List[Tuple[float, str, str]], since: float, min_seconds: float, workers: int
-            ) -> Iterator[Tuple[float, str, Tuple[Any, ...]]]:
+def _parsed(
+    listing: List[Tuple[float, str, str]], since: float, min_seconds: float, workers: int
+) -> Iterator[Tuple[float, str, Tuple[Any, ...]]]:
     """(mtime, node, parse outcome) in listing order. With workers > 1, forked processes read and
     parse pieces of the listing ahead of the caller, at most 2 pieces each (the results wait in
     memory only that far ahead)."""
@@ -187,7 +224,7 @@ def _parsed(listing: List[Tuple[float, str, str]], since: float, min_seconds: fl
         return
     import multiprocessing
 
-    pieces = iter([listing[i:i + CHUNK] for i in range(0, len(listing), CHUNK)])
+    pieces = iter([listing[i : i + CHUNK] for i in range(0, len(listing), CHUNK)])
     with multiprocessing.get_context("fork").Pool(workers) as pool:
         pending: Deque[Tuple[List[Tuple[float, str, str]], Any]] = collections.deque()
         for piece in pieces:
@@ -199,12 +236,16 @@ def _parsed(listing: List[Tuple[float, str, str]], since: float, min_seconds: fl
             outcomes = answer.get()
             following = next(pieces, None)
             if following is not None:
-                pending.append((following, pool.apply_async(_parse_piece, (following, since, min_seconds))))
+                pending.append(
+                    (following, pool.apply_async(_parse_piece, (following, since, min_seconds)))
+                )
             for (mtime, node, _path), outcome in zip(piece, outcomes):
                 yield mtime, node, outcome
 
 
-def _parse_piece(piece: List[Tuple[float, str, str]], since: float, min_seconds: float) -> List[Tuple[Any, ...]]:
+def _parse_piece(
+    piece: List[Tuple[float, str, str]], since: float, min_seconds: float
+) -> List[Tuple[Any, ...]]:
     return [parse(path, node, since, min_seconds) for _mtime, node, path in piece]
 
 
@@ -220,13 +261,16 @@ def read_header(path: str) -> Dict[str, Any]:
     except OSError as exc:
         raise ValueError("%s: unreadable: %s" % (path, exc.strerror or exc)) from None
     end = head.find(b"\n")
-    if end > 0 and head[end - 1:end] == b",":
+    if end > 0 and head[end - 1 : end] == b",":
         try:
-            header = json.loads(head[:end - 1] + b"}")
+            header = json.loads(head[: end - 1] + b"}")
         except ValueError:
             header = None
-        if isinstance(header, dict) and header.get("schema") == RECORD_SCHEMA and isinstance(header.get("summary"),
-                                                                                                dict):
+        if (
+            isinstance(header, dict)
+            and header.get("schema") == RECORD_SCHEMA
+            and isinstance(header.get("summary"), dict)
+        ):
             return header
     from .fleet_report import read_header as read_slowly
 
@@ -265,8 +309,9 @@ def _close(job: OpenJob, result: StragglerScan, fleet: Dict[str, Any]) -> None:
         result.skip("job on fewer than min_job_nodes nodes")
         return
     names = list(job.entries)
-    flags = stragglers.score_rows(names, [job.entries[n][0] for n in names], fleet["min_job_nodes"],
-                                  fleet["z_threshold"])
+    flags = stragglers.score_rows(
+        names, [job.entries[n][0] for n in names], fleet["min_job_nodes"], fleet["z_threshold"]
+    )
     ends = sorted(e[2] for e in job.entries.values())
     start = min(e[1] for e in job.entries.values())
     user = next((e[3] for e in job.entries.values() if e[3]), None)
@@ -275,7 +320,11 @@ def _close(job: OpenJob, result: StragglerScan, fleet: Dict[str, Any]) -> None:
         window = result.windows.get(node)
         if window is None:
             window = result.windows[node] = stragglers.NodeWindow(node, fleet["m"])
-        window.add(stragglers.JobMark(job.job_id, ends[len(ends) // 2], nodes, user, tuple(flags[node]), start))
+        window.add(
+            stragglers.JobMark(
+                job.job_id, ends[len(ends) // 2], nodes, user, tuple(flags[node]), start
+            )
+        )
         result.node_jobs += 1
 
 
@@ -285,43 +334,104 @@ SCHEMA = "slurm-hooks.stragglers/1"
 
 
 def suspect_to_dict(suspect: stragglers.Suspect) -> Dict[str, Any]:
-    return {"node": suspect.node, "metric": suspect.metric, "kind": suspect.kind, "flagged": suspect.flagged,
-            "window": suspect.window, "users": suspect.users, "worst_z": suspect.worst_z,
-            "evidence": [{"job": mark.job, "end": mark.end, "nodes": mark.nodes, "z": flag.z, "value": flag.value,
-                          "median": flag.median, "peers": flag.peers} for mark, flag in suspect.evidence]}
+    return {
+        "node": suspect.node,
+        "metric": suspect.metric,
+        "kind": suspect.kind,
+        "flagged": suspect.flagged,
+        "window": suspect.window,
+        "users": suspect.users,
+        "worst_z": suspect.worst_z,
+        "evidence": [
+            {
+                "job": mark.job,
+                "end": mark.end,
+                "nodes": mark.nodes,
+                "z": flag.z,
+                "value": flag.value,
+                "median": flag.median,
+                "peers": flag.peers,
+            }
+            for mark, flag in suspect.evidence
+        ],
+    }
 
 
 def to_dict(result: StragglerScan, top: Optional[int] = None) -> Dict[str, Any]:
     suspects = result.suspects()
-    return {"schema": SCHEMA, "records": result.records, "jobs_scored": result.jobs_scored,
-            "node_jobs": result.node_jobs, "nodes": len(result.windows), "skipped": dict(sorted(result.skipped.items())),
-            "unreadable": result.unreadable_count, "unreadable_examples": result.unreadable,
-            "seconds": round(result.seconds, 3), "max_open_jobs": result.max_open_jobs,
-            "settings": {"k": result.k, "m": result.m, "z_threshold": result.threshold,
-                         "min_job_nodes": result.min_nodes},
-            "suspects": [suspect_to_dict(s) for s in (suspects[:top] if top else suspects)]}
+    return {
+        "schema": SCHEMA,
+        "records": result.records,
+        "jobs_scored": result.jobs_scored,
+        "node_jobs": result.node_jobs,
+        "nodes": len(result.windows),
+        "skipped": dict(sorted(result.skipped.items())),
+        "unreadable": result.unreadable_count,
+        "unreadable_examples": result.unreadable,
+        "seconds": round(result.seconds, 3),
+        "max_open_jobs": result.max_open_jobs,
+        "settings": {
+            "k": result.k,
+            "m": result.m,
+            "z_threshold": result.threshold,
+            "min_job_nodes": result.min_nodes,
+        },
+        "suspects": [suspect_to_dict(s) for s in (suspects[:top] if top else suspects)],
+    }
 
 
 def render(result: StragglerScan, top: int = 20) -> str:
     suspects = result.suspects()
-    lines = ["%d records, %d multi-node jobs scored (%d node-jobs) on %d nodes in %.2fs; suspect: flagged on one "
-             "figure in >= %d of a node's last %d jobs, z >= %g" % (result.records, result.jobs_scored,
-                                                                     result.node_jobs, len(result.windows),
-                                                                     result.seconds, result.k, result.m,
-                                                                     result.threshold)]
+    lines = [
+        "%d records, %d multi-node jobs scored (%d node-jobs) on %d nodes in %.2fs; suspect: flagged on one "
+        "figure in >= %d of a node's last %d jobs, z >= %g"
+        % (
+            result.records,
+            result.jobs_scored,
+            result.node_jobs,
+            len(result.windows),
+            result.seconds,
+            result.k,
+            result.m,
+            result.threshold,
+        )
+    ]
     if result.unreadable_count:
-        lines.append("  %d unreadable record(s), e.g. %s" % (result.unreadable_count, result.unreadable[0]))
+        lines.append(
+            "  %d unreadable record(s), e.g. %s" % (result.unreadable_count, result.unreadable[0])
+        )
     if result.skipped:
-        lines.append("  not scored: %s" % ", ".join("%s %d" % kv for kv in sorted(result.skipped.items())))
+        lines.append(
+            "  not scored: %s" % ", ".join("%s %d" % kv for kv in sorted(result.skipped.items()))
+        )
     if not suspects:
         lines.append("no straggler suspects")
         return "\n".join(lines) + "\n"
-    rows = [("NODE", "FIGURE", "JOBS", "WORST-Z", "LATEST: VALUE VS JOB MEDIAN", "USERS", "FLAGGED JOBS")]
+    rows = [
+        (
+            "NODE",
+            "FIGURE",
+            "JOBS",
+            "WORST-Z",
+            "LATEST: VALUE VS JOB MEDIAN",
+            "USERS",
+            "FLAGGED JOBS",
+        )
+    ]
     for s in suspects[:top]:
         mark, flag = s.evidence[-1]
-        rows.append((s.node, s.metric, "%d/%d" % (s.flagged, s.window), "%.1f" % s.worst_z,
-                     "%s vs %s" % (_num(flag.value), _num(flag.median)), str(s.users),
-                     ",".join(m.job for m, _ in s.evidence[-6:]) + (",..." if len(s.evidence) > 6 else "")))
+        rows.append(
+            (
+                s.node,
+                s.metric,
+                "%d/%d" % (s.flagged, s.window),
+                "%.1f" % s.worst_z,
+                "%s vs %s" % (_num(flag.value), _num(flag.median)),
+                str(s.users),
+                ",".join(m.job for m, _ in s.evidence[-6:])
+                + (",..." if len(s.evidence) > 6 else ""),
+            )
+        )
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
     lines.extend("  ".join(c.ljust(w) for c, w in zip(r[:-1], widths)) + "  " + r[-1] for r in rows)
     if len(suspects) > top:
@@ -341,7 +451,9 @@ def prom_text(result: StragglerScan, now: float, drains: Optional[Dict[str, int]
     """Prometheus text exposition (node_exporter textfile collector) of this pass."""
     out = []
 
-    def family(name: str, kind: str, text: str, samples: Iterable[Tuple[Dict[str, str], float]]) -> None:
+    def family(
+        name: str, kind: str, text: str, samples: Iterable[Tuple[Dict[str, str], float]]
+    ) -> None:
         out.append("# HELP %s %s" % (name, text))
         out.append("# TYPE %s %s" % (name, kind))
         for labels, value in samples:
@@ -349,26 +461,59 @@ def prom_text(result: StragglerScan, now: float, drains: Optional[Dict[str, int]
             out.append("%s%s %s" % (name, "{%s}" % names if names else "", repr(float(value))))
 
     suspects = result.suspects()
-    family("slurm_hooks_fleet_straggler", "gauge", "1 for each node and figure flagged in k of the node's last m "
-           "multi-node jobs (slurm-hooks report --stragglers)",
-           (({"node": s.node, "metric": s.metric, "kind": s.kind, "reason": _reason_label(s.metric)}, 1)
-            for s in suspects))
-    family("slurm_hooks_fleet_straggler_flagged_jobs", "gauge", "jobs of the node's window flagged on the figure",
-           (({"node": s.node, "metric": s.metric}, s.flagged) for s in suspects))
-    family("slurm_hooks_fleet_straggler_worst_z", "gauge", "largest robust z of the node on the figure in its window",
-           (({"node": s.node, "metric": s.metric}, s.worst_z) for s in suspects))
-    family("slurm_hooks_fleet_suspects", "gauge", "straggler suspects (node x figure) in this pass",
-           [({}, len(suspects))])
-    for name, value, text in (("records", result.records, "record header lines read in the last pass"),
-                              ("jobs_scored", result.jobs_scored, "multi-node jobs scored in the last pass"),
-                              ("node_jobs", result.node_jobs, "node x job pairs scored in the last pass"),
-                              ("unreadable_records", result.unreadable_count, "records that could not be read"),
-                              ("run_duration_seconds", round(result.seconds, 3), "duration of the last pass"),
-                              ("last_run_timestamp_seconds", round(now, 3), "end of the last pass (Unix time)")):
+    family(
+        "slurm_hooks_fleet_straggler",
+        "gauge",
+        "1 for each node and figure flagged in k of the node's last m "
+        "multi-node jobs (slurm-hooks report --stragglers)",
+        (
+            (
+                {
+                    "node": s.node,
+                    "metric": s.metric,
+                    "kind": s.kind,
+                    "reason": _reason_label(s.metric),
+                },
+                1,
+            )
+            for s in suspects
+        ),
+    )
+    family(
+        "slurm_hooks_fleet_straggler_flagged_jobs",
+        "gauge",
+        "jobs of the node's window flagged on the figure",
+        (({"node": s.node, "metric": s.metric}, s.flagged) for s in suspects),
+    )
+    family(
+        "slurm_hooks_fleet_straggler_worst_z",
+        "gauge",
+        "largest robust z of the node on the figure in its window",
+        (({"node": s.node, "metric": s.metric}, s.worst_z) for s in suspects),
+    )
+    family(
+        "slurm_hooks_fleet_suspects",
+        "gauge",
+        "straggler suspects (node x figure) in this pass",
+        [({}, len(suspects))],
+    )
+    for name, value, text in (
+        ("records", result.records, "record header lines read in the last pass"),
+        ("jobs_scored", result.jobs_scored, "multi-node jobs scored in the last pass"),
+        ("node_jobs", result.node_jobs, "node x job pairs scored in the last pass"),
+        ("unreadable_records", result.unreadable_count, "records that could not be read"),
+        ("run_duration_seconds", round(result.seconds, 3), "duration of the last pass"),
+        ("last_run_timestamp_seconds", round(now, 3), "end of the last pass (Unix time)"),
+    ):
         family("slurm_hooks_fleet_" + name, "gauge", text, [({}, value)])
     if drains is not None:
-        family("slurm_hooks_fleet_drain_outcomes", "gauge", "drain outcomes of the last pass (drained, observe, "
-               "breaker-tripped, foreign-drain-kept...)", (({"outcome": k}, v) for k, v in sorted(drains.items())))
+        family(
+            "slurm_hooks_fleet_drain_outcomes",
+            "gauge",
+            "drain outcomes of the last pass (drained, observe, "
+            "breaker-tripped, foreign-drain-kept...)",
+            (({"outcome": k}, v) for k, v in sorted(drains.items())),
+        )
     return "\n".join(out) + "\n"
 
 
@@ -386,6 +531,8 @@ def write_prom(path: str, text: str) -> None:
     directory = os.path.dirname(os.path.abspath(path))
     dir_fd = atomicio.open_dir(directory)
     try:
-        atomicio.write_atomic_at(dir_fd, os.path.basename(path), text.encode("utf-8"), 0o644, where=directory)
+        atomicio.write_atomic_at(
+            dir_fd, os.path.basename(path), text.encode("utf-8"), 0o644, where=directory
+        )
     finally:
         os.close(dir_fd)

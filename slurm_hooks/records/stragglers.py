@@ -13,6 +13,7 @@ Scoring, per job and metric (docs/records.md "Finding slow nodes"):
              power is not); flagged when z >= the threshold.
 A node's window: its last m scored multi-node jobs; flagged on one metric in k of them -> suspect.
 """
+
 from __future__ import annotations
 
 import collections
@@ -77,15 +78,30 @@ class JobMark:
 
     __slots__ = ("job", "end", "nodes", "user", "flags", "start")
 
-    def __init__(self, job: str, end: float, nodes: int, user: Optional[str] = None, flags: Tuple[Flag, ...] = (),
-                 start: Optional[float] = None) -> None:
-        self.job, self.end, self.nodes, self.user, self.flags, self.start = job, end, nodes, user, flags, start
+    def __init__(
+        self,
+        job: str,
+        end: float,
+        nodes: int,
+        user: Optional[str] = None,
+        flags: Tuple[Flag, ...] = (),
+        start: Optional[float] = None,
+    ) -> None:
+        self.job, self.end, self.nodes, self.user, self.flags, self.start = (
+            job,
+            end,
+            nodes,
+            user,
+            flags,
+            start,
+        )
 
     def __repr__(self) -> str:
         return "JobMark(job=%r, nodes=%d, flags=%r)" % (self.job, self.nodes, self.flags)
 
 
 # -- one job -------------------------------------------------------------------------------------
+
 
 def _median_without(ordered: Sequence[float], pos: int) -> float:
     """Median of the sorted values `ordered` with the one at index `pos` left out (len >= 2)."""
@@ -147,23 +163,36 @@ def robust_z(value: float, median: float, mad: float, metric: Metric) -> float:
     return metric.worse * (value - median) / scale
 
 
-def figures_row(perf: Mapping[str, float], metrics: Sequence[Metric] = METRICS) -> Tuple[Optional[float], ...]:
+def figures_row(
+    perf: Mapping[str, float], metrics: Sequence[Metric] = METRICS
+) -> Tuple[Optional[float], ...]:
     """summary.perf as a tuple in the order of `metrics` (None where absent): what score_rows takes,
     and what the report's reader processes send back (a tuple pickles and transposes cheaply)."""
     get = perf.get
     return tuple([get(metric.name) for metric in metrics])
 
 
-def score_job(perf_by_node: Mapping[str, Mapping[str, float]], min_nodes: int, threshold: float,
-              metrics: Sequence[Metric] = METRICS) -> Dict[str, List[Flag]]:
+def score_job(
+    perf_by_node: Mapping[str, Mapping[str, float]],
+    min_nodes: int,
+    threshold: float,
+    metrics: Sequence[Metric] = METRICS,
+) -> Dict[str, List[Flag]]:
     """{node: flags} for one job, from {node: summary.perf}. Each metric is scored among the nodes
     that have it, and only when at least `min_nodes` do (the node plus min_nodes - 1 peers)."""
     nodes = list(perf_by_node)
-    return score_rows(nodes, [figures_row(perf_by_node[n], metrics) for n in nodes], min_nodes, threshold, metrics)
+    return score_rows(
+        nodes, [figures_row(perf_by_node[n], metrics) for n in nodes], min_nodes, threshold, metrics
+    )
 
 
-def score_rows(nodes: Sequence[str], rows: Sequence[Sequence[Optional[float]]], min_nodes: int, threshold: float,
-               metrics: Sequence[Metric] = METRICS) -> Dict[str, List[Flag]]:
+def score_rows(
+    nodes: Sequence[str],
+    rows: Sequence[Sequence[Optional[float]]],
+    min_nodes: int,
+    threshold: float,
+    metrics: Sequence[Metric] = METRICS,
+) -> Dict[str, List[Flag]]:
     """score_job on figures_row tuples (rows[i] belongs to nodes[i]).
 
     Exact, but quick (the report scores 100,000 node-jobs in a fraction of a second): a leave-one-out
@@ -179,7 +208,9 @@ def score_rows(nodes: Sequence[str], rows: Sequence[Sequence[Optional[float]]], 
         if set(map(type, column)) == _FLOAT and all(map(math.isfinite, column)):
             values = column  # the usual case, checked in C
         else:
-            values = tuple(float(v) for v in column if type(v) in _NUMBERS and -_INF < v < _INF)  # no bool/nan/inf
+            values = tuple(
+                float(v) for v in column if type(v) in _NUMBERS and -_INF < v < _INF
+            )  # no bool/nan/inf
         if len(values) < need:
             continue
         ordered = sorted(values)
@@ -190,7 +221,9 @@ def score_rows(nodes: Sequence[str], rows: Sequence[Sequence[Optional[float]]], 
         smallest = metric.floor
         if (low > 0) == (high > 0):
             smallest = max(smallest, metric.relative * min(abs(low), abs(high)))
-        reach = threshold * smallest * (1 - 1e-9)  # a hair wider than exact: rounding never hides a node
+        reach = (
+            threshold * smallest * (1 - 1e-9)
+        )  # a hair wider than exact: rounding never hides a node
         if metric.worse > 0:
             if ordered[-1] < low + reach:
                 continue
@@ -199,7 +232,9 @@ def score_rows(nodes: Sequence[str], rows: Sequence[Sequence[Optional[float]]], 
             if ordered[0] > high - reach:
                 continue
             candidates = [i for i, v in enumerate(values) if v <= high - reach]
-        present = [i for i, v in enumerate(column) if type(v) in _NUMBERS and -_INF < v < _INF]  # value -> node
+        present = [
+            i for i, v in enumerate(column) if type(v) in _NUMBERS and -_INF < v < _INF
+        ]  # value -> node
         stats = _LeaveOneOut(values)
         for index in candidates:
             median, mad = stats(index)
@@ -207,8 +242,9 @@ def score_rows(nodes: Sequence[str], rows: Sequence[Sequence[Optional[float]]], 
                 continue
             z = robust_z(values[index], median, mad, metric)
             if z >= threshold:
-                flags[nodes[present[index]]].append(Flag(metric.name, round(z, 2), values[index], median,
-                                                         len(values) - 1))
+                flags[nodes[present[index]]].append(
+                    Flag(metric.name, round(z, 2), values[index], median, len(values) - 1)
+                )
     return flags
 
 
@@ -217,6 +253,7 @@ def _number(value: object) -> bool:
 
 
 # -- a node's window -----------------------------------------------------------------------------
+
 
 class Suspect(Struct):
     """A node flagged on `metric` in `flagged` of its last `window` scored jobs."""
@@ -261,7 +298,11 @@ class NodeWindow(Struct, frozen=False):
         for metric, evidence in by_metric.items():
             if len(evidence) >= k:
                 users = len({mark.user for mark, _ in evidence if mark.user})
-                out.append(Suspect(self.node, metric, len(evidence), len(self.marks), tuple(evidence), users))
+                out.append(
+                    Suspect(
+                        self.node, metric, len(evidence), len(self.marks), tuple(evidence), users
+                    )
+                )
         return sorted(out, key=lambda s: (-s.flagged, -s.worst_z, s.metric))
 
     def flagged_jobs(self) -> int:

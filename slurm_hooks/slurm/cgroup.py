@@ -17,6 +17,7 @@ ConstrainCores=yes; otherwise it holds every CPU of the node.
 A process: /proc/<pid>/status ``Cpus_allowed_list`` (`taskset -cp PID`) and /proc/<pid>/cgroup
 (`cat /proc/PID/cgroup`; v2 is the '0::/path' line, v1 the line naming the cpuset controller).
 """
+
 from __future__ import annotations
 
 import re
@@ -65,11 +66,21 @@ def find_job_cpuset(host: Host, job_id: str) -> JobCpuset:
             continue
         if path.endswith("cpuset.cpus") and not text.strip():  # v1: empty means 'not set here'
             continue
-        return JobCpuset(job_id, parse_cpulist(text, path), path, "v2" if "/system.slice/" in path else "v1",
-                         searched=tuple(candidates))
+        return JobCpuset(
+            job_id,
+            parse_cpulist(text, path),
+            path,
+            "v2" if "/system.slice/" in path else "v1",
+            searched=tuple(candidates),
+        )
     version = cgroup_version(host)
-    return JobCpuset(job_id, version=version, searched=tuple(candidates),
-                     reason="no cgroup for job %s under %s (cgroup %s)" % (job_id, CGROUP_ROOT, version or "not mounted"))
+    return JobCpuset(
+        job_id,
+        version=version,
+        searched=tuple(candidates),
+        reason="no cgroup for job %s under %s (cgroup %s)"
+        % (job_id, CGROUP_ROOT, version or "not mounted"),
+    )
 
 
 class ProcessAffinity(Struct):
@@ -79,8 +90,9 @@ class ProcessAffinity(Struct):
     cgroup: str  # v2 path ('/system.slice/sshd.service'), else the v1 cpuset path, '' if unknown
 
 
-def read_process(host: Host, pid: int, cgroup: Optional[str] = None, comm: Optional[str] = None
-                 ) -> Optional[ProcessAffinity]:
+def read_process(
+    host: Host, pid: int, cgroup: Optional[str] = None, comm: Optional[str] = None
+) -> Optional[ProcessAffinity]:
     """One process's name, allowed CPUs and cgroup; None when it exited meanwhile or is a kernel thread.
 
     `cgroup` and `comm` when the caller already read them (a scan of 25,000 processes reads each file once).

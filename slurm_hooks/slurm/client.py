@@ -18,6 +18,7 @@ specified" (update); RESUME of a node that is not drained/down gives "Invalid no
 Newer: 24.11 and 25.11 keep the Reason on a resumed node (without accounting storage); 25.11 and 26.05
 refuse a RESUME of a node that is not drained with "Invalid node state transition".
 """
+
 from __future__ import annotations
 
 import abc
@@ -79,34 +80,84 @@ class InvalidNodeState(SlurmCommandError):
 # node state
 
 BASE_STATES = frozenset({"IDLE", "ALLOCATED", "MIXED", "DOWN", "ERROR", "FUTURE", "UNKNOWN"})
-KNOWN_FLAGS = frozenset({
-    "DRAIN", "NOT_RESPONDING", "COMPLETING", "CLOUD", "FAIL", "MAINTENANCE", "RESERVED", "PLANNED",
-    "POWER_DOWN", "POWER_UP", "POWERED_DOWN", "POWERING_DOWN", "POWERING_UP", "POWER_DRAIN",
-    "REBOOT_REQUESTED", "REBOOT_ISSUED", "INVALID_REG", "DYNAMIC_FUTURE", "DYNAMIC_NORM", "BLOCKED",
-    "PERFCTRS", "RESUME", "UNDRAIN",
-    "EXTERNAL",  # 26.05: a node without slurmd (NodeName=... State=EXTERNAL)
-})
+KNOWN_FLAGS = frozenset(
+    {
+        "DRAIN",
+        "NOT_RESPONDING",
+        "COMPLETING",
+        "CLOUD",
+        "FAIL",
+        "MAINTENANCE",
+        "RESERVED",
+        "PLANNED",
+        "POWER_DOWN",
+        "POWER_UP",
+        "POWERED_DOWN",
+        "POWERING_DOWN",
+        "POWERING_UP",
+        "POWER_DRAIN",
+        "REBOOT_REQUESTED",
+        "REBOOT_ISSUED",
+        "INVALID_REG",
+        "DYNAMIC_FUTURE",
+        "DYNAMIC_NORM",
+        "BLOCKED",
+        "PERFCTRS",
+        "RESUME",
+        "UNDRAIN",
+        "EXTERNAL",  # 26.05: a node without slurmd (NodeName=... State=EXTERNAL)
+    }
+)
 # single-word states (sinfo %T/%t, old scontrol) -> (base, flags)
 _STATE_ALIASES = {
-    "ALLOC": ("ALLOCATED", ()), "MIX": ("MIXED", ()), "UNK": ("UNKNOWN", ()), "FUTR": ("FUTURE", ()),
-    "DRAIN": ("IDLE", ("DRAIN",)), "DRAINED": ("IDLE", ("DRAIN",)),
-    "DRAINING": ("ALLOCATED", ("DRAIN",)), "DRNG": ("ALLOCATED", ("DRAIN",)),
-    "COMPLETING": ("ALLOCATED", ("COMPLETING",)), "COMP": ("ALLOCATED", ("COMPLETING",)),
-    "FAIL": ("IDLE", ("FAIL",)), "FAILING": ("ALLOCATED", ("FAIL",)), "FAILG": ("ALLOCATED", ("FAIL",)),
-    "MAINT": ("IDLE", ("MAINTENANCE",)), "MAINTENANCE": ("IDLE", ("MAINTENANCE",)),
-    "RESV": ("IDLE", ("RESERVED",)), "RESERVED": ("IDLE", ("RESERVED",)),
-    "PLND": ("IDLE", ("PLANNED",)), "PLANNED": ("IDLE", ("PLANNED",)),
-    "INVAL": ("IDLE", ("INVALID_REG",)), "BLOCKED": ("IDLE", ("BLOCKED",)),
-    "POWERED_DOWN": ("IDLE", ("POWERED_DOWN",)), "POWERING_DOWN": ("IDLE", ("POWERING_DOWN",)),
-    "POWERING_UP": ("IDLE", ("POWERING_UP",)), "POW_DN": ("IDLE", ("POWERING_DOWN",)),
-    "POW_UP": ("IDLE", ("POWERING_UP",)), "REBOOT": ("IDLE", ("REBOOT_REQUESTED",)),
+    "ALLOC": ("ALLOCATED", ()),
+    "MIX": ("MIXED", ()),
+    "UNK": ("UNKNOWN", ()),
+    "FUTR": ("FUTURE", ()),
+    "DRAIN": ("IDLE", ("DRAIN",)),
+    "DRAINED": ("IDLE", ("DRAIN",)),
+    "DRAINING": ("ALLOCATED", ("DRAIN",)),
+    "DRNG": ("ALLOCATED", ("DRAIN",)),
+    "COMPLETING": ("ALLOCATED", ("COMPLETING",)),
+    "COMP": ("ALLOCATED", ("COMPLETING",)),
+    "FAIL": ("IDLE", ("FAIL",)),
+    "FAILING": ("ALLOCATED", ("FAIL",)),
+    "FAILG": ("ALLOCATED", ("FAIL",)),
+    "MAINT": ("IDLE", ("MAINTENANCE",)),
+    "MAINTENANCE": ("IDLE", ("MAINTENANCE",)),
+    "RESV": ("IDLE", ("RESERVED",)),
+    "RESERVED": ("IDLE", ("RESERVED",)),
+    "PLND": ("IDLE", ("PLANNED",)),
+    "PLANNED": ("IDLE", ("PLANNED",)),
+    "INVAL": ("IDLE", ("INVALID_REG",)),
+    "BLOCKED": ("IDLE", ("BLOCKED",)),
+    "POWERED_DOWN": ("IDLE", ("POWERED_DOWN",)),
+    "POWERING_DOWN": ("IDLE", ("POWERING_DOWN",)),
+    "POWERING_UP": ("IDLE", ("POWERING_UP",)),
+    "POW_DN": ("IDLE", ("POWERING_DOWN",)),
+    "POW_UP": ("IDLE", ("POWERING_UP",)),
+    "REBOOT": ("IDLE", ("REBOOT_REQUESTED",)),
 }
-_FLAG_ALIASES = {"MAINT": "MAINTENANCE", "NO_RESPOND": "NOT_RESPONDING", "DRAINED": "DRAIN",
-                 "DRAINING": "DRAIN", "RES": "RESERVED", "POWER": "POWERED_DOWN"}
+_FLAG_ALIASES = {
+    "MAINT": "MAINTENANCE",
+    "NO_RESPOND": "NOT_RESPONDING",
+    "DRAINED": "DRAIN",
+    "DRAINING": "DRAIN",
+    "RES": "RESERVED",
+    "POWER": "POWERED_DOWN",
+}
 # sinfo's one-character suffixes (idle*, idle~, ...)
-_SUFFIX_FLAGS = {"*": "NOT_RESPONDING", "~": "POWERED_DOWN", "#": "POWERING_UP", "%": "POWERING_DOWN",
-                 "!": "POWER_DOWN", "$": "MAINTENANCE", "@": "REBOOT_REQUESTED", "^": "REBOOT_ISSUED",
-                 "-": "PLANNED"}
+_SUFFIX_FLAGS = {
+    "*": "NOT_RESPONDING",
+    "~": "POWERED_DOWN",
+    "#": "POWERING_UP",
+    "%": "POWERING_DOWN",
+    "!": "POWER_DOWN",
+    "$": "MAINTENANCE",
+    "@": "REBOOT_REQUESTED",
+    "^": "REBOOT_ISSUED",
+    "-": "PLANNED",
+}
 _STATE_CHARS = re.compile(r"[A-Za-z_+*~#%!$@^-]+\Z")
 POWER_FLAGS = frozenset({"POWER_DOWN", "POWERED_DOWN", "POWERING_DOWN", "POWERING_UP", "POWER_UP"})
 
@@ -177,7 +228,9 @@ class NodeInfo(Struct):
 
     @property
     def is_draining(self) -> bool:
-        return self.is_drained and (self.state in ("ALLOCATED", "MIXED") or "COMPLETING" in self.flags)
+        return self.is_drained and (
+            self.state in ("ALLOCATED", "MIXED") or "COMPLETING" in self.flags
+        )
 
     @property
     def is_down(self) -> bool:
@@ -226,13 +279,13 @@ def _split_reason(line: str) -> Tuple[str, Optional[str], Optional[str], Optiona
     m = _REASON_KEY.search(line, state.end() if state else 0)
     if not m:
         return line, None, None, None
-    head, rest = line[:m.start()], line[m.end():]
+    head, rest = line[: m.start()], line[m.end() :]
     for stamp in _REASON_STAMP.finditer(rest):
-        after = rest[stamp.end():]
+        after = rest[stamp.end() :]
         if not after.strip() or after.startswith(_CONTINUATION) or _ANY_KEY.match(after):
-            return head, rest[:stamp.start()] + _more_lines(after), stamp.group(1), stamp.group(2)
+            return head, rest[: stamp.start()] + _more_lines(after), stamp.group(1), stamp.group(2)
     tail = _TRAILING.search(rest)  # a reason without a stamp (reason_time 0, e.g. from slurm.conf)
-    return head, (rest[:tail.start()] if tail else rest).rstrip(), None, None
+    return head, (rest[: tail.start()] if tail else rest).rstrip(), None, None
 
 
 def _more_lines(after: str) -> str:
@@ -240,7 +293,7 @@ def _more_lines(after: str) -> str:
     if not after.startswith(_CONTINUATION):
         return ""
     tail = _TRAILING.search(after)
-    body = after[:tail.start()] if tail else after
+    body = after[: tail.start()] if tail else after
     return "".join("\n" + part.strip() for part in body.split(_CONTINUATION) if part.strip())
 
 
@@ -250,7 +303,7 @@ def parse_fields(line: str) -> dict:
     out = {}
     for i, k in enumerate(keys):
         end = keys[i + 1].start() if i + 1 < len(keys) else len(line)
-        out.setdefault(k.group(1), line[k.end():end].strip())  # the first occurrence is Slurm's
+        out.setdefault(k.group(1), line[k.end() : end].strip())  # the first occurrence is Slurm's
     return out
 
 
@@ -271,8 +324,16 @@ def parse_node_line(line: str) -> NodeInfo:
     base, flags = parse_state(fields["State"])
     parts = fields.get("Partitions", "")
     partitions = tuple(p for p in parts.split(",") if p and p != "(null)")
-    return NodeInfo(name=name, state=base, flags=flags, reason=reason or None, reason_user=user,
-                    reason_time=when, partitions=partitions, raw=text)
+    return NodeInfo(
+        name=name,
+        state=base,
+        flags=flags,
+        reason=reason or None,
+        reason_user=user,
+        reason_time=when,
+        partitions=partitions,
+        raw=text,
+    )
 
 
 def parse_nodes(text: str) -> List[NodeInfo]:
@@ -298,7 +359,9 @@ def parse_nodes(text: str) -> List[NodeInfo]:
     seen: set = set()
     for node in nodes:
         if node.name in seen:
-            raise SlurmParseError("node %s listed twice: a free-text field forged a record" % node.name)
+            raise SlurmParseError(
+                "node %s listed twice: a free-text field forged a record" % node.name
+            )
         seen.add(node.name)
     return nodes
 
@@ -325,7 +388,7 @@ def check_reason(reason: str) -> str:
         raise ValueError("reason longer than %d characters" % MAX_REASON)
     if any(ord(c) < 32 or ord(c) == 127 for c in reason):
         raise ValueError("reason contains control characters: %r" % reason)
-    if reason[0] in "\" " or reason[-1] in "\" ":
+    if reason[0] in '" ' or reason[-1] in '" ':
         raise ValueError("reason must not start/end with a quote or space: %r" % reason)
     return reason
 
@@ -339,14 +402,18 @@ _TRANSIENT = re.compile(
     r"Unable to contact slurm controller|Socket timed out|Connection refused|Connection timed out|"
     r"Zero Bytes were transmitted|Communication connection failure|Communication send failure|"
     r"Communication receive failure|Transport endpoint|standby mode|Resource temporarily unavailable|"
-    r"slurmctld is busy|Slurm temporarily unable", re.I)
+    r"slurmctld is busy|Slurm temporarily unable",
+    re.I,
+)
 _NO_AUTH = re.compile(r"[Mm]unge|authentication", re.I)
 # slurm_errno.h: SLURM_COMMUNICATIONS_{CONNECTION,SEND,RECEIVE}_ERROR, SLURMCTLD_COMMUNICATIONS_* (1800-1805:
 # what pyslurm 25.11 raises when slurmctld is down, 1800), SOCKET_IMPL_TIMEOUT (a hung slurmctld), ZERO_BYTES
 _TRANSIENT_ERRNO = {1001, 1002, 1003, 1800, 1801, 1802, 1803, 1804, 1805, 5004, 5005}
 
 
-_AUTH_ERRNO = {1007}  # SLURM_PROTOCOL_AUTHENTICATION_ERROR: what pyslurm 25.11 raises when munged is down
+_AUTH_ERRNO = {
+    1007
+}  # SLURM_PROTOCOL_AUTHENTICATION_ERROR: what pyslurm 25.11 raises when munged is down
 
 
 def classify(message: str, errno: Optional[int] = None) -> str:
@@ -373,13 +440,22 @@ class _Retry:
     overrun its budget by at most one such attempt.
     """
 
-    def __init__(self, timeout: float, attempts: int, backoff: float, deadline: Optional[float],
-                 uninterruptible: float = 0.0) -> None:
+    def __init__(
+        self,
+        timeout: float,
+        attempts: int,
+        backoff: float,
+        deadline: Optional[float],
+        uninterruptible: float = 0.0,
+    ) -> None:
         if timeout <= 0 or attempts < 1 or backoff < 0:
             raise ValueError("timeout > 0, attempts >= 1 and backoff >= 0 required")
         self.timeout, self.attempts, self.backoff = float(timeout), int(attempts), float(backoff)
-        self.deadline = float(deadline) if deadline else self.timeout * self.attempts + self.backoff * (
-            2 ** (self.attempts - 1) - 1)
+        self.deadline = (
+            float(deadline)
+            if deadline
+            else self.timeout * self.attempts + self.backoff * (2 ** (self.attempts - 1) - 1)
+        )
         self.uninterruptible = float(uninterruptible)
 
     def run(self, what: str, once: Callable[[float], Any], until: Optional[float] = None) -> Any:
@@ -404,8 +480,10 @@ class _Retry:
             pause = min(self.backoff * 2 ** (attempt - 1), deadline - (time.monotonic() - start))
             if attempt < self.attempts and pause > 0:
                 time.sleep(pause)
-        raise SlurmUnavailable("%s: slurmctld unavailable after %.1fs: %s"
-                               % (what, time.monotonic() - start, last.strip()))
+        raise SlurmUnavailable(
+            "%s: slurmctld unavailable after %.1fs: %s"
+            % (what, time.monotonic() - start, last.strip())
+        )
 
 
 class _Transient(Exception):
@@ -424,7 +502,9 @@ class Backend(abc.ABC):
     def __init__(self) -> None:
         self.calls = 0  # requests actually sent (each retry counts)
         self.probe_calls = 0  # requests made while choosing this backend (version probe)
-        self.until: Optional[float] = None  # time.monotonic() past which no request may run (SlurmClient)
+        self.until: Optional[float] = (
+            None  # time.monotonic() past which no request may run (SlurmClient)
+        )
 
     @abc.abstractmethod
     def show_node(self, name: str) -> NodeInfo: ...
@@ -445,8 +525,9 @@ Runner = Callable[[List[str], float, Optional[dict]], Tuple[int, str, str]]
 
 def run_argv(argv: List[str], timeout: float, env: Optional[dict]) -> Tuple[int, str, str]:
     """subprocess.run without a shell; raises subprocess.TimeoutExpired (child killed) or OSError."""
-    res = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=timeout,
-                         stdin=subprocess.DEVNULL)
+    res = subprocess.run(
+        argv, env=env, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL
+    )
     return res.returncode, res.stdout, res.stderr
 
 
@@ -470,9 +551,16 @@ class ScontrolBackend(Backend):
 
     name = "scontrol"
 
-    def __init__(self, timeout: float = 5.0, attempts: int = 2, backoff: float = 0.5,
-                 deadline: Optional[float] = None, scontrol: str = "scontrol", env: Optional[dict] = None,
-                 runner: Optional[Runner] = None) -> None:
+    def __init__(
+        self,
+        timeout: float = 5.0,
+        attempts: int = 2,
+        backoff: float = 0.5,
+        deadline: Optional[float] = None,
+        scontrol: str = "scontrol",
+        env: Optional[dict] = None,
+        runner: Optional[Runner] = None,
+    ) -> None:
         super().__init__()
         self.retry = _Retry(timeout, attempts, backoff, deadline)
         self.scontrol, self.env, self.runner = scontrol, client_env(env), runner or run_argv
@@ -505,7 +593,9 @@ class ScontrolBackend(Backend):
         return self.retry.run(" ".join(argv[:4]), once, self.until)
 
     def show_node(self, name: str) -> NodeInfo:
-        for node in parse_nodes(self._run(["--all", "--oneliner", "show", "node", name], node=name)):
+        for node in parse_nodes(
+            self._run(["--all", "--oneliner", "show", "node", name], node=name)
+        ):
             if node.name == name:
                 return node
         raise NodeNotFound(name, "not in scontrol output")
@@ -517,8 +607,11 @@ class ScontrolBackend(Backend):
         self._run(["update", "NodeName=" + name, "State=DRAIN", "Reason=" + reason], node=name)
 
     def resume(self, name: str, reason: Optional[str] = None) -> None:
-        self._run(["update", "NodeName=" + name, "State=RESUME"] + (["Reason=" + reason] if reason else []),
-                  node=name)
+        self._run(
+            ["update", "NodeName=" + name, "State=RESUME"]
+            + (["Reason=" + reason] if reason else []),
+            node=name,
+        )
 
 
 def _iso_utc(ts: Any) -> Optional[str]:
@@ -540,7 +633,10 @@ def node_from_pyslurm(n: Any) -> NodeInfo:
     reason = getattr(n, "reason", None) or None
     parts = getattr(n, "partitions", None) or ()
     return NodeInfo(
-        name=name, state=base, flags=flags, reason=reason,
+        name=name,
+        state=base,
+        flags=flags,
+        reason=reason,
         reason_user=(getattr(n, "reason_user", None) or None) if reason else None,
         reason_time=_iso_utc(getattr(n, "reason_time", None)) if reason else None,
         partitions=tuple(str(p) for p in parts),
@@ -561,19 +657,29 @@ class PyslurmBackend(Backend):
 
     name = "pyslurm"
 
-    def __init__(self, module: Any = None, attempts: int = 2, backoff: float = 0.5,
-                 deadline: Optional[float] = None, message_timeout: float = 10.0,
-                 auth_type: str = "auth/munge") -> None:
+    def __init__(
+        self,
+        module: Any = None,
+        attempts: int = 2,
+        backoff: float = 0.5,
+        deadline: Optional[float] = None,
+        message_timeout: float = 10.0,
+        auth_type: str = "auth/munge",
+    ) -> None:
         super().__init__()
         self._mod = module
         self.message_timeout, self.auth_type = float(message_timeout), auth_type
-        self.retry = _Retry(message_timeout, attempts, backoff, deadline, uninterruptible=message_timeout)
+        self.retry = _Retry(
+            message_timeout, attempts, backoff, deadline, uninterruptible=message_timeout
+        )
 
     @property
     def pyslurm(self) -> Any:
         if self._mod is None:
             conf = slurm_conf_path()
-            if conf is None:  # importing without a config retries 60 s, then exits (or exits at once)
+            if (
+                conf is None
+            ):  # importing without a config retries 60 s, then exits (or exits at once)
                 raise SlurmUnavailable("no usable slurm.conf; refusing to import pyslurm")
             # import pyslurm runs slurm_init(), which reads $SLURM_CONF or falls back on its own (a
             # configless DNS lookup that ends the process when it fails): make it read the file found
@@ -599,12 +705,18 @@ class PyslurmBackend(Backend):
                 if kind == "not_found" and node is not None:
                     raise NodeNotFound(node, msg) from exc
                 if kind == "invalid_state":
-                    raise InvalidNodeState(["pyslurm", what], getattr(exc, "errno", None), msg) from exc
+                    raise InvalidNodeState(
+                        ["pyslurm", what], getattr(exc, "errno", None), msg
+                    ) from exc
                 if kind == "transient":
                     raise _Transient(msg) from exc
                 if kind == "unavailable":
-                    raise SlurmUnavailable("%s: %s (AuthType=%s)" % (what, msg, self.auth_type)) from exc
-                raise SlurmCommandError(["pyslurm", what], getattr(exc, "errno", None), msg) from exc
+                    raise SlurmUnavailable(
+                        "%s: %s (AuthType=%s)" % (what, msg, self.auth_type)
+                    ) from exc
+                raise SlurmCommandError(
+                    ["pyslurm", what], getattr(exc, "errno", None), msg
+                ) from exc
 
         return self.retry.run("pyslurm " + what, once, self.until)
 
@@ -615,12 +727,18 @@ class PyslurmBackend(Backend):
         return node_from_pyslurm(n)
 
     def list_nodes(self) -> List[NodeInfo]:
-        nodes = self._call("Nodes.load", lambda m: m.Nodes.load() if hasattr(m.Nodes, "load") else m.Nodes())
+        nodes = self._call(
+            "Nodes.load", lambda m: m.Nodes.load() if hasattr(m.Nodes, "load") else m.Nodes()
+        )
         values = nodes.values() if hasattr(nodes, "values") else nodes
         return [node_from_pyslurm(n) for n in values]
 
     def drain(self, name: str, reason: str) -> None:
-        self._call("Node.modify", lambda m: m.Node(name).modify(m.Node(state="DRAIN", reason=reason)), node=name)
+        self._call(
+            "Node.modify",
+            lambda m: m.Node(name).modify(m.Node(state="DRAIN", reason=reason)),
+            node=name,
+        )
 
     def resume(self, name: str, reason: Optional[str] = None) -> None:
         changes = dict(state="RESUME", reason=reason) if reason else dict(state="RESUME")
@@ -646,7 +764,9 @@ def slurm_conf_path(env: Optional[dict] = None) -> Optional[str]:
     return None
 
 
-def slurm_conf_settings(path: Optional[str], keys: Sequence[str] = ("MessageTimeout", "AuthType")) -> dict:
+def slurm_conf_settings(
+    path: Optional[str], keys: Sequence[str] = ("MessageTimeout", "AuthType")
+) -> dict:
     """Some top-level settings of a slurm.conf ({} when unreadable); keys are case-insensitive in
     slurm.conf, the last one wins, Include files are not followed."""
     wanted = {k.lower(): k for k in keys}
@@ -679,8 +799,9 @@ def parse_version(text: str) -> Optional[Tuple[int, int, int]]:
     return (int(m.group(1)), int(m.group(2)), int(m.group(3) or 0)) if m else None
 
 
-def slurm_version(env: Optional[dict] = None, timeout: float = 5.0,
-                  runner: Optional[Runner] = None) -> Optional[Tuple[int, int, int]]:
+def slurm_version(
+    env: Optional[dict] = None, timeout: float = 5.0, runner: Optional[Runner] = None
+) -> Optional[Tuple[int, int, int]]:
     """Version of the installed Slurm clients (``sinfo --version``; it needs a slurm.conf on 22.05)."""
     try:
         rc, out, _err = (runner or run_argv)(["sinfo", "--version"], timeout, client_env(env))
@@ -706,8 +827,12 @@ def pyslurm_version(module: Any = None) -> Optional[str]:
         return None
 
 
-def pyslurm_unusable(env: Optional[dict] = None, module: Any = None,
-                     runner: Optional[Runner] = None, counter: Optional[Backend] = None) -> Optional[str]:
+def pyslurm_unusable(
+    env: Optional[dict] = None,
+    module: Any = None,
+    runner: Optional[Runner] = None,
+    counter: Optional[Backend] = None,
+) -> Optional[str]:
     """None if pyslurm can be used here, else why not (cheapest checks first)."""
     pv = pyslurm_version(module)
     if pv is None:
@@ -728,9 +853,16 @@ def pyslurm_unusable(env: Optional[dict] = None, module: Any = None,
     return None
 
 
-def choose_backend(preferred: str = "auto", *, env: Optional[dict] = None, pyslurm_module: Any = None,
-                   timeout: float = 5.0, attempts: int = 2, backoff: float = 0.5,
-                   runner: Optional[Runner] = None) -> Tuple[Backend, str]:
+def choose_backend(
+    preferred: str = "auto",
+    *,
+    env: Optional[dict] = None,
+    pyslurm_module: Any = None,
+    timeout: float = 5.0,
+    attempts: int = 2,
+    backoff: float = 0.5,
+    runner: Optional[Runner] = None,
+) -> Tuple[Backend, str]:
     """(backend, why). preferred: 'auto' (pyslurm when usable, else scontrol), 'pyslurm' (raise
     SlurmError if unusable), 'scontrol'. May run ``sinfo --version`` (counted in probe_calls).
 
@@ -740,7 +872,9 @@ def choose_backend(preferred: str = "auto", *, env: Optional[dict] = None, pyslu
     10.5 s); a forced pyslurm may take up to MessageTimeout however small the budget."""
     if preferred not in ("auto", "pyslurm", "scontrol"):
         raise ValueError("preferred must be auto, pyslurm or scontrol, not %r" % preferred)
-    scontrol = ScontrolBackend(timeout=timeout, attempts=attempts, backoff=backoff, env=env, runner=runner)
+    scontrol = ScontrolBackend(
+        timeout=timeout, attempts=attempts, backoff=backoff, env=env, runner=runner
+    )
     if preferred == "scontrol":
         return scontrol, "scontrol: requested"
     why_not = pyslurm_unusable(env, pyslurm_module, runner, counter=scontrol)
@@ -748,13 +882,23 @@ def choose_backend(preferred: str = "auto", *, env: Optional[dict] = None, pyslu
         conf = slurm_conf_settings(slurm_conf_path(env))
         per_request, budget = message_timeout(conf), scontrol.retry.deadline
         if preferred == "auto" and per_request > budget:
-            return scontrol, ("scontrol: a pyslurm request can block for MessageTimeout=%gs, longer than the "
-                              "[drain] budget of %gs (timeout x attempts + backoff)" % (per_request, budget))
-        backend = PyslurmBackend(pyslurm_module, attempts=attempts, backoff=backoff, deadline=budget,
-                                 message_timeout=per_request, auth_type=conf.get("AuthType", "auth/munge"))
+            return scontrol, (
+                "scontrol: a pyslurm request can block for MessageTimeout=%gs, longer than the "
+                "[drain] budget of %gs (timeout x attempts + backoff)" % (per_request, budget)
+            )
+        backend = PyslurmBackend(
+            pyslurm_module,
+            attempts=attempts,
+            backoff=backoff,
+            deadline=budget,
+            message_timeout=per_request,
+            auth_type=conf.get("AuthType", "auth/munge"),
+        )
         backend.probe_calls = scontrol.probe_calls
         return backend, "pyslurm %s matches the running Slurm" % pyslurm_version(pyslurm_module)
-    if preferred == "pyslurm":  # nothing reached slurmctld: the client cannot run here, as with no scontrol
+    if (
+        preferred == "pyslurm"
+    ):  # nothing reached slurmctld: the client cannot run here, as with no scontrol
         raise SlurmClientMissing("pyslurm backend requested but unusable: " + why_not)
     return scontrol, "scontrol: " + why_not
 
@@ -770,12 +914,20 @@ class SlurmClient:
     included): a drain is several requests, and the hook must end within its own time limit.
     """
 
-    def __init__(self, backend: Optional[Backend] = None, preferred: str = "auto",
-                 env: Optional[dict] = None, timeout: float = 5.0, attempts: int = 2,
-                 backoff: float = 0.5) -> None:
+    def __init__(
+        self,
+        backend: Optional[Backend] = None,
+        preferred: str = "auto",
+        env: Optional[dict] = None,
+        timeout: float = 5.0,
+        attempts: int = 2,
+        backoff: float = 0.5,
+    ) -> None:
         self._backend = backend
         self.backend_reason = "given" if backend is not None else ""
-        self._choice = dict(preferred=preferred, env=env, timeout=timeout, attempts=attempts, backoff=backoff)
+        self._choice = dict(
+            preferred=preferred, env=env, timeout=timeout, attempts=attempts, backoff=backoff
+        )
         self.ops: List[Tuple[str, ...]] = []  # every operation requested, in order
         self.until: Optional[float] = None
 
@@ -833,7 +985,9 @@ class SlurmClient:
         clearing it; it stays until the node's next job), that text is what stays, not the drain
         reason we are lifting.
         """
-        self.ops.append(("resume", check_node_name(name)) + ((check_reason(reason),) if reason else ()))
+        self.ops.append(
+            ("resume", check_node_name(name)) + ((check_reason(reason),) if reason else ())
+        )
         self.backend.resume(name, reason)
 
 
@@ -843,8 +997,9 @@ class SlurmClient:
 _HOSTLIST_CHARS = re.compile(r"[A-Za-z0-9][A-Za-z0-9._,\[\]-]*\Z")
 
 
-def expand_hostlist(text: str, env: Optional[dict] = None, runner: Optional[Runner] = None,
-                    timeout: float = 10.0) -> List[str]:
+def expand_hostlist(
+    text: str, env: Optional[dict] = None, runner: Optional[Runner] = None, timeout: float = 10.0
+) -> List[str]:
     """'gpu[01-04],login1' -> ['gpu01', ..., 'login1'], as Slurm expands it (``scontrol show hostnames``,
     local: no request to slurmctld). A plain name is returned as is without running anything.
 
@@ -862,7 +1017,9 @@ def expand_hostlist(text: str, env: Optional[dict] = None, runner: Optional[Runn
     except OSError as exc:
         raise SlurmClientMissing("cannot run scontrol to expand %r: %s" % (text, exc)) from exc
     except subprocess.TimeoutExpired:
-        raise SlurmUnavailable("scontrol show hostnames %s timed out after %.0fs" % (text, timeout)) from None
+        raise SlurmUnavailable(
+            "scontrol show hostnames %s timed out after %.0fs" % (text, timeout)
+        ) from None
     if rc != 0:
         raise SlurmCommandError(argv, rc, (err or out or "").strip())
     names = [line.strip() for line in out.splitlines() if line.strip()]

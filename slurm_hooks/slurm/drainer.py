@@ -23,6 +23,7 @@ accounting_storage/none keep the old reason on a resumed node until its next job
 with its old time and user, when slurmctld itself drains the node (node_mgr.c _drain_node keeps an
 existing reason): tests/test_slurm_versions.py reproduces it on 24.11.
 """
+
 from __future__ import annotations
 
 import time
@@ -56,13 +57,19 @@ class Enacted(Struct):
     message: str
     node: Optional[NodeInfo] = None  # Slurm's latest view of the node
     breaker: Optional[policy.BreakerState] = None
-    node_drained: bool = False  # the node carries DRAIN now (by us or anyone): the job must not run here
-    confirmed: bool = True  # False: drained, but the breaker's re-count could not be made (redone later)
+    node_drained: bool = (
+        False  # the node carries DRAIN now (by us or anyone): the job must not run here
+    )
+    confirmed: bool = (
+        True  # False: drained, but the breaker's re-count could not be made (redone later)
+    )
 
 
 def make_client(settings: Mapping[str, Mapping[str, Any]]) -> SlurmClient:
     drain = settings["drain"]
-    return SlurmClient(preferred=drain["backend"], timeout=drain["timeout"], attempts=drain["attempts"])
+    return SlurmClient(
+        preferred=drain["backend"], timeout=drain["timeout"], attempts=drain["attempts"]
+    )
 
 
 def slurm_budget(settings: Mapping[str, Mapping[str, Any]], backoff: float = 0.5) -> float:
@@ -96,8 +103,9 @@ def _leave_alone(node: NodeInfo, skip_states: Iterable[str]) -> Optional[str]:
     return blocking and "%s" % blocking
 
 
-def _existing_drain(node: NodeInfo, prefix: str, recorded: Sequence[Optional[Mapping[str, Any]]],
-                    state_known: bool) -> str:
+def _existing_drain(
+    node: NodeInfo, prefix: str, recorded: Sequence[Optional[Mapping[str, Any]]], state_known: bool
+) -> str:
     """'ours' | 'manual' | 'unrecorded' (our prefix, not our drain) | 'refinable' | 'foreign'."""
     owner = policy.read_reason(node.reason, prefix)
     if owner.automatic:
@@ -109,27 +117,44 @@ def _existing_drain(node: NodeInfo, prefix: str, recorded: Sequence[Optional[Map
     return "refinable" if policy.is_refinable(node.reason) else "foreign"
 
 
-def _before_drain(node: NodeInfo, prefix: str, settings: Mapping[str, Mapping[str, Any]],
-                  recorded: Sequence[Optional[Mapping[str, Any]]], state_known: bool,
-                  refine: bool = True) -> Optional[Enacted]:
+def _before_drain(
+    node: NodeInfo,
+    prefix: str,
+    settings: Mapping[str, Mapping[str, Any]],
+    recorded: Sequence[Optional[Mapping[str, Any]]],
+    state_known: bool,
+    refine: bool = True,
+) -> Optional[Enacted]:
     """What to do instead of draining (an Enacted), or None to go on. refine=False: Slurm's own
     "Prolog error" is left as it is too (the fleet report drains only nodes that are not drained)."""
     why = _leave_alone(node, settings["drain"]["skip_states"])
     if why:
-        return Enacted(Outcome.SKIPPED_STATE, "node %s is %s: not draining" % (node.name, why), node,
-                       node_drained=node.is_drained)
+        return Enacted(
+            Outcome.SKIPPED_STATE,
+            "node %s is %s: not draining" % (node.name, why),
+            node,
+            node_drained=node.is_drained,
+        )
     if not node.is_drained:
         return None
     kind = _existing_drain(node, prefix, recorded, state_known)
     if kind == "ours":
-        return Enacted(Outcome.ALREADY_OURS, "already drained by us: %s" % node.reason, node, node_drained=True)
+        return Enacted(
+            Outcome.ALREADY_OURS, "already drained by us: %s" % node.reason, node, node_drained=True
+        )
     if kind == "refinable" and refine:
         return None
-    what = {"manual": "an admin with slurm-hooks drain",
-            "unrecorded": "slurm-hooks in a drain this node did not record (re-reasoned, or Slurm kept an old "
-                          "reason)"}.get(kind, "someone else")
-    return Enacted(Outcome.FOREIGN_DRAIN, "drained by %s (%s): left as is" % (what, node.reason), node,
-                   node_drained=True)
+    what = {
+        "manual": "an admin with slurm-hooks drain",
+        "unrecorded": "slurm-hooks in a drain this node did not record (re-reasoned, or Slurm kept an old "
+        "reason)",
+    }.get(kind, "someone else")
+    return Enacted(
+        Outcome.FOREIGN_DRAIN,
+        "drained by %s (%s): left as is" % (what, node.reason),
+        node,
+        node_drained=True,
+    )
 
 
 def slurm_failure(exc: SlurmError, what: str = "") -> Enacted:
@@ -148,9 +173,15 @@ def _find(nodes: List[NodeInfo], name: str) -> Optional[NodeInfo]:
 # drain
 
 
-def drain(client: SlurmClient, node_name: str, reason: str, settings: Mapping[str, Mapping[str, Any]],
-          recorded: Sequence[Optional[Mapping[str, Any]]] = (), state_known: bool = True,
-          refine: bool = True) -> Enacted:
+def drain(
+    client: SlurmClient,
+    node_name: str,
+    reason: str,
+    settings: Mapping[str, Mapping[str, Any]],
+    recorded: Sequence[Optional[Mapping[str, Any]]] = (),
+    state_known: bool = True,
+    refine: bool = True,
+) -> Enacted:
     """Drain node_name with reason unless etiquette or the breaker says no (steps in the module doc).
 
     recorded: this node's local records of drains we made or tried (hooks: 'drained', 'pending');
@@ -169,26 +200,49 @@ def drain(client: SlurmClient, node_name: str, reason: str, settings: Mapping[st
     stop = _before_drain(node, prefix, settings, recorded, state_known, refine)
     if stop is not None:
         entry = next((e for e in recorded if e and _same_drain(node, e)), None)
-        if stop.outcome is Outcome.ALREADY_OURS and entry is not None and entry.get("confirmed") is False:
+        if (
+            stop.outcome is Outcome.ALREADY_OURS
+            and entry is not None
+            and entry.get("confirmed") is False
+        ):
             return confirm(client, node, settings)  # a drain of ours the breaker never re-counted
         return stop
     try:
         nodes = client.list_nodes()
     except SlurmError as exc:
-        return Enacted(Outcome.CANNOT_COUNT, "circuit breaker cannot count (%s): not draining %s" % (exc, node_name),
-                       node)
+        return Enacted(
+            Outcome.CANNOT_COUNT,
+            "circuit breaker cannot count (%s): not draining %s" % (exc, node_name),
+            node,
+        )
     me = _find(nodes, node_name)
     if me is None:
-        return Enacted(Outcome.CANNOT_COUNT, "node %s is missing from the node list: not draining" % node_name, node)
-    stop = _before_drain(me, prefix, settings, recorded, state_known, refine)  # re-read right before draining
+        return Enacted(
+            Outcome.CANNOT_COUNT,
+            "node %s is missing from the node list: not draining" % node_name,
+            node,
+        )
+    stop = _before_drain(
+        me, prefix, settings, recorded, state_known, refine
+    )  # re-read right before draining
     if stop is not None:
         return stop
     breaker = settings["breaker"]
-    state = policy.breaker_state(((n.name, n.is_drained, n.reason) for n in nodes), node_name, prefix,
-                                 breaker["max_percent"], breaker["min_nodes"])
+    state = policy.breaker_state(
+        ((n.name, n.is_drained, n.reason) for n in nodes),
+        node_name,
+        prefix,
+        breaker["max_percent"],
+        breaker["min_nodes"],
+    )
     if state.tripped:
-        return Enacted(Outcome.BREAKER, "circuit breaker: %s; not draining %s" % (state.describe(), node_name),
-                       me, state, node_drained=me.is_drained)
+        return Enacted(
+            Outcome.BREAKER,
+            "circuit breaker: %s; not draining %s" % (state.describe(), node_name),
+            me,
+            state,
+            node_drained=me.is_drained,
+        )
     original = me.reason if me.is_drained else None  # refining Slurm's own "Prolog error"
     try:
         client.drain(node_name, reason)
@@ -210,32 +264,58 @@ def _settle(client: SlurmClient, seconds: float) -> None:
         _sleep(seconds)
 
 
-def _rank(client: SlurmClient, node_name: str, reason: str, outcome: Outcome, original: Optional[str],
-          settings: Mapping[str, Mapping[str, Any]]) -> Enacted:
+def _rank(
+    client: SlurmClient,
+    node_name: str,
+    reason: str,
+    outcome: Outcome,
+    original: Optional[str],
+    settings: Mapping[str, Mapping[str, Any]],
+) -> Enacted:
     """Step 5: re-count and rank; undo our own drain when it ranks at or past the limit."""
     prefix, breaker = settings["drain"]["reason_prefix"], settings["breaker"]
     try:
         nodes = client.list_nodes()
     except SlurmError as exc:
-        return Enacted(outcome, "%s %s: %s -- but the circuit breaker's re-count failed (%s); it is redone by "
-                       "the next run of slurm-hooks on this node" % (outcome.value, node_name, reason, exc),
-                       node_drained=True, confirmed=False)
+        return Enacted(
+            outcome,
+            "%s %s: %s -- but the circuit breaker's re-count failed (%s); it is redone by "
+            "the next run of slurm-hooks on this node" % (outcome.value, node_name, reason, exc),
+            node_drained=True,
+            confirmed=False,
+        )
     mine = _find(nodes, node_name)
     if mine is None or not mine.is_drained or mine.reason != reason:
         now = mine.reason if mine is not None else "node missing"
-        return Enacted(Outcome.FOREIGN_DRAIN if mine is not None and mine.is_drained else Outcome.NOT_DRAINED,
-                       "our drain of %s was changed by someone else right after it (now: %s)" % (node_name, now),
-                       mine, node_drained=bool(mine and mine.is_drained))
-    rank = policy.breaker_rank(((n.name, n.is_drained, n.reason, n.reason_epoch) for n in nodes), node_name,
-                               policy.drain_key(mine.reason_epoch, node_name), prefix, breaker["max_percent"],
-                               breaker["min_nodes"])
+        return Enacted(
+            Outcome.FOREIGN_DRAIN if mine is not None and mine.is_drained else Outcome.NOT_DRAINED,
+            "our drain of %s was changed by someone else right after it (now: %s)"
+            % (node_name, now),
+            mine,
+            node_drained=bool(mine and mine.is_drained),
+        )
+    rank = policy.breaker_rank(
+        ((n.name, n.is_drained, n.reason, n.reason_epoch) for n in nodes),
+        node_name,
+        policy.drain_key(mine.reason_epoch, node_name),
+        prefix,
+        breaker["max_percent"],
+        breaker["min_nodes"],
+    )
     if rank.tripped:
         return _undo(client, mine, original, rank, outcome)
-    return Enacted(outcome, "%s %s: %s" % (outcome.value, node_name, reason), mine, rank, node_drained=True)
+    return Enacted(
+        outcome, "%s %s: %s" % (outcome.value, node_name, reason), mine, rank, node_drained=True
+    )
 
 
-def _undo(client: SlurmClient, mine: NodeInfo, original: Optional[str], rank: policy.BreakerState,
-          outcome: Outcome) -> Enacted:
+def _undo(
+    client: SlurmClient,
+    mine: NodeInfo,
+    original: Optional[str],
+    rank: policy.BreakerState,
+    outcome: Outcome,
+) -> Enacted:
     """Lift our own drain (or put Slurm's own reason back on a refined one): we rank past the limit."""
     try:
         if original is None:
@@ -243,25 +323,53 @@ def _undo(client: SlurmClient, mine: NodeInfo, original: Optional[str], rank: po
         else:
             client.drain(mine.name, original)
     except SlurmError as exc:
-        return Enacted(outcome, "circuit breaker: %s, but undoing our drain of %s failed (%s); it is redone by the "
-                       "next run of slurm-hooks on this node" % (rank.describe(), mine.name, exc), mine, rank,
-                       node_drained=True, confirmed=False)
-    return Enacted(Outcome.BREAKER_UNDONE, "circuit breaker: %s; our drain of %s was undone%s" % (
-        rank.describe(), mine.name, "" if original is None else " (Slurm's reason %r put back)" % original),
-        mine, rank, node_drained=original is not None)
+        return Enacted(
+            outcome,
+            "circuit breaker: %s, but undoing our drain of %s failed (%s); it is redone by the "
+            "next run of slurm-hooks on this node" % (rank.describe(), mine.name, exc),
+            mine,
+            rank,
+            node_drained=True,
+            confirmed=False,
+        )
+    return Enacted(
+        Outcome.BREAKER_UNDONE,
+        "circuit breaker: %s; our drain of %s was undone%s"
+        % (
+            rank.describe(),
+            mine.name,
+            "" if original is None else " (Slurm's reason %r put back)" % original,
+        ),
+        mine,
+        rank,
+        node_drained=original is not None,
+    )
 
 
-def confirm(client: SlurmClient, node: NodeInfo, settings: Mapping[str, Mapping[str, Any]]) -> Enacted:
+def confirm(
+    client: SlurmClient, node: NodeInfo, settings: Mapping[str, Mapping[str, Any]]
+) -> Enacted:
     """Redo the breaker's ranking for a drain of ours that was never re-counted (step 5 failed)."""
     outcome = _rank(client, node.name, node.reason or "", Outcome.ALREADY_OURS, None, settings)
     if outcome.outcome is Outcome.ALREADY_OURS:
-        return Enacted(Outcome.ALREADY_OURS, "already drained by us (circuit breaker re-count done): %s"
-                       % node.reason, outcome.node, outcome.breaker, node_drained=True, confirmed=outcome.confirmed)
+        return Enacted(
+            Outcome.ALREADY_OURS,
+            "already drained by us (circuit breaker re-count done): %s" % node.reason,
+            outcome.node,
+            outcome.breaker,
+            node_drained=True,
+            confirmed=outcome.confirmed,
+        )
     return outcome
 
 
-def drain_manual(client: SlurmClient, node_name: str, text: str, settings: Mapping[str, Mapping[str, Any]],
-                 force: bool = False) -> Enacted:
+def drain_manual(
+    client: SlurmClient,
+    node_name: str,
+    text: str,
+    settings: Mapping[str, Mapping[str, Any]],
+    force: bool = False,
+) -> Enacted:
     """`slurm-hooks drain --reason TEXT`: an admin's deliberate drain, 'slurm-hooks: manual: TEXT'.
 
     Same etiquette as an automatic drain (skip states and FAIL refused; someone else's drain only
@@ -276,11 +384,20 @@ def drain_manual(client: SlurmClient, node_name: str, text: str, settings: Mappi
         node = client.show_node(node_name)
         why = _leave_alone(node, drain_settings["skip_states"])
         if why:
-            return Enacted(Outcome.SKIPPED_STATE, "node %s is %s: not draining" % (node_name, why), node,
-                           node_drained=node.is_drained)
+            return Enacted(
+                Outcome.SKIPPED_STATE,
+                "node %s is %s: not draining" % (node_name, why),
+                node,
+                node_drained=node.is_drained,
+            )
         if node.is_drained and not policy.is_ours(node.reason, prefix) and not force:
-            return Enacted(Outcome.FOREIGN_DRAIN, "%s is already drained by someone else (%s); use --force to "
-                           "replace" % (node_name, node.reason), node, node_drained=True)
+            return Enacted(
+                Outcome.FOREIGN_DRAIN,
+                "%s is already drained by someone else (%s); use --force to "
+                "replace" % (node_name, node.reason),
+                node,
+                node_drained=True,
+            )
         client.drain(node_name, reason)
     except SlurmError as exc:
         return slurm_failure(exc)
@@ -291,8 +408,14 @@ def drain_manual(client: SlurmClient, node_name: str, text: str, settings: Mappi
 # resume
 
 
-def resume(client: SlurmClient, node_name: str, settings: Mapping[str, Mapping[str, Any]],
-           force: bool = False, by_admin: bool = False, expected: Optional[Mapping[str, Any]] = None) -> Enacted:
+def resume(
+    client: SlurmClient,
+    node_name: str,
+    settings: Mapping[str, Mapping[str, Any]],
+    force: bool = False,
+    by_admin: bool = False,
+    expected: Optional[Mapping[str, Any]] = None,
+) -> Enacted:
     """Resume node_name if (and only if) the drain is provably ours; `force` is for an admin at the keyboard.
 
     expected: the local record of our drain (hooks): Slurm's current reason must be exactly that one,
@@ -307,22 +430,41 @@ def resume(client: SlurmClient, node_name: str, settings: Mapping[str, Mapping[s
     try:
         node = client.show_node(node_name)
         if not node.is_drained:
-            return Enacted(Outcome.NOT_DRAINED, "node %s is not drained (%s)" % (node_name, node.state_string), node)
+            return Enacted(
+                Outcome.NOT_DRAINED,
+                "node %s is not drained (%s)" % (node_name, node.state_string),
+                node,
+            )
         if expected is not None:
             ours = _same_drain(node, expected)
         else:
             ours = by_admin and policy.read_reason(node.reason, prefix).kind in ("auto", "manual")
         if node.is_failed and not force:
-            return Enacted(Outcome.NOT_OURS, "node %s is FAIL (set by someone else): not resuming" % node_name, node)
+            return Enacted(
+                Outcome.NOT_OURS,
+                "node %s is FAIL (set by someone else): not resuming" % node_name,
+                node,
+            )
         if not ours and not force:
-            return Enacted(Outcome.NOT_OURS, "drain reason is not ours (%s%s): not resuming" % (
-                node.reason, " [%s]" % node.reason_time if node.reason_time else ""), node)
+            return Enacted(
+                Outcome.NOT_OURS,
+                "drain reason is not ours (%s%s): not resuming"
+                % (node.reason, " [%s]" % node.reason_time if node.reason_time else ""),
+                node,
+            )
         why = _leave_alone(node, settings["drain"]["skip_states"])
         if why and not force:
-            return Enacted(Outcome.SKIPPED_STATE, "node %s is %s: not resuming" % (node_name, why), node,
-                           node_drained=True)
-        marker = ADMIN_RESUMED_REASON if by_admin or expected is None else RESUMED_REASON % ",".join(
-            expected.get("checks") or ["the checks"])
+            return Enacted(
+                Outcome.SKIPPED_STATE,
+                "node %s is %s: not resuming" % (node_name, why),
+                node,
+                node_drained=True,
+            )
+        marker = (
+            ADMIN_RESUMED_REASON
+            if by_admin or expected is None
+            else RESUMED_REASON % ",".join(expected.get("checks") or ["the checks"])
+        )
         client.resume(node_name, _resume_reason(marker, prefix))
     except InvalidNodeState as exc:  # resumed by someone else between our read and our request
         return Enacted(Outcome.NOT_DRAINED, "node %s is no longer drained: %s" % (node_name, exc))
@@ -345,13 +487,22 @@ def node_status(client, name: str, config, local: bool, local_state) -> dict:
     try:
         node = client.show_node(name)
     except SlurmError as exc:
-        what = ("Slurm client unusable" if isinstance(exc, SlurmClientMissing) else
-                "slurmctld unreachable" if isinstance(exc, SlurmUnavailable) else "Slurm refused")
+        what = (
+            "Slurm client unusable"
+            if isinstance(exc, SlurmClientMissing)
+            else "slurmctld unreachable"
+            if isinstance(exc, SlurmUnavailable)
+            else "Slurm refused"
+        )
         info["error"] = "%s: %s" % (what, exc)
         return info
     owner = policy.read_reason(node.reason, prefix)
-    info.update(state=node.state_string, reason=node.reason, reason_time_utc=node.reason_time,
-                reason_user=node.reason_user)
+    info.update(
+        state=node.state_string,
+        reason=node.reason,
+        reason_time_utc=node.reason_time,
+        reason_user=node.reason_user,
+    )
     if not node.is_drained:
         info["drain"] = "not drained"
     elif owner.kind == "manual":
@@ -365,13 +516,22 @@ def node_status(client, name: str, config, local: bool, local_state) -> dict:
             record = (local_state[0] or {}).get("drained") if local_state[1] else None
             if not local_state[1]:
                 info["local_record"] = "lost: the next health run rebuilds it from this reason"
-            elif record and record.get("reason") == node.reason and (
-                    not record.get("reason_time") or record.get("reason_time") == node.reason_time):
-                info["local_record"] = "matches: resumed once %s pass" % ",".join(record.get("checks") or [])
+            elif (
+                record
+                and record.get("reason") == node.reason
+                and (not record.get("reason_time") or record.get("reason_time") == node.reason_time)
+            ):
+                info["local_record"] = "matches: resumed once %s pass" % ",".join(
+                    record.get("checks") or []
+                )
             else:
-                info["local_record"] = ("does not match: not provably ours (re-reasoned, or a reason Slurm kept "
-                                        "from an earlier drain); never resumed automatically")
+                info["local_record"] = (
+                    "does not match: not provably ours (re-reasoned, or a reason Slurm kept "
+                    "from an earlier drain); never resumed automatically"
+                )
     else:
         info["drain"] = "someone else's"
-    info["drained_by_us"] = bool(node.is_drained and owner.kind in ("auto", "manual") and not node.is_failed)
+    info["drained_by_us"] = bool(
+        node.is_drained and owner.kind in ("auto", "manual") and not node.is_failed
+    )
     return info

@@ -10,6 +10,7 @@ Cores=0-55 ...``), so a saved copy of its output parses the same way.
 "Core L#"), not Linux CPU numbers; ``logical_cores`` maps them to CPUs with
 /sys/devices/system/cpu/cpuN/topology (`lscpu -e`).
 """
+
 from __future__ import annotations
 
 import re
@@ -78,8 +79,12 @@ def _expand_one(item: str, source: str, whole: str) -> List[str]:
     out = []
     for part in ranges.split(","):
         lo, _, hi = part.partition("-")
-        if not lo.isdigit() or (hi and not hi.isdigit()) or (hi and int(hi) < int(lo)) or \
-                (hi and int(hi) - int(lo) > 100000):
+        if (
+            not lo.isdigit()
+            or (hi and not hi.isdigit())
+            or (hi and int(hi) < int(lo))
+            or (hi and int(hi) - int(lo) > 100000)
+        ):
             raise ParseError(source, whole, "a Slurm hostlist like 'gpu[01-16]'")
         width = len(lo)
         for number in range(int(lo), int(hi or lo) + 1):
@@ -102,7 +107,11 @@ def parse_gres_conf(text: str, source: str = "/etc/slurm/gres.conf") -> GresConf
         for word in line.split():
             key, sep, value = word.partition("=")
             if not sep or not key:
-                raise ParseError(where, raw.strip(), "Key=Value words (e.g. Name=gpu File=/dev/nvidia0 Cores=0-55)")
+                raise ParseError(
+                    where,
+                    raw.strip(),
+                    "Key=Value words (e.g. Name=gpu File=/dev/nvidia0 Cores=0-55)",
+                )
             fields[key.lower()] = value
         nodes = tuple(expand_hostlist(fields["nodename"], where)) if "nodename" in fields else ()
         if "autodetect" in fields and "name" not in fields:
@@ -133,7 +142,9 @@ def logical_cores(topology: Iterable[Tuple[int, int, int]]) -> List[FrozenSet[in
     return [frozenset(by_core[key]) for key in sorted(by_core)]
 
 
-def cores_to_cpus(cores: Iterable[int], core_cpus: List[FrozenSet[int]]) -> Tuple[FrozenSet[int], List[int]]:
+def cores_to_cpus(
+    cores: Iterable[int], core_cpus: List[FrozenSet[int]]
+) -> Tuple[FrozenSet[int], List[int]]:
     """Logical core indices -> (their CPUs, indices beyond this machine's cores)."""
     cpus: set = set()
     missing = []
@@ -145,7 +156,9 @@ def cores_to_cpus(cores: Iterable[int], core_cpus: List[FrozenSet[int]]) -> Tupl
     return frozenset(cpus), missing
 
 
-def parse_slurm_node_line(text: str, node: str, source: str = "/etc/slurm/slurm.conf") -> Dict[str, str]:
+def parse_slurm_node_line(
+    text: str, node: str, source: str = "/etc/slurm/slurm.conf"
+) -> Dict[str, str]:
     """The NodeName= line of slurm.conf that names `node` -> {key lower-case: value} (empty if none).
 
     Only what a NodeName line says directly; NodeName=DEFAULT lines are merged underneath.

@@ -11,6 +11,7 @@ user's name can never make the checks be skipped. It is only ever recorded: logs
 the decision log, the record stores it as JSON, and no path is built from it. Only its length is
 bounded (MAX_USER characters, the rest marked as cut).
 """
+
 from __future__ import annotations
 
 import re
@@ -39,7 +40,9 @@ def parse_gpu_indices(value: str, variable: str = "SLURM_JOB_GPUS") -> Tuple[int
     if value in ("", "NoDevFiles"):
         return ()
     if not _INDEX_LIST.fullmatch(value):
-        raise JobEnvError("%s=%s: expected GPU indices like '0,1' or '0-3'" % (variable, _shown(value)))
+        raise JobEnvError(
+            "%s=%s: expected GPU indices like '0,1' or '0-3'" % (variable, _shown(value))
+        )
     indices = set()
     for part in value.split(","):
         lo, _, hi = part.partition("-")
@@ -53,7 +56,9 @@ def parse_gpu_indices(value: str, variable: str = "SLURM_JOB_GPUS") -> Tuple[int
 def job_from_env(env: Mapping[str, str], require_job: bool = True) -> JobContext:
     """Validate slurmd's variables; `require_job=False` for health/manual runs (no job)."""
     job_id = _get(env, "SLURM_JOB_ID", _JOB_ID, "a positive job number", required=require_job)
-    user = env.get("SLURM_JOB_USER") or None  # data: never a reason to refuse the job (module docstring)
+    user = (
+        env.get("SLURM_JOB_USER") or None
+    )  # data: never a reason to refuse the job (module docstring)
     if user is not None and len(user) > MAX_USER:
         user = user[:MAX_USER] + "...(%d characters)" % len(user)
     node = _get(env, "SLURMD_NODENAME", _NODE, "a node name", required=False)
@@ -68,11 +73,15 @@ def job_from_env(env: Mapping[str, str], require_job: bool = True) -> JobContext
     return JobContext(job_id=job_id, user=user, node_name=node, gpus=gpus)
 
 
-def _get(env: Mapping[str, str], name: str, pattern, expected: str, required: bool) -> Optional[str]:
+def _get(
+    env: Mapping[str, str], name: str, pattern, expected: str, required: bool
+) -> Optional[str]:
     value = env.get(name)
     if value is None or value == "":
         if required:
-            raise JobEnvError("%s is not set: run me from slurmd's Prolog/Epilog (or set it)" % name)
+            raise JobEnvError(
+                "%s is not set: run me from slurmd's Prolog/Epilog (or set it)" % name
+            )
         return None
     if not pattern.fullmatch(value):
         raise JobEnvError("%s=%s: expected %s" % (name, _shown(value), expected))

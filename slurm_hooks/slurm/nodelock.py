@@ -5,6 +5,7 @@ Two jobs starting on one node run two prologs at once; both may decide to drain.
 the second finds the first's fresh record (hooks._enact). flock(2) on a file in /run/slurm-hooks
 (tmpfs: local, never hangs), or in state_dir when /run cannot be used (a non-root test run).
 """
+
 from __future__ import annotations
 
 import os
@@ -28,7 +29,9 @@ class NodeLock:
     def __init__(self, state_dir: str, node: str, timeout: float) -> None:
         import hashlib
 
-        digest = hashlib.sha1(("%s\0%s" % (os.path.abspath(state_dir), node)).encode()).hexdigest()[:16]
+        digest = hashlib.sha1(("%s\0%s" % (os.path.abspath(state_dir), node)).encode()).hexdigest()[
+            :16
+        ]
         self.name = "drain-%s.lock" % digest
         self.dirs = (LOCK_DIR, state_dir)
         self.timeout = timeout
@@ -44,7 +47,9 @@ class NodeLock:
             try:
                 os.makedirs(directory, mode=0o700, exist_ok=True)
                 path = os.path.join(directory, self.name)
-                self.fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+                self.fd = os.open(
+                    path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600
+                )
                 self.path = path
                 return True
             except OSError as exc:

@@ -14,6 +14,7 @@
   drains, then ranks every automatic drain of ours by (Slurm's reason time, node name) and undoes its
   own when it ranks at or past the limit (breaker_rank; the argument is in docs/slurm.md).
 """
+
 from __future__ import annotations
 
 import enum
@@ -40,25 +41,41 @@ class Outcome(enum.Enum):
     DRAINED = "drained"  # we set DRAIN with our reason
     REFINED = "refined"  # replaced Slurm's bare "Prolog error" with our reason
     ALREADY_OURS = "already-drained-by-us"
-    FOREIGN_DRAIN = "foreign-drain-kept"  # someone else's drain (or an admin's manual one): untouched
-    SKIPPED_STATE = "skipped-state"  # DOWN, FAIL, rebooting, powered down, maintenance...: untouched
+    FOREIGN_DRAIN = (
+        "foreign-drain-kept"  # someone else's drain (or an admin's manual one): untouched
+    )
+    SKIPPED_STATE = (
+        "skipped-state"  # DOWN, FAIL, rebooting, powered down, maintenance...: untouched
+    )
     BREAKER = "breaker-tripped"  # too many nodes drained by us: not drained
     BREAKER_UNDONE = "breaker-undone"  # drained, then ranked past the limit: our drain was undone
-    CANNOT_COUNT = "cannot-count"  # the node list could not be read: the breaker cannot count, no drain
+    CANNOT_COUNT = (
+        "cannot-count"  # the node list could not be read: the breaker cannot count, no drain
+    )
     OBSERVE = "observe"  # observe mode: logged only
     SLURM_UNAVAILABLE = "slurm-unavailable"  # could not reach slurmctld (record kept locally)
     SLURM_ERROR = "slurm-error"
     RESUMED = "resumed"
     NOT_OURS = "not-ours"  # resume refused: the drain is not provably ours
     NOT_DRAINED = "not-drained"
-    UNPROVEN = "kept-unproven"  # health: the checks that drained the node did not all pass: drain kept
+    UNPROVEN = (
+        "kept-unproven"  # health: the checks that drained the node did not all pass: drain kept
+    )
 
 
-DELIVERED = frozenset({Outcome.DRAINED, Outcome.REFINED, Outcome.ALREADY_OURS})  # the node carries our drain
+DELIVERED = frozenset(
+    {Outcome.DRAINED, Outcome.REFINED, Outcome.ALREADY_OURS}
+)  # the node carries our drain
 NEW_DRAINS = frozenset({Outcome.DRAINED, Outcome.REFINED})  # ... set by this run
-UNDELIVERED = frozenset({Outcome.SLURM_UNAVAILABLE, Outcome.SLURM_ERROR, Outcome.CANNOT_COUNT})  # kept as 'pending'
-BREAKER_HELD = frozenset({Outcome.BREAKER, Outcome.BREAKER_UNDONE, Outcome.CANNOT_COUNT})  # the breaker stopped a drain
-NOT_OURS_NOW = frozenset({Outcome.RESUMED, Outcome.NOT_DRAINED, Outcome.NOT_OURS})  # no drain of ours to track
+UNDELIVERED = frozenset(
+    {Outcome.SLURM_UNAVAILABLE, Outcome.SLURM_ERROR, Outcome.CANNOT_COUNT}
+)  # kept as 'pending'
+BREAKER_HELD = frozenset(
+    {Outcome.BREAKER, Outcome.BREAKER_UNDONE, Outcome.CANNOT_COUNT}
+)  # the breaker stopped a drain
+NOT_OURS_NOW = frozenset(
+    {Outcome.RESUMED, Outcome.NOT_DRAINED, Outcome.NOT_OURS}
+)  # no drain of ours to track
 
 
 class Decision(Struct):
@@ -73,7 +90,9 @@ class Decision(Struct):
 
 
 REASON_LIMIT = 512  # the longest reason the Slurm client accepts from us (slurm.MAX_REASON)
-RUNNER_CHECK = "slurm-hooks.runner"  # the check process died or hit the deadline (hooks.run_isolated_checks)
+RUNNER_CHECK = (
+    "slurm-hooks.runner"  # the check process died or hit the deadline (hooks.run_isolated_checks)
+)
 PASSING = (Status.OK, Status.WARN, Status.SKIP)
 
 
@@ -91,19 +110,34 @@ def decide(results: Sequence[Result], settings: Mapping[str, Mapping[str, object
     if node_broken:
         ordered = sorted(node_broken, key=_action_rank, reverse=True)
         checks = tuple(dict.fromkeys(r.check for r in ordered))
-        reason = format_reason(ordered[0], str(drain_settings["reason_prefix"]),
-                               min(int(drain_settings["max_reason_length"]), REASON_LIMIT), more=len(ordered) - 1,
-                               checks=checks)
+        reason = format_reason(
+            ordered[0],
+            str(drain_settings["reason_prefix"]),
+            min(int(drain_settings["max_reason_length"]), REASON_LIMIT),
+            more=len(ordered) - 1,
+            checks=checks,
+        )
         return Decision(Verdict.DRAIN, Blame.NODE, tuple(ordered), reason)
     troubled = [r for r in results if r.status in (Status.FAIL, Status.UNKNOWN, Status.WARN)]
     if troubled:
-        blame = Blame.JOB if any(r.effective_blame is Blame.JOB for r in troubled) else \
-            (Blame.CHECK if any(r.effective_blame is Blame.CHECK for r in troubled) else None)
-        return Decision(Verdict.ALERT, blame, tuple(sorted(troubled, key=lambda r: -r.status.severity)))
+        blame = (
+            Blame.JOB
+            if any(r.effective_blame is Blame.JOB for r in troubled)
+            else (Blame.CHECK if any(r.effective_blame is Blame.CHECK for r in troubled) else None)
+        )
+        return Decision(
+            Verdict.ALERT, blame, tuple(sorted(troubled, key=lambda r: -r.status.severity))
+        )
     return Decision(Verdict.PASS, None, ())
 
 
-_ACTION_RANK = {Action.RMA: 4, Action.REBOOT: 3, Action.RESET_GPU: 2, Action.DRAIN: 1, Action.NONE: 0}
+_ACTION_RANK = {
+    Action.RMA: 4,
+    Action.REBOOT: 3,
+    Action.RESET_GPU: 2,
+    Action.DRAIN: 1,
+    Action.NONE: 0,
+}
 
 
 def _action_rank(result: Result) -> int:
@@ -120,8 +154,9 @@ def sanitize(text: str) -> str:
     return re.sub(r"\s+", " ", _UNSAFE.sub("?", text)).strip()
 
 
-def format_reason(result: Result, prefix: str, max_length: int, more: int = 0,
-                  checks: Sequence[str] = ()) -> str:
+def format_reason(
+    result: Result, prefix: str, max_length: int, more: int = 0, checks: Sequence[str] = ()
+) -> str:
     """'slurm-hooks: gpu.memory: gpu:3 0000:3b:00.0 row-remap pending -> reset-gpu' (bounded, sanitized).
 
     `checks`: every check that caused the drain, worst first (result.check leads); they are all
@@ -133,7 +168,10 @@ def format_reason(result: Result, prefix: str, max_length: int, more: int = 0,
     reading `sinfo -R` acts on, so they survive the cut ('... redirected to the root c... -> drain').
     """
     names = [result.check] + [c for c in checks if c != result.check]
-    parts = [prefix.strip(), _names_field(names, max(max_length // 2 - len(prefix.strip()), 0)) + ":"]
+    parts = [
+        prefix.strip(),
+        _names_field(names, max(max_length // 2 - len(prefix.strip()), 0)) + ":",
+    ]
     if result.component:
         parts.append(result.component)
     parts.append(result.summary)
@@ -214,7 +252,7 @@ def read_reason(reason: Optional[str], prefix: str) -> ReasonOwner:
     """
     if not is_ours(reason, prefix):
         return ReasonOwner("")
-    rest = reason[len(prefix.strip()):].lstrip()  # type: ignore[index]
+    rest = reason[len(prefix.strip()) :].lstrip()  # type: ignore[index]
     head, colon, _ = rest.partition(":")
     if not colon:
         return ReasonOwner("")
@@ -253,10 +291,20 @@ def unproven(checks: Iterable[str], results: Iterable[Result]) -> List[str]:
         elif not got:
             missing.append("%s: did not run" % name)
         else:
-            bad = [r for r in got if r.status not in PASSING or r.details.get("timed_out") or r.details.get("crashed")]
+            bad = [
+                r
+                for r in got
+                if r.status not in PASSING or r.details.get("timed_out") or r.details.get("crashed")
+            ]
             if bad:
-                missing.append("%s: %s" % (name, bad[0].status.value + (" (timed out)" if bad[0].details.get(
-                    "timed_out") else "")))
+                missing.append(
+                    "%s: %s"
+                    % (
+                        name,
+                        bad[0].status.value
+                        + (" (timed out)" if bad[0].details.get("timed_out") else ""),
+                    )
+                )
     return missing
 
 
@@ -284,10 +332,15 @@ class BreakerState(Struct):
 
     def describe(self) -> str:
         if self.phase == "rank":
-            return "%d automatic slurm-hooks drains rank ahead of this one among %d nodes (limit %d)" % (
-                self.drained_by_us, self.total_nodes, self.limit)
-        return "%d of %d nodes already drained by slurm-hooks (limit %d)" % (self.drained_by_us, self.total_nodes,
-                                                                             self.limit)
+            return (
+                "%d automatic slurm-hooks drains rank ahead of this one among %d nodes (limit %d)"
+                % (self.drained_by_us, self.total_nodes, self.limit)
+            )
+        return "%d of %d nodes already drained by slurm-hooks (limit %d)" % (
+            self.drained_by_us,
+            self.total_nodes,
+            self.limit,
+        )
 
 
 def breaker_limit(total_nodes: int, max_percent: float, min_nodes: int) -> int:
@@ -295,13 +348,21 @@ def breaker_limit(total_nodes: int, max_percent: float, min_nodes: int) -> int:
     return max(min_nodes, int(math.floor(total_nodes * max_percent / 100.0)))
 
 
-def breaker_state(nodes: Iterable[Tuple[str, bool, Optional[str]]], this_node: str, prefix: str,
-                  max_percent: float, min_nodes: int) -> BreakerState:
+def breaker_state(
+    nodes: Iterable[Tuple[str, bool, Optional[str]]],
+    this_node: str,
+    prefix: str,
+    max_percent: float,
+    min_nodes: int,
+) -> BreakerState:
     """`nodes` = (name, is_drained, reason). Counts the OTHER nodes drained automatically by us
     (manual drains through `slurm-hooks drain` are an admin's deliberate act and do not count)."""
     nodes = list(nodes)
-    ours = sum(1 for name, drained, reason in nodes
-               if name != this_node and drained and read_reason(reason, prefix).automatic)
+    ours = sum(
+        1
+        for name, drained, reason in nodes
+        if name != this_node and drained and read_reason(reason, prefix).automatic
+    )
     return BreakerState(ours, len(nodes), breaker_limit(len(nodes), max_percent, min_nodes))
 
 
@@ -311,12 +372,25 @@ def drain_key(reason_epoch: Optional[int], name: str) -> Tuple[int, str]:
     return (-1 if reason_epoch is None else int(reason_epoch), name)
 
 
-def breaker_rank(nodes: Iterable[Tuple[str, bool, Optional[str], Optional[int]]], this_node: str,
-                 this_key: Tuple[int, str], prefix: str, max_percent: float, min_nodes: int) -> BreakerState:
+def breaker_rank(
+    nodes: Iterable[Tuple[str, bool, Optional[str], Optional[int]]],
+    this_node: str,
+    this_key: Tuple[int, str],
+    prefix: str,
+    max_percent: float,
+    min_nodes: int,
+) -> BreakerState:
     """After our drain: `nodes` = (name, is_drained, reason, reason_epoch); counts the other automatic
     drains of ours that sort before this_key. tripped means: we rank at or past the limit, undo."""
     nodes = list(nodes)
-    ahead = sum(1 for name, drained, reason, epoch in nodes
-                if name != this_node and drained and read_reason(reason, prefix).automatic
-                and drain_key(epoch, name) < this_key)
-    return BreakerState(ahead, len(nodes), breaker_limit(len(nodes), max_percent, min_nodes), "rank")
+    ahead = sum(
+        1
+        for name, drained, reason, epoch in nodes
+        if name != this_node
+        and drained
+        and read_reason(reason, prefix).automatic
+        and drain_key(epoch, name) < this_key
+    )
+    return BreakerState(
+        ahead, len(nodes), breaker_limit(len(nodes), max_percent, min_nodes), "rank"
+    )

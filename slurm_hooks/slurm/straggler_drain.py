@@ -18,6 +18,7 @@ Rules on top of the library's (docs/records.md "Acting on suspects"):
   on the evidence it was drained for; that drain time is kept in <[paths] state_dir>/fleet-state.json
   on the admin host (with Slurm's reason and reason time: the proof a drain is ours).
 """
+
 from __future__ import annotations
 
 import logging
@@ -33,8 +34,15 @@ from . import policy
 from .policy import Outcome
 
 STATE_NAME = "fleet-state.json"
-_ALARMING = frozenset({Outcome.BREAKER, Outcome.BREAKER_UNDONE, Outcome.SLURM_UNAVAILABLE, Outcome.SLURM_ERROR,
-                       Outcome.CANNOT_COUNT})  # logged as errors: an admin should look
+_ALARMING = frozenset(
+    {
+        Outcome.BREAKER,
+        Outcome.BREAKER_UNDONE,
+        Outcome.SLURM_UNAVAILABLE,
+        Outcome.SLURM_ERROR,
+        Outcome.CANNOT_COUNT,
+    }
+)  # logged as errors: an admin should look
 LOCK_TIMEOUT_S = 5.0
 
 
@@ -48,16 +56,31 @@ class FleetDrain(Struct):
     message: str
 
     def to_dict(self) -> Dict[str, str]:
-        return {"node": self.node, "metric": self.metric, "outcome": self.outcome, "message": self.message}
+        return {
+            "node": self.node,
+            "metric": self.metric,
+            "outcome": self.outcome,
+            "message": self.message,
+        }
 
 
 def reason_for(suspect: Suspect, prefix: str, max_length: int) -> str:
     """'slurm-hooks: fleet.straggler: <metric> <value> vs <median> of its job peers, ... -> drain' (bounded)."""
     mark, flag = suspect.evidence[-1]
     metric = METRIC_BY_NAME.get(suspect.metric)
-    summary = "%s %.4g vs %.4g of its job peers (%s is worse), %d of its last %d jobs, worst z %.0f (job %s)" % (
-        suspect.metric, flag.value, flag.median, "higher" if metric is None or metric.worse > 0 else "lower",
-        suspect.flagged, suspect.window, suspect.worst_z, mark.job)
+    summary = (
+        "%s %.4g vs %.4g of its job peers (%s is worse), %d of its last %d jobs, worst z %.0f (job %s)"
+        % (
+            suspect.metric,
+            flag.value,
+            flag.median,
+            "higher" if metric is None or metric.worse > 0 else "lower",
+            suspect.flagged,
+            suspect.window,
+            suspect.worst_z,
+            mark.job,
+        )
+    )
     result = Result(policy.FLEET_CHECK, Status.FAIL, summary, action=Action.DRAIN)
     return policy.format_reason(result, prefix, min(max_length, policy.REASON_LIMIT))
 
@@ -68,7 +91,9 @@ def fresh(suspect: Suspect, since: Optional[float]) -> Tuple[int, int]:
     return len(marks), len({m.user for m in marks if m.user})
 
 
-def choose(suspects: List[Suspect], fleet: Mapping[str, Any], state: Mapping[str, Any]) -> List[Suspect]:
+def choose(
+    suspects: List[Suspect], fleet: Mapping[str, Any], state: Mapping[str, Any]
+) -> List[Suspect]:
     """The suspects worth draining: one per node (its worst figure), on fresh evidence from enough
     users, worst first (not yet cut to max_drains_per_run: nodes Slurm already holds come out first)."""
     drains = state.get("drains") or {}
@@ -96,8 +121,12 @@ def state_path(settings: Mapping[str, Mapping[str, Any]]) -> str:
     return os.path.join(settings["paths"]["state_dir"], STATE_NAME)
 
 
-def enact(settings: Mapping[str, Mapping[str, Any]], suspects: List[Suspect], client=None,
-          log: Optional[logging.Logger] = None) -> List[FleetDrain]:
+def enact(
+    settings: Mapping[str, Mapping[str, Any]],
+    suspects: List[Suspect],
+    client=None,
+    log: Optional[logging.Logger] = None,
+) -> List[FleetDrain]:
     """Drain the chosen suspects (or say why not). One run at a time (a lock beside the state file)."""
     from . import drainer
     from .client import SlurmError, check_node_name
@@ -105,8 +134,10 @@ def enact(settings: Mapping[str, Mapping[str, Any]], suspects: List[Suspect], cl
     log = log or logging.getLogger(logs.LOGGER_NAME)
     fleet = settings["fleet"]
     if not fleet["drain"]:
-        return [FleetDrain(s.node, s.metric, "disabled", "[fleet] drain = false: reported only")
-                for s in _one_per_node(suspects)]
+        return [
+            FleetDrain(s.node, s.metric, "disabled", "[fleet] drain = false: reported only")
+            for s in _one_per_node(suspects)
+        ]
     directory = settings["paths"]["state_dir"]
     os.makedirs(directory, mode=0o700, exist_ok=True)
     path = state_path(settings)
@@ -115,46 +146,87 @@ def enact(settings: Mapping[str, Mapping[str, Any]], suspects: List[Suspect], cl
         with locks.locked(path + ".lock", LOCK_TIMEOUT_S):
             try:
                 state = atomicio.read_json(path, default={})
-            except ValueError as exc:  # whose drains are ours is unknown: draining now could repeat one
-                log.error(logs.kv(event="fleet-state-corrupt", path=path, error=exc, decision="no-drain"))
-                return [FleetDrain(s.node, s.metric, "state-corrupt", str(exc)) for s in _one_per_node(suspects)]
+            except (
+                ValueError
+            ) as exc:  # whose drains are ours is unknown: draining now could repeat one
+                log.error(
+                    logs.kv(event="fleet-state-corrupt", path=path, error=exc, decision="no-drain")
+                )
+                return [
+                    FleetDrain(s.node, s.metric, "state-corrupt", str(exc))
+                    for s in _one_per_node(suspects)
+                ]
             state = state if isinstance(state, dict) else {}
             client = client or drainer.make_client(settings)
             rows.extend(_confirm_earlier(client, state, settings))
             chosen = []
             for suspect in choose(suspects, fleet, state):
                 try:
-                    check_node_name(suspect.node)  # a directory name: a hostlist or odd text never reaches Slurm
+                    check_node_name(
+                        suspect.node
+                    )  # a directory name: a hostlist or odd text never reaches Slurm
                     chosen.append(suspect)
                 except ValueError as exc:
-                    rows.append(FleetDrain(suspect.node, suspect.metric, "invalid-node-name", str(exc)))
-            if chosen:  # one listing: nodes Slurm already holds never take a place of max_drains_per_run
+                    rows.append(
+                        FleetDrain(suspect.node, suspect.metric, "invalid-node-name", str(exc))
+                    )
+            if (
+                chosen
+            ):  # one listing: nodes Slurm already holds never take a place of max_drains_per_run
                 chosen = _not_held(client, chosen, rows, drainer.slurm_budget(settings))
             chosen = chosen[: fleet["max_drains_per_run"]]
-            prefix, length = settings["drain"]["reason_prefix"], settings["drain"]["max_reason_length"]
+            prefix, length = (
+                settings["drain"]["reason_prefix"],
+                settings["drain"]["max_reason_length"],
+            )
             for suspect in chosen:
                 reason = reason_for(suspect, prefix, length)
                 client.set_budget(drainer.slurm_budget(settings))
                 entry = (state.get("drains") or {}).get(suspect.node)
                 try:
-                    enacted = drainer.drain(client, suspect.node, reason, settings, (entry,), True, refine=False)
-                except SlurmError as exc:  # typed errors become outcomes in drainer; this is a last resort
+                    enacted = drainer.drain(
+                        client, suspect.node, reason, settings, (entry,), True, refine=False
+                    )
+                except (
+                    SlurmError
+                ) as exc:  # typed errors become outcomes in drainer; this is a last resort
                     enacted = drainer.slurm_failure(exc)
                 _remember(state, suspect, enacted, reason)
-                rows.append(FleetDrain(suspect.node, suspect.metric, enacted.outcome.value, enacted.message))
-                level = logging.WARNING if enacted.outcome in (Outcome.DRAINED, Outcome.OBSERVE) else \
-                    logging.ERROR if enacted.outcome in _ALARMING else logging.INFO
-                log.log(level, logs.kv(context="fleet", event="straggler-drain", node=suspect.node,
-                                       metric=suspect.metric, outcome=enacted.outcome.value, detail=enacted.message))
+                rows.append(
+                    FleetDrain(suspect.node, suspect.metric, enacted.outcome.value, enacted.message)
+                )
+                level = (
+                    logging.WARNING
+                    if enacted.outcome in (Outcome.DRAINED, Outcome.OBSERVE)
+                    else logging.ERROR
+                    if enacted.outcome in _ALARMING
+                    else logging.INFO
+                )
+                log.log(
+                    level,
+                    logs.kv(
+                        context="fleet",
+                        event="straggler-drain",
+                        node=suspect.node,
+                        metric=suspect.metric,
+                        outcome=enacted.outcome.value,
+                        detail=enacted.message,
+                    ),
+                )
             atomicio.write_json_atomic(path, state)
     except OSError as exc:  # LockTimeout (another run), an unwritable state directory
         log.error(logs.kv(event="fleet-drain-skipped", path=path, error=exc))
-        return rows + [FleetDrain(s.node, s.metric, "not-attempted", str(exc)) for s in _one_per_node(suspects)
-                       if s.node not in {r.node for r in rows}]
+        return rows + [
+            FleetDrain(s.node, s.metric, "not-attempted", str(exc))
+            for s in _one_per_node(suspects)
+            if s.node not in {r.node for r in rows}
+        ]
     return rows
 
 
-def _confirm_earlier(client, state: Dict[str, Any], settings: Mapping[str, Mapping[str, Any]]) -> List[FleetDrain]:
+def _confirm_earlier(
+    client, state: Dict[str, Any], settings: Mapping[str, Mapping[str, Any]]
+) -> List[FleetDrain]:
     """Redo the breaker's re-count of a drain of ours that never had it (slurmctld stopped answering
     right after the drain): as a node's next hook run does for its own drains (drainer.confirm)."""
     from . import drainer
@@ -168,19 +240,31 @@ def _confirm_earlier(client, state: Dict[str, Any], settings: Mapping[str, Mappi
         try:
             node = client.show_node(name)
         except SlurmError as exc:
-            rows.append(FleetDrain(name, str(entry.get("metric")), drainer.slurm_failure(exc).outcome.value,
-                                   "breaker re-count of our earlier drain not done: %s" % exc))
+            rows.append(
+                FleetDrain(
+                    name,
+                    str(entry.get("metric")),
+                    drainer.slurm_failure(exc).outcome.value,
+                    "breaker re-count of our earlier drain not done: %s" % exc,
+                )
+            )
             continue
-        if not drainer._same_drain(node, entry):  # resumed, or someone else's drain now: nothing to count
+        if not drainer._same_drain(
+            node, entry
+        ):  # resumed, or someone else's drain now: nothing to count
             entry["confirmed"] = True
             continue
         enacted = drainer.confirm(client, node, settings)
         entry["confirmed"] = enacted.confirmed
-        rows.append(FleetDrain(name, str(entry.get("metric")), enacted.outcome.value, enacted.message))
+        rows.append(
+            FleetDrain(name, str(entry.get("metric")), enacted.outcome.value, enacted.message)
+        )
     return rows
 
 
-def _not_held(client, chosen: List[Suspect], rows: List[FleetDrain], budget: float) -> List[Suspect]:
+def _not_held(
+    client, chosen: List[Suspect], rows: List[FleetDrain], budget: float
+) -> List[Suspect]:
     """The chosen suspects Slurm lists and does not already hold; a row for each of the others. When the
     node list cannot be read, a row for every one and none is drained."""
     from . import drainer
@@ -191,7 +275,9 @@ def _not_held(client, chosen: List[Suspect], rows: List[FleetDrain], budget: flo
         listed = {node.name: node for node in client.list_nodes()}
     except SlurmError as exc:
         failure = drainer.slurm_failure(exc, "cannot list the nodes: ")
-        rows.extend(FleetDrain(s.node, s.metric, failure.outcome.value, failure.message) for s in chosen)
+        rows.extend(
+            FleetDrain(s.node, s.metric, failure.outcome.value, failure.message) for s in chosen
+        )
         return []
     free = []
     for suspect in chosen:
@@ -222,7 +308,11 @@ def _remember(state: Dict[str, Any], suspect: Suspect, enacted, reason: str) -> 
     node = enacted.node
     if enacted.outcome is Outcome.ALREADY_OURS and old:
         return
-    drains[suspect.node] = {"reason": node.reason if node is not None and node.reason else reason,
-                            "reason_time": node.reason_time if node is not None else None,
-                            "time": time.time(), "metric": suspect.metric, "confirmed": enacted.confirmed,
-                            "jobs": [mark.job for mark, _ in suspect.evidence]}
+    drains[suspect.node] = {
+        "reason": node.reason if node is not None and node.reason else reason,
+        "reason_time": node.reason_time if node is not None else None,
+        "time": time.time(),
+        "metric": suspect.metric,
+        "confirmed": enacted.confirmed,
+        "jobs": [mark.job for mark, _ in suspect.evidence],
+    }

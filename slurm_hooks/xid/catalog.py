@@ -47,11 +47,25 @@ ACTIONS = tuple(action.value for action in Action)
 BLAMES = tuple(blame.value for blame in Blame)
 
 #: Immediate-action buckets the catalog may use (plus our UNKNOWN marker).
-IMMEDIATE_BUCKETS = frozenset({
-    "RESET_GPU", "RESTART_BM", "RESTART_APP", "RESTART_VM", "IGNORE", "CONTACT_SUPPORT", "CHECK_MECHANICALS",
-    "UPDATE_SWFW", "CHECK_UVM", "XID_154", "WORKFLOW_XID_45", "WORKFLOW_XID_48", "WORKFLOW_NVLINK_ERR",
-    "WORKFLOW_NVLINK5_ERR", "UNKNOWN",
-})
+IMMEDIATE_BUCKETS = frozenset(
+    {
+        "RESET_GPU",
+        "RESTART_BM",
+        "RESTART_APP",
+        "RESTART_VM",
+        "IGNORE",
+        "CONTACT_SUPPORT",
+        "CHECK_MECHANICALS",
+        "UPDATE_SWFW",
+        "CHECK_UVM",
+        "XID_154",
+        "WORKFLOW_XID_45",
+        "WORKFLOW_XID_48",
+        "WORKFLOW_NVLINK_ERR",
+        "WORKFLOW_NVLINK5_ERR",
+        "UNKNOWN",
+    }
+)
 
 
 _DATA_FILE = "xid_catalog.json"
@@ -63,11 +77,15 @@ class XidEntry(Struct):
     xid: int
     mnemonic: str
     description: str
-    immediate: str  # NVIDIA "Resolution Bucket (Immediate Action)", or UNKNOWN when the catalog gives none
+    immediate: (
+        str  # NVIDIA "Resolution Bucket (Immediate Action)", or UNKNOWN when the catalog gives none
+    )
     investigatory: str  # NVIDIA "Resolution Bucket (Investigatory Action)"
     applies_to: Tuple[str, ...]
     unused: bool  # catalog description "Unused": deprecated / V100-or-earlier only
-    job_caused: bool  # typically caused by the user application (our annotation, see job_caused_basis)
+    job_caused: (
+        bool  # typically caused by the user application (our annotation, see job_caused_basis)
+    )
     component: str
     xid154_linkage: Optional[str] = None
     job_caused_basis: Optional[str] = None
@@ -95,7 +113,9 @@ def _read_packaged_text() -> str:
     """The catalog shipped as slurm_hooks/data/xid_catalog.json: a plain file of the package in
     every install we make (RPM, pip, checkout); importlib.resources (and the pathlib it imports,
     a few ms of every prolog) only for a zipped install."""
-    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "data", _DATA_FILE)
+    path = os.path.join(
+        os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "data", _DATA_FILE
+    )
     try:
         with open(path, encoding="utf-8") as handle:
             return handle.read()
@@ -108,7 +128,11 @@ def _read_packaged_text() -> str:
 class XidCatalog:
     """The packaged Xid catalog (or one loaded from ``path``/``data``)."""
 
-    def __init__(self, data: Optional[Mapping[str, Any]] = None, path: Optional[Union[str, "os.PathLike[str]"]] = None):
+    def __init__(
+        self,
+        data: Optional[Mapping[str, Any]] = None,
+        path: Optional[Union[str, "os.PathLike[str]"]] = None,
+    ):
         if data is None:
             if path is None:
                 text = _read_packaged_text()
@@ -125,12 +149,20 @@ class XidCatalog:
         self.sxid: Mapping[str, Any] = data.get("sxid", {})
         entries: Dict[int, XidEntry] = {}
         for row in data["xids"]:
-            e = XidEntry(xid=int(row["xid"]), mnemonic=row["mnemonic"], description=row["description"],
-                         immediate=row["immediate"], investigatory=row["investigatory"],
-                         applies_to=tuple(row.get("applies_to") or ()), unused=bool(row.get("unused", False)),
-                         job_caused=bool(row.get("job_caused", False)), component=row.get("component") or "gpu",
-                         xid154_linkage=row.get("xid154_linkage"), job_caused_basis=row.get("job_caused_basis"),
-                         notes=row.get("notes"))
+            e = XidEntry(
+                xid=int(row["xid"]),
+                mnemonic=row["mnemonic"],
+                description=row["description"],
+                immediate=row["immediate"],
+                investigatory=row["investigatory"],
+                applies_to=tuple(row.get("applies_to") or ()),
+                unused=bool(row.get("unused", False)),
+                job_caused=bool(row.get("job_caused", False)),
+                component=row.get("component") or "gpu",
+                xid154_linkage=row.get("xid154_linkage"),
+                job_caused_basis=row.get("job_caused_basis"),
+                notes=row.get("notes"),
+            )
             if e.xid in entries:
                 raise ValueError("xid catalog: duplicate entry for Xid %d" % e.xid)
             if e.immediate not in IMMEDIATE_BUCKETS:
@@ -157,8 +189,12 @@ class XidCatalog:
     def source_line(self) -> str:
         s = self.source
         return "%s, %s <%s> (retrieved %s; newest driver referenced %s)" % (
-            s.get("publisher", "NVIDIA"), s.get("title", "?"), s.get("url", "?"), s.get("retrieved", "?"),
-            s.get("newest_driver_referenced", "?"))
+            s.get("publisher", "NVIDIA"),
+            s.get("title", "?"),
+            s.get("url", "?"),
+            s.get("retrieved", "?"),
+            s.get("newest_driver_referenced", "?"),
+        )
 
 
 _CATALOG: Optional[XidCatalog] = None
@@ -190,7 +226,9 @@ def validate_overrides(overrides: Optional[Mapping[Any, Any]]) -> Dict[int, Dict
     if overrides is None:
         return {}
     if not isinstance(overrides, Mapping):
-        raise ValueError("xid overrides must be a mapping of Xid -> settings, got %s" % type(overrides).__name__)
+        raise ValueError(
+            "xid overrides must be a mapping of Xid -> settings, got %s" % type(overrides).__name__
+        )
     out: Dict[int, Dict[str, str]] = {}
     for key, spec in overrides.items():
         if isinstance(key, bool) or not isinstance(key, (int, str)):
@@ -200,15 +238,19 @@ def validate_overrides(overrides: Optional[Mapping[Any, Any]]) -> Dict[int, Dict
             raise ValueError("xid override key %r is not an Xid number" % (key,))
         xid = int(skey)
         if not isinstance(spec, Mapping):
-            raise ValueError("xid override for Xid %d must be a mapping (a table like {status = \"FAIL\", action = \"rma\"}), "
-                             "got %s %r" % (xid, type(spec).__name__, spec))
+            raise ValueError(
+                'xid override for Xid %d must be a mapping (a table like {status = "FAIL", action = "rma"}), '
+                "got %s %r" % (xid, type(spec).__name__, spec)
+            )
         if not spec:
             raise ValueError("xid override for Xid %d is empty" % xid)
         clean: Dict[str, str] = {}
         for k, v in spec.items():
             if k not in _OVERRIDE_KEYS:
-                raise ValueError("xid override for Xid %d: unknown key %r (allowed: %s)"
-                                 % (xid, k, ", ".join(_OVERRIDE_KEYS)))
+                raise ValueError(
+                    "xid override for Xid %d: unknown key %r (allowed: %s)"
+                    % (xid, k, ", ".join(_OVERRIDE_KEYS))
+                )
             if not isinstance(v, str):
                 raise ValueError("xid override for Xid %d: key %r must be a string" % (xid, k))
             allowed = {"status": STATUSES, "action": ACTIONS, "blame": BLAMES}.get(k)
@@ -217,18 +259,29 @@ def validate_overrides(overrides: Optional[Mapping[Any, Any]]) -> Dict[int, Dict
             elif k in ("action", "blame"):
                 v = v.lower()
             if allowed is not None and v not in allowed:
-                raise ValueError("xid override for Xid %d: key %r has invalid value %r (allowed: %s)"
-                                 % (xid, k, v, ", ".join(allowed)))
+                raise ValueError(
+                    "xid override for Xid %d: key %r has invalid value %r (allowed: %s)"
+                    % (xid, k, v, ", ".join(allowed))
+                )
             clean[k] = v
-        if clean.get("status") not in (None, Status.FAIL.value) and clean.get("action", Action.NONE.value) != Action.NONE.value:
-            raise ValueError("xid override for Xid %d: key 'action' %r contradicts status %r"
-                             % (xid, clean["action"], clean["status"]))
+        if (
+            clean.get("status") not in (None, Status.FAIL.value)
+            and clean.get("action", Action.NONE.value) != Action.NONE.value
+        ):
+            raise ValueError(
+                "xid override for Xid %d: key 'action' %r contradicts status %r"
+                % (xid, clean["action"], clean["status"])
+            )
         out[xid] = clean
     return out
 
 
-def _c(status: str, action: str, blame: str, reason: str, xid: Optional[int], bucket: Optional[str]) -> Classification:
-    return Classification(status=status, action=action, blame=blame, reason=reason, xid=xid, bucket=bucket)
+def _c(
+    status: str, action: str, blame: str, reason: str, xid: Optional[int], bucket: Optional[str]
+) -> Classification:
+    return Classification(
+        status=status, action=action, blame=blame, reason=reason, xid=xid, bucket=bucket
+    )
 
 
 # Xid 74 register bits the catalog says can be ignored / are threshold notices (register index -> bits).
@@ -237,8 +290,10 @@ _HEX_TUPLE_RE = re.compile(r"\(\s*(0x[0-9a-fA-F]{1,16}(?:\s*,?\s*0x[0-9a-fA-F]{1
 _NVL5_SEV_RE = re.compile(r"\b(Nonfatal|Non-fatal|Fatal)\b", re.I)
 _XID154_RE = re.compile(r"\bto 0x[0-9a-fA-F]{1,8} \(([^()]{1,40})\)")
 _XID154_ACTIONS = {
-    "none": ("OK", "none", "node"), "drain p2p": ("FAIL", "drain", "node"),
-    "drain and reset": ("FAIL", "reset-gpu", "node"), "gpu reset required": ("FAIL", "reset-gpu", "node"),
+    "none": ("OK", "none", "node"),
+    "drain p2p": ("FAIL", "drain", "node"),
+    "drain and reset": ("FAIL", "reset-gpu", "node"),
+    "gpu reset required": ("FAIL", "reset-gpu", "node"),
     "node reboot required": ("FAIL", "reboot", "node"),
 }
 
@@ -261,88 +316,209 @@ _SIMPLE_BUCKETS = {
     "RESET_GPU": ("FAIL", "reset-gpu", "node", "catalog RESET_GPU: %s"),
     "RESTART_BM": ("FAIL", "reboot", "node", "catalog RESTART_BM: %s"),
     # A Slurm node that is itself a VM is the VM that owns the GPU.
-    "RESTART_VM": ("FAIL", "reboot", "node", "catalog RESTART_VM (restart the VM owning the GPU): %s"),
+    "RESTART_VM": (
+        "FAIL",
+        "reboot",
+        "node",
+        "catalog RESTART_VM (restart the VM owning the GPU): %s",
+    ),
     # Unexpected on current GPUs; nothing says the part is bad, so keep jobs off and let a human look.
-    "CONTACT_SUPPORT": ("FAIL", "drain", "node", "catalog CONTACT_SUPPORT (unexpected Xid, escalate): %s"),
-    "CHECK_MECHANICALS": ("FAIL", "drain", "node",
-                          "catalog CHECK_MECHANICALS (check seating/power connections): %s"),
-    "UPDATE_SWFW": ("FAIL", "drain", "node", "catalog UPDATE_SWFW (driver/firmware update needed): %s"),
+    "CONTACT_SUPPORT": (
+        "FAIL",
+        "drain",
+        "node",
+        "catalog CONTACT_SUPPORT (unexpected Xid, escalate): %s",
+    ),
+    "CHECK_MECHANICALS": (
+        "FAIL",
+        "drain",
+        "node",
+        "catalog CHECK_MECHANICALS (check seating/power connections): %s",
+    ),
+    "UPDATE_SWFW": (
+        "FAIL",
+        "drain",
+        "node",
+        "catalog UPDATE_SWFW (driver/firmware update needed): %s",
+    ),
     # nvidia-uvm is in use on any node that runs CUDA jobs, so the catalog's UVM branch applies.
-    "CHECK_UVM": ("FAIL", "reset-gpu", "node", "catalog CHECK_UVM (UVM in use on CUDA nodes -> reset GPU): %s"),
+    "CHECK_UVM": (
+        "FAIL",
+        "reset-gpu",
+        "node",
+        "catalog CHECK_UVM (UVM in use on CUDA nodes -> reset GPU): %s",
+    ),
 }
 
 
-def _default_classification(event: XidEvent, entry: Optional[XidEntry], related: Optional[set]) -> Classification:
+def _default_classification(
+    event: XidEvent, entry: Optional[XidEntry], related: Optional[set]
+) -> Classification:
     x = event.xid
     if entry is None:
-        return _c("UNKNOWN", "none", "check", "Xid %d is not in the packaged catalog; recorded only" % x, x, None)
+        return _c(
+            "UNKNOWN",
+            "none",
+            "check",
+            "Xid %d is not in the packaged catalog; recorded only" % x,
+            x,
+            None,
+        )
     b = entry.immediate
     if b in _SIMPLE_BUCKETS:
         status, action, blame, template = _SIMPLE_BUCKETS[b]
         return _c(status, action, blame, template % entry.description, x, b)
     if b == "RESTART_APP":
         if entry.job_caused:
-            return _c("WARN", "none", "job", "catalog RESTART_APP: %s (typically caused by the application)"
-                      % entry.description, x, b)
+            return _c(
+                "WARN",
+                "none",
+                "job",
+                "catalog RESTART_APP: %s (typically caused by the application)" % entry.description,
+                x,
+                b,
+            )
         # The GPU or driver faulted and the application using it was stopped: the job was a victim, not
         # the cause (Xid 94, a contained uncorrectable memory error, kills the job that touched the bad row).
         # The node stays in service; a pending row remap or recovery action is reported by gpu.memory / Xid 154.
-        return _c("WARN", "none", "node", "catalog RESTART_APP: %s (a hardware/driver fault stopped the "
-                  "application; not caused by the job)" % entry.description, x, b)
+        return _c(
+            "WARN",
+            "none",
+            "node",
+            "catalog RESTART_APP: %s (a hardware/driver fault stopped the "
+            "application; not caused by the job)" % entry.description,
+            x,
+            b,
+        )
     if b == "IGNORE":
         extra = ""
         if entry.investigatory not in ("IGNORE", "N/A", "UNKNOWN"):
             extra = "; if recurring: %s" % entry.investigatory
-        return _c("OK", "none", "job" if entry.job_caused else "node",
-                  "catalog IGNORE: %s%s" % (entry.description, extra), x, b)
+        return _c(
+            "OK",
+            "none",
+            "job" if entry.job_caused else "node",
+            "catalog IGNORE: %s%s" % (entry.description, extra),
+            x,
+            b,
+        )
     workflow = _WORKFLOWS.get(b)
     if workflow is not None:
         return workflow(event, related)
     # UNKNOWN: the catalog lists the Xid but gives no bucket.
-    return _c("UNKNOWN", "none", "check", "catalog gives no resolution bucket for Xid %d (%s); recorded only"
-              % (x, entry.description), x, b)
+    return _c(
+        "UNKNOWN",
+        "none",
+        "check",
+        "catalog gives no resolution bucket for Xid %d (%s); recorded only"
+        % (x, entry.description),
+        x,
+        b,
+    )
 
 
 def _xid45(event: XidEvent, related: Optional[set]) -> Classification:
     x, b = event.xid, "WORKFLOW_XID_45"
     if related:
-        return _c("OK", "none", "job", "Xid 45 with Xid %s: teardown after the other error, follow that one"
-                  % ",".join(str(r) for r in sorted(related)), x, b)
-    return _c("WARN", "none", "job", "Xid 45 alone: application torn down (kill/Ctrl-C/reset); "
-              "catalog: restart Fabric Manager on NVSwitch systems if it recurs", x, b)
+        return _c(
+            "OK",
+            "none",
+            "job",
+            "Xid 45 with Xid %s: teardown after the other error, follow that one"
+            % ",".join(str(r) for r in sorted(related)),
+            x,
+            b,
+        )
+    return _c(
+        "WARN",
+        "none",
+        "job",
+        "Xid 45 alone: application torn down (kill/Ctrl-C/reset); "
+        "catalog: restart Fabric Manager on NVSwitch systems if it recurs",
+        x,
+        b,
+    )
 
 
 def _xid48(event: XidEvent, related: Optional[set]) -> Classification:
     x, b = event.xid, "WORKFLOW_XID_48"
     if related and related & {63, 64}:
-        return _c("FAIL", "reset-gpu", "node", "Xid 48 (uncorrectable ECC) with Xid 63/64: drain and reset the GPU",
-                  x, b)
-    return _c("FAIL", "reset-gpu", "node", "Xid 48 (uncorrectable ECC): reset the GPU; run field diag if it recurs",
-              x, b)
+        return _c(
+            "FAIL",
+            "reset-gpu",
+            "node",
+            "Xid 48 (uncorrectable ECC) with Xid 63/64: drain and reset the GPU",
+            x,
+            b,
+        )
+    return _c(
+        "FAIL",
+        "reset-gpu",
+        "node",
+        "Xid 48 (uncorrectable ECC): reset the GPU; run field diag if it recurs",
+        x,
+        b,
+    )
 
 
 def _nvlink(event: XidEvent, related: Optional[set]) -> Classification:
     x, b = event.xid, "WORKFLOW_NVLINK_ERR"
     regs = _nvlink_registers(event.text)
     if regs and any(regs):
-        benign = all((v & ~sum(1 << bit for bit in _NVLINK_BENIGN_BITS.get(i, ()))) == 0 for i, v in enumerate(regs))
+        benign = all(
+            (v & ~sum(1 << bit for bit in _NVLINK_BENIGN_BITS.get(i, ()))) == 0
+            for i, v in enumerate(regs)
+        )
         if benign:
-            return _c("WARN", "none", "node", "Xid 74 with only ignorable/threshold register bits set; no reset needed",
-                      x, b)
-    return _c("FAIL", "reset-gpu", "node", "Xid 74 NVLink error: GPU reset (or reboot) needed to clear; check the "
-              "link and its peer if it recurs", x, b)
+            return _c(
+                "WARN",
+                "none",
+                "node",
+                "Xid 74 with only ignorable/threshold register bits set; no reset needed",
+                x,
+                b,
+            )
+    return _c(
+        "FAIL",
+        "reset-gpu",
+        "node",
+        "Xid 74 NVLink error: GPU reset (or reboot) needed to clear; check the "
+        "link and its peer if it recurs",
+        x,
+        b,
+    )
 
 
 def _nvlink5(event: XidEvent, related: Optional[set]) -> Classification:
     x, b = event.xid, "WORKFLOW_NVLINK5_ERR"
     sm = _NVL5_SEV_RE.search(event.text)
     if sm is None:
-        return _c("UNKNOWN", "none", "check", "Xid %d NVLink5 error without Fatal/Nonfatal marker; decode "
-                  "intrInfo/errorStatus with the catalog's 144-150 sheet" % x, x, b)
+        return _c(
+            "UNKNOWN",
+            "none",
+            "check",
+            "Xid %d NVLink5 error without Fatal/Nonfatal marker; decode "
+            "intrInfo/errorStatus with the catalog's 144-150 sheet" % x,
+            x,
+            b,
+        )
     if sm.group(1).lower() == "fatal":
-        return _c("FAIL", "reset-gpu", "node", "Xid %d NVLink5 error marked Fatal: reset the GPU" % x, x, b)
-    return _c("WARN", "none", "node", "Xid %d NVLink5 error marked Nonfatal: no reset; follow Xid 154 if one is logged"
-              % x, x, b)
+        return _c(
+            "FAIL",
+            "reset-gpu",
+            "node",
+            "Xid %d NVLink5 error marked Fatal: reset the GPU" % x,
+            x,
+            b,
+        )
+    return _c(
+        "WARN",
+        "none",
+        "node",
+        "Xid %d NVLink5 error marked Nonfatal: no reset; follow Xid 154 if one is logged" % x,
+        x,
+        b,
+    )
 
 
 def _xid154(event: XidEvent, related: Optional[set]) -> Classification:
@@ -352,16 +528,35 @@ def _xid154(event: XidEvent, related: Optional[set]) -> Classification:
         key = " ".join(am.group(1).lower().split())
         if key in _XID154_ACTIONS:
             st, ac, bl = _XID154_ACTIONS[key]
-            return _c(st, ac, bl, "Xid 154: driver says recovery action is now %r" % am.group(1), x, b)
-    return _c("WARN", "none", "node", "Xid 154 without a recognised recovery action; follow the accompanying Xid", x, b)
+            return _c(
+                st, ac, bl, "Xid 154: driver says recovery action is now %r" % am.group(1), x, b
+            )
+    return _c(
+        "WARN",
+        "none",
+        "node",
+        "Xid 154 without a recognised recovery action; follow the accompanying Xid",
+        x,
+        b,
+    )
 
 
-_WORKFLOWS = {"WORKFLOW_XID_45": _xid45, "WORKFLOW_XID_48": _xid48, "WORKFLOW_NVLINK_ERR": _nvlink,
-              "WORKFLOW_NVLINK5_ERR": _nvlink5, "XID_154": _xid154}
+_WORKFLOWS = {
+    "WORKFLOW_XID_45": _xid45,
+    "WORKFLOW_XID_48": _xid48,
+    "WORKFLOW_NVLINK_ERR": _nvlink,
+    "WORKFLOW_NVLINK5_ERR": _nvlink5,
+    "XID_154": _xid154,
+}
 
 
-def classify(event: XidEvent, overrides: Optional[Mapping[Any, Any]] = None, *,
-             related: Optional[Iterable[int]] = None, catalog: Optional[XidCatalog] = None) -> Classification:
+def classify(
+    event: XidEvent,
+    overrides: Optional[Mapping[Any, Any]] = None,
+    *,
+    related: Optional[Iterable[int]] = None,
+    catalog: Optional[XidCatalog] = None,
+) -> Classification:
     """Decide what an Xid means for the node and the job.
 
     Decision table (catalog immediate bucket -> status / action / blame):
@@ -403,15 +598,21 @@ _TEXT_BUCKETS = frozenset({"WORKFLOW_NVLINK_ERR", "WORKFLOW_NVLINK5_ERR", "XID_1
 _RELATED_BUCKETS = frozenset({"WORKFLOW_XID_45", "WORKFLOW_XID_48"})
 
 
-def _decision_key(event: XidEvent, entry: Optional[XidEntry], related: Optional[set]) -> Tuple[Any, ...]:
+def _decision_key(
+    event: XidEvent, entry: Optional[XidEntry], related: Optional[set]
+) -> Tuple[Any, ...]:
     """What a classification depends on: the Xid, and the text or related Xids only where its bucket reads them."""
     bucket = entry.immediate if entry is not None else None
-    return (event.xid, event.text if bucket in _TEXT_BUCKETS else None,
-            frozenset(related) if bucket in _RELATED_BUCKETS and related else None)
+    return (
+        event.xid,
+        event.text if bucket in _TEXT_BUCKETS else None,
+        frozenset(related) if bucket in _RELATED_BUCKETS and related else None,
+    )
 
 
-def _classify(event: XidEvent, ov: Mapping[int, Mapping[str, str]], related: Optional[set],
-              cat: XidCatalog) -> Classification:
+def _classify(
+    event: XidEvent, ov: Mapping[int, Mapping[str, str]], related: Optional[set], cat: XidCatalog
+) -> Classification:
     entry = cat.lookup(event.xid)
     result = _default_classification(event, entry, related)
     spec = ov.get(event.xid)
@@ -439,13 +640,27 @@ def _classify(event: XidEvent, ov: Mapping[int, Mapping[str, str]], related: Opt
         blame = "check"
     else:
         blame = result.blame
-    reason = spec.get("reason") or "operator override (was %s/%s): %s" % (result.status, result.action, result.reason)
-    return Classification(status=status, action=action, blame=blame, reason=reason, xid=event.xid,
-                          bucket=result.bucket, overridden=True)
+    reason = spec.get("reason") or "operator override (was %s/%s): %s" % (
+        result.status,
+        result.action,
+        result.reason,
+    )
+    return Classification(
+        status=status,
+        action=action,
+        blame=blame,
+        reason=reason,
+        xid=event.xid,
+        bucket=result.bucket,
+        overridden=True,
+    )
 
 
-def classify_all(events: Iterable[XidEvent], overrides: Optional[Mapping[Any, Any]] = None,
-                 catalog: Optional[XidCatalog] = None) -> List[Classification]:
+def classify_all(
+    events: Iterable[XidEvent],
+    overrides: Optional[Mapping[Any, Any]] = None,
+    catalog: Optional[XidCatalog] = None,
+) -> List[Classification]:
     """Classify a window of events, passing each one the other Xids seen on the same GPU.
 
     Overrides are validated once, and events that decide alike (same Xid; same text or related
@@ -465,7 +680,10 @@ def classify_all(events: Iterable[XidEvent], overrides: Optional[Mapping[Any, An
         known = related_of.get((e.pci, e.xid))
         if known is None:
             related = _related_set(by_gpu.get(e.pci, set()), e.xid)
-            known = related_of[(e.pci, e.xid)] = (related, _decision_key(e, cat.lookup(e.xid), related))
+            known = related_of[(e.pci, e.xid)] = (
+                related,
+                _decision_key(e, cat.lookup(e.xid), related),
+            )
         related, key = known
         if key[1] is not None:  # the bucket reads the message: the key includes this event's text
             key = (key[0], e.text, key[2])
@@ -476,7 +694,9 @@ def classify_all(events: Iterable[XidEvent], overrides: Optional[Mapping[Any, An
     return out
 
 
-def classify_sxid(event: SxidEvent, overrides: Optional[Mapping[Any, Any]] = None) -> Classification:
+def classify_sxid(
+    event: SxidEvent, overrides: Optional[Mapping[Any, Any]] = None
+) -> Classification:
     """Classify an NVSwitch SXid by the severity printed in the line.
 
     Fatal -> FAIL / reboot / node: recovering from a fatal switch error needs the fabric's GPUs and
@@ -487,23 +707,47 @@ def classify_sxid(event: SxidEvent, overrides: Optional[Mapping[Any, Any]] = Non
     ov = validate_overrides(overrides)
     n, text = event.sxid, event.text
     if event.severity == "Fatal":
-        base = Classification("FAIL", "reboot", "node", "NVSwitch SXid %d Fatal: %s" % (n, text), None, "SXID_FATAL")
+        base = Classification(
+            "FAIL", "reboot", "node", "NVSwitch SXid %d Fatal: %s" % (n, text), None, "SXID_FATAL"
+        )
     elif event.severity == "Non-fatal":
-        base = Classification("WARN", "none", "node", "NVSwitch SXid %d Non-fatal: %s" % (n, text), None,
-                              "SXID_NONFATAL")
+        base = Classification(
+            "WARN",
+            "none",
+            "node",
+            "NVSwitch SXid %d Non-fatal: %s" % (n, text),
+            None,
+            "SXID_NONFATAL",
+        )
     else:
-        base = Classification("UNKNOWN", "none", "check", "NVSwitch SXid %d without severity: %s" % (n, text),
-                              None, None)
+        base = Classification(
+            "UNKNOWN",
+            "none",
+            "check",
+            "NVSwitch SXid %d without severity: %s" % (n, text),
+            None,
+            None,
+        )
     spec = ov.get(event.sxid)
     if not spec:
         return base
     status = spec.get("status", base.status)
     action = spec.get("action", base.action if status == "FAIL" else "none")
     if status in ("OK", "WARN", "UNKNOWN") and action != "none":
-        raise ValueError("sxid override for SXid %d: action %r contradicts status %r" % (event.sxid, action, status))
+        raise ValueError(
+            "sxid override for SXid %d: action %r contradicts status %r"
+            % (event.sxid, action, status)
+        )
     blame = spec.get("blame", "check" if status == "UNKNOWN" else base.blame)
-    return Classification(status, action, blame, spec.get("reason") or "operator override: " + base.reason, None,
-                          base.bucket, True)
+    return Classification(
+        status,
+        action,
+        blame,
+        spec.get("reason") or "operator override: " + base.reason,
+        None,
+        base.bucket,
+        True,
+    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -511,8 +755,11 @@ def classify_sxid(event: SxidEvent, overrides: Optional[Mapping[Any, Any]] = Non
 # --------------------------------------------------------------------------------------------
 
 
-def explain(xid: Union[int, str], overrides: Optional[Mapping[Any, Any]] = None,
-            catalog: Optional[XidCatalog] = None) -> str:
+def explain(
+    xid: Union[int, str],
+    overrides: Optional[Mapping[Any, Any]] = None,
+    catalog: Optional[XidCatalog] = None,
+) -> str:
     """Human-readable text for ``slurm-hooks explain xid N``."""
     cat = catalog or load_catalog()
     try:
@@ -520,33 +767,65 @@ def explain(xid: Union[int, str], overrides: Optional[Mapping[Any, Any]] = None,
     except ValueError:
         return "%r is not an Xid number" % (xid,)
     entry = cat.lookup(n)
-    cls = classify(XidEvent(xid=n, pci=None, pid=None, process=None, text=""), overrides, catalog=cat)
+    cls = classify(
+        XidEvent(xid=n, pci=None, pid=None, process=None, text=""), overrides, catalog=cat
+    )
     lines: List[str] = []
     if entry is None:
         lines.append("Xid %d: not in the packaged catalog (catalog %s)" % (n, cat.version))
         lines.append("  Newer than our copy of NVIDIA's catalog, or not an NVIDIA Xid.")
     else:
         lines.append("Xid %d  %s" % (n, entry.mnemonic))
-        lines.append("  Description:          %s%s"
-                     % (entry.description, " (deprecated / pre-Ampere only)" if entry.unused else ""))
-        lines.append("  Applies to:           %s" % (", ".join(entry.applies_to) or "none of A100/H100/B100/GB200"))
+        lines.append(
+            "  Description:          %s%s"
+            % (entry.description, " (deprecated / pre-Ampere only)" if entry.unused else "")
+        )
+        lines.append(
+            "  Applies to:           %s"
+            % (", ".join(entry.applies_to) or "none of A100/H100/B100/GB200")
+        )
         lines.append("  Component:            %s" % entry.component)
-        lines.append("  NVIDIA immediate:     %s - %s" % (entry.immediate, cat.buckets.get(entry.immediate, "")))
-        lines.append("  NVIDIA investigatory: %s - %s"
-                     % (entry.investigatory, cat.investigatory_buckets.get(entry.investigatory, "")))
+        lines.append(
+            "  NVIDIA immediate:     %s - %s"
+            % (entry.immediate, cat.buckets.get(entry.immediate, ""))
+        )
+        lines.append(
+            "  NVIDIA investigatory: %s - %s"
+            % (entry.investigatory, cat.investigatory_buckets.get(entry.investigatory, ""))
+        )
         if entry.xid154_linkage:
             lines.append("  Xid 154 linkage:      %s" % entry.xid154_linkage)
         basis = entry.job_caused_basis
-        lines.append("  Caused by the job:    %s" % ("typically yes - " + (basis or "") if entry.job_caused
-                                                     else "not typically" + (" - " + basis if basis else "")))
+        lines.append(
+            "  Caused by the job:    %s"
+            % (
+                "typically yes - " + (basis or "")
+                if entry.job_caused
+                else "not typically" + (" - " + basis if basis else "")
+            )
+        )
         if entry.notes:
             lines.append("  Notes:                %s" % entry.notes)
-    node_verdict = {"OK": "nothing broken", "WARN": "a node/hardware fault, alert only (node stays in service)"}
-    verdict = {"job": "job-broken (node stays in service)", "node": node_verdict.get(cls.status, "node-broken"),
-               "check": "undecided (recorded only, no drain)"}[cls.blame]
+    node_verdict = {
+        "OK": "nothing broken",
+        "WARN": "a node/hardware fault, alert only (node stays in service)",
+    }
+    verdict = {
+        "job": "job-broken (node stays in service)",
+        "node": node_verdict.get(cls.status, "node-broken"),
+        "check": "undecided (recorded only, no drain)",
+    }[cls.blame]
     lines.append("slurm-hooks classification (message-independent default):")
-    lines.append("  Status: %s   Action: %s   Blame: %s - %s%s"
-                 % (cls.status, cls.action, cls.blame, verdict, "   [operator override]" if cls.overridden else ""))
+    lines.append(
+        "  Status: %s   Action: %s   Blame: %s - %s%s"
+        % (
+            cls.status,
+            cls.action,
+            cls.blame,
+            verdict,
+            "   [operator override]" if cls.overridden else "",
+        )
+    )
     lines.append("  Reason: %s" % cls.reason)
     if entry is not None and entry.immediate.startswith(("WORKFLOW_", "XID_154")):
         lines.append("  (this Xid's decision also depends on the message text / accompanying Xids)")

@@ -89,12 +89,43 @@ MAX_LINE = 8192
 KERNEL_FACILITY = 0
 
 # util-linux dmesg -x names (facility_names[], level_names[] in sys-utils/dmesg.c).
-_FACILITIES = {name: number for number, name in enumerate(
-    ("kern", "user", "mail", "daemon", "auth", "syslog", "lpr", "news", "uucp", "cron", "authpriv", "ftp",
-     "res0", "res1", "res2", "res3", "local0", "local1", "local2", "local3", "local4", "local5", "local6",
-     "local7"))}
-_LEVELS = {name: number for number, name in enumerate(
-    ("emerg", "alert", "crit", "err", "warn", "notice", "info", "debug"))}
+_FACILITIES = {
+    name: number
+    for number, name in enumerate(
+        (
+            "kern",
+            "user",
+            "mail",
+            "daemon",
+            "auth",
+            "syslog",
+            "lpr",
+            "news",
+            "uucp",
+            "cron",
+            "authpriv",
+            "ftp",
+            "res0",
+            "res1",
+            "res2",
+            "res3",
+            "local0",
+            "local1",
+            "local2",
+            "local3",
+            "local4",
+            "local5",
+            "local6",
+            "local7",
+        )
+    )
+}
+_LEVELS = {
+    name: number
+    for number, name in enumerate(
+        ("emerg", "alert", "crit", "err", "warn", "notice", "info", "debug")
+    )
+}
 
 
 class KmsgRecord(Struct):
@@ -108,7 +139,9 @@ class KmsgRecord(Struct):
 
     message: str
     source: str  # "kmsg" | "dmesg" | "dmesg-r" | "dmesg-x" | "dmesg-T" | "journal" | "raw"
-    priority: Optional[int] = None  # syslog priority incl. facility (kmsg, dmesg -r); level = priority & 7
+    priority: Optional[int] = (
+        None  # syslog priority incl. facility (kmsg, dmesg -r); level = priority & 7
+    )
     seq: Optional[int] = None
     usec: Optional[int] = None
     wallclock: Optional[str] = None
@@ -194,8 +227,9 @@ _DMESG_T_RE = re.compile(
     re.S,
 )
 # dmesg --time-format iso: "2025-01-25T10:34:54,859532+00:00 message"
-_DMESG_ISO_RE = re.compile(r"^(\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:[.,]\d{1,9})?(?:Z|[+-]\d{2}:?\d{2})?) (.*)$",
-                           re.S)
+_DMESG_ISO_RE = re.compile(
+    r"^(\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:[.,]\d{1,9})?(?:Z|[+-]\d{2}:?\d{2})?) (.*)$", re.S
+)
 # dmesg -r: "<4>[12345.678901] message" (raw syslog priority in front)
 _DMESG_RAW_RE = re.compile(r"^<(\d{1,4})>(.*)$", re.S)
 # dmesg -x: "kern  :warn  : [12345.678901] message"
@@ -245,7 +279,9 @@ def view(records: Sequence[str]) -> KmsgView:
         if parsed is not None and parsed.seq is not None:
             last_seq = parsed.seq
             break
-    return KmsgView(last_seq, tuple((r.split("\n", 1)[0] if "\n" in r else r) for r in records if "Xid" in r))
+    return KmsgView(
+        last_seq, tuple((r.split("\n", 1)[0] if "\n" in r else r) for r in records if "Xid" in r)
+    )
 
 
 def parse_kmsg_record(line: Union[str, bytes]) -> Optional[KmsgRecord]:
@@ -263,20 +299,39 @@ def parse_kmsg_record(line: Union[str, bytes]) -> Optional[KmsgRecord]:
     if m:
         prio, seq, usec, flags, msg = m.groups()
         priority = int(prio)
-        return KmsgRecord(message=msg, source="kmsg", priority=priority, seq=int(seq), usec=int(usec),
-                          continuation="c" in flags, facility=priority >> 3)
+        return KmsgRecord(
+            message=msg,
+            source="kmsg",
+            priority=priority,
+            seq=int(seq),
+            usec=int(usec),
+            continuation="c" in flags,
+            facility=priority >> 3,
+        )
     m = _DMESG_RAW_RE.match(text)
     if m:
         priority = int(m.group(1))
         inner = _dmesg_body(m.group(2), "dmesg-r")
-        return KmsgRecord(message=inner.message, source="dmesg-r", priority=priority, usec=inner.usec,
-                          wallclock=inner.wallclock, facility=priority >> 3)
+        return KmsgRecord(
+            message=inner.message,
+            source="dmesg-r",
+            priority=priority,
+            usec=inner.usec,
+            wallclock=inner.wallclock,
+            facility=priority >> 3,
+        )
     m = _DMESG_X_RE.match(text)
     if m and m.group(1) in _FACILITIES and m.group(2) in _LEVELS:
         facility, level = _FACILITIES[m.group(1)], _LEVELS[m.group(2)]
         inner = _dmesg_body(m.group(3), "dmesg-x")
-        return KmsgRecord(message=inner.message, source="dmesg-x", priority=facility * 8 + level, usec=inner.usec,
-                          wallclock=inner.wallclock, facility=facility)
+        return KmsgRecord(
+            message=inner.message,
+            source="dmesg-x",
+            priority=facility * 8 + level,
+            usec=inner.usec,
+            wallclock=inner.wallclock,
+            facility=facility,
+        )
     m = _DMESG_RE.match(text)
     if m:
         secs, frac, msg = m.groups()
@@ -319,7 +374,9 @@ def from_driver(record: KmsgRecord) -> bool:
     return record.facility is None or record.facility == KERNEL_FACILITY
 
 
-_PCI_RE = re.compile(r"^(?:PCI:)?(?:([0-9a-fA-F]{1,8}):)?([0-9a-fA-F]{1,2}):([0-9a-fA-F]{1,2})(?:\.([0-7]))?$")
+_PCI_RE = re.compile(
+    r"^(?:PCI:)?(?:([0-9a-fA-F]{1,8}):)?([0-9a-fA-F]{1,2}):([0-9a-fA-F]{1,2})(?:\.([0-7]))?$"
+)
 
 
 def normalize_pci(addr: Any) -> Optional[str]:
@@ -346,14 +403,19 @@ _ADDR = r"(?:PCI:)?[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}(?:\.[0-7])?"
 # "NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, name=python, GPU has fallen off the bus."
 # One pattern for the whole line (one regex call per line matters at 100,000 lines):
 # prefix, bus id, code, then the optional "pid=N, " and "name=X, " fields, then the text.
-_XID_RE = re.compile(r"NVRM: Xid \((" + _ADDR + r")\): ?(\d{1,5})(?:,\s*|\s+|$)"
-                     r"(?:pid=\s*'?([^,\s']{0,32})'?(?:,\s*|\s+|$))?"
-                     r"(?:name=(.*?)(?:,\s+|,$|$))?(.*)$", re.S)
+_XID_RE = re.compile(
+    r"NVRM: Xid \((" + _ADDR + r")\): ?(\d{1,5})(?:,\s*|\s+|$)"
+    r"(?:pid=\s*'?([^,\s']{0,32})'?(?:,\s*|\s+|$))?"
+    r"(?:name=(.*?)(?:,\s+|,$|$))?(.*)$",
+    re.S,
+)
 
 
 # A /dev/kmsg record holding an Xid message, in one match (the hooks' hot path): priority, seq, usec,
 # then the message and the same groups as _XID_RE.
-_KMSG_XID_RE = re.compile(r"<?(\d{1,4})>?,(\d{1,20}),(\d{1,20}),[^;]*;(" + _XID_RE.pattern + ")", re.S)
+_KMSG_XID_RE = re.compile(
+    r"<?(\d{1,4})>?,(\d{1,20}),(\d{1,20}),[^;]*;(" + _XID_RE.pattern + ")", re.S
+)
 
 
 def _xid_fields(message: str) -> Optional[Tuple[int, str, Optional[int], Optional[str], str]]:
@@ -362,14 +424,17 @@ def _xid_fields(message: str) -> Optional[Tuple[int, str, Optional[int], Optiona
     return _xid_groups(*m.groups()) if m else None
 
 
-def _xid_groups(addr: str, num: str, pid_text: Optional[str], name: Optional[str], rest: str
-                ) -> Optional[Tuple[int, str, Optional[int], Optional[str], str]]:
+def _xid_groups(
+    addr: str, num: str, pid_text: Optional[str], name: Optional[str], rest: str
+) -> Optional[Tuple[int, str, Optional[int], Optional[str], str]]:
     pci = _PCI_CACHE.get(addr)
     if pci is None:
         pci = normalize_pci(addr)
         if pci is None:
             return None
-        if len(_PCI_CACHE) < 4096:  # a node has a few dozen bus ids; bound it against hostile input anyway
+        if (
+            len(_PCI_CACHE) < 4096
+        ):  # a node has a few dozen bus ids; bound it against hostile input anyway
             _PCI_CACHE[addr] = pci
     pid = int(pid_text) if pid_text and pid_text.isdigit() and int(pid_text) > 0 else None
     process = None
@@ -452,9 +517,13 @@ def parse_xid(line: Union[str, bytes]) -> Optional[XidEvent]:
 
 
 # "nvidia-nvswitch0: SXid (PCI:0000:05:00.0): 20034, Fatal, Link 14 LTSSM Fault Up"
-_SXID_RE = re.compile(r"nvidia-nvswitch(\d{1,4}): SXid \((" + _ADDR + r")\): (\d{1,6}), ?(.*)$", re.S)
+_SXID_RE = re.compile(
+    r"nvidia-nvswitch(\d{1,4}): SXid \((" + _ADDR + r")\): (\d{1,6}), ?(.*)$", re.S
+)
 _SEV_RE = re.compile(r"^(Fatal|Non-fatal|Nonfatal|Non fatal)\b,?\s*(.*)$", re.S | re.I)
-_SEVERITY_LINE_RE = re.compile(r"^Severity (\d{1,3}) Engine instance (\d{1,5}) Sub-engine instance (\d{1,5})\s*$")
+_SEVERITY_LINE_RE = re.compile(
+    r"^Severity (\d{1,3}) Engine instance (\d{1,5}) Sub-engine instance (\d{1,5})\s*$"
+)
 _DATA_LINE_RE = re.compile(r"^Data \{([^{}]{0,400})\}")
 _WORD_RE = re.compile(r"0x([0-9a-fA-F]{1,16})")
 _LINK_RE = re.compile(r"\bLink (\d{1,4})\b")
@@ -478,8 +547,19 @@ def parse_sxid_line(message: str) -> Optional[SxidLine]:
     # SxidLine fields: kind, sxid, switch, pci, text, severity, severity_level, instance, link, data
     sev = _SEVERITY_LINE_RE.match(rest)
     if sev:
-        return _new(SxidLine, "severity", code, switch, pci, rest, None, int(sev.group(1)), int(sev.group(2)), None,
-                    ())
+        return _new(
+            SxidLine,
+            "severity",
+            code,
+            switch,
+            pci,
+            rest,
+            None,
+            int(sev.group(1)),
+            int(sev.group(2)),
+            None,
+            (),
+        )
     data = _DATA_LINE_RE.match(rest)
     if data:
         words = tuple(int(w, 16) for w in _WORD_RE.findall(data.group(1)))
@@ -490,7 +570,19 @@ def parse_sxid_line(message: str) -> Optional[SxidLine]:
         severity = "Fatal" if sm.group(1).lower() == "fatal" else "Non-fatal"
         rest = sm.group(2).strip()
     lm = _LINK_RE.search(rest)
-    return _new(SxidLine, "event", code, switch, pci, rest, severity, None, None, int(lm.group(1)) if lm else None, ())
+    return _new(
+        SxidLine,
+        "event",
+        code,
+        switch,
+        pci,
+        rest,
+        severity,
+        None,
+        None,
+        int(lm.group(1)) if lm else None,
+        (),
+    )
 
 
 def parse_sxid(line: Union[str, bytes]) -> Optional[SxidEvent]:
@@ -515,9 +607,17 @@ class _Report:
 
     def __init__(self, head: SxidLine, record: KmsgRecord):
         self.head, self.record, self.lines = head, record, 1
-        self.severity, self.severity_level, self.instance = head.severity, head.severity_level, head.instance
-        if head.kind == "severity":  # the event line is gone: the Severity line still says how bad it was
-            self.severity = SEVERITY_LEVELS.get(head.severity_level if head.severity_level is not None else -1)
+        self.severity, self.severity_level, self.instance = (
+            head.severity,
+            head.severity_level,
+            head.instance,
+        )
+        if (
+            head.kind == "severity"
+        ):  # the event line is gone: the Severity line still says how bad it was
+            self.severity = SEVERITY_LEVELS.get(
+                head.severity_level if head.severity_level is not None else -1
+            )
         self.data: List[int] = list(head.data)
 
     def add(self, part: SxidLine) -> None:
@@ -525,7 +625,9 @@ class _Report:
         if part.kind == "severity":
             if self.severity_level is None:
                 self.severity_level, self.instance = part.severity_level, part.instance
-            level = SEVERITY_LEVELS.get(part.severity_level if part.severity_level is not None else -1)
+            level = SEVERITY_LEVELS.get(
+                part.severity_level if part.severity_level is not None else -1
+            )
             if level == "Fatal" or self.severity is None:  # a report is as severe as its worst line
                 self.severity = level or self.severity
         elif part.kind == "data":
@@ -533,10 +635,22 @@ class _Report:
 
     def event(self) -> SxidEvent:
         head, rec = self.head, self.record
-        return SxidEvent(sxid=head.sxid, switch=head.switch, pci=head.pci, severity=self.severity, link=head.link,
-                         text=head.text, raw=rec.message, seq=rec.seq, usec=rec.usec, wallclock=rec.wallclock,
-                         severity_level=self.severity_level, instance=self.instance, data=tuple(self.data),
-                         lines=self.lines)
+        return SxidEvent(
+            sxid=head.sxid,
+            switch=head.switch,
+            pci=head.pci,
+            severity=self.severity,
+            link=head.link,
+            text=head.text,
+            raw=rec.message,
+            seq=rec.seq,
+            usec=rec.usec,
+            wallclock=rec.wallclock,
+            severity_level=self.severity_level,
+            instance=self.instance,
+            data=tuple(self.data),
+            lines=self.lines,
+        )
 
 
 # --------------------------------------------------------------------------------------------
@@ -582,8 +696,14 @@ def scan_all(
         return _scan_all(lines, since_seq, since_usec, needle, want_xid, want_sxid)
 
 
-def _scan_all(lines: Iterable[Union[str, bytes]], since_seq: Optional[int], since_usec: Optional[int], needle: str,
-              want_xid: bool, want_sxid: bool) -> Tuple[List[XidEvent], List[SxidEvent]]:
+def _scan_all(
+    lines: Iterable[Union[str, bytes]],
+    since_seq: Optional[int],
+    since_usec: Optional[int],
+    needle: str,
+    want_xid: bool,
+    want_sxid: bool,
+) -> Tuple[List[XidEvent], List[SxidEvent]]:
     xids: List[XidEvent] = []
     reports: List[_Report] = []
     open_reports: Dict[Tuple[int, str, int], _Report] = {}
@@ -598,12 +718,27 @@ def _scan_all(lines: Iterable[Union[str, bytes]], since_seq: Optional[int], sinc
             if x is not None:  # the common case, in one regex call: a /dev/kmsg record of an Xid
                 g = x.groups()  # priority, seq, usec, message, then _XID_RE's groups
                 seq, usec = int(g[1]), int(g[2])
-                if int(g[0]) >> 3 == KERNEL_FACILITY and (since_seq is None or seq > since_seq) and \
-                        (since_usec is None or usec > since_usec):
+                if (
+                    int(g[0]) >> 3 == KERNEL_FACILITY
+                    and (since_seq is None or seq > since_seq)
+                    and (since_usec is None or usec > since_usec)
+                ):
                     fields = _xid_groups(g[4], g[5], g[6], g[7], g[8])
                     if fields is not None:
-                        xids.append(_new(XidEvent, fields[0], fields[1], fields[2], fields[3], fields[4], g[3], seq,
-                                         usec, None))
+                        xids.append(
+                            _new(
+                                XidEvent,
+                                fields[0],
+                                fields[1],
+                                fields[2],
+                                fields[3],
+                                fields[4],
+                                g[3],
+                                seq,
+                                usec,
+                                None,
+                            )
+                        )
                 continue
             m = kmsg_match(line)
         else:
@@ -611,8 +746,11 @@ def _scan_all(lines: Iterable[Union[str, bytes]], since_seq: Optional[int], sinc
         if m is not None:  # /dev/kmsg, the hooks' source: parsed inline, no KmsgRecord per line
             prio, seq_text, usec_text, _flags, message = m.groups()
             seq, usec = int(seq_text), int(usec_text)
-            if int(prio) >> 3 != KERNEL_FACILITY or (since_seq is not None and seq <= since_seq) or \
-                    (since_usec is not None and usec <= since_usec):
+            if (
+                int(prio) >> 3 != KERNEL_FACILITY
+                or (since_seq is not None and seq <= since_seq)
+                or (since_usec is not None and usec <= since_usec)
+            ):
                 continue
             wallclock = None
             message = message.rstrip("\r\n")
@@ -626,15 +764,32 @@ def _scan_all(lines: Iterable[Union[str, bytes]], since_seq: Optional[int], sinc
             if fields is not None:
                 xids.append(_new(XidEvent, *fields, message, seq, usec, wallclock))
             continue
-        part = parse_sxid_line(message) if want_sxid and message.startswith("nvidia-nvswitch") else None
+        part = (
+            parse_sxid_line(message)
+            if want_sxid and message.startswith("nvidia-nvswitch")
+            else None
+        )
         if part is None:
             continue
         key = (part.switch if part.switch is not None else -1, part.pci, part.sxid)
         current = open_reports.get(key)
         if part.kind == "event" or (current is None and part.kind == "severity"):
             # KmsgRecord fields: message, source, priority, seq, usec, wallclock, host, continuation, facility
-            report = _Report(part, _new(KmsgRecord, message, "kmsg" if m is not None else "text", None, seq, usec,
-                                        wallclock, None, False, None))
+            report = _Report(
+                part,
+                _new(
+                    KmsgRecord,
+                    message,
+                    "kmsg" if m is not None else "text",
+                    None,
+                    seq,
+                    usec,
+                    wallclock,
+                    None,
+                    False,
+                    None,
+                ),
+            )
             reports.append(report)
             open_reports[key] = report
         elif current is not None:

@@ -7,6 +7,7 @@ because the capture truly lacks a file (`unknown`, check -> the missing file). E
 below read from the source archive (tests/captures/build.py makes them with slurm_hooks.capture,
 the same recording `slurm-hooks capture` uses). tests/test_captures.py runs every check on each.
 """
+
 from __future__ import annotations
 
 import os
@@ -18,7 +19,9 @@ from slurm_hooks.hw.host import Host, format_cpulist, parse_cpulist
 from slurm_hooks.hw.procfs import parse_cpuinfo_models, parse_meminfo
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-ABSENT = "/.slurm-hooks/absent.txt"  # in each archive: paths the checks looked for that the source lacks
+ABSENT = (
+    "/.slurm-hooks/absent.txt"  # in each archive: paths the checks looked for that the source lacks
+)
 MANIFEST = os.path.join(HERE, "manifest.toml")
 
 
@@ -36,8 +39,11 @@ def unpack(name: str, directory: str) -> str:
     with tarfile.open(archive(name)) as tar:
         members = tar.getmembers()
         for member in members:  # our own archives, but refuse anything that would land outside
-            if member.name.startswith("/") or ".." in member.name.split("/") or not (
-                    member.name == name or member.name.startswith(name + "/")):
+            if (
+                member.name.startswith("/")
+                or ".." in member.name.split("/")
+                or not (member.name == name or member.name.startswith(name + "/"))
+            ):
                 raise ValueError("%s: unexpected member %r" % (archive(name), member.name))
         extract(tar, directory, members)
     return os.path.join(directory, name)
@@ -56,11 +62,20 @@ def corpus_config(entry: Dict[str, Any]) -> Dict[str, Any]:
     """The configuration a capture is recorded and checked with: what its source states is expected of the
     node (system.cpu), plus settings that make the NUMA checks read processes and IRQs where a capture has them."""
     truth = entry.get("truth", {})
-    cpu = {key: truth[key] for key in ("sockets", "cores_per_socket") if isinstance(truth.get(key), int)}
+    cpu = {
+        key: truth[key]
+        for key in ("sockets", "cores_per_socket")
+        if isinstance(truth.get(key), int)
+    }
     threads = truth.get("threads_per_core")
     if threads:  # hybrid: the most threads any core has (what the check compares)
         cpu["threads_per_core"] = max(threads) if isinstance(threads, list) else threads
-    return {"checks": {"system.cpu": cpu, "numa.housekeeping": {"housekeeping_cpus": "0", "irqs": ["*"]}}}
+    return {
+        "checks": {
+            "system.cpu": cpu,
+            "numa.housekeeping": {"housekeeping_cpus": "0", "irqs": ["*"]},
+        }
+    }
 
 
 def facts(host: Host) -> Dict[str, Any]:
@@ -75,19 +90,29 @@ def facts(host: Host) -> Dict[str, Any]:
     for path in host.glob("/sys/devices/system/node", "node[0-9]*"):
         node = int(path.rsplit("node", 1)[1])
         text = host.read_text(path + "/meminfo", default=None)
-        numa[node] = None if text is None else parse_meminfo(text, path + "/meminfo").get("MemTotal", 0) / 1024.0
+        numa[node] = (
+            None
+            if text is None
+            else parse_meminfo(text, path + "/meminfo").get("MemTotal", 0) / 1024.0
+        )
         if not parse_cpulist(host.read_text(path + "/cpulist", default="0"), path + "/cpulist"):
             memory_only.append(node)
     tree = pcie.read_pci_tree(host)
     return {
-        "sockets": len(layout.sockets), "cores_per_socket": [len(s.cores) for s in layout.sockets],
-        "cores": len(layout.cores), "cpus": len(layout.online), "online": format_cpulist(layout.online),
+        "sockets": len(layout.sockets),
+        "cores_per_socket": [len(s.cores) for s in layout.sockets],
+        "cores": len(layout.cores),
+        "cpus": len(layout.online),
+        "online": format_cpulist(layout.online),
         "offline": format_cpulist(layout.offline),
         # the kernel's own lists, kept in the captures to show what the old reading counted
         "possible": host.read_text("/sys/devices/system/cpu/possible", default=None),
         "kernel_offline": host.read_text("/sys/devices/system/cpu/offline", default=None),
         "threads_per_core": sorted({n for s in layout.sockets for n in s.thread_counts}),
-        "models": parse_cpuinfo_models(cpuinfo), "numa_mib": numa, "memory_only_nodes": memory_only, "pci": tree,
+        "models": parse_cpuinfo_models(cpuinfo),
+        "numa_mib": numa,
+        "memory_only_nodes": memory_only,
+        "pci": tree,
     }
 
 

@@ -11,6 +11,7 @@ never read is stripped. The build then checks its own work: the verdicts on the 
 equal those on the full source tree, and every file the manifest says a check lacks is absent
 from the source too (the capture truly lacks it; we did not strip it).
 """
+
 from __future__ import annotations
 
 import io
@@ -35,8 +36,11 @@ MTIME = 1767225600  # 2026-01-01: archives are reproducible byte for byte
 def source_tree(entry: Dict, repos: Dict[str, str], workdir: str) -> str:
     source = entry["source"]
     git_dir = repos[source["repository"]]
-    data = subprocess.run(["git", "-C", git_dir, "show", "%s:%s" % (source["commit"], source["path"])],
-                          check=True, capture_output=True).stdout
+    data = subprocess.run(
+        ["git", "-C", git_dir, "show", "%s:%s" % (source["commit"], source["path"])],
+        check=True,
+        capture_output=True,
+    ).stdout
     with tarfile.open(fileobj=io.BytesIO(data)) as tar:
         extract(tar, workdir, [m for m in tar.getmembers() if not m.isdev()])
     return os.path.join(workdir, source["root"]) if source.get("root") else workdir
@@ -62,7 +66,9 @@ def build(name: str, entry: Dict, repos: Dict[str, str]) -> str:
         capture.write_archive(archive(name), name, entries, {ABSENT: absent}, mtime=MTIME)
         for check, path in entry.get("unknown", {}).items():
             if os.path.lexists(os.path.join(full, path.lstrip("/"))):
-                raise SystemExit("%s: manifest says %s lacks %s, but the source has it" % (name, check, path))
+                raise SystemExit(
+                    "%s: manifest says %s lacks %s, but the source has it" % (name, check, path)
+                )
         after = verdicts(unpack(name, os.path.join(work, "stripped")), config)
     if before != after:
         changed = [(a, b) for a, b in zip(before, after) if a != b]

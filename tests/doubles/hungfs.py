@@ -13,6 +13,7 @@ fuse_init_out), so it needs no libfuse, fusepy or fusermount: only root (mount(2
 `require_fuse()` skips the test where FUSE cannot be mounted, or fails it when CI=true (.ci/run runs
 as root and loads the fuse module).
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -51,7 +52,12 @@ class HungFileSystem:
             raise FuseUnavailable("/dev/fuse does not exist (modprobe fuse)")
         self.fd = os.open("/dev/fuse", os.O_RDWR)
         options = "fd=%d,rootmode=40000,user_id=0,group_id=0,allow_other" % self.fd
-        if _libc().mount(b"slurm-hooks-hung", self.mountpoint.encode(), b"fuse", 0, options.encode()) != 0:
+        if (
+            _libc().mount(
+                b"slurm-hooks-hung", self.mountpoint.encode(), b"fuse", 0, options.encode()
+            )
+            != 0
+        ):
             code = ctypes.get_errno()
             os.close(self.fd)
             raise FuseUnavailable("mount -t fuse %s: %s" % (self.mountpoint, os.strerror(code)))
@@ -72,13 +78,19 @@ class HungFileSystem:
             _length, opcode, unique, _node, _uid, _gid, _pid, _ = _IN_HEADER.unpack_from(request)
             self.requests.append(opcode)
             if opcode == FUSE_INIT:
-                major, minor, readahead, _flags = struct.unpack_from("<IIII", request, _IN_HEADER.size)
+                major, minor, readahead, _flags = struct.unpack_from(
+                    "<IIII", request, _IN_HEADER.size
+                )
                 # fuse_init_out (64 bytes): major, minor, max_readahead, flags, max_background,
                 # congestion_threshold, max_write, time_gran, max_pages, map_alignment, flags2, unused[7]
-                body = struct.pack("<IIIIHHIIHHI", 7, min(minor, 31), readahead, 0, 16, 12, 1 << 16, 1, 0, 0, 0)
+                body = struct.pack(
+                    "<IIIIHHIIHHI", 7, min(minor, 31), readahead, 0, 16, 12, 1 << 16, 1, 0, 0, 0
+                )
                 body += b"\0" * (64 - len(body))
                 try:
-                    os.write(self.fd, _OUT_HEADER.pack(_OUT_HEADER.size + len(body), 0, unique) + body)
+                    os.write(
+                        self.fd, _OUT_HEADER.pack(_OUT_HEADER.size + len(body), 0, unique) + body
+                    )
                 except OSError:
                     return
             # every other request stays unanswered: its caller waits forever
@@ -87,9 +99,14 @@ class HungFileSystem:
         self._stop.set()
         self._thread.join()
         if self.fd >= 0:
-            os.close(self.fd)  # the last reference: the connection is aborted, every waiter gets ENOTCONN
+            os.close(
+                self.fd
+            )  # the last reference: the connection is aborted, every waiter gets ENOTCONN
             self.fd = -1
-        if _libc().umount2(self.mountpoint.encode(), MNT_DETACH) != 0 and ctypes.get_errno() != errno.EINVAL:
+        if (
+            _libc().umount2(self.mountpoint.encode(), MNT_DETACH) != 0
+            and ctypes.get_errno() != errno.EINVAL
+        ):
             raise OSError(ctypes.get_errno(), "umount %s" % self.mountpoint)
 
 
@@ -111,5 +128,8 @@ def require_fuse(tmp_path) -> None:
     if reason is None:
         return
     if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
-        pytest.fail("cannot mount a hung FUSE file system: %s -- CI=true, so this is an error, not a skip" % reason)
+        pytest.fail(
+            "cannot mount a hung FUSE file system: %s -- CI=true, so this is an error, not a skip"
+            % reason
+        )
     pytest.skip("cannot mount a hung FUSE file system: %s" % reason)

@@ -9,6 +9,7 @@ it); slurmctld's own drains (_drain_node) keep an existing reason with its old t
 flows run against the real slurmctld in tests/test_e2e_slurm.py, test_drain_slurm.py and
 test_breaker_concurrency.py. cluster() is node1..node9, idle; settings() the default [sections].
 """
+
 from __future__ import annotations
 
 import time
@@ -37,7 +38,9 @@ class MemoryBackend(Backend):
         self.nodes = {n.name: n for n in nodes}
         self.down = False
         self.clock = T0 + 0.25
-        self.keep_reason_on_resume = keep_reason_on_resume  # 24.11/25.11 with accounting_storage/none
+        self.keep_reason_on_resume = (
+            keep_reason_on_resume  # 24.11/25.11 with accounting_storage/none
+        )
         self.before = {}  # op -> callable run before that op is served (interleavings)
         self.failing = set()  # ops that raise SlurmUnavailable
         self.log = []
@@ -70,8 +73,14 @@ class MemoryBackend(Backend):
 
     def set_reason(self, name, reason, user="root", flags_add=(), flags_del=()):
         n = self.nodes[name]
-        self.nodes[name] = NodeInfo(name, n.state, (n.flags | set(flags_add)) - set(flags_del), reason,
-                                    user if reason else None, stamp(self.clock) if reason else None)
+        self.nodes[name] = NodeInfo(
+            name,
+            n.state,
+            (n.flags | set(flags_add)) - set(flags_del),
+            reason,
+            user if reason else None,
+            stamp(self.clock) if reason else None,
+        )
 
     def drain(self, name, reason):
         self._serve("drain")
@@ -93,7 +102,9 @@ class MemoryBackend(Backend):
         if n.reason is None or n.reason.startswith("Not responding"):
             self.set_reason(name, reason, user="slurm", flags_add={"DRAIN"})
         else:
-            self.nodes[name] = NodeInfo(name, n.state, n.flags | {"DRAIN"}, n.reason, n.reason_user, n.reason_time)
+            self.nodes[name] = NodeInfo(
+                name, n.state, n.flags | {"DRAIN"}, n.reason, n.reason_user, n.reason_time
+            )
 
     def resume(self, name, reason=None):
         self._serve("resume")
@@ -102,25 +113,39 @@ class MemoryBackend(Backend):
     def admin_resume(self, name, reason=None):
         n = self.nodes[name]
         if not (n.is_drained or n.is_failed or n.is_down):
-            raise InvalidNodeState(["scontrol"], 1, "slurm_update error: Invalid node state specified")
+            raise InvalidNodeState(
+                ["scontrol"], 1, "slurm_update error: Invalid node state specified"
+            )
         if reason:
             self.set_reason(name, reason)
             n = self.nodes[name]
         keep = self.keep_reason_on_resume
-        self.nodes[name] = NodeInfo(name, n.state, n.flags - {"DRAIN", "FAIL"}, n.reason if keep else None,
-                                    n.reason_user if keep else None, n.reason_time if keep else None)
+        self.nodes[name] = NodeInfo(
+            name,
+            n.state,
+            n.flags - {"DRAIN", "FAIL"},
+            n.reason if keep else None,
+            n.reason_user if keep else None,
+            n.reason_time if keep else None,
+        )
 
 
 def settings(**sections):
-    values = {section: {k: s.default for k, s in schema.items()} for section, schema in SECTIONS.items()}
+    values = {
+        section: {k: s.default for k, s in schema.items()} for section, schema in SECTIONS.items()
+    }
     for section, overrides in sections.items():
         values[section].update(overrides)
     return values
 
 
 def cluster(*extra, **kw):
-    return MemoryBackend([NodeInfo("node1", "IDLE")] + [NodeInfo("node%d" % (i + 2), "IDLE") for i in range(8)]
-                         + list(extra), **kw)
+    return MemoryBackend(
+        [NodeInfo("node1", "IDLE")]
+        + [NodeInfo("node%d" % (i + 2), "IDLE") for i in range(8)]
+        + list(extra),
+        **kw,
+    )
 
 
 REASON = "slurm-hooks: gpu.memory: gpu:3 0000:3b:00.0 row-remap pending -> reset-gpu"

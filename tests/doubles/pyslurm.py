@@ -38,6 +38,7 @@ is no reason (the real one names uid 0, "root").  ``rpcs`` counts the RPCs the d
 tests can prove the backend went through it.  The parsing here is deliberately independent of
 slurm_hooks.slurm.client.
 """
+
 from __future__ import annotations
 
 import re
@@ -45,19 +46,65 @@ import subprocess
 import time
 from typing import Any, Dict, List, Optional, Tuple
 
-SETTABLE = ("state", "reason", "comment", "extra", "weight", "address", "hostname",
-            "available_features", "active_features", "configured_gres", "cpu_binding")
+SETTABLE = (
+    "state",
+    "reason",
+    "comment",
+    "extra",
+    "weight",
+    "address",
+    "hostname",
+    "available_features",
+    "active_features",
+    "configured_gres",
+    "cpu_binding",
+)
 # some of the real Node's read-only properties (setting one is an AttributeError, any other name a KeyError)
-READ_ONLY = ("reason_user", "reason_time", "partitions", "slurm_version", "operating_system", "boot_time",
-             "slurmd_start_time", "last_busy_time", "real_memory", "free_memory", "total_cpus", "cluster",
-             "next_state", "allocated_gres", "allocated_cpus", "effective_cpus", "idle_cpus", "cpu_load")
-STATES = ("CANCEL_REBOOT", "DOWN", "DRAIN", "FAIL", "FUTURE", "NORESP", "NO_RESP", "POWER_DOWN",
-          "POWER_DOWN_ASAP", "POWER_DOWN_FORCE", "POWER_UP", "RESUME", "UNDRAIN")
+READ_ONLY = (
+    "reason_user",
+    "reason_time",
+    "partitions",
+    "slurm_version",
+    "operating_system",
+    "boot_time",
+    "slurmd_start_time",
+    "last_busy_time",
+    "real_memory",
+    "free_memory",
+    "total_cpus",
+    "cluster",
+    "next_state",
+    "allocated_gres",
+    "allocated_cpus",
+    "effective_cpus",
+    "idle_cpus",
+    "cpu_load",
+)
+STATES = (
+    "CANCEL_REBOOT",
+    "DOWN",
+    "DRAIN",
+    "FAIL",
+    "FUTURE",
+    "NORESP",
+    "NO_RESP",
+    "POWER_DOWN",
+    "POWER_DOWN_ASAP",
+    "POWER_DOWN_FORCE",
+    "POWER_UP",
+    "RESUME",
+    "UNDRAIN",
+)
 # slurm_errno.h (25.11): SLURMCTLD_COMMUNICATIONS_CONNECTION_ERROR, SLURM_PROTOCOL_SOCKET_IMPL_TIMEOUT, ...
-_ERRNO = {"Unable to contact slurm controller": 1800, "Socket timed out": 5004,
-          "Zero Bytes were transmitted": 5005, "Invalid node name specified": 2018,
-          "Invalid node state specified": 2028, "Invalid node state transition": 2180,
-          "Access/permission denied": 2002}
+_ERRNO = {
+    "Unable to contact slurm controller": 1800,
+    "Socket timed out": 5004,
+    "Zero Bytes were transmitted": 5005,
+    "Invalid node name specified": 2018,
+    "Invalid node state specified": 2028,
+    "Invalid node state transition": 2180,
+    "Access/permission denied": 2002,
+}
 
 
 class PyslurmError(Exception):
@@ -85,7 +132,7 @@ def _fields(line: str) -> Dict[str, str]:
     reason = None
     m = re.search(r"(?:^|\s)Reason=(.*)$", line)
     if m:
-        reason, line = m.group(1), line[:m.start()]
+        reason, line = m.group(1), line[: m.start()]
     out = {k: v.strip() for k, v in re.findall(r"(?:^|\s)([A-Za-z_]+)=(\S*)", line)}
     if reason is not None:
         out["Reason"] = reason
@@ -95,7 +142,9 @@ def _fields(line: str) -> Dict[str, str]:
 class PyslurmDouble:
     """Module-like object: ``pyslurm = PyslurmDouble(env)``, then ``pyslurm.Node.load("node1")``."""
 
-    def __init__(self, env: Dict[str, str], version: Optional[str] = None, timeout: float = 60.0) -> None:
+    def __init__(
+        self, env: Dict[str, str], version: Optional[str] = None, timeout: float = 60.0
+    ) -> None:
         self.env = dict(env)
         self.env["SLURM_TIME_FORMAT"] = "standard"
         self.timeout = timeout
@@ -120,8 +169,12 @@ class PyslurmDouble:
                     object.__setattr__(self, key, value)
                     return
                 if key in READ_ONLY:  # cython descriptors without a setter
-                    raise AttributeError("attribute '%s' of 'pyslurm.core.node.Node' objects is not writable" % key)
-                if key not in SETTABLE:  # the real Node looks the descriptor up in its class __dict__
+                    raise AttributeError(
+                        "attribute '%s' of 'pyslurm.core.node.Node' objects is not writable" % key
+                    )
+                if (
+                    key not in SETTABLE
+                ):  # the real Node looks the descriptor up in its class __dict__
                     raise KeyError(key)
                 if key == "state" and value is not None and str(value).upper() not in STATES:
                     raise ValueError("Invalid Node state: %s" % value)
@@ -149,14 +202,19 @@ class PyslurmDouble:
 
             def modify(self, changes: "Node") -> None:
                 if not isinstance(changes, Node):
-                    raise TypeError("Argument 'changes' has incorrect type (expected pyslurm.core.node.Node, "
-                                    "got %s)" % type(changes).__name__)
+                    raise TypeError(
+                        "Argument 'changes' has incorrect type (expected pyslurm.core.node.Node, "
+                        "got %s)" % type(changes).__name__
+                    )
                 argv = ["update", "NodeName=%s" % self.name]
                 ch = changes._changes
-                if str(ch.get("state") or "").upper() in ("DRAIN", "DOWN", "FAIL") and not ch.get("reason"):
+                if str(ch.get("state") or "").upper() in ("DRAIN", "DOWN", "FAIL") and not ch.get(
+                    "reason"
+                ):
                     raise NotImplementedError(
                         "the pyslurm double cannot %s without a reason: scontrol refuses it, while the real "
-                        "RPC accepts it and keeps the node's old reason" % ch["state"])
+                        "RPC accepts it and keeps the node's old reason" % ch["state"]
+                    )
                 if ch.get("state"):
                     argv.append("State=%s" % str(ch["state"]).upper())
                 if ch.get("reason") is not None:
@@ -177,8 +235,11 @@ class PyslurmDouble:
             @staticmethod
             def load(preload_passwd_info: bool = False) -> "Nodes":
                 out = double._scontrol(["show", "node", "-o"])
-                nodes = (double._node_from_fields(Node, _fields(line)) for line in out.splitlines()
-                         if line.startswith("NodeName="))
+                nodes = (
+                    double._node_from_fields(Node, _fields(line))
+                    for line in out.splitlines()
+                    if line.startswith("NodeName=")
+                )
                 return Nodes((n.name, n) for n in nodes)
 
             def to_dict(self) -> Dict[str, Any]:
@@ -196,18 +257,22 @@ class PyslurmDouble:
     # -- plumbing --------------------------------------------------------------------------
 
     def _running_version(self) -> str:
-        out = subprocess.run(["sinfo", "--version"], env=self.env, capture_output=True, text=True,
-                             timeout=30).stdout
+        out = subprocess.run(
+            ["sinfo", "--version"], env=self.env, capture_output=True, text=True, timeout=30
+        ).stdout
         m = re.search(r"(\d+)\.(\d+)\.(\d+)", out)
         if not m:
             raise RuntimeError("cannot get the Slurm version: %r" % out)
         self._api_version = (int(m.group(1)), int(m.group(2)), int(m.group(3)))
-        return "%d.%d.0" % self._api_version[:2]  # pyslurm style: 25.11.0 for 25.11, 22.5.0 for 22.05
+        return (
+            "%d.%d.0" % self._api_version[:2]
+        )  # pyslurm style: 25.11.0 for 25.11, 22.5.0 for 22.05
 
     def _scontrol(self, args: List[str], not_found: Optional[str] = None) -> str:
         self.rpcs += 1
-        res = subprocess.run(["scontrol"] + args, env=self.env, capture_output=True, text=True,
-                             timeout=self.timeout)
+        res = subprocess.run(
+            ["scontrol"] + args, env=self.env, capture_output=True, text=True, timeout=self.timeout
+        )
         if res.returncode != 0:
             text = res.stderr.strip() or res.stdout.strip()  # "Node x not found" is on stdout
             if not_found and re.search(r"Node \S+ not found", text):

@@ -1,11 +1,11 @@
 """CLI:  python -m tests.fakenode {build,run,list,show} ...
 
-  build SPEC DIR [--override JSON] [--state K=V ...]   build the tree + fake NVML under DIR, print the env
-  run SPEC [--override JSON] [--state K=V ...] [--keep] -- CMD ARGS...
-                                                       build into a temp dir, run CMD with the env set and
-                                                       '{root}' in its arguments replaced by the tree path
-  list                                                 shipped spec names
-  show SPEC [--override JSON]                          the resolved spec as JSON
+build SPEC DIR [--override JSON] [--state K=V ...]   build the tree + fake NVML under DIR, print the env
+run SPEC [--override JSON] [--state K=V ...] [--keep] -- CMD ARGS...
+                                                     build into a temp dir, run CMD with the env set and
+                                                     '{root}' in its arguments replaced by the tree path
+list                                                 shipped spec names
+show SPEC [--override JSON]                          the resolved spec as JSON
 """
 
 from __future__ import annotations
@@ -25,22 +25,37 @@ from .spec import SPEC_DIR, SpecError, load_spec
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m tests.fakenode", description="Fake GPU node builder for tests")
+    p = argparse.ArgumentParser(
+        prog="python -m tests.fakenode", description="Fake GPU node builder for tests"
+    )
     sub = p.add_subparsers(dest="cmd", required=True)
 
     def common(sp: argparse.ArgumentParser) -> None:
-        sp.add_argument("spec", help="shipped spec name (dgx-h100, cpu-only) or path to a .toml spec")
-        sp.add_argument("--override", metavar="JSON", help='deep-merged overlay, e.g. \'{"gpu": {"3": {"ecc": '
-                        '{"volatile": {"uncorrected": {"dram": 2}}}}}}\'')
-        sp.add_argument("--state", metavar="KEY=VALUE", action="append", default=[],
-                        help="edit the NVML state after building, e.g. 'fault.nvmlDeviceGetEccMode.3=15'")
+        sp.add_argument(
+            "spec", help="shipped spec name (dgx-h100, cpu-only) or path to a .toml spec"
+        )
+        sp.add_argument(
+            "--override",
+            metavar="JSON",
+            help='deep-merged overlay, e.g. \'{"gpu": {"3": {"ecc": '
+            '{"volatile": {"uncorrected": {"dram": 2}}}}}}\'',
+        )
+        sp.add_argument(
+            "--state",
+            metavar="KEY=VALUE",
+            action="append",
+            default=[],
+            help="edit the NVML state after building, e.g. 'fault.nvmlDeviceGetEccMode.3=15'",
+        )
 
     b = sub.add_parser("build", help="build SPEC into DIR and print the environment to export")
     common(b)
     b.add_argument("dir")
     r = sub.add_parser("run", help="build into a temp dir and run a command against it")
     common(r)
-    r.add_argument("--keep", action="store_true", help="keep the temp dir (its path is printed on stderr)")
+    r.add_argument(
+        "--keep", action="store_true", help="keep the temp dir (its path is printed on stderr)"
+    )
     sub.add_parser("list", help="list shipped specs")
     s = sub.add_parser("show", help="print the resolved spec as JSON")
     s.add_argument("spec")
@@ -82,7 +97,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     command: List[str] = []
     if "--" in argv:
         cut = argv.index("--")
-        argv, command = argv[:cut], argv[cut + 1:]
+        argv, command = argv[:cut], argv[cut + 1 :]
     args = _parser().parse_args(argv)
     args.command = command
     try:
@@ -96,7 +111,10 @@ def main(argv: Optional[List[str]] = None) -> int:
             return 0
         if args.cmd == "build":
             node = _build(args, args.dir)
-            print("# fake node %s built in %s (nvml library: %s)" % (args.spec, node.root, node.lib_path or "none"))
+            print(
+                "# fake node %s built in %s (nvml library: %s)"
+                % (args.spec, node.root, node.lib_path or "none")
+            )
             print("\n".join(env_lines(node)))
             return 0
         return _run(args)

@@ -20,9 +20,21 @@ HERE = Path(__file__).resolve().parent
 SOURCE = HERE / "fakenvml.c"
 SONAME = "libnvidia-ml.so.1"
 STATE_NAME = "fakenvml.state"
-CFLAGS = ["-std=gnu11", "-O0", "-fPIC", "-shared", "-Wall", "-Wextra", "-Wno-unused-parameter",
-          "-Wno-deprecated-declarations", "-Werror=missing-prototypes", "-Werror=implicit-function-declaration",
-          "-Werror=incompatible-pointer-types", "-Werror=int-conversion", "-Wl,-soname," + SONAME]
+CFLAGS = [
+    "-std=gnu11",
+    "-O0",
+    "-fPIC",
+    "-shared",
+    "-Wall",
+    "-Wextra",
+    "-Wno-unused-parameter",
+    "-Wno-deprecated-declarations",
+    "-Werror=missing-prototypes",
+    "-Werror=implicit-function-declaration",
+    "-Werror=incompatible-pointer-types",
+    "-Werror=int-conversion",
+    "-Wl,-soname," + SONAME,
+]
 
 
 class FakeNvmlBuildError(RuntimeError):
@@ -39,6 +51,7 @@ def find_nvml_header() -> Path:
         raise FakeNvmlBuildError("FAKENVML_INCLUDE=%s has no nvml.h" % env)
     try:
         from importlib import metadata
+
         for f in metadata.files("nvidia-nvml-dev") or []:
             if f.name == "nvml.h":
                 p = Path(str(f.locate())).resolve()
@@ -49,15 +62,19 @@ def find_nvml_header() -> Path:
     for cand in ("/usr/local/cuda/include/nvml.h", "/usr/include/nvml.h"):
         if Path(cand).is_file():
             return Path(cand)
-    raise FakeNvmlBuildError("nvml.h not found: install the 'nvidia-nvml-dev' wheel (pip install nvidia-nvml-dev, "
-                             "part of the [test] extra) or set FAKENVML_INCLUDE to a directory containing nvml.h")
+    raise FakeNvmlBuildError(
+        "nvml.h not found: install the 'nvidia-nvml-dev' wheel (pip install nvidia-nvml-dev, "
+        "part of the [test] extra) or set FAKENVML_INCLUDE to a directory containing nvml.h"
+    )
 
 
 def _compiler() -> str:
     cc = os.environ.get("CC", "gcc")
     path = shutil.which(cc)
     if not path:
-        raise FakeNvmlBuildError("C compiler %r not found: install gcc (apt-get install gcc) or set CC" % cc)
+        raise FakeNvmlBuildError(
+            "C compiler %r not found: install gcc (apt-get install gcc) or set CC" % cc
+        )
     return path
 
 
@@ -76,7 +93,12 @@ def build_library(header: Optional[Path] = None) -> Path:
     except (OSError, subprocess.SubprocessError) as exc:
         raise FakeNvmlBuildError("cannot run %s: %s" % (cc, exc)) from None
     h = hashlib.sha256()
-    for part in (SOURCE.read_bytes(), header.read_bytes(), ccver.encode(), " ".join(CFLAGS).encode()):
+    for part in (
+        SOURCE.read_bytes(),
+        header.read_bytes(),
+        ccver.encode(),
+        " ".join(CFLAGS).encode(),
+    ):
         h.update(hashlib.sha256(part).digest())
     out_dir = cache_dir() / h.hexdigest()[:16]
     lib = out_dir / SONAME
@@ -84,11 +106,15 @@ def build_library(header: Optional[Path] = None) -> Path:
         return lib
     out_dir.mkdir(parents=True, exist_ok=True)
     tmp = out_dir / (".%s.%d.tmp" % (SONAME, os.getpid()))
-    cmd = [cc] + CFLAGS + ["-I", str(header.parent), "-o", str(tmp), str(SOURCE), "-lpthread", "-ldl"]
+    cmd = (
+        [cc] + CFLAGS + ["-I", str(header.parent), "-o", str(tmp), str(SOURCE), "-lpthread", "-ldl"]
+    )
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     if proc.returncode != 0:
-        raise FakeNvmlBuildError("compiling %s against %s failed:\n%s\n%s" % (SOURCE.name, header, " ".join(cmd),
-                                                                             proc.stderr[-4000:]))
+        raise FakeNvmlBuildError(
+            "compiling %s against %s failed:\n%s\n%s"
+            % (SOURCE.name, header, " ".join(cmd), proc.stderr[-4000:])
+        )
     os.replace(str(tmp), str(lib))  # atomic: parallel test workers may race here
     return lib
 
@@ -110,8 +136,12 @@ def exported_symbols(lib: Union[str, Path]) -> List[str]:
     nm = shutil.which("nm")
     if not nm:
         raise FakeNvmlBuildError("nm not found (binutils)")
-    out = subprocess.run([nm, "-D", "--defined-only", str(lib)], capture_output=True, text=True, check=True).stdout
-    return sorted(p[-1] for p in (line.split() for line in out.splitlines()) if p and p[-1].startswith("nvml"))
+    out = subprocess.run(
+        [nm, "-D", "--defined-only", str(lib)], capture_output=True, text=True, check=True
+    ).stdout
+    return sorted(
+        p[-1] for p in (line.split() for line in out.splitlines()) if p and p[-1].startswith("nvml")
+    )
 
 
 def load_into_pynvml(lib_path: Union[str, Path]) -> Any:

@@ -25,28 +25,44 @@ class FakeNode:
     ``env`` (variables to add to a subprocess environment), ``pci_paths`` ({bdf: '/sys/devices/...'}).
     """
 
-    def __init__(self, root: Path, spec: Dict[str, Any], lib_path: Optional[Path], state_path: Path,
-                 pci_paths: Dict[str, str]) -> None:
+    def __init__(
+        self,
+        root: Path,
+        spec: Dict[str, Any],
+        lib_path: Optional[Path],
+        state_path: Path,
+        pci_paths: Dict[str, str],
+    ) -> None:
         self.root = root
         self.spec = spec
         self.lib_dir = root / FAKE_DIR / "lib"
         self.lib_path = lib_path
         self.state_path = state_path
         self.pci_paths = pci_paths
-        self.env = {"LD_LIBRARY_PATH": str(self.lib_dir), "FAKE_NVML_STATE": str(state_path),
-                    "FAKENODE_ROOT": str(root)}
+        self.env = {
+            "LD_LIBRARY_PATH": str(self.lib_dir),
+            "FAKE_NVML_STATE": str(state_path),
+            "FAKENODE_ROOT": str(root),
+        }
 
     @classmethod
-    def build(cls, spec: Union[str, Path, Dict[str, Any]] = "dgx-h100", directory: Union[str, Path, None] = None,
-              overrides: Optional[Dict[str, Any]] = None) -> "FakeNode":
+    def build(
+        cls,
+        spec: Union[str, Path, Dict[str, Any]] = "dgx-h100",
+        directory: Union[str, Path, None] = None,
+        overrides: Optional[Dict[str, Any]] = None,
+    ) -> "FakeNode":
         """Load ``spec`` (name, path or dict) with ``overrides`` and build it into ``directory``."""
         if directory is None:
             raise TypeError("FakeNode.build needs a directory (e.g. pytest's tmp_path)")
         return build_node(load_spec(spec, overrides), directory)
 
     @classmethod
-    def build_temp(cls, spec: Union[str, Path, Dict[str, Any]] = "dgx-h100",
-                   overrides: Optional[Dict[str, Any]] = None) -> "FakeNode":
+    def build_temp(
+        cls,
+        spec: Union[str, Path, Dict[str, Any]] = "dgx-h100",
+        overrides: Optional[Dict[str, Any]] = None,
+    ) -> "FakeNode":
         """Build into a fresh temp dir on tmpfs when available (see fast_tmpdir); call cleanup() when done."""
         d = tempfile.mkdtemp(prefix="fakenode-", dir=fast_tmpdir())
         try:
@@ -105,18 +121,27 @@ class FakeNode:
         self.set_state("delay_ms.%s.%s" % (function, gpu), ms)
 
     def clear_faults(self) -> None:
-        keys = [k for k in self.state() if k.split(".", 1)[0] in ("fault", "hang", "crash", "delay_ms")]
+        keys = [
+            k for k in self.state() if k.split(".", 1)[0] in ("fault", "hang", "crash", "delay_ms")
+        ]
         nvmlstate.update_state(self.state_path, {k: None for k in keys})
 
     # ---------------------------------------------------------------- tree editing
 
-    def add_kmsg(self, msg: str, level: int = 3, facility: int = 0, ts_us: Optional[int] = None) -> str:
+    def add_kmsg(
+        self, msg: str, level: int = 3, facility: int = 0, ts_us: Optional[int] = None
+    ) -> str:
         """Append one record to /dev/kmsg (e.g. an Xid); returns the record line."""
         kmsg = self.path("/dev/kmsg")
         lines = kmsg.read_text().splitlines()
         seq = int(lines[-1].split(",")[1]) + 1 if lines else 0
         last_ts = int(lines[-1].split(",")[2]) if lines else 0
-        rec = "%d,%d,%d,-;%s" % (facility * 8 + level, seq, ts_us if ts_us is not None else last_ts + 1000, msg)
+        rec = "%d,%d,%d,-;%s" % (
+            facility * 8 + level,
+            seq,
+            ts_us if ts_us is not None else last_ts + 1000,
+            msg,
+        )
         with kmsg.open("a") as f:
             f.write(rec + "\n")
         return rec
@@ -152,13 +177,21 @@ class FakeNode:
     def load_into_pynvml(self) -> Any:
         """Point the real pynvml at this node's fake library (call before nvmlInit); returns pynvml."""
         if self.lib_path is None:
-            raise RuntimeError("spec %s has no NVML library (nvml.library = false)" % self.spec.get("_source"))
+            raise RuntimeError(
+                "spec %s has no NVML library (nvml.library = false)" % self.spec.get("_source")
+            )
         if os.environ.get("FAKE_NVML_STATE", str(self.state_path)) != str(self.state_path):
-            del os.environ["FAKE_NVML_STATE"]  # a stale one would win over the state next to the library
+            del os.environ[
+                "FAKE_NVML_STATE"
+            ]  # a stale one would win over the state next to the library
         return fakenvml.load_into_pynvml(self.lib_path)
 
     def __repr__(self) -> str:
-        return "FakeNode(root=%r, spec=%r, gpus=%d)" % (str(self.root), self.spec.get("_source"), len(self.spec["gpu"]))
+        return "FakeNode(root=%r, spec=%r, gpus=%d)" % (
+            str(self.root),
+            self.spec.get("_source"),
+            len(self.spec["gpu"]),
+        )
 
 
 BuiltNode = FakeNode
@@ -174,7 +207,9 @@ def fast_tmpdir() -> Optional[str]:
     return shm if os.path.isdir(shm) and os.access(shm, os.W_OK | os.X_OK) else None
 
 
-def build_node(spec: Dict[str, Any], root_dir: Union[str, Path], with_library: Optional[bool] = None) -> FakeNode:
+def build_node(
+    spec: Dict[str, Any], root_dir: Union[str, Path], with_library: Optional[bool] = None
+) -> FakeNode:
     """Write the tree for a resolved ``spec`` (from load_spec) under ``root_dir``; compile/install the fake NVML.
 
     ``with_library``: override spec.nvml.library (False skips gcc entirely; the state file is still written).
@@ -182,7 +217,9 @@ def build_node(spec: Dict[str, Any], root_dir: Union[str, Path], with_library: O
     root = Path(root_dir).resolve()
     for sub in ("sys", "proc", "dev"):
         if (root / sub).exists():
-            raise FileExistsError("%s already contains a node tree (%s/); use an empty directory" % (root, sub))
+            raise FileExistsError(
+                "%s already contains a node tree (%s/); use an empty directory" % (root, sub)
+            )
     root.mkdir(parents=True, exist_ok=True)
     t = Tree(root)
     devs = pci.topology(spec)

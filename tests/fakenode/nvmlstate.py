@@ -16,22 +16,39 @@ from typing import Any, Dict, List, Optional, Union
 from .pci import nvml_levels
 from .spec import format_cpulist
 
-SKIP_GPU_KEYS = {"fault", "hang", "crash", "delay_ms", "processes", "graphics_processes", "driver", "fields"}
+SKIP_GPU_KEYS = {
+    "fault",
+    "hang",
+    "crash",
+    "delay_ms",
+    "processes",
+    "graphics_processes",
+    "driver",
+    "fields",
+}
 
 
 def fmt_value(v: Any) -> str:
     if isinstance(v, bool):
         return "1" if v else "0"
     if isinstance(v, (list, tuple)):
-        return ",".join(hex(x) if isinstance(x, int) and not isinstance(x, bool) else fmt_value(x) for x in v)
+        return ",".join(
+            hex(x) if isinstance(x, int) and not isinstance(x, bool) else fmt_value(x) for x in v
+        )
     text = str(v)
     if "\n" in text:
         raise ValueError("state values cannot contain newlines: %r" % text)
     return text
 
 
-HEX_KEYS = {"pci_vendor_id", "pci_device_id", "pci_subsystem_id", "pci_class", "clocks_event_reasons",
-            "supported_clocks_event_reasons"}
+HEX_KEYS = {
+    "pci_vendor_id",
+    "pci_device_id",
+    "pci_subsystem_id",
+    "pci_class",
+    "clocks_event_reasons",
+    "supported_clocks_event_reasons",
+}
 
 
 def _flatten(prefix: str, value: Any, out: List[str]) -> None:
@@ -53,13 +70,15 @@ def _injections(scope: str, table: Dict[str, Any], kind: str, out: List[str]) ->
 
 def state_lines(spec: Dict[str, Any]) -> List[str]:
     nvml = spec["nvml"]
-    out = ["# fakenvml state generated from %s" % spec.get("_source", "<spec>"),
-           "# 'key = value'; edit freely (FakeNode.set_state); re-read by the library when the file changes",
-           "driver_loaded = %s" % fmt_value(nvml["driver_loaded"]),
-           "driver_version = %s" % nvml["driver_version"],
-           "nvml_version = %s" % nvml["nvml_version"],
-           "cuda_driver_version = %d" % nvml["cuda_driver_version"],
-           "gpu.count = %d" % len(spec["gpu"])]
+    out = [
+        "# fakenvml state generated from %s" % spec.get("_source", "<spec>"),
+        "# 'key = value'; edit freely (FakeNode.set_state); re-read by the library when the file changes",
+        "driver_loaded = %s" % fmt_value(nvml["driver_loaded"]),
+        "driver_version = %s" % nvml["driver_version"],
+        "nvml_version = %s" % nvml["nvml_version"],
+        "cuda_driver_version = %d" % nvml["cuda_driver_version"],
+        "gpu.count = %d" % len(spec["gpu"]),
+    ]
     for kind in ("fault", "hang", "crash", "delay_ms"):
         _injections("*", nvml[kind], kind, out)
     levels = nvml_levels(spec)
@@ -69,15 +88,24 @@ def state_lines(spec: Dict[str, Any]) -> List[str]:
         for k, v in g.items():
             if k not in SKIP_GPU_KEYS:
                 _flatten("%s.%s" % (p, k), v, out)
-        sock_cpus = [c for n in spec["numa"].values() for c in n["cpus"]
-                     if _socket_of(spec, c) == g["socket"]]
+        sock_cpus = [
+            c
+            for n in spec["numa"].values()
+            for c in n["cpus"]
+            if _socket_of(spec, c) == g["socket"]
+        ]
         out.append("%s.socket_cpulist = %s" % (p, format_cpulist(sock_cpus)))
         # nvmlDeviceGetTopologyCommonAncestor towards every other GPU, decided from the PCI tree (pci.nvml_level)
         for other in spec["gpu"]:
             out.append("%s.topology.%d = %d" % (p, other, levels[(idx, other)]))
-        out.append("%s.processes = %s" % (p, ",".join("%d:%d" % (x["pid"], x["used_memory"]) for x in g["processes"])))
-        out.append("%s.graphics_processes = %s" % (p, ",".join("%d:%d" % (x["pid"], x["used_memory"])
-                                                               for x in g["graphics_processes"])))
+        out.append(
+            "%s.processes = %s"
+            % (p, ",".join("%d:%d" % (x["pid"], x["used_memory"]) for x in g["processes"]))
+        )
+        out.append(
+            "%s.graphics_processes = %s"
+            % (p, ",".join("%d:%d" % (x["pid"], x["used_memory"]) for x in g["graphics_processes"]))
+        )
         for fid, v in sorted(g["fields"].items(), key=lambda kv: int(kv[0])):
             out.append("%s.fields.%d = %s" % (p, int(fid), fmt_value(v)))
         for kind in ("fault", "hang", "crash", "delay_ms"):
@@ -93,6 +121,7 @@ def state_lines(spec: Dict[str, Any]) -> List[str]:
 
 def _socket_of(spec: Dict[str, Any], cpu: int) -> int:
     from .spec import cpu_location
+
     return cpu_location(spec, cpu)[0]
 
 

@@ -22,8 +22,14 @@ from . import defaults as D
 SPEC_DIR = Path(__file__).resolve().parent / "specs"
 
 # collection name -> (id field in array-of-tables form, id type)
-COLLECTIONS = {"gpu": ("index", int), "switch": ("name", str), "nic": ("name", str),
-               "nvme": ("name", str), "numa": ("id", int), "job": ("id", str)}
+COLLECTIONS = {
+    "gpu": ("index", int),
+    "switch": ("name", str),
+    "nic": ("name", str),
+    "nvme": ("name", str),
+    "numa": ("id", int),
+    "job": ("id", str),
+}
 
 
 class SpecError(ValueError):
@@ -33,8 +39,10 @@ class SpecError(ValueError):
 def _toml_loads(text: str) -> Dict[str, Any]:
     if sys.version_info >= (3, 11):
         import tomllib  # novermin (guarded by the version check above)
+
         return tomllib.loads(text)
     import toml  # python < 3.11: the 'toml' package (a declared dependency there)
+
     return toml.loads(text)
 
 
@@ -52,8 +60,10 @@ def find_spec(name_or_path: Union[str, Path]) -> Path:
     return cand
 
 
-def load_spec(name_or_path: Union[str, Path, Dict[str, Any]] = "dgx-h100",
-              overrides: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
+def load_spec(
+    name_or_path: Union[str, Path, Dict[str, Any]] = "dgx-h100",
+    overrides: Optional[Dict[str, Any]] = None,
+) -> Dict[str, Any]:
     """Load, overlay, validate and resolve a spec.
 
     ``name_or_path``: shipped spec name, path to a TOML file, or an already parsed dict.
@@ -90,7 +100,9 @@ def normalize(raw: Dict[str, Any], source: str) -> Dict[str, Any]:
             out = {}
             for n, item in enumerate(val):
                 if not isinstance(item, dict) or idfield not in item:
-                    raise SpecError("%s: %s[%d]: array entries need an '%s' key" % (source, coll, n, idfield))
+                    raise SpecError(
+                        "%s: %s[%d]: array entries need an '%s' key" % (source, coll, n, idfield)
+                    )
                 item = dict(item)
                 out[_key(item.pop(idfield), idtype, source, coll)] = item
             raw[coll] = out
@@ -105,7 +117,9 @@ def _key(k: Any, idtype: type, source: str, where: str) -> Any:
     try:
         return idtype(k)
     except (TypeError, ValueError):
-        raise SpecError("%s: %s: bad id %r (expected %s)" % (source, where, k, idtype.__name__)) from None
+        raise SpecError(
+            "%s: %s: bad id %r (expected %s)" % (source, where, k, idtype.__name__)
+        ) from None
 
 
 def deep_merge(base: Dict[str, Any], over: Dict[str, Any]) -> Dict[str, Any]:
@@ -134,8 +148,10 @@ def check(value: Any, schema: Any, where: str, source: str) -> Any:
             raise SpecError("%s: %s: expected a table, got %r" % (source, where, value))
         unknown = sorted(set(value) - set(schema))
         if unknown:
-            raise SpecError("%s: %s.%s: unknown key (known: %s)" % (
-                source, where, unknown[0], ", ".join(sorted(map(str, schema)))))
+            raise SpecError(
+                "%s: %s.%s: unknown key (known: %s)"
+                % (source, where, unknown[0], ", ".join(sorted(map(str, schema))))
+            )
         out = {k: materialize(v) for k, v in schema.items()}
         for k, v in value.items():
             out[k] = check(v, schema[k], "%s.%s" % (where, k), source)
@@ -147,8 +163,10 @@ def check(value: Any, schema: Any, where: str, source: str) -> Any:
     if want is float and isinstance(value, int) and not isinstance(value, bool):
         ok, value = True, float(value)
     if not ok:
-        raise SpecError("%s: %s: expected %s, got %s %r" % (source, where, want.__name__,
-                                                           type(value).__name__, value))
+        raise SpecError(
+            "%s: %s: expected %s, got %s %r"
+            % (source, where, want.__name__, type(value).__name__, value)
+        )
     return value
 
 
@@ -167,19 +185,28 @@ def materialize(schema: Any) -> Any:
 def resolve(raw: Dict[str, Any], source: str) -> Dict[str, Any]:
     unknown = sorted(set(raw) - set(D.TOP_LEVEL))
     if unknown:
-        raise SpecError("%s: %s: unknown top-level key (known: %s)" % (source, unknown[0], ", ".join(D.TOP_LEVEL)))
+        raise SpecError(
+            "%s: %s: unknown top-level key (known: %s)"
+            % (source, unknown[0], ", ".join(D.TOP_LEVEL))
+        )
     s: Dict[str, Any] = {}
     for sect in ("node", "cpu", "memory", "pcie", "iommu", "nvml", "memory_peers"):
         s[sect] = check(raw.get(sect, {}), getattr(D, sect.upper()), sect, source)
     s["modules"] = _modules(raw.get("modules", {}), source)
-    s["swap"] = [check(x, D.SWAP, "swap[%d]" % i, source) for i, x in enumerate(_list(raw, "swap", source))]
-    s["mounts"] = [_mount(x, i, source) for i, x in enumerate(_list(raw, "mounts", source, D.MOUNTS))]
+    s["swap"] = [
+        check(x, D.SWAP, "swap[%d]" % i, source) for i, x in enumerate(_list(raw, "swap", source))
+    ]
+    s["mounts"] = [
+        _mount(x, i, source) for i, x in enumerate(_list(raw, "mounts", source, D.MOUNTS))
+    ]
     s["kmsg"] = [_kmsg(x, i, source) for i, x in enumerate(_list(raw, "kmsg", source))]
     _resolve_cpu_numa(s, raw.get("numa", {}), source)
     switch_defaults = raw.get("switch_defaults", {})
     check(switch_defaults, D.SWITCH, "switch_defaults", source)
-    s["switch"] = {k: check(deep_merge(switch_defaults, v), D.SWITCH, "switch.%s" % k, source)
-                   for k, v in raw.get("switch", {}).items()}
+    s["switch"] = {
+        k: check(deep_merge(switch_defaults, v), D.SWITCH, "switch.%s" % k, source)
+        for k, v in raw.get("switch", {}).items()
+    }
     _resolve_switches(s, source)
     gpu_defaults = check(raw.get("gpu_defaults", {}), D.GPU, "gpu_defaults", source)
     s["gpu"] = {}
@@ -187,11 +214,17 @@ def resolve(raw: Dict[str, Any], source: str) -> Dict[str, Any]:
         g = check(deep_merge(gpu_defaults, raw["gpu"][idx]), D.GPU, "gpu.%d" % idx, source)
         s["gpu"][idx] = _resolve_gpu(s, idx, g, source)
     if list(s["gpu"]) != list(range(len(s["gpu"]))):
-        raise SpecError("%s: gpu: indices must be 0..N-1 without gaps, got %s" % (source, list(s["gpu"])))
-    s["nic"] = {k: _resolve_nic(s, k, check(v, D.NIC, "nic.%s" % k, source), source)
-                for k, v in sorted(raw.get("nic", {}).items())}
-    s["nvme"] = {k: _resolve_dev(s, "nvme.%s" % k, check(v, D.NVME, "nvme.%s" % k, source), source)
-                 for k, v in sorted(raw.get("nvme", {}).items())}
+        raise SpecError(
+            "%s: gpu: indices must be 0..N-1 without gaps, got %s" % (source, list(s["gpu"]))
+        )
+    s["nic"] = {
+        k: _resolve_nic(s, k, check(v, D.NIC, "nic.%s" % k, source), source)
+        for k, v in sorted(raw.get("nic", {}).items())
+    }
+    s["nvme"] = {
+        k: _resolve_dev(s, "nvme.%s" % k, check(v, D.NVME, "nvme.%s" % k, source), source)
+        for k, v in sorted(raw.get("nvme", {}).items())
+    }
     _resolve_node(s, source)
     _unique_bdfs(s, source)
     _check_pci_tree(s, source)
@@ -209,28 +242,39 @@ def _resolve_switches(s: Dict[str, Any], source: str) -> None:
     for name, sw in switches.items():
         where = "switch.%s" % name
         if sw["kind"] not in ("switch", "bridge"):
-            raise SpecError("%s: %s.kind: %r not one of switch, bridge" % (source, where, sw["kind"]))
+            raise SpecError(
+                "%s: %s.kind: %r not one of switch, bridge" % (source, where, sw["kind"])
+            )
         _require(sw, ("upstream",), where, source)
         sw["upstream"] = _bdf(sw["upstream"], where + ".upstream", source)
         if bool(sw["root_port"]) == bool(sw["parent"]):
-            raise SpecError("%s: %s: give either root_port (below a CPU root port) or parent (below another switch "
-                            "or bridge)" % (source, where))
+            raise SpecError(
+                "%s: %s: give either root_port (below a CPU root port) or parent (below another switch "
+                "or bridge)" % (source, where)
+            )
         if sw["root_port"]:
             sw["root_port"] = _bdf(sw["root_port"], where + ".root_port", source)
         elif sw["parent"] not in switches:
-            raise SpecError("%s: %s.parent: unknown switch %r (have %s)" % (source, where, sw["parent"],
-                                                                            sorted(switches)))
+            raise SpecError(
+                "%s: %s.parent: unknown switch %r (have %s)"
+                % (source, where, sw["parent"], sorted(switches))
+            )
     for name in sorted(switches):
         chain, cur = [name], name
         while switches[cur]["parent"]:
             cur = switches[cur]["parent"]
             if cur in chain:
-                raise SpecError("%s: switch.%s.parent: the switches %s form a loop" % (source, name, " -> ".join(chain)))
+                raise SpecError(
+                    "%s: switch.%s.parent: the switches %s form a loop"
+                    % (source, name, " -> ".join(chain))
+                )
             chain.append(cur)
         top = switches[chain[-1]]
         sw = switches[name]
         sw["root_port"] = top["root_port"]
-        numa = next((switches[c]["numa_node"] for c in chain if switches[c]["numa_node"] is not None), 0)
+        numa = next(
+            (switches[c]["numa_node"] for c in chain if switches[c]["numa_node"] is not None), 0
+        )
         sw["resolved_numa"] = numa
     for name, sw in switches.items():
         if sw["numa_node"] is None:
@@ -238,8 +282,11 @@ def _resolve_switches(s: Dict[str, Any], source: str) -> None:
         else:
             sw.pop("resolved_numa")
         _numa_ok(s, sw["numa_node"], "switch.%s.numa_node" % name, source)
-        sw["cpulist"] = s["numa"][sw["numa_node"]]["cpulist"] if sw["numa_node"] >= 0 else \
-            format_cpulist(list(range(s["cpu"]["count"])))
+        sw["cpulist"] = (
+            s["numa"][sw["numa_node"]]["cpulist"]
+            if sw["numa_node"] >= 0
+            else format_cpulist(list(range(s["cpu"]["count"])))
+        )
 
 
 def _check_pci_tree(s: Dict[str, Any], source: str) -> None:
@@ -256,7 +303,9 @@ def _resolve_slurm_side(s: Dict[str, Any], raw: Dict[str, Any], source: str) -> 
     """cgroup version, Slurm files, job cgroups, host processes and IRQs (see README 'Slurm side')."""
     s["cgroup"] = check(raw.get("cgroup", {}), D.CGROUP, "cgroup", source)
     if s["cgroup"]["version"] not in ("v2", "v1", "none"):
-        raise SpecError("%s: cgroup.version: %r not one of v2, v1, none" % (source, s["cgroup"]["version"]))
+        raise SpecError(
+            "%s: cgroup.version: %r not one of v2, v1, none" % (source, s["cgroup"]["version"])
+        )
     s["slurm"] = check(raw.get("slurm", {}), D.SLURM, "slurm", source)
     s["job"] = {}
     for job_id, job in sorted(raw.get("job", {}).items()):
@@ -267,7 +316,9 @@ def _resolve_slurm_side(s: Dict[str, Any], raw: Dict[str, Any], source: str) -> 
         _require(j, ("cpus",), where, source)
         cpus = set(parse_cpulist(j["cpus"]))
         if not j["mems"]:
-            j["mems"] = format_cpulist([n for n, node in s["numa"].items() if cpus & set(node["cpus"])])
+            j["mems"] = format_cpulist(
+                [n for n, node in s["numa"].items() if cpus & set(node["cpus"])]
+            )
         s["job"][str(job_id)] = j
     procs = {p["pid"]: dict(D.HOST_PROCESS, **p) for p in D.HOST_PROCESSES}
     for i, p in enumerate(_list(raw, "process", source)):
@@ -275,7 +326,9 @@ def _resolve_slurm_side(s: Dict[str, Any], raw: Dict[str, Any], source: str) -> 
         _require(entry, ("pid", "comm"), "process[%d]" % i, source)
         procs[entry["pid"]] = entry
     s["process"] = [procs[pid] for pid in sorted(procs)]
-    s["irq"] = [check(x, D.IRQ, "irq[%d]" % i, source) for i, x in enumerate(_list(raw, "irq", source))]
+    s["irq"] = [
+        check(x, D.IRQ, "irq[%d]" % i, source) for i, x in enumerate(_list(raw, "irq", source))
+    ]
 
 
 def _list(raw: Dict[str, Any], key: str, source: str, default: Optional[list] = None) -> list:
@@ -300,13 +353,17 @@ def _bdf(text: str, where: str, source: str) -> str:
         if b > 0xFF or v > 0x1F or f > 7 or d > 0xFFFFFFFF:
             raise ValueError
     except ValueError:
-        raise SpecError("%s: %s: bad PCI address %r (want e.g. 0000:18:00.0)" % (source, where, text)) from None
+        raise SpecError(
+            "%s: %s: bad PCI address %r (want e.g. 0000:18:00.0)" % (source, where, text)
+        ) from None
     return "%04x:%02x:%02x.%x" % (d, b, v, f)
 
 
 def _numa_ok(s: Dict[str, Any], node: int, where: str, source: str) -> None:
     if node != -1 and node not in s["numa"]:
-        raise SpecError("%s: %s: NUMA node %d not defined (have %s)" % (source, where, node, sorted(s["numa"])))
+        raise SpecError(
+            "%s: %s: NUMA node %d not defined (have %s)" % (source, where, node, sorted(s["numa"]))
+        )
 
 
 def _modules(raw: Any, source: str) -> Dict[str, Dict[str, Any]]:
@@ -395,16 +452,24 @@ def _resolve_cpu_numa(s: Dict[str, Any], raw_numa: Dict[int, Any], source: str) 
         node = check(raw_numa[n], D.NUMA, where, source)
         if not node["cpulist"]:
             if len(nodes) != c["sockets"]:
-                raise SpecError("%s: %s.cpulist: required when NUMA nodes != sockets" % (source, where))
-            node["cpulist"] = format_cpulist([x for x in range(total) if cpu_location(s, x)[0] == nodes.index(n)])
+                raise SpecError(
+                    "%s: %s.cpulist: required when NUMA nodes != sockets" % (source, where)
+                )
+            node["cpulist"] = format_cpulist(
+                [x for x in range(total) if cpu_location(s, x)[0] == nodes.index(n)]
+            )
         try:
             node["cpus"] = parse_cpulist(node["cpulist"])
         except ValueError:
-            raise SpecError("%s: %s.cpulist: bad cpulist %r" % (source, where, node["cpulist"])) from None
+            raise SpecError(
+                "%s: %s.cpulist: bad cpulist %r" % (source, where, node["cpulist"])
+            ) from None
         if node["mem_total_kb"] == 0:
             node["mem_total_kb"] = mem["total_kb"] // len(nodes)
         if node["mem_free_kb"] == 0:
-            node["mem_free_kb"] = mem["free_kb"] // len(nodes) if mem["free_kb"] else node["mem_total_kb"] * 9 // 10
+            node["mem_free_kb"] = (
+                mem["free_kb"] // len(nodes) if mem["free_kb"] else node["mem_total_kb"] * 9 // 10
+            )
         if not node["distance"]:
             node["distance"] = [10 if m == n else 21 for m in nodes]
         s["numa"][n] = node
@@ -412,9 +477,13 @@ def _resolve_cpu_numa(s: Dict[str, Any], raw_numa: Dict[int, Any], source: str) 
     for n, node in s["numa"].items():
         for cpu in node["cpus"]:
             if cpu >= total:
-                raise SpecError("%s: numa.%d.cpulist: CPU %d does not exist (%d CPUs)" % (source, n, cpu, total))
+                raise SpecError(
+                    "%s: numa.%d.cpulist: CPU %d does not exist (%d CPUs)" % (source, n, cpu, total)
+                )
             if cpu in seen:
-                raise SpecError("%s: numa.%d.cpulist: CPU %d also in NUMA node %d" % (source, n, cpu, seen[cpu]))
+                raise SpecError(
+                    "%s: numa.%d.cpulist: CPU %d also in NUMA node %d" % (source, n, cpu, seen[cpu])
+                )
             seen[cpu] = n
     missing = sorted(set(range(total)) - set(seen))
     if missing:
@@ -429,8 +498,10 @@ def _resolve_dev(s: Dict[str, Any], where: str, d: Dict[str, Any], source: str) 
     d["pci"] = _bdf(d["pci"], where + ".pci", source)
     if d["switch"]:
         if d["switch"] not in s["switch"]:
-            raise SpecError("%s: %s.switch: unknown switch %r (have %s)" % (source, where, d["switch"],
-                                                                            sorted(s["switch"])))
+            raise SpecError(
+                "%s: %s.switch: unknown switch %r (have %s)"
+                % (source, where, d["switch"], sorted(s["switch"]))
+            )
         sw = s["switch"][d["switch"]]
         d["root_port"] = sw["root_port"]
         if d["numa_node"] is None:
@@ -444,8 +515,11 @@ def _resolve_dev(s: Dict[str, Any], where: str, d: Dict[str, Any], source: str) 
     if d["numa_node"] is None:
         d["numa_node"] = 0
     _numa_ok(s, d["numa_node"], where + ".numa_node", source)
-    d["cpulist"] = s["numa"][d["numa_node"]]["cpulist"] if d["numa_node"] >= 0 else \
-        format_cpulist(list(range(s["cpu"]["count"])))
+    d["cpulist"] = (
+        s["numa"][d["numa_node"]]["cpulist"]
+        if d["numa_node"] >= 0
+        else format_cpulist(list(range(s["cpu"]["count"])))
+    )
     return d
 
 
@@ -461,7 +535,7 @@ def _resolve_gpu(s: Dict[str, Any], idx: int, g: Dict[str, Any], source: str) ->
         h = _hash_hex(host, "gpu", idx)
         g["uuid"] = "GPU-%s-%s-%s-%s-%s" % (h[:8], h[8:12], h[12:16], h[16:20], h[20:32])
     if not g["serial"]:
-        g["serial"] = "16523%08d" % (int(_hash_hex(host, "serial", idx)[:8], 16) % 10 ** 8)
+        g["serial"] = "16523%08d" % (int(_hash_hex(host, "serial", idx)[:8], 16) % 10**8)
     if g["minor_number"] < 0:
         g["minor_number"] = idx
     if g["retired_pages"]["supported"] is None:
@@ -473,13 +547,22 @@ def _resolve_gpu(s: Dict[str, Any], idx: int, g: Dict[str, Any], source: str) ->
         links[link] = check(raw, D.NVLINK_LINK, "%s.nvlink.links.%d" % (where, link), source)
     extra = sorted(set(map(int, nv["links"])) - set(links))
     if extra:
-        raise SpecError("%s: %s.nvlink.links.%d: link beyond nvlink.count=%d" % (source, where, extra[0], nv["count"]))
+        raise SpecError(
+            "%s: %s.nvlink.links.%d: link beyond nvlink.count=%d"
+            % (source, where, extra[0], nv["count"])
+        )
     nv["links"] = links
     for k in ("processes", "graphics_processes"):
-        g[k] = [check(p, D.PROCESS, "%s.%s[%d]" % (where, k, i), source) for i, p in enumerate(g[k])]
+        g[k] = [
+            check(p, D.PROCESS, "%s.%s[%d]" % (where, k, i), source) for i, p in enumerate(g[k])
+        ]
     if g["memory"]["used"] is None:
-        g["memory"]["used"] = sum(p["used_memory"] for p in g["processes"] + g["graphics_processes"])
-    socket_of = cpu_location(s, s["numa"][g["numa_node"]]["cpus"][0])[0] if g["numa_node"] >= 0 else 0
+        g["memory"]["used"] = sum(
+            p["used_memory"] for p in g["processes"] + g["graphics_processes"]
+        )
+    socket_of = (
+        cpu_location(s, s["numa"][g["numa_node"]]["cpus"][0])[0] if g["numa_node"] >= 0 else 0
+    )
     g["socket"] = socket_of
     return g
 
@@ -494,12 +577,17 @@ def _resolve_nic(s: Dict[str, Any], name: str, n: Dict[str, Any], source: str) -
     dev, fn = rest.split(".")
     if not n["netdev"]:
         pre = "ibp" if n["link_layer"] == "InfiniBand" else "enp"
-        n["netdev"] = "%s%ds%d%s" % (pre, int(bus, 16), int(dev, 16), ("f%d" % int(fn, 16)) if int(fn, 16) else "")
+        n["netdev"] = "%s%ds%d%s" % (
+            pre,
+            int(bus, 16),
+            int(dev, 16),
+            ("f%d" % int(fn, 16)) if int(fn, 16) else "",
+        )
     if n["class"] < 0:
         n["class"] = 0x020700 if n["link_layer"] == "InfiniBand" else 0x020000
     if not n["node_guid"]:
         h = _hash_hex(s["node"]["hostname"], name)[:16]
-        n["node_guid"] = ":".join(h[i:i + 4] for i in range(0, 16, 4))
+        n["node_guid"] = ":".join(h[i : i + 4] for i in range(0, 16, 4))
     ports = n["ports"] or {1: {}}
     n["ports"] = {}
     for p in sorted(ports, key=int):
@@ -513,29 +601,50 @@ def _resolve_nic(s: Dict[str, Any], name: str, n: Dict[str, Any], source: str) -
 def _resolve_node(s: Dict[str, Any], source: str) -> None:
     node, nvml = s["node"], s["nvml"]
     if node["virtualization"] not in D.VIRT:
-        raise SpecError("%s: node.virtualization: %r not one of %s" % (source, node["virtualization"], D.VIRT))
+        raise SpecError(
+            "%s: node.virtualization: %r not one of %s" % (source, node["virtualization"], D.VIRT)
+        )
     if s["iommu"]["mode"] not in ("off", "passthrough", "translated"):
-        raise SpecError("%s: iommu.mode: %r not one of off, passthrough, translated" % (source, s["iommu"]["mode"]))
+        raise SpecError(
+            "%s: iommu.mode: %r not one of off, passthrough, translated"
+            % (source, s["iommu"]["mode"])
+        )
     if s["iommu"]["vendor"] not in ("intel", "amd"):
-        raise SpecError("%s: iommu.vendor: %r not one of intel, amd" % (source, s["iommu"]["vendor"]))
+        raise SpecError(
+            "%s: iommu.vendor: %r not one of intel, amd" % (source, s["iommu"]["vendor"])
+        )
     if not node["cmdline"]:
-        iommu = {"intel": {"off": "intel_iommu=off", "passthrough": "intel_iommu=on iommu=pt",
-                           "translated": "intel_iommu=on"},
-                 "amd": {"off": "amd_iommu=off", "passthrough": "iommu=pt", "translated": ""}}
-        node["cmdline"] = ("BOOT_IMAGE=/boot/vmlinuz-%s root=UUID=3f1e2c4a-9b7d-4e2f-8a61-0c5d2e7b9f10 ro "
-                           "%s quiet" % (node["kernel_release"], iommu[s["iommu"]["vendor"]][s["iommu"]["mode"]]))
+        iommu = {
+            "intel": {
+                "off": "intel_iommu=off",
+                "passthrough": "intel_iommu=on iommu=pt",
+                "translated": "intel_iommu=on",
+            },
+            "amd": {"off": "amd_iommu=off", "passthrough": "iommu=pt", "translated": ""},
+        }
+        node["cmdline"] = (
+            "BOOT_IMAGE=/boot/vmlinuz-%s root=UUID=3f1e2c4a-9b7d-4e2f-8a61-0c5d2e7b9f10 ro "
+            "%s quiet" % (node["kernel_release"], iommu[s["iommu"]["vendor"]][s["iommu"]["mode"]])
+        )
         node["cmdline"] = " ".join(node["cmdline"].split())
     if nvml["library"] is None:
         nvml["library"] = bool(s["gpu"])
     if not nvml["nvml_version"]:
-        nvml["nvml_version"] = "%d.%s-fakenvml" % (nvml["cuda_driver_version"] // 1000, nvml["driver_version"])
+        nvml["nvml_version"] = "%d.%s-fakenvml" % (
+            nvml["cuda_driver_version"] // 1000,
+            nvml["driver_version"],
+        )
     if "fake" not in nvml["nvml_version"]:
-        raise SpecError("%s: nvml.nvml_version: must contain 'fake' (the sentinel tests check)" % source)
+        raise SpecError(
+            "%s: nvml.nvml_version: must contain 'fake' (the sentinel tests check)" % source
+        )
     mods = s["modules"]
     auto: Dict[str, Dict[str, Any]] = {}
     if s["gpu"]:
         for m in ("nvidia", "nvidia_uvm", "nvidia_modeset"):
-            auto[m] = dict(D.MODULE, version=nvml["driver_version"] if m == "nvidia" else "", taint="(OE)")
+            auto[m] = dict(
+                D.MODULE, version=nvml["driver_version"] if m == "nvidia" else "", taint="(OE)"
+            )
     if any(n["rdma"] for n in s["nic"].values()):
         for m in ("mlx5_core", "mlx5_ib", "ib_core", "ib_uverbs"):
             auto[m] = dict(D.MODULE)
@@ -553,5 +662,8 @@ def _unique_bdfs(s: Dict[str, Any], source: str) -> None:
         for k, d in s[kind].items():
             where = "%s.%s.pci" % (kind, k)
             if d["pci"] in seen:
-                raise SpecError("%s: %s: PCI address %s also used by %s" % (source, where, d["pci"], seen[d["pci"]]))
+                raise SpecError(
+                    "%s: %s: PCI address %s also used by %s"
+                    % (source, where, d["pci"], seen[d["pci"]])
+                )
             seen[d["pci"]] = where

@@ -71,6 +71,7 @@ def _pci_device(t: Tree, d: Dict[str, Any], path: str, nr_cpus: int) -> None:
 
 def _cpus_of(cpulist: str, nr: int) -> List[int]:
     from .spec import parse_cpulist
+
     return parse_cpulist(cpulist) if cpulist else list(range(nr))
 
 
@@ -80,7 +81,7 @@ def _nic(t: Tree, nic: Dict[str, Any], dev: str) -> None:
     t.write(net + "/mtu", nic["mtu"])
     t.write(net + "/type", 32 if nic["link_layer"] == "InfiniBand" else 1)
     guid = nic["node_guid"].replace(":", "")
-    gbytes = [guid[i:i + 2] for i in range(0, len(guid), 2)]
+    gbytes = [guid[i : i + 2] for i in range(0, len(guid), 2)]
     if nic["mac"]:
         mac = nic["mac"]
     elif nic["link_layer"] == "InfiniBand":
@@ -108,7 +109,9 @@ def _nic(t: Tree, nic: Dict[str, Any], dev: str) -> None:
     t.link("/sys/class/infiniband/" + nic["name"], ib)
 
 
-def _iommu(t: Tree, spec: Dict[str, Any], devs: Dict[str, Dict[str, Any]], paths: Dict[str, str]) -> None:
+def _iommu(
+    t: Tree, spec: Dict[str, Any], devs: Dict[str, Dict[str, Any]], paths: Dict[str, str]
+) -> None:
     """Groups: bridges alone; endpoints below a switch whose ports lack ACS redirect share one group."""
     t.mkdir("/sys/class/iommu")
     t.mkdir("/sys/kernel/iommu_groups")
@@ -122,7 +125,11 @@ def _iommu(t: Tree, spec: Dict[str, Any], devs: Dict[str, Dict[str, Any]], paths
         d = devs[bdf]
         parent = devs.get(d["parent"]) if d["parent"] else None
         isolated = parent is None or (parent["acs_ctrl"] & pci.ACS_REDIRECT) == pci.ACS_REDIRECT
-        key = bdf if (d["port_type"] != pci.PORT_ENDPOINT or isolated or not d["switch"]) else "sw:" + d["switch"]
+        key = (
+            bdf
+            if (d["port_type"] != pci.PORT_ENDPOINT or isolated or not d["switch"])
+            else "sw:" + d["switch"]
+        )
         g = groups.setdefault(key, len(groups))
         gdir = "/sys/kernel/iommu_groups/%d" % g
         t.write(gdir + "/type", gtype)
@@ -138,6 +145,7 @@ def _iommu(t: Tree, spec: Dict[str, Any], devs: Dict[str, Dict[str, Any]], paths
 def online_cpus(spec: Dict[str, Any]) -> List[int]:
     """Present CPUs minus cpu.offline."""
     from .spec import parse_cpulist
+
     gone = set(parse_cpulist(spec["cpu"]["offline"])) if spec["cpu"]["offline"] else set()
     return [i for i in range(spec["cpu"]["count"]) if i not in gone]
 
@@ -153,7 +161,9 @@ def _cpus(t: Tree, spec: Dict[str, Any]) -> None:
     t.write(base + "/possible", format_cpulist(list(range(possible))))
     t.write(base + "/present", format_cpulist(list(range(n))))
     t.write(base + "/online", format_cpulist(online))
-    t.write(base + "/offline", format_cpulist(sorted(set(range(possible)) - set(online))))  # "" -> "\n", as the kernel
+    t.write(
+        base + "/offline", format_cpulist(sorted(set(range(possible)) - set(online)))
+    )  # "" -> "\n", as the kernel
     t.write(base + "/kernel_max", 8191)
     t.write(base + "/smt/control", "on" if c["threads_per_core"] > 1 else "notsupported")
     t.write(base + "/smt/active", 1 if c["threads_per_core"] > 1 else 0)
@@ -174,8 +184,10 @@ def _cpus(t: Tree, spec: Dict[str, Any]) -> None:
         t.write(top + "/physical_package_id", sock)
         t.write(top + "/die_id", 0)
         t.write(top + "/core_id", core)
-        for names, cpus in ((("thread_siblings", "core_cpus"), by_core[(sock, core)]),
-                            (("core_siblings", "package_cpus", "die_cpus"), pkg[sock])):
+        for names, cpus in (
+            (("thread_siblings", "core_cpus"), by_core[(sock, core)]),
+            (("core_siblings", "package_cpus", "die_cpus"), pkg[sock]),
+        ):
             for name in names:
                 t.write("%s/%s_list" % (top, name), format_cpulist(cpus))
                 t.write("%s/%s" % (top, name), pci.cpumask(cpus, possible))
@@ -205,22 +217,49 @@ def _numa(t: Tree, spec: Dict[str, Any]) -> None:
 
 def node_meminfo(nid: int, node: Dict[str, Any]) -> str:
     hp = node["hugepages"].get("2048kB", {})
-    rows = [("MemTotal", node["mem_total_kb"], True), ("MemFree", node["mem_free_kb"], True),
-            ("MemUsed", node["mem_total_kb"] - node["mem_free_kb"], True), ("Active", 0, True),
-            ("Inactive", 0, True), ("Dirty", 0, True), ("FilePages", 0, True), ("AnonPages", 0, True),
-            ("Shmem", 0, True), ("HugePages_Total", hp.get("nr", 0), False),
-            ("HugePages_Free", hp.get("free", 0), False), ("HugePages_Surp", hp.get("surplus", 0), False)]
-    return "".join("Node %d %-15s %8d%s\n" % (nid, k + ":", v, " kB" if kb else "") for k, v, kb in rows)
+    rows = [
+        ("MemTotal", node["mem_total_kb"], True),
+        ("MemFree", node["mem_free_kb"], True),
+        ("MemUsed", node["mem_total_kb"] - node["mem_free_kb"], True),
+        ("Active", 0, True),
+        ("Inactive", 0, True),
+        ("Dirty", 0, True),
+        ("FilePages", 0, True),
+        ("AnonPages", 0, True),
+        ("Shmem", 0, True),
+        ("HugePages_Total", hp.get("nr", 0), False),
+        ("HugePages_Free", hp.get("free", 0), False),
+        ("HugePages_Surp", hp.get("surplus", 0), False),
+    ]
+    return "".join(
+        "Node %d %-15s %8d%s\n" % (nid, k + ":", v, " kB" if kb else "") for k, v, kb in rows
+    )
 
 
 MODULE_DEPS = {
-    "nvidia_uvm": ["nvidia"], "nvidia_modeset": ["nvidia"], "nvidia_drm": ["nvidia_modeset"],
-    "nvidia_peermem": ["nvidia", "ib_core"], "nvidia_fs": [], "mlx5_ib": ["ib_uverbs", "ib_core", "mlx5_core"],
-    "ib_uverbs": ["ib_core"], "rdma_ucm": ["ib_uverbs", "ib_core"], "nvme": ["nvme_core"],
+    "nvidia_uvm": ["nvidia"],
+    "nvidia_modeset": ["nvidia"],
+    "nvidia_drm": ["nvidia_modeset"],
+    "nvidia_peermem": ["nvidia", "ib_core"],
+    "nvidia_fs": [],
+    "mlx5_ib": ["ib_uverbs", "ib_core", "mlx5_core"],
+    "ib_uverbs": ["ib_core"],
+    "rdma_ucm": ["ib_uverbs", "ib_core"],
+    "nvme": ["nvme_core"],
 }
-MODULE_SIZES = {"nvidia": 56848384, "nvidia_uvm": 1437696, "nvidia_modeset": 1511424, "nvidia_peermem": 16384,
-                "nvidia_fs": 262144, "mlx5_core": 2289664, "mlx5_ib": 454656, "ib_core": 434176,
-                "ib_uverbs": 159744, "nvme": 49152, "nvme_core": 139264}
+MODULE_SIZES = {
+    "nvidia": 56848384,
+    "nvidia_uvm": 1437696,
+    "nvidia_modeset": 1511424,
+    "nvidia_peermem": 16384,
+    "nvidia_fs": 262144,
+    "mlx5_core": 2289664,
+    "mlx5_ib": 454656,
+    "ib_core": 434176,
+    "ib_uverbs": 159744,
+    "nvme": 49152,
+    "nvme_core": 139264,
+}
 
 
 def module_users(spec: Dict[str, Any]) -> Dict[str, List[str]]:
@@ -245,7 +284,9 @@ def _modules(t: Tree, spec: Dict[str, Any]) -> None:
         for u in users[name]:
             t.link("%s/holders/%s" % (d, u), "/sys/module/" + u)
     for name, version in spec["memory_peers"].items():
-        if version:  # "" = the peer-memory client is not registered (an overlay cannot delete a key)
+        if (
+            version
+        ):  # "" = the peer-memory client is not registered (an overlay cannot delete a key)
             t.write("/sys/kernel/mm/memory_peers/%s/version" % name, version)
 
 
@@ -256,9 +297,14 @@ def _misc(t: Tree, spec: Dict[str, Any]) -> None:
     t.mkdir("/sys/hypervisor")
     if node["virtualization"] == "xen":
         t.write("/sys/hypervisor/type", "xen")
-    vm_vendor = {"kvm": ("QEMU", "Standard PC (Q35 + ICH9, 2009)"), "vmware": ("VMware, Inc.", "VMware7,1"),
-                 "xen": ("Xen", "HVM domU"), "hyperv": ("Microsoft Corporation", "Virtual Machine"),
-                 "other": ("Unknown", "Virtual Machine"), "none": ("Supermicro", "SYS-821GE-TNHR")}
+    vm_vendor = {
+        "kvm": ("QEMU", "Standard PC (Q35 + ICH9, 2009)"),
+        "vmware": ("VMware, Inc.", "VMware7,1"),
+        "xen": ("Xen", "HVM domU"),
+        "hyperv": ("Microsoft Corporation", "Virtual Machine"),
+        "other": ("Unknown", "Virtual Machine"),
+        "none": ("Supermicro", "SYS-821GE-TNHR"),
+    }
     vendor, product = vm_vendor[node["virtualization"]]
     dmi = "/sys/devices/virtual/dmi/id"
     t.write(dmi + "/sys_vendor", node["dmi_sys_vendor"] or vendor)

@@ -6,6 +6,7 @@ NvmlError it raised, so one unsupported or failing call never hides the others. 
 error into a Result through the reviewed table in slurm_hooks.hw.nvml: GPU_IS_LOST -> FAIL reboot,
 FUNCTION_NOT_FOUND -> UNKNOWN, NOT_SUPPORTED -> the check's `not_supported` parameter (SKIP by default).
 """
+
 from __future__ import annotations
 
 from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Tuple
@@ -18,9 +19,19 @@ from .inventory import GpuDevice, GpuInventory, GpuSelection
 
 Reader = Callable[[nvml.NvmlSession, Any], Any]  # (session, device handle) -> value
 
-NOT_SUPPORTED_PARAM = Param("not_supported", str, "skip", "outcome when NVML says a reading is not supported on "
-                            "this GPU or driver (NOT_SUPPORTED)", choices=("skip", "ok", "warn", "unknown"))
-_NOT_SUPPORTED_STATUS = {"skip": Status.SKIP, "ok": Status.OK, "warn": Status.WARN, "unknown": Status.UNKNOWN}
+NOT_SUPPORTED_PARAM = Param(
+    "not_supported",
+    str,
+    "skip",
+    "outcome when NVML says a reading is not supported on this GPU or driver (NOT_SUPPORTED)",
+    choices=("skip", "ok", "warn", "unknown"),
+)
+_NOT_SUPPORTED_STATUS = {
+    "skip": Status.SKIP,
+    "ok": Status.OK,
+    "warn": Status.WARN,
+    "unknown": Status.UNKNOWN,
+}
 
 
 class GpuReadings(Struct):
@@ -29,7 +40,9 @@ class GpuReadings(Struct):
     gpus: Tuple[Tuple[GpuDevice, Mapping[str, Any]], ...] = ()
     error: Optional[nvml.NvmlError] = None  # NVML unusable: gpu.count says why
     selection: Optional[GpuSelection] = None
-    node: Mapping[str, Any] = field(default_factory=dict)  # node-wide values (e.g. VBIOS of every GPU)
+    node: Mapping[str, Any] = field(
+        default_factory=dict
+    )  # node-wide values (e.g. VBIOS of every GPU)
 
 
 # Every check built on read_gpus has a 3 s timeout (test_gpu_checks checks this): a GPU whose NVML calls
@@ -37,8 +50,12 @@ class GpuReadings(Struct):
 GPU_READ_BUDGET_S = 2.0
 
 
-def read_gpus(ctx, readers: Mapping[str, Reader], devices: Optional[Iterable[GpuDevice]] = None,
-              budget: float = GPU_READ_BUDGET_S) -> GpuReadings:
+def read_gpus(
+    ctx,
+    readers: Mapping[str, Reader],
+    devices: Optional[Iterable[GpuDevice]] = None,
+    budget: float = GPU_READ_BUDGET_S,
+) -> GpuReadings:
     """Run every reader on every selected GPU (or `devices`), keeping NvmlErrors as values.
 
     One hung GPU costs that GPU only: the GPUs are read one after the other on a worker thread, and
@@ -63,14 +80,19 @@ def read_gpus(ctx, readers: Mapping[str, Reader], devices: Optional[Iterable[Gpu
             tables[i][name] = probe(reader, session, handle)
 
     gpus = []
-    for device, table, (finished, value) in zip(chosen, tables, map_bounded(len(chosen), read, budget)):
+    for device, table, (finished, value) in zip(
+        chosen, tables, map_bounded(len(chosen), read, budget)
+    ):
         if finished and isinstance(value, Exception):
             raise value  # our bug: every check of this gatherer reports it (runner: internal error)
         values = dict(table)  # a copy: a hung reader may still write into `table` later
         for name in readers:
             if name not in values:
-                values[name] = nvml.NvmlError(nvml.TIMEOUT, name, "GPU %d did not answer within %.3gs"
-                                              % (device.index, budget))
+                values[name] = nvml.NvmlError(
+                    nvml.TIMEOUT,
+                    name,
+                    "GPU %d did not answer within %.3gs" % (device.index, budget),
+                )
                 values[name].waited = budget
         gpus.append((device, values))
     return GpuReadings(tuple(gpus), None, selection)
@@ -91,37 +113,71 @@ def error_result(name: str, device: GpuDevice, what: str, error: nvml.NvmlError,
     """An NVML error reading `what` on `device`, judged by the reviewed table (NOT_SUPPORTED: by config)."""
     out = error.outcome
     details = {"reading": what, "nvml_error": str(error), "nvml_code": error.code}
-    if error.code == nvml.TIMEOUT:  # a hung GPU: policy treats it like any timeout ([drain] on_timeout)
+    if (
+        error.code == nvml.TIMEOUT
+    ):  # a hung GPU: policy treats it like any timeout ([drain] on_timeout)
         details["timed_out"] = True
         if getattr(error, "waited", None):
-            return Result(name, Status.UNKNOWN, "%s: this GPU did not answer within %.3gs (hung NVML call?); the "
-                          "other GPUs were judged" % (what, error.waited), component=device.component,
-                          details=details, blame=Blame.CHECK)
+            return Result(
+                name,
+                Status.UNKNOWN,
+                "%s: this GPU did not answer within %.3gs (hung NVML call?); the "
+                "other GPUs were judged" % (what, error.waited),
+                component=device.component,
+                details=details,
+                blame=Blame.CHECK,
+            )
     if out.status is Status.SKIP:
         status = _NOT_SUPPORTED_STATUS[params.not_supported]
-        return Result(name, status, "%s not supported on this GPU/driver" % what, component=device.component,
-                      details=details, blame=Blame.CHECK if status is Status.UNKNOWN else None)
-    return Result(name, out.status, "%s: %s" % (what, out.meaning), component=device.component, details=details,
-                  action=out.action if out.status is Status.FAIL else Action.NONE, blame=out.blame)
+        return Result(
+            name,
+            status,
+            "%s not supported on this GPU/driver" % what,
+            component=device.component,
+            details=details,
+            blame=Blame.CHECK if status is Status.UNKNOWN else None,
+        )
+    return Result(
+        name,
+        out.status,
+        "%s: %s" % (what, out.meaning),
+        component=device.component,
+        details=details,
+        action=out.action if out.status is Status.FAIL else Action.NONE,
+        blame=out.blame,
+    )
 
 
 def no_gpus_result(name: str, readings: GpuReadings) -> Optional[Result]:
     """SKIP when there is nothing to look at: NVML unusable (gpu.count reports it) or a job without GPUs."""
     if readings.error is not None:
-        return Result(name, Status.SKIP, "NVML unavailable (%s); see gpu.count" % readings.error.outcome.name,
-                      details={"nvml_error": str(readings.error)})
+        return Result(
+            name,
+            Status.SKIP,
+            "NVML unavailable (%s); see gpu.count" % readings.error.outcome.name,
+            details={"nvml_error": str(readings.error)},
+        )
     if not readings.gpus:
         selection = readings.selection
         if selection is not None and selection.missing:
-            return Result(name, Status.SKIP, "none of the job's GPUs (%s) is visible to NVML; see gpu.count"
-                          % ",".join(map(str, selection.missing)))
+            return Result(
+                name,
+                Status.SKIP,
+                "none of the job's GPUs (%s) is visible to NVML; see gpu.count"
+                % ",".join(map(str, selection.missing)),
+            )
         job = selection is not None and selection.requested is not None
         return Result(name, Status.SKIP, "the job has no GPUs on this node" if job else "no GPUs")
     return None
 
 
-def per_gpu(name: str, readings: GpuReadings, params,
-            judge: Callable[[GpuDevice, Mapping[str, Any], Any], List[Result]], ok_summary: str) -> List[Result]:
+def per_gpu(
+    name: str,
+    readings: GpuReadings,
+    params,
+    judge: Callable[[GpuDevice, Mapping[str, Any], Any], List[Result]],
+    ok_summary: str,
+) -> List[Result]:
     """Judge every GPU; only findings are returned, or one OK result for all GPUs."""
     empty = no_gpus_result(name, readings)
     if empty is not None:
@@ -130,12 +186,19 @@ def per_gpu(name: str, readings: GpuReadings, params,
     if findings:
         return findings
     gpus = [device.index for device, _ in readings.gpus]
-    return [Result(name, Status.OK, "%s (GPU%s %s)" % (ok_summary, "s" if len(gpus) > 1 else "",
-                                                       ",".join(map(str, gpus))), details={"gpus": gpus})]
+    return [
+        Result(
+            name,
+            Status.OK,
+            "%s (GPU%s %s)" % (ok_summary, "s" if len(gpus) > 1 else "", ",".join(map(str, gpus))),
+            details={"gpus": gpus},
+        )
+    ]
 
 
-def first_error(name: str, device: GpuDevice, values: Mapping[str, Any], keys: Iterable[str], params
-                ) -> Optional[Result]:
+def first_error(
+    name: str, device: GpuDevice, values: Mapping[str, Any], keys: Iterable[str], params
+) -> Optional[Result]:
     """The Result for the first of `keys` whose reading failed, or None when all were read."""
     for key in keys:
         if failed(values.get(key)):
@@ -143,10 +206,22 @@ def first_error(name: str, device: GpuDevice, values: Mapping[str, Any], keys: I
     return None
 
 
-def finding(name: str, device: GpuDevice, status: Status, summary: str, action: Action = Action.NONE,
-            **details: Any) -> Result:
-    return Result(name, status, summary, component=device.component, details=details,
-                  action=action if status is Status.FAIL else Action.NONE)
+def finding(
+    name: str,
+    device: GpuDevice,
+    status: Status,
+    summary: str,
+    action: Action = Action.NONE,
+    **details: Any,
+) -> Result:
+    return Result(
+        name,
+        status,
+        summary,
+        component=device.component,
+        details=details,
+        action=action if status is Status.FAIL else Action.NONE,
+    )
 
 
 def severity_param(name: str, default: str, help_text: str) -> Param:

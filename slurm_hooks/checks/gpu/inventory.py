@@ -12,6 +12,7 @@ file is /dev/nvidiaN, i.e. NVML *minor number* N. That is usually, but not alway
 while minor numbers stay). We therefore match on minor number, and fall back to the NVML index only
 when minor numbers are unavailable. A Slurm index with no matching GPU is node-broken (gpu.count).
 """
+
 from __future__ import annotations
 
 from typing import Any, Dict, List, Optional, Tuple
@@ -48,7 +49,9 @@ class GpuInventory(Struct):
     count: int = 0
     handles: Dict[int, Any] = field(default_factory=dict, compare=False, repr=False)
     kernel_module: str = ""  # first line of /proc/driver/nvidia/version, read when NVML init failed
-    error_bus_ids: Dict[int, str] = field(default_factory=dict)  # bus ids of unreadable GPUs, where NVML gave one
+    error_bus_ids: Dict[int, str] = field(
+        default_factory=dict
+    )  # bus ids of unreadable GPUs, where NVML gave one
 
     def device(self, index: int) -> Optional[GpuDevice]:
         return next((d for d in self.devices if d.index == index), None)
@@ -65,7 +68,9 @@ class GpuSelection(Struct):
 
 @gatherer("gpu.inventory")
 def read_inventory(ctx) -> GpuInventory:
-    refusal = nvml.refuse_under_root(ctx)  # a captured tree: this machine's NVML would answer for the wrong node
+    refusal = nvml.refuse_under_root(
+        ctx
+    )  # a captured tree: this machine's NVML would answer for the wrong node
     if refusal is not None:
         return GpuInventory(error=refusal)
     session = nvml.session(ctx.config.get("nvml", "library"))
@@ -75,7 +80,9 @@ def read_inventory(ctx) -> GpuInventory:
         version = session.call("nvmlSystemGetNVMLVersion")
         count = session.call("nvmlDeviceGetCount")
     except nvml.NvmlError as exc:
-        module = (ctx.host.read_text(DRIVER_VERSION_FILE, default="") or "").split("\n", 1)[0].strip()
+        module = (
+            (ctx.host.read_text(DRIVER_VERSION_FILE, default="") or "").split("\n", 1)[0].strip()
+        )
         return GpuInventory(error=exc, kernel_module=module)
     devices, errors, handles, error_bus = [], [], {}, {}
     for index in range(count):
@@ -83,16 +90,30 @@ def read_inventory(ctx) -> GpuInventory:
         try:
             handle = session.call("nvmlDeviceGetHandleByIndex", index)
             bus_id = normalize_bus_id(nvml_text(session.call("nvmlDeviceGetPciInfo", handle).busId))
-            devices.append(GpuDevice(index, nvml_text(session.call("nvmlDeviceGetName", handle)),
-                                     nvml_text(session.call("nvmlDeviceGetUUID", handle)),
-                                     bus_id, _minor(session, handle)))
+            devices.append(
+                GpuDevice(
+                    index,
+                    nvml_text(session.call("nvmlDeviceGetName", handle)),
+                    nvml_text(session.call("nvmlDeviceGetUUID", handle)),
+                    bus_id,
+                    _minor(session, handle),
+                )
+            )
             handles[index] = handle
         except nvml.NvmlError as exc:
             errors.append((index, exc))
             if bus_id is not None:
                 error_bus[index] = bus_id
-    return GpuInventory(None, nvml_text(driver), nvml_text(version), tuple(devices), tuple(errors), count, handles,
-                        error_bus_ids=error_bus)
+    return GpuInventory(
+        None,
+        nvml_text(driver),
+        nvml_text(version),
+        tuple(devices),
+        tuple(errors),
+        count,
+        handles,
+        error_bus_ids=error_bus,
+    )
 
 
 def _minor(session: nvml.NvmlSession, handle: Any) -> int:
@@ -107,7 +128,9 @@ def nvml_text(value: Any) -> str:
     return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
 
 
-def select_gpus(devices: Tuple[GpuDevice, ...], requested: Optional[Tuple[int, ...]]) -> GpuSelection:
+def select_gpus(
+    devices: Tuple[GpuDevice, ...], requested: Optional[Tuple[int, ...]]
+) -> GpuSelection:
     """Map Slurm's GPU indices to NVML devices (nvml.slurm_to_nvml: by minor number when every device has a distinct one)."""
     if requested is None:
         return GpuSelection(devices, None)
@@ -134,26 +157,46 @@ def unavailable_result(name: str, inventory: GpuInventory, settings, pci_gpus: i
     if inventory.kernel_module:
         details["kernel_module"] = inventory.kernel_module
     if error.code == nvml.NOT_LIVE:
-        return Result(name, Status.SKIP, "NVML is live-only: not read under --root (--live nvml reads this "
-                      "machine's driver)", details=details)
+        return Result(
+            name,
+            Status.SKIP,
+            "NVML is live-only: not read under --root (--live nvml reads this machine's driver)",
+            details=details,
+        )
     if error.code in (nvml.LIBRARY_NOT_FOUND, nvml.DRIVER_NOT_LOADED) and not expected:
-        return Result(name, Status.SKIP, "no NVIDIA driver (%s)" % error.outcome.name, details=details)
+        return Result(
+            name, Status.SKIP, "no NVIDIA driver (%s)" % error.outcome.name, details=details
+        )
     out = error.outcome
     status = out.status if out.status is not Status.SKIP else Status.UNKNOWN
     if error.code in (nvml.LIBRARY_NOT_FOUND, nvml.DRIVER_NOT_LOADED):
         status = Status.FAIL
     reason = "GPUs expected (%s) but NVML is unusable: %s" % (
-        "%d NVIDIA GPUs on the PCI bus" % pci_gpus if pci_gpus else "general.expect_gpus", nvml.init_advice(error.code))
-    return Result(name, status, reason, action=out.action if status is Status.FAIL else Action.NONE,
-                  blame=Blame.NODE if status is Status.FAIL else out.blame, details=details)
+        "%d NVIDIA GPUs on the PCI bus" % pci_gpus if pci_gpus else "general.expect_gpus",
+        nvml.init_advice(error.code),
+    )
+    return Result(
+        name,
+        status,
+        reason,
+        action=out.action if status is Status.FAIL else Action.NONE,
+        blame=Blame.NODE if status is Status.FAIL else out.blame,
+        details=details,
+    )
 
 
-@check(name="gpu.count", contexts=CONTEXTS, timeout=3.0,
-       needs=("gpu.inventory", "pci.devices", "settings", "gpu.selection"), params=(
-           Param("expected", int, 0, "GPUs this node must have (0 = whatever is on the PCI bus)"),
-       ))
-def gpu_count(inventory: GpuInventory, pci: Tuple[PciDevice, ...], settings, selection: GpuSelection,
-              params) -> List[Result]:
+@check(
+    name="gpu.count",
+    contexts=CONTEXTS,
+    timeout=3.0,
+    needs=("gpu.inventory", "pci.devices", "settings", "gpu.selection"),
+    params=(
+        Param("expected", int, 0, "GPUs this node must have (0 = whatever is on the PCI bus)"),
+    ),
+)
+def gpu_count(
+    inventory: GpuInventory, pci: Tuple[PciDevice, ...], settings, selection: GpuSelection, params
+) -> List[Result]:
     """NVML sees every GPU on the PCI bus, as many as configured, and every GPU Slurm gave the job.
 
     A GPU that NVML does not count but sysfs still lists has "fallen off the bus" (often XID 79):
@@ -170,17 +213,39 @@ def gpu_count(inventory: GpuInventory, pci: Tuple[PciDevice, ...], settings, sel
         return [unavailable_result("gpu.count", inventory, settings, len(on_bus))]
     error_bus = attribute_error_bus_ids(inventory, on_bus)
     unseen = sorted(set(on_bus) - {d.bus_id for d in inventory.devices} - set(error_bus.values()))
-    details = {"nvml": inventory.count, "pci": len(on_bus), "expected": params.expected,
-               "driver": inventory.driver_version, "nvml_version": inventory.nvml_version, "lost": unseen}
-    results = [_device_error(index, error, error_bus.get(index)) for index, error in inventory.device_errors]
+    details = {
+        "nvml": inventory.count,
+        "pci": len(on_bus),
+        "expected": params.expected,
+        "driver": inventory.driver_version,
+        "nvml_version": inventory.nvml_version,
+        "lost": unseen,
+    }
+    results = [
+        _device_error(index, error, error_bus.get(index))
+        for index, error in inventory.device_errors
+    ]
     results += _lost_gpus(inventory, on_bus, unseen, error_bus, details)
     if params.expected and inventory.count != params.expected:
-        results.append(Result("gpu.count", Status.FAIL, "%d GPUs, expected %d" % (inventory.count, params.expected),
-                              action=Action.REBOOT, details=details))
+        results.append(
+            Result(
+                "gpu.count",
+                Status.FAIL,
+                "%d GPUs, expected %d" % (inventory.count, params.expected),
+                action=Action.REBOOT,
+                details=details,
+            )
+        )
     if selection.missing:
         results.append(_missing_job_gpus(selection, details))
-    return results or [Result("gpu.count", Status.OK, "%d GPUs, driver %s" % (inventory.count,
-                                                                           inventory.driver_version), details=details)]
+    return results or [
+        Result(
+            "gpu.count",
+            Status.OK,
+            "%d GPUs, driver %s" % (inventory.count, inventory.driver_version),
+            details=details,
+        )
+    ]
 
 
 def attribute_error_bus_ids(inventory: GpuInventory, on_bus: List[str]) -> Dict[int, str]:
@@ -188,7 +253,9 @@ def attribute_error_bus_ids(inventory: GpuInventory, on_bus: List[str]) -> Dict[
     has none (its handle failed) and exactly one GPU on the bus is unaccounted for - that one."""
     error_bus = dict(inventory.error_bus_ids)
     nameless = [index for index, _ in inventory.device_errors if index not in error_bus]
-    unaccounted = sorted(set(on_bus) - {d.bus_id for d in inventory.devices} - set(error_bus.values()))
+    unaccounted = sorted(
+        set(on_bus) - {d.bus_id for d in inventory.devices} - set(error_bus.values())
+    )
     if len(nameless) == 1 and len(unaccounted) == 1:
         error_bus[nameless[0]] = unaccounted[0]
     return error_bus
@@ -199,14 +266,24 @@ def _device_error(index: int, error: nvml.NvmlError, bus_id: Optional[str]) -> R
     RESET_REQUIRED -> reset-gpu, ...). NVML sees it, so it is not also 'lost'."""
     out = error.outcome
     status = out.status if out.status is not Status.SKIP else Status.UNKNOWN
-    return Result("gpu.count", status, "GPU %d: %s" % (index, error),  # the bus id is in the component
-                  component="gpu:%d %s" % (index, bus_id) if bus_id else "gpu:%d" % index,
-                  action=out.action if status is Status.FAIL else Action.NONE, blame=out.blame,
-                  details={"nvml_error": str(error), "nvml_code": error.code})
+    return Result(
+        "gpu.count",
+        status,
+        "GPU %d: %s" % (index, error),  # the bus id is in the component
+        component="gpu:%d %s" % (index, bus_id) if bus_id else "gpu:%d" % index,
+        action=out.action if status is Status.FAIL else Action.NONE,
+        blame=out.blame,
+        details={"nvml_error": str(error), "nvml_code": error.code},
+    )
 
 
-def _lost_gpus(inventory: GpuInventory, on_bus: List[str], unseen: List[str], error_bus: Dict[int, str],
-               details: Dict[str, Any]) -> List[Result]:
+def _lost_gpus(
+    inventory: GpuInventory,
+    on_bus: List[str],
+    unseen: List[str],
+    error_bus: Dict[int, str],
+    details: Dict[str, Any],
+) -> List[Result]:
     """GPUs on the PCI bus that NVML does not count ('fell off the bus'), one result each, named in `component`.
 
     NVML counting as many GPUs as the bus has, yet with bus ids sysfs lacks, is a disagreement of
@@ -215,27 +292,64 @@ def _lost_gpus(inventory: GpuInventory, on_bus: List[str], unseen: List[str], er
     missing = len(on_bus) - inventory.count
     if missing > 0:
         if len(unseen) == missing:
-            return [Result("gpu.count", Status.FAIL, "GPU at %s is on the PCI bus but NVML does not see it (NVML "
-                           "sees %d of %d GPUs)" % (bdf, inventory.count, len(on_bus)), component="pci:" + bdf,
-                           action=Action.REBOOT, details=details) for bdf in unseen]
-        return [Result("gpu.count", Status.FAIL, "NVML sees %d GPUs but %d are on the PCI bus (not seen: %s)"
-                       % (inventory.count, len(on_bus), ", ".join(unseen) or "?"),
-                       component=",".join("pci:" + bdf for bdf in unseen) or None, action=Action.REBOOT,
-                       details=details)]
+            return [
+                Result(
+                    "gpu.count",
+                    Status.FAIL,
+                    "GPU at %s is on the PCI bus but NVML does not see it (NVML "
+                    "sees %d of %d GPUs)" % (bdf, inventory.count, len(on_bus)),
+                    component="pci:" + bdf,
+                    action=Action.REBOOT,
+                    details=details,
+                )
+                for bdf in unseen
+            ]
+        return [
+            Result(
+                "gpu.count",
+                Status.FAIL,
+                "NVML sees %d GPUs but %d are on the PCI bus (not seen: %s)"
+                % (inventory.count, len(on_bus), ", ".join(unseen) or "?"),
+                component=",".join("pci:" + bdf for bdf in unseen) or None,
+                action=Action.REBOOT,
+                details=details,
+            )
+        ]
     nameless = [index for index, _ in inventory.device_errors if index not in error_bus]
-    nvml_only = sorted(({d.bus_id for d in inventory.devices} | set(error_bus.values())) - set(on_bus))
-    if len(unseen) > len(nameless) or nvml_only:  # unreadable GPUs without a bus id explain the rest
-        return [Result("gpu.count", Status.UNKNOWN, "NVML and sysfs disagree on GPU bus ids (only in sysfs: %s; only "
-                       "in NVML: %s)" % (", ".join(unseen) or "-", ", ".join(nvml_only) or "-"), blame=Blame.CHECK,
-                       details=details)]
+    nvml_only = sorted(
+        ({d.bus_id for d in inventory.devices} | set(error_bus.values())) - set(on_bus)
+    )
+    if (
+        len(unseen) > len(nameless) or nvml_only
+    ):  # unreadable GPUs without a bus id explain the rest
+        return [
+            Result(
+                "gpu.count",
+                Status.UNKNOWN,
+                "NVML and sysfs disagree on GPU bus ids (only in sysfs: %s; only "
+                "in NVML: %s)" % (", ".join(unseen) or "-", ", ".join(nvml_only) or "-"),
+                blame=Blame.CHECK,
+                details=details,
+            )
+        ]
     return []
 
 
 def _missing_job_gpus(selection: GpuSelection, details: Dict[str, Any]) -> Result:
     what = "minor number" if selection.method == "minor" else "NVML index"
-    return Result("gpu.count", Status.FAIL, "Slurm allocated GPU %s to the job but NVML has no GPU with that %s "
-                  "(fell off the bus, or gres.conf lists GPUs this node lacks)"
-                  % (",".join(map(str, selection.missing)), what),
-                  component="gpu:%s" % ",".join(map(str, selection.missing)), action=Action.REBOOT, blame=Blame.NODE,
-                  details=dict(details, job_gpus=list(selection.requested or ()), missing=list(selection.missing),
-                               matched_by=selection.method))
+    return Result(
+        "gpu.count",
+        Status.FAIL,
+        "Slurm allocated GPU %s to the job but NVML has no GPU with that %s "
+        "(fell off the bus, or gres.conf lists GPUs this node lacks)"
+        % (",".join(map(str, selection.missing)), what),
+        component="gpu:%s" % ",".join(map(str, selection.missing)),
+        action=Action.REBOOT,
+        blame=Blame.NODE,
+        details=dict(
+            details,
+            job_gpus=list(selection.requested or ()),
+            missing=list(selection.missing),
+            matched_by=selection.method,
+        ),
+    )

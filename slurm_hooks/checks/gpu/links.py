@@ -7,6 +7,7 @@ the NVLink count (field NVML_FI_DEV_NVLINK_LINK_COUNT) and nvmlDeviceGetNvLinkSt
 and nvmlDeviceGetGpuFabricInfoV (R550+). By hand: `nvidia-smi -q -d PCIE` (or `lspci -vvv -s BDF`,
 LnkSta vs LnkCap), `nvidia-smi nvlink -s`, `nvidia-smi -q | grep -A3 Fabric`.
 """
+
 from __future__ import annotations
 
 import fnmatch
@@ -51,7 +52,9 @@ def _nvlink_states(session: nvml.NvmlSession, handle: Any) -> Tuple[bool, ...]:
                 break
             raise
     if not states:
-        raise nvml.NvmlError(nvml.NOT_SUPPORTED, "nvmlDeviceGetNvLinkState", "the GPU reports no NVLinks")
+        raise nvml.NvmlError(
+            nvml.NOT_SUPPORTED, "nvmlDeviceGetNvLinkState", "the GPU reports no NVLinks"
+        )
     return tuple(states)
 
 
@@ -74,12 +77,28 @@ def read_links(ctx) -> GpuReadings:
 
 # -- gpu.pcie ------------------------------------------------------------------------------------
 
-@check(name="gpu.pcie", contexts=ALL, timeout=3.0, needs=("gpu.links",), params=(
-    Param("expected_gen", int, 0, "FAIL when the link can train to less than this PCIe generation (0 = don't check)"),
-    severity_param("link_below_gpu_max", "warn", "the link's maximum generation is below what the GPU supports "
-                   "(a slower slot, riser or switch port)"),
-    NOT_SUPPORTED_PARAM,
-))
+
+@check(
+    name="gpu.pcie",
+    contexts=ALL,
+    timeout=3.0,
+    needs=("gpu.links",),
+    params=(
+        Param(
+            "expected_gen",
+            int,
+            0,
+            "FAIL when the link can train to less than this PCIe generation (0 = don't check)",
+        ),
+        severity_param(
+            "link_below_gpu_max",
+            "warn",
+            "the link's maximum generation is below what the GPU supports "
+            "(a slower slot, riser or switch port)",
+        ),
+        NOT_SUPPORTED_PARAM,
+    ),
+)
 def gpu_pcie(readings: GpuReadings, params) -> List[Result]:
     """The GPU's PCIe link is not downtrained.
 
@@ -100,27 +119,71 @@ def _judge_pcie(device: GpuDevice, v: Mapping[str, Any], params) -> List[Result]
     if bad is not None:
         return [bad]
     reasons = v["clock_event_reasons"]
-    idle = failed(reasons) or bool(reasons & GPU_IDLE)  # unknown load: treat as idle (no gen judgement)
-    info = {"gen": v["gen"], "max_gen": v["max_gen"], "width": v["width"], "max_width": v["max_width"],
-            "gpu_max_gen": None if failed(v["gpu_max_gen"]) else v["gpu_max_gen"], "idle": idle}
+    idle = failed(reasons) or bool(
+        reasons & GPU_IDLE
+    )  # unknown load: treat as idle (no gen judgement)
+    info = {
+        "gen": v["gen"],
+        "max_gen": v["max_gen"],
+        "width": v["width"],
+        "max_width": v["max_width"],
+        "gpu_max_gen": None if failed(v["gpu_max_gen"]) else v["gpu_max_gen"],
+        "idle": idle,
+    }
     out = []
     if v["width"] < v["max_width"]:
-        out.append(finding(name, device, Status.FAIL, "PCIe link downtrained: x%d of x%d (reseat the GPU, check the "
-                           "slot/riser)" % (v["width"], v["max_width"]), Action.DRAIN, **info))
+        out.append(
+            finding(
+                name,
+                device,
+                Status.FAIL,
+                "PCIe link downtrained: x%d of x%d (reseat the GPU, check the "
+                "slot/riser)" % (v["width"], v["max_width"]),
+                Action.DRAIN,
+                **info,
+            )
+        )
     if not idle and v["gen"] < v["max_gen"]:
-        out.append(finding(name, device, Status.FAIL, "PCIe link downtrained under load: Gen%d of Gen%d"
-                           % (v["gen"], v["max_gen"]), Action.DRAIN, **info))
+        out.append(
+            finding(
+                name,
+                device,
+                Status.FAIL,
+                "PCIe link downtrained under load: Gen%d of Gen%d" % (v["gen"], v["max_gen"]),
+                Action.DRAIN,
+                **info,
+            )
+        )
     if params.expected_gen and v["max_gen"] < params.expected_gen:
-        out.append(finding(name, device, Status.FAIL, "PCIe link can train only to Gen%d, expected Gen%d"
-                           % (v["max_gen"], params.expected_gen), Action.DRAIN, **info))
+        out.append(
+            finding(
+                name,
+                device,
+                Status.FAIL,
+                "PCIe link can train only to Gen%d, expected Gen%d"
+                % (v["max_gen"], params.expected_gen),
+                Action.DRAIN,
+                **info,
+            )
+        )
     status = severity_status(params.link_below_gpu_max)
     if status is not None and info["gpu_max_gen"] and v["max_gen"] < info["gpu_max_gen"]:
-        out.append(finding(name, device, status, "PCIe link maximum is Gen%d, the GPU supports Gen%d"
-                           % (v["max_gen"], info["gpu_max_gen"]), Action.DRAIN, **info))
+        out.append(
+            finding(
+                name,
+                device,
+                status,
+                "PCIe link maximum is Gen%d, the GPU supports Gen%d"
+                % (v["max_gen"], info["gpu_max_gen"]),
+                Action.DRAIN,
+                **info,
+            )
+        )
     return out
 
 
 # -- gpu.nvlink ----------------------------------------------------------------------------------
+
 
 def parse_expected_links(entries: List[str]) -> List[Tuple[str, int]]:
     """['NVIDIA H100 NVL=12', '*A100*=12'] -> [(pattern, count)]; ValueError names the bad entry."""
@@ -128,18 +191,37 @@ def parse_expected_links(entries: List[str]) -> List[Tuple[str, int]]:
     for entry in entries:
         pattern, sep, count = entry.rpartition("=")
         if not sep or not pattern.strip() or not count.strip().isdigit():
-            raise ValueError('expected_links entry %r: expected "MODEL PATTERN=COUNT", e.g. "NVIDIA H100 NVL=12"'
-                             % entry)
+            raise ValueError(
+                'expected_links entry %r: expected "MODEL PATTERN=COUNT", e.g. "NVIDIA H100 NVL=12"'
+                % entry
+            )
         out.append((pattern.strip(), int(count)))
     return out
 
 
-@check(name="gpu.nvlink", contexts=ALL, timeout=3.0, needs=("gpu.links",), params=(
-    Param("expected_links", list, [], "active NVLinks per GPU model as 'MODEL PATTERN=COUNT' (shell pattern on the "
-          "NVML name, first match wins); a model not listed needs every link NVML reports", item_type=str),
-    Param("fabric", bool, True, "check the GPU's NVLink fabric registration where NVML reports it (NVSwitch systems)"),
-    NOT_SUPPORTED_PARAM,
-))
+@check(
+    name="gpu.nvlink",
+    contexts=ALL,
+    timeout=3.0,
+    needs=("gpu.links",),
+    params=(
+        Param(
+            "expected_links",
+            list,
+            [],
+            "active NVLinks per GPU model as 'MODEL PATTERN=COUNT' (shell pattern on the "
+            "NVML name, first match wins); a model not listed needs every link NVML reports",
+            item_type=str,
+        ),
+        Param(
+            "fabric",
+            bool,
+            True,
+            "check the GPU's NVLink fabric registration where NVML reports it (NVSwitch systems)",
+        ),
+        NOT_SUPPORTED_PARAM,
+    ),
+)
 def gpu_nvlink(readings: GpuReadings, params) -> List[Result]:
     """Every expected NVLink is active and the GPU is registered with the NVLink fabric.
 
@@ -153,24 +235,50 @@ def gpu_nvlink(readings: GpuReadings, params) -> List[Result]:
     try:
         expected = parse_expected_links(params.expected_links)
     except ValueError as exc:
-        return [Result("gpu.nvlink", Status.UNKNOWN, '[checks."gpu.nvlink"] %s' % exc, details={"error": str(exc)})]
-    return per_gpu("gpu.nvlink", readings, params, lambda d, v, p: _judge_nvlink(d, v, p, expected),
-                   "NVLinks active")
+        return [
+            Result(
+                "gpu.nvlink",
+                Status.UNKNOWN,
+                '[checks."gpu.nvlink"] %s' % exc,
+                details={"error": str(exc)},
+            )
+        ]
+    return per_gpu(
+        "gpu.nvlink",
+        readings,
+        params,
+        lambda d, v, p: _judge_nvlink(d, v, p, expected),
+        "NVLinks active",
+    )
 
 
-def _judge_nvlink(device: GpuDevice, v: Mapping[str, Any], params, expected: List[Tuple[str, int]]) -> List[Result]:
+def _judge_nvlink(
+    device: GpuDevice, v: Mapping[str, Any], params, expected: List[Tuple[str, int]]
+) -> List[Result]:
     name = "gpu.nvlink"
     out = []
     links = v["nvlinks"]
     if failed(links):
         out.append(error_result(name, device, "NVLink state", links, params))
     else:
-        want = next((n for pattern, n in expected if fnmatch.fnmatchcase(device.name, pattern)), len(links))
+        want = next(
+            (n for pattern, n in expected if fnmatch.fnmatchcase(device.name, pattern)), len(links)
+        )
         inactive = [i for i, up in enumerate(links) if not up]
         if len(links) - len(inactive) < want:
-            out.append(finding(name, device, Status.FAIL, "%d of %d NVLinks active, %d expected (inactive: %s)" % (
-                len(links) - len(inactive), len(links), want, ",".join(map(str, inactive))), Action.DRAIN,
-                inactive=inactive, links=len(links), expected=want))
+            out.append(
+                finding(
+                    name,
+                    device,
+                    Status.FAIL,
+                    "%d of %d NVLinks active, %d expected (inactive: %s)"
+                    % (len(links) - len(inactive), len(links), want, ",".join(map(str, inactive))),
+                    Action.DRAIN,
+                    inactive=inactive,
+                    links=len(links),
+                    expected=want,
+                )
+            )
     if params.fabric:
         out.extend(_judge_fabric(device, v["fabric"], params))
     return out
@@ -183,16 +291,36 @@ def _judge_fabric(device: GpuDevice, fabric: Any, params) -> List[Result]:
             return []  # no fabric on this system (or a driver before R550): nothing to judge
         return [error_result(name, device, "NVLink fabric state", fabric, params)]
     state, status, health = fabric
-    info = {"fabric_state": FABRIC_STATES.get(state, state), "fabric_status": nvml.outcome(status).name
-            if status else "SUCCESS", "fabric_health_mask": health}
+    info = {
+        "fabric_state": FABRIC_STATES.get(state, state),
+        "fabric_status": nvml.outcome(status).name if status else "SUCCESS",
+        "fabric_health_mask": health,
+    }
     if state == 0:
         return []
     if state != FABRIC_COMPLETED:
-        return [finding(name, device, Status.FAIL, "NVLink fabric registration %s: is nvidia-fabricmanager running?"
-                        % info["fabric_state"], Action.DRAIN, **info)]
+        return [
+            finding(
+                name,
+                device,
+                Status.FAIL,
+                "NVLink fabric registration %s: is nvidia-fabricmanager running?"
+                % info["fabric_state"],
+                Action.DRAIN,
+                **info,
+            )
+        ]
     if status:
-        return [finding(name, device, Status.FAIL, "NVLink fabric registration failed: %s"
-                        % nvml.outcome(status).meaning, Action.DRAIN, **info)]
+        return [
+            finding(
+                name,
+                device,
+                Status.FAIL,
+                "NVLink fabric registration failed: %s" % nvml.outcome(status).meaning,
+                Action.DRAIN,
+                **info,
+            )
+        ]
     if health & 0x3 == DEGRADED_BW_TRUE:
         return [finding(name, device, Status.WARN, "NVLink fabric bandwidth degraded", **info)]
     return []

@@ -6,6 +6,7 @@ nvmlDeviceGetMemoryErrorCounter (DRAM and SRAM), nvmlDeviceGetRemappedRows (Ampe
 nvmlDeviceGetRetiredPages[_v2] and ...PendingStatus (before Ampere), and the field
 NVML_FI_DEV_GET_GPU_RECOVERY_ACTION (R560+). By hand: `nvidia-smi -q -d ECC,ROW_REMAPPER,PAGE_RETIREMENT`.
 """
+
 from __future__ import annotations
 
 from typing import Any, List, Mapping
@@ -39,8 +40,15 @@ def _aggregate_uncorrected_by_location(session: nvml.NvmlSession, handle: Any) -
     out = {}
     for name, location in _LOCATIONS:
         try:
-            out[name] = int(session.call("nvmlDeviceGetMemoryErrorCounter", handle, nvml.MEMORY_ERROR_UNCORRECTED,
-                                         nvml.AGGREGATE_ECC, location))
+            out[name] = int(
+                session.call(
+                    "nvmlDeviceGetMemoryErrorCounter",
+                    handle,
+                    nvml.MEMORY_ERROR_UNCORRECTED,
+                    nvml.AGGREGATE_ECC,
+                    location,
+                )
+            )
         except nvml.NvmlError as exc:
             if exc.outcome.status is not Status.SKIP:
                 raise
@@ -72,18 +80,44 @@ def read_memory_health(ctx) -> GpuReadings:
 
 # -- gpu.ecc -------------------------------------------------------------------------------------
 
-@check(name="gpu.ecc", contexts=ALL, timeout=3.0, needs=("gpu.memory_health",), params=(
-    Param("require_enabled", bool, True, "ECC must be on (FAIL, drain when it is off)"),
-    Param("max_volatile_uncorrected", int, 0, "FAIL (reset-gpu) above this many uncorrectable errors since the "
-          "last driver load (DCGM: any volatile DBE fails)"),
-    Param("max_aggregate_uncorrected_sram", int, 0, "WARN above this many lifetime uncorrectable SRAM errors "
-          "(-1 = don't check)"),
-    Param("max_aggregate_uncorrected_dram", int, -1, "WARN above this many lifetime uncorrectable DRAM errors "
-          "(-1 = don't check: row remapping handles DRAM, see gpu.remap)"),
-    Param("max_volatile_corrected", int, 10000, "WARN above this many corrected errors since the last driver load "
-          "(corrected errors are normal; a flood is a sign of a failing part)"),
-    NOT_SUPPORTED_PARAM,
-))
+
+@check(
+    name="gpu.ecc",
+    contexts=ALL,
+    timeout=3.0,
+    needs=("gpu.memory_health",),
+    params=(
+        Param("require_enabled", bool, True, "ECC must be on (FAIL, drain when it is off)"),
+        Param(
+            "max_volatile_uncorrected",
+            int,
+            0,
+            "FAIL (reset-gpu) above this many uncorrectable errors since the "
+            "last driver load (DCGM: any volatile DBE fails)",
+        ),
+        Param(
+            "max_aggregate_uncorrected_sram",
+            int,
+            0,
+            "WARN above this many lifetime uncorrectable SRAM errors (-1 = don't check)",
+        ),
+        Param(
+            "max_aggregate_uncorrected_dram",
+            int,
+            -1,
+            "WARN above this many lifetime uncorrectable DRAM errors "
+            "(-1 = don't check: row remapping handles DRAM, see gpu.remap)",
+        ),
+        Param(
+            "max_volatile_corrected",
+            int,
+            10000,
+            "WARN above this many corrected errors since the last driver load "
+            "(corrected errors are normal; a flood is a sign of a failing part)",
+        ),
+        NOT_SUPPORTED_PARAM,
+    ),
+)
 def gpu_ecc(readings: GpuReadings, params) -> List[Result]:
     """ECC is enabled and no uncorrectable memory error happened since the driver loaded.
 
@@ -105,41 +139,115 @@ def _judge_ecc(device: GpuDevice, v: Mapping[str, Any], params) -> List[Result]:
     out = []
     if not current:
         if params.require_enabled:
-            out.append(finding(name, device, Status.FAIL, "ECC is disabled (enable: nvidia-smi -e 1 -i %d, then "
-                               "reset the GPU)" % device.index, Action.DRAIN, ecc_pending=bool(pending)))
+            out.append(
+                finding(
+                    name,
+                    device,
+                    Status.FAIL,
+                    "ECC is disabled (enable: nvidia-smi -e 1 -i %d, then "
+                    "reset the GPU)" % device.index,
+                    Action.DRAIN,
+                    ecc_pending=bool(pending),
+                )
+            )
         return out  # the counters are meaningless (and unsupported) with ECC off
     if pending != current:
-        out.append(finding(name, device, Status.WARN, "ECC mode change pending a GPU reset", ecc_pending=bool(pending)))
-    bad = first_error(name, device, v, ("volatile_uncorrected", "volatile_corrected", "aggregate_uncorrected"), params)
+        out.append(
+            finding(
+                name,
+                device,
+                Status.WARN,
+                "ECC mode change pending a GPU reset",
+                ecc_pending=bool(pending),
+            )
+        )
+    bad = first_error(
+        name,
+        device,
+        v,
+        ("volatile_uncorrected", "volatile_corrected", "aggregate_uncorrected"),
+        params,
+    )
     if bad is not None:
         return out + [bad]
-    counts = as_dict(*((k, v[k]) for k in ("volatile_uncorrected", "volatile_corrected", "aggregate_uncorrected")))
+    counts = as_dict(
+        *(
+            (k, v[k])
+            for k in ("volatile_uncorrected", "volatile_corrected", "aggregate_uncorrected")
+        )
+    )
     locations = v["aggregate_uncorrected_by_location"]
-    counts["aggregate_uncorrected_by_location"] = locations if not failed(locations) else locations.outcome.name
+    counts["aggregate_uncorrected_by_location"] = (
+        locations if not failed(locations) else locations.outcome.name
+    )
     if v["volatile_uncorrected"] > params.max_volatile_uncorrected:
-        out.append(finding(name, device, Status.FAIL, "%d uncorrectable ECC errors since the driver loaded: reset "
-                           "the GPU (nvidia-smi -r -i %d) or reboot" % (v["volatile_uncorrected"], device.index),
-                           Action.RESET_GPU, **counts))
+        out.append(
+            finding(
+                name,
+                device,
+                Status.FAIL,
+                "%d uncorrectable ECC errors since the driver loaded: reset "
+                "the GPU (nvidia-smi -r -i %d) or reboot"
+                % (v["volatile_uncorrected"], device.index),
+                Action.RESET_GPU,
+                **counts,
+            )
+        )
     if not failed(locations):
-        for where, limit in (("sram", params.max_aggregate_uncorrected_sram),
-                             ("dram", params.max_aggregate_uncorrected_dram)):
+        for where, limit in (
+            ("sram", params.max_aggregate_uncorrected_sram),
+            ("dram", params.max_aggregate_uncorrected_dram),
+        ):
             if limit >= 0 and locations.get(where, 0) > limit:
-                out.append(finding(name, device, Status.WARN, "%d lifetime uncorrectable %s errors (limit %d)"
-                                   % (locations[where], where.upper(), limit), **counts))
+                out.append(
+                    finding(
+                        name,
+                        device,
+                        Status.WARN,
+                        "%d lifetime uncorrectable %s errors (limit %d)"
+                        % (locations[where], where.upper(), limit),
+                        **counts,
+                    )
+                )
     if v["volatile_corrected"] > params.max_volatile_corrected:
-        out.append(finding(name, device, Status.WARN, "%d corrected ECC errors since the driver loaded (limit %d)"
-                           % (v["volatile_corrected"], params.max_volatile_corrected), **counts))
+        out.append(
+            finding(
+                name,
+                device,
+                Status.WARN,
+                "%d corrected ECC errors since the driver loaded (limit %d)"
+                % (v["volatile_corrected"], params.max_volatile_corrected),
+                **counts,
+            )
+        )
     return out
 
 
 # -- gpu.remap -----------------------------------------------------------------------------------
 
-@check(name="gpu.remap", contexts=ALL, timeout=3.0, needs=("gpu.memory_health",), params=(
-    Param("max_uncorrectable_remaps", int, 512, "WARN at this many rows remapped for uncorrectable errors"),
-    Param("max_retired_pages", int, 63, "FAIL (rma) at this many retired pages, single + double bit "
-          "(DCGM's DCGM_LIMIT_MAX_RETIRED_PAGES; pre-Ampere GPUs)"),
-    NOT_SUPPORTED_PARAM,
-))
+
+@check(
+    name="gpu.remap",
+    contexts=ALL,
+    timeout=3.0,
+    needs=("gpu.memory_health",),
+    params=(
+        Param(
+            "max_uncorrectable_remaps",
+            int,
+            512,
+            "WARN at this many rows remapped for uncorrectable errors",
+        ),
+        Param(
+            "max_retired_pages",
+            int,
+            63,
+            "FAIL (rma) at this many retired pages, single + double bit "
+            "(DCGM's DCGM_LIMIT_MAX_RETIRED_PAGES; pre-Ampere GPUs)",
+        ),
+        NOT_SUPPORTED_PARAM,
+    ),
+)
 def gpu_remap(readings: GpuReadings, params) -> List[Result]:
     """No pending or failed row remapping (Ampere+), no pending page retirement (older GPUs).
 
@@ -157,18 +265,47 @@ def _judge_remap(device: GpuDevice, v: Mapping[str, Any], params) -> List[Result
     rows = v["remapped_rows"]
     if not failed(rows):
         corrected, uncorrected, pending, failure = rows
-        info = {"corrected_remaps": corrected, "uncorrectable_remaps": uncorrected, "pending": bool(pending),
-                "failure": bool(failure)}
+        info = {
+            "corrected_remaps": corrected,
+            "uncorrectable_remaps": uncorrected,
+            "pending": bool(pending),
+            "failure": bool(failure),
+        }
         out = []
         if failure:
-            out.append(finding(name, device, Status.FAIL, "row remapping failed: a memory bank has no spare rows "
-                               "left; RMA the GPU", Action.RMA, **info))
+            out.append(
+                finding(
+                    name,
+                    device,
+                    Status.FAIL,
+                    "row remapping failed: a memory bank has no spare rows left; RMA the GPU",
+                    Action.RMA,
+                    **info,
+                )
+            )
         if pending:
-            out.append(finding(name, device, Status.FAIL, "row remap pending: reset the GPU (nvidia-smi -r -i %d) or "
-                               "reboot to apply it" % device.index, Action.RESET_GPU, **info))
+            out.append(
+                finding(
+                    name,
+                    device,
+                    Status.FAIL,
+                    "row remap pending: reset the GPU (nvidia-smi -r -i %d) or "
+                    "reboot to apply it" % device.index,
+                    Action.RESET_GPU,
+                    **info,
+                )
+            )
         if uncorrected >= params.max_uncorrectable_remaps:
-            out.append(finding(name, device, Status.WARN, "%d rows remapped for uncorrectable errors (limit %d)"
-                               % (uncorrected, params.max_uncorrectable_remaps), **info))
+            out.append(
+                finding(
+                    name,
+                    device,
+                    Status.WARN,
+                    "%d rows remapped for uncorrectable errors (limit %d)"
+                    % (uncorrected, params.max_uncorrectable_remaps),
+                    **info,
+                )
+            )
         return out
     if rows.code != nvml.NOT_SUPPORTED:
         return [error_result(name, device, "remapped_rows", rows, params)]
@@ -178,19 +315,41 @@ def _judge_remap(device: GpuDevice, v: Mapping[str, Any], params) -> List[Result
 def _judge_retired(device: GpuDevice, v: Mapping[str, Any], params) -> List[Result]:
     """Page retirement: what GPUs before Ampere use instead of row remapping."""
     name = "gpu.remap"
-    bad = first_error(name, device, v, ("retired_pending", "retired_single_bit", "retired_double_bit"), params)
+    bad = first_error(
+        name, device, v, ("retired_pending", "retired_single_bit", "retired_double_bit"), params
+    )
     if bad is not None:
         return [bad]
     total = v["retired_single_bit"] + v["retired_double_bit"]
-    info = {"retired_single_bit": v["retired_single_bit"], "retired_double_bit": v["retired_double_bit"],
-            "pending": bool(v["retired_pending"])}
+    info = {
+        "retired_single_bit": v["retired_single_bit"],
+        "retired_double_bit": v["retired_double_bit"],
+        "pending": bool(v["retired_pending"]),
+    }
     out = []
     if total >= params.max_retired_pages:
-        out.append(finding(name, device, Status.FAIL, "%d retired pages (limit %d): RMA the GPU"
-                           % (total, params.max_retired_pages), Action.RMA, **info))
+        out.append(
+            finding(
+                name,
+                device,
+                Status.FAIL,
+                "%d retired pages (limit %d): RMA the GPU" % (total, params.max_retired_pages),
+                Action.RMA,
+                **info,
+            )
+        )
     if v["retired_pending"]:
-        out.append(finding(name, device, Status.FAIL, "page retirement pending: reset the GPU (nvidia-smi -r -i %d) "
-                           "or reboot" % device.index, Action.RESET_GPU, **info))
+        out.append(
+            finding(
+                name,
+                device,
+                Status.FAIL,
+                "page retirement pending: reset the GPU (nvidia-smi -r -i %d) "
+                "or reboot" % device.index,
+                Action.RESET_GPU,
+                **info,
+            )
+        )
     return out
 
 
@@ -201,15 +360,29 @@ RECOVERY_ACTIONS = {
     0: ("NONE", Action.NONE, "no action needed"),
     1: ("GPU_RESET", Action.RESET_GPU, "reset the GPU (nvidia-smi -r -i N)"),
     2: ("NODE_REBOOT", Action.REBOOT, "reboot the node"),
-    3: ("DRAIN_P2P", Action.DRAIN, "stop peer-to-peer traffic to this GPU (drain) until it is reset"),
+    3: (
+        "DRAIN_P2P",
+        Action.DRAIN,
+        "stop peer-to-peer traffic to this GPU (drain) until it is reset",
+    ),
     4: ("DRAIN_AND_RESET", Action.RESET_GPU, "drain, then reset the GPU"),
-    5: ("RECOVER_IMEX_DOMAIN", Action.DRAIN, "recover the IMEX domain (restart nvidia-imex on its nodes)"),
+    5: (
+        "RECOVER_IMEX_DOMAIN",
+        Action.DRAIN,
+        "recover the IMEX domain (restart nvidia-imex on its nodes)",
+    ),
     6: ("BUS_RESET", Action.REBOOT, "reset the GPU's PCIe bus (a reboot does that)"),
     7: ("SYSTEM_REBOOT", Action.REBOOT, "reboot the system"),
 }
 
 
-@check(name="gpu.recovery", contexts=ALL, timeout=3.0, needs=("gpu.memory_health",), params=(NOT_SUPPORTED_PARAM,))
+@check(
+    name="gpu.recovery",
+    contexts=ALL,
+    timeout=3.0,
+    needs=("gpu.memory_health",),
+    params=(NOT_SUPPORTED_PARAM,),
+)
 def gpu_recovery(readings: GpuReadings, params) -> List[Result]:
     """The driver does not ask for a recovery action (GPU reset, reboot, drain) on any GPU.
 
@@ -218,7 +391,9 @@ def gpu_recovery(readings: GpuReadings, params) -> List[Result]:
     Anything but NONE -> FAIL with the driver's action (reset-gpu, reboot or drain); an action code
     newer than this table -> UNKNOWN.
     """
-    return per_gpu("gpu.recovery", readings, params, _judge_recovery, "no recovery action requested")
+    return per_gpu(
+        "gpu.recovery", readings, params, _judge_recovery, "no recovery action requested"
+    )
 
 
 def _judge_recovery(device: GpuDevice, v: Mapping[str, Any], params) -> List[Result]:
@@ -227,10 +402,25 @@ def _judge_recovery(device: GpuDevice, v: Mapping[str, Any], params) -> List[Res
         return [error_result("gpu.recovery", device, "recovery action", value, params)]
     known = RECOVERY_ACTIONS.get(int(value))
     if known is None:
-        return [Result("gpu.recovery", Status.UNKNOWN, "driver asks for recovery action %d, unknown to slurm-hooks"
-                       % value, component=device.component, details={"recovery_action": value})]
+        return [
+            Result(
+                "gpu.recovery",
+                Status.UNKNOWN,
+                "driver asks for recovery action %d, unknown to slurm-hooks" % value,
+                component=device.component,
+                details={"recovery_action": value},
+            )
+        ]
     label, action, advice = known
     if action is Action.NONE:
         return []
-    return [finding("gpu.recovery", device, Status.FAIL, "driver requests recovery action %s: %s" % (label, advice),
-                    action, recovery_action=label)]
+    return [
+        finding(
+            "gpu.recovery",
+            device,
+            Status.FAIL,
+            "driver requests recovery action %s: %s" % (label, advice),
+            action,
+            recovery_action=label,
+        )
+    ]

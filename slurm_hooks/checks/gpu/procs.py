@@ -5,6 +5,7 @@ nvmlDeviceGetComputeRunningProcesses_v3 (_v2 on older drivers), nvmlSystemGetPro
 nvmlDeviceGetMemoryInfo with the v2 struct (`used` without the driver's reservation). By hand:
 `nvidia-smi --query-compute-apps=pid,process_name,used_memory --format=csv` and `nvidia-smi -q -d MEMORY`.
 """
+
 from __future__ import annotations
 
 from typing import Any, List, Mapping, Tuple
@@ -41,13 +42,29 @@ def read_processes(ctx) -> GpuReadings:
     return read_gpus(ctx, {"processes": _processes, "memory": _used_memory})
 
 
-@check(name="gpu.leftovers", contexts=("prolog",), timeout=3.0, needs=("gpu.processes",), params=(
-    Param("max_used_mib", int, 100, "FAIL when more GPU memory than this is in use before the job starts (MiB; "
-          "driver bookkeeping outside the reservation stays well below it)"),
-    Param("ignore_processes", list, [], "process names that may run on GPUs between jobs (e.g. a monitoring agent)",
-          item_type=str),
-    NOT_SUPPORTED_PARAM,
-))
+@check(
+    name="gpu.leftovers",
+    contexts=("prolog",),
+    timeout=3.0,
+    needs=("gpu.processes",),
+    params=(
+        Param(
+            "max_used_mib",
+            int,
+            100,
+            "FAIL when more GPU memory than this is in use before the job starts (MiB; "
+            "driver bookkeeping outside the reservation stays well below it)",
+        ),
+        Param(
+            "ignore_processes",
+            list,
+            [],
+            "process names that may run on GPUs between jobs (e.g. a monitoring agent)",
+            item_type=str,
+        ),
+        NOT_SUPPORTED_PARAM,
+    ),
+)
 def gpu_leftovers(readings: GpuReadings, params) -> List[Result]:
     """No compute process runs on, and no memory is held on, the job's GPUs before it starts.
 
@@ -60,7 +77,9 @@ def gpu_leftovers(readings: GpuReadings, params) -> List[Result]:
     `fuser -v /dev/nvidia*`); if it cannot be killed, reset the GPU or reboot. Nodes that share GPUs
     between jobs (gres/shard, MPS, OverSubscribe) must disable this check.
     """
-    return per_gpu("gpu.leftovers", readings, params, _judge_leftovers, "no processes, no memory in use")
+    return per_gpu(
+        "gpu.leftovers", readings, params, _judge_leftovers, "no processes, no memory in use"
+    )
 
 
 def _judge_leftovers(device: GpuDevice, v: Mapping[str, Any], params) -> List[Result]:
@@ -69,18 +88,41 @@ def _judge_leftovers(device: GpuDevice, v: Mapping[str, Any], params) -> List[Re
     if failed(procs):
         return [error_result(name, device, "compute processes", procs, params)]
     foreign = [p for p in procs if p[1].rsplit("/", 1)[-1] not in params.ignore_processes]
-    details = {"processes": [{"pid": pid, "name": pname, "used_mib": used // MIB} for pid, pname, used in foreign]}
+    details = {
+        "processes": [
+            {"pid": pid, "name": pname, "used_mib": used // MIB} for pid, pname, used in foreign
+        ]
+    }
     if foreign:
-        shown = ", ".join("%s (pid %d, %d MiB)" % (pname, pid, used // MIB) for pid, pname, used in foreign[:5])
-        return [Result(name, Status.FAIL, "%d leftover process%s on the GPU before the job: %s" % (
-            len(foreign), "es" if len(foreign) > 1 else "", shown), component=device.component, details=details,
-            action=Action.DRAIN, blame=Blame.NODE)]
+        shown = ", ".join(
+            "%s (pid %d, %d MiB)" % (pname, pid, used // MIB) for pid, pname, used in foreign[:5]
+        )
+        return [
+            Result(
+                name,
+                Status.FAIL,
+                "%d leftover process%s on the GPU before the job: %s"
+                % (len(foreign), "es" if len(foreign) > 1 else "", shown),
+                component=device.component,
+                details=details,
+                action=Action.DRAIN,
+                blame=Blame.NODE,
+            )
+        ]
     if failed(memory):
         return [error_result(name, device, "memory usage", memory, params)]
     used, without_reserved = memory
     if without_reserved and used > params.max_used_mib * MIB and not procs:
-        return [Result(name, Status.FAIL, "%d MiB of GPU memory in use with no process on the GPU (a leaked "
-                       "allocation or a process in another namespace): reset the GPU" % (used // MIB),
-                       component=device.component, details=dict(details, used_mib=used // MIB),
-                       action=Action.RESET_GPU, blame=Blame.NODE)]
+        return [
+            Result(
+                name,
+                Status.FAIL,
+                "%d MiB of GPU memory in use with no process on the GPU (a leaked "
+                "allocation or a process in another namespace): reset the GPU" % (used // MIB),
+                component=device.component,
+                details=dict(details, used_mib=used // MIB),
+                action=Action.RESET_GPU,
+                blame=Blame.NODE,
+            )
+        ]
     return []

@@ -8,6 +8,7 @@ reasons (nvmlDeviceGetCurrentClocksEventReasons; ...ThrottleReasons before R535)
 slowdown threshold; and nvmlDeviceGetVbiosVersion of every GPU (firmware consistency is node-wide).
 By hand: `nvidia-smi -q -d PERFORMANCE,CLOCK,POWER,TEMPERATURE`, `nvidia-smi -q | grep -i -e vbios -e mode`.
 """
+
 from __future__ import annotations
 
 import fnmatch
@@ -44,14 +45,20 @@ READERS = {
     "compute_mode": lambda s, h: s.call("nvmlDeviceGetComputeMode", h),
     "mig_mode": lambda s, h: s.call("nvmlDeviceGetMigMode", h),
     "clock_event_reasons": lambda s, h: s.call_versioned("clock_event_reasons", h),
-    "app_clocks": lambda s, h: (s.call("nvmlDeviceGetApplicationsClock", h, nvml.CLOCK_GRAPHICS),
-                                s.call("nvmlDeviceGetApplicationsClock", h, nvml.CLOCK_MEM)),
-    "default_app_clocks": lambda s, h: (s.call("nvmlDeviceGetDefaultApplicationsClock", h, nvml.CLOCK_GRAPHICS),
-                                        s.call("nvmlDeviceGetDefaultApplicationsClock", h, nvml.CLOCK_MEM)),
+    "app_clocks": lambda s, h: (
+        s.call("nvmlDeviceGetApplicationsClock", h, nvml.CLOCK_GRAPHICS),
+        s.call("nvmlDeviceGetApplicationsClock", h, nvml.CLOCK_MEM),
+    ),
+    "default_app_clocks": lambda s, h: (
+        s.call("nvmlDeviceGetDefaultApplicationsClock", h, nvml.CLOCK_GRAPHICS),
+        s.call("nvmlDeviceGetDefaultApplicationsClock", h, nvml.CLOCK_MEM),
+    ),
     "enforced_power_limit_mw": lambda s, h: s.call("nvmlDeviceGetEnforcedPowerLimit", h),
     "default_power_limit_mw": lambda s, h: s.call("nvmlDeviceGetPowerManagementDefaultLimit", h),
     "temperature_c": lambda s, h: s.call_versioned("temperature", h, nvml.TEMPERATURE_GPU),
-    "slowdown_c": lambda s, h: s.call("nvmlDeviceGetTemperatureThreshold", h, nvml.TEMPERATURE_THRESHOLD_SLOWDOWN),
+    "slowdown_c": lambda s, h: s.call(
+        "nvmlDeviceGetTemperatureThreshold", h, nvml.TEMPERATURE_THRESHOLD_SLOWDOWN
+    ),
 }
 
 
@@ -62,26 +69,67 @@ def read_state(ctx) -> GpuReadings:
         return readings
     inventory: GpuInventory = ctx.get("gpu.inventory")
     session = nvml.session(ctx.config.get("nvml", "library"))
-    vbios = {d.index: probe(lambda s, h: s.call("nvmlDeviceGetVbiosVersion", h), session, inventory.handles[d.index])
-             for d in inventory.devices}
-    return GpuReadings(readings.gpus, None, readings.selection,
-                       {"driver": inventory.driver_version, "vbios": vbios,
-                        "models": {d.index: d.name for d in inventory.devices}})
+    vbios = {
+        d.index: probe(
+            lambda s, h: s.call("nvmlDeviceGetVbiosVersion", h), session, inventory.handles[d.index]
+        )
+        for d in inventory.devices
+    }
+    return GpuReadings(
+        readings.gpus,
+        None,
+        readings.selection,
+        {
+            "driver": inventory.driver_version,
+            "vbios": vbios,
+            "models": {d.index: d.name for d in inventory.devices},
+        },
+    )
 
 
 # -- gpu.driver ----------------------------------------------------------------------------------
 
-@check(name="gpu.driver", contexts=ALL, timeout=3.0, needs=("gpu.state",), params=(
-    Param("allow", list, [], "driver versions allowed (shell patterns like '550.*'); empty = any", item_type=str),
-    Param("deny", list, [], "driver versions refused (shell patterns), e.g. a release with a known bug",
-          item_type=str),
-    Param("same_vbios", bool, True, "WARN when GPUs of the same model run different VBIOS versions"),
-    Param("persistence", str, "warn", "persistence mode off", choices=("fail", "warn", "ignore")),
-    Param("compute_mode", str, "default", "required compute mode",
-          choices=("default", "exclusive_process", "prohibited", "any")),
-    Param("mig", str, "disabled", "required MIG mode", choices=("disabled", "enabled", "any")),
-    NOT_SUPPORTED_PARAM,
-))
+
+@check(
+    name="gpu.driver",
+    contexts=ALL,
+    timeout=3.0,
+    needs=("gpu.state",),
+    params=(
+        Param(
+            "allow",
+            list,
+            [],
+            "driver versions allowed (shell patterns like '550.*'); empty = any",
+            item_type=str,
+        ),
+        Param(
+            "deny",
+            list,
+            [],
+            "driver versions refused (shell patterns), e.g. a release with a known bug",
+            item_type=str,
+        ),
+        Param(
+            "same_vbios",
+            bool,
+            True,
+            "WARN when GPUs of the same model run different VBIOS versions",
+        ),
+        Param(
+            "persistence", str, "warn", "persistence mode off", choices=("fail", "warn", "ignore")
+        ),
+        Param(
+            "compute_mode",
+            str,
+            "default",
+            "required compute mode",
+            choices=("default", "exclusive_process", "prohibited", "any"),
+        ),
+        Param("mig", str, "disabled", "required MIG mode", choices=("disabled", "enabled", "any")),
+        NOT_SUPPORTED_PARAM,
+    ),
+)
 def gpu_driver(readings: GpuReadings, params) -> List[Result]:
     """The driver version is allowed, firmware is consistent, and GPU modes are as configured.
 
@@ -100,8 +148,14 @@ def gpu_driver(readings: GpuReadings, params) -> List[Result]:
     found += [r for r in modes if r.status is not Status.OK]
     if found:
         return found
-    return [Result("gpu.driver", Status.OK, "driver %s, %s" % (readings.node["driver"], modes[0].summary),
-                   details={"driver": readings.node["driver"]})]
+    return [
+        Result(
+            "gpu.driver",
+            Status.OK,
+            "driver %s, %s" % (readings.node["driver"], modes[0].summary),
+            details={"driver": readings.node["driver"]},
+        )
+    ]
 
 
 def _judge_node(node: Mapping[str, Any], params) -> List[Result]:
@@ -109,20 +163,41 @@ def _judge_node(node: Mapping[str, Any], params) -> List[Result]:
     out = []
     denied = [p for p in params.deny if fnmatch.fnmatchcase(driver, p)]
     if denied or (params.allow and not any(fnmatch.fnmatchcase(driver, p) for p in params.allow)):
-        out.append(Result("gpu.driver", Status.FAIL, "driver %s is %s" % (driver, "denied (%s)" % denied[0] if denied
-                                                                         else "not in the allow list"),
-                          action=Action.DRAIN, details={"driver": driver, "allow": params.allow, "deny": params.deny}))
+        out.append(
+            Result(
+                "gpu.driver",
+                Status.FAIL,
+                "driver %s is %s"
+                % (driver, "denied (%s)" % denied[0] if denied else "not in the allow list"),
+                action=Action.DRAIN,
+                details={"driver": driver, "allow": params.allow, "deny": params.deny},
+            )
+        )
     if params.same_vbios:
         by_model: Dict[str, Dict[str, List[int]]] = {}
         for index, vbios in sorted(node["vbios"].items()):
             if not failed(vbios):
-                by_model.setdefault(node["models"][index], {}).setdefault(str(vbios), []).append(index)
+                by_model.setdefault(node["models"][index], {}).setdefault(str(vbios), []).append(
+                    index
+                )
         for model, versions in sorted(by_model.items()):
             if len(versions) > 1:
-                out.append(Result("gpu.driver", Status.WARN, "%s GPUs run %d VBIOS versions: %s" % (
-                    model, len(versions), "; ".join("%s on GPU %s" % (v, ",".join(map(str, g)))
-                                                    for v, g in sorted(versions.items()))),
-                    details={"model": model, "vbios": versions}))
+                out.append(
+                    Result(
+                        "gpu.driver",
+                        Status.WARN,
+                        "%s GPUs run %d VBIOS versions: %s"
+                        % (
+                            model,
+                            len(versions),
+                            "; ".join(
+                                "%s on GPU %s" % (v, ",".join(map(str, g)))
+                                for v, g in sorted(versions.items())
+                            ),
+                        ),
+                        details={"model": model, "vbios": versions},
+                    )
+                )
     return out
 
 
@@ -133,39 +208,86 @@ def _judge_modes(device: GpuDevice, v: Mapping[str, Any], params) -> List[Result
     if failed(v["persistence_mode"]):
         out.append(error_result(name, device, "persistence mode", v["persistence_mode"], params))
     elif status is not None and not v["persistence_mode"]:
-        out.append(finding(name, device, status, "persistence mode is off (nvidia-smi -pm 1, or run "
-                           "nvidia-persistenced)", Action.DRAIN))
+        out.append(
+            finding(
+                name,
+                device,
+                status,
+                "persistence mode is off (nvidia-smi -pm 1, or run nvidia-persistenced)",
+                Action.DRAIN,
+            )
+        )
     mode = v["compute_mode"]
     if failed(mode):
         out.append(error_result(name, device, "compute mode", mode, params))
     elif params.compute_mode != "any" and COMPUTE_MODES.get(mode, str(mode)) != params.compute_mode:
-        out.append(finding(name, device, Status.FAIL, "compute mode is %s, expected %s (nvidia-smi -c)" % (
-            COMPUTE_MODES.get(mode, mode), params.compute_mode), Action.DRAIN, compute_mode=mode))
+        out.append(
+            finding(
+                name,
+                device,
+                Status.FAIL,
+                "compute mode is %s, expected %s (nvidia-smi -c)"
+                % (COMPUTE_MODES.get(mode, mode), params.compute_mode),
+                Action.DRAIN,
+                compute_mode=mode,
+            )
+        )
     mig = v["mig_mode"]
     if failed(mig):
-        if not (mig.code == nvml.NOT_SUPPORTED and params.mig != "enabled"):  # no MIG on this GPU: nothing to check
+        if not (
+            mig.code == nvml.NOT_SUPPORTED and params.mig != "enabled"
+        ):  # no MIG on this GPU: nothing to check
             out.append(error_result(name, device, "MIG mode", mig, params))
     elif params.mig != "any":
         current, pending = (bool(m) for m in mig)
         if current != (params.mig == "enabled"):
-            out.append(finding(name, device, Status.FAIL, "MIG is %s, expected %s" % (
-                "enabled" if current else "disabled", params.mig), Action.DRAIN, mig_current=current,
-                mig_pending=pending))
+            out.append(
+                finding(
+                    name,
+                    device,
+                    Status.FAIL,
+                    "MIG is %s, expected %s" % ("enabled" if current else "disabled", params.mig),
+                    Action.DRAIN,
+                    mig_current=current,
+                    mig_pending=pending,
+                )
+            )
         elif pending != current:
-            out.append(finding(name, device, Status.WARN, "MIG mode change pending a GPU reset", mig_pending=pending))
+            out.append(
+                finding(
+                    name,
+                    device,
+                    Status.WARN,
+                    "MIG mode change pending a GPU reset",
+                    mig_pending=pending,
+                )
+            )
     return out
 
 
 # -- gpu.clocks ----------------------------------------------------------------------------------
 
-@check(name="gpu.clocks", contexts=ALL, timeout=3.0, needs=("gpu.state",), params=(
-    severity_param("hw_slowdown", "fail", "clocks event reason HW slowdown (clocks cut by half or more)"),
-    severity_param("hw_thermal_slowdown", "fail", "clocks event reason HW thermal slowdown"),
-    severity_param("hw_power_brake", "fail", "clocks event reason HW power brake (external power-brake signal)"),
-    severity_param("sw_thermal_slowdown", "warn", "clocks event reason SW thermal slowdown"),
-    severity_param("application_clocks", "warn", "application clocks differ from the defaults"),
-    NOT_SUPPORTED_PARAM,
-))
+
+@check(
+    name="gpu.clocks",
+    contexts=ALL,
+    timeout=3.0,
+    needs=("gpu.state",),
+    params=(
+        severity_param(
+            "hw_slowdown", "fail", "clocks event reason HW slowdown (clocks cut by half or more)"
+        ),
+        severity_param("hw_thermal_slowdown", "fail", "clocks event reason HW thermal slowdown"),
+        severity_param(
+            "hw_power_brake",
+            "fail",
+            "clocks event reason HW power brake (external power-brake signal)",
+        ),
+        severity_param("sw_thermal_slowdown", "warn", "clocks event reason SW thermal slowdown"),
+        severity_param("application_clocks", "warn", "application clocks differ from the defaults"),
+        NOT_SUPPORTED_PARAM,
+    ),
+)
 def gpu_clocks(readings: GpuReadings, params) -> List[Result]:
     """No hardware slowdown holds the clocks down, and application clocks are at their defaults.
 
@@ -177,7 +299,9 @@ def gpu_clocks(readings: GpuReadings, params) -> List[Result]:
     slowdown -> WARN. Application clocks left changed by someone -> WARN (`nvidia-smi -rac`).
     Severities are configurable (fail, warn, ignore).
     """
-    return per_gpu("gpu.clocks", readings, params, _judge_clocks, "no HW slowdown, default application clocks")
+    return per_gpu(
+        "gpu.clocks", readings, params, _judge_clocks, "no HW slowdown, default application clocks"
+    )
 
 
 def _judge_clocks(device: GpuDevice, v: Mapping[str, Any], params) -> List[Result]:
@@ -187,33 +311,64 @@ def _judge_clocks(device: GpuDevice, v: Mapping[str, Any], params) -> List[Resul
     if failed(reasons):
         out.append(error_result(name, device, "clocks event reasons", reasons, params))
     else:
-        for bit, label, choice in ((HW_SLOWDOWN, "HW slowdown", params.hw_slowdown),
-                                   (HW_THERMAL_SLOWDOWN, "HW thermal slowdown", params.hw_thermal_slowdown),
-                                   (HW_POWER_BRAKE, "HW power brake slowdown", params.hw_power_brake),
-                                   (SW_THERMAL_SLOWDOWN, "SW thermal slowdown", params.sw_thermal_slowdown)):
+        for bit, label, choice in (
+            (HW_SLOWDOWN, "HW slowdown", params.hw_slowdown),
+            (HW_THERMAL_SLOWDOWN, "HW thermal slowdown", params.hw_thermal_slowdown),
+            (HW_POWER_BRAKE, "HW power brake slowdown", params.hw_power_brake),
+            (SW_THERMAL_SLOWDOWN, "SW thermal slowdown", params.sw_thermal_slowdown),
+        ):
             status = severity_status(choice)
             if reasons & bit and status is not None:
-                out.append(finding(name, device, status, "%s active (clocks event reasons %#x)" % (label, reasons),
-                                   Action.DRAIN, clock_event_reasons=reasons, reason=label))
+                out.append(
+                    finding(
+                        name,
+                        device,
+                        status,
+                        "%s active (clocks event reasons %#x)" % (label, reasons),
+                        Action.DRAIN,
+                        clock_event_reasons=reasons,
+                        reason=label,
+                    )
+                )
     status = severity_status(params.application_clocks)
     bad = first_error(name, device, v, ("app_clocks", "default_app_clocks"), params)
     if bad is not None:
         out.append(bad)
     elif status is not None and tuple(v["app_clocks"]) != tuple(v["default_app_clocks"]):
-        out.append(finding(name, device, status, "application clocks %s MHz (graphics, memory), default %s: reset "
-                           "with nvidia-smi -rac -i %d" % (tuple(v["app_clocks"]), tuple(v["default_app_clocks"]),
-                                                          device.index), Action.DRAIN,
-                           app_clocks=list(v["app_clocks"]), default_app_clocks=list(v["default_app_clocks"])))
+        out.append(
+            finding(
+                name,
+                device,
+                status,
+                "application clocks %s MHz (graphics, memory), default %s: reset "
+                "with nvidia-smi -rac -i %d"
+                % (tuple(v["app_clocks"]), tuple(v["default_app_clocks"]), device.index),
+                Action.DRAIN,
+                app_clocks=list(v["app_clocks"]),
+                default_app_clocks=list(v["default_app_clocks"]),
+            )
+        )
     return out
 
 
 # -- gpu.power -----------------------------------------------------------------------------------
 
-@check(name="gpu.power", contexts=ALL, timeout=3.0, needs=("gpu.state",), params=(
-    Param("min_limit_percent", float, 100.0, "WARN when the enforced power limit is below this percent of the "
-          "default limit"),
-    NOT_SUPPORTED_PARAM,
-))
+
+@check(
+    name="gpu.power",
+    contexts=ALL,
+    timeout=3.0,
+    needs=("gpu.state",),
+    params=(
+        Param(
+            "min_limit_percent",
+            float,
+            100.0,
+            "WARN when the enforced power limit is below this percent of the default limit",
+        ),
+        NOT_SUPPORTED_PARAM,
+    ),
+)
 def gpu_power(readings: GpuReadings, params) -> List[Result]:
     """The enforced power limit is not below the board's default (someone left it lowered).
 
@@ -225,23 +380,46 @@ def gpu_power(readings: GpuReadings, params) -> List[Result]:
 
 
 def _judge_power(device: GpuDevice, v: Mapping[str, Any], params) -> List[Result]:
-    bad = first_error("gpu.power", device, v, ("enforced_power_limit_mw", "default_power_limit_mw"), params)
+    bad = first_error(
+        "gpu.power", device, v, ("enforced_power_limit_mw", "default_power_limit_mw"), params
+    )
     if bad is not None:
         return [bad]
     enforced, default = v["enforced_power_limit_mw"], v["default_power_limit_mw"]
     if default and enforced * 100.0 < default * params.min_limit_percent:
-        return [finding("gpu.power", device, Status.WARN, "power limit %d W is below the default %d W (nvidia-smi "
-                        "-pl %d -i %d)" % (enforced // 1000, default // 1000, default // 1000, device.index),
-                        enforced_limit_mw=enforced, default_limit_mw=default)]
+        return [
+            finding(
+                "gpu.power",
+                device,
+                Status.WARN,
+                "power limit %d W is below the default %d W (nvidia-smi "
+                "-pl %d -i %d)"
+                % (enforced // 1000, default // 1000, default // 1000, device.index),
+                enforced_limit_mw=enforced,
+                default_limit_mw=default,
+            )
+        ]
     return []
 
 
 # -- gpu.thermal ---------------------------------------------------------------------------------
 
-@check(name="gpu.thermal", contexts=ALL, timeout=3.0, needs=("gpu.state",), params=(
-    Param("margin_c", int, 10, "WARN when the GPU is within this many degrees C of its slowdown temperature"),
-    NOT_SUPPORTED_PARAM,
-))
+
+@check(
+    name="gpu.thermal",
+    contexts=ALL,
+    timeout=3.0,
+    needs=("gpu.state",),
+    params=(
+        Param(
+            "margin_c",
+            int,
+            10,
+            "WARN when the GPU is within this many degrees C of its slowdown temperature",
+        ),
+        NOT_SUPPORTED_PARAM,
+    ),
+)
 def gpu_thermal(readings: GpuReadings, params) -> List[Result]:
     """The GPU is not at (FAIL) or near (WARN) its own slowdown temperature.
 
@@ -250,7 +428,9 @@ def gpu_thermal(readings: GpuReadings, params) -> List[Result]:
     Temp"). At the slowdown threshold the GPU cuts its clocks: FAIL drain, check fans, airflow and
     the data-center cooling. The threshold comes from the GPU itself, so it is right for every model.
     """
-    return per_gpu("gpu.thermal", readings, params, _judge_thermal, "temperature well below slowdown")
+    return per_gpu(
+        "gpu.thermal", readings, params, _judge_thermal, "temperature well below slowdown"
+    )
 
 
 def _judge_thermal(device: GpuDevice, v: Mapping[str, Any], params) -> List[Result]:
@@ -260,9 +440,25 @@ def _judge_thermal(device: GpuDevice, v: Mapping[str, Any], params) -> List[Resu
     temp, slowdown = int(v["temperature_c"]), int(v["slowdown_c"])
     info = {"temperature_c": temp, "slowdown_c": slowdown}
     if temp >= slowdown:
-        return [finding("gpu.thermal", device, Status.FAIL, "%d C, at or above the slowdown temperature %d C: check "
-                        "cooling" % (temp, slowdown), Action.DRAIN, **info)]
+        return [
+            finding(
+                "gpu.thermal",
+                device,
+                Status.FAIL,
+                "%d C, at or above the slowdown temperature %d C: check cooling" % (temp, slowdown),
+                Action.DRAIN,
+                **info,
+            )
+        ]
     if temp >= slowdown - params.margin_c:
-        return [finding("gpu.thermal", device, Status.WARN, "%d C, within %d C of the slowdown temperature %d C"
-                        % (temp, params.margin_c, slowdown), **info)]
+        return [
+            finding(
+                "gpu.thermal",
+                device,
+                Status.WARN,
+                "%d C, within %d C of the slowdown temperature %d C"
+                % (temp, params.margin_c, slowdown),
+                **info,
+            )
+        ]
     return []
