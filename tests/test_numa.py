@@ -6,6 +6,7 @@ import pytest
 
 from slurm_hooks.core.runner import JobContext
 from slurm_hooks.result import Action, Blame, Status
+from tests.fault_table import DCGM_ON_JOB_CPUS, PINNED_DAEMONS  # one copy of the node's daemons
 from tests.helpers import run_on_node as run
 
 HOUSEKEEPING = "0-1,112-113"
@@ -13,21 +14,6 @@ SWAPPED_GRES = (
     "NodeName=dgx-h100-[01-16] Name=gpu Type=h100 File=/dev/nvidia[0-3] Cores=56-111\n"
     "NodeName=dgx-h100-[01-16] Name=gpu Type=h100 File=/dev/nvidia[4-7] Cores=0-55\n"
 )
-PINNED_DAEMONS = [
-    {"pid": pid, "comm": comm, "cpus": HOUSEKEEPING, "cgroup": "/system.slice/%s" % unit}
-    for pid, comm, unit in (
-        (812, "sshd", "ssh.service"),
-        (845, "munged", "munge.service"),
-        (901, "slurmd", "slurmd.service"),
-        (1210, "nvidia-persiste", "nvidia-persistenced.service"),
-    )
-]
-DCGM_ON_JOB_CPUS = {
-    "pid": 3001,
-    "comm": "nv-hostengine",
-    "cpus": "8-15",
-    "cgroup": "/system.slice/nvidia-dcgm.service",
-}
 JOB_TASK = {
     "pid": 5000,
     "comm": "python3",
