@@ -318,3 +318,42 @@ def test_reading_in_two_processes_gives_the_same_answer(tmp_path, monkeypatch):
     for result in (serial, parallel):
         result.pop("seconds")
     assert serial == parallel and serial["suspects"] and serial["unreadable"] == 1
+
+
+def _plant_header(directory, node, job_id, header_line):
+    """A record file whose first line is `header_line` (what someone able to write there could put)."""
+    path = os.path.join(directory, node, "%s.json" % job_id)
+    with open(path, "wb") as handle:
+        handle.write(header_line + b"\n}\n")
+    return path
+
+
+def test_a_crafted_record_is_unreadable_not_a_crash_of_the_whole_report(tmp_path, capsys):
+    """Red team of issue 17: a perf value or start time of 400 digits (float() overflows) and a header
+    nested 5,000 deep (json's RecursionError) took the whole scan down with a traceback, so no node
+    was reported and nothing was drained. Each is one bad record now; the slow node is still found."""
+    d = str(tmp_path)
+    write_jobs(d, jobs=12)
+    huge = "1" + "0" * 400
+    perf_line = (
+        '{"schema": "slurm-hooks.job-record/1", "job": {"id": "901", "user": "mallory", "gpus": [0]}, '
+        '"node": "n01", "start": %.0f, "end": %.0f, "summary": {"perf": {"%s": %s}},'
+        % (NOW - 7200, NOW - 3600, HW, huge)
+    ).encode()
+    start_line = (
+        '{"schema": "slurm-hooks.job-record/1", "job": {"id": "902", "user": "mallory", "gpus": [0]}, '
+        '"node": "n01", "start": %s, "end": %.0f, "summary": {"perf": {"%s": 0.1}},'
+        % (huge, NOW - 3600, HW)
+    ).encode()
+    nested_line = b'{"schema": "slurm-hooks.job-record/1", "x": ' + b"[" * 5000 + b"]" * 5000 + b","
+    _plant_header(d, "n01", 901, perf_line)
+    _plant_header(d, "n02", 901, perf_line.replace(b'"n01"', b'"n02"'))
+    _plant_header(d, "n04", 901, perf_line.replace(b'"n01"', b'"n04"'))
+    _plant_header(d, "n05", 901, perf_line.replace(b'"n01"', b'"n05"'))
+    _plant_header(d, "n01", 902, start_line)
+    _plant_header(d, "n01", 903, nested_line)
+    result = fleet.scan([d], settings(), now=NOW)
+    assert [s.node for s in result.suspects()] == ["n03"]
+    assert result.unreadable_count >= 1 and any("903.json" in u for u in result.unreadable)
+    assert main(["report", d, "--json"]) == 0  # the plain report reads the same files
+    json.loads(capsys.readouterr().out)

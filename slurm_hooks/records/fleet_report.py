@@ -171,7 +171,7 @@ def read_header(path: str) -> Dict[str, Any]:
             if first.endswith(b",\n"):
                 try:
                     header = json.loads(first[:-2] + b"}")
-                except ValueError:
+                except (ValueError, RecursionError):  # RecursionError: JSON nested too deep
                     header = None
                 if (
                     isinstance(header, dict)
@@ -191,7 +191,7 @@ def load_record(path: str) -> Dict[str, Any]:
             data = json.loads(handle.read(16 << 20))
     except OSError as exc:
         raise ValueError("%s: unreadable: %s" % (path, exc.strerror or exc)) from None
-    except ValueError as exc:
+    except (ValueError, RecursionError) as exc:  # RecursionError: nested too deep to parse
         raise ValueError("%s: not JSON: %s" % (path, exc)) from None
     if not isinstance(data, dict) or data.get("schema") != RECORD_SCHEMA:
         found = data.get("schema") if isinstance(data, dict) else type(data).__name__

@@ -264,7 +264,7 @@ def read_header(path: str) -> Dict[str, Any]:
     if end > 0 and head[end - 1 : end] == b",":
         try:
             header = json.loads(head[: end - 1] + b"}")
-        except ValueError:
+        except (ValueError, RecursionError):  # RecursionError: JSON nested too deep
             header = None
         if (
             isinstance(header, dict)

@@ -18,12 +18,14 @@ from __future__ import annotations
 
 import collections
 import math
+import sys
 from typing import Deque, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from ..core.structs import Struct, field
 
 MAD_TO_SIGMA = 1.4826  # MAD x this estimates the standard deviation of normal data
-_INF = float("inf")
+# An int past this has no float (float() raises OverflowError); one in a record is not a figure.
+_MAX_FIGURE = sys.float_info.max
 _NUMBERS = (float, int)  # what a figure may be (type() is exact: a bool is not a number here)
 _FLOAT = {float}
 
@@ -209,8 +211,8 @@ def score_rows(
             values = column  # the usual case, checked in C
         else:
             values = tuple(
-                float(v) for v in column if type(v) in _NUMBERS and -_INF < v < _INF
-            )  # no bool/nan/inf
+                float(v) for v in column if type(v) in _NUMBERS and -_MAX_FIGURE <= v <= _MAX_FIGURE
+            )  # no bool/nan/inf, no int too large for a float
         if len(values) < need:
             continue
         ordered = sorted(values)
@@ -233,8 +235,10 @@ def score_rows(
                 continue
             candidates = [i for i, v in enumerate(values) if v <= high - reach]
         present = [
-            i for i, v in enumerate(column) if type(v) in _NUMBERS and -_INF < v < _INF
-        ]  # value -> node
+            i
+            for i, v in enumerate(column)
+            if type(v) in _NUMBERS and -_MAX_FIGURE <= v <= _MAX_FIGURE
+        ]  # value -> node: the same filter as `values`
         stats = _LeaveOneOut(values)
         for index in candidates:
             median, mad = stats(index)
@@ -249,7 +253,8 @@ def score_rows(
 
 
 def _number(value: object) -> bool:
-    return (type(value) is float or type(value) is int) and math.isfinite(value)  # type: ignore[arg-type]
+    """A finite float, or an int that has one (a 400-digit int in a record would overflow float())."""
+    return (type(value) is float or type(value) is int) and -_MAX_FIGURE <= value <= _MAX_FIGURE  # type: ignore[operator]
 
 
 # -- a node's window -----------------------------------------------------------------------------
