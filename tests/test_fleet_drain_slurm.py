@@ -263,7 +263,7 @@ def test_at_most_max_drains_per_run_the_worst_first(site):
     write_jobs(
         str(site.records / "more"), jobs=12, slow="n05", first_job=700, seed=11
     )  # n05 in another set
-    site.write_config("max_drains_per_run = 1\n")
+    site.write_config("max_drains_per_run = 1\nmax_drained = 5\n")  # the per-run cap alone
     data = site.run(str(site.records / "more"))
     assert len({s["node"] for s in data["suspects"]}) == 2
     assert len(data["drains"]) == 1 and data["drains"][0]["outcome"] == "drained"
@@ -318,3 +318,25 @@ def test_a_drain_whose_breaker_recount_failed_is_recounted_by_the_next_run(site,
         json.loads((site.state_dir / "fleet-state.json").read_text())["drains"][SLOW]["confirmed"]
         is True
     )
+
+
+def test_the_fleet_stops_at_its_own_budget_so_the_breaker_keeps_room_for_real_faults(site, cluster):
+    """Red team of issue 17: two users could get healthy nodes drained as stragglers run after run
+    (only an admin clears one) until the shared breaker was full, and then a node with a real Xid 79
+    was not drained. The fleet stops at [fleet] max_drained nodes carrying its drain; a resumed node
+    whose Reason outlived the RESUME (24.11, 25.11) does not count."""
+    from slurm_hooks.core.config import SECTIONS
+    from slurm_hooks.slurm import straggler_drain as fleet_drain
+
+    write_jobs(str(site.records / "more"), jobs=12, slow="n05", first_job=700, seed=11)
+    earlier = fleet_drain.reason_for(site.scan()[0], "slurm-hooks:", 200)
+    assert "fleet.straggler" in earlier
+    cluster.scontrol("update", "NodeName=n09", "State=DRAIN", "Reason=%s" % earlier)
+    site.write_config("max_drained = 1\n")
+    data = site.run(str(site.records / "more"))
+    assert sorted(outcomes(data)) == [(SLOW, "fleet-budget-full"), ("n05", "fleet-budget-full")]
+    assert not site.drained() and not site.drained("n05")
+    cluster.scontrol("update", "NodeName=n09", "State=RESUME")
+    data = site.run(str(site.records / "more"))
+    assert sorted(o for _, o in outcomes(data)) == ["drained", "fleet-budget-full"], data["drains"]
+    assert SECTIONS["fleet"]["max_drained"].default == 1  # the breaker's smallest limit is 2: room left

@@ -350,6 +350,16 @@ SECTIONS: Dict[str, Dict[str, Setting]] = {
             minimum=0,
             maximum=10000,
         ),
+        "max_drained": Setting(
+            int,
+            1,
+            "drain no more suspects while this many nodes carry a fleet.straggler drain of ours "
+            "(only an admin clears one): straggler drains count in the same circuit breaker as the "
+            "nodes' own, so keep this below the breaker's limit and a node with a real fault can "
+            "still be drained",
+            minimum=0,
+            maximum=10000,
+        ),
     },
 }
 

@@ -170,15 +170,30 @@ def enact(
                     rows.append(
                         FleetDrain(suspect.node, suspect.metric, "invalid-node-name", str(exc))
                     )
-            if (
-                chosen
-            ):  # one listing: nodes Slurm already holds never take a place of max_drains_per_run
-                chosen = _not_held(client, chosen, rows, drainer.slurm_budget(settings))
-            chosen = chosen[: fleet["max_drains_per_run"]]
             prefix, length = (
                 settings["drain"]["reason_prefix"],
                 settings["drain"]["max_reason_length"],
             )
+            if (
+                chosen
+            ):  # one listing: nodes Slurm already holds never take a place of max_drains_per_run
+                chosen, ours = _not_held(
+                    client, chosen, rows, drainer.slurm_budget(settings), prefix
+                )
+                room = max(0, fleet["max_drained"] - ours)
+                rows.extend(
+                    FleetDrain(
+                        s.node,
+                        s.metric,
+                        "fleet-budget-full",
+                        "%d node(s) already carry a fleet.straggler drain of ours ([fleet] "
+                        "max_drained = %d): an admin clears those first"
+                        % (ours, fleet["max_drained"]),
+                    )
+                    for s in chosen[room:]
+                )
+                chosen = chosen[:room]
+            chosen = chosen[: fleet["max_drains_per_run"]]
             for suspect in chosen:
                 reason = reason_for(suspect, prefix, length)
                 client.set_budget(drainer.slurm_budget(settings))
@@ -263,10 +278,11 @@ def _confirm_earlier(
 
 
 def _not_held(
-    client, chosen: List[Suspect], rows: List[FleetDrain], budget: float
-) -> List[Suspect]:
-    """The chosen suspects Slurm lists and does not already hold; a row for each of the others. When the
-    node list cannot be read, a row for every one and none is drained."""
+    client, chosen: List[Suspect], rows: List[FleetDrain], budget: float, prefix: str
+) -> Tuple[List[Suspect], int]:
+    """The chosen suspects Slurm lists and does not already hold (a row for each of the others), and
+    how many listed nodes carry a fleet.straggler drain of ours. When the node list cannot be read, a
+    row for every one and none is drained."""
     from . import drainer
     from .client import SlurmError
 
@@ -278,7 +294,13 @@ def _not_held(
         rows.extend(
             FleetDrain(s.node, s.metric, failure.outcome.value, failure.message) for s in chosen
         )
-        return []
+        return [], 0
+    ours = sum(
+        1
+        for node in listed.values()
+        if node.is_drained  # the Reason can outlive a RESUME (24.11, 25.11): only a drain counts
+        and policy.FLEET_CHECK in policy.read_reason(node.reason, prefix).checks
+    )
     free = []
     for suspect in chosen:
         node = listed.get(suspect.node)
@@ -287,7 +309,7 @@ def _not_held(
             rows.append(FleetDrain(suspect.node, suspect.metric, "left-alone", why))
         else:
             free.append(suspect)
-    return free
+    return free, ours
 
 
 def _one_per_node(suspects: List[Suspect]) -> List[Suspect]:
