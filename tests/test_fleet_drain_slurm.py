@@ -339,4 +339,5 @@ def test_the_fleet_stops_at_its_own_budget_so_the_breaker_keeps_room_for_real_fa
     cluster.scontrol("update", "NodeName=n09", "State=RESUME")
     data = site.run(str(site.records / "more"))
     assert sorted(o for _, o in outcomes(data)) == ["drained", "fleet-budget-full"], data["drains"]
-    assert SECTIONS["fleet"]["max_drained"].default == 1  # the breaker's smallest limit is 2: room left
+    # the breaker's smallest limit is 2: room left
+    assert SECTIONS["fleet"]["max_drained"].default == 1
