@@ -1,5 +1,6 @@
 """Where a prolog's time goes: `python -X importtime`, the in-process probe (bench/probe.py), and
 per-check durations from `slurm-hooks check --json`."""
+
 from __future__ import annotations
 
 import json
@@ -22,7 +23,7 @@ def parse_importtime(text: str) -> List[Tuple[str, int, float, float]]:
     for line in text.splitlines():
         if not line.startswith(IMPORT_LINE_PREFIX):
             continue
-        fields = line[len(IMPORT_LINE_PREFIX):].split("|")
+        fields = line[len(IMPORT_LINE_PREFIX) :].split("|")
         if len(fields) != 3:
             continue
         try:
@@ -36,15 +37,23 @@ def parse_importtime(text: str) -> List[Tuple[str, int, float, float]]:
     return rows
 
 
-def importtime(python: Sequence[str], argv: Sequence[str], env: Mapping[str, str], runs: int) -> Dict[str, Any]:
+def importtime(
+    python: Sequence[str], argv: Sequence[str], env: Mapping[str, str], runs: int
+) -> Dict[str, Any]:
     """Median import total and the top-level-or-nested modules with the largest cumulative time
     (`python` is the interpreter and its flags, argv the script and its arguments)."""
     totals, counts = [], []
     per_module: Dict[str, List[float]] = {}
     self_times: Dict[str, List[float]] = {}
     for _ in range(runs):
-        proc = subprocess.run(list(python) + ["-X", "importtime"] + list(argv), env=dict(env),
-                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, timeout=120)
+        proc = subprocess.run(
+            list(python) + ["-X", "importtime"] + list(argv),
+            env=dict(env),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=120,
+        )
         rows = parse_importtime(proc.stderr)
         totals.append(sum(cum for _, depth, _, cum in rows if depth == 0))
         counts.append(len(rows))
@@ -54,10 +63,18 @@ def importtime(python: Sequence[str], argv: Sequence[str], env: Mapping[str, str
             self_times.setdefault(name, []).append(self_s)
         for name, cum in seen.items():
             per_module.setdefault(name, []).append(cum)
-    top = sorted(((statistics.median(v), name) for name, v in per_module.items()), reverse=True)[:15]
-    return {"runs": runs, "total_s": statistics.median(totals), "modules": int(statistics.median(counts)),
-            "top": [{"module": name, "cumulative_s": cum, "self_s": statistics.median(self_times[name])}
-                    for cum, name in top]}
+    top = sorted(((statistics.median(v), name) for name, v in per_module.items()), reverse=True)[
+        :15
+    ]
+    return {
+        "runs": runs,
+        "total_s": statistics.median(totals),
+        "modules": int(statistics.median(counts)),
+        "top": [
+            {"module": name, "cumulative_s": cum, "self_s": statistics.median(self_times[name])}
+            for cum, name in top
+        ],
+    }
 
 
 def probe(python: str, node: BenchNode, runs: int, repeat: int) -> Dict[str, Any]:
@@ -66,9 +83,14 @@ def probe(python: str, node: BenchNode, runs: int, repeat: int) -> Dict[str, Any
     results: List[Dict[str, Any]] = []
     errors: Dict[str, str] = {}
     for _ in range(runs):
-        proc = subprocess.run([python, "-s", os.path.join(BENCH_DIR, "probe.py"), str(node.gpu_count), str(repeat)],
-                              env=node.base_env(), cwd=os.path.dirname(BENCH_DIR), capture_output=True, text=True,
-                              timeout=300)
+        proc = subprocess.run(
+            [python, "-s", os.path.join(BENCH_DIR, "probe.py"), str(node.gpu_count), str(repeat)],
+            env=node.base_env(),
+            cwd=os.path.dirname(BENCH_DIR),
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         lines = proc.stdout.strip().splitlines()
         if proc.returncode != 0 or not lines:
             errors["probe"] = "exit %d: %s" % (proc.returncode, proc.stderr.strip()[-500:])
@@ -95,7 +117,9 @@ def check_durations(argv: Sequence[str], env: Mapping[str, str], runs: int) -> D
     per_check: Dict[str, List[float]] = {}
     totals: List[float] = []
     for _ in range(runs):
-        proc = subprocess.run(list(argv), env=dict(env), capture_output=True, text=True, timeout=120)
+        proc = subprocess.run(
+            list(argv), env=dict(env), capture_output=True, text=True, timeout=120
+        )
         try:
             report = json.loads(proc.stdout)
         except ValueError:
@@ -104,5 +128,8 @@ def check_durations(argv: Sequence[str], env: Mapping[str, str], runs: int) -> D
         for entry in report.get("checks", []):
             per_check.setdefault(entry["name"], []).append(entry.get("duration_s", 0.0))
     medians = {name: statistics.median(v) for name, v in per_check.items()}
-    return {"runs": len(totals), "run_checks_s": statistics.median(totals) if totals else None,
-            "checks": dict(sorted(medians.items(), key=lambda kv: -kv[1]))}
+    return {
+        "runs": len(totals),
+        "run_checks_s": statistics.median(totals) if totals else None,
+        "checks": dict(sorted(medians.items(), key=lambda kv: -kv[1])),
+    }

@@ -13,6 +13,7 @@ pyproject.toml from `git archive`), run as slurmd runs the prolog on the 8-GPU e
 one of bench/specs.py's shapes) with the bench configuration (bench/nodeenv.py); every run must
 exit 0 with status OK.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -40,8 +41,21 @@ WARMUP = 3
 def export_revision(revision: str, target: str) -> str:
     """slurm_hooks/ and pyproject.toml of `revision`, extracted under target."""
     archive = os.path.join(target, "source.tar")
-    subprocess.run(["git", "archive", "--format=tar", "-o", archive, revision, "slurm_hooks", "pyproject.toml"],
-                   cwd=REPO, check=True, timeout=60)
+    subprocess.run(
+        [
+            "git",
+            "archive",
+            "--format=tar",
+            "-o",
+            archive,
+            revision,
+            "slurm_hooks",
+            "pyproject.toml",
+        ],
+        cwd=REPO,
+        check=True,
+        timeout=60,
+    )
     source = os.path.join(target, "source")
     with tarfile.open(archive) as tar:
         tar.extractall(source)  # our own repository's files
@@ -52,23 +66,33 @@ def config_for(revision: str, config_path: str, base: str) -> str:
     """The bench configuration as `revision` understands it: a setting newer than the revision (an unknown
     key is a configuration error, and the prolog would fail open at once, measuring nothing) is left out.
     [general] root_live_sources: before it existed, NVML was read under any root, which is what it asks for."""
-    known = subprocess.run(["git", "grep", "-q", "root_live_sources", revision, "--", "slurm_hooks"],
-                           cwd=REPO).returncode == 0
+    known = (
+        subprocess.run(
+            ["git", "grep", "-q", "root_live_sources", revision, "--", "slurm_hooks"], cwd=REPO
+        ).returncode
+        == 0
+    )
     with open(config_path) as handle:
         lines = handle.read().splitlines(True)
     path = os.path.join(base, "before-config.toml")
     with open(path, "w") as handle:
-        handle.writelines(line for line in lines if known or not line.startswith("root_live_sources"))
+        handle.writelines(
+            line for line in lines if known or not line.startswith("root_live_sources")
+        )
     os.chmod(path, 0o644)
     return path
 
 
-def compare(revision: str, runs: int, gpus: Optional[int] = None, extra_nvme: Optional[int] = None) -> int:
+def compare(
+    revision: str, runs: int, gpus: Optional[int] = None, extra_nvme: Optional[int] = None
+) -> int:
     base = tempfile.mkdtemp(prefix="slurm-hooks-compare-")
     if gpus is not None:
         node = BenchNode.create(specs.gpu_node_spec(gpus))
     else:
-        node = BenchNode.create("dgx-h100", specs.pcie_node_spec(extra_nvme) if extra_nvme else None)
+        node = BenchNode.create(
+            "dgx-h100", specs.pcie_node_spec(extra_nvme) if extra_nvme else None
+        )
     try:
         before = make_install(os.path.join(base, "before"), export_revision(revision, base))[1]
         after = make_install(os.path.join(base, "after"))[1]
@@ -76,8 +100,15 @@ def compare(revision: str, runs: int, gpus: Optional[int] = None, extra_nvme: Op
         times: Dict[str, List[float]] = {"before": [], "after": []}
         job = 1000
         for i in range(runs + WARMUP):
-            order = (("before", before), ("after", after)) if i % 2 else (("after", after), ("before", before))
-            for name, hook in order:  # alternate who goes first: neither side always follows the other
+            order = (
+                (("before", before), ("after", after))
+                if i % 2
+                else (("after", after), ("before", before))
+            )
+            for (
+                name,
+                hook,
+            ) in order:  # alternate who goes first: neither side always follows the other
                 job += 1
                 started = time.perf_counter()
                 env = node.hook_env("prolog", job)
@@ -87,15 +118,23 @@ def compare(revision: str, runs: int, gpus: Optional[int] = None, extra_nvme: Op
                 if i >= WARMUP:
                     times[name].append(time.perf_counter() - started)
                 if done.returncode != 0:
-                    print("%s prolog exited %d: %s" % (name, done.returncode, done.stderr.decode()[-500:]))
+                    print(
+                        "%s prolog exited %d: %s"
+                        % (name, done.returncode, done.stderr.decode()[-500:])
+                    )
                     return 1
         bad = [line for line in node.decision_lines() if log_fields(line).get("status") != "OK"]
         stats = {name: Stats(values).ms() for name, values in times.items()}
         for name, label in (("before", revision), ("after", "working tree")):
             st = stats[name]
-            print("%-14s median %6.1f ms  p90 %6.1f ms  p99 %6.1f ms  (%d runs)"
-                  % (label, st["median"], st["p90"], st["p99"], st["n"]))
-        print("ratio working tree / %s: %.3f (medians)" % (revision, stats["after"]["median"] / stats["before"]["median"]))
+            print(
+                "%-14s median %6.1f ms  p90 %6.1f ms  p99 %6.1f ms  (%d runs)"
+                % (label, st["median"], st["p90"], st["p99"], st["n"])
+            )
+        print(
+            "ratio working tree / %s: %.3f (medians)"
+            % (revision, stats["after"]["median"] / stats["before"]["median"])
+        )
         print("load average now: %s" % " ".join("%.2f" % x for x in os.getloadavg()))
         if bad:
             print("non-OK decisions: %d, e.g. %s" % (len(bad), bad[0]))
@@ -108,11 +147,19 @@ def compare(revision: str, runs: int, gpus: Optional[int] = None, extra_nvme: Op
 
 def main(argv: Optional[List[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("revision", help="git revision to compare with (e.g. a commit, HEAD~3, a tag)")
-    parser.add_argument("--runs", type=int, default=100, help="runs of each side after %d warm-up rounds" % WARMUP)
+    parser.add_argument(
+        "revision", help="git revision to compare with (e.g. a commit, HEAD~3, a tag)"
+    )
+    parser.add_argument(
+        "--runs", type=int, default=100, help="runs of each side after %d warm-up rounds" % WARMUP
+    )
     shape = parser.add_mutually_exclusive_group()
-    shape.add_argument("--gpus", type=int, metavar="N", help="a node of N GPUs, 4 per switch and NUMA node")
-    shape.add_argument("--extra-nvme", type=int, metavar="N", help="the example node with N more NVMe drives")
+    shape.add_argument(
+        "--gpus", type=int, metavar="N", help="a node of N GPUs, 4 per switch and NUMA node"
+    )
+    shape.add_argument(
+        "--extra-nvme", type=int, metavar="N", help="the example node with N more NVMe drives"
+    )
     args = parser.parse_args(argv)
     return compare(args.revision, args.runs, args.gpus, args.extra_nvme)
 

@@ -22,6 +22,7 @@ The model (each choice is a guess about a real training fleet, stated so it can 
   taken by a foreign process), low_power (a GPU power limit set 25-40 % low: all GPUs draw less,
   power-cap throttle up). A job with a slow node runs at its speed: its other nodes draw 10 % less.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -56,10 +57,14 @@ class Plan:
 def make_plan(node_count: int, persistent: int = 3, intermittent: int = 1, seed: int = 17) -> Plan:
     rng = random.Random(seed)
     nodes = ["gpu%04d" % i for i in range(node_count)]
-    chosen = rng.sample(nodes, (persistent + intermittent) * len(KINDS)) if persistent + intermittent else []
+    chosen = (
+        rng.sample(nodes, (persistent + intermittent) * len(KINDS))
+        if persistent + intermittent
+        else []
+    )
     planted = {}
     for i, kind in enumerate(KINDS):
-        group = chosen[i * (persistent + intermittent):(i + 1) * (persistent + intermittent)]
+        group = chosen[i * (persistent + intermittent) : (i + 1) * (persistent + intermittent)]
         for j, node in enumerate(group):
             planted[node] = (kind, 1.0 if j < persistent else 0.5)
     return Plan(nodes, planted)
@@ -78,13 +83,23 @@ def _sig(value: float) -> float:
     return float("%.6g" % value)
 
 
-def job_figures(rng: random.Random, nodes: List[str], plan: Plan, duration: float,
-                severity: float = 1.0) -> Dict[str, Dict[str, float]]:
+def job_figures(
+    rng: random.Random, nodes: List[str], plan: Plan, duration: float, severity: float = 1.0
+) -> Dict[str, Dict[str, float]]:
     """{node: summary.perf} for one job; `severity` scales how far a planted fault moves its figures."""
-    level = {"power": rng.uniform(200, 650), "capped": rng.random() < 0.3, "cap": rng.uniform(0.05, 0.6),
-             "wait": math.exp(rng.gauss(math.log(2e5), 1.0)), "uses_ib": rng.random() < 0.9,
-             "bytes": math.exp(rng.gauss(math.log(5e9), 1.0))}
-    faults = {n: plan.planted[n][0] for n in nodes if n in plan.planted and rng.random() < plan.planted[n][1]}
+    level = {
+        "power": rng.uniform(200, 650),
+        "capped": rng.random() < 0.3,
+        "cap": rng.uniform(0.05, 0.6),
+        "wait": math.exp(rng.gauss(math.log(2e5), 1.0)),
+        "uses_ib": rng.random() < 0.9,
+        "bytes": math.exp(rng.gauss(math.log(5e9), 1.0)),
+    }
+    faults = {
+        n: plan.planted[n][0]
+        for n in nodes
+        if n in plan.planted and rng.random() < plan.planted[n][1]
+    }
     slowed = any(kind in ("hw_slowdown", "low_power") for kind in faults.values())
     out = {}
     for node in nodes:
@@ -92,16 +107,32 @@ def job_figures(rng: random.Random, nodes: List[str], plan: Plan, duration: floa
     return out
 
 
-def _node_figures(rng: random.Random, level: Dict[str, Any], fault: Optional[str], slowed: bool,
-                  severity: float = 1.0) -> Dict[str, float]:
+def _node_figures(
+    rng: random.Random,
+    level: Dict[str, Any],
+    fault: Optional[str],
+    slowed: bool,
+    severity: float = 1.0,
+) -> Dict[str, float]:
     power = level["power"] * rng.gauss(1.0, 0.025) * (0.9 if slowed else 1.0)
     weakest = power * (1 - abs(rng.gauss(0.03, 0.015)))
-    cap = min(1.0, max(0.0, level["cap"] + rng.gauss(0, 0.03))) if level["capped"] else rng.expovariate(500)
-    perf = {"throttle_frac.hw_slowdown": 0.0, "throttle_frac.thermal": rng.expovariate(1000),
-            "throttle_frac.power": cap, "throttle_frac.power_brake": 0.0, "throttle_frac.sync_boost": 0.0,
-            "pcie_replays_per_h": 0.0, "nvlink_errors_per_h": 0.0,
-            "ib_xmit_wait_per_s": level["wait"] * math.exp(rng.gauss(0, 0.35)),
-            "foreign_cpu_frac": 0.001 + rng.expovariate(1000), "cpu_steal_frac": 0.0}
+    cap = (
+        min(1.0, max(0.0, level["cap"] + rng.gauss(0, 0.03)))
+        if level["capped"]
+        else rng.expovariate(500)
+    )
+    perf = {
+        "throttle_frac.hw_slowdown": 0.0,
+        "throttle_frac.thermal": rng.expovariate(1000),
+        "throttle_frac.power": cap,
+        "throttle_frac.power_brake": 0.0,
+        "throttle_frac.sync_boost": 0.0,
+        "pcie_replays_per_h": 0.0,
+        "nvlink_errors_per_h": 0.0,
+        "ib_xmit_wait_per_s": level["wait"] * math.exp(rng.gauss(0, 0.35)),
+        "foreign_cpu_frac": 0.001 + rng.expovariate(1000),
+        "cpu_steal_frac": 0.0,
+    }
     if level["uses_ib"]:
         perf["ib_xmit_bytes_per_s"] = level["bytes"] * rng.gauss(1.0, 0.05)
         perf["ib_rcv_bytes_per_s"] = level["bytes"] * rng.gauss(1.0, 0.05)
@@ -116,7 +147,9 @@ def _node_figures(rng: random.Random, level: Dict[str, Any], fault: Optional[str
     elif fault == "low_power":
         factor = 1 - rng.uniform(0.25, 0.4) * severity
         power, weakest = power * factor, weakest * factor
-        perf["throttle_frac.power"] = min(1.0, perf["throttle_frac.power"] + rng.uniform(0.2, 0.5) * severity)
+        perf["throttle_frac.power"] = min(
+            1.0, perf["throttle_frac.power"] + rng.uniform(0.2, 0.5) * severity
+        )
     elif fault == "ib_stall":
         perf["ib_xmit_wait_per_s"] *= 1 + rng.uniform(7, 39) * severity
     elif fault == "noisy_cpu":
@@ -144,32 +177,102 @@ def _glitch(rng: random.Random, perf: Dict[str, float]) -> None:
         perf["ib_xmit_wait_per_s"] *= rng.uniform(3, 8)
 
 
-def header_record(job_id: str, user: str, node: str, start: float, end: float, perf: Dict[str, float],
-                  body_gpus: int = 0) -> Dict[str, Any]:
+def header_record(
+    job_id: str,
+    user: str,
+    node: str,
+    start: float,
+    end: float,
+    perf: Dict[str, float],
+    body_gpus: int = 0,
+) -> Dict[str, Any]:
     """A job record as recordbuild lays it out: the header fields, summary (with perf) and a body."""
-    summary = {"deltas": True, "ecc_corrected": 0, "ecc_uncorrected": 0, "remapped_rows": 0, "retired_pages": 0,
-               "nvlink_errors": 0, "pcie_replays": 0, "ib_errors": 0, "throttle_s": 0.0, "energy_j": 0.0,
-               "xids": 0, "sxids": 0, "leftover_processes": 0, "leftover_memory_bytes": 0, "pending_repair": False,
-               "status": "OK", "drained": False, "abnormal": [], "perf": perf}
-    gpus = [{"index": i, "minor": i, "uuid": "GPU-%08x-0000-0000-0000-%012d" % (int(node[3:]) if node[3:].isdigit() else 0, i),
-             "serial": "1652%09d" % i, "bus_id": "0000:%02x:00.0" % (0x18 + i), "name": "NVIDIA H100 80GB HBM3",
-             "end": {"ecc.volatile.corrected": 0, "energy_mj": 123456789, "pcie.replay": 0},
-             "delta": {"ecc.volatile.corrected": 0, "energy_mj": 1234567, "pcie.replay": 0,
-                       "violation_ns.power": 0, "violation_ns.thermal": 0},
-             "counter_resets": [], "nvlink_delta": {}, "flags": {}, "unavailable": {}, "processes": [],
-             "memory_used_bytes": 0} for i in range(body_gpus)]
-    return {"schema": "slurm-hooks.job-record/1", "version": "0.1.0",
-            "job": {"id": job_id, "user": user, "gpus": list(range(GPUS))}, "node": node,
-            "start": round(start, 3), "end": round(end, 3), "prolog_snapshot": "ok", "summary": summary,
-            "end_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(end)), "duration_s": round(end - start, 3),
-            "epilog_snapshot": "ok", "rebooted_during_job": False, "notes": [], "gpus": gpus, "ib": [],
-            "events_scope": "job", "xid_count": 0, "sxid_count": 0, "xids": [], "sxids": [], "checks": None,
-            "decision": None, "timings": {}}
+    summary = {
+        "deltas": True,
+        "ecc_corrected": 0,
+        "ecc_uncorrected": 0,
+        "remapped_rows": 0,
+        "retired_pages": 0,
+        "nvlink_errors": 0,
+        "pcie_replays": 0,
+        "ib_errors": 0,
+        "throttle_s": 0.0,
+        "energy_j": 0.0,
+        "xids": 0,
+        "sxids": 0,
+        "leftover_processes": 0,
+        "leftover_memory_bytes": 0,
+        "pending_repair": False,
+        "status": "OK",
+        "drained": False,
+        "abnormal": [],
+        "perf": perf,
+    }
+    gpus = [
+        {
+            "index": i,
+            "minor": i,
+            "uuid": "GPU-%08x-0000-0000-0000-%012d"
+            % (int(node[3:]) if node[3:].isdigit() else 0, i),
+            "serial": "1652%09d" % i,
+            "bus_id": "0000:%02x:00.0" % (0x18 + i),
+            "name": "NVIDIA H100 80GB HBM3",
+            "end": {"ecc.volatile.corrected": 0, "energy_mj": 123456789, "pcie.replay": 0},
+            "delta": {
+                "ecc.volatile.corrected": 0,
+                "energy_mj": 1234567,
+                "pcie.replay": 0,
+                "violation_ns.power": 0,
+                "violation_ns.thermal": 0,
+            },
+            "counter_resets": [],
+            "nvlink_delta": {},
+            "flags": {},
+            "unavailable": {},
+            "processes": [],
+            "memory_used_bytes": 0,
+        }
+        for i in range(body_gpus)
+    ]
+    return {
+        "schema": "slurm-hooks.job-record/1",
+        "version": "0.1.0",
+        "job": {"id": job_id, "user": user, "gpus": list(range(GPUS))},
+        "node": node,
+        "start": round(start, 3),
+        "end": round(end, 3),
+        "prolog_snapshot": "ok",
+        "summary": summary,
+        "end_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(end)),
+        "duration_s": round(end - start, 3),
+        "epilog_snapshot": "ok",
+        "rebooted_during_job": False,
+        "notes": [],
+        "gpus": gpus,
+        "ib": [],
+        "events_scope": "job",
+        "xid_count": 0,
+        "sxid_count": 0,
+        "xids": [],
+        "sxids": [],
+        "checks": None,
+        "decision": None,
+        "timings": {},
+    }
 
 
-def write_fleet(directory: str, plan: Plan, jobs: int, seed: int = 5, now: Optional[float] = None,
-                body_gpus: int = 0, span_days: float = 10.0, single_node_share: float = 0.0,
-                severity: float = 1.0, first_job: int = 1000000) -> Dict[str, int]:
+def write_fleet(
+    directory: str,
+    plan: Plan,
+    jobs: int,
+    seed: int = 5,
+    now: Optional[float] = None,
+    body_gpus: int = 0,
+    span_days: float = 10.0,
+    single_node_share: float = 0.0,
+    severity: float = 1.0,
+    first_job: int = 1000000,
+) -> Dict[str, int]:
     """Write `jobs` multi-node jobs (plus single-node ones, `single_node_share` of all) ending over the
     last `span_days`; returns counts."""
     from slurm_hooks.records.store import encode_record
@@ -193,7 +296,9 @@ def write_fleet(directory: str, plan: Plan, jobs: int, seed: int = 5, now: Optio
                 os.makedirs(os.path.join(directory, node), exist_ok=True)
                 made.add(node)
             path = os.path.join(directory, node, job_id + ".json")
-            data = encode_record(header_record(job_id, user, node, start, end, figures[node], body_gpus))
+            data = encode_record(
+                header_record(job_id, user, node, start, end, figures[node], body_gpus)
+            )
             with open(path, "wb") as handle:
                 handle.write(data)
             stamp = end + rng.uniform(0, 30)  # each node's epilog ends a little apart
@@ -208,9 +313,14 @@ def write_fleet(directory: str, plan: Plan, jobs: int, seed: int = 5, now: Optio
 # -- evaluation ----------------------------------------------------------------------------------
 
 # what a suspect's figure says about the kind of node it found (the figure it is flagged on most, worst z first)
-METRIC_KIND = {"throttle_frac.hw_slowdown": "hw_slowdown", "ib_xmit_wait_per_s": "ib_stall",
-               "foreign_cpu_frac": "noisy_cpu", "gpu_power_w.mean": "low_power", "gpu_power_w.min": "low_power",
-               "throttle_frac.power": "low_power"}
+METRIC_KIND = {
+    "throttle_frac.hw_slowdown": "hw_slowdown",
+    "ib_xmit_wait_per_s": "ib_stall",
+    "foreign_cpu_frac": "noisy_cpu",
+    "gpu_power_w.mean": "low_power",
+    "gpu_power_w.min": "low_power",
+    "throttle_frac.power": "low_power",
+}
 
 
 def evaluate(plan: Plan, suspects, node_jobs: int) -> Dict[str, Any]:
@@ -227,22 +337,35 @@ def evaluate(plan: Plan, suspects, node_jobs: int) -> Dict[str, Any]:
         persistent = {n for n in planted if plan.planted[n][1] >= 1.0}
         called = {n for n, k in lead.items() if k == kind}
         hits = called & planted
-        rows[kind] = {"planted": len(planted), "found": len(hits), "recall": _ratio(len(hits), len(planted)),
-                      "recall_persistent": _ratio(len(hits & persistent), len(persistent)),
-                      "recall_intermittent": _ratio(len(hits & (planted - persistent)), len(planted - persistent)),
-                      "called": len(called), "precision": _ratio(len(hits), len(called))}
+        rows[kind] = {
+            "planted": len(planted),
+            "found": len(hits),
+            "recall": _ratio(len(hits), len(planted)),
+            "recall_persistent": _ratio(len(hits & persistent), len(persistent)),
+            "recall_intermittent": _ratio(
+                len(hits & (planted - persistent)), len(planted - persistent)
+            ),
+            "called": len(called),
+            "precision": _ratio(len(hits), len(called)),
+        }
     wrong = sorted(n for n in lead if n not in plan.planted)
-    return {"kinds": rows, "suspect_nodes": len(lead), "false_nodes": wrong,
-            "precision": _ratio(len(lead) - len(wrong), len(lead)),
-            "recall": _ratio(len(set(lead) & set(plan.planted)), len(plan.planted)),
-            "false_per_10k_node_jobs": round(len(wrong) / node_jobs * 1e4, 3) if node_jobs else None}
+    return {
+        "kinds": rows,
+        "suspect_nodes": len(lead),
+        "false_nodes": wrong,
+        "precision": _ratio(len(lead) - len(wrong), len(lead)),
+        "recall": _ratio(len(set(lead) & set(plan.planted)), len(plan.planted)),
+        "false_per_10k_node_jobs": round(len(wrong) / node_jobs * 1e4, 3) if node_jobs else None,
+    }
 
 
 def _ratio(a: int, b: int) -> Optional[float]:
     return round(a / b, 3) if b else None
 
 
-def run_detection(directory: str, fleet: Optional[Dict[str, Any]] = None, now: Optional[float] = None):
+def run_detection(
+    directory: str, fleet: Optional[Dict[str, Any]] = None, now: Optional[float] = None
+):
     from slurm_hooks.core.config import SECTIONS
     from slurm_hooks.records import straggler_scan as fleet_scan
 
@@ -251,21 +374,41 @@ def run_detection(directory: str, fleet: Optional[Dict[str, Any]] = None, now: O
     return fleet_scan.scan([directory], settings, now=now)
 
 
-def detection_table(nodes: int, jobs: int, seed: int, fleet: Optional[Dict[str, Any]] = None,
-                    severities: Tuple[float, ...] = (1.0,), healthy_seeds: int = 1) -> Dict[str, Any]:
+def detection_table(
+    nodes: int,
+    jobs: int,
+    seed: int,
+    fleet: Optional[Dict[str, Any]] = None,
+    severities: Tuple[float, ...] = (1.0,),
+    healthy_seeds: int = 1,
+) -> Dict[str, Any]:
     """The planted fleet at each severity (1.0: the faults as the module doc describes them; 0.5: half
     as far from healthy), and healthy fleets (nothing planted, `healthy_seeds` of them)."""
     now = time.time()
     out: Dict[str, Any] = {"nodes": nodes, "jobs": jobs, "planted": {}, "healthy": []}
-    runs = [("planted", s, seed) for s in severities] + [("healthy", 1.0, seed + 100 * i) for i in range(healthy_seeds)]
+    runs = [("planted", s, seed) for s in severities] + [
+        ("healthy", 1.0, seed + 100 * i) for i in range(healthy_seeds)
+    ]
     for label, severity, run_seed in runs:
-        plan = make_plan(nodes, seed=run_seed) if label == "planted" else make_plan(nodes, 0, 0, seed=run_seed)
+        plan = (
+            make_plan(nodes, seed=run_seed)
+            if label == "planted"
+            else make_plan(nodes, 0, 0, seed=run_seed)
+        )
         with tempfile.TemporaryDirectory(prefix="fleet-%s-" % label) as directory:
-            counts = write_fleet(directory, plan, jobs, seed=run_seed + 1, now=now, severity=severity)
+            counts = write_fleet(
+                directory, plan, jobs, seed=run_seed + 1, now=now, severity=severity
+            )
             result = run_detection(directory, fleet, now=now)
             scores = evaluate(plan, result.suspects(), result.node_jobs)
-            row = dict(scores, records=counts["records"], node_jobs=result.node_jobs, jobs_scored=result.jobs_scored,
-                       seconds=round(result.seconds, 2), severity=severity)
+            row = dict(
+                scores,
+                records=counts["records"],
+                node_jobs=result.node_jobs,
+                jobs_scored=result.jobs_scored,
+                seconds=round(result.seconds, 2),
+                severity=severity,
+            )
             if label == "planted":
                 out["planted"][severity] = row
             else:
@@ -275,23 +418,50 @@ def detection_table(nodes: int, jobs: int, seed: int, fleet: Optional[Dict[str, 
 
 def print_table(table: Dict[str, Any]) -> None:
     for severity, planted in sorted(table["planted"].items(), reverse=True):
-        print("fleet: %d nodes, %d multi-node jobs, %d records (%d node-jobs scored in %.1fs), faults at severity %g"
-              % (table["nodes"], table["jobs"], planted["records"], planted["node_jobs"], planted["seconds"],
-                 severity))
-        print("| kind | planted (3 persistent + 1 intermittent) | found | recall (persistent / intermittent) | "
-              "precision |")
+        print(
+            "fleet: %d nodes, %d multi-node jobs, %d records (%d node-jobs scored in %.1fs), faults at severity %g"
+            % (
+                table["nodes"],
+                table["jobs"],
+                planted["records"],
+                planted["node_jobs"],
+                planted["seconds"],
+                severity,
+            )
+        )
+        print(
+            "| kind | planted (3 persistent + 1 intermittent) | found | recall (persistent / intermittent) | "
+            "precision |"
+        )
         print("|---|---:|---:|---:|---:|")
         for kind, row in planted["kinds"].items():
-            print("| %s | %d | %d | %s (%s / %s) | %s |" % (kind, row["planted"], row["found"], row["recall"],
-                                                          row["recall_persistent"], row["recall_intermittent"],
-                                                          row["precision"]))
-        print("| all | %d | %d | %s | %s |" % (sum(r["planted"] for r in planted["kinds"].values()),
-                                              sum(r["found"] for r in planted["kinds"].values()), planted["recall"],
-                                              planted["precision"]))
+            print(
+                "| %s | %d | %d | %s (%s / %s) | %s |"
+                % (
+                    kind,
+                    row["planted"],
+                    row["found"],
+                    row["recall"],
+                    row["recall_persistent"],
+                    row["recall_intermittent"],
+                    row["precision"],
+                )
+            )
+        print(
+            "| all | %d | %d | %s | %s |"
+            % (
+                sum(r["planted"] for r in planted["kinds"].values()),
+                sum(r["found"] for r in planted["kinds"].values()),
+                planted["recall"],
+                planted["precision"],
+            )
+        )
         print("healthy nodes called suspect: %s" % (", ".join(planted["false_nodes"]) or "none"))
     for healthy in table["healthy"]:
-        print("healthy fleet (nothing planted): %d suspect nodes over %d node-jobs = %s per 10,000 node-jobs"
-              % (healthy["suspect_nodes"], healthy["node_jobs"], healthy["false_per_10k_node_jobs"]))
+        print(
+            "healthy fleet (nothing planted): %d suspect nodes over %d node-jobs = %s per 10,000 node-jobs"
+            % (healthy["suspect_nodes"], healthy["node_jobs"], healthy["false_per_10k_node_jobs"])
+        )
 
 
 def speed(records: int, runs: int, seed: int = 3) -> Dict[str, Any]:
@@ -304,8 +474,16 @@ def speed(records: int, runs: int, seed: int = 3) -> Dict[str, Any]:
         rng = random.Random(seed)
         counts = {"records": 0, "bytes": 0}
         while counts["records"] < records:  # whole jobs until the record count is reached
-            batch = write_fleet(directory, plan, 200, seed=rng.randrange(1 << 30), body_gpus=GPUS,
-                                span_days=10.0, now=time.time(), first_job=1000000 + jobs)
+            batch = write_fleet(
+                directory,
+                plan,
+                200,
+                seed=rng.randrange(1 << 30),
+                body_gpus=GPUS,
+                span_days=10.0,
+                now=time.time(),
+                first_job=1000000 + jobs,
+            )
             counts["records"] += batch["records"]
             counts["bytes"] += batch["bytes"]
             jobs += batch["jobs"]
@@ -313,8 +491,22 @@ def speed(records: int, runs: int, seed: int = 3) -> Dict[str, Any]:
         walls = []
         for _ in range(runs):
             began = time.monotonic()
-            done = subprocess.run([sys.executable, "-m", "slurm_hooks", "report", "--stragglers", "--json", directory],
-                                  env=env, capture_output=True, text=True, timeout=600, cwd=REPO)
+            done = subprocess.run(
+                [
+                    sys.executable,
+                    "-m",
+                    "slurm_hooks",
+                    "report",
+                    "--stragglers",
+                    "--json",
+                    directory,
+                ],
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=600,
+                cwd=REPO,
+            )
             walls.append(time.monotonic() - began)
             if done.returncode != 0:
                 raise SystemExit("report failed: %s" % done.stderr[-2000:])
@@ -327,10 +519,17 @@ def speed(records: int, runs: int, seed: int = 3) -> Dict[str, Any]:
         peak = children.ru_maxrss  # KiB on Linux: the largest child
         with open("/proc/loadavg") as handle:
             load = handle.read().split()[:3]
-        return {"cpu_s_per_run": round((children.ru_utime + children.ru_stime) / runs, 2), "loadavg": load,
-                "records": counts["records"], "megabytes": round(counts["bytes"] / 1e6, 1), "jobs": jobs,
-                "wall_s_median": round(statistics.median(walls), 2), "wall_s": [round(w, 2) for w in walls],
-                "peak_rss_mib": round(peak / 1024.0, 1), "cpus": os.cpu_count()}
+        return {
+            "cpu_s_per_run": round((children.ru_utime + children.ru_stime) / runs, 2),
+            "loadavg": load,
+            "records": counts["records"],
+            "megabytes": round(counts["bytes"] / 1e6, 1),
+            "jobs": jobs,
+            "wall_s_median": round(statistics.median(walls), 2),
+            "wall_s": [round(w, 2) for w in walls],
+            "peak_rss_mib": round(peak / 1024.0, 1),
+            "cpus": os.cpu_count(),
+        }
 
 
 def main(argv: Optional[List[str]] = None) -> int:
@@ -338,17 +537,33 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--nodes", type=int, default=256)
     parser.add_argument("--jobs", type=int, default=5000)
     parser.add_argument("--seed", type=int, default=17)
-    parser.add_argument("--speed", type=int, metavar="RECORDS", help="measure the report over this many records")
+    parser.add_argument(
+        "--speed", type=int, metavar="RECORDS", help="measure the report over this many records"
+    )
     parser.add_argument("--runs", type=int, default=5)
-    parser.add_argument("--severity", type=float, nargs="+", default=[1.0], help="how far planted faults move "
-                        "their figures (1.0: as described; 0.5: half as far)")
-    parser.add_argument("--healthy-seeds", type=int, default=1, help="healthy fleets to measure false suspects on")
+    parser.add_argument(
+        "--severity",
+        type=float,
+        nargs="+",
+        default=[1.0],
+        help="how far planted faults move their figures (1.0: as described; 0.5: half as far)",
+    )
+    parser.add_argument(
+        "--healthy-seeds", type=int, default=1, help="healthy fleets to measure false suspects on"
+    )
     args = parser.parse_args(argv)
     if args.speed:
         print(speed(args.speed, args.runs))
         return 0
-    print_table(detection_table(args.nodes, args.jobs, args.seed, severities=tuple(args.severity),
-                                healthy_seeds=args.healthy_seeds))
+    print_table(
+        detection_table(
+            args.nodes,
+            args.jobs,
+            args.seed,
+            severities=tuple(args.severity),
+            healthy_seeds=args.healthy_seeds,
+        )
+    )
     return 0
 
 

@@ -7,6 +7,7 @@ the package in a site-packages directory and a console script like the one the s
 (`#!python -s`, import, call). Dependencies (nvidia-ml-py, ...) come from the development
 venv through a plain .pth path line, which adds that directory without running its .pth files.
 """
+
 from __future__ import annotations
 
 import compileall
@@ -36,16 +37,30 @@ def make_install(base: str, source: str = REPO) -> Tuple[str, List[str]]:
     venv = os.path.join(base, "venv")
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", venv], check=True, timeout=120)
     python = os.path.join(venv, "bin", "python")
-    site = subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
-                          check=True, capture_output=True, text=True, timeout=60).stdout.strip()
-    shutil.copytree(os.path.join(source, "slurm_hooks"), os.path.join(site, "slurm_hooks"),
-                    ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-    compileall.compile_dir(os.path.join(site, "slurm_hooks"), quiet=1)  # as the spec's %install does
+    site = subprocess.run(
+        [python, "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    ).stdout.strip()
+    shutil.copytree(
+        os.path.join(source, "slurm_hooks"),
+        os.path.join(site, "slurm_hooks"),
+        ignore=shutil.ignore_patterns("__pycache__", "*.pyc"),
+    )
+    compileall.compile_dir(
+        os.path.join(site, "slurm_hooks"), quiet=1
+    )  # as the spec's %install does
     with open(os.path.join(site, "dev-venv-dependencies.pth"), "w") as handle:
-        handle.write(sysconfig.get_path("purelib") + "\n")  # this (development) interpreter's packages
+        handle.write(
+            sysconfig.get_path("purelib") + "\n"
+        )  # this (development) interpreter's packages
     script = os.path.join(venv, "bin", "slurm-hooks")
     with open(script, "w") as handle:
-        handle.write("#!%s -s\nimport sys\n\nfrom %s import %s\n\nsys.exit(%s())\n"
-                     % (python, module, function, function))
+        handle.write(
+            "#!%s -s\nimport sys\n\nfrom %s import %s\n\nsys.exit(%s())\n"
+            % (python, module, function, function)
+        )
     os.chmod(script, 0o755)
     return python, [script]

@@ -7,6 +7,7 @@ for (the prolog's forked check and snapshot processes). Launching from the small
 Linux carries the peak RSS across exec, so a command started straight from this Python process
 would report at least this process's RSS.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -54,13 +55,23 @@ class Stats:
         return statistics.median(self.values) if self.values else math.nan
 
     def ms(self) -> Dict[str, float]:
-        return {"n": self.n, "median": self.median * 1e3, "p90": self.percentile(90) * 1e3,
-                "p99": self.percentile(99) * 1e3, "min": (min(self.values) if self.values else math.nan) * 1e3,
-                "max": (max(self.values) if self.values else math.nan) * 1e3}
+        return {
+            "n": self.n,
+            "median": self.median * 1e3,
+            "p90": self.percentile(90) * 1e3,
+            "p99": self.percentile(99) * 1e3,
+            "min": (min(self.values) if self.values else math.nan) * 1e3,
+            "max": (max(self.values) if self.values else math.nan) * 1e3,
+        }
 
 
-def run_once(argv: Sequence[str], env: Mapping[str, str], cwd: Optional[str] = None, capture: bool = False,
-             timeout: float = 120.0) -> Sample:
+def run_once(
+    argv: Sequence[str],
+    env: Mapping[str, str],
+    cwd: Optional[str] = None,
+    capture: bool = False,
+    timeout: float = 120.0,
+) -> Sample:
     """Run argv to completion through the launcher; its wall time, peak RSS (KiB) and exit status.
 
     Without a C compiler the wall time is taken here and the peak RSS is unknown (0)."""
@@ -69,11 +80,21 @@ def run_once(argv: Sequence[str], env: Mapping[str, str], cwd: Optional[str] = N
     with tempfile.NamedTemporaryFile(prefix="bench-rusage-", delete=False) as handle:
         usage_file = handle.name
     try:
-        full = [launcher, usage_file, program] + list(argv[1:]) if launcher else [program] + list(argv[1:])
+        full = (
+            [launcher, usage_file, program] + list(argv[1:])
+            if launcher
+            else [program] + list(argv[1:])
+        )
         stdout = subprocess.PIPE if capture else subprocess.DEVNULL
         started = time.perf_counter()
-        proc = subprocess.Popen(full, env=dict(env), cwd=cwd, stdin=subprocess.DEVNULL, stdout=stdout,
-                                stderr=subprocess.DEVNULL)
+        proc = subprocess.Popen(
+            full,
+            env=dict(env),
+            cwd=cwd,
+            stdin=subprocess.DEVNULL,
+            stdout=stdout,
+            stderr=subprocess.DEVNULL,
+        )
         out = _read_all(proc, timeout) if capture else b""
         proc.wait(timeout)
         elapsed = time.perf_counter() - started
@@ -105,7 +126,12 @@ def launcher_path() -> Optional[str]:
         partial = binary + ".%d" % os.getpid()
         compiler = os.environ.get("CC", "gcc")
         try:
-            subprocess.run([compiler, "-O2", "-o", partial, source], check=True, capture_output=True, timeout=60)
+            subprocess.run(
+                [compiler, "-O2", "-o", partial, source],
+                check=True,
+                capture_output=True,
+                timeout=60,
+            )
             os.replace(partial, binary)
         except (OSError, subprocess.SubprocessError):
             binary = None  # type: ignore[assignment]
@@ -129,9 +155,13 @@ def _read_all(proc: subprocess.Popen, timeout: float) -> bytes:
     return b"".join(chunks)
 
 
-def interleaved(commands: Mapping[str, Tuple[Sequence[str], Mapping[str, str]]], runs: int, warmup: int = 2,
-                before_each: Optional[Callable[[str, int], Mapping[str, str]]] = None,
-                on_failure: Optional[Callable[[str, Sample], None]] = None) -> Dict[str, List[Sample]]:
+def interleaved(
+    commands: Mapping[str, Tuple[Sequence[str], Mapping[str, str]]],
+    runs: int,
+    warmup: int = 2,
+    before_each: Optional[Callable[[str, int], Mapping[str, str]]] = None,
+    on_failure: Optional[Callable[[str, Sample], None]] = None,
+) -> Dict[str, List[Sample]]:
     """Run each command `runs` times, round-robin, so that load from other work on the machine hits
     every command alike (their ratio stays fair). `before_each(name, i)` may return extra env vars."""
     samples: Dict[str, List[Sample]] = {name: [] for name in commands}

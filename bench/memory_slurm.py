@@ -5,6 +5,7 @@
 Runs hooks.run_hook in this process (its checks still run in a forked child) with a SlurmClient on
 the in-memory backend, which counts every request; prints one JSON list of step results.
 """
+
 from __future__ import annotations
 
 import json
@@ -33,15 +34,28 @@ def main(steps, fault, first_job: int) -> None:
         nvmlstate.update_state(state_path, {key: fault[2] if faulty else None})
         env = {"SLURMD_NODENAME": "node1"}
         if context != "health":
-            env.update(SLURM_JOB_ID=str(first_job + i), SLURM_JOB_USER="alice", SLURM_JOB_GPUS="0,1,2,3,4,5,6,7")
+            env.update(
+                SLURM_JOB_ID=str(first_job + i),
+                SLURM_JOB_USER="alice",
+                SLURM_JOB_GPUS="0,1,2,3,4,5,6,7",
+            )
         before = backend.calls
         started = time.perf_counter()
         outcome = run_hook(context, registry, config, env, client=SlurmClient(backend))
         node = backend.nodes["node1"]
-        rows.append({"step": label, "context": context, "exit": outcome.exit_code,
-                     "wall_ms": (time.perf_counter() - started) * 1e3, "slurm_calls": backend.calls - before,
-                     "outcome": outcome.enacted.outcome.value if outcome.enacted else outcome.decision.verdict.value,
-                     "node_state": "+".join([node.state] + sorted(node.flags))})
+        rows.append(
+            {
+                "step": label,
+                "context": context,
+                "exit": outcome.exit_code,
+                "wall_ms": (time.perf_counter() - started) * 1e3,
+                "slurm_calls": backend.calls - before,
+                "outcome": outcome.enacted.outcome.value
+                if outcome.enacted
+                else outcome.decision.verdict.value,
+                "node_state": "+".join([node.state] + sorted(node.flags)),
+            }
+        )
     sys.stdout.write(json.dumps(rows) + "\n")
 
 

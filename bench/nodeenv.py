@@ -6,6 +6,7 @@ The hooks get the environment slurmd gives a prolog: SLURM_JOB_ID, SLURM_JOB_USE
 SLURMD_NODENAME, SLURM_JOB_GPUS, CUDA_VISIBLE_DEVICES, SLURM_SCRIPT_CONTEXT, and no PATH; plus the
 fake library's LD_LIBRARY_PATH/FAKE_NVML_STATE and SLURM_HOOKS_CONFIG pointing at etc/config.toml.
 """
+
 from __future__ import annotations
 
 import os
@@ -37,10 +38,16 @@ class BenchNode:
         self.write_config(extra_config)
 
     @classmethod
-    def create(cls, spec: Union[str, Dict[str, Any]] = "dgx-h100", overrides: Optional[Dict[str, Any]] = None,
-               extra_config: str = "") -> "BenchNode":
+    def create(
+        cls,
+        spec: Union[str, Dict[str, Any]] = "dgx-h100",
+        overrides: Optional[Dict[str, Any]] = None,
+        extra_config: str = "",
+    ) -> "BenchNode":
         base = tempfile.mkdtemp(prefix="slurm-hooks-bench-", dir=fast_tmpdir())
-        os.chmod(base, 0o755)  # root-owned, not group/world-writable: the config's ownership check passes
+        os.chmod(
+            base, 0o755
+        )  # root-owned, not group/world-writable: the config's ownership check passes
         try:
             node = build_node(load_spec(spec, overrides), os.path.join(base, "node"))
             return cls(base, node, extra_config)
@@ -49,10 +56,18 @@ class BenchNode:
             raise
 
     def write_config(self, extra: str = "", mode: str = "observe") -> None:
-        text = ("[general]\nmode = %s\nroot = %s\nroot_live_sources = [\"nvml\"]\n\n"  # the fake library is its NVML
-                "[paths]\nstate_dir = %s\nlog_file = %s\nsyslog = false\n\n"
-                "[records]\ndir = %s\n" % (_q(mode), _q(str(self.node.root)), _q(self.state_dir), _q(self.log_file),
-                                            _q(self.records_dir)))
+        text = (
+            '[general]\nmode = %s\nroot = %s\nroot_live_sources = ["nvml"]\n\n'  # the fake library is its NVML
+            "[paths]\nstate_dir = %s\nlog_file = %s\nsyslog = false\n\n"
+            "[records]\ndir = %s\n"
+            % (
+                _q(mode),
+                _q(str(self.node.root)),
+                _q(self.state_dir),
+                _q(self.log_file),
+                _q(self.records_dir),
+            )
+        )
         with open(self.config_path, "w") as handle:
             handle.write(text + extra)
         os.chmod(self.config_path, 0o644)
@@ -62,18 +77,31 @@ class BenchNode:
         return len(self.node.spec["gpu"])
 
     def base_env(self) -> Dict[str, str]:
-        env = {"SLURM_HOOKS_CONFIG": self.config_path, "LD_LIBRARY_PATH": self.node.env["LD_LIBRARY_PATH"],
-               "FAKE_NVML_STATE": self.node.env["FAKE_NVML_STATE"], "LANG": "C.UTF-8"}
+        env = {
+            "SLURM_HOOKS_CONFIG": self.config_path,
+            "LD_LIBRARY_PATH": self.node.env["LD_LIBRARY_PATH"],
+            "FAKE_NVML_STATE": self.node.env["FAKE_NVML_STATE"],
+            "LANG": "C.UTF-8",
+        }
         if os.geteuid() != 0:  # a non-root run cannot own the config as root
             env["SLURM_HOOKS_ALLOW_INSECURE_CONFIG"] = "1"
         return env
 
-    def hook_env(self, context: str, job_id: int, extra: Optional[Dict[str, str]] = None) -> Dict[str, str]:
+    def hook_env(
+        self, context: str, job_id: int, extra: Optional[Dict[str, str]] = None
+    ) -> Dict[str, str]:
         """What slurmd sets for a prolog/epilog of job `job_id` holding every GPU of the node."""
         gpus = ",".join(str(i) for i in range(self.gpu_count))
-        env = dict(self.base_env(), SLURM_JOB_ID=str(job_id), SLURM_JOB_USER="alice", SLURM_JOB_UID="1000",
-                   SLURMD_NODENAME=NODE_NAME, SLURM_JOB_GPUS=gpus, CUDA_VISIBLE_DEVICES=gpus,
-                   SLURM_SCRIPT_CONTEXT="%s_slurmd" % context)
+        env = dict(
+            self.base_env(),
+            SLURM_JOB_ID=str(job_id),
+            SLURM_JOB_USER="alice",
+            SLURM_JOB_UID="1000",
+            SLURMD_NODENAME=NODE_NAME,
+            SLURM_JOB_GPUS=gpus,
+            CUDA_VISIBLE_DEVICES=gpus,
+            SLURM_SCRIPT_CONTEXT="%s_slurmd" % context,
+        )
         env.update(extra or {})
         return env
 
@@ -85,7 +113,11 @@ class BenchNode:
     def decision_lines(self) -> List[str]:
         try:
             with open(self.log_file) as handle:
-                return [line.rstrip("\n") for line in handle if "context=" in line and "decision=" in line]
+                return [
+                    line.rstrip("\n")
+                    for line in handle
+                    if "context=" in line and "decision=" in line
+                ]
         except OSError:
             return []
 

@@ -13,6 +13,7 @@ pynvml_import, nvml_init, and one sequential gather pass with every Host read an
 checks_threaded (runner.run_checks as the child runs it, NVML warm) and snapshot_take (snapshot.take,
 NVML warm). A phase whose API moved records its error instead of stopping the probe.
 """
+
 from __future__ import annotations
 
 import json
@@ -80,7 +81,9 @@ def main(gpus: int, repeat: int) -> None:
     from slurm_hooks.cli.main import parse_hook_args
     from slurm_hooks.core.config import load_registry_and_config
 
-    parse_hook_args(["prolog"])  # what `slurm-hooks prolog` imports, in its order: CLI, hook verbs, hooks
+    parse_hook_args(
+        ["prolog"]
+    )  # what `slurm-hooks prolog` imports, in its order: CLI, hook verbs, hooks
     from slurm_hooks.cli import hook_verbs as hook_commands  # noqa: F401
     from slurm_hooks.registry import load_builtin_checks
 
@@ -88,6 +91,7 @@ def main(gpus: int, repeat: int) -> None:
     from slurm_hooks import hooks  # noqa: F401  (what the prolog loads next)
     from slurm_hooks.core import runner  # noqa: F401  (what the prolog loads next)
     from slurm_hooks.records import store as records  # noqa: F401  (what the prolog loads next)
+
     OUT["imports"] = time.perf_counter() - started
 
     registry, config = timed("config", lambda: load_registry_and_config(None), repeat)
@@ -96,18 +100,31 @@ def main(gpus: int, repeat: int) -> None:
 
     job = JobContext(job_id="1001", user="alice", node_name="node1", gpus=tuple(range(gpus)))
     timed("fork_empty", lambda: run_isolated(lambda: {}, 10.0), max(repeat, 10))
-    timed("checks_isolated", lambda: hooks.run_isolated_checks(registry, config, "prolog", job), repeat)
+    timed(
+        "checks_isolated",
+        lambda: hooks.run_isolated_checks(registry, config, "prolog", job),
+        repeat,
+    )
 
     from slurm_hooks.hw import nvml
     from slurm_hooks.hw.host import Host
 
     library = config.get("nvml", "library")
-    timed("pynvml_import", lambda: __import__("slurm_hooks.hw.pynvml_import", fromlist=["x"]).import_pynvml())
+    timed(
+        "pynvml_import",
+        lambda: __import__("slurm_hooks.hw.pynvml_import", fromlist=["x"]).import_pynvml(),
+    )
     timed("nvml_init", lambda: nvml.session(library).open())
 
     host_meter, nvml_meter = Meter("host"), Meter("nvml")
-    instrument(Host, [n for n in vars(Host) if not n.startswith("_") and callable(getattr(Host, n))], host_meter)
-    instrument(nvml.NvmlSession, ["call", "call_versioned", "field_value", "fabric_info"], nvml_meter)
+    instrument(
+        Host,
+        [n for n in vars(Host) if not n.startswith("_") and callable(getattr(Host, n))],
+        host_meter,
+    )
+    instrument(
+        nvml.NvmlSession, ["call", "call_versioned", "field_value", "fabric_info"], nvml_meter
+    )
     specs = select_checks(registry, "prolog")
     root = config.get("general", "root")
     gather_self: Dict[str, float] = {}
@@ -147,11 +164,18 @@ def main(gpus: int, repeat: int) -> None:
 
     timed("judge", judge)
     OUT["checks_threaded"] = None
-    timed("checks_threaded", lambda: run_checks(registry, config, Host(root), "prolog", specs, job=job), repeat)
+    timed(
+        "checks_threaded",
+        lambda: run_checks(registry, config, Host(root), "prolog", specs, job=job),
+        repeat,
+    )
     from slurm_hooks.records import counters as snapshot
 
-    timed("snapshot_take", lambda: snapshot.take(Host(root), library, job.gpus,
-                                                 config.get("records", "ib_counters")), repeat)
+    timed(
+        "snapshot_take",
+        lambda: snapshot.take(Host(root), library, job.gpus, config.get("records", "ib_counters")),
+        repeat,
+    )
     OUT["checks"] = len(specs)
 
 
@@ -177,8 +201,9 @@ def _timed_gatherers(registry: Any, self_times: Dict[str, float]) -> Any:
 
         return run
 
-    gatherers = {name: replace(spec, func=wrap(name, spec.func))
-                 for name, spec in registry.gatherers.items()}
+    gatherers = {
+        name: replace(spec, func=wrap(name, spec.func)) for name, spec in registry.gatherers.items()
+    }
     return Registry(checks=dict(registry.checks), gatherers=gatherers)
 
 
@@ -187,4 +212,6 @@ if __name__ == "__main__":
     sys.stdout.flush()
     sys.stdout.write(json.dumps(OUT) + "\n")
     sys.stdout.flush()
-    os._exit(0)  # skip interpreter teardown: nothing to flush, and abandoned check threads can't stall it
+    os._exit(
+        0
+    )  # skip interpreter teardown: nothing to flush, and abandoned check threads can't stall it

@@ -14,6 +14,7 @@ issue asked us to weigh: `process_iter(["name"])`, and `cpu_affinity()` of each,
 housekeeping needs besides the cgroup psutil cannot give), and psutil's import time, the cost a
 prolog would pay to use it. Figures: docs/performance.md.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -52,8 +53,12 @@ int main(int argc, char **argv) {       /* fork N children that sleep; print "re
     for (;;) pause();
 }
 """
-CONFIG = {"checks": {"system.processes": {"required": ["sshd", "munged", "slurmd"], "forbidden": ["Xorg"]},
-                     "numa.housekeeping": {"housekeeping_cpus": "0-1"}}}
+CONFIG = {
+    "checks": {
+        "system.processes": {"required": ["sshd", "munged", "slurmd"], "forbidden": ["Xorg"]},
+        "numa.housekeeping": {"housekeeping_cpus": "0-1"},
+    }
+}
 
 
 def median_s(func: Callable[[], object], runs: int) -> float:
@@ -72,9 +77,11 @@ def time_checks(root: str, runs: int) -> Dict[str, float]:
     for name in ("system.processes", "numa.housekeeping"):
         spec = registry.checks[name]
 
-        def once():
+        # spec bound here (ruff B023), though median_s calls once() in this iteration only
+        def once(spec=spec):
             report = run_checks(registry, config, Host(root), "manual", [spec], deadline=60.0)
             assert not report.runs[0].timed_out, report.runs[0].results
+
         out[name] = median_s(once, runs)
     return out
 
@@ -90,10 +97,14 @@ def fake_node_figures(processes: int, runs: int) -> List[str]:
     finally:
         node.cleanup()
     registry = load_builtin_checks()
-    return ["fake node (cpu-only + %d processes, built in %.1f s), --root, median of %d:" % (processes, built, runs)] + [
-        "  %-18s %7.3f s   timeout %.1f s (%.0f%%)" % (name, s, registry.checks[name].timeout,
-                                                    100 * s / registry.checks[name].timeout)
-        for name, s in figures.items()]
+    return [
+        "fake node (cpu-only + %d processes, built in %.1f s), --root, median of %d:"
+        % (processes, built, runs)
+    ] + [
+        "  %-18s %7.3f s   timeout %.1f s (%.0f%%)"
+        % (name, s, registry.checks[name].timeout, 100 * s / registry.checks[name].timeout)
+        for name, s in figures.items()
+    ]
 
 
 def start_sleepers(count: int, workdir: str) -> subprocess.Popen:
@@ -119,10 +130,14 @@ def live_figures(count: int, runs: int) -> List[str]:
             os.killpg(sleepers.pid, signal.SIGTERM)
             sleepers.wait()
     registry = load_builtin_checks()
-    lines = ["live /proc with %d processes (%d started), Host('/'), median of %d:" % (total, count, runs)]
-    lines += ["  %-18s %7.3f s   timeout %.1f s (%.0f%%)" % (name, s, registry.checks[name].timeout,
-                                                        100 * s / registry.checks[name].timeout)
-              for name, s in ours.items()]
+    lines = [
+        "live /proc with %d processes (%d started), Host('/'), median of %d:" % (total, count, runs)
+    ]
+    lines += [
+        "  %-18s %7.3f s   timeout %.1f s (%.0f%%)"
+        % (name, s, registry.checks[name].timeout, 100 * s / registry.checks[name].timeout)
+        for name, s in ours.items()
+    ]
     lines += ["  %-40s %7.3f s" % (what, s) for what, s in psutil_figures.items()]
     return lines
 
@@ -145,18 +160,26 @@ def psutil_scan(runs: int) -> Dict[str, float]:
     host = Host("/")
 
     def comm_scan():
-        return {host.read_text("/proc/%s/comm" % e, default="", max_bytes=64)
-                for e in os.listdir("/proc") if e.isdigit()}
-    return {"our comm scan (system.processes' read)": median_s(comm_scan, runs),
-            "psutil process_iter(['name'])": median_s(names, runs),
-            "psutil cpu_affinity() of each": median_s(affinities, runs)}
+        return {
+            host.read_text("/proc/%s/comm" % e, default="", max_bytes=64)
+            for e in os.listdir("/proc")
+            if e.isdigit()
+        }
+
+    return {
+        "our comm scan (system.processes' read)": median_s(comm_scan, runs),
+        "psutil process_iter(['name'])": median_s(names, runs),
+        "psutil cpu_affinity() of each": median_s(affinities, runs),
+    }
 
 
 def import_cost(runs: int) -> List[str]:
     """`import slurm_hooks.cli.main` with and without `import psutil`, interleaved (medians, ms)."""
     python = sys.executable
-    cases = {"slurm_hooks.cli.main": "import slurm_hooks.cli.main",
-             "slurm_hooks.cli.main + psutil": "import slurm_hooks.cli.main, psutil"}
+    cases = {
+        "slurm_hooks.cli.main": "import slurm_hooks.cli.main",
+        "slurm_hooks.cli.main + psutil": "import slurm_hooks.cli.main, psutil",
+    }
     times: Dict[str, List[float]] = {case: [] for case in cases}
     for _ in range(runs):
         for case, code in cases.items():
@@ -165,17 +188,22 @@ def import_cost(runs: int) -> List[str]:
             times[case].append(time.perf_counter() - start)
     base = statistics.median(times["slurm_hooks.cli.main"])
     with_psutil = statistics.median(times["slurm_hooks.cli.main + psutil"])
-    return ["process start + import, interleaved, median of %d:" % runs,
-            "  import slurm_hooks.cli.main           %6.1f ms" % (base * 1000),
-            "  import slurm_hooks.cli.main, psutil   %6.1f ms   (+%.1f ms, %.2fx)" % (with_psutil * 1000,
-                                                                               (with_psutil - base) * 1000,
-                                                                               with_psutil / base)]
+    return [
+        "process start + import, interleaved, median of %d:" % runs,
+        "  import slurm_hooks.cli.main           %6.1f ms" % (base * 1000),
+        "  import slurm_hooks.cli.main, psutil   %6.1f ms   (+%.1f ms, %.2fx)"
+        % (with_psutil * 1000, (with_psutil - base) * 1000, with_psutil / base),
+    ]
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--processes", type=int, default=25000, help="extra processes on the fake node")
-    parser.add_argument("--live", type=int, default=0, metavar="N", help="also fork N real processes (0 = don't)")
+    parser.add_argument(
+        "--processes", type=int, default=25000, help="extra processes on the fake node"
+    )
+    parser.add_argument(
+        "--live", type=int, default=0, metavar="N", help="also fork N real processes (0 = don't)"
+    )
     parser.add_argument("--runs", type=int, default=5)
     args = parser.parse_args(argv)
     lines = fake_node_figures(args.processes, args.runs)

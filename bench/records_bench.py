@@ -6,6 +6,7 @@ recomputed with slurm_hooks.records.build.summarize and the file laid out by rec
 the code the epilog uses. About 10% of the jobs get correctable ECC errors, 2% Xids, 1% leftover
 processes, so the report has nodes to rank.
 """
+
 from __future__ import annotations
 
 import copy
@@ -53,11 +54,15 @@ def epilog_runs(node: BenchNode, hook: Sequence[str], runs: int, first_job: int)
             build.append(timings["record_build_s"])
         if isinstance(timings.get("epilog_snapshot_s"), (int, float)):
             snap.append(timings["epilog_snapshot_s"])
-    return {"wall": Stats([s.seconds for s in samples]).ms(), "max_rss_kb": max((s.max_rss_kb for s in samples),
-                                                                               default=0),
-            "size_bytes": statistics.median(sizes) if sizes else None, "failures": failures,
-            "record_build_ms": statistics.median(build) * 1e3 if build else None,
-            "epilog_snapshot_ms": statistics.median(snap) * 1e3 if snap else None, "template": record}
+    return {
+        "wall": Stats([s.seconds for s in samples]).ms(),
+        "max_rss_kb": max((s.max_rss_kb for s in samples), default=0),
+        "size_bytes": statistics.median(sizes) if sizes else None,
+        "failures": failures,
+        "record_build_ms": statistics.median(build) * 1e3 if build else None,
+        "epilog_snapshot_ms": statistics.median(snap) * 1e3 if snap else None,
+        "template": record,
+    }
 
 
 def generate(template: Dict[str, Any], count: int, directory: str, seed: int = 8) -> int:
@@ -103,28 +108,43 @@ def _vary(record: Dict[str, Any], rng: random.Random) -> None:
         record["xid_count"] = rng.randint(1, 4)
     if gpus and roll < 0.01:
         gpu = rng.choice(gpus)
-        gpu["processes"] = [{"pid": rng.randint(1000, 99999), "name": "python3", "used_memory": 2 << 30}]
+        gpu["processes"] = [
+            {"pid": rng.randint(1000, 99999), "name": "python3", "used_memory": 2 << 30}
+        ]
         gpu["memory_used_bytes"] = 2 << 30
 
 
-def report_runs(hook: Sequence[str], env: Dict[str, str], directory: str, runs: int) -> Dict[str, Any]:
+def report_runs(
+    hook: Sequence[str], env: Dict[str, str], directory: str, runs: int
+) -> Dict[str, Any]:
     """`slurm-hooks report DIR` `runs` times (page cache warm after the first): wall, peak RSS, and
     the report's own processing time from its first line."""
     samples, inner = [], []
     for _ in range(runs):
-        sample = run_once(list(hook) + ["report", "--top", "20", directory], env, capture=True, timeout=600)
+        sample = run_once(
+            list(hook) + ["report", "--top", "20", directory], env, capture=True, timeout=600
+        )
         samples.append(sample)
         match = _REPORT_SECONDS.search(sample.stdout.split("\n", 1)[0])
         if match:
             inner.append(float(match.group(1)))
     first_line = samples[-1].stdout.split("\n", 1)[0] if samples else ""
-    return {"wall": Stats([s.seconds for s in samples]).ms(), "max_rss_kb": max(s.max_rss_kb for s in samples),
-            "report_s": statistics.median(inner) if inner else None, "first_line": first_line,
-            "failures": sum(1 for s in samples if s.returncode != 0)}
+    return {
+        "wall": Stats([s.seconds for s in samples]).ms(),
+        "max_rss_kb": max(s.max_rss_kb for s in samples),
+        "report_s": statistics.median(inner) if inner else None,
+        "first_line": first_line,
+        "failures": sum(1 for s in samples if s.returncode != 0),
+    }
 
 
-def report_benchmark(hook: Sequence[str], env: Dict[str, str], template: Dict[str, Any], counts: Sequence[int],
-                     runs: int) -> Dict[int, Dict[str, Any]]:
+def report_benchmark(
+    hook: Sequence[str],
+    env: Dict[str, str],
+    template: Dict[str, Any],
+    counts: Sequence[int],
+    runs: int,
+) -> Dict[int, Dict[str, Any]]:
     out: Dict[int, Dict[str, Any]] = {}
     for count in counts:
         directory = tempfile.mkdtemp(prefix="slurm-hooks-records-")

@@ -1,4 +1,5 @@
 """Result tables: plain text for the terminal, Markdown for bench/results.md."""
+
 from __future__ import annotations
 
 import math
@@ -38,9 +39,13 @@ def text(sections: Sequence[Section], header: Sequence[str]) -> str:
     for sec in sections:
         out.append("== %s" % sec.title)
         rows = [_cells(sec.headers)] + [_cells(r) for r in sec.rows]
-        widths = [max(len(r[i]) if i < len(r) else 0 for r in rows) for i in range(len(sec.headers))]
+        widths = [
+            max(len(r[i]) if i < len(r) else 0 for r in rows) for i in range(len(sec.headers))
+        ]
         for n, row in enumerate(rows):
-            cells = [c.ljust(widths[i]) if i == 0 else c.rjust(widths[i]) for i, c in enumerate(row)]
+            cells = [
+                c.ljust(widths[i]) if i == 0 else c.rjust(widths[i]) for i, c in enumerate(row)
+            ]
             out.append("  " + "  ".join(cells).rstrip())
             if n == 0:
                 out.append("  " + "  ".join("-" * w for w in widths))
@@ -54,7 +59,9 @@ def markdown(sections: Sequence[Section], header: Sequence[str], title: str) -> 
     for sec in sections:
         out += ["## " + sec.title, ""]
         out.append("| " + " | ".join(_cells(sec.headers)) + " |")
-        out.append("|" + "|".join("---" if i == 0 else "---:" for i in range(len(sec.headers))) + "|")
+        out.append(
+            "|" + "|".join("---" if i == 0 else "---:" for i in range(len(sec.headers))) + "|"
+        )
         for row in sec.rows:
             cells = [c.replace("|", "\\|") for c in _cells(row)]
             if cells and cells[0].startswith(" "):  # a sub-row: Markdown would drop the indent

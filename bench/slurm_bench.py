@@ -7,6 +7,7 @@ them, with SLURM_CONF), else against the in-memory backend of tests/test_drainer
 (bench/memory_slurm.py). Sequence: healthy prolog; GPU 0 lost from NVML -> prolog drains; the same
 prolog again (already drained by us); fault cleared -> health resumes; health again (nothing to do).
 """
+
 from __future__ import annotations
 
 import json
@@ -21,10 +22,18 @@ from .measure import run_once
 from .nodeenv import NODE_NAME, BenchNode, log_fields
 
 BENCH_DIR = os.path.dirname(os.path.abspath(__file__))
-GPU_FAULT = ("nvmlDeviceGetHandleByIndex", 0, 15)  # GPU 0 -> NVML_ERROR_GPU_IS_LOST: node-broken, drain
-STEPS = (("healthy prolog", "prolog", False), ("GPU lost: prolog drains", "prolog", True),
-         ("prolog again (already drained by us)", "prolog", True), ("fixed: health resumes", "health", False),
-         ("health again (nothing to do)", "health", False))
+GPU_FAULT = (
+    "nvmlDeviceGetHandleByIndex",
+    0,
+    15,
+)  # GPU 0 -> NVML_ERROR_GPU_IS_LOST: node-broken, drain
+STEPS = (
+    ("healthy prolog", "prolog", False),
+    ("GPU lost: prolog drains", "prolog", True),
+    ("prolog again (already drained by us)", "prolog", True),
+    ("fixed: health resumes", "health", False),
+    ("health again (nothing to do)", "health", False),
+)
 
 
 def drain_path(hook: Sequence[str], use_real_slurm: bool, first_job: int) -> Dict[str, Any]:
@@ -63,15 +72,26 @@ def _real(hook: Sequence[str], first_job: int) -> Dict[str, Any]:
             else:
                 node.node.clear_faults()
             extra = {"SLURM_CONF": str(cluster.conf)}
-            env = node.hook_env(context, first_job + i, extra) if context != "health" else node.health_env(extra)
+            env = (
+                node.hook_env(context, first_job + i, extra)
+                if context != "health"
+                else node.health_env(extra)
+            )
             before = len(node.decision_lines())
             sample = run_once(list(hook) + [context], env, timeout=120)
             lines = node.decision_lines()[before:]
             fields = log_fields(lines[-1]) if lines else {}
-            rows.append({"step": label, "context": context, "exit": sample.returncode,
-                         "wall_ms": sample.seconds * 1e3, "slurm_calls": _int(fields.get("slurm_calls")),
-                         "outcome": fields.get("outcome") or fields.get("decision"),
-                         "node_state": cluster.node_state(NODE_NAME)})
+            rows.append(
+                {
+                    "step": label,
+                    "context": context,
+                    "exit": sample.returncode,
+                    "wall_ms": sample.seconds * 1e3,
+                    "slurm_calls": _int(fields.get("slurm_calls")),
+                    "outcome": fields.get("outcome") or fields.get("decision"),
+                    "node_state": cluster.node_state(NODE_NAME),
+                }
+            )
         return {"backend": "real slurmctld + scontrol (tests/slurmcluster.py)", "steps": rows}
     finally:
         cluster.stop()
@@ -83,14 +103,27 @@ def _memory(first_job: int) -> Dict[str, Any]:
     node = BenchNode.create()
     node.write_config(extra='\n[nvml]\nlibrary = "%s"\n' % node.node.lib_path, mode="enforce")
     try:
-        argv = [sys.executable, os.path.join(BENCH_DIR, "memory_slurm.py"), json.dumps(STEPS),
-                json.dumps(list(GPU_FAULT)), str(first_job)]
-        proc = subprocess.run(argv, env=dict(node.base_env(), FAKE_NVML_STATE=str(node.node.state_path)),
-                              cwd=os.path.dirname(BENCH_DIR), capture_output=True, text=True, timeout=300)
+        argv = [
+            sys.executable,
+            os.path.join(BENCH_DIR, "memory_slurm.py"),
+            json.dumps(STEPS),
+            json.dumps(list(GPU_FAULT)),
+            str(first_job),
+        ]
+        proc = subprocess.run(
+            argv,
+            env=dict(node.base_env(), FAKE_NVML_STATE=str(node.node.state_path)),
+            cwd=os.path.dirname(BENCH_DIR),
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         if proc.returncode != 0 or not proc.stdout.strip():
             return {"backend": "in-memory", "error": proc.stderr.strip()[-800:], "steps": []}
-        return {"backend": "in-memory (tests/test_drainer.py MemoryBackend)",
-                "steps": json.loads(proc.stdout.strip().splitlines()[-1])}
+        return {
+            "backend": "in-memory (tests/test_drainer.py MemoryBackend)",
+            "steps": json.loads(proc.stdout.strip().splitlines()[-1]),
+        }
     finally:
         node.cleanup()
 

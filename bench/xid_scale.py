@@ -21,6 +21,7 @@ other work runs), so the checks' own work is also measured as CPU time in one pr
 exits 1 when a check timed out or used more than a third of its timeout in CPU. A fake node's /dev/kmsg is a file read at once; a live one costs one read(2) per
 record (~1.6 us, docs/performance.md), ~0.16 s more at 100,000 records.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -45,8 +46,20 @@ from bench.measure import run_once  # noqa: E402
 from bench.nodeenv import BenchNode  # noqa: E402
 
 RESULTS = os.path.join(REPO, "bench", "xid_scale.md")
-TIMEOUTS = {"xid.events": 3.0, "xid.sxid": 2.0}  # the checks' declared timeouts (slurm_hooks/checks/xid.py)
-GPU_BUSES = ("18", "1a", "42", "44", "9a", "9c", "c4", "c6")  # the example node's GPUs (dgx-h100 spec)
+TIMEOUTS = {
+    "xid.events": 3.0,
+    "xid.sxid": 2.0,
+}  # the checks' declared timeouts (slurm_hooks/checks/xid.py)
+GPU_BUSES = (
+    "18",
+    "1a",
+    "42",
+    "44",
+    "9a",
+    "9c",
+    "c4",
+    "c6",
+)  # the example node's GPUs (dgx-h100 spec)
 SWITCH_BUSES = ("05", "06", "07", "08")
 
 
@@ -58,36 +71,65 @@ def driver_lines(rng: random.Random, n: int) -> List[str]:
         pid = rng.randrange(2000, 4000000)
         roll = rng.random()
         if roll < 0.30:
-            out.append("NVRM: Xid (PCI:0000:%s:00): 13, pid=%d, name=python3, Graphics SM Warp Exception on (GPC %d, "
-                       "TPC %d, SM %d): Out Of Range Address" % (bus, pid, rng.randrange(8), rng.randrange(9),
-                                                                 rng.randrange(2)))
+            out.append(
+                "NVRM: Xid (PCI:0000:%s:00): 13, pid=%d, name=python3, Graphics SM Warp Exception on (GPC %d, "
+                "TPC %d, SM %d): Out Of Range Address"
+                % (bus, pid, rng.randrange(8), rng.randrange(9), rng.randrange(2))
+            )
         elif roll < 0.50:
-            out.append("NVRM: Xid (PCI:0000:%s:00): 31, pid=%d, name=pt_main_thread, Ch %08x, intr 00000000. MMU "
-                       "Fault: ENGINE GRAPHICS GPCCLIENT_T1_%d faulted @ 0x7f%x_%08x. Fault is of type "
-                       "FAULT_PDE ACCESS_TYPE_VIRT_READ" % (bus, pid, rng.randrange(64), rng.randrange(16),
-                                                            rng.randrange(1 << 20), rng.randrange(1 << 32)))
+            out.append(
+                "NVRM: Xid (PCI:0000:%s:00): 31, pid=%d, name=pt_main_thread, Ch %08x, intr 00000000. MMU "
+                "Fault: ENGINE GRAPHICS GPCCLIENT_T1_%d faulted @ 0x7f%x_%08x. Fault is of type "
+                "FAULT_PDE ACCESS_TYPE_VIRT_READ"
+                % (
+                    bus,
+                    pid,
+                    rng.randrange(64),
+                    rng.randrange(16),
+                    rng.randrange(1 << 20),
+                    rng.randrange(1 << 32),
+                )
+            )
         elif roll < 0.60:
-            out.append("NVRM: Xid (PCI:0000:%s:00): 43, pid=%d, name=python3, Ch %08x" % (bus, pid, rng.randrange(64)))
+            out.append(
+                "NVRM: Xid (PCI:0000:%s:00): 43, pid=%d, name=python3, Ch %08x"
+                % (bus, pid, rng.randrange(64))
+            )
         elif roll < 0.70:
-            out.append("NVRM: Xid (PCI:0000:%s:00): 45, pid=%d, name=python3, Ch %08x" % (bus, pid, rng.randrange(64)))
+            out.append(
+                "NVRM: Xid (PCI:0000:%s:00): 45, pid=%d, name=python3, Ch %08x"
+                % (bus, pid, rng.randrange(64))
+            )
         elif roll < 0.80:
-            out.append("NVRM: Xid (PCI:0000:%s:00): 74, pid='<unknown>', name=<unknown>, NVLink: fatal error detected "
-                       "on link %d(0x%x, 0x0, 0x0, 0x0, 0x0, 0x0, 0x0)" % (bus, rng.randrange(18), rng.randrange(1 << 20)))
+            out.append(
+                "NVRM: Xid (PCI:0000:%s:00): 74, pid='<unknown>', name=<unknown>, NVLink: fatal error detected "
+                "on link %d(0x%x, 0x0, 0x0, 0x0, 0x0, 0x0, 0x0)"
+                % (bus, rng.randrange(18), rng.randrange(1 << 20))
+            )
         elif roll < 0.87:
             sw, link = rng.randrange(4), rng.randrange(64)
             prefix = "nvidia-nvswitch%d: SXid (PCI:0000:%s:00.0): 22013, " % (sw, SWITCH_BUSES[sw])
-            out += [prefix + "Non-fatal, Link %d Minion Link DLREQ interrupt" % link,
-                    prefix + "Severity 0 Engine instance %02d Sub-engine instance 00" % link,
-                    prefix + "Data {0x%08x, 0x%08x, 0x00000000, 0x%08x, 0x80005302, 0x00000000, 0x00000000, "
-                             "0x00000000, 0x00000000}" % (link, link, link)]
+            out += [
+                prefix + "Non-fatal, Link %d Minion Link DLREQ interrupt" % link,
+                prefix + "Severity 0 Engine instance %02d Sub-engine instance 00" % link,
+                prefix
+                + "Data {0x%08x, 0x%08x, 0x00000000, 0x%08x, 0x80005302, 0x00000000, 0x00000000, "
+                "0x00000000, 0x00000000}" % (link, link, link),
+            ]
         elif roll < 0.90:
-            out.append("NVRM: GPU at PCI:0000:%s:00: GPU-%08x-0000-0000-0000-000000000000" % (bus, pid))
+            out.append(
+                "NVRM: GPU at PCI:0000:%s:00: GPU-%08x-0000-0000-0000-000000000000" % (bus, pid)
+            )
         else:
-            out.append("mlx5_core 0000:19:00.0: mlx5_cmd_out_err:%d: QUERY_VUID(0x6e) op_mod(0x0) failed, "
-                       "status bad parameter(0x3), syndrome (0x%x), err(-22)" % (pid % 900, pid))
+            out.append(
+                "mlx5_core 0000:19:00.0: mlx5_cmd_out_err:%d: QUERY_VUID(0x6e) op_mod(0x0) failed, "
+                "status bad parameter(0x3), syndrome (0x%x), err(-22)" % (pid % 900, pid)
+            )
     out = out[:n]
     if n:
-        out[n // 2] = "NVRM: Xid (PCI:0000:44:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus."
+        out[n // 2] = (
+            "NVRM: Xid (PCI:0000:44:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus."
+        )
     return out
 
 
@@ -102,26 +144,38 @@ def write_kmsg(node: BenchNode, n: int, seed: int = 13) -> None:
             handle.write("%d,%d,%d,-;%s\n" % (level, first + i, 90_000_000 + i * 997, message))
 
 
-def run_checks(hook: List[str], node: BenchNode, job: int
-               ) -> Tuple[float, Dict[str, Tuple[float, bool, str]], int]:
+def run_checks(
+    hook: List[str], node: BenchNode, job: int
+) -> Tuple[float, Dict[str, Tuple[float, bool, str]], int]:
     """(wall seconds, {check: (duration s, timed out, status)}, peak RSS KiB) of one `check xid` run."""
-    done = run_once(hook + ["check", "--context", "prolog", "--json", "xid"], node.hook_env("prolog", job),
-                    capture=True, timeout=600)
+    done = run_once(
+        hook + ["check", "--context", "prolog", "--json", "xid"],
+        node.hook_env("prolog", job),
+        capture=True,
+        timeout=600,
+    )
     if not done.stdout.strip():
         raise RuntimeError("check xid exited %d without output" % done.returncode)
     report = json.loads(done.stdout)
-    runs = {run["name"]: (run["duration_s"], bool(run.get("timed_out")), run["status"]) for run in report["checks"]}
+    runs = {
+        run["name"]: (run["duration_s"], bool(run.get("timed_out")), run["status"])
+        for run in report["checks"]
+    }
     return done.seconds, runs, done.max_rss_kb
 
 
-def measure(hooks: Dict[str, List[str]], sizes: List[int], runs: int) -> Dict[Tuple[str, int], Dict[str, object]]:
+def measure(
+    hooks: Dict[str, List[str]], sizes: List[int], runs: int
+) -> Dict[Tuple[str, int], Dict[str, object]]:
     node = BenchNode.create("dgx-h100")
     out: Dict[Tuple[str, int], Dict[str, object]] = {}
     job = 5000
     try:
         for n in sizes:
             write_kmsg(node, n)
-            samples: Dict[str, List[Tuple[float, Dict[str, Tuple[float, bool, str]], int]]] = {k: [] for k in hooks}
+            samples: Dict[str, List[Tuple[float, Dict[str, Tuple[float, bool, str]], int]]] = {
+                k: [] for k in hooks
+            }
             for i in range(runs + 1):  # one warm-up round
                 order = list(hooks.items()) if i % 2 == 0 else list(reversed(list(hooks.items())))
                 for label, hook in order:
@@ -130,16 +184,29 @@ def measure(hooks: Dict[str, List[str]], sizes: List[int], runs: int) -> Dict[Tu
                     if i:
                         samples[label].append(sample)
             for label, got in samples.items():
-                row: Dict[str, object] = {"wall": statistics.median(s[0] for s in got),
-                                          "rss_mib": max(s[2] for s in got) / 1024.0}
+                row: Dict[str, object] = {
+                    "wall": statistics.median(s[0] for s in got),
+                    "rss_mib": max(s[2] for s in got) / 1024.0,
+                }
                 for check in TIMEOUTS:
                     row[check] = statistics.median(s[1][check][0] for s in got)
                     row[check + ".timed_out"] = sum(s[1][check][1] for s in got)
                     row[check + ".status"] = sorted({s[1][check][2] for s in got})
                 out[(label, n)] = row
-                print("%-12s %7d lines  wall %6.2f s  xid.events %6.3f s (%s)  xid.sxid %6.3f s (%s)  peak RSS %.0f MiB"
-                      % (label, n, row["wall"], row["xid.events"], "/".join(row["xid.events.status"]),
-                         row["xid.sxid"], "/".join(row["xid.sxid.status"]), row["rss_mib"]), flush=True)
+                print(
+                    "%-12s %7d lines  wall %6.2f s  xid.events %6.3f s (%s)  xid.sxid %6.3f s (%s)  peak RSS %.0f MiB"
+                    % (
+                        label,
+                        n,
+                        row["wall"],
+                        row["xid.events"],
+                        "/".join(row["xid.events.status"]),
+                        row["xid.sxid"],
+                        "/".join(row["xid.sxid.status"]),
+                        row["rss_mib"],
+                    ),
+                    flush=True,
+                )
     finally:
         node.cleanup()
     return out
@@ -181,42 +248,86 @@ print(min(x[0] for x in r), min(x[1] for x in r))
 
 def cpu_seconds(source: str, n: int) -> Tuple[float, float]:
     """(xid.events, xid.sxid) CPU seconds of parsing and judging n lines with the slurm_hooks under source."""
-    out = subprocess.run([sys.executable, "-c", _CPU_SCRIPT, source, REPO, str(n)], capture_output=True, text=True,
-                         timeout=600, check=True).stdout.split()
+    out = subprocess.run(
+        [sys.executable, "-c", _CPU_SCRIPT, source, REPO, str(n)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=True,
+    ).stdout.split()
     return float(out[0]), float(out[1])
 
 
-def markdown(results: Dict[Tuple[str, int], Dict[str, object]], labels: List[str], sizes: List[int],
-             runs: int, against: Optional[str], cpu: Dict[str, Tuple[float, float]]) -> str:
-    lines = ["# Xid checks on large kernel logs (`bench/xid_scale.py`)", "",
-             "- date: %s UTC; machine: %d CPUs, load average at the end %s" % (
-                 time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime()), os.cpu_count() or 0,
-                 " ".join("%.2f" % x for x in os.getloadavg())),
-             "- command: `.venv/bin/python bench/xid_scale.py --runs %d%s --write`; medians of %d runs, interleaved"
-             % (runs, " --against %s" % against if against else "", runs),
-             "- timeouts: xid.events 3.0 s, xid.sxid 2.0 s; a timed-out Xid check is UNKNOWN: the node's real Xid "
-             "would only alert", "",
-             "| code | kernel log lines | xid.events s | xid.sxid s | timed out (events/sxid) | status (events/sxid) "
-             "| whole `check xid` s | peak RSS MiB |", "|---|---:|---:|---:|---|---|---:|---:|"]
+def markdown(
+    results: Dict[Tuple[str, int], Dict[str, object]],
+    labels: List[str],
+    sizes: List[int],
+    runs: int,
+    against: Optional[str],
+    cpu: Dict[str, Tuple[float, float]],
+) -> str:
+    lines = [
+        "# Xid checks on large kernel logs (`bench/xid_scale.py`)",
+        "",
+        "- date: %s UTC; machine: %d CPUs, load average at the end %s"
+        % (
+            time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime()),
+            os.cpu_count() or 0,
+            " ".join("%.2f" % x for x in os.getloadavg()),
+        ),
+        "- command: `.venv/bin/python bench/xid_scale.py --runs %d%s --write`; medians of %d runs, interleaved"
+        % (runs, " --against %s" % against if against else "", runs),
+        "- timeouts: xid.events 3.0 s, xid.sxid 2.0 s; a timed-out Xid check is UNKNOWN: the node's real Xid "
+        "would only alert",
+        "",
+        "| code | kernel log lines | xid.events s | xid.sxid s | timed out (events/sxid) | status (events/sxid) "
+        "| whole `check xid` s | peak RSS MiB |",
+        "|---|---:|---:|---:|---|---|---:|---:|",
+    ]
     for n in sizes:
         for label in labels:
             row = results[(label, n)]
-            lines.append("| %s | %d | %.3f | %.3f | %d/%d of %d | %s / %s | %.2f | %.0f |" % (
-                label, n, row["xid.events"], row["xid.sxid"], row["xid.events.timed_out"], row["xid.sxid.timed_out"],
-                runs, ",".join(row["xid.events.status"]), ",".join(row["xid.sxid.status"]), row["wall"],
-                row["rss_mib"]))
+            lines.append(
+                "| %s | %d | %.3f | %.3f | %d/%d of %d | %s / %s | %.2f | %.0f |"
+                % (
+                    label,
+                    n,
+                    row["xid.events"],
+                    row["xid.sxid"],
+                    row["xid.events.timed_out"],
+                    row["xid.sxid.timed_out"],
+                    runs,
+                    ",".join(row["xid.events.status"]),
+                    ",".join(row["xid.sxid.status"]),
+                    row["wall"],
+                    row["rss_mib"],
+                )
+            )
     if cpu:
-        lines += ["", "CPU time of the checks' own work (parse and judge %d lines, in one process, min of 3; "
-                  "independent of the machine's load):" % max(sizes), "",
-                  "| code | xid.events CPU s | xid.sxid CPU s |", "|---|---:|---:|"]
-        lines += ["| %s | %.2f | %.2f |" % (label, cpu[label][0], cpu[label][1]) for label in labels if label in cpu]
+        lines += [
+            "",
+            "CPU time of the checks' own work (parse and judge %d lines, in one process, min of 3; "
+            "independent of the machine's load):" % max(sizes),
+            "",
+            "| code | xid.events CPU s | xid.sxid CPU s |",
+            "|---|---:|---:|",
+        ]
+        lines += [
+            "| %s | %.2f | %.2f |" % (label, cpu[label][0], cpu[label][1])
+            for label in labels
+            if label in cpu
+        ]
     return "\n".join(lines) + "\n"
 
 
 def main(argv: Optional[List[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--against", metavar="REV", help="also measure this git revision, interleaved")
-    parser.add_argument("--lines", type=int, action="append", help="kernel log sizes (default 0, 10000, 100000)")
+    parser.add_argument(
+        "--against", metavar="REV", help="also measure this git revision, interleaved"
+    )
+    parser.add_argument(
+        "--lines", type=int, action="append", help="kernel log sizes (default 0, 10000, 100000)"
+    )
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--write", action="store_true", help="write bench/xid_scale.md")
     args = parser.parse_args(argv)
@@ -227,9 +338,15 @@ def main(argv: Optional[List[str]] = None) -> int:
         sources = {"working tree": REPO}
         if args.against:
             sources[args.against] = export_revision(args.against, base)
-            hooks[args.against] = make_install(os.path.join(base, "before"), sources[args.against])[1]
+            hooks[args.against] = make_install(os.path.join(base, "before"), sources[args.against])[
+                1
+            ]
         results = measure(hooks, sizes, args.runs)
-        cpu = {label: cpu_seconds(source, max(sizes)) for label, source in sources.items()} if max(sizes) else {}
+        cpu = (
+            {label: cpu_seconds(source, max(sizes)) for label, source in sources.items()}
+            if max(sizes)
+            else {}
+        )
         labels = list(hooks)[::-1]
         text = markdown(results, labels, sizes, args.runs, args.against, cpu)
         if args.write:
@@ -238,8 +355,12 @@ def main(argv: Optional[List[str]] = None) -> int:
         print(text)
         # Well inside: never timed out, and the checks' own CPU time at most a third of each timeout (wall
         # times on a shared machine move with its load; CPU time does not).
-        bad = [(label, n) for (label, n), row in results.items() if label == "working tree"
-               and (row["xid.events.timed_out"] or row["xid.sxid.timed_out"])]
+        bad = [
+            (label, n)
+            for (label, n), row in results.items()
+            if label == "working tree"
+            and (row["xid.events.timed_out"] or row["xid.sxid.timed_out"])
+        ]
         mine = cpu.get("working tree")
         if mine and (mine[0] > TIMEOUTS["xid.events"] / 3 or mine[1] > TIMEOUTS["xid.sxid"] / 3):
             bad.append(("working tree CPU", mine))
