@@ -185,8 +185,10 @@ def header_record(
     end: float,
     perf: Dict[str, float],
     body_gpus: int = 0,
+    boot_id: str = "4f0c1a52-9d1e-4c3b-8a57-2e6b0d9c7f31",
 ) -> Dict[str, Any]:
-    """A job record as recordbuild lays it out: the header fields, summary (with perf) and a body."""
+    """A job record as records/build.py lays it out: the header fields, summary (with perf) and a
+    body. boot_id: the node's (one boot for the whole synthetic fleet unless a test reboots one)."""
     summary = {
         "deltas": True,
         "ecc_corrected": 0,
@@ -241,6 +243,7 @@ def header_record(
         "node": node,
         "start": round(start, 3),
         "end": round(end, 3),
+        "boot_id": boot_id,
         "prolog_snapshot": "ok",
         "summary": summary,
         "end_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(end)),

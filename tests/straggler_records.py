@@ -32,11 +32,22 @@ def healthy(rng):
 
 
 def write(
-    directory, node, job_id, perf, end, start=None, user="alice", mtime=None, record_node=None
+    directory,
+    node,
+    job_id,
+    perf,
+    end,
+    start=None,
+    user="alice",
+    mtime=None,
+    record_node=None,
+    boot="4f0c1a52-9d1e-4c3b-8a57-2e6b0d9c7f31",
 ):
     record = fleet_synth.header_record(
-        str(job_id), user, record_node or node, start or end - 3600, end, perf
+        str(job_id), user, record_node or node, start or end - 3600, end, perf, boot_id=boot
     )
+    if boot is None:  # a record of a version before boot_id
+        del record["boot_id"]
     path = os.path.join(directory, node, "%s.json" % job_id)
     os.makedirs(os.path.dirname(path), exist_ok=True)
     with open(path, "wb") as handle:
@@ -47,11 +58,20 @@ def write(
 
 
 def write_jobs(
-    directory, jobs=12, nodes=6, slow="n03", slow_every=1, seed=1, first_job=100, names=None
+    directory,
+    jobs=12,
+    nodes=6,
+    slow="n03",
+    slow_every=1,
+    seed=1,
+    first_job=100,
+    names=None,
+    boot_of=lambda node, j: "4f0c1a52-9d1e-4c3b-8a57-2e6b0d9c7f31",
+    slow_in=lambda j: True,
 ):
     """`jobs` jobs on all `nodes` nodes an hour apart; `slow` spends 20 % in HW slowdown in every
-    `slow_every`-th job. Users alternate. Records of a job are written in a shuffled node order with
-    mtimes up to a minute apart."""
+    `slow_every`-th job for which slow_in(j). Users alternate. Records of a job are written in a
+    shuffled node order with mtimes up to a minute apart; boot_of(node, j) is the record's boot id."""
     rng = random.Random(seed)
     names = list(names or ["n%02d" % i for i in range(nodes)])
     for j in range(jobs):
@@ -60,7 +80,7 @@ def write_jobs(
         rng.shuffle(order)
         for node in order:
             perf = healthy(rng)
-            if node == slow and j % slow_every == 0:
+            if node == slow and j % slow_every == 0 and slow_in(j):
                 perf[HW] = 0.2
             write(
                 directory,
@@ -70,5 +90,6 @@ def write_jobs(
                 end,
                 user="user%d" % (j % 3),
                 mtime=end + rng.uniform(0, 60),
+                boot=boot_of(node, j),
             )
     return names

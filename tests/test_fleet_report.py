@@ -113,6 +113,56 @@ def test_records_a_user_could_plant_are_not_read(tmp_path):
     }
 
 
+BOOT_A, BOOT_B = "0b6c5d2e-6b1f-4d0a-9d65-3c2f9b1e7a10", "9f3e1c77-20d4-4c8e-b1a2-5e7d6f804b22"
+
+
+def test_a_reboot_starts_the_window_again_so_a_repair_is_not_judged_on_old_evidence(tmp_path):
+    """An admin swaps n03's GPU (a reboot) after job 7 of 12. Before the fix its 8 slow jobs of the
+    earlier boot kept it a suspect, so [fleet] drain took down the repaired node."""
+    d = str(tmp_path / "repaired")
+    write_jobs(
+        d, jobs=12, slow_in=lambda j: j < 8, boot_of=lambda node, j: BOOT_B if j >= 8 else BOOT_A
+    )
+    result = fleet.scan([d], settings(), now=NOW)
+    assert result.suspects() == []
+    assert result.windows["n03"].before_reboot == 8 and len(result.windows["n03"].marks) == 4
+    assert result.before_reboot() == 6 * 8  # every node rebooted here; only n03 was slow
+    assert fleet.to_dict(result)["before_reboot"] == 48
+    assert "48 node-job(s) not counted: the node rebooted" in fleet.render(result)
+
+
+def test_a_fault_that_survives_the_reboot_is_found_again_in_k_jobs(tmp_path):
+    def boots(node, j):
+        return BOOT_B if (node == "n03" and j >= 8) else BOOT_A
+
+    write_jobs(str(tmp_path / "two"), jobs=10, boot_of=boots)  # 2 slow jobs since the reboot
+    assert fleet.scan([str(tmp_path / "two")], settings(), now=NOW).suspects() == []
+    write_jobs(str(tmp_path / "three"), jobs=11, boot_of=boots)  # 3
+    (suspect,) = fleet.scan([str(tmp_path / "three")], settings(), now=NOW).suspects()
+    assert (suspect.node, suspect.flagged, suspect.window) == ("n03", 3, 3)
+
+
+def test_a_late_record_from_before_the_reboot_does_not_count_or_reset(tmp_path):
+    d = str(tmp_path)
+    write_jobs(d, jobs=6, boot_of=lambda node, j: BOOT_B if j >= 2 else BOOT_A)
+    # a record of the old boot whose file turns up last (copied back from a node's local disk)
+    write(d, "n03", 99, dict(healthy(random.Random(5)), **{HW: 0.2}), NOW - 100, boot=BOOT_A)
+    for i in (0, 1, 2, 4, 5):
+        write(d, "n%02d" % i, 99, healthy(random.Random(i)), NOW - 100, boot=BOOT_B)
+    result = fleet.scan([d], settings(), now=NOW)
+    window = result.windows["n03"]
+    assert (window.boot, window.before_reboot, len(window.marks)) == (BOOT_B, 3, 4)
+    assert [s.flagged for s in result.suspects()] == [4]
+
+
+def test_records_without_a_boot_id_never_start_the_window_again(tmp_path):
+    """Records of a version before boot_id sit beside new ones in a node's window."""
+    d = str(tmp_path)
+    write_jobs(d, jobs=12, boot_of=lambda node, j: None if j < 6 else BOOT_A)
+    (suspect,) = fleet.scan([d], settings(), now=NOW).suspects()
+    assert (suspect.node, suspect.flagged) == ("n03", 10)
+
+
 def test_unreadable_records_are_counted_and_named(tmp_path):
     d = str(tmp_path)
     write_jobs(d, jobs=3)

@@ -101,6 +101,10 @@ def test_prolog_to_epilog_round_trip_gives_the_right_deltas(gpu_node, tmp_path, 
     assert rec["schema"] == "slurm-hooks.job-record/1" and rec["prolog_snapshot"] == "ok"
     assert rec["job"] == {"id": "4242", "user": "alice", "gpus": [0, 1]} and rec["node"] == "node1"
     assert rec["duration_s"] >= 0 and rec["rebooted_during_job"] is False
+    # the boot the job ended in, in the header line report --stragglers reads alone
+    boot = open(os.path.join(node.root, "proc/sys/kernel/random/boot_id")).read().strip()
+    assert rec["boot_id"] == boot and len(boot) == 36
+    assert json.loads(text.split("\n", 1)[0][:-1] + "}")["boot_id"] == boot
     g0, g1 = rec["gpus"]
     assert (g0["index"], g0["bus_id"], g1["bus_id"]) == (0, bus0, bus1)
     assert g0["uuid"].startswith("GPU-") and g0["serial"]

@@ -57,6 +57,9 @@ def build_record(
         "prolog_snapshot": prolog_state,
         "epilog_snapshot": "ok" if after is not None else "failed: %s" % epilog_why,
         "rebooted_during_job": rebooted,
+        # the boot the job ended in (/proc/sys/kernel/random/boot_id at the epilog, else the prolog):
+        # report --stragglers starts a node's window again when it changes (a repair reboots)
+        "boot_id": (after or {}).get("boot_id") or (before or {}).get("boot_id"),
         "notes": list((before or {}).get("notes", [])) + list((after or {}).get("notes", [])),
     }
     record["gpus"] = _gpu_entries(before, after, comparable)

@@ -279,7 +279,17 @@ def epilog_record(
     return None
 
 
-HEADER_KEYS = ("schema", "version", "job", "node", "start", "end", "prolog_snapshot", "summary")
+HEADER_KEYS = (
+    "schema",
+    "version",
+    "job",
+    "node",
+    "start",
+    "end",
+    "boot_id",
+    "prolog_snapshot",
+    "summary",
+)
 
 
 def write_record(

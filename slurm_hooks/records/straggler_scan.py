@@ -39,9 +39,10 @@ class ScanError(Exception):
 class OpenJob(Struct, frozen=False):
     job_id: str
     first_seen: float
-    entries: Dict[str, Tuple[Tuple[Optional[float], ...], float, float, Optional[str]]] = field(
-        default_factory=dict
-    )
+    # node -> (figures_row, start, end, user, boot id)
+    entries: Dict[
+        str, Tuple[Tuple[Optional[float], ...], float, float, Optional[str], Optional[str]]
+    ] = field(default_factory=dict)
 
 
 class StragglerScan(Struct, frozen=False):
@@ -67,6 +68,10 @@ class StragglerScan(Struct, frozen=False):
 
     def skip(self, why: str, count: int = 1) -> None:
         self.skipped[why] = self.skipped.get(why, 0) + count
+
+    def before_reboot(self) -> int:
+        """Node-jobs not counted because the node rebooted after them (NodeWindow)."""
+        return sum(window.before_reboot for window in self.windows.values())
 
     def suspects(self) -> List[stragglers.Suspect]:
         found = [s for window in self.windows.values() for s in window.suspects(self.k)]
@@ -278,7 +283,8 @@ def read_header(path: str) -> Dict[str, Any]:
 
 
 def parse(path: str, node: str, since: float, min_seconds: float) -> Tuple[Any, ...]:
-    """One record -> ("ok", job id, (figures_row(perf), start, end, user)) | ("skip", why) | ("unreadable", why)."""
+    """One record -> ("ok", job id, (figures_row(perf), start, end, user, boot id)) | ("skip", why) |
+    ("unreadable", why)."""
     try:
         header = read_header(path)
     except ValueError as exc:
@@ -299,7 +305,9 @@ def parse(path: str, node: str, since: float, min_seconds: float) -> Tuple[Any, 
     if not isinstance(job.get("id"), str) or not job["id"]:
         return ("skip", "no job id")
     user = job.get("user") if isinstance(job.get("user"), str) else None
-    return ("ok", job["id"], (stragglers.figures_row(perf), float(start), float(end), user))
+    boot = header.get("boot_id")
+    boot = boot if isinstance(boot, str) and 0 < len(boot) <= 64 else None
+    return ("ok", job["id"], (stragglers.figures_row(perf), float(start), float(end), user, boot))
 
 
 def _close(job: OpenJob, result: StragglerScan, fleet: Dict[str, Any]) -> None:
@@ -323,7 +331,8 @@ def _close(job: OpenJob, result: StragglerScan, fleet: Dict[str, Any]) -> None:
         window.add(
             stragglers.JobMark(
                 job.job_id, ends[len(ends) // 2], nodes, user, tuple(flags[node]), start
-            )
+            ),
+            job.entries[node][4],
         )
         result.node_jobs += 1
 
@@ -366,6 +375,7 @@ def to_dict(result: StragglerScan, top: Optional[int] = None) -> Dict[str, Any]:
         "node_jobs": result.node_jobs,
         "nodes": len(result.windows),
         "skipped": dict(sorted(result.skipped.items())),
+        "before_reboot": result.before_reboot(),
         "unreadable": result.unreadable_count,
         "unreadable_examples": result.unreadable,
         "seconds": round(result.seconds, 3),
@@ -399,6 +409,11 @@ def render(result: StragglerScan, top: int = 20) -> str:
     if result.unreadable_count:
         lines.append(
             "  %d unreadable record(s), e.g. %s" % (result.unreadable_count, result.unreadable[0])
+        )
+    if result.before_reboot():
+        lines.append(
+            "  %d node-job(s) not counted: the node rebooted after them (a repair starts its "
+            "window again)" % result.before_reboot()
         )
     if result.skipped:
         lines.append(

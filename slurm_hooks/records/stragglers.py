@@ -19,7 +19,7 @@ from __future__ import annotations
 import collections
 import math
 import sys
-from typing import Deque, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Deque, Dict, List, Mapping, Optional, Sequence, Set, Tuple
 
 from ..core.structs import Struct, field
 
@@ -281,16 +281,36 @@ class Suspect(Struct):
 
 
 class NodeWindow(Struct, frozen=False):
-    """The last m scored multi-node jobs of one node (bounded: memory is nodes x m)."""
+    """The last m scored multi-node jobs of one node since its last reboot (bounded: memory is
+    nodes x m, plus the node's earlier boot ids).
+
+    Why a reboot starts the window again: a repair (a GPU or HCA swapped, a BIOS setting or a pinned
+    daemon fixed) comes with a reboot, and what the node did before it says nothing about it after;
+    without this, an admin's repair-and-resume left the old evidence counting for window_days. A
+    fault that survives the reboot is flagged again in k more jobs. The boot is the record's
+    `boot_id` (the kernel's, at the epilog); a record without one (an older version) never starts
+    the window again."""
 
     node: str
     size: int
     marks: Deque[JobMark] = field(default_factory=collections.deque)
     scored: int = 0  # all scored jobs of this node, not only those in the window
+    boot: Optional[str] = None  # the boot of the newest job with one
+    earlier_boots: Set[str] = field(default_factory=set)
+    before_reboot: int = 0  # jobs dropped: they ended in a boot the node has since left
 
-    def add(self, mark: JobMark) -> None:
+    def add(self, mark: JobMark, boot: Optional[str] = None) -> None:
         if self.marks.maxlen != self.size:
             self.marks = collections.deque(self.marks, maxlen=self.size)
+        if boot is not None and boot != self.boot:
+            if boot in self.earlier_boots:  # a late record from before a reboot already seen
+                self.before_reboot += 1
+                return
+            if self.boot is not None:
+                self.earlier_boots.add(self.boot)
+                self.before_reboot += len(self.marks)
+                self.marks.clear()
+            self.boot = boot
         self.marks.append(mark)  # the oldest falls out
         self.scored += 1
 
