@@ -68,9 +68,11 @@ def write_jobs(
     names=None,
     boot_of=lambda node, j: "4f0c1a52-9d1e-4c3b-8a57-2e6b0d9c7f31",
     slow_in=lambda j: True,
+    slow_figure=HW,
+    slow_value=0.2,
 ):
-    """`jobs` jobs on all `nodes` nodes an hour apart; `slow` spends 20 % in HW slowdown in every
-    `slow_every`-th job for which slow_in(j). Users alternate. Records of a job are written in a
+    """`jobs` jobs on all `nodes` nodes an hour apart; `slow` spends 20 % in HW slowdown (or has
+    slow_figure at slow_value) in every `slow_every`-th job for which slow_in(j). Users alternate. Records of a job are written in a
     shuffled node order with mtimes up to a minute apart; boot_of(node, j) is the record's boot id."""
     rng = random.Random(seed)
     names = list(names or ["n%02d" % i for i in range(nodes)])
@@ -81,7 +83,7 @@ def write_jobs(
         for node in order:
             perf = healthy(rng)
             if node == slow and j % slow_every == 0 and slow_in(j):
-                perf[HW] = 0.2
+                perf[slow_figure] = slow_value
             write(
                 directory,
                 node,

@@ -266,7 +266,31 @@ def test_at_most_max_drains_per_run_the_worst_first(site):
     site.write_config("max_drains_per_run = 1\nmax_drained = 5\n")  # the per-run cap alone
     data = site.run(str(site.records / "more"))
     assert len({s["node"] for s in data["suspects"]}) == 2
-    assert len(data["drains"]) == 1 and data["drains"][0]["outcome"] == "drained"
+    # the one cut by the cap has a row saying so (before: no row, as if it were no suspect)
+    assert sorted(o for _, o in outcomes(data)) == ["drained", "per-run-cap"], data["drains"]
+    assert sum(site.drained(n) for n in NODES) == 1
+
+
+def test_a_figure_anyone_outside_slurm_can_move_is_reported_not_drained(site):
+    """n05's foreign_cpu_frac is 10 % in every job: an ssh login running `yes` on its cores looks
+    exactly so. Reported, never drained unless [fleet] report_only is emptied (pam_slurm_adopt)."""
+    more = str(site.records / "more")
+    write_jobs(
+        more,
+        jobs=12,
+        slow="n05",
+        first_job=700,
+        seed=11,
+        slow_figure="foreign_cpu_frac",
+        slow_value=0.1,
+    )
+    data = site.run(more)
+    assert ("n05", "foreign_cpu_frac") in [(s["node"], s["metric"]) for s in data["suspects"]]
+    assert sorted(outcomes(data)) == [(SLOW, "drained"), ("n05", "report-only")], data["drains"]
+    assert not site.drained("n05")
+    site.write_config("report_only = []\nmax_drained = 5\n")
+    assert outcomes(site.run(more)) == [("n05", "drained")]
+    assert site.drained("n05") and "fleet.straggler: foreign_cpu_frac" in site.reason("n05")
 
 
 def test_a_node_slurm_already_holds_does_not_use_up_max_drains_per_run(site, cluster):

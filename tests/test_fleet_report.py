@@ -327,6 +327,24 @@ def test_a_node_name_slurm_would_read_as_a_hostlist_is_never_sent(tmp_path):
     assert (row.node, row.outcome) == ("n[01-64]", "invalid-node-name")
 
 
+def test_a_node_suspected_only_on_a_report_only_figure_never_reaches_slurm(tmp_path):
+    from slurm_hooks.slurm import straggler_drain as fleet_drain
+
+    write_jobs(str(tmp_path / "jobs"), jobs=12, slow_figure="foreign_cpu_frac", slow_value=0.1)
+    (suspect,) = fleet.scan([str(tmp_path / "jobs")], settings(), now=NOW).suspects()
+    assert (suspect.node, suspect.metric) == ("n03", "foreign_cpu_frac")
+    (row,) = fleet_drain.enact(drain_settings(tmp_path), [suspect], client=NoSlurm())
+    assert (row.node, row.outcome) == ("n03", "report-only") and "report_only" in row.message
+
+
+def test_report_only_names_figures_of_the_report(tmp_path, config, capsys):
+    config.write_text(config.read_text() + '[fleet]\nreport_only = ["foreign_cpu"]\n')
+    assert main(["report", "--stragglers", str(tmp_path)]) == 3
+    err = capsys.readouterr().err
+    assert "report_only" in err and "'foreign_cpu' is not a figure" in err
+    assert "foreign_cpu_frac" in err  # the list to choose from
+
+
 def test_a_corrupt_state_file_stops_the_drains(tmp_path):
     from slurm_hooks.slurm import straggler_drain as fleet_drain
 

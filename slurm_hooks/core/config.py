@@ -48,6 +48,19 @@ def _optional_path(value: str) -> Optional[str]:
     return _path(value) if value else None
 
 
+def _straggler_figures(values: List[str]) -> Optional[str]:
+    # the figures' one list; imported here, so only a config that sets report_only pays for it
+    from ..records.stragglers import METRIC_BY_NAME
+
+    bad = [v for v in values if v not in METRIC_BY_NAME]
+    return (
+        "%r is not a figure of report --stragglers (one of: %s)"
+        % (bad[0], ", ".join(sorted(METRIC_BY_NAME)))
+        if bad
+        else None
+    )
+
+
 _WORD = re.compile(r"^[A-Za-z_]{1,40}$")
 _COUNTER = re.compile(r"^[A-Za-z0-9_]{1,64}$")
 
@@ -349,6 +362,14 @@ SECTIONS: Dict[str, Dict[str, Setting]] = {
             "drain at most this many suspects per run (the worst first)",
             minimum=0,
             maximum=10000,
+        ),
+        "report_only": Setting(
+            list,
+            ["foreign_cpu_frac"],
+            "figures a node is reported on but never drained for: foreign_cpu_frac counts any "
+            "process outside Slurm's cgroups on the job's CPUs, an ssh login's included; empty it "
+            "where every login lands in a job (pam_slurm_adopt)",
+            check=_straggler_figures,
         ),
         "max_drained": Setting(
             int,

@@ -10,7 +10,8 @@ Rules on top of the library's (docs/records.md "Acting on suspects"):
 - only a node that is not drained at all: Slurm's own "Prolog error" is not refined (that drain is
   the node's hooks' to explain), an admin's or another slurm-hooks drain is left as it is;
 - only on evidence from at least [fleet] drain_min_users users (one user's jobs can make a node
-  look slow on purpose), at most [fleet] max_drains_per_run nodes per run, worst first;
+  look slow on purpose), at most [fleet] max_drains_per_run nodes per run, worst first (the others
+  get a row saying so), and never on a [fleet] report_only figure;
 - what clears a straggler drain is an admin: `slurm-hooks resume NODE` (or scontrol). A node's
   health run never resumes it: its own checks passing proves nothing about being slower than its
   peers (policy.FLEET_CHECK; hooks.py leaves it alone). After a straggler drain, only jobs that
@@ -47,8 +48,9 @@ LOCK_TIMEOUT_S = 5.0
 
 
 class FleetDrain(Struct):
-    """What was done about one suspect node: the drainer's outcome value, or disabled,
-    state-corrupt, not-attempted."""
+    """What was done about one suspect node: the drainer's outcome value, or one of the fleet's own:
+    disabled, report-only, state-corrupt, invalid-node-name, left-alone, fleet-budget-full,
+    per-run-cap, not-attempted."""
 
     node: str
     metric: str
@@ -138,10 +140,10 @@ def enact(
             FleetDrain(s.node, s.metric, "disabled", "[fleet] drain = false: reported only")
             for s in _one_per_node(suspects)
         ]
+    suspects, rows = _drainable(suspects, fleet["report_only"])
     directory = settings["paths"]["state_dir"]
     os.makedirs(directory, mode=0o700, exist_ok=True)
     path = state_path(settings)
-    rows: List[FleetDrain] = []
     try:
         with locks.locked(path + ".lock", LOCK_TIMEOUT_S):
             try:
@@ -193,7 +195,18 @@ def enact(
                     for s in chosen[room:]
                 )
                 chosen = chosen[:room]
-            chosen = chosen[: fleet["max_drains_per_run"]]
+            cap = fleet["max_drains_per_run"]
+            rows.extend(
+                FleetDrain(
+                    s.node,
+                    s.metric,
+                    "per-run-cap",
+                    "[fleet] max_drains_per_run = %d: worse suspects came first; the next run "
+                    "looks again" % cap,
+                )
+                for s in chosen[cap:]
+            )
+            chosen = chosen[:cap]
             for suspect in chosen:
                 reason = reason_for(suspect, prefix, length)
                 client.set_budget(drainer.slurm_budget(settings))
@@ -237,6 +250,26 @@ def enact(
             if s.node not in {r.node for r in rows}
         ]
     return rows
+
+
+def _drainable(
+    suspects: List[Suspect], report_only: List[str]
+) -> Tuple[List[Suspect], List[FleetDrain]]:
+    """The suspects on figures that may drain, and a report-only row for each node suspected only
+    on [fleet] report_only figures (foreign_cpu_frac by default: anyone's process outside Slurm's
+    cgroups counts in it, so a user with a login could drain a node with it)."""
+    drainable = [s for s in suspects if s.metric not in report_only]
+    nodes = {s.node for s in drainable}
+    rows = [
+        FleetDrain(
+            s.node,
+            s.metric,
+            "report-only",
+            "[fleet] report_only names %s: reported, never drained for" % s.metric,
+        )
+        for s in _one_per_node([s for s in suspects if s.node not in nodes])
+    ]
+    return drainable, rows
 
 
 def _confirm_earlier(
