@@ -111,6 +111,57 @@ def test_records_a_user_could_plant_are_not_read(tmp_path):
         "names another node than its directory": 1,
         "record of another owner": 1,
     }
+    # named, so an admin finds the squatter (before: only counted)
+    assert result.other_owner_dirs == ["n01-evil (uid 4242)"]
+    assert fleet.to_dict(result)["other_owner_dirs"] == ["n01-evil (uid 4242)"]
+    assert "node directories of another owner, not read" in fleet.render(result)
+
+
+def test_a_user_squatting_a_slow_nodes_directory_is_named(tmp_path):
+    """A records directory users can write without the sticky bit: a user renames n03's directory
+    away and creates their own 'n03'. The node drops out of the report; the report names why."""
+    d = str(tmp_path)
+    write_jobs(d, jobs=12)
+    os.rename(os.path.join(d, "n03"), os.path.join(d, ".hidden"))
+    os.mkdir(os.path.join(d, "n03"))
+    os.chown(os.path.join(d, "n03"), 4242, 4242)
+    result = fleet.scan([d], settings(), now=NOW)
+    assert result.suspects() == [] and result.other_owner_dirs == ["n03 (uid 4242)"]
+
+
+def test_who_may_write_records_is_a_setting(tmp_path):
+    """Records on root_squash NFS belong to nobody (65534); elsewhere a process running as nobody
+    must not be able to plant them: [fleet] trusted_writers = []."""
+    d = str(tmp_path)
+    write_jobs(d, jobs=12)
+    for root, dirs, files in os.walk(os.path.join(d, "n03")):
+        for name in dirs + files + [""]:
+            os.chown(os.path.join(root, name), 65534, 65534)
+    (suspect,) = fleet.scan([d], settings(), now=NOW).suspects()  # default: ["nobody"]
+    assert suspect.node == "n03"
+    result = fleet.scan([d], settings(trusted_writers=[]), now=NOW)
+    assert result.suspects() == [] and result.other_owner_dirs == ["n03 (uid 65534)"]
+    assert fleet.scan([d], settings(trusted_writers=["65534"]), now=NOW).suspects() != []
+    with pytest.raises(fleet.ScanError, match=r"\[fleet\] trusted_writers: no user 'nosuchuser9'"):
+        fleet.scan([d], settings(trusted_writers=["nosuchuser9"]), now=NOW)
+
+
+def test_a_node_directory_that_cannot_be_listed_is_counted_unreadable(tmp_path, monkeypatch):
+    """os.scandir raising EIO for one node directory stands in for a file server that fails it
+    (tests run as root, which permissions cannot stop). Before: silently no records, no count."""
+    d = str(tmp_path)
+    write_jobs(d, jobs=12)
+    real_scandir, broken = os.scandir, os.path.join(d, "n03")
+
+    def scandir(path="."):
+        if os.fspath(path) == broken:
+            raise OSError(5, "Input/output error")
+        return real_scandir(path)
+
+    monkeypatch.setattr(fleet.os, "scandir", scandir)
+    result = fleet.scan([d], settings(), now=NOW)
+    assert result.unreadable_count == 1
+    assert result.unreadable == [broken + ": cannot list: Input/output error"]
 
 
 BOOT_A, BOOT_B = "0b6c5d2e-6b1f-4d0a-9d65-3c2f9b1e7a10", "9f3e1c77-20d4-4c8e-b1a2-5e7d6f804b22"
@@ -335,6 +386,17 @@ def test_a_node_suspected_only_on_a_report_only_figure_never_reaches_slurm(tmp_p
     assert (suspect.node, suspect.metric) == ("n03", "foreign_cpu_frac")
     (row,) = fleet_drain.enact(drain_settings(tmp_path), [suspect], client=NoSlurm())
     assert (row.node, row.outcome) == ("n03", "report-only") and "report_only" in row.message
+
+
+def test_trusted_writers_must_look_like_users(tmp_path, config, capsys):
+    config.write_text(config.read_text() + '[fleet]\ntrusted_writers = ["nobody; rm"]\n')
+    assert main(["report", "--stragglers", str(tmp_path)]) == 3
+    assert (
+        "[fleet] trusted_writers: 'nobody; rm' is not a user name or uid" in capsys.readouterr().err
+    )
+    config.write_text(config.read_text().replace("nobody; rm", "nosuchuser9"))
+    assert main(["report", "--stragglers", str(tmp_path)]) == 3
+    assert "[fleet] trusted_writers: no user 'nosuchuser9'" in capsys.readouterr().err
 
 
 def test_report_only_names_figures_of_the_report(tmp_path, config, capsys):

@@ -63,6 +63,7 @@ def _straggler_figures(values: List[str]) -> Optional[str]:
 
 _WORD = re.compile(r"^[A-Za-z_]{1,40}$")
 _COUNTER = re.compile(r"^[A-Za-z0-9_]{1,64}$")
+_USER = re.compile(r"^([a-z_][a-z0-9_.-]{0,31}\$?|[0-9]{1,10})$")  # useradd's NAME_REGEX, or a uid
 
 
 def _words(pattern: "re.Pattern[str]", what: str) -> Callable[[Any], Optional[str]]:
@@ -362,6 +363,15 @@ SECTIONS: Dict[str, Dict[str, Setting]] = {
             "drain at most this many suspects per run (the worst first)",
             minimum=0,
             maximum=10000,
+        ),
+        "trusted_writers": Setting(
+            list,
+            ["nobody"],
+            "besides root and the records directory's owner, whose node directories and records "
+            "report --stragglers reads: the user NFS root_squash makes of the nodes' root "
+            "(anonuid); [] where the records directory is not on root_squash NFS. A user name or "
+            "uid, resolved on the host that runs the report",
+            check=_words(_USER, "is not a user name or uid"),
         ),
         "report_only": Setting(
             list,

@@ -11,8 +11,9 @@ kept once folded.
 
 Whose records count: the node's name is its directory's name, and a record naming another node is
 skipped. A node directory, and each record in it, must belong to root, to the owner of the
-records directory, or to nobody (NFS root_squash): a user who can create a directory in a shared
-records directory cannot plant records for someone else's node (that could get it drained).
+records directory, or to a user of [fleet] trusted_writers (nobody by default: NFS root_squash):
+a user who can create a directory in a shared records directory cannot plant records for someone
+else's node (that could get it drained). The report names the directories it did not read.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import collections
 import json
 import os
 import time
-from typing import Any, Deque, Dict, Iterable, Iterator, List, Optional, Tuple
+from typing import Any, Deque, Dict, Iterable, Iterator, List, Optional, Set, Tuple
 
 from ..core.structs import Struct, field
 from . import stragglers
@@ -61,6 +62,8 @@ class StragglerScan(Struct, frozen=False):
     )  # why a record or job was not scored -> count
     unreadable: List[str] = field(default_factory=list)  # first few only
     unreadable_count: int = 0
+    # node directories not read because of their owner (first few): a user squatting a node's name
+    other_owner_dirs: List[str] = field(default_factory=list)
     seconds: float = 0.0
     max_open_jobs: int = (
         0  # the most jobs held at once (streaming: jobs ending within SETTLE_S of each other)
@@ -68,6 +71,11 @@ class StragglerScan(Struct, frozen=False):
 
     def skip(self, why: str, count: int = 1) -> None:
         self.skipped[why] = self.skipped.get(why, 0) + count
+
+    def cannot_read(self, why: str) -> None:
+        self.unreadable_count += 1
+        if len(self.unreadable) < MAX_LISTED_ERRORS:
+            self.unreadable.append(why)
 
     def before_reboot(self) -> int:
         """Node-jobs not counted because the node rebooted after them (NodeWindow)."""
@@ -81,11 +89,35 @@ class StragglerScan(Struct, frozen=False):
 # -- listing -------------------------------------------------------------------------------------
 
 
+def trusted_uids(names: Iterable[str]) -> Set[int]:
+    """[fleet] trusted_writers -> uids (a name through the admin host's passwd, or a number).
+    ScanError naming the setting for a user this host does not know."""
+    import pwd
+
+    uids = {0}
+    for name in names:
+        if name.isdigit():
+            uids.add(int(name))
+            continue
+        try:
+            uids.add(pwd.getpwnam(name).pw_uid)
+        except KeyError:
+            raise ScanError(
+                "[fleet] trusted_writers: no user %r on this host (a user name or a uid)" % name
+            ) from None
+    return uids
+
+
 def list_records(
-    paths: Iterable[str], since: Optional[float], scan: StragglerScan
+    paths: Iterable[str],
+    since: Optional[float],
+    scan: StragglerScan,
+    writers: Optional[Set[int]] = None,
 ) -> List[Tuple[float, str, str]]:
     """(mtime, node, path) of every record to read, oldest first. A PATH is a records directory
-    (its subdirectories are node directories), a node directory, or one record file."""
+    (its subdirectories are node directories), a node directory, or one record file. writers: the
+    uids trusted besides the directory's owner (trusted_uids; default root and nobody)."""
+    writers = {0, NOBODY_UID} if writers is None else writers
     found: List[Tuple[float, str, str]] = []
     for path in paths:
         try:
@@ -97,7 +129,7 @@ def list_records(
                 (info.st_mtime, os.path.basename(os.path.dirname(os.path.abspath(path))), path)
             )
             continue
-        trusted = {0, NOBODY_UID, info.st_uid}
+        trusted = writers | {info.st_uid}
         parent = os.stat(os.path.dirname(os.path.abspath(path)) or "/").st_uid
         _node_dir(
             path,
@@ -108,15 +140,18 @@ def list_records(
             scan,
             found,
         )
-        for entry in _entries(path):
+        for entry in _entries(path, scan):
             if entry.name.startswith(".") or not entry.is_dir(follow_symlinks=False):
                 continue
             try:
                 owner = entry.stat(follow_symlinks=False).st_uid
-            except OSError:
+            except OSError as exc:
+                scan.cannot_read("%s: %s" % (entry.path, exc.strerror or exc))
                 continue
             if owner not in trusted:
                 scan.skip("node directory of another owner")
+                if len(scan.other_owner_dirs) < MAX_LISTED_ERRORS:
+                    scan.other_owner_dirs.append("%s (uid %d)" % (entry.name, owner))
                 continue
             _node_dir(entry.path, entry.name, owner, trusted, since, scan, found)
     found.sort()
@@ -135,7 +170,7 @@ def _node_dir(
     """The records directly in `directory` (node directory `node`, owned by `owner`)."""
     if owner not in trusted:
         return
-    for entry in _entries(directory):
+    for entry in _entries(directory, scan):
         if entry.name.startswith(".") or not entry.name.endswith(".json"):
             continue
         try:
@@ -153,11 +188,14 @@ def _node_dir(
         found.append((info.st_mtime, node, entry.path))
 
 
-def _entries(directory: str) -> List[os.DirEntry]:
+def _entries(directory: str, scan: StragglerScan) -> List[os.DirEntry]:
+    """The directory's entries; one that cannot be listed is counted unreadable (a node directory
+    made unreadable would otherwise hide the node, uncounted)."""
     try:
         with os.scandir(directory) as entries:
             return list(entries)
-    except OSError:
+    except OSError as exc:
+        scan.cannot_read("%s: cannot list: %s" % (directory, exc.strerror or exc))
         return []
 
 
@@ -187,7 +225,7 @@ def scan(
     result = StragglerScan(
         k=fleet["k"], m=fleet["m"], threshold=fleet["z_threshold"], min_nodes=fleet["min_job_nodes"]
     )
-    listing = list_records(paths, since, result)
+    listing = list_records(paths, since, result, trusted_uids(fleet["trusted_writers"]))
     if workers is None:
         workers = min(2, os.cpu_count() or 1) if len(listing) >= PARALLEL_MIN_RECORDS else 1
     open_jobs: Dict[str, OpenJob] = {}
@@ -196,9 +234,7 @@ def scan(
         while order and order[0][0] < mtime - SETTLE_S:
             _close(open_jobs.pop(order.popleft()[1]), result, fleet)
         if outcome[0] == "unreadable":
-            result.unreadable_count += 1
-            if len(result.unreadable) < MAX_LISTED_ERRORS:
-                result.unreadable.append(outcome[1])
+            result.cannot_read(outcome[1])
             continue
         result.records += 1
         if outcome[0] == "skip":
@@ -378,6 +414,7 @@ def to_dict(result: StragglerScan, top: Optional[int] = None) -> Dict[str, Any]:
         "before_reboot": result.before_reboot(),
         "unreadable": result.unreadable_count,
         "unreadable_examples": result.unreadable,
+        "other_owner_dirs": result.other_owner_dirs,
         "seconds": round(result.seconds, 3),
         "max_open_jobs": result.max_open_jobs,
         "settings": {
@@ -414,6 +451,11 @@ def render(result: StragglerScan, top: int = 20) -> str:
         lines.append(
             "  %d node-job(s) not counted: the node rebooted after them (a repair starts its "
             "window again)" % result.before_reboot()
+        )
+    if result.other_owner_dirs:
+        lines.append(
+            "  node directories of another owner, not read (a user's? see [fleet] "
+            "trusted_writers): %s" % ", ".join(result.other_owner_dirs)
         )
     if result.skipped:
         lines.append(
