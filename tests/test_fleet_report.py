@@ -388,6 +388,20 @@ def test_a_node_suspected_only_on_a_report_only_figure_never_reaches_slurm(tmp_p
     assert (row.node, row.outcome) == ("n03", "report-only") and "report_only" in row.message
 
 
+def test_draining_on_one_job_or_one_user_is_accepted_with_a_warning(tmp_path, config, capsys):
+    d = str(tmp_path / "jobs")
+    write_jobs(d, jobs=4)
+    config.write_text(config.read_text() + "[fleet]\nk = 1\nm = 1\ndrain_min_users = 1\n")
+    assert main(["report", "--stragglers", d]) == 0
+    assert "warning" not in capsys.readouterr().err  # reporting on one job harms nobody
+    config.write_text(config.read_text() + "drain = true\n")
+    assert main(["report", "--stragglers", d]) == 0
+    err = capsys.readouterr().err
+    assert "warning: " in err and "[fleet] k = 1 with drain = true: one slow job drains" in err
+    assert "[fleet] drain_min_users = 1 with drain = true: one user's jobs" in err
+    assert str(config) in err  # where it was set
+
+
 def test_trusted_writers_must_look_like_users(tmp_path, config, capsys):
     config.write_text(config.read_text() + '[fleet]\ntrusted_writers = ["nobody; rm"]\n')
     assert main(["report", "--stragglers", str(tmp_path)]) == 3

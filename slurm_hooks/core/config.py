@@ -562,7 +562,7 @@ def validate(
                 % (where("checks", name), name, _hint(name, registry.checks))
             )
     checks = {}
-    warnings: List[str] = []
+    warnings: List[str] = _fleet_warnings(settings["fleet"], where)
     for name, spec in registry.checks.items():
         table = checks_table.get(name, {})
         if not isinstance(table, Mapping):
@@ -571,6 +571,26 @@ def validate(
             spec, table, lambda key, n=name: where("checks", n, key), warnings
         )
     return Config(settings=settings, checks=checks, sources=sources, warnings=tuple(warnings))
+
+
+def _fleet_warnings(fleet: Mapping[str, Any], where) -> List[str]:
+    """Settings the drain accepts that let too little evidence drain a node ([fleet] drain = true):
+    each is legal (a test cluster may want it), none is what a production cluster wants."""
+    if not fleet["drain"]:
+        return []
+    out = []
+    if fleet["k"] < 2:
+        out.append(
+            "%s: [fleet] k = %d with drain = true: one slow job drains a node (a checkpoint on a "
+            "slow disk, one user's idle GPUs); 3 is the default" % (where("fleet", "k"), fleet["k"])
+        )
+    if fleet["drain_min_users"] < 2:
+        out.append(
+            "%s: [fleet] drain_min_users = %d with drain = true: one user's jobs can drain a node "
+            "on purpose; 2 is the default"
+            % (where("fleet", "drain_min_users"), fleet["drain_min_users"])
+        )
+    return out
 
 
 def _validate_settings(
