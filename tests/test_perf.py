@@ -329,6 +329,20 @@ def test_a_skewed_node_stands_out_end_to_end(nodes):
     assert set(sp) == set(hp) and not slow["perf_unavailable"]
 
 
+@pytest.mark.slow
+def test_throttle_time_survives_a_driver_without_violation_counters(nodes):
+    """nvmlDeviceGetViolationStatus is deprecated in NVML 13; a driver that answers NOT_SUPPORTED
+    for it (the fake's injected fault, as NVML returns it) still has the clock-event fields. Before,
+    summary.throttle_s summed only violation counters and read 0 s for GPU 3's 0.2 s power brake."""
+    hooks = nodes[1]
+    hooks.node.set_states({"fault.nvmlDeviceGetViolationStatus": 3})  # NVML_ERROR_NOT_SUPPORTED
+    rec = run_job(hooks, skew=True)
+    gpu3 = next(g for g in rec["gpus"] if g["index"] == 3)
+    assert gpu3["unavailable"]["violation_ns.power"] == "NOT_SUPPORTED"
+    assert "violation_ns.power" not in gpu3["delta"]
+    assert rec["summary"]["throttle_s"] == pytest.approx(0.2, abs=1e-3)
+
+
 def test_no_prolog_snapshot_gives_an_empty_perf_end_to_end(nodes):
     hooks = nodes[0]
     rc, _, err = hooks.run(kind="epilog")

@@ -12,7 +12,7 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple
 from .. import __version__
 from ..result import Status
 from ..slurm.policy import DELIVERED
-from .counters import THROTTLE_REASONS, deltas
+from .counters import CLOCK_EVENT_FIELDS, THROTTLE_REASONS, deltas
 from .perf import cpu_window, ib_traffic, perf_block
 
 RECORD_SCHEMA = "slurm-hooks.job-record/1"
@@ -256,6 +256,17 @@ _SUM_KEYS = {  # summary field -> delta counters summed over the job's GPUs
 ERROR_FIELDS = tuple(_SUM_KEYS) + ("ib_errors",)
 
 
+def _held_down_ns(delta: Dict[str, int]) -> int:
+    """One GPU's time held below its clocks by a limit during the job: the violation counters
+    (nvmlDeviceGetViolationStatus) where the driver has them, else the clock-event fields (R535+,
+    nvmlDeviceGetFieldValues). The violation API is deprecated in NVML 13: without this fallback a
+    driver that drops it would report 0 s for a GPU that was held down."""
+    violations = [delta.get("violation_ns." + reason) for reason in THROTTLE_REASONS]
+    if any(value is not None for value in violations):
+        return sum(value or 0 for value in violations)
+    return sum(delta.get("clock_event_ns." + name) or 0 for name, _field in CLOCK_EVENT_FIELDS)
+
+
 def summarize(record: Dict[str, Any], leftover_memory_bytes: int) -> Dict[str, Any]:
     """The numbers `report` aggregates, and `abnormal`: the names of those worth a look."""
     gpus = record.get("gpus") or []
@@ -266,9 +277,7 @@ def summarize(record: Dict[str, Any], leftover_memory_bytes: int) -> Dict[str, A
     for field, keys in _SUM_KEYS.items():
         summary[field] = sum((g.get("delta") or {}).get(k, 0) for g in gpus for k in keys)
     summary["ib_errors"] = sum(sum((p.get("delta") or {}).values()) for p in record.get("ib") or [])
-    throttle_ns = sum(
-        (g.get("delta") or {}).get("violation_ns." + r, 0) for g in gpus for r in THROTTLE_REASONS
-    )
+    throttle_ns = sum(_held_down_ns(g.get("delta") or {}) for g in gpus)
     summary["throttle_s"] = round(throttle_ns / 1e9, 3)
     summary["energy_j"] = round(
         sum((g.get("delta") or {}).get("energy_mj", 0) for g in gpus) / 1000.0, 1
