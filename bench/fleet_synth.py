@@ -186,9 +186,11 @@ def header_record(
     perf: Dict[str, float],
     body_gpus: int = 0,
     boot_id: str = "4f0c1a52-9d1e-4c3b-8a57-2e6b0d9c7f31",
+    hw_class: str = "NVIDIA H100 80GB HBM3 x8",
 ) -> Dict[str, Any]:
     """A job record as records/build.py lays it out: the header fields, summary (with perf) and a
-    body. boot_id: the node's (one boot for the whole synthetic fleet unless a test reboots one)."""
+    body. boot_id: the node's (one boot for the whole synthetic fleet unless a test reboots one);
+    hw_class: summary.hw_class (one kind of node unless a test mixes them)."""
     summary = {
         "deltas": True,
         "ecc_corrected": 0,
@@ -209,6 +211,7 @@ def header_record(
         "drained": False,
         "abnormal": [],
         "perf": perf,
+        "hw_class": hw_class,
     }
     gpus = [
         {

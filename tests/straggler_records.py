@@ -42,9 +42,17 @@ def write(
     mtime=None,
     record_node=None,
     boot="4f0c1a52-9d1e-4c3b-8a57-2e6b0d9c7f31",
+    hw="NVIDIA H100 80GB HBM3 x8",
 ):
     record = fleet_synth.header_record(
-        str(job_id), user, record_node or node, start or end - 3600, end, perf, boot_id=boot
+        str(job_id),
+        user,
+        record_node or node,
+        start or end - 3600,
+        end,
+        perf,
+        boot_id=boot,
+        hw_class=hw,
     )
     if boot is None:  # a record of a version before boot_id
         del record["boot_id"]

@@ -214,6 +214,43 @@ def test_records_without_a_boot_id_never_start_the_window_again(tmp_path):
     assert (suspect.node, suspect.flagged) == ("n03", 10)
 
 
+H100, A100 = "NVIDIA H100 80GB HBM3 x8", "NVIDIA A100-SXM4-80GB x8"
+
+
+def mixed_jobs(directory, a100_nodes, nodes=6, jobs=12):
+    """Jobs spanning H100 nodes (about 690 W a GPU under load) and A100 nodes (about 390 W): the
+    A100s draw less because they are A100s. n01 (an H100) is in HW slowdown in every job."""
+    rng = random.Random(8)
+    for j in range(jobs):
+        end = NOW - (jobs - j) * 3600
+        for i in range(nodes):
+            node = "n%02d" % i
+            a100 = node in a100_nodes
+            perf = dict(healthy(rng), **{"gpu_power_w.mean": rng.gauss(390 if a100 else 690, 8)})
+            if node == "n01":
+                perf[HW] = 0.2
+            write(
+                directory, node, 300 + j, perf, end, user="u%d" % (j % 3), hw=A100 if a100 else H100
+            )
+
+
+def test_a_job_spanning_two_gpu_models_compares_each_node_with_its_own_kind(tmp_path):
+    """Before: the two A100 nodes were suspects on gpu_power_w.mean in every mixed job (z about 11)."""
+    d = str(tmp_path / "few")
+    mixed_jobs(d, {"n04", "n05"})  # 4 H100 + 2 A100: the A100s are too few to compare
+    result = fleet.scan([d], settings(), now=NOW)
+    assert [(s.node, s.metric) for s in result.suspects()] == [("n01", HW)]
+    assert "n04" not in result.windows and "n05" not in result.windows
+    assert result.skipped == {
+        "node-jobs of a hardware class on fewer than min_job_nodes nodes of the job": 24
+    }
+    d = str(tmp_path / "half")
+    mixed_jobs(d, {"n04", "n05", "n06", "n07"}, nodes=8)  # 4 + 4: both kinds scored, apart
+    result = fleet.scan([d], settings(), now=NOW)
+    assert [(s.node, s.metric) for s in result.suspects()] == [("n01", HW)]
+    assert result.windows["n05"].marks[-1].nodes == 4 and result.node_jobs == 8 * 12
+
+
 def test_unreadable_records_are_counted_and_named(tmp_path):
     d = str(tmp_path)
     write_jobs(d, jobs=3)

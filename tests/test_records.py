@@ -104,6 +104,9 @@ def test_prolog_to_epilog_round_trip_gives_the_right_deltas(gpu_node, tmp_path, 
     # the boot the job ended in, in the header line report --stragglers reads alone
     boot = open(os.path.join(node.root, "proc/sys/kernel/random/boot_id")).read().strip()
     assert rec["boot_id"] == boot and len(boot) == 36
+    # what report --stragglers compares it with: the model and number of the job's GPUs
+    assert rec["summary"]["hw_class"] == "%s x2" % rec["gpus"][0]["name"]
+    assert rec["gpus"][0]["name"].startswith("NVIDIA ")
     assert json.loads(text.split("\n", 1)[0][:-1] + "}")["boot_id"] == boot
     g0, g1 = rec["gpus"]
     assert (g0["index"], g0["bus_id"], g1["bus_id"]) == (0, bus0, bus1)

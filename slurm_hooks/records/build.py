@@ -13,7 +13,7 @@ from .. import __version__
 from ..result import Status
 from ..slurm.policy import DELIVERED
 from .counters import CLOCK_EVENT_FIELDS, THROTTLE_REASONS, deltas
-from .perf import cpu_window, ib_traffic, perf_block
+from .perf import cpu_window, hardware_class, ib_traffic, perf_block
 
 RECORD_SCHEMA = "slurm-hooks.job-record/1"
 MAX_EVENTS = 100  # Xid/SXid events kept in one record (the count is always exact)
@@ -294,6 +294,7 @@ def summarize(record: Dict[str, Any], leftover_memory_bytes: int) -> Dict[str, A
     summary["drained"] = decision.get("outcome") in DRAIN_OUTCOMES
     summary["abnormal"] = _abnormal(summary, record, leftover_memory_bytes)
     summary["perf"] = perf_block(record)[0]
+    summary["hw_class"] = hardware_class(record)
     return summary
 
 

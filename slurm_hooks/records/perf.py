@@ -48,6 +48,20 @@ def perf_block(record: Dict[str, Any]) -> Tuple[Perf, Dict[str, str]]:
     return {k: sig6(v) for k, v in sorted(perf.items())}, missing
 
 
+def hardware_class(record: Dict[str, Any]) -> Optional[str]:
+    """What the node's figures may be compared with in a job: the model and number of the job's
+    GPUs, "NVIDIA H100 80GB HBM3 x8" (nvmlDeviceGetName of each; a GPU whose name could not be
+    read does not change it). None for a job without GPUs. report --stragglers scores a node only
+    against the job's nodes of the same class: a job spanning A100 and H100 nodes would otherwise
+    flag every A100 node on power, and a node given 4 GPUs among nodes given 8 on replays per hour.
+    The number of IB ports is left out on purpose: a port that went down is a fault to find."""
+    gpus = record.get("gpus") or []
+    names = sorted({g["name"] for g in gpus if isinstance(g.get("name"), str) and g["name"]})
+    if not gpus:
+        return None
+    return "%s x%d" % ("+".join(names) or "unnamed GPU", len(gpus))
+
+
 # -- GPUs ---------------------------------------------------------------------------------------
 
 

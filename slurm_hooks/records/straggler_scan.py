@@ -40,10 +40,8 @@ class ScanError(Exception):
 class OpenJob(Struct, frozen=False):
     job_id: str
     first_seen: float
-    # node -> (figures_row, start, end, user, boot id)
-    entries: Dict[
-        str, Tuple[Tuple[Optional[float], ...], float, float, Optional[str], Optional[str]]
-    ] = field(default_factory=dict)
+    # node -> (figures_row, start, end, user, boot id, hardware class)
+    entries: Dict[str, Tuple[Any, ...]] = field(default_factory=dict)
 
 
 class StragglerScan(Struct, frozen=False):
@@ -319,8 +317,8 @@ def read_header(path: str) -> Dict[str, Any]:
 
 
 def parse(path: str, node: str, since: float, min_seconds: float) -> Tuple[Any, ...]:
-    """One record -> ("ok", job id, (figures_row(perf), start, end, user, boot id)) | ("skip", why) |
-    ("unreadable", why)."""
+    """One record -> ("ok", job id, (figures_row(perf), start, end, user, boot id, hardware class))
+    | ("skip", why) | ("unreadable", why)."""
     try:
         header = read_header(path)
     except ValueError as exc:
@@ -343,34 +341,53 @@ def parse(path: str, node: str, since: float, min_seconds: float) -> Tuple[Any, 
     user = job.get("user") if isinstance(job.get("user"), str) else None
     boot = header.get("boot_id")
     boot = boot if isinstance(boot, str) and 0 < len(boot) <= 64 else None
-    return ("ok", job["id"], (stragglers.figures_row(perf), float(start), float(end), user, boot))
+    hw = header["summary"].get("hw_class")
+    hw = hw if isinstance(hw, str) and len(hw) <= 512 else None
+    row = stragglers.figures_row(perf)
+    return ("ok", job["id"], (row, float(start), float(end), user, boot, hw))
 
 
 def _close(job: OpenJob, result: StragglerScan, fleet: Dict[str, Any]) -> None:
-    """Score a job whose records are all in; fold each node's part into its window."""
+    """Score a job whose records are all in; fold each node's part into its window. Nodes are
+    scored only against the job's nodes of the same hardware class (perf.hardware_class): a class
+    with fewer than min_job_nodes nodes in the job is not scored."""
     nodes = len(job.entries)
     if nodes < fleet["min_job_nodes"]:
         result.skip("job on fewer than min_job_nodes nodes")
         return
-    names = list(job.entries)
-    flags = stragglers.score_rows(
-        names, [job.entries[n][0] for n in names], fleet["min_job_nodes"], fleet["z_threshold"]
-    )
+    classes: Dict[Optional[str], List[str]] = {}
+    for node in sorted(job.entries):
+        classes.setdefault(job.entries[node][5], []).append(node)
     ends = sorted(e[2] for e in job.entries.values())
     start = min(e[1] for e in job.entries.values())
     user = next((e[3] for e in job.entries.values() if e[3]), None)
-    result.jobs_scored += 1
-    for node in sorted(job.entries):
-        window = result.windows.get(node)
-        if window is None:
-            window = result.windows[node] = stragglers.NodeWindow(node, fleet["m"])
-        window.add(
-            stragglers.JobMark(
-                job.job_id, ends[len(ends) // 2], nodes, user, tuple(flags[node]), start
-            ),
-            job.entries[node][4],
+    scored = False
+    for names in classes.values():
+        if len(names) < fleet["min_job_nodes"]:
+            result.skip(
+                "node-jobs of a hardware class on fewer than min_job_nodes nodes of the job",
+                len(names),
+            )
+            continue
+        flags = stragglers.score_rows(
+            names,
+            [job.entries[n][0] for n in names],
+            fleet["min_job_nodes"],
+            fleet["z_threshold"],
         )
-        result.node_jobs += 1
+        scored = True
+        for node in names:
+            window = result.windows.get(node)
+            if window is None:
+                window = result.windows[node] = stragglers.NodeWindow(node, fleet["m"])
+            window.add(
+                stragglers.JobMark(
+                    job.job_id, ends[len(ends) // 2], len(names), user, tuple(flags[node]), start
+                ),
+                job.entries[node][4],
+            )
+            result.node_jobs += 1
+    result.jobs_scored += scored
 
 
 # -- output --------------------------------------------------------------------------------------
