@@ -214,6 +214,24 @@ def test_records_without_a_boot_id_never_start_the_window_again(tmp_path):
     assert (suspect.node, suspect.flagged) == ("n03", 10)
 
 
+def test_jobs_that_say_nothing_about_a_figure_do_not_push_its_evidence_out(tmp_path):
+    """Three GPU jobs with n03 in HW slowdown, then ten CPU-only multi-node jobs (no GPU figures in
+    their records). Before: the window was the last m jobs of any kind, the three flagged jobs fell
+    out of it and n03 was no longer a suspect."""
+    d = str(tmp_path)
+    write_jobs(d, jobs=3)
+    rng = random.Random(4)
+    for j in range(10):
+        end = NOW - 3600 + j * 60 + 1  # after the GPU jobs
+        for i in range(6):
+            perf = {"foreign_cpu_frac": 0.001, "cpu_steal_frac": 0.0}
+            write(d, "n%02d" % i, 500 + j, perf, end + rng.uniform(0, 5), user="u%d" % (j % 3))
+    result = fleet.scan([d], settings(), now=NOW)
+    (suspect,) = result.suspects()
+    assert (suspect.node, suspect.metric, suspect.flagged, suspect.window) == ("n03", HW, 3, 3)
+    assert len(result.windows["n03"].marks) == 10  # the last 10 jobs of any kind: all CPU-only
+
+
 H100, A100 = "NVIDIA H100 80GB HBM3 x8", "NVIDIA A100-SXM4-80GB x8"
 
 

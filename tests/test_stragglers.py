@@ -10,6 +10,9 @@ import random
 import statistics
 
 import pytest
+from hypothesis import given
+from hypothesis import settings as hyp_settings
+from hypothesis import strategies as st
 
 from slurm_hooks.records import stragglers
 from slurm_hooks.records.stragglers import METRIC_BY_NAME, JobMark, NodeWindow, score_job
@@ -178,3 +181,75 @@ def test_flags_on_different_metrics_do_not_add_up():
     window.add(mark(9, WAIT, user="bob"))
     (suspect,) = window.suspects(3)
     assert suspect.metric == WAIT and suspect.users == 2
+
+
+def reference_suspects(marks, size, k):
+    """The definition, written the slow way: per figure, the node's last `size` jobs scored on it."""
+    out = []
+    for metric in stragglers.METRICS:
+        bit = stragglers.METRIC_BIT[metric.name]
+        window = [m for m in marks if m.scored & bit][-size:]
+        evidence = [(m, f) for m in window for f in m.flags if f.metric == metric.name]
+        if len(evidence) >= k:
+            out.append((metric.name, len(evidence), len(window), [m.job for m, _ in evidence]))
+    return sorted(out)
+
+
+FIGURES = [m.name for m in stragglers.METRICS]
+
+
+@given(
+    jobs=st.lists(
+        st.tuples(
+            st.sampled_from(  # a few masks, as on a fleet: all figures, CPU only, GPU without power
+                [
+                    stragglers.ALL_METRICS,
+                    stragglers.METRIC_BIT["foreign_cpu_frac"],
+                    stragglers.ALL_METRICS & ~stragglers.METRIC_BIT[POWER],
+                    stragglers.METRIC_BIT[HW] | stragglers.METRIC_BIT[WAIT],
+                ]
+            ),
+            st.lists(st.sampled_from([HW, WAIT, POWER, "foreign_cpu_frac"]), max_size=2),
+        ),
+        max_size=300,
+    ),
+    size=st.integers(1, 12),
+    k=st.integers(1, 4),
+    prune=st.sampled_from([1, 2, 5, stragglers.PRUNE_RUNS]),
+)
+@hyp_settings(max_examples=400, deadline=None)
+def test_the_windows_match_their_definition(jobs, size, k, prune):
+    """NodeWindow keeps runs of masks and only the flagged jobs (speed, memory); whatever the order
+    of jobs, its suspects are those of the definition, and its memory stays bounded. Small prune
+    limits make the pruning run often (at 64 it needs 64 changes of mask)."""
+    window, marks = NodeWindow("n1", size), []
+    saved, stragglers.PRUNE_RUNS = stragglers.PRUNE_RUNS, prune
+    try:
+        for i, (scored, metrics) in enumerate(jobs):
+            flags = tuple(
+                stragglers.Flag(m, 9.0, 1.0, 0.0, 7)
+                for m in sorted(set(metrics))
+                if scored & stragglers.METRIC_BIT[m]  # a flag only on a figure it was scored on
+            )
+            marks.append(JobMark(str(i), float(i), 8, "u%d" % (i % 3), flags, float(i), scored))
+            window.add(marks[-1])
+            if i % 7 == 0 or i == len(jobs) - 1:
+                got = sorted(
+                    (s.metric, s.flagged, s.window, [m.job for m, _ in s.evidence])
+                    for s in window.suspects(k)
+                )
+                assert got == reference_suspects(marks, size, k), i
+    finally:
+        stragglers.PRUNE_RUNS = saved
+    left = (2 * len(FIGURES) * size + 1) + len(FIGURES) * size  # what a prune can leave
+    assert len(window.runs) + len(window.flagged) <= max(prune, 2 * left) + 1
+
+
+def test_a_node_flagged_in_every_job_keeps_only_its_windows():
+    """One mask and a flag in every job: the runs do not grow, the flagged jobs would."""
+    window = NodeWindow("n1", 10)
+    for i in range(5000):
+        window.add(JobMark(str(i), float(i), 8, "u", (stragglers.Flag(HW, 9.0, 1.0, 0.0, 7),)))
+    assert len(window.runs) == 1 and len(window.flagged) <= 2 * stragglers.PRUNE_RUNS
+    (suspect,) = window.suspects(3)
+    assert (suspect.flagged, suspect.window, suspect.evidence[0][0].job) == (10, 10, "4990")

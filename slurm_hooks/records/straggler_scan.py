@@ -5,9 +5,9 @@ shared file system, read on an admin host. Records of one job are spread over th
 directories and written within seconds of each other (each node's epilog, at the job's end), in
 any order. The files are listed with their mtimes, then read in mtime order, header line only
 (fleet_report.read_header); a job's records are held until no more can arrive (SETTLE_S after its first
-record), then it is scored (stragglers.score_rows) and dropped, and each node keeps only its last m
-scored jobs. Memory: the file listing, the jobs still open, and nodes x m marks; no record is
-kept once folded.
+record), then it is scored (stragglers.score_rows) and dropped, and each node keeps only, per
+figure, its last m jobs scored on it (stragglers.NodeWindow). Memory: the file listing, the jobs
+still open, and nodes x figures x m marks at worst; no record is kept once folded.
 
 Whose records count: the node's name is its directory's name, and a record naming another node is
 skipped. A node directory, and each record in it, must belong to root, to the owner of the
@@ -369,20 +369,35 @@ def _close(job: OpenJob, result: StragglerScan, fleet: Dict[str, Any]) -> None:
                 len(names),
             )
             continue
+        metrics: List[int] = []
         flags = stragglers.score_rows(
             names,
             [job.entries[n][0] for n in names],
             fleet["min_job_nodes"],
             fleet["z_threshold"],
+            scored=metrics,
         )
         scored = True
+        every = sum(1 << i for i in metrics)  # the figures scored in this job
         for node in names:
             window = result.windows.get(node)
             if window is None:
                 window = result.windows[node] = stragglers.NodeWindow(node, fleet["m"])
+            row = job.entries[node][0]
+            bits = (  # the node was scored on those it has (score_rows' filter)
+                every
+                if None not in row
+                else sum(1 << i for i in metrics if stragglers._number(row[i]))
+            )
             window.add(
                 stragglers.JobMark(
-                    job.job_id, ends[len(ends) // 2], len(names), user, tuple(flags[node]), start
+                    job.job_id,
+                    ends[len(ends) // 2],
+                    len(names),
+                    user,
+                    tuple(flags[node]),
+                    start,
+                    bits,
                 ),
                 job.entries[node][4],
             )

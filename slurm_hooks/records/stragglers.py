@@ -62,6 +62,8 @@ METRICS: Tuple[Metric, ...] = (
     Metric("cpu_steal_frac", +1, 0.005, 0.5, "cpu"),
 )
 METRIC_BY_NAME: Dict[str, Metric] = {m.name: m for m in METRICS}
+METRIC_BIT: Dict[str, int] = {m.name: 1 << i for i, m in enumerate(METRICS)}
+ALL_METRICS = (1 << len(METRICS)) - 1
 
 
 class Flag(Struct):
@@ -78,7 +80,7 @@ class JobMark:
     """A node's part in one scored job: the metrics it was flagged on (empty: nothing stood out).
     A plain class with slots: the report makes one per node-job (100,000 of them)."""
 
-    __slots__ = ("job", "end", "nodes", "user", "flags", "start")
+    __slots__ = ("job", "end", "nodes", "user", "flags", "start", "scored")
 
     def __init__(
         self,
@@ -88,6 +90,7 @@ class JobMark:
         user: Optional[str] = None,
         flags: Tuple[Flag, ...] = (),
         start: Optional[float] = None,
+        scored: int = ALL_METRICS,
     ) -> None:
         self.job, self.end, self.nodes, self.user, self.flags, self.start = (
             job,
@@ -97,6 +100,7 @@ class JobMark:
             flags,
             start,
         )
+        self.scored = scored  # the METRICS (bits: METRIC_BIT) the node was scored on in this job
 
     def __repr__(self) -> str:
         return "JobMark(job=%r, nodes=%d, flags=%r)" % (self.job, self.nodes, self.flags)
@@ -194,8 +198,11 @@ def score_rows(
     min_nodes: int,
     threshold: float,
     metrics: Sequence[Metric] = METRICS,
+    scored: Optional[List[int]] = None,
 ) -> Dict[str, List[Flag]]:
-    """score_job on figures_row tuples (rows[i] belongs to nodes[i]).
+    """score_job on figures_row tuples (rows[i] belongs to nodes[i]). `scored`, when given, gets the
+    index of each metric that was scored in this job (enough nodes have it, the job's median is
+    above its min_median): a node that has such a figure was scored on it.
 
     Exact, but quick (the report scores 100,000 node-jobs in a fraction of a second): a leave-one-out
     median lies between the order statistics just around the middle, and the scale is at least the
@@ -206,7 +213,7 @@ def score_rows(
     need = max(min_nodes, 2)
     if len(nodes) < need:
         return flags
-    for metric, column in zip(metrics, zip(*rows)):  # columns, transposed in C
+    for position, (metric, column) in enumerate(zip(metrics, zip(*rows))):  # transposed in C
         if set(map(type, column)) == _FLOAT and all(map(math.isfinite, column)):
             values = column  # the usual case, checked in C
         else:
@@ -220,6 +227,8 @@ def score_rows(
         low, high = ordered[max(middle - 1, 0)], ordered[min(middle + 1, len(ordered) - 1)]
         if metric.worse < 0 and high < metric.min_median:
             continue
+        if scored is not None:
+            scored.append(position)
         smallest = metric.floor
         if (low > 0) == (high > 0):
             smallest = max(smallest, metric.relative * min(abs(low), abs(high)))
@@ -280,9 +289,32 @@ class Suspect(Struct):
         return max(flag.z for _, flag in self.evidence)
 
 
+_BIT_INDICES: Dict[int, Tuple[int, ...]] = {}  # bitmask -> its set bits (a fleet has few masks)
+PRUNE_RUNS = 64  # a node's runs + flagged jobs before old ones are dropped (NodeWindow)
+
+
+def _bit_indices(bits: int) -> Tuple[int, ...]:
+    found = _BIT_INDICES.get(bits)
+    if found is None:
+        found = _BIT_INDICES[bits] = tuple(i for i in range(bits.bit_length()) if bits >> i & 1)
+    return found
+
+
 class NodeWindow(Struct, frozen=False):
-    """The last m scored multi-node jobs of one node since its last reboot (bounded: memory is
-    nodes x m, plus the node's earlier boot ids).
+    """A node's evidence: for each figure, its last m scored multi-node jobs in which the node was
+    scored on that figure, since its last reboot. Bounded: memory is nodes x m (x the figures, at
+    worst), plus the node's earlier boot ids.
+
+    Per figure, so that jobs which say nothing about a figure (CPU-only jobs have no GPU figures,
+    jobs under min_median W no power figures) do not push its evidence out: with one window of the
+    last m jobs of any kind, ten CPU-only jobs erased a slow GPU's evidence.
+
+    How, without a deque per figure (14 appends per node-job slowed the report by a sixth): the
+    node's jobs are numbered; `runs` holds the jobs as runs of one scored-figures mask ([mask, count],
+    newest last: on a fleet most jobs score the same figures, so adding one is usually one increment),
+    and `flagged` holds only the jobs with a flag, with their number. A figure's window is then found
+    by walking the runs back until m jobs scored on it are covered (window_start). Runs and flags
+    older than every figure's window are dropped once they outgrow PRUNE_RUNS.
 
     Why a reboot starts the window again: a repair (a GPU or HCA swapped, a BIOS setting or a pinned
     daemon fixed) comes with a reboot, and what the node did before it says nothing about it after;
@@ -293,11 +325,14 @@ class NodeWindow(Struct, frozen=False):
 
     node: str
     size: int
-    marks: Deque[JobMark] = field(default_factory=collections.deque)
-    scored: int = 0  # all scored jobs of this node, not only those in the window
+    marks: Deque[JobMark] = field(default_factory=collections.deque)  # the last m, any figure
+    runs: Deque[List[int]] = field(default_factory=collections.deque)  # [mask, count], oldest first
+    flagged: Deque[Tuple[int, JobMark]] = field(default_factory=collections.deque)  # (number, mark)
+    scored: int = 0  # all scored jobs of this node, not only those in the window: the last number
     boot: Optional[str] = None  # the boot of the newest job with one
     earlier_boots: Set[str] = field(default_factory=set)
     before_reboot: int = 0  # jobs dropped: they ended in a boot the node has since left
+    prune_at: int = 0  # runs + flagged before the next _prune (twice what the last one left)
 
     def add(self, mark: JobMark, boot: Optional[str] = None) -> None:
         if self.marks.maxlen != self.size:
@@ -310,24 +345,80 @@ class NodeWindow(Struct, frozen=False):
                 self.earlier_boots.add(self.boot)
                 self.before_reboot += len(self.marks)
                 self.marks.clear()
+                self.runs.clear()
+                self.flagged.clear()
             self.boot = boot
         self.marks.append(mark)  # the oldest falls out
         self.scored += 1
+        runs = self.runs
+        if runs and runs[-1][0] == mark.scored:
+            runs[-1][1] += 1
+        else:
+            runs.append([mark.scored, 1])
+        if mark.flags:
+            self.flagged.append((self.scored, mark))
+        if len(runs) + len(self.flagged) > max(self.prune_at, PRUNE_RUNS):
+            self._prune()
+
+    def window_start(self, bit: int) -> Tuple[int, int]:
+        """(number of the oldest job in the figure's window, jobs in it) for the figure's bit."""
+        need, end, start = self.size, self.scored, self.scored + 1
+        for mask, count in reversed(self.runs):
+            if mask & bit:
+                if count >= need:
+                    return end - need + 1, self.size
+                need -= count
+                start = end - count + 1
+            end -= count
+        return start, self.size - need
+
+    def _prune(self) -> None:
+        """Forget what no figure's window reaches: a run's mask keeps only the figures whose window
+        reaches into the run, runs left with none before every window are dropped, equal neighbours
+        merge, and a flagged job stays only while one of its flags' windows reaches it. Then each
+        run left holds a job of some figure's window, or lies between two that do, so at most
+        2 x figures x m + 1 runs remain (m flagged jobs per figure), however the masks alternate."""
+        bits = 0
+        for mask, _count in self.runs:
+            bits |= mask
+        starts = {1 << i: self.window_start(1 << i)[0] for i in _bit_indices(bits)}
+        runs: Deque[List[int]] = collections.deque()
+        last = self.scored - sum(count for _, count in self.runs)
+        for mask, count in self.runs:
+            last += count
+            reached = 0
+            for bit, start in starts.items():
+                if mask & bit and last >= start:
+                    reached |= bit
+            if not runs and not reached:
+                continue  # older than every window
+            if runs and runs[-1][0] == reached:
+                runs[-1][1] += count
+            else:
+                runs.append([reached, count])
+        self.runs = runs
+        by_name = {METRICS[i].name: starts.get(1 << i) for i in range(len(METRICS))}
+        self.flagged = collections.deque(
+            (number, mark)
+            for number, mark in self.flagged
+            if any(number >= (by_name.get(f.metric) or self.scored + 1) for f in mark.flags)
+        )
+        self.prune_at = 2 * (len(runs) + len(self.flagged))
 
     def suspects(self, k: int) -> List[Suspect]:
-        by_metric: Dict[str, List[Tuple[JobMark, Flag]]] = {}
-        for mark in self.marks:
+        by_metric: Dict[str, List[Tuple[int, JobMark, Flag]]] = {}
+        for number, mark in self.flagged:
             for flag in mark.flags:
-                by_metric.setdefault(flag.metric, []).append((mark, flag))
+                by_metric.setdefault(flag.metric, []).append((number, mark, flag))
         out = []
-        for metric, evidence in by_metric.items():
+        for name, flagged in by_metric.items():
+            if len(flagged) < k or name not in METRIC_BIT:
+                continue
+            start, jobs = self.window_start(METRIC_BIT[name])
+            evidence = [(mark, flag) for number, mark, flag in flagged if number >= start]
             if len(evidence) >= k:
                 users = len({mark.user for mark, _ in evidence if mark.user})
-                out.append(
-                    Suspect(
-                        self.node, metric, len(evidence), len(self.marks), tuple(evidence), users
-                    )
-                )
+                out.append(Suspect(self.node, name, len(evidence), jobs, tuple(evidence), users))
         return sorted(out, key=lambda s: (-s.flagged, -s.worst_z, s.metric))
 
     def flagged_jobs(self) -> int:
