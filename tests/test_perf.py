@@ -327,6 +327,7 @@ def test_a_skewed_node_stands_out_end_to_end(nodes):
         assert p["gpu_power_w.min"] > 0 and p["cpu_steal_frac"] == 0.0
         assert p["pcie_replays_per_h"] == 0.0 and p["ib_xmit_bytes_per_s"] == 0.0
     assert set(sp) == set(hp) and not slow["perf_unavailable"]
+    assert hp["gpu_idle_frac"] == 0.0 and sp["gpu_idle_frac"] == 0.0
 
 
 @pytest.mark.slow
@@ -341,6 +342,22 @@ def test_throttle_time_survives_a_driver_without_violation_counters(nodes):
     assert gpu3["unavailable"]["violation_ns.power"] == "NOT_SUPPORTED"
     assert "violation_ns.power" not in gpu3["delta"]
     assert rec["summary"]["throttle_s"] == pytest.approx(0.2, abs=1e-3)
+
+
+@pytest.mark.slow
+def test_a_gpu_the_job_left_idle_is_measured(nodes):
+    """GPU 5's clocks were lowered for lack of work for 0.9 s of the job (the fake's
+    nvmlDeviceGetViolationStatus NVML_PERF_POLICY_LOW_UTILIZATION): the record's gpu_idle_frac is
+    that GPU's share of the wall time, which keeps report --stragglers off its power."""
+    hooks = nodes[0]
+    rc, _, err = hooks.run(kind="prolog")
+    assert rc == 0, err
+    hooks.node.set_states({"gpu.5.violation_ns.low_utilization": 9 * 10**8})
+    time.sleep(WAIT_S)
+    rc, _, err = hooks.run(kind="epilog")
+    assert rc == 0, err
+    rec = hooks.record()
+    assert rec["summary"]["perf"]["gpu_idle_frac"] == pytest.approx(0.9 / rec["duration_s"], 1e-3)
 
 
 def test_no_prolog_snapshot_gives_an_empty_perf_end_to_end(nodes):

@@ -68,6 +68,31 @@ def test_the_baseline_never_includes_the_node_itself():
     )
 
 
+def test_a_node_whose_gpus_the_job_left_idle_is_not_scored_on_power():
+    """Six nodes near 500 W a GPU; n05's GPUs were idle 95 % of the job (violation_ns.low_utilization):
+    a coordinator node, or a user idling it on purpose. Before, n05 was flagged on power; a node
+    held to 350 W while busy (a low power limit) still is, and the idle one is out of its baseline."""
+    power = [500.0, 502.0, 498.0, 501.0, 350.0, 80.0]
+    idle = [0.0, 0.01, 0.0, 0.02, 0.0, 0.95]
+    nodes = {
+        "n%02d" % i: {POWER: p, "gpu_idle_frac": q} for i, (p, q) in enumerate(zip(power, idle))
+    }
+    flags = score_job(nodes, 4, 6.0)
+    assert flagged(flags, POWER) == ["n04"]
+    assert flags["n04"][0].peers == 4  # n05's 80 W is not in its baseline
+    nodes["n05"]["gpu_idle_frac"] = 0.2  # at the limit: idle a fifth of the job is still scored
+    assert flagged(score_job(nodes, 4, 6.0), POWER) == ["n04", "n05"]
+    del nodes["n05"]["gpu_idle_frac"]  # a driver without the counter (NVML 13): scored as before
+    assert flagged(score_job(nodes, 4, 6.0), POWER) == ["n04", "n05"]
+    nodes["n05"].update({"gpu_idle_frac": True, HW: 0.3})  # not a number; other figures unaffected
+    assert flagged(score_job(nodes, 4, 6.0), POWER) == ["n04", "n05"]
+    nodes["n05"]["gpu_idle_frac"] = 0.95
+    for n in nodes.values():
+        n.setdefault(HW, 0.0)
+    flags = score_job(nodes, 4, 6.0)
+    assert flagged(flags, POWER) == ["n04"] and flagged(flags, HW) == ["n05"]
+
+
 def test_identical_peers_do_not_make_an_infinite_z():
     """MAD 0: the scale falls back to the metric's floor (absolute, or relative to the median)."""
     assert flagged(score_job(job([0.0, 0.0, 0.0, 1e-9]), 4, 6.0)) == []

@@ -130,6 +130,17 @@ def _power_and_errors(
         missing["gpu_power_w.mean"] = missing["gpu_power_w.min"] = (
             "no job GPU reports its energy counter"
         )
+    # How long the most idle job GPU had its clocks lowered for lack of work: a GPU the job left
+    # idle draws little power without being slow (stragglers.py does not score its power).
+    idle = [
+        g["delta"]["violation_ns.low_utilization"]
+        for g in gpus
+        if "violation_ns.low_utilization" in g["delta"]
+    ]
+    if idle:
+        perf["gpu_idle_frac"] = min(1.0, max(idle) / 1e9 / wall)
+    else:
+        missing["gpu_idle_frac"] = "no job GPU reports low-utilization time (NVML 13 has none)"
     for key, prefix in (("pcie_replays_per_h", "pcie.replay"), ("nvlink_errors_per_h", "nvlink.")):
         counts = [
             v

@@ -24,6 +24,7 @@ from typing import Deque, Dict, List, Mapping, Optional, Sequence, Set, Tuple
 from ..core.structs import Struct, field
 
 MAD_TO_SIGMA = 1.4826  # MAD x this estimates the standard deviation of normal data
+IDLE_LIMIT = 0.2  # gpu_idle_frac above which a node's power figures are not scored (figures_row)
 # An int past this has no float (float() raises OverflowError); one in a record is not a figure.
 _MAX_FIGURE = sys.float_info.max
 _NUMBERS = (float, int)  # what a figure may be (type() is exact: a bool is not a number here)
@@ -34,7 +35,8 @@ class Metric(Struct):
     """How one perf metric is scored. worse: +1 when a higher value is worse, -1 when lower is.
     floor (metric units) and relative (x |baseline median|): the smallest scale a z is measured in.
     min_median: jobs whose baseline median is below it are not scored on this metric (a job that
-    does not use its GPUs or the fabric says nothing about power or bytes)."""
+    does not use its GPUs or the fabric says nothing about power or bytes). busy_only: a node
+    whose GPUs the job left idle (gpu_idle_frac above IDLE_LIMIT) is not scored on it."""
 
     name: str
     worse: int
@@ -42,6 +44,7 @@ class Metric(Struct):
     relative: float
     kind: str  # what a flag on it points at, for the reader: gpu | fabric | cpu
     min_median: float = 0.0
+    busy_only: bool = False
 
 
 # The bad direction of each metric (docs/records.md gives the argument for each choice).
@@ -51,8 +54,8 @@ METRICS: Tuple[Metric, ...] = (
     Metric("throttle_frac.power", +1, 0.01, 0.25, "gpu"),
     Metric("throttle_frac.power_brake", +1, 0.005, 0.25, "gpu"),
     Metric("throttle_frac.sync_boost", +1, 0.02, 0.25, "gpu"),
-    Metric("gpu_power_w.mean", -1, 10.0, 0.04, "gpu", min_median=50.0),
-    Metric("gpu_power_w.min", -1, 10.0, 0.04, "gpu", min_median=50.0),
+    Metric("gpu_power_w.mean", -1, 10.0, 0.04, "gpu", min_median=50.0, busy_only=True),
+    Metric("gpu_power_w.min", -1, 10.0, 0.04, "gpu", min_median=50.0, busy_only=True),
     Metric("pcie_replays_per_h", +1, 20.0, 0.5, "gpu"),
     Metric("nvlink_errors_per_h", +1, 20.0, 0.5, "gpu"),
     Metric("ib_xmit_wait_per_s", +1, 5e4, 0.5, "fabric"),
@@ -173,8 +176,17 @@ def figures_row(
     perf: Mapping[str, float], metrics: Sequence[Metric] = METRICS
 ) -> Tuple[Optional[float], ...]:
     """summary.perf as a tuple in the order of `metrics` (None where absent): what score_rows takes,
-    and what the report's reader processes send back (a tuple pickles and transposes cheaply)."""
+    and what the report's reader processes send back (a tuple pickles and transposes cheaply).
+
+    The power figures are None on a node whose most idle job GPU had its clocks lowered for lack
+    of work (gpu_idle_frac) more than IDLE_LIMIT of the job: a GPU the job did not use draws little
+    power without being slow. Without this, a job that left one node's GPUs idle (a coordinator
+    node, or a user doing it on purpose) flagged that node on power; a GPU held down by a fault is
+    busy, so it is still scored. Drivers without the counter (NVML 13) score power as before."""
     get = perf.get
+    idle = get("gpu_idle_frac")
+    if type(idle) in _NUMBERS and idle > IDLE_LIMIT:
+        return tuple([None if metric.busy_only else get(metric.name) for metric in metrics])
     return tuple([get(metric.name) for metric in metrics])
 
 
