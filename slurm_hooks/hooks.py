@@ -565,8 +565,8 @@ def _recover(
     Lost state (`known` False): one show_node, and a drain whose reason is one of our automatic ones
     (it names its checks) is taken back as ours.
     """
-    from .slurm.client import SlurmError
     from .slurm.drainer import Enacted, resume
+    from .slurm.errors import SlurmError
 
     if not known:
         try:

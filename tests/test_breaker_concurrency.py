@@ -25,7 +25,8 @@ import pytest
 
 from slurm_hooks.core.config import SECTIONS
 from slurm_hooks.slurm import drainer
-from slurm_hooks.slurm.client import ScontrolBackend, SlurmClient, parse_nodes
+from slurm_hooks.slurm.client import ScontrolBackend, SlurmClient
+from slurm_hooks.slurm.node_state import parse_nodes
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 

@@ -20,8 +20,9 @@ from slurm_hooks.hooks import run_hook
 from slurm_hooks.registry import Registry
 from slurm_hooks.result import Action, ExitCode, Result, Status
 from slurm_hooks.slurm import drainer, nodelock
-from slurm_hooks.slurm.client import NodeInfo, SlurmClient
+from slurm_hooks.slurm.client import SlurmClient
 from slurm_hooks.slurm.drainer import Outcome, node_status
+from slurm_hooks.slurm.node_state import NodeInfo
 from tests.doubles.memory_slurm import MemoryBackend, cluster
 from tests.helpers import abort_on_purpose
 

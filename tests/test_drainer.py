@@ -10,12 +10,10 @@ import time
 import pytest
 
 from slurm_hooks.slurm import drainer, nodelock
-from slurm_hooks.slurm.client import (
-    NodeInfo,
-    SlurmClient,
-    SlurmClientMissing,
-)
+from slurm_hooks.slurm.client import SlurmClient
 from slurm_hooks.slurm.drainer import UNDONE_REASON, Outcome
+from slurm_hooks.slurm.errors import SlurmClientMissing
+from slurm_hooks.slurm.node_state import NodeInfo
 from tests.doubles.memory_slurm import REASON, T0, MemoryBackend, cluster, settings, stamp
 
 OTHER = "slurm-hooks: gpu.ecc: GPU 1 DBE -> reset-gpu"

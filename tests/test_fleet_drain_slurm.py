@@ -309,7 +309,7 @@ def test_a_drain_whose_breaker_recount_failed_is_recounted_by_the_next_run(site,
     and marks it confirmed. Before, nothing ever re-counted it: the next runs do not choose the node."""
     from slurm_hooks.core.config import SECTIONS
     from slurm_hooks.slurm import straggler_drain as fleet_drain
-    from slurm_hooks.slurm.client import SlurmUnavailable
+    from slurm_hooks.slurm.errors import SlurmUnavailable
 
     settings = {
         section: {k: s.default for k, s in schema.items()} for section, schema in SECTIONS.items()

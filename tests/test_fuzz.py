@@ -31,16 +31,11 @@ from slurm_hooks.hw.host import Host, HostError
 from slurm_hooks.registry import load_builtin_checks
 from slurm_hooks.result import Blame, Result, Status
 from slurm_hooks.slurm import drainer, policy
-from slurm_hooks.slurm.client import (
-    NodeInfo,
-    ScontrolBackend,
-    SlurmClient,
-    SlurmParseError,
-    parse_node_line,
-    parse_nodes,
-)
+from slurm_hooks.slurm.client import ScontrolBackend, SlurmClient
+from slurm_hooks.slurm.errors import SlurmParseError
 from slurm_hooks.slurm.gres import parse_gres_conf
 from slurm_hooks.slurm.jobenv import JobEnvError, job_from_env, parse_gpu_indices
+from slurm_hooks.slurm.node_state import NodeInfo, parse_node_line, parse_nodes
 from slurm_hooks.xid import catalog as xid
 from slurm_hooks.xid import kmsg
 

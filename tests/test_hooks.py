@@ -11,8 +11,9 @@ from slurm_hooks.core.config import validate
 from slurm_hooks.hooks import main_hook, run_hook
 from slurm_hooks.registry import Registry
 from slurm_hooks.result import Action, Blame, ExitCode, Result, Status
-from slurm_hooks.slurm.client import NodeInfo, SlurmClient
+from slurm_hooks.slurm.client import SlurmClient
 from slurm_hooks.slurm.drainer import Outcome
+from slurm_hooks.slurm.node_state import NodeInfo
 from tests.doubles.memory_slurm import REASON, cluster
 from tests.helpers import abort_on_purpose
 

@@ -16,21 +16,16 @@ from hypothesis import strategies as st
 
 from slurm_hooks.core.structs import FrozenError
 from slurm_hooks.slurm import client as slurm
-from slurm_hooks.slurm.client import (
-    NodeInfo,
+from slurm_hooks.slurm import errors as slurm_errors
+from slurm_hooks.slurm.client import PyslurmBackend, ScontrolBackend, SlurmClient, choose_backend
+from slurm_hooks.slurm.errors import (
     NodeNotFound,
-    PyslurmBackend,
-    ScontrolBackend,
-    SlurmClient,
     SlurmCommandError,
     SlurmError,
     SlurmParseError,
     SlurmUnavailable,
-    choose_backend,
-    parse_node_line,
-    parse_nodes,
-    parse_state,
 )
+from slurm_hooks.slurm.node_state import NodeInfo, parse_node_line, parse_nodes, parse_state
 from tests.doubles.pyslurm import PyslurmDouble
 from tests.slurmcluster import slurm_cluster_factory  # noqa: F401 - fixture (until conftest imports it)
 
@@ -510,7 +505,7 @@ def test_choose_backend(tmp_path):
             runner=Script((0, "slurm 22.05.8\n", "")),
         )
     assert isinstance(
-        err.value, slurm.SlurmClientMissing
+        err.value, slurm_errors.SlurmClientMissing
     )  # the admin reads "Slurm client unusable", not "refused"
     b, why = choose_backend("scontrol", pyslurm_module=FakeModule("22.5.3"))
     assert isinstance(b, ScontrolBackend) and b.probe_calls == 0
@@ -1200,7 +1195,8 @@ def test_real_pyslurm_import_needs_a_readable_slurm_conf(tmp_path):
         assert b"cannot stat file" in (exc.stderr or b""), exc.stderr
     probe = (
         "import sys, time\n"
-        "from slurm_hooks.slurm.client import PyslurmBackend, SlurmUnavailable, choose_backend\n"
+        "from slurm_hooks.slurm.client import PyslurmBackend, choose_backend\n"
+        "from slurm_hooks.slurm.errors import SlurmUnavailable\n"
         "backend, why = choose_backend('auto')\n"
         "t0 = time.monotonic()\n"
         "try:\n"
@@ -1347,7 +1343,7 @@ def test_captured_error_texts_are_classified(version):
     assert slurm.classify(captured(version, "update-unknown-node.stderr")) == "not_found"
     assert slurm.classify(captured(version, "show-unknown-node.txt")) == "not_found"
     run = Script((1, "", captured(version, "resume-not-drained.stderr")))
-    with pytest.raises(slurm.InvalidNodeState):
+    with pytest.raises(slurm_errors.InvalidNodeState):
         ScontrolBackend(runner=run).resume("node1")
 
 
@@ -1456,9 +1452,9 @@ def test_client_times_are_utc_whatever_the_environment():
 
 def test_missing_scontrol_is_not_an_unreachable_controller():
     run = Script(FileNotFoundError(2, "No such file or directory", "scontrol"))
-    with pytest.raises(slurm.SlurmClientMissing, match="cannot run scontrol"):
+    with pytest.raises(slurm_errors.SlurmClientMissing, match="cannot run scontrol"):
         ScontrolBackend(runner=run).show_node("node1")
-    with pytest.raises(slurm.SlurmClientMissing):
+    with pytest.raises(slurm_errors.SlurmClientMissing):
         slurm.expand_hostlist(
             "gpu[1-2]", runner=Script(FileNotFoundError(2, "No such file", "scontrol"))
         )

@@ -22,16 +22,9 @@ from pathlib import Path
 import pytest
 
 from slurm_hooks.slurm import drainer, policy
-from slurm_hooks.slurm.client import (
-    InvalidNodeState,
-    NodeNotFound,
-    ScontrolBackend,
-    SlurmClient,
-    expand_hostlist,
-    parse_node_line,
-    parse_nodes,
-    parse_version,
-)
+from slurm_hooks.slurm.client import ScontrolBackend, SlurmClient, expand_hostlist, parse_version
+from slurm_hooks.slurm.errors import InvalidNodeState, NodeNotFound
+from slurm_hooks.slurm.node_state import parse_node_line, parse_nodes
 from tests.slurmcluster import SlurmCluster, find_binary, require_slurm
 
 pytestmark = pytest.mark.slurm

@@ -56,8 +56,9 @@ def _setup(args):
     """(config, client, node names). --node takes a hostlist ('gpu[01-04]', 'a,b'), expanded the way
     Slurm does (scontrol show hostnames); a bad one is a usage error (exit 3), said plainly."""
     from ..hooks import node_name
-    from ..slurm.client import SlurmError, expand_hostlist
+    from ..slurm.client import expand_hostlist
     from ..slurm.drainer import make_client
+    from ..slurm.errors import SlurmError
     from ..slurm.jobenv import job_from_env
     from .check_verbs import load
 
@@ -111,8 +112,8 @@ def cmd_status(args) -> int:
     from ..core.logs import setup
     from ..hooks import read_state
     from ..slurm import policy
-    from ..slurm.client import SlurmError
     from ..slurm.drainer import node_status
+    from ..slurm.errors import SlurmError
 
     config, client, names = _setup(args)
     this_node = _setup_local_name()

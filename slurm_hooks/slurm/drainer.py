@@ -31,14 +31,9 @@ from typing import Any, Iterable, List, Mapping, Optional, Sequence
 
 from ..core.structs import Struct
 from . import policy
-from .client import (
-    InvalidNodeState,
-    NodeInfo,
-    SlurmClient,
-    SlurmClientMissing,
-    SlurmError,
-    SlurmUnavailable,
-)
+from .client import SlurmClient
+from .errors import InvalidNodeState, SlurmClientMissing, SlurmError, SlurmUnavailable
+from .node_state import NodeInfo
 from .policy import Outcome
 
 # slurmctld stamps a reason with time(NULL) (whole seconds) under its node write lock. One second

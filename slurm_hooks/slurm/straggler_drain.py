@@ -131,7 +131,8 @@ def enact(
 ) -> List[FleetDrain]:
     """Drain the chosen suspects (or say why not). One run at a time (a lock beside the state file)."""
     from . import drainer
-    from .client import SlurmError, check_node_name
+    from .client import check_node_name
+    from .errors import SlurmError
 
     log = log or logging.getLogger(logs.LOGGER_NAME)
     fleet = settings["fleet"]
@@ -278,7 +279,7 @@ def _confirm_earlier(
     """Redo the breaker's re-count of a drain of ours that never had it (slurmctld stopped answering
     right after the drain): as a node's next hook run does for its own drains (drainer.confirm)."""
     from . import drainer
-    from .client import SlurmError
+    from .errors import SlurmError
 
     rows = []
     for name, entry in sorted((state.get("drains") or {}).items()):
@@ -317,7 +318,7 @@ def _not_held(
     how many listed nodes carry a fleet.straggler drain of ours. When the node list cannot be read, a
     row for every one and none is drained."""
     from . import drainer
-    from .client import SlurmError
+    from .errors import SlurmError
 
     client.set_budget(budget)
     try:

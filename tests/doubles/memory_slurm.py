@@ -15,13 +15,9 @@ from __future__ import annotations
 import time
 
 from slurm_hooks.core.config import SECTIONS
-from slurm_hooks.slurm.client import (
-    Backend,
-    InvalidNodeState,
-    NodeInfo,
-    NodeNotFound,
-    SlurmUnavailable,
-)
+from slurm_hooks.slurm.client import Backend
+from slurm_hooks.slurm.errors import InvalidNodeState, NodeNotFound, SlurmUnavailable
+from slurm_hooks.slurm.node_state import NodeInfo
 
 T0 = 1796256000.0  # 2026-12-02T00:00:00Z
 
