@@ -114,7 +114,7 @@ def test_records_a_user_could_plant_are_not_read(tmp_path):
     # named, so an admin finds the squatter (before: only counted)
     assert result.other_owner_dirs == ["n01-evil (uid 4242)"]
     assert fleet.to_dict(result)["other_owner_dirs"] == ["n01-evil (uid 4242)"]
-    assert "node directories of another owner, not read" in fleet.render(result)
+    assert "node names held by another owner or a symlink, not read" in fleet.render(result)
 
 
 def test_a_user_squatting_a_slow_nodes_directory_is_named(tmp_path):
@@ -127,6 +127,102 @@ def test_a_user_squatting_a_slow_nodes_directory_is_named(tmp_path):
     os.chown(os.path.join(d, "n03"), 4242, 4242)
     result = fleet.scan([d], settings(), now=NOW)
     assert result.suspects() == [] and result.other_owner_dirs == ["n03 (uid 4242)"]
+
+
+def test_a_symlink_squatting_a_node_name_is_named(tmp_path):
+    d = str(tmp_path)
+    write_jobs(d, jobs=12)
+    os.rename(os.path.join(d, "n03"), os.path.join(d, ".hidden"))
+    os.symlink(os.path.join(d, "n01"), os.path.join(d, "n03"))
+    result = fleet.scan([d], settings(), now=NOW)
+    assert result.suspects() == [] and result.other_owner_dirs == ["n03 (a symlink, uid 0)"]
+
+
+class _Listing:
+    """What os.scandir returns, over entries a test replaces (a file server failing some calls)."""
+
+    def __init__(self, entries):
+        self.entries = entries
+
+    def __enter__(self):
+        return iter(self.entries)
+
+    def __exit__(self, *exc):
+        return False
+
+
+class _FailingEntry:
+    """A DirEntry whose lstat fails with `error` (ESTALE, EIO), as on an NFS server that lost the
+    file handle or a storage target that fails: DirEntry.is_dir and .stat both raise then."""
+
+    def __init__(self, real, error):
+        self.name, self.path, self.error = real.name, real.path, error
+
+    def is_dir(self, follow_symlinks=True):
+        raise self.error
+
+    is_file = is_dir
+
+    def stat(self, follow_symlinks=True):
+        raise self.error
+
+
+def _failing_listings(monkeypatch, failing):
+    """os.scandir as the scan sees it, with failing(directory, name) -> an OSError or None."""
+    real = os.scandir
+
+    def scandir(path="."):
+        with real(path) as entries:
+            return _Listing(
+                [
+                    _FailingEntry(e, failing(os.fspath(path), e.name))
+                    if failing(os.fspath(path), e.name)
+                    else e
+                    for e in entries
+                ]
+            )
+
+    monkeypatch.setattr(fleet.os, "scandir", scandir)
+
+
+def test_a_node_directory_the_file_server_fails_is_counted_not_a_crash(tmp_path, monkeypatch):
+    """Before: DirEntry.is_dir raising ESTALE for n05 stopped the whole report (a traceback, no
+    prom file, no drains)."""
+    d = str(tmp_path)
+    write_jobs(d, jobs=12)
+    stale = OSError(116, "Stale file handle")
+    _failing_listings(
+        monkeypatch, lambda where, name: stale if (where, name) == (d, "n05") else None
+    )
+    result = fleet.scan([d], settings(), now=NOW)
+    assert [s.node for s in result.suspects()] == ["n03"]
+    assert result.unreadable == [os.path.join(d, "n05") + ": Stale file handle"]
+
+
+def test_records_the_file_server_fails_are_counted_unreadable(tmp_path, monkeypatch):
+    """Before: every record of the slow node failing stat (EIO) made it vanish, counted nowhere."""
+    d = str(tmp_path)
+    write_jobs(d, jobs=12)
+    eio = OSError(5, "Input/output error")
+    broken = os.path.join(d, "n03")
+    _failing_listings(monkeypatch, lambda where, name: eio if where == broken else None)
+    result = fleet.scan([d], settings(), now=NOW)
+    assert result.suspects() == [] and result.unreadable_count == 12
+
+
+def test_a_record_whose_summary_is_not_an_object_is_unreadable_not_a_crash(tmp_path, capsys):
+    """Before: '"summary": 0' in one header line (a writer's bug) raised AttributeError in the scan:
+    no report, no prom file, no drains until the file was removed."""
+    d = str(tmp_path)
+    write_jobs(d, jobs=12)
+    for number, value in enumerate(("0", '"x"', "[]", "null")):
+        with open(os.path.join(d, "n01", "99%d.json" % number), "w") as handle:
+            handle.write(
+                '{"schema":"slurm-hooks.job-record/1","node":"n01","summary":%s,\n"gpus":[]}\n'
+                % value
+            )
+    result = fleet.scan([d], settings(), now=NOW)
+    assert [s.node for s in result.suspects()] == ["n03"] and result.unreadable_count == 4
 
 
 def test_who_may_write_records_is_a_setting(tmp_path):

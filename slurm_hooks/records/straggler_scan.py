@@ -21,6 +21,7 @@ from __future__ import annotations
 import collections
 import json
 import os
+import stat
 import time
 from typing import Any, Deque, Dict, Iterable, Iterator, List, Optional, Set, Tuple
 
@@ -69,6 +70,10 @@ class StragglerScan(Struct, frozen=False):
 
     def skip(self, why: str, count: int = 1) -> None:
         self.skipped[why] = self.skipped.get(why, 0) + count
+
+    def name_other(self, what: str) -> None:
+        if len(self.other_owner_dirs) < MAX_LISTED_ERRORS:
+            self.other_owner_dirs.append(what)
 
     def cannot_read(self, why: str) -> None:
         self.unreadable_count += 1
@@ -139,17 +144,21 @@ def list_records(
             found,
         )
         for entry in _entries(path, scan):
-            if entry.name.startswith(".") or not entry.is_dir(follow_symlinks=False):
+            if entry.name.startswith("."):
                 continue
-            try:
-                owner = entry.stat(follow_symlinks=False).st_uid
-            except OSError as exc:
-                scan.cannot_read("%s: %s" % (entry.path, exc.strerror or exc))
+            entry_info = _lstat(entry, scan)  # one lstat, not is_dir(): that one can raise too
+            if entry_info is None:
+                continue
+            owner = entry_info.st_uid
+            if stat.S_ISLNK(entry_info.st_mode):  # a node's name taken by a link: a squatter
+                scan.skip("symlink where a node directory would be")
+                scan.name_other("%s (a symlink, uid %d)" % (entry.name, owner))
+                continue
+            if not stat.S_ISDIR(entry_info.st_mode):
                 continue
             if owner not in trusted:
                 scan.skip("node directory of another owner")
-                if len(scan.other_owner_dirs) < MAX_LISTED_ERRORS:
-                    scan.other_owner_dirs.append("%s (uid %d)" % (entry.name, owner))
+                scan.name_other("%s (uid %d)" % (entry.name, owner))
                 continue
             _node_dir(entry.path, entry.name, owner, trusted, since, scan, found)
     found.sort()
@@ -171,11 +180,8 @@ def _node_dir(
     for entry in _entries(directory, scan):
         if entry.name.startswith(".") or not entry.name.endswith(".json"):
             continue
-        try:
-            info = entry.stat(follow_symlinks=False)
-        except OSError:
-            continue
-        if not entry.is_file(follow_symlinks=False):
+        info = _lstat(entry, scan)
+        if info is None or not stat.S_ISREG(info.st_mode):
             continue
         if info.st_uid != owner:
             scan.skip("record of another owner")
@@ -184,6 +190,18 @@ def _node_dir(
             scan.skip("older than the window")
             continue
         found.append((info.st_mtime, node, entry.path))
+
+
+def _lstat(entry: os.DirEntry, scan: StragglerScan) -> Optional[os.stat_result]:
+    """The entry's own stat; None when it is gone (removed since the listing: retention) or cannot
+    be read (counted unreadable: a file server failing one node's files must not hide the node)."""
+    try:
+        return entry.stat(follow_symlinks=False)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        scan.cannot_read("%s: %s" % (entry.path, exc.strerror or exc))
+        return None
 
 
 def _entries(directory: str, scan: StragglerScan) -> List[os.DirEntry]:
@@ -324,7 +342,10 @@ def parse(path: str, node: str, since: float, min_seconds: float) -> Tuple[Any, 
     except ValueError as exc:
         return ("unreadable", str(exc))
     job = header.get("job") if isinstance(header.get("job"), dict) else {}
-    perf = header["summary"].get("perf")
+    summary = header.get("summary")
+    if not isinstance(summary, dict):  # a writer's bug: fleet_report.read_header only wants the key
+        return ("unreadable", "%s: its summary is not an object" % path)
+    perf = summary.get("perf")
     start, end = header.get("start"), header.get("end")
     if header.get("node") != node:
         return ("skip", "names another node than its directory")
@@ -341,7 +362,7 @@ def parse(path: str, node: str, since: float, min_seconds: float) -> Tuple[Any, 
     user = job.get("user") if isinstance(job.get("user"), str) else None
     boot = header.get("boot_id")
     boot = boot if isinstance(boot, str) and 0 < len(boot) <= 64 else None
-    hw = header["summary"].get("hw_class")
+    hw = summary.get("hw_class")
     hw = hw if isinstance(hw, str) and len(hw) <= 512 else None
     row = stragglers.figures_row(perf)
     return ("ok", job["id"], (row, float(start), float(end), user, boot, hw))
@@ -486,7 +507,7 @@ def render(result: StragglerScan, top: int = 20) -> str:
         )
     if result.other_owner_dirs:
         lines.append(
-            "  node directories of another owner, not read (a user's? see [fleet] "
+            "  node names held by another owner or a symlink, not read (a user's? see [fleet] "
             "trusted_writers): %s" % ", ".join(result.other_owner_dirs)
         )
     if result.skipped:
