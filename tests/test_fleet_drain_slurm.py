@@ -136,9 +136,8 @@ def test_a_suspect_is_drained_once_with_a_reason_of_ours_and_left_to_an_admin(si
     assert state["reason"] == reason and state["reason_time"] and state["metric"] == HW
     assert [n for n in NODES if n != SLOW and site.drained(n)] == []
 
-    assert (
-        outcomes(site.run()) == [] and site.drained()
-    )  # the next timer run: no new evidence, no Slurm call
+    # the next timer run: no new evidence, no Slurm call
+    assert outcomes(site.run()) == [(SLOW, "too-little-evidence")] and site.drained()
 
     # the node's own health run never adopts or resumes it, even with its local state lost
     config = validate(load_builtin_checks(), {"drain": {"backend": "scontrol"}})
@@ -152,11 +151,9 @@ def test_a_suspect_is_drained_once_with_a_reason_of_ours_and_left_to_an_admin(si
     resumed = drainer.resume(client, SLOW, config.settings, by_admin=True)
     assert resumed.outcome is drainer.Outcome.RESUMED, resumed
     data = site.run()
-    assert (
-        [s["node"] for s in data["suspects"]] == [SLOW]
-        and outcomes(data) == []
-        and not site.drained()
-    )
+    assert [s["node"] for s in data["suspects"]] == [SLOW] and not site.drained()
+    assert outcomes(data) == [(SLOW, "too-little-evidence")]
+    assert "0 flagged job(s) of 0 user(s) since our drain of it" in data["drains"][0]["message"]
 
     # ... jobs that started after the drain do, when it is still slow in k of them
     soon = time.time() + 5
@@ -256,7 +253,10 @@ def test_one_users_jobs_are_not_enough_evidence(site):
         path.write_bytes(data)
         os.utime(path, (stamp, stamp))
     data = site.run()
-    assert data["suspects"][0]["users"] == 1 and outcomes(data) == [] and not site.drained()
+    assert data["suspects"][0]["users"] == 1 and not site.drained()
+    # said, not silently dropped (before: no row at all, as if it were no suspect)
+    assert outcomes(data) == [(SLOW, "too-little-evidence")]
+    assert "10 flagged job(s) of 1 user(s)" in data["drains"][0]["message"]
 
 
 def test_at_most_max_drains_per_run_the_worst_first(site):
@@ -289,7 +289,7 @@ def test_a_figure_anyone_outside_slurm_can_move_is_reported_not_drained(site):
     assert sorted(outcomes(data)) == [(SLOW, "drained"), ("n05", "report-only")], data["drains"]
     assert not site.drained("n05")
     site.write_config("report_only = []\nmax_drained = 5\n")
-    assert outcomes(site.run(more)) == [("n05", "drained")]
+    assert sorted(outcomes(site.run(more))) == [(SLOW, "too-little-evidence"), ("n05", "drained")]
     assert site.drained("n05") and "fleet.straggler: foreign_cpu_frac" in site.reason("n05")
 
 
@@ -334,10 +334,11 @@ def test_a_drain_whose_breaker_recount_failed_is_recounted_by_the_next_run(site,
         is False
     )
 
-    (again,) = fleet_drain.enact(
+    again, short = fleet_drain.enact(
         settings, suspects, client=SlurmClient(backend=ScontrolBackend(env=cluster.env))
     )
     assert again.outcome == "already-drained-by-us" and site.drained(), again
+    assert short.outcome == "too-little-evidence"  # its evidence is from before our drain
     assert (
         json.loads((site.state_dir / "fleet-state.json").read_text())["drains"][SLOW]["confirmed"]
         is True

@@ -129,6 +129,29 @@ def test_a_user_squatting_a_slow_nodes_directory_is_named(tmp_path):
     assert result.suspects() == [] and result.other_owner_dirs == ["n03 (uid 4242)"]
 
 
+def test_the_default_writer_is_the_anonuid_whatever_this_hosts_passwd_calls_it(
+    tmp_path, monkeypatch
+):
+    """EL7: 'nobody' is uid 99 and NFS root_squash writes as 65534 (nfsnobody). Before, the default
+    ["nobody"] was resolved through the admin host's passwd and skipped every node directory."""
+    import pwd
+
+    d = str(tmp_path)
+    write_jobs(d, jobs=12)
+    for root, dirs, files in os.walk(d):
+        for name in dirs + files:
+            os.chown(os.path.join(root, name), 65534, 65534)
+    el7 = {"nobody": 99, "nfsnobody": 65534}
+    monkeypatch.setattr(
+        pwd,
+        "getpwnam",
+        lambda name: type("pw", (), {"pw_uid": el7[name]})() if name in el7 else {}[name],
+    )
+    assert [s.node for s in fleet.scan([d], settings(), now=NOW).suspects()] == ["n03"]
+    assert fleet.scan([d], settings(trusted_writers=["nobody"]), now=NOW).suspects() == []
+    assert fleet.scan([d], settings(trusted_writers=["nfsnobody"]), now=NOW).suspects() != []
+
+
 def test_a_symlink_squatting_a_node_name_is_named(tmp_path):
     d = str(tmp_path)
     write_jobs(d, jobs=12)
@@ -233,7 +256,7 @@ def test_who_may_write_records_is_a_setting(tmp_path):
     for root, dirs, files in os.walk(os.path.join(d, "n03")):
         for name in dirs + files + [""]:
             os.chown(os.path.join(root, name), 65534, 65534)
-    (suspect,) = fleet.scan([d], settings(), now=NOW).suspects()  # default: ["nobody"]
+    (suspect,) = fleet.scan([d], settings(), now=NOW).suspects()  # default: ["65534"]
     assert suspect.node == "n03"
     result = fleet.scan([d], settings(trusted_writers=[]), now=NOW)
     assert result.suspects() == [] and result.other_owner_dirs == ["n03 (uid 65534)"]
@@ -551,6 +574,23 @@ def test_draining_on_one_job_or_one_user_is_accepted_with_a_warning(tmp_path, co
     assert "warning: " in err and "[fleet] k = 1 with drain = true: one slow job drains" in err
     assert "[fleet] drain_min_users = 1 with drain = true: one user's jobs" in err
     assert str(config) in err  # where it was set
+
+
+def test_settings_that_can_never_drain_or_that_reopen_the_login_attack(tmp_path, config, capsys):
+    d = str(tmp_path / "jobs")
+    write_jobs(d, jobs=4)
+    config.write_text(config.read_text() + "[fleet]\ndrain_min_users = 20\n")  # a typo for 2
+    assert main(["report", "--stragglers", d]) == 3
+    assert "[fleet] drain_min_users = 20 is more than m = 10" in capsys.readouterr().err
+    # an admin adding one figure replaces the default list, and foreign_cpu_frac drains again
+    config.write_text(
+        config.read_text().replace("drain_min_users = 20", 'report_only = ["cpu_steal_frac"]')
+    )
+    assert main(["report", "--stragglers", d]) == 0
+    assert "warning" not in capsys.readouterr().err  # report only: nothing to warn about
+    config.write_text(config.read_text() + "drain = true\n")
+    assert main(["report", "--stragglers", d]) == 0
+    assert "report_only does not name foreign_cpu_frac with drain = true" in capsys.readouterr().err
 
 
 def test_trusted_writers_must_look_like_users(tmp_path, config, capsys):

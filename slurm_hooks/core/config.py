@@ -366,11 +366,12 @@ SECTIONS: Dict[str, Dict[str, Setting]] = {
         ),
         "trusted_writers": Setting(
             list,
-            ["nobody"],
+            ["65534"],
             "besides root and the records directory's owner, whose node directories and records "
-            "report --stragglers reads: the user NFS root_squash makes of the nodes' root "
-            "(anonuid); [] where the records directory is not on root_squash NFS. A user name or "
-            "uid, resolved on the host that runs the report",
+            "report --stragglers reads: the uid NFS root_squash makes of the nodes' root (the "
+            "export's anonuid, 65534 unless set, whatever this host's passwd calls it: nobody, "
+            "or nfsnobody on EL7); [] where the records directory is not on root_squash NFS. A "
+            "uid, or a user name resolved on the host that runs the report",
             check=_words(_USER, "is not a user name or uid"),
         ),
         "report_only": Setting(
@@ -550,6 +551,16 @@ def validate(
             "%s: [fleet] k = %d is more than m = %d: no node could ever be a suspect"
             % (where("fleet", "k"), settings["fleet"]["k"], settings["fleet"]["m"])
         )
+    if settings["fleet"]["drain_min_users"] > settings["fleet"]["m"]:
+        raise ConfigError(
+            "%s: [fleet] drain_min_users = %d is more than m = %d: no suspect could ever be "
+            "drained (its evidence is at most m jobs)"
+            % (
+                where("fleet", "drain_min_users"),
+                settings["fleet"]["drain_min_users"],
+                settings["fleet"]["m"],
+            )
+        )
     checks_table = data.get("checks", {})
     if not isinstance(checks_table, Mapping):
         raise ConfigError(
@@ -583,6 +594,13 @@ def _fleet_warnings(fleet: Mapping[str, Any], where) -> List[str]:
         out.append(
             "%s: [fleet] k = %d with drain = true: one slow job drains a node (a checkpoint on a "
             "slow disk, one user's idle GPUs); 3 is the default" % (where("fleet", "k"), fleet["k"])
+        )
+    if "foreign_cpu_frac" not in fleet["report_only"]:
+        out.append(
+            "%s: [fleet] report_only does not name foreign_cpu_frac with drain = true: anyone's "
+            "process outside Slurm's cgroups (an ssh login) moves it, so a user could drain a "
+            "node with it; keep it in the list unless every login lands in a job (pam_slurm_adopt)"
+            % where("fleet", "report_only")
         )
     if fleet["drain_min_users"] < 2:
         out.append(

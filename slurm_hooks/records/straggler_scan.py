@@ -11,7 +11,7 @@ still open, and nodes x figures x m marks at worst; no record is kept once folde
 
 Whose records count: the node's name is its directory's name, and a record naming another node is
 skipped. A node directory, and each record in it, must belong to root, to the owner of the
-records directory, or to a user of [fleet] trusted_writers (nobody by default: NFS root_squash):
+records directory, or to a uid of [fleet] trusted_writers (65534 by default: NFS root_squash):
 a user who can create a directory in a shared records directory cannot plant records for someone
 else's node (that could get it drained). The report names the directories it did not read.
 """
@@ -119,7 +119,7 @@ def list_records(
 ) -> List[Tuple[float, str, str]]:
     """(mtime, node, path) of every record to read, oldest first. A PATH is a records directory
     (its subdirectories are node directories), a node directory, or one record file. writers: the
-    uids trusted besides the directory's owner (trusted_uids; default root and nobody)."""
+    uids trusted besides the directory's owner (trusted_uids; default root and 65534)."""
     writers = {0, NOBODY_UID} if writers is None else writers
     found: List[Tuple[float, str, str]] = []
     for path in paths:

@@ -49,8 +49,8 @@ LOCK_TIMEOUT_S = 5.0
 
 class FleetDrain(Struct):
     """What was done about one suspect node: the drainer's outcome value, or one of the fleet's own:
-    disabled, report-only, state-corrupt, invalid-node-name, left-alone, fleet-budget-full,
-    per-run-cap, not-attempted."""
+    disabled, report-only, too-little-evidence, state-corrupt, invalid-node-name, left-alone,
+    fleet-budget-full, per-run-cap, not-attempted."""
 
     node: str
     metric: str
@@ -95,19 +95,39 @@ def fresh(suspect: Suspect, since: Optional[float]) -> Tuple[int, int]:
 
 def choose(
     suspects: List[Suspect], fleet: Mapping[str, Any], state: Mapping[str, Any]
-) -> List[Suspect]:
+) -> Tuple[List[Suspect], List[FleetDrain]]:
     """The suspects worth draining: one per node (its worst figure), on fresh evidence from enough
-    users, worst first (not yet cut to max_drains_per_run: nodes Slurm already holds come out first)."""
+    users, worst first (not yet cut to max_drains_per_run: nodes Slurm already holds come out first);
+    and a row for each node left out for too little evidence."""
     drains = state.get("drains") or {}
     best: Dict[str, Suspect] = {}
+    short: Dict[str, FleetDrain] = {}
     for suspect in suspects:
         since = (drains.get(suspect.node) or {}).get("time")
         flagged, users = fresh(suspect, since)
         if flagged < fleet["k"] or users < fleet["drain_min_users"]:
+            short.setdefault(
+                suspect.node,
+                FleetDrain(
+                    suspect.node,
+                    suspect.metric,
+                    "too-little-evidence",
+                    "%d flagged job(s) of %d user(s)%s; draining takes k = %d jobs of "
+                    "drain_min_users = %d users"
+                    % (
+                        flagged,
+                        users,
+                        " since our drain of it" if since is not None else "",
+                        fleet["k"],
+                        fleet["drain_min_users"],
+                    ),
+                ),
+            )
             continue
         if suspect.node not in best:
             best[suspect.node] = suspect
-    return sorted(best.values(), key=lambda s: (-s.flagged, -s.worst_z, s.node))
+    rows = [row for node, row in sorted(short.items()) if node not in best]
+    return sorted(best.values(), key=lambda s: (-s.flagged, -s.worst_z, s.node)), rows
 
 
 def _held(node) -> Optional[str]:
@@ -163,7 +183,9 @@ def enact(
             client = client or drainer.make_client(settings)
             rows.extend(_confirm_earlier(client, state, settings))
             chosen = []
-            for suspect in choose(suspects, fleet, state):
+            wanted, short = choose(suspects, fleet, state)
+            rows.extend(short)
+            for suspect in wanted:
                 try:
                     check_node_name(
                         suspect.node
