@@ -78,10 +78,12 @@ def write_jobs(
     slow_in=lambda j: True,
     slow_figure=HW,
     slow_value=0.2,
+    perf_of=None,
 ):
     """`jobs` jobs on all `nodes` nodes an hour apart; `slow` spends 20 % in HW slowdown (or has
-    slow_figure at slow_value) in every `slow_every`-th job for which slow_in(j). Users alternate. Records of a job are written in a
-    shuffled node order with mtimes up to a minute apart; boot_of(node, j) is the record's boot id."""
+    slow_figure at slow_value) in every `slow_every`-th job for which slow_in(j). Users alternate.
+    Records of a job are written in a shuffled node order with mtimes up to a minute apart;
+    boot_of(node, j) is the record's boot id; perf_of(rng) the healthy figures (healthy())."""
     rng = random.Random(seed)
     names = list(names or ["n%02d" % i for i in range(nodes)])
     for j in range(jobs):
@@ -89,7 +91,7 @@ def write_jobs(
         order = names[:]
         rng.shuffle(order)
         for node in order:
-            perf = healthy(rng)
+            perf = (perf_of or healthy)(rng)
             if node == slow and j % slow_every == 0 and slow_in(j):
                 perf[slow_figure] = slow_value
             write(

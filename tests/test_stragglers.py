@@ -208,15 +208,34 @@ def test_flags_on_different_metrics_do_not_add_up():
     assert suspect.metric == WAIT and suspect.users == 2
 
 
-def reference_suspects(marks, size, k):
-    """The definition, written the slow way: per figure, the node's last `size` jobs scored on it."""
+def reference_suspects(marks, size, k, boots=None):
+    """The definition, written the slow way: per figure, the node's last `size` jobs scored on it,
+    none before the figure's cut: after a reboot, the first job scored on the figure and not
+    flagged on it cuts away the jobs before the reboot (ends increase here, so a stale record is
+    one of a boot already left)."""
+    names = [m.name for m in stragglers.METRICS]
+    counted, boot, earlier, reboot_at, probation, cut = [], None, set(), 0, set(), {}
+    for mark, this in zip(marks, boots or [None] * len(marks)):
+        if this is not None and this != boot:
+            if this in earlier:
+                continue
+            if boot is not None:
+                earlier.add(boot)
+                reboot_at, probation = len(counted) + 1, set(names)
+            boot = this
+        counted.append((len(counted) + 1, mark))
+        flagged = {f.metric for f in mark.flags}
+        for name in sorted(probation):
+            if mark.scored & stragglers.METRIC_BIT[name] and name not in flagged:
+                cut[name] = reboot_at
+                probation.discard(name)
     out = []
-    for metric in stragglers.METRICS:
-        bit = stragglers.METRIC_BIT[metric.name]
-        window = [m for m in marks if m.scored & bit][-size:]
-        evidence = [(m, f) for m in window for f in m.flags if f.metric == metric.name]
+    for name in names:
+        bit = stragglers.METRIC_BIT[name]
+        window = [m for n, m in counted if m.scored & bit and n >= cut.get(name, 0)][-size:]
+        evidence = [(m, f) for m in window for f in m.flags if f.metric == name]
         if len(evidence) >= k:
-            out.append((metric.name, len(evidence), len(window), [m.job for m, _ in evidence]))
+            out.append((name, len(evidence), len(window), [m.job for m, _ in evidence]))
     return sorted(out)
 
 
@@ -235,6 +254,7 @@ FIGURES = [m.name for m in stragglers.METRICS]
                 ]
             ),
             st.lists(st.sampled_from([HW, WAIT, POWER, "foreign_cpu_frac"]), max_size=2),
+            st.sampled_from([None, "boot-a", "boot-a", "boot-a", "boot-b", "boot-c"]),
         ),
         max_size=300,
     ),
@@ -247,23 +267,24 @@ def test_the_windows_match_their_definition(jobs, size, k, prune):
     """NodeWindow keeps runs of masks and only the flagged jobs (speed, memory); whatever the order
     of jobs, its suspects are those of the definition, and its memory stays bounded. Small prune
     limits make the pruning run often (at 64 it needs 64 changes of mask)."""
-    window, marks = NodeWindow("n1", size), []
     saved, stragglers.PRUNE_RUNS = stragglers.PRUNE_RUNS, prune
+    window, marks, boots = NodeWindow("n1", size), [], []
     try:
-        for i, (scored, metrics) in enumerate(jobs):
+        for i, (scored, metrics, boot) in enumerate(jobs):
             flags = tuple(
                 stragglers.Flag(m, 9.0, 1.0, 0.0, 7)
                 for m in sorted(set(metrics))
                 if scored & stragglers.METRIC_BIT[m]  # a flag only on a figure it was scored on
             )
             marks.append(JobMark(str(i), float(i), 8, "u%d" % (i % 3), flags, float(i), scored))
-            window.add(marks[-1])
+            boots.append(boot)
+            window.add(marks[-1], boot)
             if i % 7 == 0 or i == len(jobs) - 1:
                 got = sorted(
                     (s.metric, s.flagged, s.window, [m.job for m, _ in s.evidence])
                     for s in window.suspects(k)
                 )
-                assert got == reference_suspects(marks, size, k), i
+                assert got == reference_suspects(marks, size, k, boots), i
     finally:
         stragglers.PRUNE_RUNS = saved
     left = (2 * len(FIGURES) * size + 1) + len(FIGURES) * size  # what a prune can leave

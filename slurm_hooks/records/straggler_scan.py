@@ -81,8 +81,12 @@ class StragglerScan(Struct, frozen=False):
             self.unreadable.append(why)
 
     def before_reboot(self) -> int:
-        """Node-jobs not counted because the node rebooted after them (NodeWindow)."""
+        """Flags set aside because the node rebooted and then ran clean (NodeWindow)."""
         return sum(window.before_reboot for window in self.windows.values())
+
+    def stale_boot(self) -> int:
+        """Node-jobs not counted: they ended in a boot their node had already left (NodeWindow)."""
+        return sum(window.stale for window in self.windows.values())
 
     def suspects(self) -> List[stragglers.Suspect]:
         found = [s for window in self.windows.values() for s in window.suspects(self.k)]
@@ -404,12 +408,12 @@ def _close(job: OpenJob, result: StragglerScan, fleet: Dict[str, Any]) -> None:
             window = result.windows.get(node)
             if window is None:
                 window = result.windows[node] = stragglers.NodeWindow(node, fleet["m"])
-            row = job.entries[node][0]
-            bits = (  # the node was scored on those it has (score_rows' filter)
-                every
-                if None not in row
-                else sum(1 << i for i in metrics if stragglers._number(row[i]))
-            )
+            row = job.entries[node][0]  # figures_row: each value a finite number or None
+            bits = every
+            if None in row:  # the node was scored on the figures it has
+                for i in metrics:
+                    if row[i] is None:
+                        bits &= ~(1 << i)
             window.add(
                 stragglers.JobMark(
                     job.job_id,
@@ -465,6 +469,7 @@ def to_dict(result: StragglerScan, top: Optional[int] = None) -> Dict[str, Any]:
         "nodes": len(result.windows),
         "skipped": dict(sorted(result.skipped.items())),
         "before_reboot": result.before_reboot(),
+        "stale_boot": result.stale_boot(),
         "unreadable": result.unreadable_count,
         "unreadable_examples": result.unreadable,
         "other_owner_dirs": result.other_owner_dirs,
@@ -502,8 +507,13 @@ def render(result: StragglerScan, top: int = 20) -> str:
         )
     if result.before_reboot():
         lines.append(
-            "  %d node-job(s) not counted: the node rebooted after them (a repair starts its "
-            "window again)" % result.before_reboot()
+            "  %d flag(s) set aside: their node rebooted and then ran clean on the figure (a "
+            "repair)" % result.before_reboot()
+        )
+    if result.stale_boot():
+        lines.append(
+            "  %d node-job(s) not counted: they ended in a boot their node had already left"
+            % result.stale_boot()
         )
     if result.other_owner_dirs:
         lines.append(

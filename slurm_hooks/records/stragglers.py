@@ -29,6 +29,7 @@ IDLE_LIMIT = 0.2  # gpu_idle_frac above which a node's power figures are not sco
 _MAX_FIGURE = sys.float_info.max
 _NUMBERS = (float, int)  # what a figure may be (type() is exact: a bool is not a number here)
 _FLOAT = {float}
+_FLOAT_OR_NONE = {float, type(None)}
 
 
 class Metric(Struct):
@@ -175,8 +176,9 @@ def robust_z(value: float, median: float, mad: float, metric: Metric) -> float:
 def figures_row(
     perf: Mapping[str, float], metrics: Sequence[Metric] = METRICS
 ) -> Tuple[Optional[float], ...]:
-    """summary.perf as a tuple in the order of `metrics` (None where absent): what score_rows takes,
-    and what the report's reader processes send back (a tuple pickles and transposes cheaply).
+    """summary.perf as a tuple in the order of `metrics` (None where absent, or not a finite number:
+    a NaN, a bool or a string from a writer's bug is no figure): what score_rows takes, and what the
+    report's reader processes send back (a tuple pickles and transposes cheaply).
 
     The power figures are None on a node whose most idle job GPU had its clocks lowered for lack
     of work (gpu_idle_frac) more than IDLE_LIMIT of the job: a GPU the job did not use draws little
@@ -184,10 +186,14 @@ def figures_row(
     node, or a user doing it on purpose) flagged that node on power; a GPU held down by a fault is
     busy, so it is still scored. Drivers without the counter (NVML 13) score power as before."""
     get = perf.get
+    row = [get(metric.name) for metric in metrics]
+    present = [v for v in row if v is not None]
+    if not _FLOAT.issuperset(map(type, present)) or not all(map(math.isfinite, present)):
+        row = [v if _number(v) else None for v in row]  # rare: an int, or not a figure at all
     idle = get("gpu_idle_frac")
     if type(idle) in _NUMBERS and idle > IDLE_LIMIT:
-        return tuple([None if metric.busy_only else get(metric.name) for metric in metrics])
-    return tuple([get(metric.name) for metric in metrics])
+        row = [None if metric.busy_only else v for metric, v in zip(metrics, row)]
+    return tuple(row)
 
 
 def score_job(
@@ -226,8 +232,13 @@ def score_rows(
     if len(nodes) < need:
         return flags
     for position, (metric, column) in enumerate(zip(metrics, zip(*rows))):  # transposed in C
-        if set(map(type, column)) == _FLOAT and all(map(math.isfinite, column)):
+        types = set(map(type, column))
+        if types == _FLOAT and all(map(math.isfinite, column)):
             values = column  # the usual case, checked in C
+        elif types <= _FLOAT_OR_NONE:  # some nodes without the figure (figures_row's None)
+            values = tuple([v for v in column if v is not None])
+            if not all(map(math.isfinite, values)):
+                values = tuple([v for v in values if math.isfinite(v)])
         else:
             values = tuple(
                 float(v) for v in column if type(v) in _NUMBERS and -_MAX_FIGURE <= v <= _MAX_FIGURE
@@ -314,8 +325,8 @@ def _bit_indices(bits: int) -> Tuple[int, ...]:
 
 class NodeWindow(Struct, frozen=False):
     """A node's evidence: for each figure, its last m scored multi-node jobs in which the node was
-    scored on that figure, since its last reboot. Bounded: memory is nodes x m (x the figures, at
-    worst), plus the node's earlier boot ids.
+    scored on that figure (after a reboot: see below). Bounded: memory is nodes x m (x the figures,
+    at worst), plus the node's earlier boot ids.
 
     Per figure, so that jobs which say nothing about a figure (CPU-only jobs have no GPU figures,
     jobs under min_median W no power figures) do not push its evidence out: with one window of the
@@ -328,12 +339,16 @@ class NodeWindow(Struct, frozen=False):
     by walking the runs back until m jobs scored on it are covered (window_start). Runs and flags
     older than every figure's window are dropped once they outgrow PRUNE_RUNS.
 
-    Why a reboot starts the window again: a repair (a GPU or HCA swapped, a BIOS setting or a pinned
-    daemon fixed) comes with a reboot, and what the node did before it says nothing about it after;
-    without this, an admin's repair-and-resume left the old evidence counting for window_days. A
-    fault that survives the reboot is flagged again in k more jobs. The boot is the record's
-    `boot_id` (the kernel's, at the epilog); a record without one (an older version) never starts
-    the window again."""
+    What a reboot does: it puts the node's evidence on probation, figure by figure. The first job
+    after the reboot that is scored on a figure and does not flag it sets the flags from before the
+    reboot aside for that figure (`cut`): a repair (a GPU or HCA swapped, a pinned daemon fixed)
+    comes with a reboot, and an admin's repair-and-resume must not be judged on the old evidence.
+    While every such job flags it again, the old evidence keeps counting: a fault the reboot did not
+    fix is a suspect at once, and a node that reboots after every job or two (a flaky GPU, a site
+    that reboots between jobs) still builds up its evidence. A boot is told apart by the record's
+    `boot_id` (the kernel's, at the epilog), and ordered by the jobs' end times: a record of a boot
+    that ended before the current boot's first job is a late one and is not counted. A record
+    without a boot id (an older version) never starts a probation."""
 
     node: str
     size: int
@@ -342,24 +357,33 @@ class NodeWindow(Struct, frozen=False):
     flagged: Deque[Tuple[int, JobMark]] = field(default_factory=collections.deque)  # (number, mark)
     scored: int = 0  # all scored jobs of this node, not only those in the window: the last number
     boot: Optional[str] = None  # the boot of the newest job with one
+    boot_first_end: float = 0.0  # the earliest end of a job of that boot
     earlier_boots: Set[str] = field(default_factory=set)
-    before_reboot: int = 0  # jobs dropped: they ended in a boot the node has since left
-    prune_at: int = 0  # runs + flagged before the next _prune (twice what the last one left)
+    reboot_at: int = 0  # the number of the first job of the current boot (after a reboot)
+    on_probation: int = 0  # figures (bits) whose evidence from before reboot_at still counts
+    cut: Dict[int, int] = field(default_factory=dict)  # figure bit -> first job number that counts
+    before_reboot: int = 0  # flags set aside: from before a reboot the node then ran clean after
+    stale: int = 0  # jobs not counted: they ended in a boot the node had already left
+    # runs + flagged before the next _prune: PRUNE_RUNS, then twice what the last one left
+    prune_at: int = field(default_factory=lambda: PRUNE_RUNS)
 
     def add(self, mark: JobMark, boot: Optional[str] = None) -> None:
         if self.marks.maxlen != self.size:
             self.marks = collections.deque(self.marks, maxlen=self.size)
-        if boot is not None and boot != self.boot:
-            if boot in self.earlier_boots:  # a late record from before a reboot already seen
-                self.before_reboot += 1
-                return
-            if self.boot is not None:
-                self.earlier_boots.add(self.boot)
-                self.before_reboot += len(self.marks)
-                self.marks.clear()
-                self.runs.clear()
-                self.flagged.clear()
-            self.boot = boot
+        if boot is not None:
+            if boot != self.boot:
+                if boot in self.earlier_boots or (
+                    self.boot is not None and mark.end < self.boot_first_end
+                ):  # a boot the node had left before the current one began
+                    self.earlier_boots.add(boot)
+                    self.stale += 1
+                    return
+                if self.boot is not None:
+                    self.earlier_boots.add(self.boot)
+                    self.reboot_at, self.on_probation = self.scored + 1, ALL_METRICS
+                self.boot, self.boot_first_end = boot, mark.end
+            elif mark.end < self.boot_first_end:
+                self.boot_first_end = mark.end
         self.marks.append(mark)  # the oldest falls out
         self.scored += 1
         runs = self.runs
@@ -369,18 +393,49 @@ class NodeWindow(Struct, frozen=False):
             runs.append([mark.scored, 1])
         if mark.flags:
             self.flagged.append((self.scored, mark))
-        if len(runs) + len(self.flagged) > max(self.prune_at, PRUNE_RUNS):
+        if self.on_probation:
+            self._probation(mark)
+        if len(runs) + len(self.flagged) > self.prune_at:
             self._prune()
 
+    def _probation(self, mark: JobMark) -> None:
+        """A job after a reboot: each figure it was scored on and did not flag sets the flags from
+        before the reboot aside (and leaves probation); a figure it flagged stays on probation."""
+        flagged_bits = 0
+        for flag in mark.flags:
+            flagged_bits |= METRIC_BIT.get(flag.metric, 0)
+        clean = mark.scored & self.on_probation & ~flagged_bits
+        if not clean:
+            return
+        earlier_flags = bool(self.flagged) and self.flagged[0][0] < self.reboot_at
+        for index in _bit_indices(clean):
+            bit, name = 1 << index, METRICS[index].name
+            if earlier_flags:  # count what is set aside (most reboots have nothing to set aside)
+                start = self.window_start(bit)[0]
+                self.before_reboot += sum(
+                    1
+                    for number, earlier in self.flagged
+                    if start <= number < self.reboot_at
+                    and any(f.metric == name for f in earlier.flags)
+                )
+            self.cut[bit] = self.reboot_at
+        self.on_probation &= ~clean
+
     def window_start(self, bit: int) -> Tuple[int, int]:
-        """(number of the oldest job in the figure's window, jobs in it) for the figure's bit."""
+        """(number of the oldest job in the figure's window, jobs in it) for the figure's bit: its
+        last m jobs scored on it, none before the figure's cut (a reboot it ran clean after)."""
+        floor = self.cut.get(bit, 0)
         need, end, start = self.size, self.scored, self.scored + 1
         for mask, count in reversed(self.runs):
+            if end < floor:
+                break
+            first = max(end - count + 1, floor)
             if mask & bit:
-                if count >= need:
+                usable = end - first + 1
+                if usable >= need:
                     return end - need + 1, self.size
-                need -= count
-                start = end - count + 1
+                need -= usable
+                start = first
             end -= count
         return start, self.size - need
 
@@ -415,7 +470,7 @@ class NodeWindow(Struct, frozen=False):
             for number, mark in self.flagged
             if any(number >= (by_name.get(f.metric) or self.scored + 1) for f in mark.flags)
         )
-        self.prune_at = 2 * (len(runs) + len(self.flagged))
+        self.prune_at = max(PRUNE_RUNS, 2 * (len(runs) + len(self.flagged)))
 
     def suspects(self, k: int) -> List[Suspect]:
         by_metric: Dict[str, List[Tuple[int, JobMark, Flag]]] = {}
