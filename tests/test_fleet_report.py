@@ -388,6 +388,41 @@ def test_jobs_that_say_nothing_about_a_figure_do_not_push_its_evidence_out(tmp_p
     assert len(result.windows["n03"].marks) == 10  # the last 10 jobs of any kind: all CPU-only
 
 
+def test_a_sick_node_is_not_put_in_a_hardware_class_of_its_own():
+    """Red team: the class came from the GPUs the epilog could read, so a node whose GPU fell off
+    the bus read 'x7' and one whose GPUs all hung had no name: alone in its class, such a node was
+    scored on nothing, IB and CPU figures included."""
+    from slurm_hooks.records.perf import hardware_class
+
+    name = "NVIDIA H100 80GB HBM3"
+    job = {"id": "1", "user": "u", "gpus": list(range(8))}
+    assert hardware_class({"job": job, "gpus": [{"name": name}] * 8}) == name + " x8"
+    assert hardware_class({"job": job, "gpus": [{"name": name}] * 7}) == name + " x8"  # lost one
+    hung = [{"index": i, "unavailable": {"device": "did not answer"}} for i in range(8)]
+    assert hardware_class({"job": job, "gpus": hung}) is None  # unknown, not a class of its own
+    assert hardware_class({"job": dict(job, gpus=[]), "gpus": []}) is None  # no GPUs
+    assert (
+        hardware_class({"job": dict(job, gpus=None), "gpus": [{"name": name}] * 4}) == name + " x4"
+    )
+
+
+def test_a_node_of_unknown_hardware_is_compared_with_the_most_nodes_of_its_job(tmp_path):
+    """n03 has a bad IB port (20x the stalls) and no hardware class in its records (NVML hung at
+    the epilog, or a record of an older version): it is scored with the job's largest class."""
+    d = str(tmp_path)
+    for j in range(12):
+        end = NOW - (12 - j) * 3600
+        for i in range(8):
+            perf = healthy(random.Random(j * 10 + i))
+            hw = H100 if i < 5 else A100
+            if i == 3:
+                perf["ib_xmit_wait_per_s"], hw = 2e6, None
+            write(d, "n%02d" % i, 100 + j, perf, end, user="u%d" % (j % 3), hw=hw)
+    result = fleet.scan([d], settings(), now=NOW)
+    assert [(s.node, s.metric) for s in result.suspects()] == [("n03", "ib_xmit_wait_per_s")]
+    assert result.windows["n03"].marks[-1].nodes == 5  # n00-n04: four H100 nodes and itself
+
+
 @pytest.mark.parametrize("bad", ["absent", float("nan"), "0.2", True], ids=str)
 def test_a_figure_that_is_not_a_number_does_not_push_evidence_out(tmp_path, bad):
     """Red team: n03 slow in jobs 0-2, then ten jobs in which its record's figure is NaN, a string

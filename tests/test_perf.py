@@ -344,6 +344,22 @@ def test_throttle_time_survives_a_driver_without_violation_counters(nodes):
     assert rec["summary"]["throttle_s"] == pytest.approx(0.2, abs=1e-3)
 
 
+def test_throttle_time_takes_the_larger_of_its_two_sources():
+    """Red team: a driver answering only violation_ns.power made the clock-event fields ignored,
+    and 40 s of HW thermal slowdown read as 0 s."""
+    from slurm_hooks.records.build import _held_down_ns
+
+    s = 10**9
+    assert (
+        _held_down_ns({"violation_ns.power": 0, "clock_event_ns.hw_therm_slowdown": 40 * s})
+        == 40 * s
+    )
+    assert _held_down_ns({"violation_ns.power": 5 * s, "violation_ns.thermal": 3 * s}) == 8 * s
+    assert _held_down_ns({"clock_event_ns.sw_power_cap": 2 * s}) == 2 * s
+    assert _held_down_ns({"violation_ns.low_utilization": 9 * s}) == 0  # idle is not a limit
+    assert _held_down_ns({}) == 0
+
+
 @pytest.mark.slow
 def test_a_gpu_the_job_left_idle_is_measured(nodes):
     """GPU 5's clocks were lowered for lack of work for 0.9 s of the job (the fake's

@@ -257,14 +257,16 @@ ERROR_FIELDS = tuple(_SUM_KEYS) + ("ib_errors",)
 
 
 def _held_down_ns(delta: Dict[str, int]) -> int:
-    """One GPU's time held below its clocks by a limit during the job: the violation counters
-    (nvmlDeviceGetViolationStatus) where the driver has them, else the clock-event fields (R535+,
-    nvmlDeviceGetFieldValues). The violation API is deprecated in NVML 13: without this fallback a
-    driver that drops it would report 0 s for a GPU that was held down."""
-    violations = [delta.get("violation_ns." + reason) for reason in THROTTLE_REASONS]
-    if any(value is not None for value in violations):
-        return sum(value or 0 for value in violations)
-    return sum(delta.get("clock_event_ns." + name) or 0 for name, _field in CLOCK_EVENT_FIELDS)
+    """One GPU's time held below its clocks by a limit during the job: the larger of the violation
+    counters' sum (nvmlDeviceGetViolationStatus: power, thermal, board limit, reliability, sync
+    boost) and the clock-event fields' sum (R535+, nvmlDeviceGetFieldValues: SW power cap, SW and
+    HW thermal, HW power brake, sync boost). Either may be missing: the violation API is deprecated
+    in NVML 13, and a driver may answer only some violation counters, so taking only one source
+    read 0 s for a GPU held down by HW slowdown. Reasons that overlap in time are summed in both,
+    so this is an upper bound (as the violation counters always were)."""
+    violations = sum(delta.get("violation_ns." + reason) or 0 for reason in THROTTLE_REASONS)
+    events = sum(delta.get("clock_event_ns." + name) or 0 for name, _field in CLOCK_EVENT_FIELDS)
+    return max(violations, events)
 
 
 def summarize(record: Dict[str, Any], leftover_memory_bytes: int) -> Dict[str, Any]:

@@ -50,16 +50,20 @@ def perf_block(record: Dict[str, Any]) -> Tuple[Perf, Dict[str, str]]:
 
 def hardware_class(record: Dict[str, Any]) -> Optional[str]:
     """What the node's figures may be compared with in a job: the model and number of the job's
-    GPUs, "NVIDIA H100 80GB HBM3 x8" (nvmlDeviceGetName of each; a GPU whose name could not be
-    read does not change it). None for a job without GPUs. report --stragglers scores a node only
-    against the job's nodes of the same class: a job spanning A100 and H100 nodes would otherwise
-    flag every A100 node on power, and a node given 4 GPUs among nodes given 8 on replays per hour.
-    The number of IB ports is left out on purpose: a port that went down is a fault to find."""
+    GPUs, "NVIDIA H100 80GB HBM3 x8". The number is the job's allocation (SLURM_JOB_GPUS: a GPU
+    that fell off the bus does not change it), the model nvmlDeviceGetName of those that answered;
+    None where none did (a hung NVML at the epilog) or the job has no GPUs: report --stragglers
+    then compares the node with the largest class of its job, so a sick node is never alone in a
+    class of its own. Why classes at all: a job spanning A100 and H100 nodes would flag every A100
+    on power, and a node given 4 GPUs among nodes given 8 on replays per hour. The number of IB
+    ports is left out on purpose: a port that went down is a fault to find."""
     gpus = record.get("gpus") or []
     names = sorted({g["name"] for g in gpus if isinstance(g.get("name"), str) and g["name"]})
-    if not gpus:
+    allocated = (record.get("job") or {}).get("gpus")
+    count = len(allocated) if isinstance(allocated, list) else len(gpus)
+    if not names or not count:
         return None
-    return "%s x%d" % ("+".join(names) or "unnamed GPU", len(gpus))
+    return "%s x%d" % ("+".join(names), count)
 
 
 # -- GPUs ---------------------------------------------------------------------------------------

@@ -383,6 +383,10 @@ def _close(job: OpenJob, result: StragglerScan, fleet: Dict[str, Any]) -> None:
     classes: Dict[Optional[str], List[str]] = {}
     for node in sorted(job.entries):
         classes.setdefault(job.entries[node][5], []).append(node)
+    if None in classes and len(classes) > 1:  # unknown hardware: compared with the most nodes
+        unknown = classes.pop(None)
+        largest = max(classes, key=lambda c: (len(classes[c]), c))
+        classes[largest] = sorted(classes[largest] + unknown)
     ends = sorted(e[2] for e in job.entries.values())
     start = min(e[1] for e in job.entries.values())
     user = next((e[3] for e in job.entries.values() if e[3]), None)
