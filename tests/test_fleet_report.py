@@ -117,6 +117,18 @@ def test_records_a_user_could_plant_are_not_read(tmp_path):
     assert "node names held by another owner or a symlink, not read" in fleet.render(result)
 
 
+def test_what_was_not_scored_is_in_the_prometheus_file(tmp_path):
+    """Red team: a scan that skipped every node directory (a wrong trusted_writers) showed only
+    'records 0' to Prometheus; why is now there too."""
+    d = str(tmp_path)
+    write_jobs(d, jobs=3)
+    os.chown(os.path.join(d, "n03"), 4242, 4242)
+    result = fleet.scan([d], settings(), now=NOW)
+    families = {f.name: f for f in text_string_to_metric_families(fleet.prom_text(result, NOW))}
+    (sample,) = families["slurm_hooks_fleet_not_scored"].samples
+    assert sample.labels == {"why": "node directory of another owner"} and sample.value == 1.0
+
+
 def test_a_user_squatting_a_slow_nodes_directory_is_named(tmp_path):
     """A records directory users can write without the sticky bit: a user renames n03's directory
     away and creates their own 'n03'. The node drops out of the report; the report names why."""
@@ -584,6 +596,9 @@ def test_cli_table_json_and_prometheus(tmp_path, config, capsys):
     assert sample.value == 1.0
     assert families["slurm_hooks_fleet_suspects"].samples[0].value == 1.0
     assert families["slurm_hooks_fleet_jobs_scored"].samples[0].value == 12.0
+    assert families["slurm_hooks_fleet_flags_set_aside"].samples[0].value == 0.0
+    assert families["slurm_hooks_fleet_stale_boot_jobs"].samples[0].value == 0.0
+    assert families["slurm_hooks_fleet_not_scored"].samples == []  # nothing skipped here
     assert oct(prom.stat().st_mode & 0o777) == "0o644" and not [
         p for p in prom.parent.iterdir() if p != prom
     ]

@@ -621,8 +621,25 @@ def prom_text(result: StragglerScan, now: float, drains: Optional[Dict[str, int]
         "straggler suspects (node x figure) in this pass",
         [({}, len(suspects))],
     )
+    family(
+        "slurm_hooks_fleet_not_scored",
+        "gauge",
+        "records, node directories or node-jobs the last pass did not score, by why (node "
+        "directory of another owner: see [fleet] trusted_writers)",
+        (({"why": why}, count) for why, count in sorted(result.skipped.items())),
+    )
     for name, value, text in (
         ("records", result.records, "record header lines read in the last pass"),
+        (
+            "flags_set_aside",
+            result.before_reboot(),
+            "flags set aside: their node rebooted and then ran clean on the figure",
+        ),
+        (
+            "stale_boot_jobs",
+            result.stale_boot(),
+            "node-jobs not counted: they ended in a boot their node had already left",
+        ),
         ("jobs_scored", result.jobs_scored, "multi-node jobs scored in the last pass"),
         ("node_jobs", result.node_jobs, "node x job pairs scored in the last pass"),
         ("unreadable_records", result.unreadable_count, "records that could not be read"),
