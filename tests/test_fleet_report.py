@@ -697,8 +697,11 @@ def test_settings_that_can_never_drain_or_that_reopen_the_login_attack(tmp_path,
     d = str(tmp_path / "jobs")
     write_jobs(d, jobs=4)
     config.write_text(config.read_text() + "[fleet]\ndrain_min_users = 20\n")  # a typo for 2
+    assert main(["report", "--stragglers", d]) == 0  # reporting only: it does not matter
+    config.write_text(config.read_text() + "drain = true\n")
     assert main(["report", "--stragglers", d]) == 3
-    assert "[fleet] drain_min_users = 20 is more than m = 10" in capsys.readouterr().err
+    assert "[fleet] drain_min_users = 20 is more than m = 10 with drain" in capsys.readouterr().err
+    config.write_text(config.read_text().replace("drain = true\n", ""))
     # an admin adding one figure replaces the default list, and foreign_cpu_frac drains again
     config.write_text(
         config.read_text().replace("drain_min_users = 20", 'report_only = ["cpu_steal_frac"]')

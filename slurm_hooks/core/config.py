@@ -551,10 +551,10 @@ def validate(
             "%s: [fleet] k = %d is more than m = %d: no node could ever be a suspect"
             % (where("fleet", "k"), settings["fleet"]["k"], settings["fleet"]["m"])
         )
-    if settings["fleet"]["drain_min_users"] > settings["fleet"]["m"]:
+    if settings["fleet"]["drain"] and settings["fleet"]["drain_min_users"] > settings["fleet"]["m"]:
         raise ConfigError(
-            "%s: [fleet] drain_min_users = %d is more than m = %d: no suspect could ever be "
-            "drained (its evidence is at most m jobs)"
+            "%s: [fleet] drain_min_users = %d is more than m = %d with drain = true: no suspect "
+            "could ever be drained (its evidence is at most m jobs)"
             % (
                 where("fleet", "drain_min_users"),
                 settings["fleet"]["drain_min_users"],
