@@ -308,9 +308,10 @@ def test_a_repair_sets_the_evidence_from_before_the_reboot_aside(tmp_path):
     )
     result = fleet.scan([d], settings(), now=NOW)
     assert result.suspects() == []
-    assert result.windows["n03"].before_reboot == 8 and result.before_reboot() == 8
-    assert fleet.to_dict(result)["before_reboot"] == 8
-    assert "8 flag(s) set aside: their node rebooted and then ran clean" in fleet.render(result)
+    # set aside at the third clean job (k = 3): the 7 flags then in its window of 10
+    assert result.windows["n03"].before_reboot == 7 and result.before_reboot() == 7
+    assert fleet.to_dict(result)["before_reboot"] == 7
+    assert "7 flag(s) set aside: their node rebooted and then ran clean" in fleet.render(result)
 
 
 def test_a_fault_that_survives_the_reboot_keeps_its_evidence(tmp_path):
@@ -336,6 +337,45 @@ def test_a_slow_node_that_reboots_after_every_job_is_still_found(tmp_path):
     (suspect,) = result.suspects()
     assert (suspect.node, suspect.flagged, suspect.window) == ("n03", 10, 10)
     assert result.before_reboot() == 0
+
+
+def test_an_intermittent_node_that_reboots_often_keeps_its_evidence(tmp_path):
+    """Red team, round 2: n03 is slow in every job but the first after each reboot, and reboots
+    every 3 jobs. With one clean job enough to set the old flags aside it was never a suspect; now
+    it takes k (3) clean jobs in a row."""
+    boots = ["%08d-0000-4000-8000-000000000000" % (j // 3) for j in range(30)]
+    write_jobs(
+        str(tmp_path),
+        jobs=30,
+        boot_of=lambda node, j: boots[j] if node == "n03" else BOOT_A,
+        slow_in=lambda j: j % 3 != 0,
+    )
+    (suspect,) = fleet.scan([str(tmp_path)], settings(), now=NOW).suspects()
+    assert (suspect.node, suspect.flagged, suspect.window, suspect.after_reboot) == (
+        "n03",
+        7,
+        10,
+        2,
+    )
+
+
+def test_a_repaired_node_is_not_drained_again_on_its_evidence_from_before(tmp_path):
+    """Red team, round 2: n03 slow in jobs 0-7 (boot A); repaired, rebooted (boot B), resumed;
+    since then one CPU-only job (no GPU figures), so its GPU figures stay on probation and the 8
+    old flags still count in the report. Before, the drain took the node down again at once; now
+    it waits until a job after the reboot flags it again."""
+    from slurm_hooks.slurm import straggler_drain as fleet_drain
+
+    d = str(tmp_path / "jobs")
+    write_jobs(d, jobs=8)
+    for i in range(6):
+        perf = {"foreign_cpu_frac": 0.001, "cpu_steal_frac": 0.0}
+        boot = BOOT_B if i == 3 else BOOT_A
+        write(d, "n%02d" % i, 900, perf, NOW - 60, user="u9", boot=boot)
+    (suspect,) = fleet.scan([d], settings(), now=NOW).suspects()
+    assert (suspect.node, suspect.flagged, suspect.after_reboot) == ("n03", 8, 0)
+    (row,) = fleet_drain.enact(drain_settings(tmp_path), [suspect], client=NoSlurm())
+    assert (row.node, row.outcome) == ("n03", "waiting-after-reboot")
 
 
 def test_a_late_record_from_before_the_reboot_does_not_count_or_reset(tmp_path):
@@ -730,6 +770,34 @@ def test_report_only_names_figures_of_the_report(tmp_path, config, capsys):
     err = capsys.readouterr().err
     assert "report_only" in err and "'foreign_cpu' is not a figure" in err
     assert "foreign_cpu_frac" in err  # the list to choose from
+
+
+def test_no_drain_when_the_state_cannot_be_written(tmp_path, monkeypatch):
+    """Red team, round 2: with the state directory full (ENOSPC) the drain went ahead and was not
+    remembered, so after an admin's resume the next run drained the node again on the same
+    evidence. Now the state is written first, and nothing is drained when that fails."""
+    from slurm_hooks.core import atomicio
+    from slurm_hooks.slurm import straggler_drain as fleet_drain
+
+    suspects = one_suspect(tmp_path)
+
+    def full(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(atomicio, "write_json_atomic", full)
+    (row,) = fleet_drain.enact(drain_settings(tmp_path), suspects, client=NoSlurm())
+    assert row.outcome == "not-attempted" and "No space left" in row.message
+
+
+def test_a_corrupt_state_file_keeps_the_report_only_rows(tmp_path):
+    from slurm_hooks.slurm import straggler_drain as fleet_drain
+
+    write_jobs(str(tmp_path / "jobs"), jobs=12, slow_figure="foreign_cpu_frac", slow_value=0.1)
+    (suspect,) = fleet.scan([str(tmp_path / "jobs")], settings(), now=NOW).suspects()
+    (tmp_path / "state").mkdir()
+    (tmp_path / "state" / "fleet-state.json").write_text("{not json")
+    (row,) = fleet_drain.enact(drain_settings(tmp_path), [suspect], client=NoSlurm())
+    assert row.outcome == "report-only"  # before: no row at all
 
 
 def test_a_corrupt_state_file_stops_the_drains(tmp_path):

@@ -411,7 +411,7 @@ def _close(job: OpenJob, result: StragglerScan, fleet: Dict[str, Any]) -> None:
         for node in names:
             window = result.windows.get(node)
             if window is None:
-                window = result.windows[node] = stragglers.NodeWindow(node, fleet["m"])
+                window = result.windows[node] = stragglers.NodeWindow(node, fleet["m"], fleet["k"])
             row = job.entries[node][0]  # figures_row: each value a finite number or None
             bits = every
             if None in row:  # the node was scored on the figures it has

@@ -24,7 +24,8 @@ from typing import Deque, Dict, List, Mapping, Optional, Sequence, Set, Tuple
 from ..core.structs import Struct, field
 
 MAD_TO_SIGMA = 1.4826  # MAD x this estimates the standard deviation of normal data
-IDLE_LIMIT = 0.2  # gpu_idle_frac above which a node's power figures are not scored (figures_row)
+IDLE_LIMIT = 0.5  # gpu_idle_frac above which a node's power figures are not scored (figures_row)
+Z_LIMIT = 1e6  # the largest z reported
 # An int past this has no float (float() raises OverflowError); one in a record is not a figure.
 _MAX_FIGURE = sys.float_info.max
 _NUMBERS = (float, int)  # what a figure may be (type() is exact: a bool is not a number here)
@@ -170,7 +171,8 @@ def leave_one_out(values: Sequence[float]) -> List[Tuple[float, float]]:
 def robust_z(value: float, median: float, mad: float, metric: Metric) -> float:
     """How far `value` is from its peers' median in the metric's bad direction, in robust sigmas."""
     scale = max(MAD_TO_SIGMA * mad, metric.floor, metric.relative * abs(median))
-    return metric.worse * (value - median) / scale
+    # capped: a finite but absurd figure (1e308) would make z infinite, and --json unparsable
+    return max(-Z_LIMIT, min(Z_LIMIT, metric.worse * (value - median) / scale))
 
 
 def figures_row(
@@ -181,10 +183,13 @@ def figures_row(
     report's reader processes send back (a tuple pickles and transposes cheaply).
 
     The power figures are None on a node whose most idle job GPU had its clocks lowered for lack
-    of work (gpu_idle_frac) more than IDLE_LIMIT of the job: a GPU the job did not use draws little
-    power without being slow. Without this, a job that left one node's GPUs idle (a coordinator
-    node, or a user doing it on purpose) flagged that node on power; a GPU held down by a fault is
-    busy, so it is still scored. Drivers without the counter (NVML 13) score power as before."""
+    of work (gpu_idle_frac) more than IDLE_LIMIT (half) of the job: a GPU the job did not use
+    draws little power without being slow. Without this, a job that left one node's GPUs idle (a
+    coordinator node, or a user doing it on purpose) flagged that node on power; a GPU held down by
+    a fault is busy, so it is still scored. Limits: a spin kernel keeps an unused GPU "busy" at low
+    power (a forger can still do that), and a node whose GPUs a fault starves of work more than
+    half the job (a downtrained link, a throttled host) is not scored on power (the prolog's PCIe
+    and NUMA checks see those faults). Drivers without the counter (NVML 13) score power as before."""
     get = perf.get
     row = [get(metric.name) for metric in metrics]
     present = [v for v in row if v is not None]
@@ -301,6 +306,8 @@ class Suspect(Struct):
     window: int
     evidence: Tuple[Tuple[JobMark, Flag], ...]  # the flagged jobs, oldest first
     users: int  # distinct job users among the flagged jobs
+    # flagged jobs since the node's last reboot (None: no reboot seen); 0 keeps it from a drain
+    after_reboot: Optional[int] = None
 
     @property
     def kind(self) -> str:
@@ -339,19 +346,23 @@ class NodeWindow(Struct, frozen=False):
     by walking the runs back until m jobs scored on it are covered (window_start). Runs and flags
     older than every figure's window are dropped once they outgrow PRUNE_RUNS.
 
-    What a reboot does: it puts the node's evidence on probation, figure by figure. The first job
-    after the reboot that is scored on a figure and does not flag it sets the flags from before the
-    reboot aside for that figure (`cut`): a repair (a GPU or HCA swapped, a pinned daemon fixed)
-    comes with a reboot, and an admin's repair-and-resume must not be judged on the old evidence.
-    While every such job flags it again, the old evidence keeps counting: a fault the reboot did not
-    fix is a suspect at once, and a node that reboots after every job or two (a flaky GPU, a site
-    that reboots between jobs) still builds up its evidence. A boot is told apart by the record's
-    `boot_id` (the kernel's, at the epilog), and ordered by the jobs' end times: a record of a boot
+    What a reboot does: it puts the node's evidence on probation, figure by figure. Once the node
+    has run `streak` ([fleet] k) scored jobs in a row after the reboot without a flag on a figure,
+    the figure's flags from before that clean run are set aside (`cut`): a repair (a GPU or HCA
+    swapped, a pinned daemon fixed) comes with a reboot, and a repaired node runs clean. A node
+    that is still slow, even only in some of its jobs, is flagged again before k clean jobs in a
+    row and keeps its evidence, however often it reboots (a flaky GPU that crashes the node, a site
+    that reboots between jobs); with one clean job enough, a node slow in half its jobs lost its
+    evidence at most reboots. Until a figure is flagged again after the reboot, its suspect has
+    after_reboot = 0 and is not drained (straggler_drain.choose): a repaired node, resumed, is not
+    drained again on what it did before the repair. Boots are told apart by the record's
+    `boot_id` (the kernel's, at the epilog) and ordered by the jobs' end times: a record of a boot
     that ended before the current boot's first job is a late one and is not counted. A record
     without a boot id (an older version) never starts a probation."""
 
     node: str
     size: int
+    streak: int = 1  # clean jobs in a row after a reboot that set a figure's old flags aside
     marks: Deque[JobMark] = field(default_factory=collections.deque)  # the last m, any figure
     runs: Deque[List[int]] = field(default_factory=collections.deque)  # [mask, count], oldest first
     flagged: Deque[Tuple[int, JobMark]] = field(default_factory=collections.deque)  # (number, mark)
@@ -362,6 +373,9 @@ class NodeWindow(Struct, frozen=False):
     reboot_at: int = 0  # the number of the first job of the current boot (after a reboot)
     on_probation: int = 0  # figures (bits) whose evidence from before reboot_at still counts
     cut: Dict[int, int] = field(default_factory=dict)  # figure bit -> first job number that counts
+    clean: Dict[int, int] = field(
+        default_factory=dict
+    )  # figure bit -> clean jobs in a row (probation)
     before_reboot: int = 0  # flags set aside: from before a reboot the node then ran clean after
     stale: int = 0  # jobs not counted: they ended in a boot the node had already left
     # runs + flagged before the next _prune: PRUNE_RUNS, then twice what the last one left
@@ -380,7 +394,10 @@ class NodeWindow(Struct, frozen=False):
                     return
                 if self.boot is not None:
                     self.earlier_boots.add(self.boot)
-                    self.reboot_at, self.on_probation = self.scored + 1, ALL_METRICS
+                    self.reboot_at = self.scored + 1
+                    for index in _bit_indices(ALL_METRICS & ~self.on_probation):
+                        self.clean[1 << index] = 0  # newly on probation: its clean run starts now
+                    self.on_probation = ALL_METRICS
                 self.boot, self.boot_first_end = boot, mark.end
             elif mark.end < self.boot_first_end:
                 self.boot_first_end = mark.end
@@ -399,27 +416,35 @@ class NodeWindow(Struct, frozen=False):
             self._prune()
 
     def _probation(self, mark: JobMark) -> None:
-        """A job after a reboot: each figure it was scored on and did not flag sets the flags from
-        before the reboot aside (and leaves probation); a figure it flagged stays on probation."""
+        """A job after a reboot: for each figure on probation it was scored on, a flag restarts the
+        clean run, no flag lengthens it; a clean run of `streak` jobs sets the figure's flags from
+        before it aside and ends the probation."""
         flagged_bits = 0
         for flag in mark.flags:
             flagged_bits |= METRIC_BIT.get(flag.metric, 0)
-        clean = mark.scored & self.on_probation & ~flagged_bits
-        if not clean:
+        watched = mark.scored & self.on_probation
+        if not watched:
             return
-        earlier_flags = bool(self.flagged) and self.flagged[0][0] < self.reboot_at
-        for index in _bit_indices(clean):
-            bit, name = 1 << index, METRICS[index].name
-            if earlier_flags:  # count what is set aside (most reboots have nothing to set aside)
-                start = self.window_start(bit)[0]
+        for index in _bit_indices(watched):
+            bit = 1 << index
+            if bit & flagged_bits:
+                self.clean[bit] = 0
+                continue
+            run = self.clean.get(bit, 0) + 1
+            self.clean[bit] = run
+            if run < self.streak:
+                continue
+            first_clean = self.scored - run + 1
+            if self.flagged and self.flagged[0][0] < first_clean:  # count what is set aside
+                name, start = METRICS[index].name, self.window_start(bit)[0]
                 self.before_reboot += sum(
                     1
                     for number, earlier in self.flagged
-                    if start <= number < self.reboot_at
+                    if start <= number < first_clean
                     and any(f.metric == name for f in earlier.flags)
                 )
-            self.cut[bit] = self.reboot_at
-        self.on_probation &= ~clean
+            self.cut[bit] = first_clean
+            self.on_probation &= ~bit
 
     def window_start(self, bit: int) -> Tuple[int, int]:
         """(number of the oldest job in the figure's window, jobs in it) for the figure's bit: its
@@ -485,7 +510,11 @@ class NodeWindow(Struct, frozen=False):
             evidence = [(mark, flag) for number, mark, flag in flagged if number >= start]
             if len(evidence) >= k:
                 users = len({mark.user for mark, _ in evidence if mark.user})
-                out.append(Suspect(self.node, name, len(evidence), jobs, tuple(evidence), users))
+                numbers = [number for number, _mark, _flag in flagged if number >= start]
+                after = sum(1 for n in numbers if n >= self.reboot_at) if self.reboot_at else None
+                out.append(
+                    Suspect(self.node, name, len(evidence), jobs, tuple(evidence), users, after)
+                )
         return sorted(out, key=lambda s: (-s.flagged, -s.worst_z, s.metric))
 
     def flagged_jobs(self) -> int:

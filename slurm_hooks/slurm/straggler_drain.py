@@ -49,8 +49,8 @@ LOCK_TIMEOUT_S = 5.0
 
 class FleetDrain(Struct):
     """What was done about one suspect node: the drainer's outcome value, or one of the fleet's own:
-    disabled, report-only, too-little-evidence, state-corrupt, invalid-node-name, left-alone,
-    fleet-budget-full, per-run-cap, not-attempted."""
+    disabled, report-only, too-little-evidence, waiting-after-reboot, state-corrupt,
+    invalid-node-name, left-alone, fleet-budget-full, per-run-cap, not-attempted."""
 
     node: str
     metric: str
@@ -102,9 +102,26 @@ def choose(
     drains = state.get("drains") or {}
     best: Dict[str, Suspect] = {}
     short: Dict[str, FleetDrain] = {}
+    held = state.get("held") or {}
     for suspect in suspects:
         since = (drains.get(suspect.node) or {}).get("time")
+        after = " since our drain of it"
+        seen = held.get(suspect.node)
+        if isinstance(seen, (int, float)) and (since is None or seen > since):
+            since, after = seen, " since Slurm held it (drained or down: a repair, perhaps)"
         flagged, users = fresh(suspect, since)
+        if suspect.after_reboot == 0:  # rebooted and not flagged since: a repair, perhaps
+            short.setdefault(
+                suspect.node,
+                FleetDrain(
+                    suspect.node,
+                    suspect.metric,
+                    "waiting-after-reboot",
+                    "rebooted after its %d flagged job(s) and not flagged since: a repair, "
+                    "perhaps; drained only if a job after the reboot flags it again" % flagged,
+                ),
+            )
+            continue
         if flagged < fleet["k"] or users < fleet["drain_min_users"]:
             short.setdefault(
                 suspect.node,
@@ -117,7 +134,7 @@ def choose(
                     % (
                         flagged,
                         users,
-                        " since our drain of it" if since is not None else "",
+                        after if since is not None else "",
                         fleet["k"],
                         fleet["drain_min_users"],
                     ),
@@ -175,17 +192,24 @@ def enact(
                 log.error(
                     logs.kv(event="fleet-state-corrupt", path=path, error=exc, decision="no-drain")
                 )
-                return [
+                return rows + [
                     FleetDrain(s.node, s.metric, "state-corrupt", str(exc))
                     for s in _one_per_node(suspects)
                 ]
             state = state if isinstance(state, dict) else {}
+            # The state is written before any drain: where it cannot be (a full or read-only
+            # disk), a drain of ours would go unremembered, and after an admin's resume the next
+            # run would drain the node again on the same evidence. OSError: no drain (below).
+            atomicio.write_json_atomic(path, state)
             client = client or drainer.make_client(settings)
             rows.extend(_confirm_earlier(client, state, settings))
+            have_row = {row.node for row in rows}  # one row per node
             chosen = []
             wanted, short = choose(suspects, fleet, state)
-            rows.extend(short)
+            rows.extend(row for row in short if row.node not in have_row)
             for suspect in wanted:
+                if suspect.node in have_row:  # an earlier drain of ours, just re-counted
+                    continue
                 try:
                     check_node_name(
                         suspect.node
@@ -203,7 +227,7 @@ def enact(
                 chosen
             ):  # one listing: nodes Slurm already holds never take a place of max_drains_per_run
                 chosen, ours = _not_held(
-                    client, chosen, rows, drainer.slurm_budget(settings), prefix
+                    client, chosen, rows, drainer.slurm_budget(settings), prefix, state
                 )
                 room = max(0, fleet["max_drained"] - ours)
                 rows.extend(
@@ -334,11 +358,21 @@ def _confirm_earlier(
 
 
 def _not_held(
-    client, chosen: List[Suspect], rows: List[FleetDrain], budget: float, prefix: str
+    client,
+    chosen: List[Suspect],
+    rows: List[FleetDrain],
+    budget: float,
+    prefix: str,
+    state: Dict[str, Any],
 ) -> Tuple[List[Suspect], int]:
     """The chosen suspects Slurm lists and does not already hold (a row for each of the others), and
     how many listed nodes carry a fleet.straggler drain of ours. When the node list cannot be read, a
-    row for every one and none is drained."""
+    row for every one and none is drained.
+
+    A suspect Slurm holds (drained by an admin or by its own checks, DOWN, FAIL) is remembered in
+    the state's "held" with the time: once resumed, only jobs that started after that count
+    against it (choose), as after a drain of ours. Without this, an admin who drained a suspect,
+    repaired and resumed it saw it drained again by the next run, before it ran a job."""
     from . import drainer
     from .errors import SlurmError
 
@@ -363,6 +397,8 @@ def _not_held(
         why = "not a node of this Slurm cluster" if node is None else _held(node)
         if why:
             rows.append(FleetDrain(suspect.node, suspect.metric, "left-alone", why))
+            if node is not None:
+                state.setdefault("held", {})[suspect.node] = time.time()
         else:
             free.append(suspect)
     return free, ours
