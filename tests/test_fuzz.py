@@ -528,6 +528,7 @@ def _never_called():
         ).map("".join),
     )
 )
+@example(text="NodeName=" + "0" * 161)  # found by hypothesis: the name made the message 300 long
 def test_scontrol_output_parses_or_raises_parse_error(text):
     for parse in (parse_node_line, parse_nodes):
         try:

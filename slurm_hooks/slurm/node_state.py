@@ -262,7 +262,7 @@ def parse_node_line(line: str) -> NodeInfo:
     if not name or " " in name:
         raise SlurmParseError("bad NodeName in %r" % text[:120])
     if "State" not in fields:
-        raise SlurmParseError("no State= for node %s: %r" % (name, text[:120]))
+        raise SlurmParseError("no State= for node %s: %r" % (name[:64], text[:120]))
     base, flags = parse_state(fields["State"])
     parts = fields.get("Partitions", "")
     partitions = tuple(p for p in parts.split(",") if p and p != "(null)")
@@ -302,7 +302,7 @@ def parse_nodes(text: str) -> List[NodeInfo]:
     for node in nodes:
         if node.name in seen:
             raise SlurmParseError(
-                "node %s listed twice: a free-text field forged a record" % node.name
+                "node %s listed twice: a free-text field forged a record" % node.name[:64]
             )
         seen.add(node.name)
     return nodes
