@@ -316,6 +316,50 @@ def test_a_suspect_an_admin_drained_repaired_and_resumed_is_not_drained_again(si
     assert "since Slurm held it" in data["drains"][0]["message"]
 
 
+def test_a_suspect_held_while_waiting_after_a_reboot_is_remembered_too(site, cluster):
+    """Red team, round 3: only suspects chosen for a drain were remembered as held. n03 rebooted
+    and ran one clean job (waiting-after-reboot); an admin drained it, swapped the GPU, resumed it,
+    and its first job after that had a one-off glitch: all its flags from before the repair
+    counted again and it was drained. Now every suspect Slurm holds is remembered."""
+    from tests.straggler_records import write
+
+    write_jobs(str(site.records), jobs=12, slow=SLOW, boot_of=lambda node, j: "boot-a")
+    for i in range(6):  # the crash and reboot: one clean job on a new boot
+        node = "n%02d" % i
+        write(
+            str(site.records),
+            node,
+            600,
+            {HW: 0.0},
+            time.time() - 60,
+            user="u7",
+            boot="boot-b" if node == SLOW else "boot-a",
+        )
+    cluster.scontrol("update", "NodeName=%s" % SLOW, "State=DRAIN", "Reason=admin: swap GPU 3")
+    data = site.run()
+    assert outcomes(data) == [(SLOW, "waiting-after-reboot")], data["drains"]
+    held = json.loads((site.state_dir / "fleet-state.json").read_text())["held"]
+    assert SLOW in held
+    cluster.scontrol("update", "NodeName=%s" % SLOW, "State=RESUME")
+    start = time.time() + 1
+    for i in range(6):  # the first job after the repair: a one-off glitch on the repaired node
+        node = "n%02d" % i
+        perf = {HW: 0.2 if node == SLOW else 0.0}
+        write(
+            str(site.records),
+            node,
+            601,
+            perf,
+            start + 400,
+            start=start,
+            user="u8",
+            boot="boot-c" if node == SLOW else "boot-a",
+            mtime=time.time(),
+        )
+    data = site.run()
+    assert outcomes(data) == [(SLOW, "too-little-evidence")] and not site.drained(), data["drains"]
+
+
 def test_a_drain_whose_breaker_recount_failed_is_recounted_by_the_next_run(site, cluster):
     """slurmctld stops answering right after our drain (the rank step's listing fails): the drain stays,
     marked unconfirmed in the state file, and the next run redoes the breaker's count (drainer.confirm)

@@ -374,7 +374,7 @@ def test_a_repaired_node_is_not_drained_again_on_its_evidence_from_before(tmp_pa
         write(d, "n%02d" % i, 900, perf, NOW - 60, user="u9", boot=boot)
     (suspect,) = fleet.scan([d], settings(), now=NOW).suspects()
     assert (suspect.node, suspect.flagged, suspect.after_reboot) == ("n03", 8, 0)
-    (row,) = fleet_drain.enact(drain_settings(tmp_path), [suspect], client=NoSlurm())
+    (row,) = fleet_drain.enact(drain_settings(tmp_path), [suspect], client=ListOnlySlurm())
     assert (row.node, row.outcome) == ("n03", "waiting-after-reboot")
 
 
@@ -684,6 +684,17 @@ class NoSlurm:
         raise AssertionError("Slurm was called: %s" % name)
 
 
+class ListOnlySlurm(NoSlurm):
+    """A client that may only list the nodes (an empty cluster here): the fleet lists them once
+    per run to see which suspects Slurm holds; any drain or other request fails the test."""
+
+    def set_budget(self, seconds):
+        pass
+
+    def list_nodes(self):
+        return []
+
+
 def drain_settings(tmp_path, **fleet_changes):
     values = {
         section: {k: s.default for k, s in schema.items()} for section, schema in SECTIONS.items()
@@ -705,7 +716,7 @@ def test_a_node_name_slurm_would_read_as_a_hostlist_is_never_sent(tmp_path):
     odd = type(suspect)(
         "n[01-64]", suspect.metric, suspect.flagged, suspect.window, suspect.evidence, suspect.users
     )
-    (row,) = fleet_drain.enact(drain_settings(tmp_path), [odd], client=NoSlurm())
+    (row,) = fleet_drain.enact(drain_settings(tmp_path), [odd], client=ListOnlySlurm())
     assert (row.node, row.outcome) == ("n[01-64]", "invalid-node-name")
 
 
@@ -808,6 +819,46 @@ def test_a_corrupt_state_file_stops_the_drains(tmp_path):
     (tmp_path / "state" / "fleet-state.json").write_text("{not json")
     (row,) = fleet_drain.enact(drain_settings(tmp_path), suspects, client=NoSlurm())
     assert row.outcome == "state-corrupt" and "fleet-state.json" in row.message
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        '{"held": []}',
+        '{"held": {"n03": "yesterday"}}',
+        '{"held": {"n03": NaN}}',
+        '{"drains": []}',
+        '{"drains": {"n03": "x"}}',
+        '{"drains": {"n03": {"time": "1"}}}',
+        "[]",
+    ],
+)
+def test_a_state_file_of_another_shape_stops_the_drains_like_a_corrupt_one(tmp_path, content):
+    """Red team, round 3: valid JSON of the wrong shape crashed the whole report (AttributeError,
+    TypeError: no table, no prom file, every run), or was half ignored and the node drained."""
+    from slurm_hooks.slurm import straggler_drain as fleet_drain
+
+    suspects = one_suspect(tmp_path)
+    (tmp_path / "state").mkdir()
+    (tmp_path / "state" / "fleet-state.json").write_text(content)
+    (row,) = fleet_drain.enact(drain_settings(tmp_path), suspects, client=NoSlurm())
+    assert row.outcome == "state-corrupt" and "fleet-state.json" in row.message
+
+
+def test_a_time_from_a_clock_that_ran_ahead_is_not_believed(tmp_path):
+    """Red team, round 3: a 'held' time a year ahead (the admin host's clock before NTP synced)
+    made every later job look older than it: the node could never be drained again."""
+    import time as clock
+
+    from slurm_hooks.slurm import straggler_drain as fleet_drain
+
+    (suspect,) = one_suspect(tmp_path)
+    ahead = {"held": {"n03": clock.time() + 365 * 86400}}
+    wanted, rows = fleet_drain.choose([suspect], drain_settings(tmp_path)["fleet"], ahead)
+    assert [s.node for s in wanted] == ["n03"] and rows == []
+    just_now = {"held": {"n03": clock.time()}}
+    wanted, (row,) = fleet_drain.choose([suspect], drain_settings(tmp_path)["fleet"], just_now)
+    assert wanted == [] and row.outcome == "too-little-evidence"
 
 
 def test_the_drain_reason_is_ours_bounded_and_names_the_figure(tmp_path):

@@ -45,6 +45,7 @@ _ALARMING = frozenset(
     }
 )  # logged as errors: an admin should look
 LOCK_TIMEOUT_S = 5.0
+CLOCK_SLACK_S = 600.0  # a state time this far after now is still believed (clocks differ a little)
 
 
 class FleetDrain(Struct):
@@ -103,11 +104,12 @@ def choose(
     best: Dict[str, Suspect] = {}
     short: Dict[str, FleetDrain] = {}
     held = state.get("held") or {}
+    now = time.time()
     for suspect in suspects:
-        since = (drains.get(suspect.node) or {}).get("time")
+        since = _moment((drains.get(suspect.node) or {}).get("time"), now)
         after = " since our drain of it"
-        seen = held.get(suspect.node)
-        if isinstance(seen, (int, float)) and (since is None or seen > since):
+        seen = _moment(held.get(suspect.node), now)
+        if seen is not None and (since is None or seen > since):
             since, after = seen, " since Slurm held it (drained or down: a repair, perhaps)"
         flagged, users = fresh(suspect, since)
         if suspect.after_reboot == 0:  # rebooted and not flagged since: a repair, perhaps
@@ -156,6 +158,33 @@ def _held(node) -> Optional[str]:
     return None
 
 
+def _checked(state: Any, path: str) -> Dict[str, Any]:
+    """The state file's content, or ValueError naming what is wrong with it: JSON of another shape
+    (a hand edit, another program's file) is as unusable as a corrupt one, and must stop the drains
+    the same way instead of crashing the whole report."""
+    if not isinstance(state, dict):
+        raise ValueError("%s: not a JSON object" % path)
+    for key in ("drains", "held"):
+        table = state.get(key, {})
+        if not isinstance(table, dict):
+            raise ValueError("%s: %r is not an object of nodes" % (path, key))
+        for node, entry in table.items():
+            moment = entry.get("time") if key == "drains" and isinstance(entry, dict) else entry
+            if key == "drains" and not isinstance(entry, dict):
+                raise ValueError("%s: drains[%r] is not an object" % (path, node))
+            if moment is not None and (type(moment) not in (int, float) or moment != moment):
+                raise ValueError("%s: %s[%r] has no usable time: %r" % (path, key, node, moment))
+    return state
+
+
+def _moment(value: Any, now: float) -> Optional[float]:
+    """A time from the state file that may be trusted as "since": a finite number not after now (a
+    clock that ran ahead for one run must not keep a node from ever being drained)."""
+    if type(value) not in (int, float) or not -1e12 < value <= now + CLOCK_SLACK_S:
+        return None
+    return float(value)
+
+
 def state_path(settings: Mapping[str, Mapping[str, Any]]) -> str:
     return os.path.join(settings["paths"]["state_dir"], STATE_NAME)
 
@@ -185,7 +214,7 @@ def enact(
     try:
         with locks.locked(path + ".lock", LOCK_TIMEOUT_S):
             try:
-                state = atomicio.read_json(path, default={})
+                state = _checked(atomicio.read_json(path, default={}), path)
             except (
                 ValueError
             ) as exc:  # whose drains are ours is unknown: draining now could repeat one
@@ -196,7 +225,6 @@ def enact(
                     FleetDrain(s.node, s.metric, "state-corrupt", str(exc))
                     for s in _one_per_node(suspects)
                 ]
-            state = state if isinstance(state, dict) else {}
             # The state is written before any drain: where it cannot be (a full or read-only
             # disk), a drain of ours would go unremembered, and after an admin's resume the next
             # run would drain the node again on the same evidence. OSError: no drain (below).
@@ -223,12 +251,11 @@ def enact(
                 settings["drain"]["reason_prefix"],
                 settings["drain"]["max_reason_length"],
             )
+            listed = _listing(client, suspects, drainer.slurm_budget(settings), state, prefix)
             if (
                 chosen
             ):  # one listing: nodes Slurm already holds never take a place of max_drains_per_run
-                chosen, ours = _not_held(
-                    client, chosen, rows, drainer.slurm_budget(settings), prefix, state
-                )
+                chosen, ours = _not_held(listed, chosen, rows, prefix)
                 room = max(0, fleet["max_drained"] - ours)
                 rows.extend(
                     FleetDrain(
@@ -357,48 +384,58 @@ def _confirm_earlier(
     return rows
 
 
-def _not_held(
-    client,
-    chosen: List[Suspect],
-    rows: List[FleetDrain],
-    budget: float,
-    prefix: str,
-    state: Dict[str, Any],
-) -> Tuple[List[Suspect], int]:
-    """The chosen suspects Slurm lists and does not already hold (a row for each of the others), and
-    how many listed nodes carry a fleet.straggler drain of ours. When the node list cannot be read, a
-    row for every one and none is drained.
-
-    A suspect Slurm holds (drained by an admin or by its own checks, DOWN, FAIL) is remembered in
-    the state's "held" with the time: once resumed, only jobs that started after that count
-    against it (choose), as after a drain of ours. Without this, an admin who drained a suspect,
-    repaired and resumed it saw it drained again by the next run, before it ran a job."""
-    from . import drainer
+def _listing(client, suspects: List[Suspect], budget: float, state: Dict[str, Any], prefix: str):
+    """One node listing when there are suspects ({name: NodeInfo}, or the SlurmError), and the
+    time in the state's "held" of every suspect Slurm holds now (drained by an admin or by its own
+    checks, DOWN, FAIL), chosen or not: once resumed, only jobs that started later count against it
+    (choose), as after a drain of ours. Without this, an admin who drained a suspect, repaired and
+    resumed it saw it drained again by the next run, before it ran a job."""
     from .errors import SlurmError
 
+    if not suspects:
+        return {}
     client.set_budget(budget)
     try:
         listed = {node.name: node for node in client.list_nodes()}
     except SlurmError as exc:
-        failure = drainer.slurm_failure(exc, "cannot list the nodes: ")
+        return exc
+    now = time.time()
+    for suspect in suspects:
+        node = listed.get(suspect.node)
+        if node is None or not _held(node) or _ours(node, prefix):
+            continue  # a straggler drain of ours has its own time (state "drains")
+        state.setdefault("held", {})[suspect.node] = now
+    return listed
+
+
+def _ours(node, prefix: str) -> bool:
+    """A drain with a fleet.straggler reason of ours (the Reason can outlive a RESUME on 24.11 and
+    25.11: only a drained node counts)."""
+    return node.is_drained and policy.FLEET_CHECK in policy.read_reason(node.reason, prefix).checks
+
+
+def _not_held(
+    listed, chosen: List[Suspect], rows: List[FleetDrain], prefix: str
+) -> Tuple[List[Suspect], int]:
+    """The chosen suspects Slurm lists and does not already hold (a row for each of the others), and
+    how many listed nodes carry a fleet.straggler drain of ours. When the node list could not be
+    read (`listed` is the SlurmError), a row for every one and none is drained."""
+    from . import drainer
+    from .errors import SlurmError
+
+    if isinstance(listed, SlurmError):
+        failure = drainer.slurm_failure(listed, "cannot list the nodes: ")
         rows.extend(
             FleetDrain(s.node, s.metric, failure.outcome.value, failure.message) for s in chosen
         )
         return [], 0
-    ours = sum(
-        1
-        for node in listed.values()
-        if node.is_drained  # the Reason can outlive a RESUME (24.11, 25.11): only a drain counts
-        and policy.FLEET_CHECK in policy.read_reason(node.reason, prefix).checks
-    )
+    ours = sum(1 for node in listed.values() if _ours(node, prefix))
     free = []
     for suspect in chosen:
         node = listed.get(suspect.node)
         why = "not a node of this Slurm cluster" if node is None else _held(node)
         if why:
             rows.append(FleetDrain(suspect.node, suspect.metric, "left-alone", why))
-            if node is not None:
-                state.setdefault("held", {})[suspect.node] = time.time()
         else:
             free.append(suspect)
     return free, ours
