@@ -446,3 +446,17 @@ def test_nvml_is_not_asked_without_xids(registry, node):
 
     [result] = run(registry, node(SX_FATAL), inventory=no_nvml)
     assert result.status is Status.OK and "notes" not in result.details
+
+
+def test_a_mig_xid_counts_for_its_gpu_and_names_the_partition(registry, node):
+    """Tracker 23: "(PCI:0000:3b:00 GPU-I:01 GPU-CI:02)" was no Xid at all; it is GPU 2's, with the partition shown."""
+    mig79 = X79.replace("(PCI:0000:3b:00)", "(PCI:0000:3b:00 GPU-I:01 GPU-CI:02)")
+    [result] = run(registry, node(mig79))
+    assert result.status is Status.FAIL and result.component == "gpu:2 0000:3b:00.0"
+    assert result.summary == "Xid 79 (MIG GI 1 CI 2): GPU has fallen off the bus."
+    [event] = result.details["events"]
+    assert (event["gpu_instance"], event["compute_instance"]) == (1, 2)
+    [job_result] = run(
+        registry, node(mig79), context="prolog", job=JobContext(job_id="7", gpus=(0,))
+    )
+    assert job_result.status is Status.OK  # another job's GPU: left out, as for a whole GPU

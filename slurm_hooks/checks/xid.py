@@ -488,7 +488,8 @@ def _group(
     for (component, status, blame), (items, (head_event, head), _rank, all_codes) in groups.items():
         codes = sorted(all_codes - {_code(head_event)})
         text = (head_event.text or head.reason)[:100]
-        summary = "%s %d: %s" % (kind, _code(head_event), text)
+        mig = getattr(head_event, "mig", None)  # e.g. "GI 5 CI 2" on a MIG GPU
+        summary = "%s %d%s: %s" % (kind, _code(head_event), " (MIG %s)" % mig if mig else "", text)
         if len(items) > 1:
             summary += " (%d events%s)" % (
                 len(items),
@@ -520,6 +521,9 @@ def _event_dict(event: Any, cls: Any) -> Dict[str, Any]:
         "pid": getattr(event, "pid", None),
         "process": getattr(event, "process", None),
         "text": event.text,
+        # MIG: the partition the driver attributed the Xid to (the GPU is still the one judged)
+        "gpu_instance": getattr(event, "gpu_instance", None),
+        "compute_instance": getattr(event, "compute_instance", None),
         "status": cls.status,
         "action": cls.action,
         "blame": cls.blame,

@@ -95,8 +95,10 @@ def cmd_explain_xid(args) -> int:
     from .check_verbs import load
 
     overrides: Optional[Dict[int, Dict[str, str]]] = None
+    sources: Tuple[str, ...] = ()
     try:
-        overrides = _overrides(load(args)[1])[0]
+        config = load(args)[1]
+        overrides, sources = _overrides(config)[0], tuple(config.sources)
     except (ConfigError, ValueError) as exc:  # explain still works on a node with a broken config
         print("slurm-hooks: configuration not applied: %s" % exc, file=sys.stderr)
     catalog = load_catalog()
@@ -107,7 +109,7 @@ def cmd_explain_xid(args) -> int:
             '[checks."xid.events".overrides] %d = {status = "FAIL", action = "drain"} (or status '
             '"WARN", "OK").' % (args.number, catalog.version, args.number)
         )
-    print(explain(args.number, overrides, catalog))
+    print(explain(args.number, overrides, catalog, override_source=", ".join(sources) or None))
     return ExitCode.OK
 
 
@@ -153,7 +155,10 @@ def _events(args, config) -> Tuple[List[Any], List[Any], frozenset]:
     else:
         with open(args.target, "rb") as handle:
             data = handle.read(MAX_INPUT)
-    xids, sxids = scan_all(data.decode("utf-8", errors="replace").splitlines())
+    # Only the newline dmesg/journalctl print ends a record: str.splitlines() also splits at VT, FF,
+    # CR, U+2028..., characters a user can put in a file name the kernel logs (a segfault line), which
+    # would start a forged "line" with the driver's prefix.
+    xids, sxids = scan_all(data.decode("utf-8", errors="replace").split("\n"))
     return xids, sxids, frozenset()
 
 
@@ -173,7 +178,19 @@ def _classify(xids, sxids, acked, config, overrides, sxid_overrides) -> List[Dic
     ignore = set(config.check("xid.events").params.ignore)
     kept = [e for e in xids if e.xid not in ignore]
     for event, cls in zip(kept, classify_all(kept, overrides)):
-        rows.append(_row("xid", event.xid, event, cls, acked, pid=event.pid, process=event.process))
+        rows.append(
+            _row(
+                "xid",
+                event.xid,
+                event,
+                cls,
+                acked,
+                pid=event.pid,
+                process=event.process,
+                gpu_instance=event.gpu_instance,
+                compute_instance=event.compute_instance,
+            )
+        )
     ignore_sxid = set(config.check("xid.sxid").params.ignore)
     for event in sxids:
         if event.sxid not in ignore_sxid:
@@ -242,13 +259,18 @@ def _print_rows(rows: List[Dict[str, Any]], as_json: bool) -> None:
             )
         )
         label = "%s %d" % ("Xid" if r["kind"] == "xid" else "SXid", r["code"])
+        pci = r["pci"] or "-"
+        if r.get("gpu_instance") is not None:  # MIG: the partition, after the GPU's bus id
+            pci += " GI %d" % r["gpu_instance"]
+            if r.get("compute_instance") is not None:
+                pci += " CI %d" % r["compute_instance"]
         print(
             "%-7s %-9s %-10s %-12s %-12s %s -- %s%s"
             % (
                 r["status"],
                 r["action"],
                 label,
-                r["pci"] or "-",
+                pci,
                 where,
                 r["text"] or "-",
                 r["reason"],

@@ -299,7 +299,11 @@ class Host:
             if not _is_char_device(fd):
                 with os.fdopen(os.dup(fd), "rb") as handle:
                     data = handle.read(64 * DEFAULT_MAX_BYTES)
-                records = data.decode("utf-8", errors="replace").splitlines()[-max_records:]
+                # One record per "\n" only: splitlines() would also split at VT, FF, CR, U+2028,
+                # which a user can put in a file name the kernel logs (slurm_hooks.xid.kmsg).
+                text = data.decode("utf-8", errors="replace")
+                records = text[:-1].split("\n") if text.endswith("\n") else text.split("\n")
+                records = records[-max_records:] if text else []
             else:
                 records = _read_kmsg_device(fd, max_records)
             if self.log is not None:
@@ -340,9 +344,22 @@ def _is_char_device(fd: int) -> bool:
     return stat.S_ISCHR(os.fstat(fd).st_mode)
 
 
+#: Reads of a live /dev/kmsg per call, at most: a ring buffer holds a few 10,000 records, but a process
+#: writing to /dev/kmsg as fast as we read would otherwise keep the loop going for ever.
+KMSG_MAX_READS = 1_000_000
+
+
 def _read_kmsg_device(fd: int, max_records: int) -> List[str]:
-    records: List[str] = []
-    while len(records) < max_records:
+    """The newest ``max_records`` records of the live device, oldest first.
+
+    The device is read from its oldest record to its end (it cannot seek to "N records before the
+    end"); only the newest ``max_records`` are kept, so memory stays bounded and a recent Xid is
+    never the one dropped from a flooded log.
+    """
+    import collections
+
+    records: "collections.deque[str]" = collections.deque(maxlen=max_records)
+    for _ in range(KMSG_MAX_READS):
         try:
             chunk = os.read(fd, 8192)
         except BlockingIOError:
@@ -356,7 +373,7 @@ def _read_kmsg_device(fd: int, max_records: int) -> List[str]:
         if not chunk:
             break
         records.append(chunk.decode("utf-8", errors="replace").rstrip("\n"))
-    return records
+    return list(records)
 
 
 def parse_cpulist(text: str, source: str = "<cpulist>") -> frozenset:

@@ -90,6 +90,8 @@ class XidEntry(Struct):
     xid154_linkage: Optional[str] = None
     job_caused_basis: Optional[str] = None
     notes: Optional[str] = None
+    # slurm-hooks' own (status, action, blame, basis) where NVIDIA gives no bucket (Xid 162-172)
+    decision: Optional[Tuple[str, str, str, str]] = None
 
 
 class Classification(Struct):
@@ -162,6 +164,7 @@ class XidCatalog:
                 xid154_linkage=row.get("xid154_linkage"),
                 job_caused_basis=row.get("job_caused_basis"),
                 notes=row.get("notes"),
+                decision=_own_decision(row),
             )
             if e.xid in entries:
                 raise ValueError("xid catalog: duplicate entry for Xid %d" % e.xid)
@@ -197,6 +200,25 @@ class XidCatalog:
         )
 
 
+def _own_decision(row: Mapping[str, Any]) -> Optional[Tuple[str, str, str, str]]:
+    """A row's "decision" (ours, where the catalog gives no bucket), checked like an override."""
+    own = row.get("decision")
+    if own is None:
+        return None
+    try:
+        decision = (own["status"], own["action"], own["blame"], own["basis"])
+    except (KeyError, TypeError):
+        raise ValueError("xid catalog: Xid %s has a malformed decision" % row.get("xid")) from None
+    if (
+        decision[0] not in STATUSES
+        or decision[1] not in ACTIONS
+        or decision[2] not in BLAMES
+        or not decision[3]
+    ):
+        raise ValueError("xid catalog: Xid %s has an invalid decision %r" % (row.get("xid"), own))
+    return decision
+
+
 _CATALOG: Optional[XidCatalog] = None
 
 
@@ -213,6 +235,7 @@ def load_catalog() -> XidCatalog:
 # --------------------------------------------------------------------------------------------
 
 _OVERRIDE_KEYS = ("status", "action", "blame", "reason")
+_XID_KEY_RE = re.compile(r"\A[1-9][0-9]{0,4}\Z")  # 1..99999 as the driver prints it
 
 
 def validate_overrides(overrides: Optional[Mapping[Any, Any]]) -> Dict[int, Dict[str, str]]:
@@ -233,9 +256,14 @@ def validate_overrides(overrides: Optional[Mapping[Any, Any]]) -> Dict[int, Dict
     for key, spec in overrides.items():
         if isinstance(key, bool) or not isinstance(key, (int, str)):
             raise ValueError("xid override key %r is not an Xid number" % (key,))
-        skey = str(key).strip()
-        if not skey.isdigit() or not 0 < int(skey) < 100000:
-            raise ValueError("xid override key %r is not an Xid number" % (key,))
+        # ASCII digits, no sign, space or leading zero: str.isdigit() and int() also take '７９' and
+        # Arabic-Indic digits, int() ' 79' and '079' - keys that look unlike 79 but override it.
+        skey = str(key)
+        if not _XID_KEY_RE.match(skey):
+            raise ValueError(
+                "xid override key %r is not an Xid number (write it in ASCII digits without "
+                "spaces or leading zeros, e.g. 79)" % (key,)
+            )
         xid = int(skey)
         if not isinstance(spec, Mapping):
             raise ValueError(
@@ -405,6 +433,17 @@ def _default_classification(
     workflow = _WORKFLOWS.get(b)
     if workflow is not None:
         return workflow(event, related)
+    if entry.decision is not None:  # no bucket from NVIDIA: our own decision, with its basis
+        status, action, blame, basis = entry.decision
+        return _c(
+            status,
+            action,
+            blame,
+            "slurm-hooks decision (NVIDIA's catalog gives no bucket for Xid %d, %s): %s"
+            % (x, entry.description, basis),
+            x,
+            b,
+        )
     # UNKNOWN: the catalog lists the Xid but gives no bucket.
     return _c(
         "UNKNOWN",
@@ -581,7 +620,9 @@ def classify(
     XID_154            the action named in "... to 0xN (<action>)": None -> OK, Drain P2P ->
                        drain, Drain and Reset / GPU Reset Required -> reset-gpu, Node Reboot
                        Required -> reboot; otherwise WARN
-    no bucket / not in catalog  UNKNOWN / none / check (recorded, never drains)
+    no bucket, our decision  the row's own "decision" with its basis (Xid 162-172: NVIDIA gives
+                       free text or nothing; see slurm_hooks/data/xid_catalog.json)
+    not in catalog     UNKNOWN / none / check (recorded, never drains)
     ================== ============================================================
 
     ``related`` are the other Xid numbers seen in the same window on the same GPU (used by the
@@ -755,12 +796,34 @@ def classify_sxid(
 # --------------------------------------------------------------------------------------------
 
 
+def _decided_by(
+    cls: Classification, entry: Optional[XidEntry], cat: XidCatalog, override_source: Optional[str]
+) -> str:
+    """Where a decision comes from: the operator's config, NVIDIA's catalog, or our own reasoning."""
+    if cls.overridden:
+        return 'an operator override ([checks."xid.events"].overrides in %s)' % (
+            override_source or "the configuration"
+        )
+    if entry is None:
+        return "nothing: Xid %d is not in NVIDIA's catalog %s, so it is only recorded" % (
+            cls.xid,
+            cat.version,
+        )
+    if entry.decision is not None and entry.immediate == "UNKNOWN":
+        return "slurm-hooks' own reasoning: NVIDIA's catalog %s lists Xid %d without a bucket" % (
+            cat.version,
+            entry.xid,
+        )
+    return "NVIDIA's catalog %s, immediate action bucket %s" % (cat.version, entry.immediate)
+
+
 def explain(
     xid: Union[int, str],
     overrides: Optional[Mapping[Any, Any]] = None,
     catalog: Optional[XidCatalog] = None,
+    override_source: Optional[str] = None,
 ) -> str:
-    """Human-readable text for ``slurm-hooks explain xid N``."""
+    """Human-readable text for ``slurm-hooks explain xid N`` (``override_source``: the config files read)."""
     cat = catalog or load_catalog()
     try:
         n = int(str(xid).strip())
@@ -827,6 +890,7 @@ def explain(
         )
     )
     lines.append("  Reason: %s" % cls.reason)
+    lines.append("  Decided by: %s" % _decided_by(cls, entry, cat, override_source))
     if entry is not None and entry.immediate.startswith(("WORKFLOW_", "XID_154")):
         lines.append("  (this Xid's decision also depends on the message text / accompanying Xids)")
     lines.append("Source: %s" % cat.source_line)

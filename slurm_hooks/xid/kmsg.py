@@ -138,7 +138,7 @@ class KmsgRecord(Struct):
     """
 
     message: str
-    source: str  # "kmsg" | "dmesg" | "dmesg-r" | "dmesg-x" | "dmesg-T" | "journal" | "raw"
+    source: str  # "kmsg" | "dmesg" | "dmesg-r" | "dmesg-x" | "dmesg-T" | "journal" | "text" | "raw"
     priority: Optional[int] = (
         None  # syslog priority incl. facility (kmsg, dmesg -r); level = priority & 7
     )
@@ -155,7 +155,12 @@ class KmsgRecord(Struct):
 
 
 class XidEvent(Struct):
-    """One ``NVRM: Xid`` message. ``pci`` is a full bus id (``0000:3b:00.0``) or None if absent."""
+    """One ``NVRM: Xid`` message. ``pci`` is a full bus id (``0000:3b:00.0``) or None if absent.
+
+    On a MIG GPU the driver attributes an Xid to a partition inside the parentheses
+    (``(PCI:0000:01:00 GPU-I:05)``, ``(PCI:0000:01:00 GPU-I:01 GPU-CI:02)``): ``gpu_instance`` and
+    ``compute_instance`` are those ids (None when not printed); ``pci`` is still the physical GPU's.
+    """
 
     xid: int
     pci: Optional[str]
@@ -166,6 +171,17 @@ class XidEvent(Struct):
     seq: Optional[int] = None
     usec: Optional[int] = None
     wallclock: Optional[str] = None
+    gpu_instance: Optional[int] = None  # MIG GPU instance id (GI), "GPU-I:NN"
+    compute_instance: Optional[int] = None  # MIG compute instance id (CI), "GPU-CI:NN"
+
+    @property
+    def mig(self) -> Optional[str]:
+        """``GI 5`` / ``GI 1 CI 2`` for a partition-attributed Xid, None otherwise."""
+        if self.gpu_instance is None:
+            return None
+        if self.compute_instance is None:
+            return "GI %d" % self.gpu_instance
+        return "GI %d CI %d" % (self.gpu_instance, self.compute_instance)
 
 
 class SxidEvent(Struct):
@@ -220,10 +236,10 @@ class SxidLine(Struct):
 _KMSG_RE = re.compile(r"^<?(\d{1,4})>?,(\d{1,20}),(\d{1,20}),([^,;]*)(?:,[^;]*)?;(.*)$", re.S)
 # dmesg: "[12345.678901] message" (also "[    1.000000]").
 _DMESG_RE = re.compile(r"^\[\s*(\d{1,12})\.(\d{1,9})\]\s?(.*)$", re.S)
-# dmesg -T: "[Wed Dec  2 10:00:00 2026] message"
+# dmesg -T: "[Wed Dec  2 10:00:00 2026] message" (strftime "%a %b %e %H:%M:%S %Y": the day and month
+# names are LC_TIME's, "[mer. déc.  2 ...]" in French, so any two words are accepted).
 _DMESG_T_RE = re.compile(
-    r"^\[((?:Mon|Tue|Wed|Thu|Fri|Sat|Sun) (?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) +\d{1,2} "
-    r"\d{2}:\d{2}:\d{2} \d{4})\]\s?(.*)$",
+    r"^\[(\S{1,16} \S{1,16} +\d{1,2} \d{2}:\d{2}:\d{2} \d{4})\]\s?(.*)$",
     re.S,
 )
 # dmesg --time-format iso: "2025-01-25T10:34:54,859532+00:00 message"
@@ -234,15 +250,22 @@ _DMESG_ISO_RE = re.compile(
 _DMESG_RAW_RE = re.compile(r"^<(\d{1,4})>(.*)$", re.S)
 # dmesg -x: "kern  :warn  : [12345.678901] message"
 _DMESG_X_RE = re.compile(r"^([a-z][a-z0-9]{2,7}) {0,8}:([a-z]{3,6}) {0,8}: (.*)$", re.S)
-# journalctl -k / syslog: "Dec 02 10:00:00 host kernel: message" or "2026-12-02T10:00:00+0000 host kernel: ..."
+# The caller id a CONFIG_PRINTK_CALLER kernel prints after the time (kernel/printk/printk.c
+# print_caller(): "[%6s]" of "T<pid>" or "C<cpu>"): "[  130.456250] [ T1946] NVRM: Xid ...".
+_CALLER_RE = re.compile(r"^\[ {0,9}[TC]\d{1,10}\] ?(.*)$", re.S)
+# journalctl -k / syslog: "Dec 02 10:00:00 host kernel: message", "2026-12-02T10:00:00+0000 host kernel: ...";
+# --no-hostname drops the host word. The month is LC_TIME's abbreviation ("kwi 15", "Okt 06",
+# "12月 02"): any word, so no month table decides whether a line is read.
 _JOURNAL_RE = re.compile(
-    r"^((?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) +\d{1,2} \d{2}:\d{2}:\d{2}(?:\.\d{1,9})?"
+    r"^(\S{1,24} {1,2}\d{1,2} \d{2}:\d{2}:\d{2}(?:\.\d{1,9})?"
     r"|\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(?:[.,]\d{1,9})?(?:Z|[+-]\d{2}:?\d{2})?)"
-    r" (\S{1,255}) kernel: ?(.*)$",
+    r"(?: (\S{1,255}))? kernel: ?(.*)$",
     re.S,
 )
-# "host kernel: " after a monotonic timestamp (journalctl -o short-monotonic).
-_HOST_KERNEL_RE = re.compile(r"^(\S{1,255}) kernel: ?(.*)$", re.S)
+# "host kernel: " after a monotonic timestamp (journalctl -o short-monotonic), "kernel: " with --no-hostname.
+_HOST_KERNEL_RE = re.compile(r"^(?:(\S{1,255}) )?kernel: ?(.*)$", re.S)
+# A pasted line with the date and host trimmed: "kernel: NVRM: Xid ...".
+_BARE_KERNEL_RE = re.compile(r"^kernel: ?(.*)$", re.S)
 
 
 def _clean(line: Any) -> Optional[str]:
@@ -335,35 +358,69 @@ def parse_kmsg_record(line: Union[str, bytes]) -> Optional[KmsgRecord]:
     m = _DMESG_RE.match(text)
     if m:
         secs, frac, msg = m.groups()
+        msg = _without_caller(msg)
         host = None
-        hk = _HOST_KERNEL_RE.match(msg)
-        if hk and not hk.group(1).endswith(":"):
+        hk = _HOST_KERNEL_RE.match(msg)  # journalctl -o short-monotonic
+        if hk and not (hk.group(1) or "").endswith(":"):
             host, msg = hk.groups()
         return KmsgRecord(message=msg, source="dmesg", usec=_usec(secs, frac), host=host)
     m = _DMESG_T_RE.match(text)
     if m:
-        return KmsgRecord(message=m.group(2), source="dmesg-T", wallclock=m.group(1))
+        return KmsgRecord(
+            message=_without_caller(m.group(2)), source="dmesg-T", wallclock=m.group(1)
+        )
     m = _JOURNAL_RE.match(text)
     if m:
         ts, host, msg = m.groups()
-        usec = None
-        d = _DMESG_RE.match(msg)  # syslog files often keep the dmesg timestamp after "kernel:"
-        if d:
-            usec = _usec(d.group(1), d.group(2))
-            msg = d.group(3)
+        usec, msg = _kernel_body(msg)
         return KmsgRecord(message=msg, source="journal", wallclock=ts, host=host, usec=usec)
+    m = _BARE_KERNEL_RE.match(text) or _CALLER_RE.match(text)
+    if m:  # "kernel: ..." pasted without date and host; "[ T1946] ..." from dmesg -t
+        usec, msg = _kernel_body(text)
+        return KmsgRecord(message=msg, source="text", usec=usec)
     return None
+
+
+def _without_caller(message: str) -> str:
+    """The message without the "[ T1946] " caller id of a CONFIG_PRINTK_CALLER kernel (once, at its start)."""
+    if message[:1] != "[":
+        return message
+    m = _CALLER_RE.match(message)
+    return m.group(1) if m else message
+
+
+def _kernel_body(text: str) -> Tuple[Optional[int], str]:
+    """(usec, message) of what follows a syslog "kernel:" label, or of a pasted line starting with it.
+
+    Each wrapping is taken off at most once and only at its place: the "kernel:" label, then the
+    dmesg time syslog daemons keep ("[82659.755847] "), then the caller id ("[ T1946] "). What
+    remains must then start with the driver's own prefix, so a user's text at the start of a
+    message (a task name, at most 15 characters) still cannot make an Xid.
+    """
+    m = _BARE_KERNEL_RE.match(text)
+    if m:
+        text = m.group(1)
+    usec = None
+    d = _DMESG_RE.match(text)
+    if d:
+        usec = _usec(d.group(1), d.group(2))
+        text = d.group(3)
+    return usec, _without_caller(text)
 
 
 def _dmesg_body(body: str, source: str) -> KmsgRecord:
     """The part of a ``dmesg -r``/``-x`` line after its priority: a timestamp in any dmesg form, or none."""
     m = _DMESG_RE.match(body)
     if m:
-        return KmsgRecord(message=m.group(3), source=source, usec=_usec(m.group(1), m.group(2)))
+        return KmsgRecord(
+            message=_without_caller(m.group(3)),
+            source=source,
+            usec=_usec(m.group(1), m.group(2)),
+        )
     m = _DMESG_T_RE.match(body) or _DMESG_ISO_RE.match(body)
     if m:
-        return KmsgRecord(message=m.group(2), source=source, wallclock=m.group(1))
-    return KmsgRecord(message=body, source=source)  # dmesg -t: no timestamp
+        return KmsgRecord(message=_without_caller(m.group(2)), source=source, wallclock=m.group(1))
+    return KmsgRecord(message=_without_caller(body), source=source)  # dmesg -t: no timestamp
 
 
 def from_driver(record: KmsgRecord) -> bool:
@@ -402,9 +459,13 @@ def normalize_pci(addr: Any) -> Optional[str]:
 _ADDR = r"(?:PCI:)?[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}(?:\.[0-7])?"
 # "NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, name=python, GPU has fallen off the bus."
 # One pattern for the whole line (one regex call per line matters at 100,000 lines):
-# prefix, bus id, code, then the optional "pid=N, " and "name=X, " fields, then the text.
+# prefix, bus id, the MIG instance ids, code, then the optional "pid=N, " and "name=X, " fields,
+# then the text. The MIG attribution is the driver's (open-gpu-kernel-modules,
+# src/nvidia/src/kernel/gpu/rc/kernel_rc.c): "(PCI:%04x:%02x:%02x GPU-I:%02u GPU-CI:%02u)" or
+# "(PCI:%04x:%02x:%02x GPU-I:%02u)".
 _XID_RE = re.compile(
-    r"NVRM: Xid \((" + _ADDR + r")\): ?(\d{1,5})(?:,\s*|\s+|$)"
+    r"NVRM: Xid \((" + _ADDR + r")(?: GPU-I:(\d{1,5})(?: GPU-CI:(\d{1,5}))?)?\): ?(\d{1,5})"
+    r"(?:,\s*|\s+|$)"
     r"(?:pid=\s*'?([^,\s']{0,32})'?(?:,\s*|\s+|$))?"
     r"(?:name=(.*?)(?:,\s+|,$|$))?(.*)$",
     re.S,
@@ -418,15 +479,24 @@ _KMSG_XID_RE = re.compile(
 )
 
 
-def _xid_fields(message: str) -> Optional[Tuple[int, str, Optional[int], Optional[str], str]]:
-    """(xid, pci, pid, process, text) when the message *starts with* the driver's Xid prefix."""
+_XidFields = Tuple[int, str, Optional[int], Optional[str], str, Optional[int], Optional[int]]
+
+
+def _xid_fields(message: str) -> Optional[_XidFields]:
+    """(xid, pci, pid, process, text, gi, ci) when the message *starts with* the driver's Xid prefix."""
     m = _XID_RE.match(message)
     return _xid_groups(*m.groups()) if m else None
 
 
 def _xid_groups(
-    addr: str, num: str, pid_text: Optional[str], name: Optional[str], rest: str
-) -> Optional[Tuple[int, str, Optional[int], Optional[str], str]]:
+    addr: str,
+    gi: Optional[str],
+    ci: Optional[str],
+    num: str,
+    pid_text: Optional[str],
+    name: Optional[str],
+    rest: str,
+) -> Optional[_XidFields]:
     pci = _PCI_CACHE.get(addr)
     if pci is None:
         pci = normalize_pci(addr)
@@ -442,7 +512,15 @@ def _xid_groups(
         name = name.strip().strip("'\"")
         if name and not (name.startswith("<") and name.endswith(">")):
             process = name
-    return int(num), pci, pid, process, rest.strip()
+    return (
+        int(num),
+        pci,
+        pid,
+        process,
+        rest.strip(),
+        int(gi) if gi is not None else None,
+        int(ci) if ci is not None else None,
+    )
 
 
 _PCI_CACHE: Dict[str, str] = {}
@@ -502,6 +580,8 @@ def parse_xid(line: Union[str, bytes]) -> Optional[XidEvent]:
         NVRM: Xid (PCI:0000:3b:00): 13, pid='<unknown>', name=<unknown>, Graphics Exception: ...
         NVRM: Xid (0000:3b:00): 31, pid=..., ...          (older drivers: no "PCI:" prefix)
         NVRM: Xid (PCI:0018:01:00): 149, NETIR_LINK_EVT Fatal XC0 i0 Link 08 (0x...)
+        NVRM: Xid (PCI:0000:01:00 GPU-I:05): 94, pid=7194, Contained: CE User Channel (0x9). ...
+        NVRM: Xid (PCI:0000:01:00 GPU-I:01 GPU-CI:02): 13, pid=..., name=..., ...  (MIG)
 
     Only where the driver writes it (see the module docstring): the message starts with the
     prefix, and the record's facility, where known, is the kernel's. ``pid``/``process`` are None
@@ -513,7 +593,20 @@ def parse_xid(line: Union[str, bytes]) -> Optional[XidEvent]:
     fields = _xid_fields(rec.message)
     if fields is None:
         return None
-    return XidEvent(*fields, raw=rec.message, seq=rec.seq, usec=rec.usec, wallclock=rec.wallclock)
+    xid, pci, pid, process, text, gi, ci = fields
+    return XidEvent(
+        xid,
+        pci,
+        pid,
+        process,
+        text,
+        raw=rec.message,
+        seq=rec.seq,
+        usec=rec.usec,
+        wallclock=rec.wallclock,
+        gpu_instance=gi,
+        compute_instance=ci,
+    )
 
 
 # "nvidia-nvswitch0: SXid (PCI:0000:05:00.0): 20034, Fatal, Link 14 LTSSM Fault Up"
@@ -723,7 +816,7 @@ def _scan_all(
                     and (since_seq is None or seq > since_seq)
                     and (since_usec is None or usec > since_usec)
                 ):
-                    fields = _xid_groups(g[4], g[5], g[6], g[7], g[8])
+                    fields = _xid_groups(*g[4:11])
                     if fields is not None:
                         xids.append(
                             _new(
@@ -737,6 +830,8 @@ def _scan_all(
                                 seq,
                                 usec,
                                 None,
+                                fields[5],
+                                fields[6],
                             )
                         )
                 continue
@@ -762,7 +857,7 @@ def _scan_all(
         if message.startswith("NVRM: Xid"):
             fields = _xid_fields(message) if want_xid else None
             if fields is not None:
-                xids.append(_new(XidEvent, *fields, message, seq, usec, wallclock))
+                xids.append(_new(XidEvent, *fields[:5], message, seq, usec, wallclock, *fields[5:]))
             continue
         part = (
             parse_sxid_line(message)

@@ -213,7 +213,21 @@ MOUNTS = [
     "/dev/nvme0n1p1 /boot/efi vfat rw,relatime",
 ]
 
-KMSG = {"msg": "", "level": 6, "facility": 0, "ts_us": -1}
+# A record appended to /dev/kmsg. With `xid` > 0 the record is the driver's Xid report about GPU `gpu`
+# (its index), `msg` its text, written as the driver prints it (xid_message): with `gpu_instance`
+# (and `compute_instance`) >= 0 it is attributed to that MIG partition.
+KMSG = {
+    "msg": "",
+    "level": 6,
+    "facility": 0,
+    "ts_us": -1,
+    "xid": 0,
+    "gpu": 0,
+    "gpu_instance": -1,
+    "compute_instance": -1,
+    "pid": "'<unknown>'",
+    "name": "<unknown>",
+}
 
 SWITCH = {
     "kind": "switch",  # switch | bridge (one PCIe-to-PCI bridge function, no downstream ports)

@@ -209,6 +209,42 @@ def proc_modules(spec: Dict[str, Any]) -> str:
     return "".join(out)
 
 
+def xid_message(
+    pci: str,
+    xid: int,
+    text: str,
+    pid: str = "'<unknown>'",
+    name: str = "<unknown>",
+    gpu_instance: int = -1,
+    compute_instance: int = -1,
+) -> str:
+    """An Xid report as the driver prints it (open-gpu-kernel-modules, src/nvidia/src/kernel/gpu/rc/
+    kernel_rc.c): "NVRM: Xid (PCI:%04x:%02x:%02x[ GPU-I:%02u[ GPU-CI:%02u]]): %d, pid=%s, name=%s, %s";
+    the bus id without its function, the MIG ids only when the driver attributes the Xid to a partition."""
+    domain, bus, devfn = pci.split(":")
+    where = "PCI:%04x:%02x:%02x" % (int(domain, 16), int(bus, 16), int(devfn.split(".")[0], 16))
+    if gpu_instance >= 0:
+        where += " GPU-I:%02u" % gpu_instance
+        if compute_instance >= 0:
+            where += " GPU-CI:%02u" % compute_instance
+    return "NVRM: Xid (%s): %d, pid=%s, name=%s, %s" % (where, xid, pid, name, text)
+
+
+def _kmsg_message(spec: Dict[str, Any], m: Dict[str, Any]) -> str:
+    if m["xid"] <= 0:
+        return m["msg"]
+    gpu = spec["gpu"][m["gpu"]]
+    return xid_message(
+        gpu["pci"],
+        m["xid"],
+        m["msg"],
+        m["pid"],
+        m["name"],
+        m["gpu_instance"],
+        m["compute_instance"],
+    )
+
+
 def kmsg_records(spec: Dict[str, Any]) -> List[str]:
     """'/dev/kmsg' records: 'prio,seq,usec,flags;message' with prio = facility*8 + level."""
     node, lines = spec["node"], []
@@ -261,7 +297,9 @@ def kmsg_records(spec: Dict[str, Any]) -> List[str]:
     for i, m in enumerate(spec["kmsg"]):
         seq = len(records)
         t_us = m["ts_us"] if m["ts_us"] >= 0 else max(up_us - (n_user - i) * 1000000, ts + 1 + i)
-        records.append("%d,%d,%d,-;%s" % (m["facility"] * 8 + m["level"], seq, t_us, m["msg"]))
+        records.append(
+            "%d,%d,%d,-;%s" % (m["facility"] * 8 + m["level"], seq, t_us, _kmsg_message(spec, m))
+        )
     return records
 
 

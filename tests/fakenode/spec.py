@@ -217,6 +217,9 @@ def resolve(raw: Dict[str, Any], source: str) -> Dict[str, Any]:
         raise SpecError(
             "%s: gpu: indices must be 0..N-1 without gaps, got %s" % (source, list(s["gpu"]))
         )
+    for i, m in enumerate(s["kmsg"]):
+        if m["xid"] > 0 and m["gpu"] not in s["gpu"]:
+            raise SpecError("%s: kmsg[%d]: gpu %d is not one of the GPUs" % (source, i, m["gpu"]))
     s["nic"] = {
         k: _resolve_nic(s, k, check(v, D.NIC, "nic.%s" % k, source), source)
         for k, v in sorted(raw.get("nic", {}).items())
@@ -396,7 +399,13 @@ def _kmsg(x: Any, i: int, source: str) -> Dict[str, Any]:
     if isinstance(x, str):
         x = {"msg": x}
     m = check(x, D.KMSG, "kmsg[%d]" % i, source)
-    _require(m, ("msg",), "kmsg[%d]" % i, source)
+    if m["xid"] <= 0:
+        _require(m, ("msg",), "kmsg[%d]" % i, source)
+    if m["compute_instance"] >= 0 and m["gpu_instance"] < 0:
+        raise SpecError(
+            "%s: kmsg[%d]: compute_instance needs gpu_instance (the driver prints GPU-CI only "
+            "after GPU-I)" % (source, i)
+        )
     return m
 
 
