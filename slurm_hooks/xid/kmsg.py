@@ -15,7 +15,9 @@ They can be read from:
   ``dmesg -r`` - ``"<4>[12345.678901] NVRM: ..."``; ``dmesg -x`` - ``"kern  :warn  : [12345.678901] NVRM: ..."``
   (also with ``--time-format iso``: ``"kern  :err   : 2025-01-25T10:34:54,859532+00:00 ..."``).
 * ``journalctl -k`` (and syslog files) - ``"Dec 02 10:00:00 host kernel: NVRM: ..."``
-  (also ISO timestamps, ``-o short-iso``).
+  (also ISO timestamps, ``-o short-iso``; without the host word, ``--no-hostname``; the month in
+  LC_TIME's language, ``"kwi 15 07:56:59 ..."``); a paste starting at ``"kernel: NVRM: ..."``.
+* a CONFIG_PRINTK_CALLER kernel adds its caller id after the time: ``"[  130.456250] [ T1946] NVRM: ..."``.
 
 Who wrote a line
 ----------------
