@@ -117,6 +117,34 @@ def test_xid_message_matches_nvidias_published_line():
     )
 
 
+def _xid_cli(text: str, tmp_path, *args: str) -> subprocess.CompletedProcess:
+    config = tmp_path / "config.toml"
+    config.write_text("")
+    env = dict(os.environ, SLURM_HOOKS_CONFIG=str(config), SLURM_HOOKS_ALLOW_INSECURE_CONFIG="1")
+    return subprocess.run(
+        [sys.executable, "-m", "slurm_hooks", "xid", "-"] + list(args),
+        input=text.encode("utf-8"),
+        capture_output=True,
+        cwd=REPO,
+        env=env,
+        timeout=60,
+    )
+
+
+def test_slurm_hooks_xid_shows_the_partition(tmp_path):
+    text = "[  130.456250] [ T1946] %s\nkwi 15 07:56:59 kernel: %s\n" % (MIG13, LINES[0]["text"])
+    [row13, row94] = json.loads(_xid_cli(text, tmp_path, "--json").stdout)
+    assert (row13["code"], row13["pci"], row13["gpu_instance"], row13["compute_instance"]) == (
+        13,
+        "0000:01:00.0",
+        1,
+        2,
+    )
+    assert (row94["code"], row94["gpu_instance"], row94["compute_instance"]) == (94, 5, None)
+    table = _xid_cli(text, tmp_path).stdout.decode("utf-8")
+    assert "0000:01:00.0 GI 1 CI 2" in table and "0000:01:00.0 GI 5 " in table
+
+
 # -- wrappings -------------------------------------------------------------------------------------
 
 
@@ -199,17 +227,7 @@ def test_slurm_hooks_xid_splits_only_at_newline(sep, tmp_path):
         "[81234.567001] python3[4242]: segfault at 0 ip 00007f8d2c41a2b0 sp 00007ffd6f0e1c28 error 4 in a%s%s[7f8d2c400000+1b000]\n"
         % (sep, FORGED)
     )
-    config = tmp_path / "config.toml"
-    config.write_text("")
-    env = dict(os.environ, SLURM_HOOKS_CONFIG=str(config), SLURM_HOOKS_ALLOW_INSECURE_CONFIG="1")
-    proc = subprocess.run(
-        [sys.executable, "-m", "slurm_hooks", "xid", "-", "--json"],
-        input=line.encode("utf-8"),
-        capture_output=True,
-        cwd=REPO,
-        env=env,
-        timeout=60,
-    )
+    proc = _xid_cli(line, tmp_path, "--json")
     assert json.loads(proc.stdout) == [], proc.stderr
     assert proc.returncode == 0
 
