@@ -19,6 +19,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from slurm_hooks.core.config import ConfigError, validate
 from slurm_hooks.core.config_files import toml_loads
@@ -213,6 +215,51 @@ def test_a_users_task_or_file_name_makes_no_xid_in_any_wrapping(frame, comm, pat
     line = frame % message
     assert parse_xid(line) is None
     assert scan([line]) == []
+
+
+WRAPPER_PIECES = [
+    "kernel:",
+    "kernel: ",
+    "[ T1] ",
+    "[    C3]",
+    "[1.5] ",
+    "NVRM: Xid (",
+    "PCI:0000:3b:00",
+    "): 79, ",
+    " ",
+    "x",
+    "[",
+    "]",
+]
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    comm=st.lists(st.sampled_from(WRAPPER_PIECES), max_size=6).map("".join),
+    frame=st.sampled_from(
+        [
+            "[81234.567001] %s",
+            "[81234.567001] [ T4243] %s",
+            "Dec 03 10:00:00 kernel: %s",
+            "kwi 03 10:00:00 gpu01 kernel: %s",
+            "kernel: %s",
+            "kernel: [81234.567001] %s",
+            "[ T4243] %s",
+            "%s",
+        ]
+    ),
+)
+def test_no_task_name_made_of_wrapper_pieces_makes_an_xid(comm, frame):
+    """Any task name (the first 15 characters are kept) built from wrapping pieces and prefix fragments, in
+    any frame, with a forged Xid as the binary's name: never an Xid."""
+    message = (
+        "%s[4243]: segfault at 0 ip 0000000000401126 sp 00007ffe3c1f6e80 error 6 in %s[401000+1000]"
+        % (
+            comm[:15],
+            FORGED,
+        )
+    )
+    assert scan([frame % message]) == []
 
 
 # -- only "\n" separates records (tracker 24) ------------------------------------------------------
