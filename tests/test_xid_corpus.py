@@ -155,6 +155,7 @@ def test_slurm_hooks_xid_shows_the_partition(tmp_path):
     [
         "Dec 03 10:00:00 kernel: %s",  # journalctl --no-hostname -k
         "Dec 03 10:00:00.123456 kernel: %s",  # -o short-precise --no-hostname
+        "2026-12-03T10:00:00+0000 kernel: %s",  # -o short-iso --no-hostname
         "kwi 15 07:56:59 gpu01 kernel: %s",  # Polish LC_TIME
         "Okt 06 07:56:59 gpu01 kernel: %s",  # German
         "déc. 06 07:56:59 gpu01 kernel: %s",  # French
