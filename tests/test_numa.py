@@ -322,3 +322,29 @@ def test_process_scan_is_skipped_when_nothing_is_watched(registry, fake_node):
         [registry.checks["system.processes"]],
     )
     assert not [p for p in log.files if p.startswith("/proc/1")]
+
+
+def test_housekeeping_reads_a_nodename_line_continued_with_backslashes(registry, nvml_node):
+    """slurm.conf as the amax-a100 site writes it (tests/captures/slurmconf/sites/): the CpuSpecList
+    on a continuation line. Before, it was lost and the check skipped ("no CpuSpecList")."""
+    slurm_conf = (
+        "NodeName=dgx-h100-[01-04] CPUs=224 Sockets=2 CoresPerSocket=56 ThreadsPerCore=2 \\\n"
+        "CpuSpecList=0-3 MemSpecLimit=32768 \\\n"
+        "Gres=gpu:h100:8 \\\n"
+        "State=UNKNOWN\n"
+    )
+    pinned = nvml_node(overrides={"slurm": {"slurm_conf": slurm_conf}, "process": PINNED_DAEMONS})
+    (ok,) = run(registry, pinned, ["numa.housekeeping"])
+    assert ok.status is Status.OK
+    assert ok.details["from"] == "/etc/slurm/slurm.conf CpuSpecList=0-3"
+
+
+def test_gres_affinity_sees_inline_autodetect_on_the_nodes_line(registry, nvml_node):
+    """'NodeName=... AutoDetect=nvml Name=gpu ...' (no Cores): slurmd takes Cores from NVML. Before,
+    AutoDetect was read as unset and the check skipped as if gres.conf said nothing."""
+    text = "NodeName=dgx-h100-[01-04] AutoDetect=nvml Name=gpu Type=h100 File=/dev/nvidia[0-7]\n"
+    (result,) = run(
+        registry, nvml_node(overrides={"slurm": {"gres_conf": text}}), ["numa.gres-affinity"]
+    )
+    assert result.status is Status.OK
+    assert result.summary.startswith("AutoDetect=nvml")

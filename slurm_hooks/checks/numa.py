@@ -15,10 +15,10 @@ from typing import Dict, FrozenSet, List, Optional, Tuple
 
 from ..core.structs import Struct
 from ..hw import nvml
-from ..hw.host import ParseError, format_cpulist, parse_cpulist
+from ..hw.host import HostError, format_cpulist, parse_cpulist
 from ..registry import DEFAULT_CONTEXTS, Param, check, gatherer
 from ..result import Action, Blame, Result, Status
-from ..slurm import cgroup, gres
+from ..slurm import cgroup, conffile, gres
 from .topology import Endpoint, Topology
 
 
@@ -98,8 +98,9 @@ def read_gres(ctx) -> GresSource:
     if text is None:
         return GresSource(path, _host_name(ctx), None)
     try:
-        return GresSource(path, _host_name(ctx), gres.parse_gres_conf(text, path))
-    except ParseError as exc:
+        conf = gres.parse_gres_conf(text, path, conffile.host_reader(ctx.host))
+        return GresSource(path, _host_name(ctx), conf)
+    except HostError as exc:  # a parse error, or an include missing or unreadable
         return GresSource(path, _host_name(ctx), None, str(exc))
 
 
@@ -427,7 +428,9 @@ def read_housekeeping(ctx) -> HousekeepingState:
         host.read_text(params.slurm_conf, default="") if not params.housekeeping_cpus else ""
     )
     node = (
-        gres.parse_slurm_node_line(slurm_text, _host_name(ctx), params.slurm_conf)
+        gres.parse_slurm_node_line(
+            slurm_text, _host_name(ctx), params.slurm_conf, conffile.host_reader(host)
+        )
         if slurm_text
         else {}
     )
