@@ -708,6 +708,8 @@ def read_sysctls(ctx) -> NumaSysctls:
             int,
             -1,
             "required kernel.numa_balancing (0 = off, usual for GPU nodes); -1 = don't check",
+            minimum=-1,
+            maximum=3,
         ),
         Param(
             "zone_reclaim_mode",
@@ -715,6 +717,8 @@ def read_sysctls(ctx) -> NumaSysctls:
             0,
             "required vm.zone_reclaim_mode; 0 (the kernel default) allocates remote "
             "memory instead of stalling to reclaim local page cache; -1 = don't check",
+            minimum=-1,
+            maximum=7,
         ),
         Param(
             "hugepages",

@@ -204,9 +204,14 @@ def read_load(ctx) -> Tuple[LoadAvg, int]:
     timeout=1.0,
     needs=("system.cpu",),
     params=(
-        Param("sockets", int, 0, "expected sockets (0 = don't check)"),
+        Param("sockets", int, 0, "expected sockets (0 = don't check)", minimum=0, maximum=64),
         Param(
-            "cores_per_socket", int, 0, "expected physical cores in every socket (0 = don't check)"
+            "cores_per_socket",
+            int,
+            0,
+            "expected physical cores in every socket (0 = don't check)",
+            minimum=0,
+            maximum=4096,
         ),
         Param(
             "threads_per_core",
@@ -214,6 +219,8 @@ def read_load(ctx) -> Tuple[LoadAvg, int]:
             0,
             "expected hardware threads per core in every socket (the most any of its "
             "cores has: hybrid CPUs mix 2-thread and 1-thread cores); 0 = don't check",
+            minimum=0,
+            maximum=16,
         ),
         Param("allow_offline", bool, False, "accept present CPUs that are not online"),
     ),
@@ -328,13 +335,20 @@ def _cpu_details(cpu: CpuTopology) -> dict:
     needs=("system.memory",),
     params=(
         Param(
-            "min_total_gib", float, 0.0, "FAIL below this much physical memory (0 = don't check)"
+            "min_total_gib",
+            float,
+            0.0,
+            "FAIL below this much physical memory (0 = don't check)",
+            minimum=0.0,
+            maximum=float(1 << 24),
         ),
         Param(
             "min_free_percent_per_numa",
             float,
             0.0,
             "WARN when a NUMA node's MemFree is below this percent of its MemTotal (0 = off)",
+            minimum=0.0,
+            maximum=100.0,
         ),
     ),
 )
@@ -408,7 +422,12 @@ def memory(mem: MemoryState, params) -> List[Result]:
     params=(
         Param("allow_swap", bool, True, "WARN when any swap area is active and this is false"),
         Param(
-            "max_used_percent", float, 50.0, "WARN when more than this percent of swap is in use"
+            "max_used_percent",
+            float,
+            50.0,
+            "WARN when more than this percent of swap is in use",
+            minimum=0.0,
+            maximum=100.0,
         ),
     ),
 )
@@ -467,12 +486,16 @@ def swap(areas: Tuple[SwapArea, ...], params) -> Result:
             float,
             5.0,
             "FAIL when a checked file system has less free space (percent)",
+            minimum=0.0,
+            maximum=100.0,
         ),
         Param(
             "min_free_inodes_percent",
             float,
             5.0,
             "FAIL when a checked file system has fewer free inodes (percent)",
+            minimum=0.0,
+            maximum=100.0,
         ),
     ),
 )
@@ -658,6 +681,8 @@ def kernel(release: str, params) -> Result:
             float,
             1.5,
             "WARN when the 1-minute load average per online CPU exceeds this",
+            above=0.0,
+            maximum=10000.0,
         ),
     ),
 )

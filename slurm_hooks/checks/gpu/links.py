@@ -89,6 +89,8 @@ def read_links(ctx) -> GpuReadings:
             int,
             0,
             "FAIL when the link can train to less than this PCIe generation (0 = don't check)",
+            minimum=0,
+            maximum=7,
         ),
         severity_param(
             "link_below_gpu_max",
