@@ -220,3 +220,16 @@ def test_unreadable_include_as_non_root(tmp_path):
     os.chmod(tmp_path / "secret.conf", 0)
     with pytest.raises(HostError, match="secret.conf"):
         conffile.read_conf(str(tmp_path / "slurm.conf"), _reader(Path("/")))
+
+
+def test_a_hostlist_of_billions_of_names_is_refused_quickly():
+    """Nested ranges multiply: n[0-99999][0-99999] is 10^10 names (before: ran until memory ran out)."""
+    text = "NodeName=n[0-99999][0-99999] CpuSpecList=0-1\nNodeName=gpu01 CpuSpecList=2-3\n"
+    with pytest.raises(ParseError, match="at most 100000 names"):
+        gres.parse_slurm_node_line(text, "gpu01")
+    assert gres.expand_hostlist("gpu[01-02]-ib[0-1]") == [
+        "gpu01-ib0",
+        "gpu01-ib1",
+        "gpu02-ib0",
+        "gpu02-ib1",
+    ]

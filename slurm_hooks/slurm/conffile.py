@@ -28,7 +28,6 @@ import re
 import stat
 from typing import Callable, Dict, List, Optional, Tuple
 
-from ..core.structs import Struct
 from ..hw.host import HostError, ParseError
 
 MAX_DEPTH = 8  # nested includes; real sites use one or two levels
@@ -43,11 +42,23 @@ _KEY_VALUE = re.compile(
 )
 
 
-class ConfLine(Struct):
-    where: str  # "file:line" of the line's first physical line
-    text: str  # the logical line: comments, continuations and escapes resolved
-    pairs: Tuple[Tuple[str, str], ...]  # (key lower-case, value) in order
-    leftover: str = ""  # what is not Key=Value (Slurm: "Parse error"); '' when the line is clean
+# a line made only of Key=Value words (no quotes, no blanks around '='): split() reads it right
+_PLAIN_LINE = re.compile(r'\s*(?:[A-Za-z0-9_.]+[-*+/]?=[^\s"]\S*(?:\s+|\Z))*\Z')
+
+
+class ConfLine:
+    """One logical line. A plain slotted class: a 4,000-node slurm.conf makes 4,000 of them per run."""
+
+    __slots__ = ("where", "text", "pairs", "leftover")
+
+    def __init__(self, where: str, text: str, pairs: Tuple[Tuple[str, str], ...], leftover: str):
+        self.where = where  # "file:line" of the line's first physical line
+        self.text = text  # the logical line: comments, continuations and escapes resolved
+        self.pairs = pairs  # (key lower-case, value) in order
+        self.leftover = leftover  # what is not Key=Value (Slurm: "Parse error"); '' when clean
+
+    def __repr__(self) -> str:
+        return "ConfLine(%r, %r)" % (self.where, self.text)
 
     def first_key(self) -> str:
         return self.pairs[0][0] if self.pairs else ""
@@ -59,6 +70,12 @@ class ConfLine(Struct):
 
 def split_pairs(text: str) -> Tuple[Tuple[Tuple[str, str], ...], str]:
     """One logical line -> ((key lower, value), ...), leftover text that is not Key=Value."""
+    if _PLAIN_LINE.match(text):  # the common line, Key=Value words: split, as fast as before
+        pairs = []
+        for word in text.split():
+            key, _, value = word.partition("=")
+            pairs.append(((key[:-1] if key[-1] in "-*+/" else key).lower(), value))
+        return tuple(pairs), ""
     pairs = []
     position = 0
     while True:
@@ -76,7 +93,10 @@ def logical_lines(text: str) -> List[Tuple[int, str]]:
     out: List[Tuple[int, str]] = []
     pending, start = "", 0
     for number, raw in enumerate(text.split("\n"), 1):
-        line = _strip_comment(raw)
+        line = _strip_comment(raw) if "#" in raw else raw
+        if not pending and "\\" not in line:  # the common line: nothing to join or unescape
+            out.append((number, line))
+            continue
         joined, continued = _strip_continuation(line)
         if not pending:
             start = number
@@ -90,11 +110,12 @@ def logical_lines(text: str) -> List[Tuple[int, str]]:
 
 
 def _strip_comment(line: str) -> str:
-    backslashes = 0
-    for index, char in enumerate(line):
-        if char == "#" and backslashes % 2 == 0:
-            return line[:index]
-        backslashes = backslashes + 1 if char == "\\" else 0
+    position = line.find("#")
+    while position >= 0:
+        before = line[:position]
+        if (len(before) - len(before.rstrip("\\"))) % 2 == 0:  # not escaped by an odd run of '\'
+            return before
+        position = line.find("#", position + 1)
     return line
 
 

@@ -51,11 +51,21 @@ class GresConf(Struct):
         return [ln for ln in self.lines if ln.name.lower() == "gpu" and ln.applies_to(node)]
 
 
+MAX_HOSTLIST_NAMES = (
+    100000  # more nodes than the largest Slurm cluster; n[0-99999][0-99999] is refused
+)
+
+
 def expand_hostlist(text: str, source: str = "<hostlist>") -> List[str]:
-    """'gpu[01-03,07],login1' -> ['gpu01', 'gpu02', 'gpu03', 'gpu07', 'login1'] (zero padding kept)."""
+    """'gpu[01-03,07],login1' -> ['gpu01', 'gpu02', 'gpu03', 'gpu07', 'login1'] (zero padding kept).
+
+    At most MAX_HOSTLIST_NAMES names (a ParseError beyond): nested ranges multiply, and a check
+    must not spend its time and memory listing billions of names."""
     names: List[str] = []
     for item in _split_top_level(text.strip()):
         names.extend(_expand_one(item, source, text))
+        if len(names) > MAX_HOSTLIST_NAMES:
+            raise ParseError(source, text, "at most %d names in one hostlist" % MAX_HOSTLIST_NAMES)
     return names
 
 
@@ -79,7 +89,8 @@ def _expand_one(item: str, source: str, whole: str) -> List[str]:
             raise ParseError(source, whole, "a Slurm hostlist like 'gpu[01-16]'")
         return [item]
     prefix, ranges, rest = match.groups()
-    out = []
+    tails = _expand_one(rest, source, whole) if rest else [""]
+    out: List[str] = []
     for part in ranges.split(","):
         lo, _, hi = part.partition("-")
         if (
@@ -90,8 +101,10 @@ def _expand_one(item: str, source: str, whole: str) -> List[str]:
         ):
             raise ParseError(source, whole, "a Slurm hostlist like 'gpu[01-16]'")
         width = len(lo)
+        if len(out) + (int(hi or lo) - int(lo) + 1) * len(tails) > MAX_HOSTLIST_NAMES:
+            raise ParseError(source, whole, "at most %d names in one hostlist" % MAX_HOSTLIST_NAMES)
         for number in range(int(lo), int(hi or lo) + 1):
-            for tail in _expand_one(rest, source, whole) if rest else [""]:
+            for tail in tails:
                 out.append("%s%0*d%s" % (prefix, width, number, tail))
     return out
 
