@@ -56,7 +56,8 @@ class Param(Struct):
     cannot be right (`[checks."gpu.count"] expected = -3`) stops `config check` and the hooks at load
     instead of driving drains; the registry refuses a default outside its own bounds or choices. `convert(raw TOML value) -> value` replaces the type check for structured
     parameters (tables): it raises ValueError naming what is wrong, and may return Deprecated(value,
-    how to write it now) for an old form it still accepts. All of it runs when the config is loaded.
+    how to write it now) for an old form it still accepts. `validate(value)` checks the form of a
+    string or list (raises ValueError). All of it runs when the config is loaded.
     """
 
     name: str
@@ -69,10 +70,15 @@ class Param(Struct):
     maximum: Optional[float] = None
     above: Optional[float] = None
     convert: Optional[Callable[[Any], Any]] = None
+    # validate(value) after the type, bounds and choices: raises ValueError saying what is wrong with
+    # a value of the right type (a cpulist, 'MODEL=COUNT', an absolute path); runs at load
+    validate: Optional[Callable[[Any], Any]] = None
 
     def describe_type(self) -> str:
         if self.type is list:
             item = self.item_type.__name__ if self.item_type else "values"
+            if self.choices:
+                return "list of %s" % ", ".join(repr(c) for c in self.choices)
             limits = self._limits()
             return "list of %s" % item + (" (each %s)" % ", ".join(limits) if limits else "")
         if self.type is dict:
@@ -102,6 +108,14 @@ class Param(Struct):
             ):
                 return True
         return False
+
+
+def absolute_path(value: Any) -> None:
+    """A Param validate= for a path (or a list of paths): absolute, since a hook's working directory
+    is slurmd's, not the admin's (a relative path would read some other file)."""
+    for path in value if isinstance(value, list) else [value]:
+        if path and not path.startswith("/"):
+            raise ValueError("%r is not an absolute path" % path)
 
 
 class Deprecated(Struct):

@@ -45,6 +45,13 @@ def test_every_number_of_a_builtin_check_declares_both_bounds():
         ('[checks."numa.sysctl"]\nnuma_balancing = 7\n', "numa_balancing: 7 is out of range"),
         ('[checks."system.load"]\nmax_load_per_cpu = 0\n', "max_load_per_cpu: 0.0 is out of range"),
         ('[checks."xid.events"]\nignore = [79, -1]\n', "ignore[1]: -1 is out of range"),
+        # the form of a string, checked by the parameter's validate= at load (before: UNKNOWN at run)
+        ('[checks."gpu.nvlink"]\nexpected_links = ["NVIDIA H100"]\n', "MODEL PATTERN=COUNT"),
+        ('[checks."numa.housekeeping"]\nhousekeeping_cpus = "0-1,x"\n', "is not a CPU list"),
+        ('[checks."numa.sysctl"]\nhugepages = ["1G=8"]\n', "is not SIZE=COUNT"),
+        ('[checks."numa.gres-affinity"]\ngres_conf = "gres.conf"\n', "not an absolute path"),
+        ('[checks."system.filesystems"]\nmounted = ["scratch"]\n', "not an absolute path"),
+        ('[checks."topology.acs"]\nfail_bits = ["ReqRedirect"]\n', "is not one of 'SrcValid'"),
     ],
 )
 def test_a_check_setting_that_cannot_be_right_is_refused_naming_file_and_key(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from slurm_hooks.core.config import ConfigError
 from slurm_hooks.core.runner import JobContext
 from slurm_hooks.result import Action, Blame, Status
 from tests.fault_table import DCGM_ON_JOB_CPUS, PINNED_DAEMONS  # one copy of the node's daemons
@@ -258,10 +259,9 @@ def test_numa_sysctls_and_hugepages(registry, nvml_node):
         == "kernel.numa_balancing = 1, expected 0 (sysctl -w kernel.numa_balancing=0)"
     )
     assert results[2].summary == "NUMA node 1 has 0 hugepages of 1048576kB, expected 8 (0 free)"
-    (bad,) = run(
-        registry, node, ["numa.sysctl"], {"checks": {"numa.sysctl": {"hugepages": ["1G"]}}}
-    )
-    assert bad.status is Status.UNKNOWN and "'1G' is not SIZE=COUNT" in bad.summary
+    # a malformed pool is refused when the config is loaded (config check), not UNKNOWN at run time
+    with pytest.raises(ConfigError, match="'1G' is not SIZE=COUNT"):
+        run(registry, node, ["numa.sysctl"], {"checks": {"numa.sysctl": {"hugepages": ["1G"]}}})
 
 
 def test_healthy_dgx_passes_the_whole_family(registry, nvml_node):

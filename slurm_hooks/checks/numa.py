@@ -11,12 +11,13 @@ Where the data comes from: each GPU's /sys/bus/pci/devices/<bdf>/{numa_node,loca
 from __future__ import annotations
 
 import fnmatch
+import re
 from typing import Dict, FrozenSet, List, Optional, Tuple
 
 from ..core.structs import Struct
 from ..hw import nvml
 from ..hw.host import HostError, format_cpulist, parse_cpulist
-from ..registry import DEFAULT_CONTEXTS, Param, check, gatherer
+from ..registry import DEFAULT_CONTEXTS, Param, absolute_path, check, gatherer
 from ..result import Action, Blame, Result, Status
 from ..slurm import cgroup, conffile, gres
 from .topology import Endpoint, Topology
@@ -249,6 +250,7 @@ def job_affinity(
             str,
             "/etc/slurm/gres.conf",
             "gres.conf to read (or a saved `slurmd -G` output)",
+            validate=absolute_path,
         ),
         Param(
             "exact",
@@ -514,6 +516,13 @@ def housekeeping_cpus(
     )
 
 
+def _valid_cpulist(text: str) -> None:
+    try:
+        parse_cpulist(text, "housekeeping_cpus")
+    except HostError as exc:
+        raise ValueError("%r is not a CPU list like '0-1,112-113' (%s)" % (text, exc)) from None
+
+
 @check(
     name="numa.housekeeping",
     contexts=DEFAULT_CONTEXTS,
@@ -526,9 +535,14 @@ def housekeeping_cpus(
             "",
             "CPUs reserved for the system, e.g. '0-1,112-113'; empty = derive "
             "from slurm.conf CpuSpecList",
+            validate=_valid_cpulist,
         ),
         Param(
-            "slurm_conf", str, "/etc/slurm/slurm.conf", "where to look for this node's CpuSpecList"
+            "slurm_conf",
+            str,
+            "/etc/slurm/slurm.conf",
+            "where to look for this node's CpuSpecList",
+            validate=absolute_path,
         ),
         Param(
             "processes",
@@ -697,6 +711,13 @@ def read_sysctls(ctx) -> NumaSysctls:
     )
 
 
+def _valid_hugepages(specs: List[str]) -> None:
+    for spec in specs:
+        size, sep, count = spec.partition("=")
+        if not sep or not re.match(r"^\d+kB$", size.strip()) or not count.strip().isdigit():
+            raise ValueError("%r is not SIZE=COUNT (e.g. '1048576kB=8')" % spec)
+
+
 @check(
     name="numa.sysctl",
     contexts=DEFAULT_CONTEXTS,
@@ -726,6 +747,7 @@ def read_sysctls(ctx) -> NumaSysctls:
             [],
             "per-NUMA-node hugepage pools, e.g. ['1048576kB=8'] (nr_hugepages on every node)",
             item_type=str,
+            validate=_valid_hugepages,
         ),
         Param(
             "on_mismatch",

@@ -24,7 +24,7 @@ from ..hw.procfs import (
     parse_mounts,
     parse_swaps,
 )
-from ..registry import CONTEXTS, DEFAULT_CONTEXTS, Param, check, gatherer
+from ..registry import CONTEXTS, DEFAULT_CONTEXTS, Param, absolute_path, check, gatherer
 from ..result import Action, Result, Status
 
 GIB_KB = 1024 * 1024
@@ -473,6 +473,7 @@ def swap(areas: Tuple[SwapArea, ...], params) -> Result:
             [],
             "paths that must be mount points of their own (e.g. /scratch, /home)",
             item_type=str,
+            validate=absolute_path,
         ),
         Param(
             "writable",
@@ -480,6 +481,7 @@ def swap(areas: Tuple[SwapArea, ...], params) -> Result:
             ["/", "/tmp"],
             "paths whose file system must be read-write with free space and inodes",
             item_type=str,
+            validate=absolute_path,
         ),
         Param(
             "min_free_percent",

@@ -795,6 +795,11 @@ def coerce_param(value: Any, param: Param, label: str) -> Any:
     for index, item in enumerate(value) if isinstance(value, list) else ():
         _check_range(item, param, "%s[%d]" % (label, index))  # bounds of a number list: each item
     _check_range(value, param, label)
+    if param.validate is not None:
+        try:
+            param.validate(value)
+        except ValueError as exc:
+            raise ConfigError("%s: %s" % (label, exc)) from None
     return value
 
 

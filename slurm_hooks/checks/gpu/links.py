@@ -214,6 +214,7 @@ def parse_expected_links(entries: List[str]) -> List[Tuple[str, int]]:
             "active NVLinks per GPU model as 'MODEL PATTERN=COUNT' (shell pattern on the "
             "NVML name, first match wins); a model not listed needs every link NVML reports",
             item_type=str,
+            validate=parse_expected_links,
         ),
         Param(
             "fabric",
