@@ -348,3 +348,19 @@ def test_gres_affinity_sees_inline_autodetect_on_the_nodes_line(registry, nvml_n
     )
     assert result.status is Status.OK
     assert result.summary.startswith("AutoDetect=nvml")
+
+
+def test_housekeeping_finds_its_node_in_a_slurm_conf_over_1_mib(registry, nvml_node):
+    """A 20,000-node slurm.conf written one line per node is ~1.8 MB; the old read stopped at 1 MiB
+    without a word and the check skipped ("no CpuSpecList") for every node past that point."""
+    filler = "".join(
+        "NodeName=cpu%05d CPUs=128 Sockets=2 CoresPerSocket=64 ThreadsPerCore=1 RealMemory=500000\n"
+        % i
+        for i in range(20000)
+    )
+    slurm_conf = filler + "NodeName=dgx-h100-01 CPUs=224 CpuSpecList=0-3\n"
+    assert len(slurm_conf) > 1 << 20
+    pinned = nvml_node(overrides={"slurm": {"slurm_conf": slurm_conf}, "process": PINNED_DAEMONS})
+    (ok,) = run(registry, pinned, ["numa.housekeeping"])
+    assert ok.status is Status.OK
+    assert ok.details["from"] == "/etc/slurm/slurm.conf CpuSpecList=0-3"

@@ -95,11 +95,12 @@ class GresSource(Struct):
 @gatherer("numa.gres")
 def read_gres(ctx) -> GresSource:
     path = ctx.config.check("numa.gres-affinity").params.gres_conf
-    text = ctx.host.read_text(path, default=None)
-    if text is None:
-        return GresSource(path, _host_name(ctx), None)
+    read = conffile.host_reader(ctx.host)
     try:
-        conf = gres.parse_gres_conf(text, path, conffile.host_reader(ctx.host))
+        text = conffile.read_top(path, read)
+        if text is None:
+            return GresSource(path, _host_name(ctx), None)
+        conf = gres.parse_gres_conf(text, path, read)
         return GresSource(path, _host_name(ctx), conf)
     except HostError as exc:  # a parse error, or an include missing or unreadable
         return GresSource(path, _host_name(ctx), None, str(exc))
@@ -427,7 +428,9 @@ class HousekeepingState(Struct):
 def read_housekeeping(ctx) -> HousekeepingState:
     host, params = ctx.host, ctx.config.check("numa.housekeeping").params
     slurm_text = (
-        host.read_text(params.slurm_conf, default="") if not params.housekeeping_cpus else ""
+        (conffile.read_top(params.slurm_conf, conffile.host_reader(host)) or "")
+        if not params.housekeeping_cpus
+        else ""
     )
     node = (
         gres.parse_slurm_node_line(

@@ -132,6 +132,17 @@ def _strip_escapes(line: str) -> str:
     return re.sub(r"\\(.?)", r"\1", line, flags=re.S) if "\\" in line else line
 
 
+def read_top(path: str, read: Reader) -> Optional[str]:
+    """The top-level file's text (None: it does not exist), read whole up to MAX_BYTES: a bigger one
+    is a ParseError, never a silently cut file (Host.read_text stops at 1 MiB without a word)."""
+    data = read(path, MAX_BYTES + 1)
+    if data is None:
+        return None
+    if len(data) > MAX_BYTES:
+        raise ParseError(path, path, "at most %d bytes of configuration in all" % MAX_BYTES)
+    return data.decode("utf-8", errors="replace")
+
+
 def read_conf(path: str, read: Optional[Reader], text: Optional[str] = None) -> List[ConfLine]:
     """Every logical line of `path` and the files it includes, in Slurm's order.
 
@@ -220,8 +231,8 @@ def host_reader(host) -> Reader:
     def read(path: str, max_bytes: int) -> Optional[bytes]:
         try:
             mode = os.stat(host.real(path)).st_mode
-        except FileNotFoundError:
-            return None
+        except FileNotFoundError:  # through the Host, so a capture records the file as absent
+            return host.read_bytes(path, default=None, max_bytes=max_bytes)
         except OSError as exc:
             raise HostError(path, exc.strerror or str(exc)) from None
         if not stat.S_ISREG(mode):
