@@ -51,9 +51,13 @@ class Param(Struct):
     """One typed, documented parameter of a check: `[checks."<name>"] <param> = value`.
 
     Numbers may declare `minimum`/`maximum` (inclusive) and `above` (exclusive); nan and inf are
-    always refused. `convert(raw TOML value) -> value` replaces the type check for structured
+    always refused. For a list of numbers the bounds hold for each item. Every number of a built-in
+    check declares both a lower and an upper bound (tests/test_check_params.py), so a value that
+    cannot be right (`[checks."gpu.count"] expected = -3`) stops `config check` and the hooks at load
+    instead of driving drains; the registry refuses a default outside its own bounds or choices. `convert(raw TOML value) -> value` replaces the type check for structured
     parameters (tables): it raises ValueError naming what is wrong, and may return Deprecated(value,
-    how to write it now) for an old form it still accepts. All of it runs when the config is loaded.
+    how to write it now) for an old form it still accepts. `validate(value)` checks the form of a
+    string or list (raises ValueError). All of it runs when the config is loaded.
     """
 
     name: str
@@ -66,20 +70,52 @@ class Param(Struct):
     maximum: Optional[float] = None
     above: Optional[float] = None
     convert: Optional[Callable[[Any], Any]] = None
+    # validate(value) after the type, bounds and choices: raises ValueError saying what is wrong with
+    # a value of the right type (a cpulist, 'MODEL=COUNT', an absolute path); runs at load
+    validate: Optional[Callable[[Any], Any]] = None
 
     def describe_type(self) -> str:
         if self.type is list:
-            return "list of %s" % (self.item_type.__name__ if self.item_type else "values")
+            item = self.item_type.__name__ if self.item_type else "values"
+            if self.choices:
+                return "list of %s" % ", ".join(repr(c) for c in self.choices)
+            limits = self._limits()
+            return "list of %s" % item + (" (each %s)" % ", ".join(limits) if limits else "")
         if self.type is dict:
             return "table"
         if self.choices:
             return "one of " + ", ".join(repr(c) for c in self.choices)
-        limits = (
+        limits = self._limits()
+        return self.type.__name__ + (" (%s)" % ", ".join(limits) if limits else "")
+
+    def _limits(self) -> List[str]:
+        return (
             (["> %g" % self.above] if self.above is not None else [])
             + (["\u2265 %g" % self.minimum] if self.minimum is not None else [])
             + (["\u2264 %g" % self.maximum] if self.maximum is not None else [])
         )
-        return self.type.__name__ + (" (%s)" % ", ".join(limits) if limits else "")
+
+    def out_of_bounds(self, value: Any) -> bool:
+        """A number (or, for a list, any item) outside minimum/maximum/above."""
+        items = value if isinstance(value, list) else [value]
+        for item in items:
+            if isinstance(item, bool) or not isinstance(item, (int, float)):
+                continue
+            if (
+                (self.minimum is not None and item < self.minimum)
+                or (self.maximum is not None and item > self.maximum)
+                or (self.above is not None and item <= self.above)
+            ):
+                return True
+        return False
+
+
+def absolute_path(value: Any) -> None:
+    """A Param validate= for a path (or a list of paths): absolute, since a hook's working directory
+    is slurmd's, not the admin's (a relative path would read some other file)."""
+    for path in value if isinstance(value, list) else [value]:
+        if path and not path.startswith("/"):
+            raise ValueError("%r is not an absolute path" % path)
 
 
 class Deprecated(Struct):
@@ -204,6 +240,15 @@ class Registry(Struct, frozen=False):
             raise RegistryError(
                 "check %r: parameter names must be unique and not 'enabled'" % spec.name
             )
+        for param in spec.params:
+            items = param.default if isinstance(param.default, list) else [param.default]
+            if param.out_of_bounds(param.default) or (
+                param.choices and any(item not in param.choices for item in items)
+            ):
+                raise RegistryError(
+                    "check %r: parameter %r: default %r is outside its own %s"
+                    % (spec.name, param.name, param.default, param.describe_type())
+                )
         self.checks[spec.name] = spec
 
     def gatherer(self, name: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from slurm_hooks.core.config import ConfigError
 from slurm_hooks.core.runner import JobContext
 from slurm_hooks.hw import nvml
 from slurm_hooks.result import Action, Blame, Status
@@ -511,10 +512,10 @@ def test_expected_links_per_model(registry, nvml_node):
     assert {r.status for r in results} == {Status.FAIL} and len(results) == 8
     config = {"checks": {"gpu.nvlink": {"expected_links": ["NVIDIA H100 NVL=12", "*=18"]}}}
     assert [r.status for r in run(registry, node, ["gpu.nvlink"], config)] == [Status.OK]
-    bad = run(
-        registry, node, ["gpu.nvlink"], {"checks": {"gpu.nvlink": {"expected_links": ["H100 NVL"]}}}
-    )
-    assert [r.status for r in bad] == [Status.UNKNOWN] and "MODEL PATTERN=COUNT" in bad[0].summary
+    # a malformed entry is refused when the config is loaded (config check), not UNKNOWN at run time
+    bad = {"checks": {"gpu.nvlink": {"expected_links": ["H100 NVL"]}}}
+    with pytest.raises(ConfigError, match="MODEL PATTERN=COUNT"):
+        run(registry, node, ["gpu.nvlink"], bad)
 
 
 def test_ignored_leftover_process(registry, nvml_node):

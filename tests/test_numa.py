@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from slurm_hooks.core.config import ConfigError
 from slurm_hooks.core.runner import JobContext
 from slurm_hooks.result import Action, Blame, Status
 from tests.fault_table import DCGM_ON_JOB_CPUS, PINNED_DAEMONS  # one copy of the node's daemons
@@ -258,10 +259,9 @@ def test_numa_sysctls_and_hugepages(registry, nvml_node):
         == "kernel.numa_balancing = 1, expected 0 (sysctl -w kernel.numa_balancing=0)"
     )
     assert results[2].summary == "NUMA node 1 has 0 hugepages of 1048576kB, expected 8 (0 free)"
-    (bad,) = run(
-        registry, node, ["numa.sysctl"], {"checks": {"numa.sysctl": {"hugepages": ["1G"]}}}
-    )
-    assert bad.status is Status.UNKNOWN and "'1G' is not SIZE=COUNT" in bad.summary
+    # a malformed pool is refused when the config is loaded (config check), not UNKNOWN at run time
+    with pytest.raises(ConfigError, match="'1G' is not SIZE=COUNT"):
+        run(registry, node, ["numa.sysctl"], {"checks": {"numa.sysctl": {"hugepages": ["1G"]}}})
 
 
 def test_healthy_dgx_passes_the_whole_family(registry, nvml_node):
@@ -322,3 +322,45 @@ def test_process_scan_is_skipped_when_nothing_is_watched(registry, fake_node):
         [registry.checks["system.processes"]],
     )
     assert not [p for p in log.files if p.startswith("/proc/1")]
+
+
+def test_housekeeping_reads_a_nodename_line_continued_with_backslashes(registry, nvml_node):
+    """slurm.conf as the amax-a100 site writes it (tests/captures/slurmconf/sites/): the CpuSpecList
+    on a continuation line. Before, it was lost and the check skipped ("no CpuSpecList")."""
+    slurm_conf = (
+        "NodeName=dgx-h100-[01-04] CPUs=224 Sockets=2 CoresPerSocket=56 ThreadsPerCore=2 \\\n"
+        "CpuSpecList=0-3 MemSpecLimit=32768 \\\n"
+        "Gres=gpu:h100:8 \\\n"
+        "State=UNKNOWN\n"
+    )
+    pinned = nvml_node(overrides={"slurm": {"slurm_conf": slurm_conf}, "process": PINNED_DAEMONS})
+    (ok,) = run(registry, pinned, ["numa.housekeeping"])
+    assert ok.status is Status.OK
+    assert ok.details["from"] == "/etc/slurm/slurm.conf CpuSpecList=0-3"
+
+
+def test_gres_affinity_sees_inline_autodetect_on_the_nodes_line(registry, nvml_node):
+    """'NodeName=... AutoDetect=nvml Name=gpu ...' (no Cores): slurmd takes Cores from NVML. Before,
+    AutoDetect was read as unset and the check skipped as if gres.conf said nothing."""
+    text = "NodeName=dgx-h100-[01-04] AutoDetect=nvml Name=gpu Type=h100 File=/dev/nvidia[0-7]\n"
+    (result,) = run(
+        registry, nvml_node(overrides={"slurm": {"gres_conf": text}}), ["numa.gres-affinity"]
+    )
+    assert result.status is Status.OK
+    assert result.summary.startswith("AutoDetect=nvml")
+
+
+def test_housekeeping_finds_its_node_in_a_slurm_conf_over_1_mib(registry, nvml_node):
+    """A 20,000-node slurm.conf written one line per node is ~1.8 MB; the old read stopped at 1 MiB
+    without a word and the check skipped ("no CpuSpecList") for every node past that point."""
+    filler = "".join(
+        "NodeName=cpu%05d CPUs=128 Sockets=2 CoresPerSocket=64 ThreadsPerCore=1 RealMemory=500000\n"
+        % i
+        for i in range(20000)
+    )
+    slurm_conf = filler + "NodeName=dgx-h100-01 CPUs=224 CpuSpecList=0-3\n"
+    assert len(slurm_conf) > 1 << 20
+    pinned = nvml_node(overrides={"slurm": {"slurm_conf": slurm_conf}, "process": PINNED_DAEMONS})
+    (ok,) = run(registry, pinned, ["numa.housekeeping"])
+    assert ok.status is Status.OK
+    assert ok.details["from"] == "/etc/slurm/slurm.conf CpuSpecList=0-3"

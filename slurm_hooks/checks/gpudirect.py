@@ -244,6 +244,8 @@ def rdma(state: GpuDirectState, topo: Topology, params) -> Result:
             0.0,
             "FAIL below this rate; 0 = WARN when a port is slower than the fastest "
             "port with the same link layer on this node (a down-trained link)",
+            minimum=0.0,
+            maximum=100000.0,
         ),
     ),
 )

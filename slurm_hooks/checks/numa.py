@@ -11,14 +11,15 @@ Where the data comes from: each GPU's /sys/bus/pci/devices/<bdf>/{numa_node,loca
 from __future__ import annotations
 
 import fnmatch
+import re
 from typing import Dict, FrozenSet, List, Optional, Tuple
 
 from ..core.structs import Struct
 from ..hw import nvml
-from ..hw.host import ParseError, format_cpulist, parse_cpulist
-from ..registry import DEFAULT_CONTEXTS, Param, check, gatherer
+from ..hw.host import HostError, format_cpulist, parse_cpulist
+from ..registry import DEFAULT_CONTEXTS, Param, absolute_path, check, gatherer
 from ..result import Action, Blame, Result, Status
-from ..slurm import cgroup, gres
+from ..slurm import cgroup, conffile, gres
 from .topology import Endpoint, Topology
 
 
@@ -94,12 +95,14 @@ class GresSource(Struct):
 @gatherer("numa.gres")
 def read_gres(ctx) -> GresSource:
     path = ctx.config.check("numa.gres-affinity").params.gres_conf
-    text = ctx.host.read_text(path, default=None)
-    if text is None:
-        return GresSource(path, _host_name(ctx), None)
+    read = conffile.host_reader(ctx.host)
     try:
-        return GresSource(path, _host_name(ctx), gres.parse_gres_conf(text, path))
-    except ParseError as exc:
+        text = conffile.read_top(path, read)
+        if text is None:
+            return GresSource(path, _host_name(ctx), None)
+        conf = gres.parse_gres_conf(text, path, read)
+        return GresSource(path, _host_name(ctx), conf)
+    except HostError as exc:  # a parse error, or an include missing or unreadable
         return GresSource(path, _host_name(ctx), None, str(exc))
 
 
@@ -248,6 +251,7 @@ def job_affinity(
             str,
             "/etc/slurm/gres.conf",
             "gres.conf to read (or a saved `slurmd -G` output)",
+            validate=absolute_path,
         ),
         Param(
             "exact",
@@ -424,10 +428,14 @@ class HousekeepingState(Struct):
 def read_housekeeping(ctx) -> HousekeepingState:
     host, params = ctx.host, ctx.config.check("numa.housekeeping").params
     slurm_text = (
-        host.read_text(params.slurm_conf, default="") if not params.housekeeping_cpus else ""
+        (conffile.read_top(params.slurm_conf, conffile.host_reader(host)) or "")
+        if not params.housekeeping_cpus
+        else ""
     )
     node = (
-        gres.parse_slurm_node_line(slurm_text, _host_name(ctx), params.slurm_conf)
+        gres.parse_slurm_node_line(
+            slurm_text, _host_name(ctx), params.slurm_conf, conffile.host_reader(host)
+        )
         if slurm_text
         else {}
     )
@@ -511,6 +519,13 @@ def housekeeping_cpus(
     )
 
 
+def _valid_cpulist(text: str) -> None:
+    try:
+        parse_cpulist(text, "housekeeping_cpus")
+    except HostError as exc:
+        raise ValueError("%r is not a CPU list like '0-1,112-113' (%s)" % (text, exc)) from None
+
+
 @check(
     name="numa.housekeeping",
     contexts=DEFAULT_CONTEXTS,
@@ -523,9 +538,14 @@ def housekeeping_cpus(
             "",
             "CPUs reserved for the system, e.g. '0-1,112-113'; empty = derive "
             "from slurm.conf CpuSpecList",
+            validate=_valid_cpulist,
         ),
         Param(
-            "slurm_conf", str, "/etc/slurm/slurm.conf", "where to look for this node's CpuSpecList"
+            "slurm_conf",
+            str,
+            "/etc/slurm/slurm.conf",
+            "where to look for this node's CpuSpecList",
+            validate=absolute_path,
         ),
         Param(
             "processes",
@@ -694,6 +714,13 @@ def read_sysctls(ctx) -> NumaSysctls:
     )
 
 
+def _valid_hugepages(specs: List[str]) -> None:
+    for spec in specs:
+        size, sep, count = spec.partition("=")
+        if not sep or not re.match(r"^\d+kB$", size.strip()) or not count.strip().isdigit():
+            raise ValueError("%r is not SIZE=COUNT (e.g. '1048576kB=8')" % spec)
+
+
 @check(
     name="numa.sysctl",
     contexts=DEFAULT_CONTEXTS,
@@ -705,6 +732,8 @@ def read_sysctls(ctx) -> NumaSysctls:
             int,
             -1,
             "required kernel.numa_balancing (0 = off, usual for GPU nodes); -1 = don't check",
+            minimum=-1,
+            maximum=3,
         ),
         Param(
             "zone_reclaim_mode",
@@ -712,6 +741,8 @@ def read_sysctls(ctx) -> NumaSysctls:
             0,
             "required vm.zone_reclaim_mode; 0 (the kernel default) allocates remote "
             "memory instead of stalling to reclaim local page cache; -1 = don't check",
+            minimum=-1,
+            maximum=7,
         ),
         Param(
             "hugepages",
@@ -719,6 +750,7 @@ def read_sysctls(ctx) -> NumaSysctls:
             [],
             "per-NUMA-node hugepage pools, e.g. ['1048576kB=8'] (nr_hugepages on every node)",
             item_type=str,
+            validate=_valid_hugepages,
         ),
         Param(
             "on_mismatch",

@@ -24,7 +24,7 @@ from ..hw.procfs import (
     parse_mounts,
     parse_swaps,
 )
-from ..registry import CONTEXTS, DEFAULT_CONTEXTS, Param, check, gatherer
+from ..registry import CONTEXTS, DEFAULT_CONTEXTS, Param, absolute_path, check, gatherer
 from ..result import Action, Result, Status
 
 GIB_KB = 1024 * 1024
@@ -204,9 +204,14 @@ def read_load(ctx) -> Tuple[LoadAvg, int]:
     timeout=1.0,
     needs=("system.cpu",),
     params=(
-        Param("sockets", int, 0, "expected sockets (0 = don't check)"),
+        Param("sockets", int, 0, "expected sockets (0 = don't check)", minimum=0, maximum=64),
         Param(
-            "cores_per_socket", int, 0, "expected physical cores in every socket (0 = don't check)"
+            "cores_per_socket",
+            int,
+            0,
+            "expected physical cores in every socket (0 = don't check)",
+            minimum=0,
+            maximum=4096,
         ),
         Param(
             "threads_per_core",
@@ -214,6 +219,8 @@ def read_load(ctx) -> Tuple[LoadAvg, int]:
             0,
             "expected hardware threads per core in every socket (the most any of its "
             "cores has: hybrid CPUs mix 2-thread and 1-thread cores); 0 = don't check",
+            minimum=0,
+            maximum=16,
         ),
         Param("allow_offline", bool, False, "accept present CPUs that are not online"),
     ),
@@ -328,13 +335,20 @@ def _cpu_details(cpu: CpuTopology) -> dict:
     needs=("system.memory",),
     params=(
         Param(
-            "min_total_gib", float, 0.0, "FAIL below this much physical memory (0 = don't check)"
+            "min_total_gib",
+            float,
+            0.0,
+            "FAIL below this much physical memory (0 = don't check)",
+            minimum=0.0,
+            maximum=float(1 << 24),
         ),
         Param(
             "min_free_percent_per_numa",
             float,
             0.0,
             "WARN when a NUMA node's MemFree is below this percent of its MemTotal (0 = off)",
+            minimum=0.0,
+            maximum=100.0,
         ),
     ),
 )
@@ -408,7 +422,12 @@ def memory(mem: MemoryState, params) -> List[Result]:
     params=(
         Param("allow_swap", bool, True, "WARN when any swap area is active and this is false"),
         Param(
-            "max_used_percent", float, 50.0, "WARN when more than this percent of swap is in use"
+            "max_used_percent",
+            float,
+            50.0,
+            "WARN when more than this percent of swap is in use",
+            minimum=0.0,
+            maximum=100.0,
         ),
     ),
 )
@@ -454,6 +473,7 @@ def swap(areas: Tuple[SwapArea, ...], params) -> Result:
             [],
             "paths that must be mount points of their own (e.g. /scratch, /home)",
             item_type=str,
+            validate=absolute_path,
         ),
         Param(
             "writable",
@@ -461,18 +481,23 @@ def swap(areas: Tuple[SwapArea, ...], params) -> Result:
             ["/", "/tmp"],
             "paths whose file system must be read-write with free space and inodes",
             item_type=str,
+            validate=absolute_path,
         ),
         Param(
             "min_free_percent",
             float,
             5.0,
             "FAIL when a checked file system has less free space (percent)",
+            minimum=0.0,
+            maximum=100.0,
         ),
         Param(
             "min_free_inodes_percent",
             float,
             5.0,
             "FAIL when a checked file system has fewer free inodes (percent)",
+            minimum=0.0,
+            maximum=100.0,
         ),
     ),
 )
@@ -658,6 +683,8 @@ def kernel(release: str, params) -> Result:
             float,
             1.5,
             "WARN when the 1-minute load average per online CPU exceeds this",
+            above=0.0,
+            maximum=10000.0,
         ),
     ),
 )

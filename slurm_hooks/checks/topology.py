@@ -425,6 +425,7 @@ def gpu_nvme(topo: Topology, params) -> List[Result]:
             ["ReqRedir", "CmpltRedir"],
             "ACSCtl bits that send peer-to-peer traffic up to the root complex (FAIL)",
             item_type=str,
+            choices=tuple(bit for bit, _ in pcie.ACS_BITS),
         ),
         Param(
             "warn_bits",
@@ -433,6 +434,7 @@ def gpu_nvme(topo: Topology, params) -> List[Result]:
             "ACSCtl bits to warn about (e.g. SrcValid, which NCCL's guide also "
             "treats as 'ACS enabled')",
             item_type=str,
+            choices=tuple(bit for bit, _ in pcie.ACS_BITS),
         ),
     ),
 )

@@ -302,7 +302,13 @@ def _bad_params(name: str, exc: ValueError) -> Result:
             convert=overrides_param("xid.events", "Xid"),
         ),
         Param(
-            "ignore", list, [], "Xids left out entirely (not reported, not counted)", item_type=int
+            "ignore",
+            list,
+            [],
+            "Xids left out entirely (not reported, not counted)",
+            item_type=int,
+            minimum=1,
+            maximum=100000,
         ),
     ),
 )
@@ -375,7 +381,13 @@ def _xid_event_results(log: KernelLog, gpus: GpuMap, job, params, overrides) -> 
             convert=overrides_param("xid.sxid", "SXid"),
         ),
         Param(
-            "ignore", list, [], "SXids left out entirely (not reported, not counted)", item_type=int
+            "ignore",
+            list,
+            [],
+            "SXids left out entirely (not reported, not counted)",
+            item_type=int,
+            minimum=1,
+            maximum=100000,
         ),
     ),
 )

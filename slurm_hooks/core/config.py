@@ -574,6 +574,7 @@ def validate(
             )
     checks = {}
     warnings: List[str] = _fleet_warnings(settings["fleet"], where)
+    warnings += _drain_budget_warnings(settings, where)
     for name, spec in registry.checks.items():
         table = checks_table.get(name, {})
         if not isinstance(table, Mapping):
@@ -582,6 +583,60 @@ def validate(
             spec, table, lambda key, n=name: where("checks", n, key), warnings
         )
     return Config(settings=settings, checks=checks, sources=sources, warnings=tuple(warnings))
+
+
+# What Slurm gives a hook before it kills it: HealthCheckProgram 60 s (fixed in slurmd); the prolog and
+# epilog PrologEpilogTimeout, a slurm.conf value we do not read here: 60 s is what docs/slurm.md advises.
+HOOK_TIME_LIMIT_S = {"prolog": 60.0, "epilog": 60.0, "health": 60.0}
+CHECK_PROCESS_GRACE_S = 1.0  # hooks.ISOLATION_GRACE_S: the forked check process's margin
+
+
+def _drain_budget_warnings(settings: Mapping[str, Any], where) -> List[str]:
+    """A hook that drains spends its [deadline] on the checks and then up to the Slurm budget
+    ([drain] timeout x attempts, backoff and breaker wait) on slurmctld. When the two together pass
+    what Slurm allows the hook, slurmd kills it in the middle of the drain: the broken node stays in
+    service (and Slurm may drain it as "Prolog error" instead). A warning, not an error: an error
+    makes every hook fail open (no checks at all), and the prolog/epilog limit is slurm.conf's
+    PrologEpilogTimeout, which a site may have raised."""
+    from ..slurm.drainer import slurm_budget
+
+    budget = slurm_budget(settings)
+    out = []
+    for context, limit in HOOK_TIME_LIMIT_S.items():
+        deadline = settings["deadline"][context]
+        if deadline + CHECK_PROCESS_GRACE_S + budget > limit:
+            killer = (
+                "slurmd kills HealthCheckProgram at %g s" % limit
+                if context == "health"
+                else "more than the %g s PrologEpilogTimeout docs/slurm.md advises" % limit
+            )
+            out.append(
+                "%s: [drain] timeout = %g s x attempts = %d (a %.1f s Slurm budget with "
+                "backoff and breaker wait) after [deadline] %s = %g s (%s): a drain from the %s "
+                "can take %.1f s, %s; lower [drain] timeout or attempts, or [deadline] %s"
+                % (
+                    ", ".join(
+                        sorted(
+                            {
+                                where("drain", "timeout"),
+                                where("drain", "attempts"),
+                                where("deadline", context),
+                            }
+                        )
+                    ),
+                    settings["drain"]["timeout"],
+                    settings["drain"]["attempts"],
+                    budget,
+                    context,
+                    deadline,
+                    where("deadline", context),
+                    context,
+                    deadline + CHECK_PROCESS_GRACE_S + budget,
+                    killer,
+                    context,
+                )
+            )
+    return out
 
 
 def _fleet_warnings(fleet: Mapping[str, Any], where) -> List[str]:
@@ -737,7 +792,14 @@ def coerce_param(value: Any, param: Param, label: str) -> Any:
         except (TypeError, ValueError) as exc:
             raise ConfigError("%s: %s" % (label, exc)) from None
     value = coerce(value, param.type, param.item_type, param.choices, label)
+    for index, item in enumerate(value) if isinstance(value, list) else ():
+        _check_range(item, param, "%s[%d]" % (label, index))  # bounds of a number list: each item
     _check_range(value, param, label)
+    if param.validate is not None:
+        try:
+            param.validate(value)
+        except ValueError as exc:
+            raise ConfigError("%s: %s" % (label, exc)) from None
     return value
 
 

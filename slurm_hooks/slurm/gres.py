@@ -1,10 +1,11 @@
 """gres.conf (and `slurmd -G` output) parser, Slurm hostlist expansion, and Slurm's core numbering.
 
-gres.conf lines are ``Key=Value`` words (keys case-insensitive, '#' starts a comment), e.g.
+gres.conf lines are ``Key=Value`` words in Slurm's config syntax (slurm_hooks.slurm.conffile), e.g.
 ``NodeName=gpu[01-16] Name=gpu Type=h100 File=/dev/nvidia[0-3] Cores=0-55``. A line without
 NodeName applies to every node. ``AutoDetect=nvml`` makes slurmd ask NVML itself. `slurmd -G`
 prints the same words after ``Gres `` (``slurmd: Gres Name=gpu Type=h100 ... File=/dev/nvidia0
-Cores=0-55 ...``), so a saved copy of its output parses the same way.
+Cores=0-55 ...``, with a ``[2026-10-09T06:49:39.052]`` time stamp when it logs to a file or a
+terminal), so a saved copy of its output parses the same way; its other log lines are skipped.
 
 ``Cores=`` are Slurm's *logical core indices* (socket by socket, core by core, as `lstopo -l` numbers
 "Core L#"), not Linux CPU numbers; ``logical_cores`` maps them to CPUs with
@@ -18,6 +19,7 @@ from typing import Dict, FrozenSet, Iterable, List, Mapping, Optional, Tuple
 
 from ..core.structs import Struct, field
 from ..hw.host import ParseError, parse_cpulist
+from . import conffile
 
 
 class GresLine(Struct):
@@ -27,6 +29,7 @@ class GresLine(Struct):
     node_names: Tuple[str, ...] = ()  # expanded NodeName; empty = every node
     files: Tuple[str, ...] = ()  # expanded File=
     cores: Optional[FrozenSet[int]] = None  # Cores= (or the old CPUs=) as logical core indices
+    where: str = ""  # "file:line" (an included file names itself)
 
     @property
     def name(self) -> str:
@@ -48,11 +51,21 @@ class GresConf(Struct):
         return [ln for ln in self.lines if ln.name.lower() == "gpu" and ln.applies_to(node)]
 
 
+MAX_HOSTLIST_NAMES = (
+    100000  # more nodes than the largest Slurm cluster; n[0-99999][0-99999] is refused
+)
+
+
 def expand_hostlist(text: str, source: str = "<hostlist>") -> List[str]:
-    """'gpu[01-03,07],login1' -> ['gpu01', 'gpu02', 'gpu03', 'gpu07', 'login1'] (zero padding kept)."""
+    """'gpu[01-03,07],login1' -> ['gpu01', 'gpu02', 'gpu03', 'gpu07', 'login1'] (zero padding kept).
+
+    At most MAX_HOSTLIST_NAMES names (a ParseError beyond): nested ranges multiply, and a check
+    must not spend its time and memory listing billions of names."""
     names: List[str] = []
     for item in _split_top_level(text.strip()):
         names.extend(_expand_one(item, source, text))
+        if len(names) > MAX_HOSTLIST_NAMES:
+            raise ParseError(source, text, "at most %d names in one hostlist" % MAX_HOSTLIST_NAMES)
     return names
 
 
@@ -76,7 +89,8 @@ def _expand_one(item: str, source: str, whole: str) -> List[str]:
             raise ParseError(source, whole, "a Slurm hostlist like 'gpu[01-16]'")
         return [item]
     prefix, ranges, rest = match.groups()
-    out = []
+    tails = _expand_one(rest, source, whole) if rest else [""]
+    out: List[str] = []
     for part in ranges.split(","):
         lo, _, hi = part.partition("-")
         if (
@@ -87,44 +101,90 @@ def _expand_one(item: str, source: str, whole: str) -> List[str]:
         ):
             raise ParseError(source, whole, "a Slurm hostlist like 'gpu[01-16]'")
         width = len(lo)
+        if len(out) + (int(hi or lo) - int(lo) + 1) * len(tails) > MAX_HOSTLIST_NAMES:
+            raise ParseError(source, whole, "at most %d names in one hostlist" % MAX_HOSTLIST_NAMES)
         for number in range(int(lo), int(hi or lo) + 1):
-            for tail in _expand_one(rest, source, whole) if rest else [""]:
+            for tail in tails:
                 out.append("%s%0*d%s" % (prefix, width, number, tail))
     return out
 
 
-def parse_gres_conf(text: str, source: str = "/etc/slurm/gres.conf") -> GresConf:
-    """Parse gres.conf text (or `slurmd -G` output). Errors name the file, line and value."""
+# A line of slurmd's own log (`slurmd -G` prints to stderr): "[2026-10-09T06:49:39.052] " and/or
+# "slurmd: " (or "slurmd-<name>: "), then a log level word for debug/verbose/error messages.
+_SLURMD_LOG = re.compile(
+    r"^\s*(?:\[\d{4}-\d\d-\d\dT[\d:.]+(?:Z|[+-][\d:]+)?\]\s*(?:slurmd(?:-\S+)?:\s*)?"
+    r"|slurmd(?:-\S+)?:\s*)"
+    r"(?:(?:debug\d?|verbose|info|error|warning|fatal):\s*)?"
+)
+_GRES_RECORD = re.compile(r"^\s*Gres\s+(?=[A-Za-z]+=)")
+
+# keys whose value is device files: File=, its alias Files=, and MultipleFiles= (one GRES, several files)
+_FILE_KEYS = ("file", "files", "multiplefiles")
+
+
+def _slurmd_output_as_conf(text: str) -> str:
+    """`slurmd -G` output -> gres.conf text, line for line (numbers stay right).
+
+    Its "Gres Name=gpu ... File=... Cores=..." records become gres.conf lines; every other line of
+    slurmd's log (plugin messages, "GRES[gpu] Type:..." dumps, errors) becomes blank. A line without
+    a log prefix is gres.conf text and stays as it is.
+    """
+    if "Gres " not in text and "slurmd" not in text and "[" not in text:
+        return text
+    out = []
+    for line in text.split("\n"):
+        match = _SLURMD_LOG.match(line)
+        rest = line[match.end() :] if match and match.end() else line
+        record = _GRES_RECORD.match(rest)
+        if (
+            record
+        ):  # slurmd 22.05 ends a record with a bare "(null)" (its Links): keep Key=Value words
+            out.append(" ".join(w for w in rest[record.end() :].split() if "=" in w))
+        else:
+            out.append("" if match and match.end() else line)
+    return "\n".join(out)
+
+
+def parse_gres_conf(
+    text: str, source: str = "/etc/slurm/gres.conf", read: Optional[conffile.Reader] = None
+) -> GresConf:
+    """Parse gres.conf text (or saved `slurmd -G` output) as Slurm 25.11's gres.c does.
+
+    Syntax (comments, continuations, quotes, include) from slurm_hooks.slurm.conffile; `read`
+    follows includes (None: text only). Meaning: a line starting with AutoDetect= alone sets the
+    global default; AutoDetect= on a NodeName= line applies to those nodes only and wins over the
+    global one; on a line without NodeName= Slurm ignores it ("In-line AutoDetect requires NodeName
+    to take effect"). File=, Files= and MultipleFiles= list device files. Errors name file and line.
+    """
     lines: List[GresLine] = []
     autodetect, node_autodetect = "", {}
-    for number, raw in enumerate(text.splitlines(), 1):
-        line = raw.split("#", 1)[0].strip()
-        line = re.sub(r"^(slurmd(-\S+)?:\s*)?(debug\d?:\s*)?Gres\s+", "", line)
-        if not line or line.lower().startswith("include "):
+    for conf_line in conffile.read_conf(source, read, _slurmd_output_as_conf(text)):
+        where, pairs = conf_line.where, conf_line.pairs
+        if conf_line.leftover or not pairs:
+            raise ParseError(
+                where,
+                conf_line.text,
+                "Key=Value words (e.g. Name=gpu File=/dev/nvidia0 Cores=0-55)",
+            )
+        fields = conf_line.fields()
+        if pairs[0][0] == "autodetect":
+            if len(pairs) > 1:  # Slurm: the words after a leading AutoDetect= are a parse error
+                raise ParseError(where, conf_line.text, "AutoDetect= alone, or after NodeName=")
+            autodetect = fields["autodetect"].lower()
             continue
-        where = "%s:%d" % (source, number)
-        fields: Dict[str, str] = {}
-        for word in line.split():
-            key, sep, value = word.partition("=")
-            if not sep or not key:
-                raise ParseError(
-                    where,
-                    raw.strip(),
-                    "Key=Value words (e.g. Name=gpu File=/dev/nvidia0 Cores=0-55)",
-                )
-            fields[key.lower()] = value
         nodes = tuple(expand_hostlist(fields["nodename"], where)) if "nodename" in fields else ()
-        if "autodetect" in fields and "name" not in fields:
-            value = fields["autodetect"].lower()
-            if nodes:
-                node_autodetect.update({n: value for n in nodes})
-            else:
-                autodetect = value
-            continue
-        files = tuple(expand_hostlist(fields["file"], where)) if "file" in fields else ()
+        if "autodetect" in fields and nodes:
+            node_autodetect.update({n: fields["autodetect"].lower() for n in nodes})
+        if "name" not in fields and "autodetect" in fields:
+            continue  # a node's AutoDetect line, no GRES of its own
+        files: Tuple[str, ...] = ()
+        for key in _FILE_KEYS:
+            if key in fields:
+                files += tuple(expand_hostlist(fields[key], where))
         cores_text = fields.get("cores", fields.get("cpus"))
         cores = parse_cpulist(cores_text, where + " Cores=") if cores_text is not None else None
-        lines.append(GresLine(number, raw.strip(), fields, nodes, files, cores))
+        number = int(where.rsplit(":", 1)[1])
+        lines.append(GresLine(number, conf_line.text, fields, nodes, files, cores, where))
     return GresConf(tuple(lines), autodetect, node_autodetect)
 
 
@@ -157,28 +217,30 @@ def cores_to_cpus(
 
 
 def parse_slurm_node_line(
-    text: str, node: str, source: str = "/etc/slurm/slurm.conf"
+    text: str,
+    node: str,
+    source: str = "/etc/slurm/slurm.conf",
+    read: Optional[conffile.Reader] = None,
 ) -> Dict[str, str]:
     """The NodeName= line of slurm.conf that names `node` -> {key lower-case: value} (empty if none).
 
-    Only what a NodeName line says directly; NodeName=DEFAULT lines are merged underneath.
+    Only what a NodeName line says directly; NodeName=DEFAULT lines are merged underneath. Read with
+    Slurm's syntax (slurm_hooks.slurm.conffile): a NodeName line continued with a trailing backslash
+    keeps its CpuSpecList=, Gres= and MemSpecLimit=, and `read` follows include files.
     """
     merged: Dict[str, str] = {}
     found = False
-    for number, raw in enumerate(text.splitlines(), 1):
-        line = raw.split("#", 1)[0].strip()
-        if not line.lower().startswith("nodename="):
+    for conf_line in conffile.read_conf(source, read, text):
+        if conf_line.first_key() != "nodename":
             continue
-        fields = {}
-        for word in line.split():
-            key, sep, value = word.partition("=")
-            if sep:
-                fields[key.lower()] = value
-        names = fields.get("nodename", "")
+        if conf_line.leftover:  # slurmctld and slurmd refuse such a line
+            raise ParseError(conf_line.where, conf_line.text, "Key=Value words")
+        fields = conf_line.fields()
+        names = fields["nodename"]
         if names.upper() == "DEFAULT":
             merged.update(fields)
             continue
-        if node in expand_hostlist(names, "%s:%d" % (source, number)):
+        if node in expand_hostlist(names, conf_line.where):
             merged.update(fields)
             found = True
     return merged if found else {}

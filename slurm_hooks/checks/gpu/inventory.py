@@ -191,7 +191,14 @@ def unavailable_result(name: str, inventory: GpuInventory, settings, pci_gpus: i
     timeout=3.0,
     needs=("gpu.inventory", "pci.devices", "settings", "gpu.selection"),
     params=(
-        Param("expected", int, 0, "GPUs this node must have (0 = whatever is on the PCI bus)"),
+        Param(
+            "expected",
+            int,
+            0,
+            "GPUs this node must have (0 = whatever is on the PCI bus)",
+            minimum=0,
+            maximum=256,
+        ),
     ),
 )
 def gpu_count(

@@ -89,6 +89,8 @@ def read_links(ctx) -> GpuReadings:
             int,
             0,
             "FAIL when the link can train to less than this PCIe generation (0 = don't check)",
+            minimum=0,
+            maximum=7,
         ),
         severity_param(
             "link_below_gpu_max",
@@ -212,6 +214,7 @@ def parse_expected_links(entries: List[str]) -> List[Tuple[str, int]]:
             "active NVLinks per GPU model as 'MODEL PATTERN=COUNT' (shell pattern on the "
             "NVML name, first match wins); a model not listed needs every link NVML reports",
             item_type=str,
+            validate=parse_expected_links,
         ),
         Param(
             "fabric",

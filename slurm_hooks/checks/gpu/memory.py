@@ -94,12 +94,16 @@ def read_memory_health(ctx) -> GpuReadings:
             0,
             "FAIL (reset-gpu) above this many uncorrectable errors since the "
             "last driver load (DCGM: any volatile DBE fails)",
+            minimum=0,
+            maximum=1 << 32,
         ),
         Param(
             "max_aggregate_uncorrected_sram",
             int,
             0,
             "WARN above this many lifetime uncorrectable SRAM errors (-1 = don't check)",
+            minimum=-1,
+            maximum=1 << 32,
         ),
         Param(
             "max_aggregate_uncorrected_dram",
@@ -107,6 +111,8 @@ def read_memory_health(ctx) -> GpuReadings:
             -1,
             "WARN above this many lifetime uncorrectable DRAM errors "
             "(-1 = don't check: row remapping handles DRAM, see gpu.remap)",
+            minimum=-1,
+            maximum=1 << 32,
         ),
         Param(
             "max_volatile_corrected",
@@ -114,6 +120,8 @@ def read_memory_health(ctx) -> GpuReadings:
             10000,
             "WARN above this many corrected errors since the last driver load "
             "(corrected errors are normal; a flood is a sign of a failing part)",
+            minimum=0,
+            maximum=1 << 32,
         ),
         NOT_SUPPORTED_PARAM,
     ),
@@ -237,6 +245,8 @@ def _judge_ecc(device: GpuDevice, v: Mapping[str, Any], params) -> List[Result]:
             int,
             512,
             "WARN at this many rows remapped for uncorrectable errors",
+            minimum=1,
+            maximum=1 << 20,
         ),
         Param(
             "max_retired_pages",
@@ -244,6 +254,8 @@ def _judge_ecc(device: GpuDevice, v: Mapping[str, Any], params) -> List[Result]:
             63,
             "FAIL (rma) at this many retired pages, single + double bit "
             "(DCGM's DCGM_LIMIT_MAX_RETIRED_PAGES; pre-Ampere GPUs)",
+            minimum=1,
+            maximum=1 << 20,
         ),
         NOT_SUPPORTED_PARAM,
     ),

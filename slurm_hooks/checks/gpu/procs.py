@@ -54,6 +54,8 @@ def read_processes(ctx) -> GpuReadings:
             100,
             "FAIL when more GPU memory than this is in use before the job starts (MiB; "
             "driver bookkeeping outside the reservation stays well below it)",
+            minimum=0,
+            maximum=1 << 30,
         ),
         Param(
             "ignore_processes",
