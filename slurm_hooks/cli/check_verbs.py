@@ -9,7 +9,7 @@ import threading
 
 from ..core.config import LIVE_SOURCES, Config, load_registry_and_config, render_toml
 from ..registry import CONTEXTS, Registry, load_builtin_checks
-from ..result import ExitCode
+from ..result import ExitCode, Status
 
 
 def add_parsers(sub) -> None:
@@ -53,6 +53,25 @@ def add_parsers(sub) -> None:
     )
     add_live_option(capture)
     capture.set_defaults(handler=cmd_capture)
+
+    baseline = sub.add_parser(
+        "baseline",
+        help="write this node's expected values (GPUs, links, driver, HCAs, CPUs, memory) as config",
+        description="Read this node (or --root DIR) once and print its expected values as config "
+        "TOML, as NHC's nhc-genconf does: GPU count and model, driver, PCIe generation, NVLinks per "
+        "model, HCAs and their rate, CPU and NUMA layout, memory. Take it on a known-good node, "
+        "review it, and install it as a conf.d drop-in. Exit code: 0, or 1 when this node did not "
+        "pass every check (the file is still written, with the failures listed at its top).",
+    )
+    baseline.add_argument(
+        "-o", "--output", metavar="FILE", help="write to FILE instead of stdout (not replaced)"
+    )
+    baseline.add_argument("--force", action="store_true", help="replace an existing --output FILE")
+    baseline.add_argument(
+        "--root", metavar="DIR", help="read a tree (a capture, the fake node) instead of /"
+    )
+    add_live_option(baseline)
+    baseline.set_defaults(handler=cmd_baseline)
 
     sub.add_parser("list", help="list every check with its contexts and description").set_defaults(
         handler=cmd_list
@@ -139,6 +158,39 @@ def cmd_capture(args) -> int:
             meta["node"],
         )
     )
+    return ExitCode.OK
+
+
+def cmd_baseline(args) -> int:
+    from ..core.atomicio import write_atomic
+    from ..core.baseline import take_baseline
+    from ..core.report_format import node_name
+    from ..hw.host import Host
+
+    registry, config = load(args)
+    if args.output and os.path.lexists(args.output) and not args.force:
+        print(
+            "slurm-hooks baseline: %s exists (--force replaces it)" % args.output, file=sys.stderr
+        )
+        return ExitCode.UNKNOWN
+    root = config.get("general", "root")
+    text, report = take_baseline(registry, config, Host(root), node_name(root))
+    if args.output:
+        try:
+            write_atomic(args.output, text.encode(), mode=0o644)
+        except OSError as exc:
+            print("slurm-hooks baseline: %s: %s" % (args.output, exc.strerror), file=sys.stderr)
+            return ExitCode.UNKNOWN
+        print("slurm-hooks baseline: wrote %s" % args.output, file=sys.stderr)
+    else:
+        sys.stdout.write(text)
+    if report.status.severity > Status.OK.severity:
+        print(
+            "slurm-hooks baseline: this node did not pass every check (%s): review the values"
+            % report.status.value,
+            file=sys.stderr,
+        )
+        return ExitCode.WARN
     return ExitCode.OK
 
 
