@@ -150,26 +150,86 @@ def cmd_status(args) -> int:
         }
     except SlurmError as exc:
         out["breaker"] = {"error": str(exc)}
-    if len(names) == 1:  # the single-node layout admins and scripts already read
-        out = dict(out, **out.pop("nodes")[0])
     if args.json:
-        print(json.dumps(out, indent=2))
+        print(json.dumps(dict({"schema": STATUS_SCHEMA}, **out), indent=2))
     else:
-        for key, value in out.items():
-            if key == "nodes":
-                for entry in value:
-                    print("%-14s %s" % ("node:", json.dumps(entry)))
-                continue
-            print(
-                "%-14s %s"
-                % (key + ":", value if not isinstance(value, dict) else json.dumps(value))
-            )
-    failed = (
-        "error" in out
-        or any("error" in n for n in out.get("nodes", []))
-        or "error" in out["breaker"]
-    )
+        sys.stdout.write(render_status(out))
+    failed = any("error" in n for n in out["nodes"]) or "error" in out["breaker"]
     return ExitCode.UNKNOWN if failed else ExitCode.OK
+
+
+STATUS_SCHEMA = (
+    "slurm-hooks.status/1"  # {"schema", "mode", "local_state", "nodes": [...], "breaker"}
+)
+
+
+def render_status(out: dict) -> str:
+    """A table of the nodes (state, whose drain), each reason and local record under its node, then
+    the mode, the breaker and this node's local state."""
+    rows = [("NODE", "STATE", "DRAIN")]
+    under = {}
+    for entry in out["nodes"]:
+        if "error" in entry:
+            rows.append((entry["node"], "?", "error: " + entry["error"]))
+            continue
+        rows.append((entry["node"], entry.get("state", "?"), entry.get("drain", "?")))
+        notes = []
+        if entry.get("reason"):
+            when = ", ".join(
+                str(v) for v in (entry.get("reason_time_utc"), entry.get("reason_user")) if v
+            )
+            notes.append("reason: %s%s" % (entry["reason"], " (%s)" % when if when else ""))
+        if entry.get("local_record"):
+            notes.append("local record: %s" % entry["local_record"])
+        under[len(rows) - 1] = notes
+    width = [max(len(str(r[i])) for r in rows) for i in range(2)]
+    lines = []
+    for i, row in enumerate(rows):
+        lines.append(
+            "%s  %s  %s" % (str(row[0]).ljust(width[0]), str(row[1]).ljust(width[1]), row[2])
+        )
+        lines.extend(" " * (width[0] + 2) + note for note in under.get(i, []))
+    lines.append("")
+    lines.append("mode:        %s" % out["mode"])
+    lines.append("breaker:     %s" % _breaker_text(out["breaker"]))
+    lines.append("local state: %s" % _local_state_text(out["local_state"]))
+    return "\n".join(lines) + "\n"
+
+
+def _breaker_text(breaker: dict) -> str:
+    if "error" in breaker:
+        return "unknown (%s)" % breaker["error"]
+    return (
+        "%d of %d nodes drained by slurm-hooks checks (limit %d, %s); %d drained with `slurm-hooks drain`"
+        % (
+            breaker["drained_by_us"],
+            breaker["nodes"],
+            breaker["limit"],
+            "TRIPPED: no more drains" if breaker["tripped"] else "not tripped",
+            breaker["manual_drains"],
+        )
+    )
+
+
+def _local_state_text(state) -> str:
+    """This node's node-state.json in words: what we drained or will drain, for which checks."""
+    if state is None:
+        return "unknown (the state file is missing or unreadable: see the log)"
+    parts = []
+    for key in sorted(state):
+        value = state[key]
+        if isinstance(value, dict) and ("checks" in value or "reason" in value):
+            parts.append(
+                "%s for %s%s"
+                % (
+                    key,
+                    ",".join(value.get("checks") or []) or "?",
+                    " (%s)" % value["reason"] if value.get("reason") else "",
+                )
+            )
+        elif value:
+            parts.append("%s: %s" % (key, json.dumps(value, sort_keys=True)))
+    return "; ".join(parts) or "nothing drained or pending"
 
 
 def _setup_local_name() -> str:
