@@ -99,3 +99,22 @@ def test_status_of_an_unreachable_controller_exits_unknown_in_both_forms(site, c
     code, out = _status(site, capsys, "--node", "node1", "--json")
     doc = json.loads(out.out)
     assert code == 3 and "error" in doc["nodes"][0] and "error" in doc["breaker"]
+
+
+def test_drain_and_resume_json(site, capsys):
+    """Schemas slurm-hooks.drain/1 and slurm-hooks.resume/1: every node's outcome, message and
+    exit code, and the worst code; nothing else on stdout."""
+    code = main(
+        ["--config", str(site), "drain", "--node", "node3,node4", "--reason", "PSU", "--json"]
+    )
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["schema"] == "slurm-hooks.drain/1" and code == doc["exit_code"] == 1
+    by = {n["node"]: n for n in doc["nodes"]}
+    assert (by["node3"]["outcome"], by["node3"]["exit_code"]) == ("drained", 0)
+    assert "slurm-hooks: manual: PSU" in by["node3"]["message"]
+    assert (by["node4"]["outcome"], by["node4"]["exit_code"]) == ("foreign-drain-kept", 1)
+    code = main(["--config", str(site), "resume", "--node", "node3,node4", "--json"])
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["schema"] == "slurm-hooks.resume/1" and code == doc["exit_code"] == 1
+    by = {n["node"]: n for n in doc["nodes"]}
+    assert by["node3"]["outcome"] == "resumed" and by["node4"]["outcome"] == "not-ours"

@@ -52,6 +52,7 @@ def add_parsers(sub) -> None:
         "--root", metavar="DIR", help="capture a tree (a fake node, another capture) instead of /"
     )
     add_live_option(capture)
+    add_json_option(capture, CAPTURE_SCHEMA)
     capture.set_defaults(handler=cmd_capture)
 
     baseline = sub.add_parser(
@@ -73,21 +74,38 @@ def add_parsers(sub) -> None:
     add_live_option(baseline)
     baseline.set_defaults(handler=cmd_baseline)
 
-    sub.add_parser("list", help="list every check with its contexts and description").set_defaults(
-        handler=cmd_list
-    )
+    listing = sub.add_parser("list", help="list every check with its contexts and description")
+    add_json_option(listing, LIST_SCHEMA)
+    listing.set_defaults(handler=cmd_list)
 
     config = sub.add_parser("config", help="configuration commands")
     config_sub = config.add_subparsers(
         dest="config_command", metavar="SUBCOMMAND", parser_class=Parser
     )
     config_sub.required = True
-    config_sub.add_parser(
+    config_check = config_sub.add_parser(
         "check", help="validate the configuration and print the effective result"
-    ).set_defaults(handler=cmd_config)
+    )
+    add_json_option(config_check, CONFIG_SCHEMA)
+    config_check.set_defaults(handler=cmd_config)
     config_sub.add_parser(
         "reference", help="print the configuration reference (Markdown) from the registry"
     ).set_defaults(handler=cmd_config)
+
+
+LIST_SCHEMA = "slurm-hooks.list/1"
+CONFIG_SCHEMA = "slurm-hooks.config/1"
+CAPTURE_SCHEMA = "slurm-hooks.capture/1"
+
+
+def add_json_option(parser, schema: str) -> None:
+    parser.add_argument("--json", action="store_true", help="print JSON (schema %s)" % schema)
+
+
+def print_json(schema: str, document: dict) -> None:
+    import json
+
+    print(json.dumps(dict({"schema": schema}, **document), indent=2, default=str))
 
 
 def add_live_option(parser) -> None:
@@ -142,8 +160,13 @@ def cmd_capture(args) -> int:
     try:
         meta = capture(registry, config, args.out)
     except CaptureError as exc:
+        if args.json:
+            print_json(CAPTURE_SCHEMA, {"archive": args.out, "error": str(exc)})
         print("slurm-hooks: %s" % exc, file=sys.stderr)
         return ExitCode.UNKNOWN
+    if args.json:
+        print_json(CAPTURE_SCHEMA, {"archive": args.out, **meta})
+        return ExitCode.OK
     print(
         "%s: %d entries from %s (%s); redacted: %d files; check it with:\n  mkdir DIR && tar xf %s -C DIR && "
         "slurm-hooks --config DIR/%s/.slurm-hooks/config.toml check --root DIR/%s"
@@ -196,6 +219,12 @@ def cmd_baseline(args) -> int:
 
 def cmd_list(args) -> int:
     registry = load_builtin_checks()
+    if args.json:
+        print_json(
+            LIST_SCHEMA,
+            {"checks": [_check_dict(spec) for spec in registry.sorted_checks()]},
+        )
+        return ExitCode.OK
     rows = [
         (spec.name, ",".join(c for c in CONTEXTS if c in spec.contexts), spec.description)
         for spec in registry.sorted_checks()
@@ -206,12 +235,29 @@ def cmd_list(args) -> int:
     return ExitCode.OK
 
 
+def _check_dict(spec) -> dict:
+    return {
+        "name": spec.name,
+        "family": spec.family,
+        "contexts": [c for c in CONTEXTS if c in spec.contexts],
+        "description": spec.description,
+        "timeout_s": spec.timeout,
+        "enabled_by_default": spec.enabled_by_default,
+        "params": [
+            {"name": p.name, "type": p.describe_type(), "default": p.default, "help": p.help}
+            for p in spec.params
+        ],
+    }
+
+
 def cmd_config(args) -> int:
     if args.config_command == "reference":
         from ..core.config import render_reference
 
         sys.stdout.write(render_reference(load_builtin_checks()))
         return ExitCode.OK
+    if args.json:
+        return _config_json(args)
     _registry, config = load(args)
     sys.stdout.write(render_toml(config))
     print(
@@ -223,6 +269,32 @@ def cmd_config(args) -> int:
             else ""
         ),
         file=sys.stderr,
+    )
+    return ExitCode.OK
+
+
+def _config_json(args) -> int:
+    """`config check --json`: valid or not, the files read, warnings, and every effective value."""
+    from ..core.config import ConfigError
+
+    try:
+        _registry, config = load_registry_and_config(args.config)
+    except ConfigError as exc:
+        print_json(CONFIG_SCHEMA, {"valid": False, "error": str(exc)})
+        print("slurm-hooks: configuration error: %s" % exc, file=sys.stderr)
+        return ExitCode.UNKNOWN
+    print_json(
+        CONFIG_SCHEMA,
+        {
+            "valid": True,
+            "sources": list(config.sources),
+            "warnings": list(config.warnings),
+            "settings": {k: dict(v) for k, v in config.settings.items()},
+            "checks": {
+                name: {"enabled": c.enabled, "params": dict(c.params.items())}
+                for name, c in sorted(config.checks.items())
+            },
+        },
     )
     return ExitCode.OK
 

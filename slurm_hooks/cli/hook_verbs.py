@@ -33,16 +33,22 @@ def add_parsers(sub) -> None:
     drain.add_argument(
         "--force", action="store_true", help="replace a drain reason that is not ours"
     )
+    drain.add_argument("--json", action="store_true", help="print JSON (schema %s)" % DRAIN_SCHEMA)
     drain.set_defaults(handler=cmd_drain)
     resume = sub.add_parser("resume", help="resume this node (or --node) if slurm-hooks drained it")
     resume.add_argument("--node", metavar="NODES", help=nodes_help)
     resume.add_argument("--force", action="store_true", help="also resume a drain that is not ours")
+    resume.add_argument(
+        "--json", action="store_true", help="print JSON (schema %s)" % RESUME_SCHEMA
+    )
     resume.set_defaults(handler=cmd_resume)
     status = sub.add_parser(
         "status", help="Slurm state and reason of this node, whether we drained it, breaker"
     )
     status.add_argument("--node", metavar="NODES", help=nodes_help)
-    status.add_argument("--json", action="store_true")
+    status.add_argument(
+        "--json", action="store_true", help="print JSON (schema %s)" % STATUS_SCHEMA
+    )
     status.set_defaults(handler=cmd_status)
 
 
@@ -83,29 +89,56 @@ def _exit_code(enacted) -> int:
     return ExitCode.REFUSED
 
 
+DRAIN_SCHEMA = "slurm-hooks.drain/1"
+RESUME_SCHEMA = "slurm-hooks.resume/1"
+
+
 def cmd_drain(args) -> int:
     """Through drainer.drain_manual: etiquette and skip states as for every drain; no breaker."""
     from ..slurm.drainer import drain_manual
 
     config, client, names = _setup(args)
-    codes = []
-    for name in names:
-        enacted = drain_manual(client, name, args.reason, config.settings, force=args.force)
-        codes.append(_exit_code(enacted))
-        print(enacted.message, file=sys.stdout if codes[-1] == 0 else sys.stderr)
-    return max(codes)
+    return _enact(
+        args,
+        DRAIN_SCHEMA,
+        names,
+        lambda name: drain_manual(client, name, args.reason, config.settings, force=args.force),
+    )
 
 
 def cmd_resume(args) -> int:
     from ..slurm.drainer import resume
 
     config, client, names = _setup(args)
-    codes = []
+    return _enact(
+        args,
+        RESUME_SCHEMA,
+        names,
+        lambda name: resume(client, name, config.settings, force=args.force, by_admin=True),
+    )
+
+
+def _enact(args, schema: str, names, act) -> int:
+    """Drain or resume each node; the worst exit code wins. --json: one document with every node's
+    outcome (slurm.policy.Outcome values), message and exit code."""
+    codes, nodes = [], []
     for name in names:
-        enacted = resume(client, name, config.settings, force=args.force, by_admin=True)
+        enacted = act(name)
         codes.append(_exit_code(enacted))
-        print(enacted.message, file=sys.stdout if codes[-1] == 0 else sys.stderr)
-    return max(codes)
+        nodes.append(
+            {
+                "node": name,
+                "outcome": enacted.outcome.value,
+                "message": enacted.message,
+                "exit_code": int(codes[-1]),
+            }
+        )
+        if not args.json:
+            print(enacted.message, file=sys.stdout if codes[-1] == 0 else sys.stderr)
+    code = max(codes)
+    if args.json:
+        print(json.dumps({"schema": schema, "exit_code": int(code), "nodes": nodes}, indent=2))
+    return code
 
 
 def cmd_status(args) -> int:
