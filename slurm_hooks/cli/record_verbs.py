@@ -158,7 +158,7 @@ def cmd_report(args) -> int:
                 sys.stdout.write("\n")
             else:
                 sys.stdout.write(render_job(args.job, rows, problems))
-            return ExitCode.OK
+            return ExitCode.FOUND if any(row.get("abnormal") for row in rows) else ExitCode.OK
         fleet = aggregate(paths, parse_since(args.since))
     except (ReportError, ValueError) as exc:
         return _error(str(exc))
@@ -167,7 +167,8 @@ def cmd_report(args) -> int:
         sys.stdout.write("\n")
     else:
         sys.stdout.write(render_fleet(fleet, args.top, args.all))
-    return ExitCode.OK
+    # nodes with abnormal jobs are what the report is for: say so to a script (docs/cli.md)
+    return ExitCode.FOUND if any(n.abnormal_jobs for n in fleet.nodes.values()) else ExitCode.OK
 
 
 # -- one record, readably -----------------------------------------------------------------------
