@@ -259,6 +259,8 @@ def cmd_config(args) -> int:
     if args.json:
         return _config_json(args)
     _registry, config = load(args)
+    for warning in directory_warnings(config):
+        print("slurm-hooks: warning: %s" % warning, file=sys.stderr)
     sys.stdout.write(render_toml(config))
     print(
         "# configuration is valid%s"
@@ -271,6 +273,24 @@ def cmd_config(args) -> int:
         file=sys.stderr,
     )
     return ExitCode.OK
+
+
+def directory_warnings(config: Config) -> "list[str]":
+    """Output directories that do not exist. The hooks create them, so a typo in [metrics]
+    textfile_dir would quietly start a tree node_exporter never reads; said here, where an admin
+    checks the config (not at every load: a stat of a hung file system must not stall a prolog)."""
+    found = []
+    for key, reader in (
+        ("textfile_dir", "node_exporter's --collector.textfile.directory"),
+        ("dcgm_job_mapping_dir", "dcgm-exporter's --hpc-job-mapping-dir"),
+    ):
+        path = config.get("metrics", key)
+        if path and not os.path.isdir(path):
+            found.append(
+                "[metrics] %s = %r does not exist: the hooks would create it, but only %s is "
+                "read (a typo?)" % (key, path, reader)
+            )
+    return found
 
 
 def _config_json(args) -> int:
@@ -288,7 +308,7 @@ def _config_json(args) -> int:
         {
             "valid": True,
             "sources": list(config.sources),
-            "warnings": list(config.warnings),
+            "warnings": list(config.warnings) + directory_warnings(config),
             "settings": {k: dict(v) for k, v in config.settings.items()},
             "checks": {
                 name: {"enabled": c.enabled, "params": dict(c.params.items())}

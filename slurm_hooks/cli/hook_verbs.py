@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 
 from ..result import ExitCode
@@ -69,6 +70,23 @@ def _setup(args):
     from .check_verbs import load
 
     _registry, config = load(args)
+    conf = os.environ.get("SLURM_CONF")
+    if conf and not (os.path.isfile(conf) and os.access(conf, os.R_OK)):
+        # scontrol would retry reading it for 60 s, then fail with "Unable to process configuration file"
+        print(
+            "slurm-hooks %s: SLURM_CONF=%s: %s"
+            % (
+                args.command,
+                conf,
+                "no such file"
+                if not os.path.exists(conf)
+                else "not a file"
+                if not os.path.isfile(conf)
+                else "permission denied (run as root)",
+            ),
+            file=sys.stderr,
+        )
+        raise SystemExit(ExitCode.UNKNOWN)
     client = make_client(config.settings)
     if not args.node:
         return config, client, [node_name(job_from_env(os.environ, require_job=False), None)]
@@ -133,8 +151,9 @@ def _enact(args, schema: str, names, act) -> int:
                 "exit_code": int(codes[-1]),
             }
         )
+        nodes[-1]["message"] = slurm_cause(enacted.message)
         if not args.json:
-            print(enacted.message, file=sys.stdout if codes[-1] == 0 else sys.stderr)
+            print(nodes[-1]["message"], file=sys.stdout if codes[-1] == 0 else sys.stderr)
     code = max(codes)
     if args.json:
         print(json.dumps({"schema": schema, "exit_code": int(code), "nodes": nodes}, indent=2))
@@ -150,7 +169,8 @@ def cmd_status(args) -> int:
 
     config, client, names = _setup(args)
     this_node = _setup_local_name()
-    local_state = read_state(config, setup(config.settings, stderr=True))
+    denied = _state_denied(config)
+    local_state = ({}, False) if denied else read_state(config, setup(config.settings, stderr=True))
     prefix = config.get("drain", "reason_prefix")
     breaker = config.settings["breaker"]
     out = {
@@ -182,7 +202,14 @@ def cmd_status(args) -> int:
             "tripped": state.tripped,
         }
     except SlurmError as exc:
-        out["breaker"] = {"error": str(exc)}
+        out["breaker"] = {"error": slurm_cause(str(exc))}
+    for entry in out["nodes"]:
+        if "error" in entry:
+            entry["error"] = slurm_cause(entry["error"])
+        if denied and "local_record" in entry:
+            entry["local_record"] = "unknown: " + denied
+    if denied:
+        out["local_state_error"] = denied
     if args.json:
         print(json.dumps(dict({"schema": STATUS_SCHEMA}, **out), indent=2))
     else:
@@ -225,7 +252,14 @@ def render_status(out: dict) -> str:
     lines.append("")
     lines.append("mode:        %s" % out["mode"])
     lines.append("breaker:     %s" % _breaker_text(out["breaker"]))
-    lines.append("local state: %s" % _local_state_text(out["local_state"]))
+    lines.append(
+        "local state: %s"
+        % (
+            "unknown: " + out["local_state_error"]
+            if out.get("local_state_error")
+            else _local_state_text(out["local_state"])
+        )
+    )
     return "\n".join(lines) + "\n"
 
 
@@ -263,6 +297,45 @@ def _local_state_text(state) -> str:
         elif value:
             parts.append("%s: %s" % (key, json.dumps(value, sort_keys=True)))
     return "; ".join(parts) or "nothing drained or pending"
+
+
+def _state_denied(config) -> str:
+    """Why this user cannot read the node's state file ('' when it can, or when it is absent): the
+    state directory is root's (0700), and "unknown/lost" alone would hide that."""
+    from ..hooks import state_path
+
+    path = state_path(config)
+    try:
+        os.stat(path)
+    except PermissionError:
+        return "permission denied reading %s (run this as root)" % path
+    except OSError:
+        return ""
+    return (
+        "" if os.access(path, os.R_OK) else "permission denied reading %s (run this as root)" % path
+    )
+
+
+# what scontrol prints when it finds no configuration: no slurm.conf and no configless DNS SRV record
+# (Slurm 22.05 on a host without /etc/slurm/slurm.conf: "fetch_config: DNS SRV lookup failed",
+# "_establish_config_source: failed to fetch config", "fatal: Could not establish a configuration
+# source"), or a SLURM_CONF that names no file ("Unable to process configuration file")
+_NO_SLURM_CONFIG = re.compile(
+    r"Could not establish a configuration source|Unable to process configuration file"
+)
+
+
+def slurm_cause(text: str) -> str:
+    """A Slurm error in the words of its cause where scontrol's own lines bury it."""
+    if not _NO_SLURM_CONFIG.search(text or ""):
+        return text
+    from ..slurm.client import CONF_CANDIDATES
+
+    return (
+        "no Slurm configuration on this host: scontrol found no slurm.conf (%s) and no configless "
+        "slurmctld (DNS SRV record); run this where Slurm's client is set up, or set SLURM_CONF"
+        % (os.environ.get("SLURM_CONF") or ", ".join(CONF_CANDIDATES))
+    )
 
 
 def _setup_local_name() -> str:

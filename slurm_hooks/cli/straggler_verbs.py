@@ -26,6 +26,11 @@ def cmd_stragglers(args) -> ExitCode:
         return _error("--job and --all do not go with --stragglers")
     _registry, config = load(args)
     paths = list(args.paths) or [config.get("records", "dir")]
+    from .record_verbs import refuse_unreadable
+
+    refused = refuse_unreadable(paths)
+    if refused is not None:
+        return ExitCode(refused)
     try:
         since = parse_since(args.since)
         result = fleet.scan(paths, config.settings["fleet"], since=since)
