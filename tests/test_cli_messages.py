@@ -149,6 +149,7 @@ def test_status_as_nobody_says_the_state_file_is_root_s(config, monkeypatch):
     doc = json.loads(text[text.index("{") :])
     state = config.parent / "state" / "node-state.json"
     assert doc["local_state_error"] == "permission denied reading %s (run this as root)" % state
+    assert doc["local_state"] is None  # unknown, not "nothing recorded"
     code, text = as_nobody(["status"])
     assert "local state: unknown: permission denied reading %s" % state in text, text
 

@@ -72,6 +72,7 @@ def test_status_is_a_table_not_json_blobs(site, capsys):
         for line in lines
     ), out.out
     assert "mode:        enforce" in lines
+    assert "local state: nothing drained or pending" in lines  # no state file: nothing recorded
 
 
 def test_status_json_has_one_shape_for_one_node_or_many(site, capsys):

@@ -175,7 +175,9 @@ def cmd_status(args) -> int:
     breaker = config.settings["breaker"]
     out = {
         "mode": config.get("general", "mode"),
-        "local_state": local_state[0] if local_state[1] else None,
+        "local_state": (
+            local_state[0] if local_state[1] or not denied and _state_absent(config) else None
+        ),
         "nodes": [
             node_status(client, name, config, name == this_node, local_state) for name in names
         ],
@@ -297,6 +299,13 @@ def _local_state_text(state) -> str:
         elif value:
             parts.append("%s: %s" % (key, json.dumps(value, sort_keys=True)))
     return "; ".join(parts) or "nothing drained or pending"
+
+
+def _state_absent(config) -> bool:
+    """No state file: nothing drained or pending was ever recorded here (or it was lost)."""
+    from ..hooks import state_path
+
+    return not os.path.lexists(state_path(config))
 
 
 def _state_denied(config) -> str:
