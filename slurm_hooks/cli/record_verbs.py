@@ -95,46 +95,10 @@ def _error(message: str) -> int:
     return ExitCode.UNKNOWN
 
 
-def unreadable(directories: List[str]) -> List[str]:
-    """The records directories, and node directories in them, that this user may not list: as a
-    user other than root the records (mode 0700/0600, written by the hooks as root) look absent
-    otherwise, and "no record" would hide the real cause."""
-    import os
-
-    denied = []
-    for top in directories:
-        try:
-            with os.scandir(top) as entries:
-                subdirs = [e.path for e in entries if e.is_dir(follow_symlinks=False)]
-        except PermissionError:
-            denied.append(top)
-            continue
-        except OSError:  # absent or not a directory: the report says so itself
-            continue
-        denied.extend(d for d in subdirs if not os.access(d, os.R_OK | os.X_OK))
-    return denied
-
-
-def permission_message(denied: List[str]) -> str:
-    return "permission denied reading %s%s (records are written by root: run this as root)" % (
-        ", ".join(denied[:3]),
-        " and %d more" % (len(denied) - 3) if len(denied) > 3 else "",
-    )
-
-
-def refuse_unreadable(directories: List[str]) -> Optional[int]:
-    """UNKNOWN when a whole records directory cannot be read; a warning for node directories."""
-    denied = unreadable(directories)
-    if any(d in directories for d in denied):
-        return _error(permission_message([d for d in denied if d in directories]))
-    if denied:
-        print("slurm-hooks: warning: left out: %s" % permission_message(denied), file=sys.stderr)
-    return None
-
-
 def cmd_record_show(args) -> int:
     from ..records.fleet_report import load_record
     from ..records.store import find_records
+    from .readable import permission_message, unreadable
 
     directories = _directories(args, args.dir)
     try:
@@ -184,6 +148,8 @@ def cmd_report(args) -> int:
         from .straggler_verbs import cmd_stragglers
 
         return cmd_stragglers(args)
+    from .readable import refuse_unreadable
+
     paths = _directories(args, args.paths)
     refused = refuse_unreadable(paths)
     if refused is not None:

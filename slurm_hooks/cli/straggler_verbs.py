@@ -26,7 +26,7 @@ def cmd_stragglers(args) -> ExitCode:
         return _error("--job and --all do not go with --stragglers")
     _registry, config = load(args)
     paths = list(args.paths) or [config.get("records", "dir")]
-    from .record_verbs import refuse_unreadable
+    from .readable import refuse_unreadable
 
     refused = refuse_unreadable(paths)
     if refused is not None:
