@@ -126,3 +126,24 @@ def test_baseline_does_not_replace_a_file_without_force(fake_node, tmp_path):
     proc = _run(["baseline", "--root", str(node.root), "-o", str(config)], _env(node))
     assert proc.returncode == 3 and "exists" in proc.stderr
     assert config.read_text() == "# an admin's hand-written file\n"
+
+
+def test_names_read_from_a_crafted_tree_stay_data(fake_node, tmp_path):
+    """An HCA directory named to close the string and open a table of its own (a crafted capture)
+    stays one string in `expected`; nothing of it becomes config."""
+    node = fake_node("dgx-h100")
+    evil = 'mlx5_x"]\n[checks."system.load"]\nenabled = false\n#'
+    port = "/sys/class/infiniband/%s/ports/1/" % evil
+    for name, text in (
+        ("state", "4: ACTIVE"),
+        ("phys_state", "5: LinkUp"),
+        ("rate", "400 Gb/sec (4X NDR)"),
+        ("link_layer", "InfiniBand"),
+    ):
+        node.write(port + name, text + "\n")
+    config = _baseline(node, tmp_path)
+    proc = _run(["--config", str(config), "config", "check", "--json"], _env())
+    doc = json.loads(proc.stdout)
+    assert proc.returncode == 0 and doc["valid"], proc.stdout + proc.stderr
+    assert doc["checks"]["system.load"]["enabled"] is True
+    assert evil in doc["checks"]["gpudirect.hca"]["params"]["expected"]

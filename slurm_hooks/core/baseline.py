@@ -16,12 +16,13 @@ check modules it runs.
 from __future__ import annotations
 
 import fnmatch
+import json
 import math
 import re
 from typing import Any, Dict, List, Optional, Tuple
 
 from ..result import Status
-from .config import Config, _toml_value
+from .config import Config
 from .runner import GatherContext, JobContext, RunReport, run_checks
 
 GIB_KB = 1024 * 1024
@@ -68,7 +69,22 @@ class Baseline:
 
 
 def _one_line(text: str) -> str:
-    return " ".join(str(text).split())[:200]
+    """Text from the node (a CPU model, an error) as one comment line: no line breaks, no control
+    characters (a crafted capture must not write TOML, or terminal escapes, through a comment)."""
+    return " ".join("".join(c for c in str(text) if c >= " " and c != "\x7f").split())[:200]
+
+
+def _toml_value(value: Any) -> str:
+    """TOML for the values a baseline writes. Strings as JSON strings: every JSON escape is a TOML
+    basic-string escape, and a name read from the node (an HCA directory, a kernel release) with a
+    quote or a line break in it stays one string."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    if isinstance(value, str):
+        return json.dumps(value)
+    return "[" + ", ".join(_toml_value(v) for v in value) + "]"
 
 
 def _failed(value: Any) -> bool:
