@@ -60,3 +60,28 @@ def test_every_gpu_with_the_fault_is_listed_and_verbose_adds_details(fake_node):
     assert [line.split()[1] for line in lines[2:9]] == ["gpu:%d" % i for i in range(1, 8)]
     verbose = _check(node, "gpu.pcie", "-v").stdout
     assert verbose.count("-> drain") >= 8 and "gpu:7 0000:c6:00.0" in verbose
+
+
+def test_more_findings_than_fit_end_with_a_pointer_to_verbose():
+    """Twelve GPUs with the same fault (a 16-GPU HGX): eight under the row, then where the rest are."""
+    from slurm_hooks.core.report_format import MAX_FINDING_LINES, render_table
+    from slurm_hooks.core.runner import CheckRun, RunReport
+    from slurm_hooks.result import Action, Result, Status
+
+    results = [
+        Result(
+            "gpu.pcie",
+            Status.FAIL,
+            "PCIe link downtrained: x8 of x16",
+            component="gpu:%d 0000:%02x:00.0" % (i, 0x10 + i),
+            action=Action.DRAIN,
+        )
+        for i in range(12)
+    ] + [Result("gpu.pcie", Status.OK, "PCIe link at full width", component="gpu:12")]
+    text = render_table(RunReport("manual", [CheckRun("gpu.pcie", results, 0.01)], 0.01, 30.0))
+    lines = text.splitlines()
+    assert lines[1].endswith("gpu:0 0000:10:00.0: PCIe link downtrained: x8 of x16 -> drain")
+    listed = lines[2 : 2 + MAX_FINDING_LINES]
+    assert [line.split()[1] for line in listed] == ["gpu:%d" % i for i in range(1, 9)]
+    assert lines[2 + MAX_FINDING_LINES].strip() == "... and 3 more (slurm-hooks check -v gpu.pcie)"
+    assert "gpu:12" not in text  # a passing GPU is not a finding

@@ -119,3 +119,16 @@ def test_drain_and_resume_json(site, capsys):
     assert doc["schema"] == "slurm-hooks.resume/1" and code == doc["exit_code"] == 1
     by = {n["node"]: n for n in doc["nodes"]}
     assert by["node3"]["outcome"] == "resumed" and by["node4"]["outcome"] == "not-ours"
+
+
+def test_a_reason_with_line_breaks_and_escapes_stays_on_its_line(site, capsys, monkeypatch):
+    backend = cluster()
+    backend.nodes["node1"] = NodeInfo(
+        "node1", "IDLE", frozenset({"DRAIN"}), "fan\nnode9  IDLE  not drained\x1b[2J", "bob"
+    )
+    monkeypatch.setattr(
+        "slurm_hooks.slurm.drainer.make_client", lambda settings: SlurmClient(backend)
+    )
+    code, out = _status(site, capsys, "--node", "node1")
+    assert "\x1b" not in out.out and "reason: fan?node9  IDLE  not drained?[2J (bob)" in out.out
+    assert [line.split()[0] for line in out.out.splitlines()[1:3]] == ["node1", "reason:"]

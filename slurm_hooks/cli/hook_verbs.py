@@ -230,7 +230,7 @@ def render_status(out: dict) -> str:
     the mode, the breaker and this node's local state."""
     rows = [("NODE", "STATE", "DRAIN")]
     under = {}
-    for entry in out["nodes"]:
+    for entry in ({k: _printable(v) for k, v in e.items()} for e in out["nodes"]):
         if "error" in entry:
             rows.append((entry["node"], "?", "error: " + entry["error"]))
             continue
@@ -263,6 +263,14 @@ def render_status(out: dict) -> str:
         )
     )
     return "\n".join(lines) + "\n"
+
+
+def _printable(value):
+    """A reason is anyone's text (`scontrol update ... Reason=`): no line breaks or terminal escapes
+    in the table."""
+    if not isinstance(value, str):
+        return value
+    return "".join(c if c >= " " and c != "\x7f" else "?" for c in value)
 
 
 def _breaker_text(breaker: dict) -> str:
