@@ -7,6 +7,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from tests.captures import unpack
 from tests.helpers import REPO
 
@@ -147,3 +149,27 @@ def test_names_read_from_a_crafted_tree_stay_data(fake_node, tmp_path):
     assert proc.returncode == 0 and doc["valid"], proc.stdout + proc.stderr
     assert doc["checks"]["system.load"]["enabled"] is True
     assert evil in doc["checks"]["gpudirect.hca"]["params"]["expected"]
+
+
+@pytest.mark.parametrize("spec", ["dgx-a100", "cpu-only"])
+def test_every_check_passes_on_the_node_its_baseline_came_from(fake_node, tmp_path, spec):
+    node = fake_node(spec)
+    config = _baseline(node, tmp_path)
+    code, report = _check(node, config)
+    bad = [(c["name"], c["status"]) for c in report["checks"] if c["status"] not in ("OK", "SKIP")]
+    assert code == 0 and bad == [], (bad, config.read_text())
+    assert ("gpu.driver" in config.read_text()) is (spec != "cpu-only")
+
+
+def test_a_fault_no_baseline_can_express_is_listed_and_exits_1(fake_node, tmp_path):
+    """A x8 link is a fault whatever the config: a baseline taken on that node says so at its top and
+    exits 1, and the file is still written."""
+    node = fake_node("dgx-h100", {"gpu": {1: {"pcie": {"width": 8}}}})
+    out = tmp_path / "baseline.toml"
+    proc = _run(
+        ["baseline", "--root", str(node.root), "--live", "nvml", "-o", str(out)], _env(node)
+    )
+    assert proc.returncode == 1 and "did not pass every check" in proc.stderr
+    head = out.read_text().split("\n[", 1)[0]
+    assert "#   FAIL gpu.pcie: gpu:1 0000:1a:00.0: PCIe link downtrained: x8 of x16" in head
+    assert "expected = 8" in out.read_text()

@@ -61,8 +61,9 @@ def add_parsers(sub) -> None:
         description="Read this node (or --root DIR) once and print its expected values as config "
         "TOML, as NHC's nhc-genconf does: GPU count and model, driver, PCIe generation, NVLinks per "
         "model, HCAs and their rate, CPU and NUMA layout, memory. Take it on a known-good node, "
-        "review it, and install it as a conf.d drop-in. Exit code: 0, or 1 when this node did not "
-        "pass every check (the file is still written, with the failures listed at its top).",
+        "review it, and install it as a conf.d drop-in. Exit code: 0, or 1 when this node fails "
+        "checks even under its own baseline (a x8 link; the file is still written, with the "
+        "failures listed at its top).",
     )
     baseline.add_argument(
         "-o", "--output", metavar="FILE", help="write to FILE instead of stdout (not replaced)"
@@ -209,8 +210,8 @@ def cmd_baseline(args) -> int:
         sys.stdout.write(text)
     if report.status.severity > Status.OK.severity:
         print(
-            "slurm-hooks baseline: this node did not pass every check (%s): review the values"
-            % report.status.value,
+            "slurm-hooks baseline: this node did not pass every check under it (%s): "
+            "see the top of the file" % report.status.value,
             file=sys.stderr,
         )
         return ExitCode.WARN

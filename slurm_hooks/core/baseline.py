@@ -22,7 +22,9 @@ import re
 from typing import Any, Dict, List, Optional, Tuple
 
 from ..result import Status
-from .config import Config
+from .config import Config, validate
+from .config_files import toml_loads
+from .report_format import finding
 from .runner import GatherContext, JobContext, RunReport, run_checks
 
 GIB_KB = 1024 * 1024
@@ -44,7 +46,15 @@ class Baseline:
         self.sections.append((header, lines))
         return lines
 
+    def body(self) -> str:
+        out = []
+        for header, lines in self.sections:
+            if lines:
+                out.extend(["", header] + lines)
+        return "\n".join(out) + "\n"
+
     def render(self, node: Optional[str], report: RunReport) -> str:
+        """The body under a header: where it came from, and what this node fails even under it."""
         out = [
             "# slurm-hooks baseline of %s: the expected values of this node, as config."
             % (node or "?"),
@@ -54,18 +64,13 @@ class Baseline:
             run for run in report.runs if run.status in (Status.FAIL, Status.UNKNOWN, Status.WARN)
         ]
         if bad:
-            out.append("# WARNING: this node did not pass every check when the baseline was taken:")
+            out.append("# WARNING: this node does not pass every check under this baseline:")
             out.extend(
-                "#   %s %s: %s" % (run.status.value, run.name, _one_line(run.headline().summary))
+                "#   %s %s: %s" % (run.status.value, run.name, _one_line(finding(run.headline())))
                 for run in bad
             )
         out.extend("# " + note for note in self.notes)
-        for header, lines in self.sections:
-            if lines:
-                out.append("")
-                out.append(header)
-                out.extend(lines)
-        return "\n".join(out) + "\n"
+        return "\n".join(out) + "\n" + self.body()
 
 
 def _one_line(text: str) -> str:
@@ -92,9 +97,11 @@ def _failed(value: Any) -> bool:
 
 
 def take_baseline(registry, config: Config, host, node: Optional[str]) -> Tuple[str, RunReport]:
-    """Run every check once (manual context, no job) and turn what the gatherers read into config TOML."""
+    """Run every check once (manual context, no job), turn what the gatherers read into config TOML,
+    and judge the node again under it (the report returned): the readings are the cached ones, so
+    what a baseline cannot express (a x8 link, a GPU that fell off) shows, and nothing is read twice."""
     gather = GatherContext(registry, host, config, JobContext())
-    report = run_checks(registry, config, host, "manual", registry.sorted_checks(), gather=gather)
+    run_checks(registry, config, host, "manual", registry.sorted_checks(), gather=gather)
     base = Baseline()
     _gpus(base, gather)
     _hcas(base, gather.peek("gpudirect.state"))
@@ -102,7 +109,25 @@ def take_baseline(registry, config: Config, host, node: Optional[str]) -> Tuple[
     _memory(base, gather.peek("system.memory"))
     _numa(base, gather.peek("numa.sysctl"))
     _kernel(base, gather.peek("system.kernel"))
-    return base.render(node, report), report
+    judged = _under_baseline(registry, config, host, gather, base.body())
+    return base.render(node, judged), judged
+
+
+def _under_baseline(registry, config: Config, host, gather: GatherContext, body: str) -> RunReport:
+    """The checks again, with the baseline over the defaults (and this run's root, NVML library, paths
+    and deadlines). Validating it here also proves the output loads: a ValueError/ConfigError here is
+    our bug, not the admin's."""
+    data = toml_loads(body)
+    for section in ("nvml", "paths", "deadline"):
+        data[section] = dict(config.settings[section])
+    data["general"] = dict(
+        data.get("general", {}),
+        root=config.get("general", "root"),
+        root_live_sources=list(config.get("general", "root_live_sources")),
+    )
+    baseline = validate(registry, data)
+    gather.config = baseline  # the cached readings stay; "settings" and any new gatherer see it
+    return run_checks(registry, baseline, host, "manual", registry.sorted_checks(), gather=gather)
 
 
 def _gpus(base: Baseline, gather: GatherContext) -> None:
@@ -202,15 +227,37 @@ def _hcas(base: Baseline, state: Any) -> None:
     layers = {p.link_layer for p in up}
     if len(layers) == 1 and layers <= {"InfiniBand", "Ethernet"}:
         lines.append("link_layer = %s" % _toml_value(layers.pop()))
-    rates = {p.rate_gbps for p in up if p.rate_gbps is not None}
-    if len(rates) == 1:
-        lines.append("min_rate_gbps = %s" % _toml_value(float(rates.pop())))
-    elif rates:
+    _rates(lines, up)
+
+
+def _rates(lines: List[str], up: List[Any]) -> None:
+    """min_rate_gbps: the one rate when every port runs at it (FAIL below it). With several rates the
+    check's own comparison (WARN below the fastest port of the same link layer) works where each
+    layer runs at one rate; where one layer mixes rates (EDR storage beside HDR compute) that
+    comparison would WARN on this very node, so the floor is the slowest rate seen instead."""
+    by_layer: Dict[str, set] = {}
+    for port in up:
+        if port.rate_gbps is not None:
+            by_layer.setdefault(port.link_layer, set()).add(port.rate_gbps)
+    rates = sorted({r for layer in by_layer.values() for r in layer})
+    if not rates:
+        return
+    if len(rates) == 1 or any(len(layer) > 1 for layer in by_layer.values()):
+        if len(rates) > 1:
+            lines.append(
+                "# ports of one link layer run at different rates (%s Gb/s): the floor is the "
+                "slowest; a port down-trained to it is not caught" % _rate_list(rates)
+            )
+        lines.append("min_rate_gbps = %s" % _toml_value(float(rates[0])))
+    else:
         lines.append(
-            "# ports run at different rates (%s Gb/s): min_rate_gbps left at 0, so each port is "
-            "compared with the fastest of its link layer"
-            % ", ".join("%g" % r for r in sorted(rates))
+            "# each link layer runs at one rate (%s Gb/s): min_rate_gbps left at 0, so a port "
+            "slower than the fastest of its link layer is a WARN" % _rate_list(rates)
         )
+
+
+def _rate_list(rates: List[float]) -> str:
+    return ", ".join("%g" % r for r in rates)
 
 
 def _cpu(base: Baseline, cpu: Any) -> None:
