@@ -70,23 +70,7 @@ def _setup(args):
     from .check_verbs import load
 
     _registry, config = load(args)
-    conf = os.environ.get("SLURM_CONF")
-    if conf and not (os.path.isfile(conf) and os.access(conf, os.R_OK)):
-        # scontrol would retry reading it for 60 s, then fail with "Unable to process configuration file"
-        print(
-            "slurm-hooks %s: SLURM_CONF=%s: %s"
-            % (
-                args.command,
-                conf,
-                "no such file"
-                if not os.path.exists(conf)
-                else "not a file"
-                if not os.path.isfile(conf)
-                else "permission denied (run as root)",
-            ),
-            file=sys.stderr,
-        )
-        raise SystemExit(ExitCode.UNKNOWN)
+    _refuse_missing_slurm_conf(args.command)
     client = make_client(config.settings)
     if not args.node:
         return config, client, [node_name(job_from_env(os.environ, require_job=False), None)]
@@ -95,6 +79,23 @@ def _setup(args):
     except (ValueError, SlurmError) as exc:
         print("slurm-hooks %s: --node %s: %s" % (args.command, args.node, exc), file=sys.stderr)
         raise SystemExit(ExitCode.UNKNOWN) from None
+
+
+def _refuse_missing_slurm_conf(command: str) -> None:
+    """A SLURM_CONF that names no readable file is a usage error (exit 3) said at once: scontrol
+    would retry reading it for 60 s, then fail with "Unable to process configuration file"."""
+    conf = os.environ.get("SLURM_CONF")
+    if not conf or (os.path.isfile(conf) and os.access(conf, os.R_OK)):
+        return
+    why = (
+        "no such file"
+        if not os.path.exists(conf)
+        else "not a file"
+        if not os.path.isfile(conf)
+        else "permission denied (run as root)"
+    )
+    print("slurm-hooks %s: SLURM_CONF=%s: %s" % (command, conf, why), file=sys.stderr)
+    raise SystemExit(ExitCode.UNKNOWN)
 
 
 def _exit_code(enacted) -> int:
@@ -147,11 +148,10 @@ def _enact(args, schema: str, names, act) -> int:
             {
                 "node": name,
                 "outcome": enacted.outcome.value,
-                "message": enacted.message,
+                "message": slurm_cause(enacted.message),
                 "exit_code": int(codes[-1]),
             }
         )
-        nodes[-1]["message"] = slurm_cause(enacted.message)
         if not args.json:
             print(nodes[-1]["message"], file=sys.stdout if codes[-1] == 0 else sys.stderr)
     code = max(codes)
