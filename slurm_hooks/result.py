@@ -37,12 +37,16 @@ class ExitCode(enum.IntEnum):
     and configuration errors are UNKNOWN. NODE_BROKEN is the hooks' own: this node must not run the
     job; prolog.d/epilog.d turn it into 1 (Slurm's signal to fail the prolog) and every other code
     into 0 (fail open). `drain`/`resume` by hand exit REFUSED (1) when etiquette or Slurm's state
-    refused the request.
+    refused the request; `report` exits FOUND (1) when it names nodes to look at. The whole table
+    is in docs/cli.md.
     """
 
     OK = 0
     WARN = 1
     REFUSED = 1  # an alias of WARN (same number): drain/resume not done
+    FOUND = (
+        1  # an alias of WARN: `report` found nodes to look at (abnormal jobs, straggler suspects)
+    )
     FAIL = 2
     UNKNOWN = 3  # could not evaluate; also usage, configuration and Slurm-unreachable errors
     NODE_BROKEN = 10

@@ -227,7 +227,7 @@ def test_lost_local_state_is_rebuilt_and_the_node_resumed(hooks):
         text=True,
         timeout=60,
     )
-    info = json.loads(res.stdout)
+    info = json.loads(res.stdout)["nodes"][0]  # schema slurm-hooks.status/1
     assert info["drain"] == "slurm-hooks, automatic (gpu.count)" and info[
         "local_record"
     ].startswith("lost"), info

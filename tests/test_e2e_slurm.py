@@ -489,7 +489,8 @@ def test_admin_drain_status_resume_against_the_real_controller(hooks):
         c.node_state("node1")
     )
     rc, out = hooks.run_cli("status", "--node", "node1", "--json")
-    info = json.loads(out[: out.rindex("}") + 1])
+    doc = json.loads(out[: out.rindex("}") + 1])
+    info = dict(doc, **doc["nodes"][0])  # schema slurm-hooks.status/1: nodes is a list, even of one
     assert (
         rc == 0
         and info["drained_by_us"] is True

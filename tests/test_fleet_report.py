@@ -18,6 +18,7 @@ from bench import fleet_synth
 from slurm_hooks.cli.main import main
 from slurm_hooks.core.config import SECTIONS
 from slurm_hooks.records import straggler_scan as fleet
+from slurm_hooks.result import ExitCode
 from tests.straggler_records import HW, NOW, healthy, settings, write, write_jobs
 
 
@@ -582,7 +583,7 @@ def config(tmp_path, monkeypatch):
 def test_cli_table_json_and_prometheus(tmp_path, config, capsys):
     d = str(tmp_path / "jobs")
     write_jobs(d, jobs=12)
-    assert main(["report", "--stragglers", d]) == 0
+    assert main(["report", "--stragglers", d]) == ExitCode.FOUND
     text = capsys.readouterr().out
     lines = text.splitlines()
     assert lines[0].startswith("72 records, 12 multi-node jobs scored (72 node-jobs) on 6 nodes")
@@ -604,7 +605,7 @@ def test_cli_table_json_and_prometheus(tmp_path, config, capsys):
 
     prom = tmp_path / "textfile" / "stragglers.prom"
     prom.parent.mkdir()
-    assert main(["report", "--stragglers", d, "--json", "--prom", str(prom)]) == 0
+    assert main(["report", "--stragglers", d, "--json", "--prom", str(prom)]) == ExitCode.FOUND
     data = json.loads(capsys.readouterr().out)
     assert data["schema"] == "slurm-hooks.stragglers/1" and data["jobs_scored"] == 12
     (suspect,) = data["suspects"]
@@ -734,10 +735,10 @@ def test_draining_on_one_job_or_one_user_is_accepted_with_a_warning(tmp_path, co
     d = str(tmp_path / "jobs")
     write_jobs(d, jobs=4)
     config.write_text(config.read_text() + "[fleet]\nk = 1\nm = 1\ndrain_min_users = 1\n")
-    assert main(["report", "--stragglers", d]) == 0
+    assert main(["report", "--stragglers", d]) == ExitCode.FOUND
     assert "warning" not in capsys.readouterr().err  # reporting on one job harms nobody
     config.write_text(config.read_text() + "drain = true\n")
-    assert main(["report", "--stragglers", d]) == 0
+    assert main(["report", "--stragglers", d]) == ExitCode.FOUND
     err = capsys.readouterr().err
     assert "warning: " in err and "[fleet] k = 1 with drain = true: one slow job drains" in err
     assert "[fleet] drain_min_users = 1 with drain = true: one user's jobs" in err
@@ -748,7 +749,9 @@ def test_settings_that_can_never_drain_or_that_reopen_the_login_attack(tmp_path,
     d = str(tmp_path / "jobs")
     write_jobs(d, jobs=4)
     config.write_text(config.read_text() + "[fleet]\ndrain_min_users = 20\n")  # a typo for 2
-    assert main(["report", "--stragglers", d]) == 0  # reporting only: it does not matter
+    assert (
+        main(["report", "--stragglers", d]) == ExitCode.FOUND
+    )  # reporting only: it does not matter
     config.write_text(config.read_text() + "drain = true\n")
     assert main(["report", "--stragglers", d]) == 3
     assert "[fleet] drain_min_users = 20 is more than m = 10 with drain" in capsys.readouterr().err
@@ -757,10 +760,10 @@ def test_settings_that_can_never_drain_or_that_reopen_the_login_attack(tmp_path,
     config.write_text(
         config.read_text().replace("drain_min_users = 20", 'report_only = ["cpu_steal_frac"]')
     )
-    assert main(["report", "--stragglers", d]) == 0
+    assert main(["report", "--stragglers", d]) == ExitCode.FOUND
     assert "warning" not in capsys.readouterr().err  # report only: nothing to warn about
     config.write_text(config.read_text() + "drain = true\n")
-    assert main(["report", "--stragglers", d]) == 0
+    assert main(["report", "--stragglers", d]) == ExitCode.FOUND
     assert "report_only does not name foreign_cpu_frac with drain = true" in capsys.readouterr().err
 
 

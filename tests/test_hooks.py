@@ -260,6 +260,7 @@ def test_broken_config_fails_open_with_one_critical_line_and_a_metric(
     monkeypatch.setenv("SLURM_HOOKS_ALLOW_INSECURE_CONFIG", "1")
     log, prom = tmp_path / "log" / "hooks.log", tmp_path / "prom"
     log.parent.mkdir()  # as on an installed node (the package makes /var/log/slurm-hooks)
+    prom.mkdir()  # and node_exporter's package its textfile directory (a missing one is logged)
     bad = tmp_path / "config.toml"
     paths = (
         '[paths]\nlog_file = "%s"\nstate_dir = "%s"\nsyslog = true\n[metrics]\ntextfile_dir = "%s"\n'

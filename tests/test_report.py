@@ -255,7 +255,7 @@ def cli(*argv):
 
 def test_cli_report_and_record_show(fleet_dir):
     out = cli("report", fleet_dir, "--json")
-    assert out.returncode == 0, out.stderr
+    assert out.returncode == 1, out.stderr  # ExitCode.FOUND: nodes with abnormal jobs
     data = json.loads(out.stdout)
     assert data["records"] == 8 and [n["node"] for n in data["ranking"]] == [
         "node-d",

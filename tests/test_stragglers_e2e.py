@@ -115,7 +115,7 @@ def test_the_report_names_the_skewed_node_and_its_figures(fleet_nodes, tmp_path)
         text=True,
         timeout=60,
     )
-    assert done.returncode == 0, done.stderr
+    assert done.returncode == 1, done.stderr  # ExitCode.FOUND: suspects
     data = json.loads(done.stdout)
     assert (data["records"], data["jobs_scored"], data["node_jobs"]) == (5, 1, 5), data
     found = {(s["node"], s["metric"]) for s in data["suspects"]}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import stat
 import subprocess
 import sys
@@ -99,14 +100,44 @@ def test_explain_shows_the_effective_decision_of_an_override_table(config):
     assert broken.returncode == 3 and "invalid value 'BROKEN'" in broken.stderr
 
 
-@pytest.mark.parametrize("number", ["9999", "0"])
-def test_explain_unknown_xid_exits_3(config, number):
+def test_explain_unknown_xid_exits_3_with_advice_config_check_accepts(config):
+    proc = cli(["explain", "xid", "9999"], config())
+    assert proc.returncode == 3 and proc.stdout == ""
+    assert "Xid 9999 is not in the packaged catalog" in proc.stderr
+    advice = re.search(r"(\[checks\.\"xid\.events\"\.overrides\]) (\d+ = \{[^}]*\})", proc.stderr)
+    assert advice, proc.stderr
+    checked = cli(["config", "check"], config("%s\n%s\n" % advice.groups()))
+    assert checked.returncode == 0, checked.stderr
+
+
+@pytest.mark.parametrize("number", ["0", "-1", "100000"])
+def test_explain_of_a_number_that_is_no_xid_suggests_no_override(config, number):
+    """`explain xid -1` used to suggest `[checks."xid.events".overrides] -1 = {...}`, which `config check`
+    rejects; a number no override may name is said to be no Xid at all."""
     proc = cli(["explain", "xid", number], config())
     assert proc.returncode == 3 and proc.stdout == ""
-    assert (
-        "Xid %s is not in the packaged catalog" % number in proc.stderr
-        and "overrides" in proc.stderr
+    assert "%s is not an Xid number: Xids are 1 to 99999" % number in proc.stderr
+    assert "overrides" not in proc.stderr
+    rejected = cli(
+        ["config", "check"],
+        config('[checks."xid.events".overrides]\n"%s" = {status = "OK"}\n' % number),
     )
+    assert rejected.returncode == 3 and "is not an Xid number" in rejected.stderr
+
+
+def test_explain_json(config):
+    """Schema slurm-hooks.explain/1: the catalog row and the decision in force (overrides applied)."""
+    doc = json.loads(cli(["explain", "xid", "79", "--json"], config()).stdout)
+    assert doc["schema"] == "slurm-hooks.explain/1" and doc["number"] == 79
+    assert doc["entry"]["mnemonic"] == "ROBUST_CHANNEL_GPU_HAS_FALLEN_OFF_THE_BUS"
+    assert (doc["decision"]["status"], doc["decision"]["action"]) == ("FAIL", "reboot")
+    table = config('[checks."xid.events".overrides]\n13 = {status = "FAIL", action = "rma"}\n')
+    doc = json.loads(cli(["explain", "xid", "13", "--json"], table).stdout)
+    assert doc["decision"]["action"] == "rma" and doc["decision"]["overridden"] is True
+    unknown = cli(["explain", "xid", "9999", "--json"], config())
+    doc = json.loads(unknown.stdout)
+    assert unknown.returncode == 3 and doc["entry"] is None
+    assert doc["decision"]["status"] == "UNKNOWN"
 
 
 def test_explain_needs_a_number(config):

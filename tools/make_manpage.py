@@ -37,9 +37,13 @@ DESCRIPTION = (
 
 EXIT_STATUS = (
     ("0", "OK (or every check skipped)"),
-    ("1", "WARN: works, but degraded or suspicious"),
+    (
+        "1",
+        "WARN: works, but degraded or suspicious; drain/resume refused; report found nodes to look at",
+    ),
     ("2", "FAIL: broken"),
     ("3", "UNKNOWN: could not evaluate; also usage and configuration errors"),
+    ("10", "the hooks only: the node carries DRAIN, the job must not run (prolog.d makes it 1)"),
 )
 
 

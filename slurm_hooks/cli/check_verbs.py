@@ -9,7 +9,7 @@ import threading
 
 from ..core.config import LIVE_SOURCES, Config, load_registry_and_config, render_toml
 from ..registry import CONTEXTS, Registry, load_builtin_checks
-from ..result import ExitCode
+from ..result import ExitCode, Status
 
 
 def add_parsers(sub) -> None:
@@ -52,23 +52,61 @@ def add_parsers(sub) -> None:
         "--root", metavar="DIR", help="capture a tree (a fake node, another capture) instead of /"
     )
     add_live_option(capture)
+    add_json_option(capture, CAPTURE_SCHEMA)
     capture.set_defaults(handler=cmd_capture)
 
-    sub.add_parser("list", help="list every check with its contexts and description").set_defaults(
-        handler=cmd_list
+    baseline = sub.add_parser(
+        "baseline",
+        help="write this node's expected values (GPUs, links, driver, HCAs, CPUs, memory) as config",
+        description="Read this node (or --root DIR) once and print its expected values as config "
+        "TOML, as NHC's nhc-genconf does: GPU count and model, driver, PCIe generation, NVLinks per "
+        "model, HCAs and their rate, CPU and NUMA layout, memory. Take it on a known-good node, "
+        "review it, and install it as a conf.d drop-in. Exit code: 0, or 1 when this node fails "
+        "checks even under its own baseline (a x8 link; the file is still written, with the "
+        "failures listed at its top).",
     )
+    baseline.add_argument(
+        "-o", "--output", metavar="FILE", help="write to FILE instead of stdout (not replaced)"
+    )
+    baseline.add_argument("--force", action="store_true", help="replace an existing --output FILE")
+    baseline.add_argument(
+        "--root", metavar="DIR", help="read a tree (a capture, the fake node) instead of /"
+    )
+    add_live_option(baseline)
+    baseline.set_defaults(handler=cmd_baseline)
+
+    listing = sub.add_parser("list", help="list every check with its contexts and description")
+    add_json_option(listing, LIST_SCHEMA)
+    listing.set_defaults(handler=cmd_list)
 
     config = sub.add_parser("config", help="configuration commands")
     config_sub = config.add_subparsers(
         dest="config_command", metavar="SUBCOMMAND", parser_class=Parser
     )
     config_sub.required = True
-    config_sub.add_parser(
+    config_check = config_sub.add_parser(
         "check", help="validate the configuration and print the effective result"
-    ).set_defaults(handler=cmd_config)
+    )
+    add_json_option(config_check, CONFIG_SCHEMA)
+    config_check.set_defaults(handler=cmd_config)
     config_sub.add_parser(
         "reference", help="print the configuration reference (Markdown) from the registry"
     ).set_defaults(handler=cmd_config)
+
+
+LIST_SCHEMA = "slurm-hooks.list/1"
+CONFIG_SCHEMA = "slurm-hooks.config/1"
+CAPTURE_SCHEMA = "slurm-hooks.capture/1"
+
+
+def add_json_option(parser, schema: str) -> None:
+    parser.add_argument("--json", action="store_true", help="print JSON (schema %s)" % schema)
+
+
+def print_json(schema: str, document: dict) -> None:
+    import json
+
+    print(json.dumps(dict({"schema": schema}, **document), indent=2, default=str))
 
 
 def add_live_option(parser) -> None:
@@ -123,8 +161,13 @@ def cmd_capture(args) -> int:
     try:
         meta = capture(registry, config, args.out)
     except CaptureError as exc:
+        if args.json:
+            print_json(CAPTURE_SCHEMA, {"archive": args.out, "error": str(exc)})
         print("slurm-hooks: %s" % exc, file=sys.stderr)
         return ExitCode.UNKNOWN
+    if args.json:
+        print_json(CAPTURE_SCHEMA, {"archive": args.out, **meta})
+        return ExitCode.OK
     print(
         "%s: %d entries from %s (%s); redacted: %d files; check it with:\n  mkdir DIR && tar xf %s -C DIR && "
         "slurm-hooks --config DIR/%s/.slurm-hooks/config.toml check --root DIR/%s"
@@ -142,8 +185,47 @@ def cmd_capture(args) -> int:
     return ExitCode.OK
 
 
+def cmd_baseline(args) -> int:
+    from ..core.atomicio import write_atomic
+    from ..core.baseline import take_baseline
+    from ..core.report_format import node_name
+    from ..hw.host import Host
+
+    registry, config = load(args)
+    if args.output and os.path.lexists(args.output) and not args.force:
+        print(
+            "slurm-hooks baseline: %s exists (--force replaces it)" % args.output, file=sys.stderr
+        )
+        return ExitCode.UNKNOWN
+    root = config.get("general", "root")
+    text, report = take_baseline(registry, config, Host(root), node_name(root))
+    if args.output:
+        try:
+            write_atomic(args.output, text.encode(), mode=0o644)
+        except OSError as exc:
+            print("slurm-hooks baseline: %s: %s" % (args.output, exc.strerror), file=sys.stderr)
+            return ExitCode.UNKNOWN
+        print("slurm-hooks baseline: wrote %s" % args.output, file=sys.stderr)
+    else:
+        sys.stdout.write(text)
+    if report.status.severity > Status.OK.severity:
+        print(
+            "slurm-hooks baseline: this node did not pass every check under it (%s): "
+            "see the top of the file" % report.status.value,
+            file=sys.stderr,
+        )
+        return ExitCode.WARN
+    return ExitCode.OK
+
+
 def cmd_list(args) -> int:
     registry = load_builtin_checks()
+    if args.json:
+        print_json(
+            LIST_SCHEMA,
+            {"checks": [_check_dict(spec) for spec in registry.sorted_checks()]},
+        )
+        return ExitCode.OK
     rows = [
         (spec.name, ",".join(c for c in CONTEXTS if c in spec.contexts), spec.description)
         for spec in registry.sorted_checks()
@@ -154,13 +236,32 @@ def cmd_list(args) -> int:
     return ExitCode.OK
 
 
+def _check_dict(spec) -> dict:
+    return {
+        "name": spec.name,
+        "family": spec.family,
+        "contexts": [c for c in CONTEXTS if c in spec.contexts],
+        "description": spec.description,
+        "timeout_s": spec.timeout,
+        "enabled_by_default": spec.enabled_by_default,
+        "params": [
+            {"name": p.name, "type": p.describe_type(), "default": p.default, "help": p.help}
+            for p in spec.params
+        ],
+    }
+
+
 def cmd_config(args) -> int:
     if args.config_command == "reference":
         from ..core.config import render_reference
 
         sys.stdout.write(render_reference(load_builtin_checks()))
         return ExitCode.OK
+    if args.json:
+        return _config_json(args)
     _registry, config = load(args)
+    for warning in directory_warnings(config):
+        print("slurm-hooks: warning: %s" % warning, file=sys.stderr)
     sys.stdout.write(render_toml(config))
     print(
         "# configuration is valid%s"
@@ -171,6 +272,50 @@ def cmd_config(args) -> int:
             else ""
         ),
         file=sys.stderr,
+    )
+    return ExitCode.OK
+
+
+def directory_warnings(config: Config) -> "list[str]":
+    """Output directories that do not exist. The hooks create them, so a typo in [metrics]
+    textfile_dir would quietly start a tree node_exporter never reads; said here, where an admin
+    checks the config (not at every load: a stat of a hung file system must not stall a prolog)."""
+    found = []
+    for key, reader in (
+        ("textfile_dir", "node_exporter's --collector.textfile.directory"),
+        ("dcgm_job_mapping_dir", "dcgm-exporter's --hpc-job-mapping-dir"),
+    ):
+        path = config.get("metrics", key)
+        if path and not os.path.isdir(path):
+            found.append(
+                "[metrics] %s = %r does not exist: the hooks would create it, but only %s is "
+                "read (a typo?)" % (key, path, reader)
+            )
+    return found
+
+
+def _config_json(args) -> int:
+    """`config check --json`: valid or not, the files read, warnings, and every effective value."""
+    from ..core.config import ConfigError
+
+    try:
+        _registry, config = load_registry_and_config(args.config)
+    except ConfigError as exc:
+        print_json(CONFIG_SCHEMA, {"valid": False, "error": str(exc)})
+        print("slurm-hooks: configuration error: %s" % exc, file=sys.stderr)
+        return ExitCode.UNKNOWN
+    print_json(
+        CONFIG_SCHEMA,
+        {
+            "valid": True,
+            "sources": list(config.sources),
+            "warnings": list(config.warnings) + directory_warnings(config),
+            "settings": {k: dict(v) for k, v in config.settings.items()},
+            "checks": {
+                name: {"enabled": c.enabled, "params": dict(c.params.items())}
+                for name, c in sorted(config.checks.items())
+            },
+        },
     )
     return ExitCode.OK
 

@@ -98,6 +98,7 @@ def _error(message: str) -> int:
 def cmd_record_show(args) -> int:
     from ..records.fleet_report import load_record
     from ..records.store import find_records
+    from .readable import permission_message, unreadable
 
     directories = _directories(args, args.dir)
     try:
@@ -106,8 +107,15 @@ def cmd_record_show(args) -> int:
         return _error(str(exc))
     if not paths:
         where = " on node %s" % args.node if args.node else ""
+        denied = unreadable(directories)
         return _error(
-            "no record of job %s%s under %s" % (args.job_id, where, ", ".join(directories))
+            "no record of job %s%s under %s%s"
+            % (
+                args.job_id,
+                where,
+                ", ".join(directories),
+                ": " + permission_message(denied) if denied else "",
+            )
         )
     records = []
     for path in paths:
@@ -140,7 +148,12 @@ def cmd_report(args) -> int:
         from .straggler_verbs import cmd_stragglers
 
         return cmd_stragglers(args)
+    from .readable import refuse_unreadable
+
     paths = _directories(args, args.paths)
+    refused = refuse_unreadable(paths)
+    if refused is not None:
+        return refused
     try:
         if args.job:
             rows, problems = job_view(paths, args.job)
@@ -158,7 +171,7 @@ def cmd_report(args) -> int:
                 sys.stdout.write("\n")
             else:
                 sys.stdout.write(render_job(args.job, rows, problems))
-            return ExitCode.OK
+            return ExitCode.FOUND if any(row.get("abnormal") for row in rows) else ExitCode.OK
         fleet = aggregate(paths, parse_since(args.since))
     except (ReportError, ValueError) as exc:
         return _error(str(exc))
@@ -167,7 +180,8 @@ def cmd_report(args) -> int:
         sys.stdout.write("\n")
     else:
         sys.stdout.write(render_fleet(fleet, args.top, args.all))
-    return ExitCode.OK
+    # nodes with abnormal jobs are what the report is for: say so to a script (docs/cli.md)
+    return ExitCode.FOUND if any(n.abnormal_jobs for n in fleet.nodes.values()) else ExitCode.OK
 
 
 # -- one record, readably -----------------------------------------------------------------------

@@ -26,6 +26,11 @@ def cmd_stragglers(args) -> ExitCode:
         return _error("--job and --all do not go with --stragglers")
     _registry, config = load(args)
     paths = list(args.paths) or [config.get("records", "dir")]
+    from .readable import refuse_unreadable
+
+    refused = refuse_unreadable(paths)
+    if refused is not None:
+        return ExitCode(refused)
     try:
         since = parse_since(args.since)
         result = fleet.scan(paths, config.settings["fleet"], since=since)
@@ -60,7 +65,19 @@ def cmd_stragglers(args) -> ExitCode:
             sys.stdout.write(
                 "drain %s (%s): %s: %s\n" % (row.node, row.metric, row.outcome, row.message)
             )
-    return ExitCode.OK
+    return _exit_code(result.suspects(), drains)
+
+
+def _exit_code(suspects, drains) -> ExitCode:
+    """FOUND (1) with suspects, OK without; UNKNOWN when --drain could not reach or use Slurm (the
+    drains it meant to make were not made). Table: docs/cli.md."""
+    from ..slurm.policy import Outcome
+
+    outcomes = {outcome.value: outcome for outcome in Outcome}
+    failed = (Outcome.SLURM_UNAVAILABLE, Outcome.SLURM_ERROR)
+    if any(outcomes.get(row.outcome) in failed for row in drains or ()):
+        return ExitCode.UNKNOWN
+    return ExitCode.FOUND if suspects else ExitCode.OK
 
 
 def _error(message: str) -> ExitCode:

@@ -7,6 +7,7 @@ import the catalog, parsers and checks inside the handlers.
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -45,6 +46,9 @@ def add_parsers(sub) -> None:
         "xid", help="what NVIDIA Xid N means and what slurm-hooks does about it"
     )
     explain_xid.add_argument("number", type=int, metavar="N", help="the Xid number, e.g. 79")
+    explain_xid.add_argument(
+        "--json", action="store_true", help="print JSON (schema %s)" % EXPLAIN_SCHEMA
+    )
     explain_xid.set_defaults(handler=cmd_explain_xid)
 
     xid = sub.add_parser(
@@ -89,11 +93,21 @@ def _overrides(config) -> Tuple[Dict[int, Dict[str, str]], Dict[int, Dict[str, s
     return effective(config.check("xid.events").params), effective(config.check("xid.sxid").params)
 
 
+EXPLAIN_SCHEMA = "slurm-hooks.explain/1"
+
+
 def cmd_explain_xid(args) -> int:
     from ..core.config import ConfigError
-    from ..xid.catalog import explain, load_catalog
+    from ..xid.catalog import explain, load_catalog, validate_overrides
     from .check_verbs import load
 
+    try:  # the numbers an override may name, so the advice below is one `config check` accepts
+        validate_overrides({args.number: {"status": "OK"}})
+    except ValueError:
+        return _error(
+            "%d is not an Xid number: Xids are 1 to 99999 (the kernel logs them as "
+            "'NVRM: Xid (PCI:...): N, ...')" % args.number
+        )
     overrides: Optional[Dict[int, Dict[str, str]]] = None
     sources: Tuple[str, ...] = ()
     try:
@@ -102,6 +116,9 @@ def cmd_explain_xid(args) -> int:
     except (ConfigError, ValueError) as exc:  # explain still works on a node with a broken config
         print("slurm-hooks: configuration not applied: %s" % exc, file=sys.stderr)
     catalog = load_catalog()
+    if getattr(args, "json", False):
+        print(json.dumps(_explain_dict(args.number, overrides, catalog), indent=2))
+        return ExitCode.OK if catalog.lookup(args.number) is not None else ExitCode.UNKNOWN
     if catalog.lookup(args.number) is None:
         return _error(
             "Xid %d is not in the packaged catalog (NVIDIA catalog %s): newer than this release, or "
@@ -111,6 +128,34 @@ def cmd_explain_xid(args) -> int:
         )
     print(explain(args.number, overrides, catalog, override_source=", ".join(sources) or None))
     return ExitCode.OK
+
+
+def _explain_dict(number: int, overrides, catalog) -> Dict[str, object]:
+    """`explain xid N --json`: the catalog row (null when absent) and the decision in force."""
+    from ..xid.catalog import classify
+    from ..xid.kmsg import XidEvent
+
+    entry = catalog.lookup(number)
+    decision = classify(
+        XidEvent(xid=number, pci=None, pid=None, process=None, text=""), overrides, catalog=catalog
+    )
+    return {
+        "schema": EXPLAIN_SCHEMA,
+        "kind": "xid",
+        "number": number,
+        "catalog_version": catalog.version,
+        "entry": None
+        if entry is None
+        else {name: _plain(getattr(entry, name)) for name in type(entry)._fields},
+        "decision": {
+            name: getattr(decision, name)
+            for name in ("status", "action", "blame", "reason", "bucket", "overridden")
+        },
+    }
+
+
+def _plain(value):
+    return list(value) if isinstance(value, tuple) else value
 
 
 def cmd_xid(args) -> int:

@@ -75,18 +75,29 @@ def use_colour(stream: TextIO) -> bool:
     return hasattr(stream, "isatty") and stream.isatty() and "NO_COLOR" not in os.environ
 
 
+MAX_FINDING_LINES = 8  # further findings of one check under its row (all of them with -v)
+
+
 def render_table(report: RunReport, verbose: bool = False, colour: bool = False) -> str:
+    """One row per check; a check that did not pass names the component (GPU index and bus id, HCA
+    port, NUMA node) and the action of its worst finding, and lists its other findings under it."""
     rows = [("STATUS", "CHECK", "TIME", "SUMMARY")]
     extra: Dict[int, List[str]] = {}
     for run in report.runs:
         head = run.headline()
-        summary = head.summary
-        if len(run.results) > 1:
-            bad = sum(1 for r in run.results if r.status is run.status)
-            summary += "  (+%d more)" % (bad - 1) if bad > 1 and run.status.severity > 1 else ""
-        rows.append((run.status.value, run.name, _ms(run.duration), summary))
+        passed = run.status.severity <= Status.OK.severity
+        rows.append(
+            (
+                run.status.value,
+                run.name,
+                _ms(run.duration),
+                head.summary if passed else finding(head),
+            )
+        )
         if verbose:
             extra[len(rows) - 1] = _detail_lines(run)
+        elif not passed:
+            extra[len(rows) - 1] = _other_findings(run, head)
     widths = [max(len(row[i]) for row in rows) for i in range(3)]
     lines = []
     for i, row in enumerate(rows):
@@ -101,12 +112,40 @@ def render_table(report: RunReport, verbose: bool = False, colour: bool = False)
     return "\n".join(lines) + "\n"
 
 
+def finding(result) -> str:
+    """'gpu:2 0000:1c:00.0: 17 of 18 NVLinks active ... -> drain': where, what, and what to do."""
+    text = result.summary
+    if result.component:
+        text = "%s: %s" % (result.component, text)
+    if result.action.value != "none":
+        text += " -> %s" % result.action.value
+    return text
+
+
+def _other_findings(run, head) -> List[str]:
+    others = sorted(
+        (r for r in run.results if r is not head and r.status.severity > Status.OK.severity),
+        key=lambda r: -r.status.severity,
+    )
+    lines = ["    %-7s %s" % (r.status.value, finding(r)) for r in others[:MAX_FINDING_LINES]]
+    if len(others) > MAX_FINDING_LINES:
+        lines.append(
+            "    ... and %d more (slurm-hooks check -v %s)"
+            % (len(others) - MAX_FINDING_LINES, run.name)
+        )
+    return lines
+
+
 def _detail_lines(run) -> List[str]:
     lines = []
     for result in run.results:
-        where = result.component or "node"
-        action = "" if result.action.value == "none" else "  -> %s" % result.action.value
-        lines.append("    %-7s %s: %s%s" % (result.status.value, where, result.summary, action))
+        lines.append(
+            "    %-7s %s"
+            % (
+                result.status.value,
+                finding(result) if result.component else "node: " + finding(result),
+            )
+        )
         for key, value in result.details.items():
             if key == "traceback":
                 continue

@@ -133,6 +133,15 @@ def _write(settings: Mapping[str, Mapping[str, Any]], fold, log: logging.Logger)
                 state = {}
             state = fold(state if isinstance(state, dict) else {})
             write_json_atomic(state_path, state)
+        if not os.path.isdir(directory):  # node_exporter reads only its own directory: a typo?
+            log.warning(
+                logs.kv(
+                    event="metrics-dir-created",
+                    path=directory,
+                    detail="[metrics] textfile_dir did not exist; node_exporter reads only its "
+                    "--collector.textfile.directory (slurm-hooks config check warns too)",
+                )
+            )
         dir_fd = atomicio.open_dir(directory, create_mode=0o755)
         try:
             atomicio.write_atomic_at(
