@@ -30,6 +30,8 @@ def test_list_json_names_every_check_with_its_parameters():
     assert pcie["family"] == "gpu" and "prolog" in pcie["contexts"]
     gen = next(p for p in pcie["params"] if p["name"] == "expected_gen")
     assert (gen["type"], gen["default"]) == ("int", 0) and "generation" in gen["help"]
+    # the bounds a loaded config is held to, as numbers a script can compare with
+    assert (gen["minimum"], gen["maximum"]) == (0, 7) and "\u2264 7" in gen["describe"]
 
 
 def test_config_check_json_valid_and_invalid(tmp_path):

@@ -245,7 +245,17 @@ def _check_dict(spec) -> dict:
         "timeout_s": spec.timeout,
         "enabled_by_default": spec.enabled_by_default,
         "params": [
-            {"name": p.name, "type": p.describe_type(), "default": p.default, "help": p.help}
+            {
+                "name": p.name,
+                "type": p.type.__name__ if p.type is not dict else "table",
+                "describe": p.describe_type(),
+                "minimum": p.minimum,
+                "maximum": p.maximum,
+                "above": p.above,
+                "choices": list(p.choices) if p.choices else None,
+                "default": p.default,
+                "help": p.help,
+            }
             for p in spec.params
         ],
     }
