@@ -60,6 +60,8 @@ def _drain_at(env, node, start_at, out_fd):
     import os
 
     client = SlurmClient(backend=ScontrolBackend(env=env, timeout=20.0))
+    answered = []  # (operation, when slurmctld's answer was back): the read-to-write gaps
+    client.after_request = lambda op: answered.append((op[0], time.time()))
     reason = "slurm-hooks: gpu.count: GPU 0 fell off the bus (trial) -> reboot"
     while time.time() < start_at:
         time.sleep(min(0.001, max(0.0, start_at - time.time())))
@@ -69,7 +71,7 @@ def _drain_at(env, node, start_at, out_fd):
         outcome, message = enacted.outcome.value, enacted.message
     except Exception as exc:  # reported to the parent, which fails the test with it
         outcome, message = "crash", repr(exc)
-    row = json.dumps([node, outcome, message, began, time.time(), client.calls]) + "\n"
+    row = json.dumps([node, outcome, message, began, time.time(), client.calls, answered]) + "\n"
     os.write(
         out_fd, row.encode()
     )  # one write per child: a line shorter than PIPE_BUF arrives whole
@@ -137,7 +139,44 @@ def _reset(cluster):
     assert drained_by_us(cluster.env) == []
 
 
-def run_trial(cluster):
+ADMIN_REASON = "admin: bulk drain for a firmware update"
+ADMIN_DRAINS = 10
+
+
+class AdminBulkDrain(threading.Thread):
+    """An admin's bulk drain of 10 nodes (one scontrol call), fired while the breaker undoes drains:
+    once the nodes drained by us have peaked and started to fall, it drains 10 of those still drained
+    by us. Some of their drainers have read the re-count that decides the undo and not yet sent the
+    RESUME: before the fix those RESUMEs dropped the admin's drain (the node went back into service)."""
+
+    def __init__(self, env, cluster):
+        super().__init__(daemon=True)
+        self.env, self.cluster, self.nodes, self.at, self.done = env, cluster, [], 0.0, 0.0
+        self.stopping = threading.Event()
+
+    def run(self):
+        peak = 0
+        while not self.stopping.is_set():
+            try:
+                now = drained_by_us(self.env)
+            except Exception:  # noqa: BLE001 - a poll that fails under load is just skipped
+                continue
+            peak = max(peak, len(now))
+            if peak >= ADMIN_DRAINS + LIMIT and len(now) < peak and len(now) >= ADMIN_DRAINS:
+                self.nodes = now[:ADMIN_DRAINS]
+                self.at = time.time()
+                self.cluster.scontrol(
+                    "update",
+                    "NodeName=" + ",".join(self.nodes),
+                    "State=DRAIN",
+                    "Reason=" + ADMIN_REASON,
+                )
+                self.done = time.time()
+                return
+            time.sleep(0.005)
+
+
+def run_trial(cluster, admin=False):
     import json
     import subprocess
     import sys
@@ -152,7 +191,7 @@ def run_trial(cluster):
         text=True,
         cwd=str(Path(__file__).resolve().parent.parent),
     )
-    monitor = Monitor(cluster.env)
+    monitor = AdminBulkDrain(cluster.env, cluster) if admin else Monitor(cluster.env)
     monitor.start()
     out, _ = driver_proc.communicate(timeout=180)
     monitor.stopping.set()
@@ -160,6 +199,55 @@ def run_trial(cluster):
     rows = [json.loads(line) for line in out.splitlines() if line.strip()]
     assert len(rows) == DRAINERS, out
     return rows, monitor
+
+
+def admin_reasons(env):
+    out = ScontrolBackend(env=env, timeout=20.0)._run(["--all", "--oneliner", "show", "node"])
+    return {n.name: n.reason for n in parse_nodes(out) if n.is_drained}
+
+
+ADMIN_TRIALS = 4
+
+
+def test_an_admins_bulk_drain_during_the_undo_is_never_resumed(many):
+    """Issue tracker 24: 20 drains race, and an admin bulk-drains 10 of the nodes while the breaker
+    undoes. An admin's drain may be lost only where Slurm leaves no choice: its request overlapped the
+    gap between the drainer's last read of the node and its RESUME (no compare-and-set). Before the fix
+    there was no read right before the undo, and trials lost 2 or 3 of the 10 after the re-count; the
+    figures of both are in docs/slurm.md. The breaker's limit still holds."""
+    lost_per_trial, gaps, inside = [], [], set()
+    for trial in range(ADMIN_TRIALS):
+        _reset(many)
+        rows, admin = run_trial(many, admin=True)
+        assert admin.nodes, "the admin's drain never fired: %s" % sorted(r[1] for r in rows)
+        reasons = admin_reasons(many.env)
+        lost = sorted(n for n in admin.nodes if reasons.get(n) != ADMIN_REASON)
+        lost_per_trial.append(len(lost))
+        print(
+            "\n[breaker+admin trial %d] admin drains lost %d of %d %s; outcomes %s"
+            % (trial + 1, len(lost), len(admin.nodes), lost, sorted(r[1] for r in rows))
+        )
+        assert len(drained_by_us(many.env)) <= LIMIT, rows
+        for row in rows:  # the read right before the undo, and the RESUME's answer
+            ops = row[6]
+            if ops and ops[-1][0] == "resume" and ops[-2][0] == "show_node":
+                gaps.append(ops[-1][1] - ops[-2][1])
+                # the admin's request was in flight from admin.at to admin.done
+                if row[0] in admin.nodes and admin.at < ops[-1][1] and admin.done > ops[-2][1]:
+                    inside.add((trial, row[0]))
+        # what Slurm leaves open (no compare-and-set): only an admin drain that overlapped that gap
+        # may be lost
+        assert {(trial, n) for n in lost} <= inside, (lost, inside, rows)
+    print(
+        "\n[breaker+admin] admin drains lost per trial: %s; read-before-undo -> RESUME answered: "
+        "median %.0f ms, max %.0f ms; admin drains that landed inside that gap: %d"
+        % (
+            lost_per_trial,
+            statistics.median(gaps) * 1000 if gaps else -1,
+            max(gaps) * 1000 if gaps else -1,
+            len(inside),
+        )
+    )
 
 
 def test_twenty_simultaneous_drains_never_exceed_the_limit(many):
