@@ -475,7 +475,7 @@ def test_manual_drain_goes_through_the_etiquette_and_not_the_breaker():
     enacted = drainer.drain_manual(SlurmClient(backend), "node1", "fan 3 at 0 rpm", settings())
     assert (
         enacted.outcome is Outcome.DRAINED
-        and backend.nodes["node1"].reason == "slurm-hooks: manual: fan 3 at 0 rpm"
+        and backend.nodes["node1"].reason == "sh:manual: fan 3 at 0 rpm"
     )
     backend.admin_drain("node5", "admin: rack 7")
     assert (
@@ -493,7 +493,7 @@ def test_manual_drain_goes_through_the_etiquette_and_not_the_breaker():
     enacted = drainer.drain_manual(SlurmClient(backend), "node2", "keep out: RMA", settings())
     assert (
         enacted.outcome is Outcome.DRAINED
-        and backend.nodes["node2"].reason == "slurm-hooks: manual: keep out: RMA"
+        and backend.nodes["node2"].reason == "sh:manual: keep out: RMA"
     )
     long = drainer.drain_manual(SlurmClient(backend), "node7", "x" * 1000, settings())
     assert long.outcome is Outcome.DRAINED and len(backend.nodes["node7"].reason) <= 200

@@ -141,9 +141,9 @@ SECTIONS: Dict[str, Dict[str, Setting]] = {
     "drain": {
         "reason_prefix": Setting(
             str,
-            "slurm-hooks:",
-            "every drain reason we set starts with this; we only ever "
-            "resume or re-reason drains that carry it",
+            "sh:",
+            "every drain reason we set starts with this (short: `sinfo -R` shows 20 characters); "
+            "we only ever resume or re-reason drains that carry it (or the earlier 'slurm-hooks:')",
         ),
         "max_reason_length": Setting(
             int,
