@@ -244,9 +244,7 @@ def test_hostlists_and_usage_errors_in_the_admin_verbs(hooks):
     rc, out = hooks.run_cli("drain", "--node", "node[1-2]", "--reason", "PDU swap")
     # node1 drained; node2 (no slurmd here: DOWN) is in a skip state and refused: the worst code wins
     assert (
-        rc == 1
-        and "drained node1: slurm-hooks: manual: PDU swap" in out
-        and "node node2 is DOWN" in out
+        rc == 1 and "drained node1: sh:manual: PDU swap" in out and "node node2 is DOWN" in out
     ), out
     assert ctld_reason(c) == "sh:manual: PDU swap" and not is_drained(c.node_state("node2"))
     rc, out = hooks.run_cli("status", "--node", "node1,node[2-3]", "--json")

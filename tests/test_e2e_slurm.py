@@ -443,9 +443,7 @@ def test_observe_mode_drains_nothing(hooks):
     for context in HOOK_KINDS:
         level, kv = hooks.wait_decision(context, job)
         assert (kv["decision"], kv["outcome"], kv["slurm_calls"]) == ("drain", "observe", "0"), kv
-        assert kv["detail"].startswith(
-            "observe mode: would drain node1: slurm-hooks: gpu.count: "
-        ), kv
+        assert kv["detail"].startswith("observe mode: would drain node1: sh:gpu.count g0: "), kv
     rc, _, _ = hooks.run_health()
     assert rc == 0 and hooks.wait_decision("health")[1]["outcome"] == "observe"
     assert c.node_state("node1") == "IDLE" and c.node_reason("node1") is None

@@ -347,7 +347,7 @@ SECTIONS: Dict[str, Dict[str, Setting]] = {
             False,
             "drain suspects (with `report --stragglers --drain`, as the shipped "
             "slurm-hooks-stragglers.service runs it) through the drain library: breaker, observe "
-            "mode, reason 'slurm-hooks: fleet.straggler: ...'; false: report only",
+            "mode, reason 'sh:fleet.straggler: ...'; false: report only",
         ),
         "drain_min_users": Setting(
             int,
