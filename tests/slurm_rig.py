@@ -32,7 +32,7 @@ NODES = (
     "node2",
     "node3",
 )  # breaker default min_nodes=2: node2+node3 drained by us trips it
-REASON_PREFIX = "slurm-hooks:"
+REASON_PREFIX = "sh:"
 GPU_FAULT = (
     "nvmlDeviceGetHandleByIndex",
     0,

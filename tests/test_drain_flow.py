@@ -175,7 +175,7 @@ def test_an_admins_drain_through_our_verb_is_never_resumed(rig):
     )
     assert (
         enacted.outcome is Outcome.DRAINED
-        and rig.node().reason == "slurm-hooks: manual: BIOS update, ticket 4711"
+        and rig.node().reason == "sh:manual: BIOS update, ticket 4711"
     )
     out = rig.run("health", "ok")
     assert out.enacted.outcome is Outcome.NOT_OURS and rig.node().is_drained, out.enacted

@@ -187,7 +187,7 @@ def test_an_admins_drain_through_our_verb_after_ours_is_never_resumed(hooks):
     hooks.run_health()
     level, kv = hooks.wait_decision("health")
     assert kv["outcome"] == "not-ours", kv
-    assert ctld_reason(c) == "slurm-hooks: manual: BIOS update, ticket 4711" and is_drained(
+    assert ctld_reason(c) == "sh:manual: BIOS update, ticket 4711" and is_drained(
         c.node_state("node1")
     )
 
@@ -244,13 +244,9 @@ def test_hostlists_and_usage_errors_in_the_admin_verbs(hooks):
     rc, out = hooks.run_cli("drain", "--node", "node[1-2]", "--reason", "PDU swap")
     # node1 drained; node2 (no slurmd here: DOWN) is in a skip state and refused: the worst code wins
     assert (
-        rc == 1
-        and "drained node1: slurm-hooks: manual: PDU swap" in out
-        and "node node2 is DOWN" in out
+        rc == 1 and "drained node1: sh:manual: PDU swap" in out and "node node2 is DOWN" in out
     ), out
-    assert ctld_reason(c) == "slurm-hooks: manual: PDU swap" and not is_drained(
-        c.node_state("node2")
-    )
+    assert ctld_reason(c) == "sh:manual: PDU swap" and not is_drained(c.node_state("node2"))
     rc, out = hooks.run_cli("status", "--node", "node1,node[2-3]", "--json")
     info = json.loads(out[out.index("{") : out.rindex("}") + 1])
     assert rc == 0 and [n["node"] for n in info["nodes"]] == ["node1", "node2", "node3"], info

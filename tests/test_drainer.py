@@ -287,6 +287,44 @@ def test_refined_drain_past_the_limit_gets_slurms_reason_back():
     assert "put back" in enacted.message
 
 
+def _after_recount(client, action):
+    """Run `action` once slurmctld answered the breaker's re-count (the second node listing)."""
+    lists = []
+
+    def hook(op):
+        if op[0] == "list_nodes":
+            lists.append(op)
+            if len(lists) == 2:
+                action()
+
+    client.after_request = hook
+
+
+def test_an_admin_drain_after_the_recount_is_not_undone_on_a_refined_drain_either():
+    """Tracker 24: the undo of a refined "Prolog error" drain puts Slurm's reason back with a DRAIN
+    request; an admin who drained the node after the re-count must keep their reason."""
+    backend = cluster()
+    backend.ctld_drain("node9", "Prolog error")
+    backend.clock += 1
+    backend.before["drain"] = lambda: [backend.admin_drain(n, OTHER) for n in ("node2", "node3")]
+    client = SlurmClient(backend)
+    _after_recount(client, lambda: backend.admin_drain("node9", "admin: reseat GPU 3"))
+    enacted = drainer.drain(client, "node9", REASON, settings())
+    assert enacted.outcome is Outcome.FOREIGN_DRAIN and enacted.node_drained, enacted
+    assert backend.nodes["node9"].reason == "admin: reseat GPU 3"
+    assert [op[0] for op in client.ops][-1] == "show_node", client.ops
+
+
+def test_a_failed_read_before_the_undo_leaves_the_drain_unconfirmed():
+    backend = cluster()
+    backend.before["drain"] = lambda: [backend.admin_drain(n, OTHER) for n in ("node2", "node3")]
+    client = SlurmClient(backend)
+    _after_recount(client, lambda: backend.failing.add("show"))
+    enacted = drainer.drain(client, "node9", REASON, settings())  # node9 ranks after node2, node3
+    assert enacted.outcome is Outcome.DRAINED and not enacted.confirmed, enacted
+    assert backend.nodes["node9"].is_drained and "resume" not in backend.log
+
+
 def test_recount_failure_leaves_an_unconfirmed_drain_that_the_next_run_confirms():
     backend = cluster()
     client = SlurmClient(backend)
@@ -475,7 +513,7 @@ def test_manual_drain_goes_through_the_etiquette_and_not_the_breaker():
     enacted = drainer.drain_manual(SlurmClient(backend), "node1", "fan 3 at 0 rpm", settings())
     assert (
         enacted.outcome is Outcome.DRAINED
-        and backend.nodes["node1"].reason == "slurm-hooks: manual: fan 3 at 0 rpm"
+        and backend.nodes["node1"].reason == "sh:manual: fan 3 at 0 rpm"
     )
     backend.admin_drain("node5", "admin: rack 7")
     assert (
@@ -493,7 +531,7 @@ def test_manual_drain_goes_through_the_etiquette_and_not_the_breaker():
     enacted = drainer.drain_manual(SlurmClient(backend), "node2", "keep out: RMA", settings())
     assert (
         enacted.outcome is Outcome.DRAINED
-        and backend.nodes["node2"].reason == "slurm-hooks: manual: keep out: RMA"
+        and backend.nodes["node2"].reason == "sh:manual: keep out: RMA"
     )
     long = drainer.drain_manual(SlurmClient(backend), "node7", "x" * 1000, settings())
     assert long.outcome is Outcome.DRAINED and len(backend.nodes["node7"].reason) <= 200

@@ -164,9 +164,7 @@ def test_gpu_fault_drains_with_our_reason_and_requeues_the_job_held(hooks):
     reason = ctld_reason(c)
     assert reason == prolog["reason"], (reason, prolog)
     assert (
-        reason.startswith(
-            "slurm-hooks: gpu.count: gpu:0 0000:18:00.0 GPU 0: nvmlDeviceGetHandleByIndex: "
-        )
+        reason.startswith("sh:gpu.count g0: gpu:0 0000:18:00.0 GPU 0: nvmlDeviceGetHandleByIndex: ")
         and "GPU is lost) -> reboot" in reason
         and len(reason) <= 200
     ), reason
@@ -200,9 +198,7 @@ def test_health_resumes_our_drain_once_the_checks_pass_again(hooks):
     assert rc == 1, err
     report("direct prolog run that drains (rc 1)", seconds)
     reason = ctld_reason(c)
-    assert is_drained(c.node_state("node1")) and reason.startswith("slurm-hooks: gpu.count: "), (
-        reason
-    )
+    assert is_drained(c.node_state("node1")) and reason.startswith("sh:gpu.count g0: "), reason
     # still broken: the health run re-runs the check, keeps the drain and changes nothing
     rc, _, err = hooks.run_health()
     level, kv = hooks.wait_decision("health")
@@ -386,9 +382,7 @@ def test_controller_hangs_during_a_jobs_prolog_the_job_runs_and_the_epilog_drain
     assert c.wait_job(job, ("COMPLETED",), timeout=30) == "COMPLETED"
     level, epilog = hooks.wait_decision("epilog", job, timeout=30)
     assert (epilog["decision"], epilog["outcome"]) == ("drain", "drained"), epilog
-    assert ctld_reason(c) == epilog["reason"] and ctld_reason(c).startswith(
-        "slurm-hooks: gpu.count: "
-    )
+    assert ctld_reason(c) == epilog["reason"] and ctld_reason(c).startswith("sh:gpu.count g0: ")
     state = hooks.local_state()
     assert "pending" not in state and state["drained"]["context"] == "epilog"
 
@@ -431,7 +425,7 @@ def test_nohold_on_prolog_fail_leaves_the_requeued_job_eligible(tmp_path):
             c.job_field(job, "Priority") != "0"
             and c.job_field(job, "Reason") != "launch_failed_requeued_held"
         ), c.scontrol("show", "job", str(job))
-        assert ctld_reason(c).startswith("slurm-hooks: gpu.count: ")
+        assert ctld_reason(c).startswith("sh:gpu.count g0: ")
     finally:
         r.stop()
 
@@ -449,9 +443,7 @@ def test_observe_mode_drains_nothing(hooks):
     for context in HOOK_KINDS:
         level, kv = hooks.wait_decision(context, job)
         assert (kv["decision"], kv["outcome"], kv["slurm_calls"]) == ("drain", "observe", "0"), kv
-        assert kv["detail"].startswith(
-            "observe mode: would drain node1: slurm-hooks: gpu.count: "
-        ), kv
+        assert kv["detail"].startswith("observe mode: would drain node1: sh:gpu.count g0: "), kv
     rc, _, _ = hooks.run_health()
     assert rc == 0 and hooks.wait_decision("health")[1]["outcome"] == "observe"
     assert c.node_state("node1") == "IDLE" and c.node_reason("node1") is None
@@ -485,16 +477,12 @@ def test_admin_drain_status_resume_against_the_real_controller(hooks):
     hooks.write_config(general={"mode": "observe"})
     rc, out = hooks.run_cli("drain", "--node", "node1", "--reason", "fan 3 at 0 rpm")
     assert rc == 0, out
-    assert ctld_reason(c) == "slurm-hooks: manual: fan 3 at 0 rpm" and is_drained(
-        c.node_state("node1")
-    )
+    assert ctld_reason(c) == "sh:manual: fan 3 at 0 rpm" and is_drained(c.node_state("node1"))
     rc, out = hooks.run_cli("status", "--node", "node1", "--json")
     doc = json.loads(out[: out.rindex("}") + 1])
     info = dict(doc, **doc["nodes"][0])  # schema slurm-hooks.status/1: nodes is a list, even of one
     assert (
-        rc == 0
-        and info["drained_by_us"] is True
-        and info["reason"] == "slurm-hooks: manual: fan 3 at 0 rpm"
+        rc == 0 and info["drained_by_us"] is True and info["reason"] == "sh:manual: fan 3 at 0 rpm"
     )
     assert "DRAIN" in info["state"].split("+") and info["mode"] == "observe", info
     assert info["breaker"] == {

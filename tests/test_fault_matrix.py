@@ -200,7 +200,13 @@ def test_fault(registry, nodes, fault):
         _shown(results),
     )
     if fault.drains:
-        assert decision.reason.startswith("slurm-hooks: %s: " % fault.check), decision.reason
+        # what `sinfo -R` shows (20 characters) names the check, and the GPU when the fault has one
+        shown = decision.reason[:20]
+        gpu = policy.gpu_index(fault.component)
+        gpu = None if gpu is None else str(gpu)
+        lead = "sh:%s%s" % (fault.check, " g%s" % gpu if gpu else "")
+        assert shown == (lead + decision.reason[len(lead) :])[:20], decision.reason
+        assert policy.read_reason(decision.reason, "sh:").checks[0] == fault.check
         if fault.component:
             assert fault.component in decision.reason
         if fault.action is not Action.NONE:

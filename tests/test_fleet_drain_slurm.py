@@ -126,10 +126,10 @@ def test_a_suspect_is_drained_once_with_a_reason_of_ours_and_left_to_an_admin(si
     assert outcomes(data) == [(SLOW, "drained")], data["drains"]
     reason = site.reason()
     assert reason.startswith(
-        "slurm-hooks: fleet.straggler: throttle_frac.hw_slowdown 0.2 vs 0 of its job peers"
+        "sh:fleet.straggler: throttle_frac.hw_slowdown 0.2 vs 0 of its job peers"
     )
     assert reason.endswith("-> drain") and "10 of its last 10 jobs" in reason
-    assert policy.read_reason(reason, "slurm-hooks:").checks == (
+    assert policy.read_reason(reason, "sh:").checks == (
         policy.FLEET_CHECK,
     )  # the breaker counts it
     state = json.loads((site.state_dir / "fleet-state.json").read_text())["drains"][SLOW]
@@ -411,8 +411,10 @@ def test_the_fleet_stops_at_its_own_budget_so_the_breaker_keeps_room_for_real_fa
     from slurm_hooks.slurm import straggler_drain as fleet_drain
 
     write_jobs(str(site.records / "more"), jobs=12, slow="n05", first_job=700, seed=11)
+    # a drain of the release before (its format, 'slurm-hooks: fleet.straggler: ...'): still counted
     earlier = fleet_drain.reason_for(site.scan()[0], "slurm-hooks:", 200)
-    assert "fleet.straggler" in earlier
+    earlier = earlier.replace("slurm-hooks:", "slurm-hooks: ", 1)
+    assert earlier.startswith("slurm-hooks: fleet.straggler: ")
     cluster.scontrol("update", "NodeName=n09", "State=DRAIN", "Reason=%s" % earlier)
     site.write_config("max_drained = 1\n")
     data = site.run(str(site.records / "more"))
@@ -423,3 +425,43 @@ def test_the_fleet_stops_at_its_own_budget_so_the_breaker_keeps_room_for_real_fa
     assert sorted(o for _, o in outcomes(data)) == ["drained", "fleet-budget-full"], data["drains"]
     # the breaker's smallest limit is 2: room left
     assert SECTIONS["fleet"]["max_drained"].default == 1
+
+
+def test_a_drain_time_from_a_clock_that_ran_ahead_is_kept_as_now(site, cluster):
+    """Red team, round 4 (tracker 24, Low): the admin host's clock ran a year ahead when we drained
+    the suspect. The time was then dropped as unbelievable, so after an admin's resume the next run
+    drained the node again on the very evidence it was drained for. Now a time after now becomes
+    now (and is written back): only jobs that started after it count."""
+    assert outcomes(site.run()) == [(SLOW, "drained")]
+    path = site.state_dir / "fleet-state.json"
+    state = json.loads(path.read_text())
+    state["drains"][SLOW]["time"] = time.time() + 365 * 86400  # the clock ran ahead
+    path.write_text(json.dumps(state))
+    cluster.scontrol("update", "NodeName=%s" % SLOW, "State=RESUME")  # an admin repaired it
+
+    before = time.time()
+    data = site.run()
+    assert outcomes(data) == [(SLOW, "too-little-evidence")] and not site.drained(), data["drains"]
+    kept = json.loads(path.read_text())["drains"][SLOW]["time"]
+    assert before <= kept <= time.time() + 1, kept  # clamped to now, and kept
+
+    # new jobs after that moment, still slow, drain it again: the clamp does not block forever
+    soon = time.time() + 5
+    write_jobs(str(site.records), jobs=3, slow=SLOW, first_job=500, seed=7)
+    for node_dir in site.records.iterdir():
+        for job in ("500", "501", "502"):
+            _shift(node_dir / ("%s.json" % job), soon + int(job) * 10)
+    assert outcomes(site.run()) == [(SLOW, "drained")] and site.drained()
+
+
+def test_a_hold_time_from_a_clock_that_ran_ahead_is_kept_as_now_too():
+    from slurm_hooks.slurm import straggler_drain
+
+    now = 1_800_000_000.0
+    state = {
+        "drains": {"n01": {"time": now + 86400}, "n02": {"time": now + 60}},
+        "held": {"n03": now + 86400, "n04": now - 60},
+    }
+    assert straggler_drain._clamp_future(state, now) == ["n01", "n03"]
+    assert state["drains"]["n01"]["time"] == now and state["held"]["n03"] == now
+    assert state["drains"]["n02"]["time"] == now + 60 and state["held"]["n04"] == now - 60

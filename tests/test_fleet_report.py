@@ -869,17 +869,23 @@ def test_the_drain_reason_is_ours_bounded_and_names_the_figure(tmp_path):
     from slurm_hooks.slurm import straggler_drain as fleet_drain
 
     (suspect,) = one_suspect(tmp_path)
-    reason = fleet_drain.reason_for(suspect, "slurm-hooks:", 200)
+    reason = fleet_drain.reason_for(suspect, "sh:", 200)
     assert reason == (
-        "slurm-hooks: fleet.straggler: throttle_frac.hw_slowdown 0.2 vs 0 of its job peers (higher is "
+        "sh:fleet.straggler: throttle_frac.hw_slowdown 0.2 vs 0 of its job peers (higher is "
         "worse), 10 of its last 10 jobs, worst z 40 (job 111) -> drain"
     )
-    short = fleet_drain.reason_for(suspect, "slurm-hooks:", 80)
+    short = fleet_drain.reason_for(suspect, "sh:", 80)
     assert (
         len(short) <= 80
         and short.endswith("... -> drain")
-        and policy.read_reason(short, "slurm-hooks:").automatic
+        and policy.read_reason(short, "sh:").checks == (policy.FLEET_CHECK,)
     )
+    # the reason the release before wrote is still ours (an upgrade keeps counting it)
+    old = fleet_drain.reason_for(suspect, "slurm-hooks:", 200).replace(
+        "slurm-hooks:", "slurm-hooks: "
+    )
+    assert old.startswith("slurm-hooks: fleet.straggler: throttle_frac")
+    assert policy.read_reason(old, "sh:").checks == (policy.FLEET_CHECK,)
 
 
 def test_reading_in_two_processes_gives_the_same_answer(tmp_path, monkeypatch):

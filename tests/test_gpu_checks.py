@@ -578,7 +578,7 @@ def test_a_gpu_that_requires_a_reset_is_not_also_lost(registry, nvml_node):
     assert "lost" not in results[0].summary and "NVML sees" not in results[0].summary
     decision = _decide(registry, results)
     assert (
-        decision.reason.startswith("slurm-hooks: gpu.count: " + component(3))
+        decision.reason.startswith("sh:gpu.count g3: " + component(3))
         and "-> reset-gpu" in decision.reason
     )
 

@@ -91,8 +91,8 @@ def test_hang_drains_when_policy_says_so(prolog, fault):
     reason = prolog.drain_reason()
     assert (
         reason == kv["reason"]
-        and reason.startswith("slurm-hooks: ")
-        and reason[len("slurm-hooks: ") :].startswith(checks)
+        and reason.startswith("sh:")
+        and reason[len("sh:") :].startswith(checks)
     ), reason
     assert "did not finish within" in reason or "not finished when the" in reason
     assert [c[:4] for c in prolog.scontrol_calls()] == [
@@ -124,7 +124,7 @@ def test_nvml_call_that_aborts_the_process(prolog, on_timeout, rc_expected):
     else:
         assert (kv["decision"], kv["outcome"]) == ("drain", "drained"), kv
         assert prolog.drain_reason().startswith(
-            "slurm-hooks: slurm-hooks.runner: the check process died of signal 6"
+            "sh:slurm-hooks.runner: the check process died of signal 6"
         )
 
 

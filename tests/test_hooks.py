@@ -169,7 +169,7 @@ def test_slurm_down_keeps_a_pending_record_and_health_delivers_it(setup):
     # behind the circuit breaker's back; the pending record is retried by the health run
     assert outcome.enacted.outcome is Outcome.SLURM_UNAVAILABLE and outcome.exit_code == 0
     state = json.loads((tmp / "state" / "node-state.json").read_text())
-    assert state["pending"]["reason"].startswith("slurm-hooks: demo.gpu:")
+    assert state["pending"]["reason"].startswith("sh:demo.gpu g3:")
     backend.down = False
     outcome = run_hook(
         "health", reg, config(), {"SLURMD_NODENAME": "node1"}, client=SlurmClient(backend)

@@ -40,17 +40,14 @@ def test_only_node_broken_failures_drain():
     )
     decision = policy.decide([ok, job, node], SETTINGS)
     assert decision.verdict is policy.Verdict.DRAIN and decision.checks == ("gpu.memory",)
-    assert (
-        decision.reason
-        == "slurm-hooks: gpu.memory: gpu:3 0000:3b:00.0 row-remap pending -> reset-gpu"
-    )
+    assert decision.reason == "sh:gpu.memory g3: gpu:3 0000:3b:00.0 row-remap pending -> reset-gpu"
 
 
 def test_worst_action_leads_the_reason():
     a = Result("gpu.pcie", Status.FAIL, "link x8", action=Action.DRAIN)
     b = Result("gpu.count", Status.FAIL, "GPU lost", action=Action.REBOOT)
     decision = policy.decide([a, b], SETTINGS)
-    assert decision.reason == "slurm-hooks: gpu.count,gpu.pcie: GPU lost -> reboot (+1 more)"
+    assert decision.reason == "sh:gpu.count +gpu.pcie: GPU lost -> reboot (+1 more)"
 
 
 def test_timeouts_alert_unless_configured_to_drain():
@@ -125,3 +122,92 @@ def test_breaker_counts_other_nodes_drained_by_us():
     small[2] = ("c", True, "slurm-hooks: x.y: z")
     assert policy.breaker_state(small, "a", prefix, 10.0, 2).tripped
     assert not policy.breaker_state(small, "b", prefix, 10.0, 2).tripped  # self is not counted
+
+
+# Tracker 25, "Drains you can read": what `sinfo -R` shows (20 characters) says what broke, and
+# ownership stays exact, for today's format and the one the release before wrote.
+OWNERSHIP = [
+    # today's format
+    (
+        "sh:gpu.remap g3 +gpu.ecc: gpu:3 x -> reset-gpu (+1 more)",
+        "auto",
+        ("gpu.remap", "gpu.ecc"),
+        3,
+    ),
+    ("sh:system.processes: a root process hogs 4 CPUs", "auto", ("system.processes",), None),
+    ("sh:gpu.count g0 +gpu.ecc,+4: x", "auto", ("gpu.count", "gpu.ecc"), 0),
+    ("sh:fleet.straggler: throttle 0.2 vs 0 -> drain", "auto", ("fleet.straggler",), None),
+    ("sh:manual: BIOS update, ticket 4711", "manual", (), None),
+    # the release before (slurm-hooks 'slurm-hooks: <names>: ...'): still ours after an upgrade
+    (
+        "slurm-hooks: gpu.count,gpu.ecc: gpu:1 GPU 1 lost -> reboot",
+        "auto",
+        ("gpu.count", "gpu.ecc"),
+        None,
+    ),
+    ("slurm-hooks: gpu.count,+3: x", "auto", ("gpu.count",), None),
+    ("slurm-hooks: manual: fan 3", "manual", (), None),
+    ("slurm-hooks: fleet.straggler: x -> drain", "auto", ("fleet.straggler",), None),
+    # admins' reasons, some that start like ours: never ours
+    ("sh: see ticket 42: GPU fans", "", (), None),
+    ("sh:", "", (), None),
+    ("sh:gpu.count", "", (), None),  # no ':' after the head
+    ("sh:gpu.count g3 gpu.ecc: x", "", (), None),  # a third token we never write
+    ("sh:gpu.count  g3: x", "", (), None),  # two spaces
+    ("sh:GPU.count g3: x", "", (), None),
+    ("sh:+5: x", "", (), None),
+    ("sh:gpu.count gpu3: x", "", (), None),
+    ("sh:manual : x", "", (), None),
+    ("ssh:gpu.count g3: x", "", (), None),
+    (" sh:gpu.count g3: x", "", (), None),
+    ("slurm-hooks: garbage", "", (), None),
+    ("slurm-hooksgpu.count: x", "", (), None),
+    ("admin: gpu.memory: x", "", (), None),
+    ("Prolog error", "", (), None),
+    ("", "", (), None),
+]
+
+
+@pytest.mark.parametrize("reason,kind,checks,gpu", OWNERSHIP)
+def test_reason_ownership_is_exact(reason, kind, checks, gpu):
+    owner = policy.read_reason(reason, "sh:")
+    assert (owner.kind, owner.checks, owner.gpu) == (kind, checks, gpu)
+    assert policy.is_ours(reason, "sh:") is bool(kind)
+
+
+@pytest.mark.parametrize(
+    "check",
+    ["gpu.remap", "gpu.leftovers", "system.filesystems", "numa.gres-affinity", "xid.events"],
+)
+@pytest.mark.parametrize(
+    "component", ["gpu:7 0000:c6:00.0", "gpu:12 0000:1b:00.0", "hca:mlx5_0", ""]
+)
+@pytest.mark.parametrize("others", [0, 1, 40])
+def test_every_reason_we_write_reads_back_and_leads_with_what_broke(check, component, others):
+    names = [check] + ["gpu.c%d" % i for i in range(others)]
+    result = Result(check, Status.FAIL, "y" * 300, component=component, action=Action.RESET_GPU)
+    for length in (60, 200, 512):
+        reason = policy.format_reason(result, "sh:", length, more=others, checks=names)
+        owner = policy.read_reason(reason, "sh:")
+        gpu = int(component[4:].split()[0]) if component.startswith("gpu:") else None
+        assert owner.automatic and owner.checks[0] == check and owner.gpu == gpu, reason
+        assert owner.complete is (set(owner.checks) == set(names)), reason
+        assert set(owner.checks) <= set(names) and len(reason) <= length
+        assert reason.startswith("sh:" + check + ("" if gpu is None else " g%d" % gpu)), reason
+        assert reason.endswith("-> reset-gpu" + (" (+%d more)" % others if others else ""))
+
+
+def test_a_prefix_ending_in_a_letter_is_followed_by_a_space():
+    result = Result("gpu.ecc", Status.FAIL, "DBE", component="gpu:1 x", action=Action.RMA)
+    reason = policy.format_reason(result, "HC", 200)
+    assert reason == "HC gpu.ecc g1: gpu:1 x DBE -> rma"
+    assert policy.read_reason(reason, "HC").checks == ("gpu.ecc",)
+    assert policy.format_manual_reason("fan", "HC", 200) == "HC manual: fan"
+
+
+def test_slurms_own_prolog_and_epilog_reasons_are_refinable():
+    # slurmctld 25.11.7: node_mgr.c "Prolog error", job_mgr.c "Epilog error", agent.c "Prolog/Epilog
+    # failure" (an RPC answered ESLURMD_PROLOG_FAILED / ESLURMD_EPILOG_FAILED)
+    for reason in ("Prolog error", "Epilog error", "Prolog/Epilog failure"):
+        assert policy.is_refinable(reason) and not policy.is_ours(reason, "sh:")
+    assert not policy.is_refinable("Prolog error: see ticket 7")

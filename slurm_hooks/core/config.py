@@ -141,9 +141,9 @@ SECTIONS: Dict[str, Dict[str, Setting]] = {
     "drain": {
         "reason_prefix": Setting(
             str,
-            "slurm-hooks:",
-            "every drain reason we set starts with this; we only ever "
-            "resume or re-reason drains that carry it",
+            "sh:",
+            "every drain reason we set starts with this (short: `sinfo -R` shows 20 characters); "
+            "we only ever resume or re-reason drains that carry it (or the earlier 'slurm-hooks:')",
         ),
         "max_reason_length": Setting(
             int,
@@ -347,7 +347,7 @@ SECTIONS: Dict[str, Dict[str, Setting]] = {
             False,
             "drain suspects (with `report --stragglers --drain`, as the shipped "
             "slurm-hooks-stragglers.service runs it) through the drain library: breaker, observe "
-            "mode, reason 'slurm-hooks: fleet.straggler: ...'; false: report only",
+            "mode, reason 'sh:fleet.straggler: ...'; false: report only",
         ),
         "drain_min_users": Setting(
             int,

@@ -603,6 +603,10 @@ class SlurmClient:
         )
         self.ops: List[Tuple[str, ...]] = []  # every operation requested, in order
         self.until: Optional[float] = None
+        # Test hook: called with each operation (as in `ops`) after slurmctld answered it, before the
+        # caller sees the answer. tests/test_drain_race.py lands an admin's drain there, at the exact
+        # point of a race that otherwise needs luck to hit. None in production.
+        self.after_request: Optional[Callable[[Tuple[str, ...]], None]] = None
 
     @property
     def backend(self) -> Backend:
@@ -636,18 +640,27 @@ class SlurmClient:
         b = self._backend
         return 0 if b is None else b.probe_calls
 
+    def _answered(self) -> None:
+        if self.after_request is not None:
+            self.after_request(self.ops[-1])
+
     def show_node(self, name: str) -> NodeInfo:
         self.ops.append(("show_node", check_node_name(name)))
-        return self.backend.show_node(name)
+        node = self.backend.show_node(name)
+        self._answered()
+        return node
 
     def list_nodes(self) -> List[NodeInfo]:
         self.ops.append(("list_nodes",))
-        return self.backend.list_nodes()
+        nodes = self.backend.list_nodes()
+        self._answered()
+        return nodes
 
     def drain(self, name: str, reason: str) -> None:
         """Set DRAIN with reason. Slurm replaces an existing reason: read the node first (policy)."""
         self.ops.append(("drain", check_node_name(name), check_reason(reason)))
         self.backend.drain(name, reason)
+        self._answered()
 
     def resume(self, name: str, reason: Optional[str] = None) -> None:
         """RESUME a drained/down node (InvalidNodeState if it is neither).
@@ -662,6 +675,7 @@ class SlurmClient:
             ("resume", check_node_name(name)) + ((check_reason(reason),) if reason else ())
         )
         self.backend.resume(name, reason)
+        self._answered()
 
 
 # ---------------------------------------------------------------------------------------------

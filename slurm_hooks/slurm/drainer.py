@@ -12,7 +12,7 @@ An automatic drain (docs/slurm.md, "The circuit breaker", has the argument why t
     ranks at or past the limit, undo it at once, only if its reason is still exactly ours
     (BREAKER_UNDONE, logged CRITICAL).
 Slurm calls: 1 when already drained or left alone, 2 when the breaker stops us, 4 for a drain that
-stays, 5 for one undone. The happy path (no drain) makes none. Every Slurm error is typed
+stays, 6 for one undone (the node is read once more right before the undo). The happy path (no drain) makes none. Every Slurm error is typed
 (slurm.SlurmUnavailable, NodeNotFound, SlurmCommandError) and becomes an Outcome, not a crash; when
 the node list cannot be read the breaker cannot count, and we do not drain (CANNOT_COUNT).
 
@@ -311,7 +311,36 @@ def _undo(
     rank: policy.BreakerState,
     outcome: Outcome,
 ) -> Enacted:
-    """Lift our own drain (or put Slurm's own reason back on a refined one): we rank past the limit."""
+    """Lift our own drain (or put Slurm's own reason back on a refined one): we rank past the limit.
+
+    The node is read once more right before: an admin who drained (or resumed and drained again)
+    after our re-count owns the node now, and RESUME would put it back into service. Only a reason
+    that is still exactly ours -- text and Slurm's reason time -- is undone. Slurm has no
+    compare-and-set, so what stays open is the gap between this read and the RESUME reaching
+    slurmctld (docs/slurm.md, "What no compare-and-set leaves open")."""
+    try:
+        now = client.show_node(mine.name)
+    except SlurmError as exc:
+        return Enacted(
+            outcome,
+            "circuit breaker: %s, but %s could not be read again before undoing our drain (%s); "
+            "it is redone by the next run of slurm-hooks on this node"
+            % (rank.describe(), mine.name, exc),
+            mine,
+            rank,
+            node_drained=True,
+            confirmed=False,
+        )
+    if not (now.is_drained and now.reason == mine.reason and now.reason_time == mine.reason_time):
+        return Enacted(
+            Outcome.FOREIGN_DRAIN if now.is_drained else Outcome.NOT_DRAINED,
+            "circuit breaker: %s; our drain of %s was changed by someone else before the undo "
+            "(now: %s, %s): left as is"
+            % (rank.describe(), mine.name, now.state_string, now.reason),
+            now,
+            rank,
+            node_drained=now.is_drained,
+        )
     try:
         if original is None:
             client.resume(mine.name, UNDONE_REASON)

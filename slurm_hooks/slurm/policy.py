@@ -5,10 +5,11 @@
 - Timeouts alert by default ([drain] on_timeout = "drain" makes them node-broken).
 - Etiquette: a drain whose reason does not start with our prefix belongs to someone else (an admin):
   never overwritten, never resumed. Slurm's own bare "Prolog error"/"Epilog error" may be refined.
-  Our reasons name every check that caused the drain ('slurm-hooks: gpu.count,gpu.ecc: ...'), so a
-  node that lost its local state can still tell which checks must pass before it resumes; an
-  admin's drain through `slurm-hooks drain` reads 'slurm-hooks: manual: ...' and is never resumed
-  automatically (read_reason tells the kinds apart).
+  Our reasons lead with what broke, for the 20 characters `sinfo -R` shows ('sh:gpu.remap g3 ...'),
+  and name every check that caused the drain ('sh:gpu.count +gpu.ecc: ...'), so a node that lost
+  its local state can still tell which checks must pass before it resumes; an admin's drain
+  through `slurm-hooks drain` reads 'sh:manual: ...' and is never resumed automatically
+  (read_reason tells the kinds apart, and reads the format of the release before too).
 - Circuit breaker: when too many nodes are already drained by us, a new failure is far more likely a
   bad check or config than bad hardware: do not drain, alert loudly. Under concurrency the drainer
   drains, then ranks every automatic drain of ours by (Slurm's reason time, node name) and undoes its
@@ -19,13 +20,25 @@ from __future__ import annotations
 
 import enum
 import math
-import re
 from typing import Iterable, List, Mapping, Optional, Sequence, Tuple
 
 from ..core.structs import Struct
 from ..result import Action, Blame, Result, Status
-
-REFINABLE_REASONS = ("Prolog error", "Epilog error")
+from .reasons import (  # noqa: F401 - the reason's format and reading, used as policy.X everywhere
+    FLEET_CHECK,
+    LEGACY_PREFIX,
+    MANUAL,
+    REASON_LIMIT,
+    REFINABLE_REASONS,
+    ReasonOwner,
+    format_manual_reason,
+    format_reason,
+    gpu_index,
+    is_ours,
+    is_refinable,
+    read_reason,
+    sanitize,
+)
 
 
 class Verdict(enum.Enum):
@@ -89,7 +102,6 @@ class Decision(Struct):
         return tuple(dict.fromkeys(r.check for r in self.findings))
 
 
-REASON_LIMIT = 512  # the longest reason the Slurm client accepts from us (slurm.MAX_REASON)
 RUNNER_CHECK = (
     "slurm-hooks.runner"  # the check process died or hit the deadline (hooks.run_isolated_checks)
 )
@@ -142,134 +154,6 @@ _ACTION_RANK = {
 
 def _action_rank(result: Result) -> int:
     return _ACTION_RANK[result.action]
-
-
-_UNSAFE = re.compile(r"[^A-Za-z0-9 .,:;_=+/@%()\[\]<>#|-]")
-
-
-def sanitize(text: str) -> str:
-    """Reasons go through scontrol/RPC and into sinfo tables: no newlines, quotes or control bytes."""
-    for quote in ('"', "'", "`"):  # quoting marks carry no meaning in a reason: dropped, not '?'
-        text = text.replace(quote, "")
-    return re.sub(r"\s+", " ", _UNSAFE.sub("?", text)).strip()
-
-
-def format_reason(
-    result: Result, prefix: str, max_length: int, more: int = 0, checks: Sequence[str] = ()
-) -> str:
-    """'slurm-hooks: gpu.memory: gpu:3 0000:3b:00.0 row-remap pending -> reset-gpu' (bounded, sanitized).
-
-    `checks`: every check that caused the drain, worst first (result.check leads); they are all
-    named ('slurm-hooks: gpu.count,gpu.ecc: ...') so the reason alone says what must pass again. When
-    they would take more than half of max_length, the first ones are kept and the rest counted
-    ('gpu.count,gpu.ecc,+5'): read_reason then knows the list is incomplete. `more` counts the
-    other findings ('(+N more)': other GPUs, other checks).
-    A long summary is cut, not the end: the action and the '(+N more)' count are what an admin
-    reading `sinfo -R` acts on, so they survive the cut ('... redirected to the root c... -> drain').
-    """
-    names = [result.check] + [c for c in checks if c != result.check]
-    parts = [
-        prefix.strip(),
-        _names_field(names, max(max_length // 2 - len(prefix.strip()), 0)) + ":",
-    ]
-    if result.component:
-        parts.append(result.component)
-    parts.append(result.summary)
-    tail = []
-    if result.action is not Action.NONE:
-        tail.append("-> " + result.action.value)
-    if more:
-        tail.append("(+%d more)" % more)
-    head = sanitize(" ".join(parts))
-    end = sanitize(" ".join(tail))
-    reason = (head + " " + end).strip()
-    if len(reason) > max_length:
-        keep = max_length - 3 - (len(end) + 1 if end else 0)
-        if keep < len(prefix.strip()) + len(result.check) + 2:  # too short for the tail: plain cut
-            return reason[: max(max_length - 3, 0)].rstrip() + "..."
-        reason = head[:keep].rstrip() + "..." + (" " + end if end else "")
-    return reason
-
-
-def _names_field(names: Sequence[str], budget: int) -> str:
-    field = ",".join(names)
-    if len(field) <= budget or len(names) == 1:
-        return field
-    kept: List[str] = [names[0]]
-    for name in names[1:]:
-        rest = len(names) - len(kept) - 1
-        if len(",".join(kept + [name, "+%d" % rest])) > budget:
-            break
-        kept.append(name)
-    return ",".join(kept + ["+%d" % (len(names) - len(kept))])
-
-
-MANUAL = "manual"  # the word after the prefix in drains made with `slurm-hooks drain`
-# The pseudo-check named by drains of straggler suspects (slurm/straggler_drain.py, on an admin host): an automatic
-# drain (the breaker counts it) that a node's health run never resumes or adopts; an admin clears it.
-FLEET_CHECK = "fleet.straggler"
-
-
-def format_manual_reason(text: str, prefix: str, max_length: int) -> str:
-    """The reason of an admin's `slurm-hooks drain --reason TEXT`: 'slurm-hooks: manual: TEXT' (bounded)."""
-    reason = sanitize("%s %s: %s" % (prefix.strip(), MANUAL, text))
-    max_length = min(max_length, REASON_LIMIT)
-    if len(reason) > max_length:
-        reason = reason[: max(max_length - 3, 0)].rstrip() + "..."
-    return reason
-
-
-def is_ours(reason: Optional[str], prefix: str) -> bool:
-    """The reason carries our prefix (it may still be an old one Slurm kept: see read_reason)."""
-    return bool(reason) and reason.startswith(prefix.strip())
-
-
-class ReasonOwner(Struct):
-    """What one of our reasons says about its drain. kind: 'auto' (a hook drained the node for
-    `checks`), 'manual' (an admin through `slurm-hooks drain`), or '' (not ours: no prefix, or a
-    prefix followed by something we never write)."""
-
-    kind: str
-    checks: Tuple[str, ...] = ()
-    complete: bool = True  # every check that caused the drain is named
-
-    @property
-    def automatic(self) -> bool:
-        return self.kind == "auto"
-
-
-# patterns, not compiled objects: the prolog imports this module and reads no reason on its happy path
-# (re caches them at the first use)
-_CHECK_NAME = r"[a-z0-9_-]+(?:\.[a-z0-9_-]+)+\Z"
-_MORE_NAMES = r"\+\d+\Z"
-
-
-def read_reason(reason: Optional[str], prefix: str) -> ReasonOwner:
-    """'slurm-hooks: gpu.count,gpu.ecc: ...' -> auto (gpu.count, gpu.ecc); 'slurm-hooks: manual: x' -> manual.
-
-    Reasons written before every check was named ('slurm-hooks: gpu.count: ... (+1 more)', where the
-    other finding may have been another check) read as naming only their first check.
-    """
-    if not is_ours(reason, prefix):
-        return ReasonOwner("")
-    rest = reason[len(prefix.strip()) :].lstrip()  # type: ignore[index]
-    head, colon, _ = rest.partition(":")
-    if not colon:
-        return ReasonOwner("")
-    if head.strip() == MANUAL:
-        return ReasonOwner("manual")
-    names = head.strip().split(",")
-    complete = True
-    if len(names) > 1 and re.match(_MORE_NAMES, names[-1]):
-        names, complete = names[:-1], False
-    if not names or not all(re.match(_CHECK_NAME, n) for n in names):
-        return ReasonOwner("")
-    return ReasonOwner("auto", tuple(names), complete)
-
-
-def is_refinable(reason: Optional[str]) -> bool:
-    """Slurm's own generic drain reason after a failed prolog/epilog: ours to replace with a precise one."""
-    return bool(reason) and reason.strip() in REFINABLE_REASONS
 
 
 def unproven(checks: Iterable[str], results: Iterable[Result]) -> List[str]:

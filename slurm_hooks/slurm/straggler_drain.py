@@ -177,9 +177,31 @@ def _checked(state: Any, path: str) -> Dict[str, Any]:
     return state
 
 
+def _clamp_future(state: Dict[str, Any], now: float) -> List[str]:
+    """Bring every state time after now (+ CLOCK_SLACK_S) back to now, in place; the nodes changed.
+
+    A drain or hold recorded while this host's clock ran ahead is still a drain or hold: dropping
+    its time made all the old evidence count again, and a node an admin had resumed was drained
+    again on it. Now is the earliest moment the clock can vouch for; once written back, the next
+    runs count only jobs that started after it, as after any drain of ours."""
+    changed = []
+    for node, entry in sorted((state.get("drains") or {}).items()):
+        moment = entry.get("time")
+        if type(moment) in (int, float) and moment > now + CLOCK_SLACK_S:
+            entry["time"] = now
+            changed.append(node)
+    held = state.get("held") or {}
+    for node, moment in sorted(held.items()):
+        if type(moment) in (int, float) and moment > now + CLOCK_SLACK_S:
+            held[node] = now
+            changed.append(node)
+    return changed
+
+
 def _moment(value: Any, now: float) -> Optional[float]:
     """A time from the state file that may be trusted as "since": a finite number not after now (a
-    clock that ran ahead for one run must not keep a node from ever being drained)."""
+    clock that ran ahead for one run must not keep a node from ever being drained; enact brings such
+    a time back to now first, _clamp_future, so it is not lost either)."""
     if type(value) not in (int, float) or not -1e12 < value <= now + CLOCK_SLACK_S:
         return None
     return float(value)
@@ -225,6 +247,16 @@ def enact(
                     FleetDrain(s.node, s.metric, "state-corrupt", str(exc))
                     for s in _one_per_node(suspects)
                 ]
+            clamped = _clamp_future(state, time.time())
+            if clamped:
+                log.warning(
+                    logs.kv(
+                        event="fleet-state-time-ahead",
+                        path=path,
+                        nodes=",".join(clamped),
+                        decision="set-to-now",
+                    )
+                )
             # The state is written before any drain: where it cannot be (a full or read-only
             # disk), a drain of ours would go unremembered, and after an admin's resume the next
             # run would drain the node again on the same evidence. OSError: no drain (below).

@@ -144,4 +144,4 @@ def cluster(*extra, **kw):
     )
 
 
-REASON = "slurm-hooks: gpu.memory: gpu:3 0000:3b:00.0 row-remap pending -> reset-gpu"
+REASON = "sh:gpu.memory g3: gpu:3 0000:3b:00.0 row-remap pending -> reset-gpu"
