@@ -112,7 +112,7 @@ def test_drain_and_resume_json(site, capsys):
     assert doc["schema"] == "slurm-hooks.drain/1" and code == doc["exit_code"] == 1
     by = {n["node"]: n for n in doc["nodes"]}
     assert (by["node3"]["outcome"], by["node3"]["exit_code"]) == ("drained", 0)
-    assert "slurm-hooks: manual: PSU" in by["node3"]["message"]
+    assert "sh:manual: PSU" in by["node3"]["message"]
     assert (by["node4"]["outcome"], by["node4"]["exit_code"]) == ("foreign-drain-kept", 1)
     code = main(["--config", str(site), "resume", "--node", "node3,node4", "--json"])
     doc = json.loads(capsys.readouterr().out)
