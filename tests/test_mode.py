@@ -278,3 +278,12 @@ def test_a_bad_slurm_bin_dir_is_refused_by_name(registry, tmp_path, monkeypatch,
     with pytest.raises(ConfigError) as caught:
         validate(registry, {"drain": {"slurm_bin_dir": value}})
     assert "[drain] slurm_bin_dir" in str(caught.value) and words in str(caught.value)
+
+
+def test_mode_writes_nothing_into_a_conf_d_others_can_write(site, capsys, monkeypatch):
+    monkeypatch.delenv("SLURM_HOOKS_ALLOW_INSECURE_CONFIG", raising=False)
+    conf_d = site["etc"] / "conf.d"
+    os.chmod(str(conf_d), 0o777)
+    assert main(["--config", str(site["config"]), "mode", "enforce"]) == 3
+    assert "group- or world-writable" in capsys.readouterr().err
+    assert not (conf_d / "99-mode.toml").exists()

@@ -147,6 +147,12 @@ def _switch(args, config, current: str) -> int:
     )
     try:
         os.makedirs(directory, mode=0o755, exist_ok=True)
+        problem = _unsafe_directory(directory)
+        if problem:  # the hooks would refuse a file there: say so before writing one
+            print(
+                "slurm-hooks mode: %s: %s (nothing written)" % (directory, problem), file=sys.stderr
+            )
+            return ExitCode.UNKNOWN
         atomicio.write_atomic(target, text.encode("utf-8"), mode=0o644)
     except OSError as exc:
         print(
@@ -166,6 +172,20 @@ def _switch(args, config, current: str) -> int:
     if effective == "enforce":
         print("  node-broken failures now drain this node; hooks read it at their next run")
     return ExitCode.OK
+
+
+def _unsafe_directory(directory: str) -> Optional[str]:
+    """Why the configuration loader would refuse files in DIRECTORY (core/config_files.check_secure)."""
+    from ..core.config_files import INSECURE_OVERRIDE_ENV
+
+    if os.environ.get(INSECURE_OVERRIDE_ENV) == "1":
+        return None
+    info = os.stat(directory)
+    if info.st_uid != 0:
+        return "owned by uid %d, not root" % info.st_uid
+    if info.st_mode & 0o022:
+        return "group- or world-writable (mode %04o): chmod go-w" % (info.st_mode & 0o7777)
+    return None
 
 
 def cmd_observed(args) -> int:
