@@ -37,6 +37,29 @@ def abort_on_purpose() -> None:
     os.abort()
 
 
+def default_settings(**sections):
+    """Every setting at its default (core/config.py SECTIONS), except [general] mode = "enforce":
+    a fresh install only observes (the shipped default, slurm-hooks mode), and a test that expects a
+    drain says enforce. `sections` update single keys: default_settings(drain={"timeout": 20.0})."""
+    from slurm_hooks.core.config import SECTIONS
+
+    values = {
+        section: {k: s.default for k, s in schema.items()} for section, schema in SECTIONS.items()
+    }
+    values["general"]["mode"] = "enforce"
+    for section, overrides in sections.items():
+        values[section].update(overrides)
+    return values
+
+
+def enforcing(data):
+    """Config data (as validate() takes it) with [general] mode = "enforce" unless it sets a mode."""
+    data = dict(data)
+    data["general"] = dict(data.get("general", {}))
+    data["general"].setdefault("mode", "enforce")
+    return data
+
+
 def fake_node_config(config=None):
     """`config` plus [general] root_live_sources = ["nvml"]: under a root other than / NVML is refused
     unless asked for, and a fake node's NVML is the fake library (`--live nvml` on the command line)."""

@@ -97,6 +97,7 @@ class Prolog:
             "\n".join(
                 [
                     "[general]",
+                    'mode = "enforce"',  # the tests expect drains; the shipped default observes
                     'root = "%s"' % self.node.root,
                     'root_live_sources = ["nvml"]',
                     "[deadline]",

@@ -116,6 +116,7 @@ class Rig:
     def write_config(self, **sections: Dict[str, object]) -> None:
         data: Dict[str, Dict[str, object]] = {
             "general": {
+                "mode": "enforce",  # the tests expect drains; the shipped default observes
                 "root": str(self.fake.root),
                 "root_live_sources": ["nvml"],
             },  # its NVML: the fake library

@@ -3,17 +3,18 @@ with `apt-get install ./slurm-hooks_*.deb` (dependencies from the distribution),
 /etc/slurm/prolog.d and epilog.d scripts run by a real slurmd for a real job, upgraded over an edited
 config, then removed and purged as Debian policy says.
 
-This installs into the host itself (/usr/bin, /usr/lib/python3/dist-packages, /etc): the module holds
-a lock so two runs never overlap, purges a leftover of a crashed run first, and purges again at the
-end whatever happened, so no slurm_hooks is left in the system's dist-packages. The packages it
-pulled in from the distribution (python3-prometheus-client) stay, as apt leaves
-them. Needs root, apt-get, dpkg-buildpackage with debhelper and dh-python (.ci/deb.sh installs
-them) and Slurm (.ci/install-slurm.sh); missing ones skip locally and fail in CI (CI=true).
+Everything installed goes into a root of its own, never into the host (tests/debroot.py): an overlay
+of this machine's / whose writes land on a tmpfs, mounted under the test's temp directory with its
+own /proc, /sys, /dev, /run and /tmp; apt-get, dpkg and the installed hooks run in it through
+chroot, and slurmd (the host's) runs the installed prolog and epilog inside it through a chroot
+wrapper. The host's /usr, /etc and package list stay as they were: the last test compares
+`dpkg-query -W` before and after. Needs root, apt-get, dpkg-buildpackage with debhelper and
+dh-python (.ci/deb.sh installs them), overlayfs and Slurm (.ci/install-slurm.sh); missing ones
+skip locally and fail in CI (CI=true).
 """
 
 from __future__ import annotations
 
-import fcntl
 import os
 import re
 import shutil
@@ -26,18 +27,23 @@ from typing import Dict, List
 
 import pytest
 
+from tests.debroot import DebRoot, RootError, host_packages
 from tests.helpers import REPO
 from tests.slurmcluster import SlurmCluster, require_slurm
 
 BUILD_SCRIPT = os.path.join(REPO, "tools", "build_deb.sh")
-LOCK = "/run/lock/slurm-hooks-deb-test.lock"
 SITE = "/usr/lib/python3/dist-packages"
-CONFIG = Path("/etc/slurm-hooks/config.toml")
-DROP_IN = Path("/etc/slurm-hooks/conf.d/00-deb-test.toml")  # the admin's file: purge must leave it
-PROLOG = Path("/etc/slurm/prolog.d/50-slurm-hooks")
-STATE_DIR, LOG_DIR = Path("/var/lib/slurm-hooks"), Path("/var/log/slurm-hooks")
-APT = ["apt-get", "-y", "-q", "-o", "DPkg::Lock::Timeout=300"]
+# paths inside the root
+CONFIG = "/etc/slurm-hooks/config.toml"
+DROP_IN = "/etc/slurm-hooks/conf.d/00-deb-test.toml"  # the admin's file: purge must leave it
+PROLOG = "/etc/slurm/prolog.d/50-slurm-hooks"
+EPILOG = "/etc/slurm/epilog.d/50-slurm-hooks"
+STATE_DIR, LOG_DIR = "/var/lib/slurm-hooks", "/var/log/slurm-hooks"
+RECORDS_DIR = LOG_DIR + "/jobs"  # the default [records] dir: where sites mount a shared file system
+APT = ["apt-get", "-y", "-q"]
 ENV = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+# what an install into the host would have made: none of it may appear there
+HOST_PATHS = ("/usr/bin/slurm-hooks", SITE + "/slurm_hooks", "/etc/slurm-hooks", PROLOG)
 
 pytestmark = pytest.mark.slurm
 
@@ -71,15 +77,15 @@ def _require_environment() -> None:
     require_slurm()
 
 
-def _status() -> str:
-    done = _run(["dpkg-query", "-W", "-f", "${Status}", "slurm-hooks"])
+def _status(root: DebRoot) -> str:
+    done = root.run(["dpkg-query", "-W", "-f", "${Status}", "slurm-hooks"])
     return done.stdout.strip() if done.returncode == 0 else "not-installed"
 
 
-def _purge() -> None:
-    if _status() != "not-installed":
-        done = _run(APT + ["purge", "slurm-hooks"])
-        assert done.returncode == 0, done.stdout + done.stderr
+def _apt(root: DebRoot, *args: str) -> subprocess.CompletedProcess:
+    done = root.run(APT + list(args))
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr
+    return done
 
 
 def _patched_tree(directory: Path, version: str, config_note: str) -> str:
@@ -148,29 +154,29 @@ def debs(tmp_path_factory) -> Dict[str, object]:
 
 
 @pytest.fixture(scope="module")
-def host(debs):
-    """Exclusive use of this host's slurm-hooks package for the module; purged before and after."""
-    os.makedirs(os.path.dirname(LOCK), exist_ok=True)
-    with open(LOCK, "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            _purge()
-            yield debs
-        finally:
-            _purge()
-            if DROP_IN.exists():
-                DROP_IN.unlink()
-            for directory in (
-                "/etc/slurm-hooks/conf.d",
-                "/etc/slurm-hooks",
-                "/etc/slurm/prolog.d",
-                "/etc/slurm/epilog.d",
-            ):
-                if os.path.isdir(directory) and not os.listdir(directory):
-                    os.rmdir(directory)
-            assert not os.path.exists(SITE + "/slurm_hooks"), (
-                "a purge left slurm_hooks in the system's dist-packages"
-            )
+def host_before():
+    """The host's package list before anything of this module ran (compared by the last test)."""
+    return host_packages(), {p: os.path.exists(p) for p in HOST_PATHS}
+
+
+@pytest.fixture(scope="module")
+def root(debs, host_before, tmp_path_factory):
+    """A Debian root of its own (tests/debroot.py) with the two .debs in its /tmp; undone at the end."""
+    deb_root = DebRoot(tmp_path_factory.mktemp("deb-root"))
+    try:
+        deb_root.open()
+    except RootError as exc:
+        if os.environ.get("CI") == "true":
+            pytest.fail(".deb tests cannot run in CI: %s" % exc, pytrace=False)
+        pytest.skip(str(exc))
+    try:
+        for name in ("v1", "v2"):
+            shutil.copy2(str(debs[name]), str(deb_root / "/tmp"))
+        deb_root.debs = {name: "/tmp/" + debs[name].name for name in ("v1", "v2")}
+        deb_root.versions = debs["versions"]
+        yield deb_root
+    finally:
+        deb_root.close()
 
 
 def _field(deb: Path, name: str) -> str:
@@ -249,10 +255,8 @@ def test_contents_conffiles_and_modes(debs, tmp_path):
     assert (
         "if deb-systemd-helper --quiet was-enabled 'slurm-hooks-stragglers.timer'; then" in postinst
     )
-    assert (
-        "rm -rf /var/lib/slurm-hooks /var/log/slurm-hooks"
-        in (tmp_path / "control" / "postrm").read_text()
-    )
+    postrm = (tmp_path / "control" / "postrm").read_text()
+    assert "rm -rf /var" not in postrm and "mountpoint -q" in postrm  # never across a mount
 
 
 def test_source_package_is_complete(debs, tmp_path):
@@ -275,38 +279,47 @@ def test_source_package_is_complete(debs, tmp_path):
         assert any(name.endswith("/PKG-INFO") for name in archive.getnames())
 
 
-# -- installed on this host -----------------------------------------------------------------------
+# -- installed in a root of its own ---------------------------------------------------------------
 
 
-def test_apt_installs_it_and_a_real_slurmd_runs_the_installed_prolog_for_a_real_job(host, tmp_path):
-    done = _run(APT + ["install", str(host["v1"])])
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr
-    assert _status() == "install ok installed"
+def _cli(root: DebRoot, *args: str) -> subprocess.CompletedProcess:
+    """The installed /usr/bin/slurm-hooks in the root, with the PATH a login shell has."""
+    return root.run(["/usr/bin/slurm-hooks"] + list(args), env={"PATH": "/usr/bin:/bin"})
+
+
+def test_apt_installs_it_and_a_real_slurmd_runs_the_installed_prolog_for_a_real_job(root, tmp_path):
+    _apt(root, "install", root.debs["v1"])
+    assert _status(root) == "install ok installed"
     # py3compile byte-compiled the code for THIS node's python3 in postinst
-    tag = _run(
+    tag = root.run(
         ["/usr/bin/python3", "-c", "import sys; print(sys.implementation.cache_tag)"]
     ).stdout.strip()
-    assert list(Path(SITE, "slurm_hooks", "cli", "__pycache__").glob("main.%s.pyc" % tag))
-    version = _run(["/usr/bin/slurm-hooks", "--version"], env={})
-    assert version.stdout.strip() == "slurm-hooks " + host["versions"]["v1"], version.stderr
-    check = _run(["/usr/bin/slurm-hooks", "config", "check"], env={"PATH": "/usr/bin:/bin"})
-    assert check.returncode == 0 and str(CONFIG) in check.stdout, check.stderr
-    assert not Path(
-        "/etc/systemd/system/timers.target.wants/slurm-hooks-stragglers.timer"
-    ).exists()  # disabled
-    stragglers = _run(
-        ["/usr/bin/slurm-hooks", "report", "--stragglers", str(tmp_path)],
-        env={"PATH": "/usr/bin:/bin"},
+    assert list(
+        (root / SITE).joinpath("slurm_hooks", "cli", "__pycache__").glob("main.%s.pyc" % tag)
     )
+    version = root.run(["/usr/bin/slurm-hooks", "--version"], env={})
+    assert version.stdout.strip() == "slurm-hooks " + root.versions["v1"], version.stderr
+    check = _cli(root, "config", "check")
+    assert check.returncode == 0 and CONFIG in check.stdout, check.stderr
+    assert not (
+        root / "/etc/systemd/system/timers.target.wants/slurm-hooks-stragglers.timer"
+    ).exists()
+    stragglers = _cli(root, "report", "--stragglers", "/tmp")
     assert stragglers.returncode == 0 and "no straggler suspects" in stragglers.stdout, (
         stragglers.stderr
     )
+    # a fresh install drains nothing until the admin says so (issue 25)
+    mode = _cli(root, "mode")
+    assert mode.returncode == 0 and mode.stdout.startswith("mode: observe ("), mode.stdout
 
-    # Observe mode, as docs/admin.md rolls out: the checks run on this (shared, GPU-less) host and
-    # decide, nothing is drained, so the job's outcome does not depend on the host's health.
-    DROP_IN.write_text('[general]\nmode = "observe"\n')
+    # The admin's own drop-in (purge must leave it). The packaged config observes: the checks run on
+    # this (shared, GPU-less) host and decide, nothing is drained, whatever the host's health.
+    (root / DROP_IN).write_text('[general]\nlog_level = "info"\n')
+    hooks = tmp_path / "hooks"
     cluster = SlurmCluster(
-        tmp_path / "cluster", prolog="/etc/slurm/prolog.d/*", epilog="/etc/slurm/epilog.d/*"
+        tmp_path / "cluster",
+        prolog=str(root.wrapper(PROLOG, hooks / "prolog")),
+        epilog=str(root.wrapper(EPILOG, hooks / "epilog")),
     )
     cluster.start()
     try:
@@ -315,7 +328,7 @@ def test_apt_installs_it_and_a_real_slurmd_runs_the_installed_prolog_for_a_real_
             cluster.wait_job(job, states=("COMPLETED", "FAILED", "CANCELLED"), timeout=60)
             == "COMPLETED"
         )
-        log = LOG_DIR / "slurm-hooks.log"
+        log = root / (LOG_DIR + "/slurm-hooks.log")
         deadline = time.monotonic() + 30  # the epilog runs after the job is reported complete
         while time.monotonic() < deadline:
             lines = log.read_text().splitlines() if log.exists() else []
@@ -335,64 +348,97 @@ def test_apt_installs_it_and_a_real_slurmd_runs_the_installed_prolog_for_a_real_
         cluster.stop()
 
 
-def test_upgrade_keeps_the_edited_config(host):
-    assert _status() == "install ok installed"
-    packaged = CONFIG.read_text()
+def test_upgrade_keeps_the_edited_config(root):
+    assert _status(root) == "install ok installed"
+    config = root / CONFIG
+    packaged = config.read_text()
     edited = packaged + '\n[drain]\nreason_prefix = "site-hooks:"\n'
-    CONFIG.write_text(edited)
-    state = STATE_DIR / "node-state.json"
+    config.write_text(edited)
+    state = root / (STATE_DIR + "/node-state.json")
     state.write_text("{}")
     # what unattended upgrades use: keep a changed conffile, install the default beside it
-    done = _run(
-        APT
-        + [
-            "-o",
-            "Dpkg::Options::=--force-confdef",
-            "-o",
-            "Dpkg::Options::=--force-confold",
-            "install",
-            str(host["v2"]),
-        ]
+    _apt(
+        root,
+        "-o",
+        "Dpkg::Options::=--force-confdef",
+        "-o",
+        "Dpkg::Options::=--force-confold",
+        "install",
+        root.debs["v2"],
     )
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr
-    assert CONFIG.read_text() == edited
-    assert Path(str(CONFIG) + ".dpkg-dist").read_text() == packaged + "# changed in v2\n"
-    assert PROLOG.read_text().endswith("exit 0\n# changed in v2\n")  # unedited conffile: replaced
-    assert state.exists() and DROP_IN.exists()
-    version = _run(["/usr/bin/slurm-hooks", "--version"], env={})
-    assert version.stdout.strip() == "slurm-hooks " + host["versions"]["v2"]
-    check = _run(["/usr/bin/slurm-hooks", "config", "check"], env={"PATH": "/usr/bin:/bin"})
+    assert config.read_text() == edited
+    assert Path(str(config) + ".dpkg-dist").read_text() == packaged + "# changed in v2\n"
+    prolog = root / PROLOG
+    assert prolog.read_text().endswith("exit 0\n# changed in v2\n")  # unedited conffile: replaced
+    assert state.exists() and (root / DROP_IN).exists()
+    version = root.run(["/usr/bin/slurm-hooks", "--version"], env={})
+    assert version.stdout.strip() == "slurm-hooks " + root.versions["v2"]
+    check = _cli(root, "config", "check")
     assert check.returncode == 0 and 'reason_prefix = "site-hooks:"' in check.stdout, check.stderr
 
 
-def test_remove_keeps_configuration_and_purge_removes_what_the_package_made(host):
-    # A rotated log of our own: other test runs on a shared host append to (and may clean up) the live
-    # slurm-hooks.log, so what remove keeps and purge deletes is shown with a file only this test touches.
-    rotated = LOG_DIR / "slurm-hooks.log.1"
+def test_remove_keeps_configuration_and_purge_removes_what_the_package_made(root):
+    rotated = root / (LOG_DIR + "/slurm-hooks.log.1")
     rotated.write_text("rotated by logrotate\n")
-    done = _run(APT + ["remove", "slurm-hooks"])
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr
-    assert _status() == "deinstall ok config-files"
-    assert not os.path.exists("/usr/bin/slurm-hooks") and not os.path.exists(
-        SITE + "/slurm_hooks"
-    )  # bytecode too
-    assert (
-        CONFIG.exists() and PROLOG.exists() and Path("/etc/logrotate.d/slurm-hooks").exists()
-    )  # conffiles stay
-    assert (STATE_DIR / "node-state.json").exists() and rotated.exists()
+    local_record = root / (RECORDS_DIR + "/node1/41.json")  # this node's record, on the local disk
+    local_record.parent.mkdir(parents=True, exist_ok=True)  # the real job above wrote its own
+    local_record.write_text("{}")
+    _apt(root, "remove", "slurm-hooks")
+    assert _status(root) == "deinstall ok config-files"
+    assert not (root / "/usr/bin/slurm-hooks").exists()
+    assert not (root / (SITE + "/slurm_hooks")).exists()  # bytecode too
+    for kept in (CONFIG, PROLOG, "/etc/logrotate.d/slurm-hooks"):  # conffiles stay
+        assert (root / kept).exists(), kept
+    assert (root / (STATE_DIR + "/node-state.json")).exists() and rotated.exists()
 
-    done = _run(APT + ["purge", "slurm-hooks"])
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr
-    assert _status() == "not-installed"
+    _apt(root, "purge", "slurm-hooks")
+    assert _status(root) == "not-installed"
     for gone in (
         CONFIG,
-        Path(str(CONFIG) + ".dpkg-dist"),
+        CONFIG + ".dpkg-dist",
         PROLOG,
-        Path("/etc/logrotate.d/slurm-hooks"),
+        "/etc/logrotate.d/slurm-hooks",
         STATE_DIR,
         LOG_DIR,
-        Path("/usr/libexec/slurm-hooks"),
-        Path("/usr/share/doc/slurm-hooks"),
+        "/usr/libexec/slurm-hooks",
+        "/usr/share/doc/slurm-hooks",
     ):
-        assert not gone.exists(), "%s survived the purge" % gone
-    assert DROP_IN.exists()  # the administrator's own file: not the package's to delete
+        assert not (root / gone).exists(), "%s survived the purge" % gone
+    assert (root / DROP_IN).exists()  # the administrator's own file: not the package's to delete
+
+
+def test_purge_never_crosses_a_mount_point(root):
+    """A shared records file system mounted at the default records directory (every node's records)
+    and a bind mount of the same disk into the state directory (which `find -xdev` would not see):
+    purge removes this node's local files and leaves both mounts and what is in them. Before: the
+    postrm's `rm -rf` descended into the mounts and deleted the cluster's records."""
+    _apt(root, "install", root.debs["v1"])
+    shared = root / RECORDS_DIR
+    shared.mkdir()
+    root.mount(["-t", "tmpfs", "tmpfs", str(shared)])
+    sentinel = shared / "gpu-b07" / "9001.json"  # another node's record on the shared file system
+    sentinel.parent.mkdir()
+    sentinel.write_text('{"job": 9001}\n')
+    source = root / "/srv/site-state"
+    source.mkdir(parents=True)
+    (source / "keep.json").write_text("{}")
+    bound = root / (STATE_DIR + "/site")
+    bound.mkdir()
+    root.mount(["--bind", str(source), str(bound)])
+    local = [root / (STATE_DIR + "/node-state.json"), root / (LOG_DIR + "/slurm-hooks.log.2.gz")]
+    for path in local:
+        path.write_text("local\n")
+
+    done = _apt(root, "purge", "slurm-hooks")
+    assert _status(root) == "not-installed"
+    assert sentinel.read_text() == '{"job": 9001}\n', "purge deleted the shared records"
+    assert (bound / "keep.json").exists() and (source / "keep.json").exists()
+    assert not [p for p in local if p.exists()], "purge left the package's own files"
+    assert "is a mount point: left as it is" in done.stdout + done.stderr
+
+
+def test_the_host_is_untouched(root, host_before):
+    """Nothing of this module landed in the host: the same package list, no slurm-hooks file."""
+    packages, existed = host_before
+    assert host_packages() == packages
+    assert {p: os.path.exists(p) for p in HOST_PATHS} == existed

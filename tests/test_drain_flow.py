@@ -24,7 +24,7 @@ from slurm_hooks.slurm.client import SlurmClient
 from slurm_hooks.slurm.drainer import Outcome, node_status
 from slurm_hooks.slurm.node_state import NodeInfo
 from tests.doubles.memory_slurm import MemoryBackend, cluster
-from tests.helpers import abort_on_purpose
+from tests.helpers import abort_on_purpose, enforcing
 
 JOB_ENV = {"SLURM_JOB_ID": "42", "SLURM_JOB_USER": "alice", "SLURMD_NODENAME": "node1"}
 HEALTH_ENV = {"SLURMD_NODENAME": "node1"}
@@ -87,7 +87,7 @@ def rig(tmp_path):
             }
             for key, value in sections.items():
                 data.setdefault(key, {}).update(value)
-            return validate(reg, data)
+            return validate(reg, enforcing(data))
 
         def run(self, context, what, **config):
             self.verdict.write_text(what)

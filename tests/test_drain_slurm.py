@@ -17,9 +17,9 @@ import time
 
 import pytest
 
-from slurm_hooks.core.config import SECTIONS
 from slurm_hooks.slurm import drainer
 from slurm_hooks.slurm.client import ScontrolBackend, SlurmClient, run_argv
+from tests.helpers import default_settings
 from tests.slurm_rig import DIRECT_JOB_ID, GPU_FAULT, NODES, ctld_reason, is_drained, start_rig
 from tests.slurmcluster import drain_backend_under_test
 
@@ -54,9 +54,7 @@ def hooks(rig):
 
 
 def settings():
-    return {
-        section: {k: s.default for k, s in schema.items()} for section, schema in SECTIONS.items()
-    }
+    return default_settings()
 
 
 def decisions(hooks, context):

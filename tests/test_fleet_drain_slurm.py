@@ -21,7 +21,7 @@ from slurm_hooks.core.config import validate
 from slurm_hooks.registry import load_builtin_checks
 from slurm_hooks.slurm import drainer, policy
 from slurm_hooks.slurm.client import ScontrolBackend, SlurmClient
-from tests.helpers import REPO
+from tests.helpers import REPO, default_settings
 from tests.slurm_rig import ctld_reason
 from tests.straggler_records import HW, write_jobs
 
@@ -62,7 +62,7 @@ class Site:
             '[general]\n%s\n[paths]\nstate_dir = "%s"\nlog_file = ""\nsyslog = false\n'
             '[drain]\nbackend = "scontrol"\n[fleet]\ndrain = true\n%s'
             % (
-                'mode = "observe"' if "observe" in extra else "",
+                'mode = "%s"' % ("observe" if "observe" in extra else "enforce"),
                 self.state_dir,
                 extra.replace("observe", ""),
             )
@@ -201,12 +201,9 @@ def test_an_existing_drain_is_never_replaced(site, cluster, reason):
 def test_a_drain_appearing_after_the_listing_is_kept_too(site, cluster):
     """Between the run's node listing and its drain an admin drains the node (the drain library reads
     the node again, right before draining); Slurm's own Prolog error is not refined either."""
-    from slurm_hooks.core.config import SECTIONS
     from slurm_hooks.slurm import straggler_drain as fleet_drain
 
-    settings = {
-        section: {k: s.default for k, s in schema.items()} for section, schema in SECTIONS.items()
-    }
+    settings = default_settings()
     settings["paths"]["state_dir"] = str(site.state_dir)
     settings["fleet"]["drain"] = True
     client = SlurmClient(backend=ScontrolBackend(env=cluster.env))
@@ -364,13 +361,10 @@ def test_a_drain_whose_breaker_recount_failed_is_recounted_by_the_next_run(site,
     """slurmctld stops answering right after our drain (the rank step's listing fails): the drain stays,
     marked unconfirmed in the state file, and the next run redoes the breaker's count (drainer.confirm)
     and marks it confirmed. Before, nothing ever re-counted it: the next runs do not choose the node."""
-    from slurm_hooks.core.config import SECTIONS
     from slurm_hooks.slurm import straggler_drain as fleet_drain
     from slurm_hooks.slurm.errors import SlurmUnavailable
 
-    settings = {
-        section: {k: s.default for k, s in schema.items()} for section, schema in SECTIONS.items()
-    }
+    settings = default_settings()
     settings["paths"]["state_dir"] = str(site.state_dir)
     settings["fleet"]["drain"] = True
     client = SlurmClient(backend=ScontrolBackend(env=cluster.env))

@@ -16,9 +16,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from bench import fleet_synth
 from slurm_hooks.cli.main import main
-from slurm_hooks.core.config import SECTIONS
 from slurm_hooks.records import straggler_scan as fleet
 from slurm_hooks.result import ExitCode
+from tests.helpers import default_settings
 from tests.straggler_records import HW, NOW, healthy, settings, write, write_jobs
 
 
@@ -697,9 +697,7 @@ class ListOnlySlurm(NoSlurm):
 
 
 def drain_settings(tmp_path, **fleet_changes):
-    values = {
-        section: {k: s.default for k, s in schema.items()} for section, schema in SECTIONS.items()
-    }
+    values = default_settings()
     values["paths"]["state_dir"] = str(tmp_path / "state")
     values["fleet"].update(drain=True, **fleet_changes)
     return values

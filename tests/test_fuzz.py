@@ -38,6 +38,7 @@ from slurm_hooks.slurm.jobenv import JobEnvError, job_from_env, parse_gpu_indice
 from slurm_hooks.slurm.node_state import NodeInfo, parse_node_line, parse_nodes
 from slurm_hooks.xid import catalog as xid
 from slurm_hooks.xid import kmsg
+from tests.helpers import default_settings
 
 pytestmark = pytest.mark.soak  # hypothesis: hundreds of random inputs per test
 
@@ -543,9 +544,7 @@ def test_scontrol_output_parses_or_raises_parse_error(text):
 
 
 def _drain_settings():
-    return {
-        section: {k: s.default for k, s in schema.items()} for section, schema in SECTIONS.items()
-    }
+    return default_settings()
 
 
 @FAST

@@ -15,7 +15,7 @@ from slurm_hooks.slurm.client import SlurmClient
 from slurm_hooks.slurm.drainer import Outcome
 from slurm_hooks.slurm.node_state import NodeInfo
 from tests.doubles.memory_slurm import REASON, cluster
-from tests.helpers import abort_on_purpose
+from tests.helpers import abort_on_purpose, enforcing
 
 JOB_ENV = {
     "SLURM_JOB_ID": "42",
@@ -68,7 +68,7 @@ def setup(tmp_path):
         }
         for key, value in sections.items():
             data.setdefault(key, {}).update(value)
-        return validate(reg, data)
+        return validate(reg, enforcing(data))
 
     return reg, config, verdict, tmp_path
 

@@ -101,15 +101,25 @@ def test_spec_check_tests_need_no_daemons_or_extra_packages():
 
 
 def test_spec_marks_config_noreplace_and_code_plain():
+    """Everything under /etc is %config(noreplace), the hook scripts too (as the .deb's conffiles:
+    an edited one is kept on upgrade); code under /usr is plain."""
     spec = read("packaging", "slurm-hooks.spec")
     files = spec.split("\n%files\n", 1)[1]
     config_lines = [line for line in files.splitlines() if "%config" in line]
     assert config_lines == [
+        "%config(noreplace) %{_sysconfdir}/slurm/prolog.d/50-slurm-hooks",
+        "%config(noreplace) %{_sysconfdir}/slurm/epilog.d/50-slurm-hooks",
         "%config(noreplace) %{_sysconfdir}/slurm-hooks/config.toml",
         "%config(noreplace) %dir %{_sysconfdir}/slurm-hooks/conf.d",
         "%config(noreplace) %{_sysconfdir}/logrotate.d/slurm-hooks",
     ]
-    assert "\n%{_sysconfdir}/slurm/prolog.d/50-slurm-hooks\n" in files
+    etc_files = [
+        line
+        for line in files.splitlines()
+        if "%{_sysconfdir}/" in line and not line.startswith(("%dir", "%config"))
+    ]
+    assert etc_files == [], "files in /etc that an upgrade would overwrite: %s" % etc_files
+    assert "\n%{_bindir}/slurm-hooks\n" in files
     assert "%dir %attr(0700,root,root) %{_localstatedir}/lib/slurm-hooks" in files
     assert "%dir %attr(0750,root,root) %{_localstatedir}/log/slurm-hooks" in files
 
@@ -427,3 +437,29 @@ def test_pynvml_import_skips_ctypes_util_yet_the_real_one_still_works():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines() == ["[]", "function True", "True"]
+
+
+def test_the_packages_take_the_projects_addresses_from_pyproject():
+    """Before: debian/control and copyright carried their own placeholder Maintainer and Homepage. Now
+    pyproject.toml is the one place (with an Issues URL: where to report a bug), build_deb.sh and
+    build_rpm.sh fill the packages from it, and the README says where bugs go."""
+    urls = toml_loads(read("pyproject.toml"))["project"]["urls"]
+    assert set(urls) >= {"Homepage", "Issues"}
+    for name in ("control", "copyright"):
+        text = read("packaging", "debian", name)
+        fields = [
+            line
+            for line in text.splitlines()
+            if line.startswith(
+                ("Maintainer:", "Uploaders:", "Homepage:", "Source:", "Upstream-Contact:")
+            )
+        ]
+        assert not [line for line in fields if re.search(r"https?://|@[\w.-]+\.\w+>", line)], (
+            "packaging/debian/%s writes an address of its own" % name
+        )
+    assert "Maintainer: @MAINTAINER@" in read("packaging", "debian", "control")
+    assert "Homepage: @HOMEPAGE@" in read("packaging", "debian", "control")
+    assert "@MAINTAINER@" in read("tools", "build_deb.sh") and "@HOMEPAGE@" in read(
+        "tools", "build_deb.sh"
+    )
+    assert "Reporting bugs" in read("README.md") and "issue tracker" in read("README.md")

@@ -293,8 +293,19 @@ def test_build_ran_the_unit_tests_in_check_against_the_buildroot(built):
     assert re.search(r"^Wrote: .*\.el9\.noarch\.rpm$", log, re.M)
 
 
+def _require_tools(*tools: str) -> None:
+    """Skip (with the reason) when a tool is missing; in CI (CI=true) fail instead."""
+    missing = [tool for tool in tools if shutil.which(tool) is None]
+    if missing:
+        problem = "missing %s (Debian: apt-get install rpm; see .ci/rpm.sh)" % ", ".join(missing)
+        if os.environ.get("CI") == "true":
+            pytest.fail("RPM tests cannot run in CI: " + problem, pytrace=False)
+        pytest.skip(problem)
+
+
 def test_a_build_without_a_target_on_a_non_rpm_host_is_refused(tmp_path):
     """On Debian the host's python3 (3.11 here) says nothing about the nodes': no silent host build."""
+    _require_tools("rpm", "rpmbuild")
     if _run(["rpm", "-q", "--quiet", "--whatprovides", "python3"]).returncode == 0:
         pytest.skip("an RPM-based host builds for itself")
     done = _run(["bash", BUILD_SCRIPT, "--out", str(tmp_path), "--nocheck"])
@@ -396,14 +407,16 @@ def test_file_list(built, target):
 def test_config_and_noreplace_flags_exactly_where_intended(files):
     flagged = {path: flags for path, flags in files.items() if "c" in flags or "n" in flags}
     # rpm keeps only 'noreplace' for a directory (a directory is never replaced or removed with files in it)
+    # the hook scripts are in /etc and sites edit them: kept when edited, as the .deb's conffiles
+    # (before: replaced, so a site's PATH edit for Slurm under /opt was silently undone)
     assert flagged == {
         "/etc/slurm-hooks/config.toml": "cn",
         "/etc/logrotate.d/slurm-hooks": "cn",
         "/etc/slurm-hooks/conf.d": "n",
+        "/etc/slurm/prolog.d/50-slurm-hooks": "cn",
+        "/etc/slurm/epilog.d/50-slurm-hooks": "cn",
     }
     for code in (
-        "/etc/slurm/prolog.d/50-slurm-hooks",
-        "/etc/slurm/epilog.d/50-slurm-hooks",
         "/usr/bin/slurm-hooks",
         "/usr/libexec/slurm-hooks/healthcheck",
     ):
@@ -745,7 +758,11 @@ def test_upgrade_keeps_edited_config_and_replaces_code(
     site = root / "etc/slurm-hooks/conf.d/50-site.toml"
     site.write_text('[drain]\nreason_prefix = "site-hooks:"\n')
     prolog = root / "etc/slurm/prolog.d/50-slurm-hooks"
-    prolog.write_text(prolog.read_text() + "# a local edit, lost on upgrade: hooks are code\n")
+    packaged_prolog = prolog.read_text()
+    edited_prolog = packaged_prolog + "# a local edit: kept on upgrade (%config(noreplace))\n"
+    prolog.write_text(edited_prolog)
+    epilog = root / "etc/slurm/epilog.d/50-slurm-hooks"
+    packaged_epilog = epilog.read_text()
     state = root / "var/lib/slurm-hooks/node-state.json"
     state.write_text("{}")
 
@@ -753,9 +770,13 @@ def test_upgrade_keeps_edited_config_and_replaces_code(
     _install(root, upgrades["rpms"]["v2"], upgrade=True)
     assert config.read_text() == edited
     assert not (root / "etc/slurm-hooks/config.toml.rpmnew").exists()
-    assert prolog.read_text().endswith("exit 0\n# changed in v2\n")
-    assert "\n/usr/bin/slurm-hooks prolog\n" in prolog.read_text()
-    assert not list(root.glob("etc/slurm/prolog.d/*.rpm*"))
+    assert prolog.read_text() == edited_prolog  # the site's edit survives the upgrade ...
+    rpmnew_prolog = root / "etc/slurm/prolog.d/50-slurm-hooks.rpmnew"
+    assert (
+        rpmnew_prolog.read_text() == packaged_prolog + "# changed in v2\n"
+    )  # ... the new one beside
+    assert epilog.read_text() == packaged_epilog  # unedited and unchanged: nothing beside it
+    assert not list(root.glob("etc/slurm/epilog.d/*.rpm*"))
     assert site.exists() and state.exists()
     done = outside_cli(root, python39, ["--version"], deps=python_deps)
     assert done.stdout.strip() == "slurm-hooks " + upgrades["versions"]["v2"]

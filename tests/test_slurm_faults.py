@@ -232,6 +232,7 @@ def test_health_forgets_an_undelivered_drain_without_asking_slurm(tmp_path):
     config = validate(
         reg,
         {
+            "general": {"mode": "enforce"},  # a drain is expected; the shipped default observes
             "paths": {"state_dir": str(tmp_path / "state"), "log_file": "", "syslog": False},
             "records": {"enabled": False},
         },

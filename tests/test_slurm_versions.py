@@ -283,11 +283,9 @@ def test_version_string(rig):
 
 
 def _settings():
-    from slurm_hooks.core.config import SECTIONS
+    from tests.helpers import default_settings
 
-    return {
-        section: {k: s.default for k, s in schema.items()} for section, schema in SECTIONS.items()
-    }
+    return default_settings()
 
 
 def test_captures_written(rig):

@@ -78,6 +78,14 @@ tree=$work/build/slurm-hooks-$deb_version
 mv "$work/build/$sdist_name" "$tree"
 [ -d "$tree/packaging/debian" ] || { echo "build_deb.sh: $sdist has no packaging/debian (MANIFEST.in)" >&2; exit 1; }
 cp -r "$tree/packaging/debian" "$tree/debian"
+# the project's addresses, from pyproject.toml through PKG-INFO (never written in packaging/debian)
+homepage=$(printf '%s\n' "$pkg_info" | sed -n 's/^Project-URL: Homepage, //p' | head -n 1)
+[ -n "$homepage" ] || { echo "build_deb.sh: no Homepage in pyproject.toml's [project.urls]" >&2; exit 1; }
+for file in "$tree/debian/control" "$tree/debian/copyright"; do
+  escaped_maintainer=$(printf '%s' "$maintainer" | sed 's/[&|\\]/\\&/g')
+  escaped_homepage=$(printf '%s' "$homepage" | sed 's/[&|\\]/\\&/g')
+  sed -i -e "s|@MAINTAINER@|$escaped_maintainer|g" -e "s|@HOMEPAGE@|$escaped_homepage|g" "$file"
+done
 pynvml_file=$("$python" -c 'import pynvml; print(pynvml.__file__)') \
   || { echo "build_deb.sh: $python cannot import pynvml: pip install nvidia-ml-py" >&2; exit 1; }
 install -D -m 0644 "$pynvml_file" "$tree/debian/vendor/pynvml.py"

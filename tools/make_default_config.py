@@ -46,8 +46,10 @@ HEADER = """\
 # `slurm-hooks config reference` and `man slurm-hooks` describe every key. The files and this
 # directory must be owned by root and not group/world-writable, or slurm-hooks refuses them.
 #
-# First roll-out: set `mode = "observe"` under [general] (for example in conf.d/00-observe.toml)
-# to log what would be drained without draining anything; see the admin guide.
+# A fresh install drains nothing: [general] mode is "observe" by default, and the hooks only log
+# what they would drain (`slurm-hooks report --observed` lists it). When that list is what you
+# expect, switch with `slurm-hooks mode enforce` (it writes conf.d/99-mode.toml; `slurm-hooks mode`
+# shows the mode in effect and the file it comes from). See the admin guide's roll-out.
 """
 
 CHECKS_BANNER = """\

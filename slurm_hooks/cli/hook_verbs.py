@@ -75,7 +75,11 @@ def _setup(args):
     if not args.node:
         return config, client, [node_name(job_from_env(os.environ, require_job=False), None)]
     try:
-        return config, client, expand_hostlist(args.node)
+        return (
+            config,
+            client,
+            expand_hostlist(args.node, bin_dir=config.get("drain", "slurm_bin_dir")),
+        )
     except (ValueError, SlurmError) as exc:
         print("slurm-hooks %s: --node %s: %s" % (args.command, args.node, exc), file=sys.stderr)
         raise SystemExit(ExitCode.UNKNOWN) from None

@@ -78,6 +78,12 @@ def add_parsers(sub) -> None:
         help="with --stragglers: drain suspects when [fleet] "
         "drain = true (breaker, observe mode); without this flag nothing is ever drained",
     )
+    report.add_argument(
+        "--observed",
+        action="store_true",
+        help="what observe mode would have drained: the would-drain decisions in the decision "
+        "log ([paths] log_file and its rotations, or the log files given as PATH)",
+    )
     report.set_defaults(handler=cmd_report)
 
 
@@ -144,6 +150,10 @@ def cmd_report(args) -> int:
         render_job,
     )
 
+    if getattr(args, "observed", False):
+        from .mode_verbs import cmd_observed
+
+        return cmd_observed(args)
     if args.stragglers or args.prom or args.drain:
         from .straggler_verbs import cmd_stragglers
 

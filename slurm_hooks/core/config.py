@@ -15,7 +15,13 @@ import re
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from ..registry import CONTEXTS, CheckSpec, Deprecated, Param, Params, Registry, load_builtin_checks
-from .config_files import ConfigError, check_secure, config_files, parse_toml
+from .config_files import (
+    INSECURE_OVERRIDE_ENV,
+    ConfigError,
+    check_secure,
+    config_files,
+    parse_toml,
+)
 from .structs import Struct, field
 
 
@@ -46,6 +52,32 @@ def _path(value: str) -> Optional[str]:
 
 def _optional_path(value: str) -> Optional[str]:
     return _path(value) if value else None
+
+
+def _slurm_bin_dir(value: str) -> Optional[str]:
+    """[drain] slurm_bin_dir: absolute, a root-owned directory no one else can write, with an executable
+    scontrol. Only a non-empty value is looked at (the default costs no file system access)."""
+    if not value:
+        return None
+    if not os.path.isabs(value):
+        return _path(value)
+    scontrol = os.path.join(value, "scontrol")
+    try:
+        info = os.stat(value)
+    except OSError as exc:
+        return "cannot be used: %s" % (exc.strerror or exc)
+    if not os.path.isdir(value):
+        return "is not a directory"
+    if os.environ.get(INSECURE_OVERRIDE_ENV) != "1":
+        if info.st_uid != 0:
+            return "is owned by uid %d, not root: whoever owns it chooses what runs as root" % (
+                info.st_uid
+            )
+        if info.st_mode & 0o022:
+            return "is group- or world-writable (mode %04o): chmod go-w" % (info.st_mode & 0o7777)
+    if not (os.path.isfile(scontrol) and os.access(scontrol, os.X_OK)):
+        return "holds no executable scontrol (%s)" % scontrol
+    return None
 
 
 def _straggler_figures(values: List[str]) -> Optional[str]:
@@ -84,8 +116,10 @@ SECTIONS: Dict[str, Dict[str, Setting]] = {
     "general": {
         "mode": Setting(
             str,
-            "enforce",
-            "enforce: drain on node-broken failures; observe: log what would be done",
+            "observe",
+            "observe: log what would be drained, drain nothing (a fresh install; `slurm-hooks "
+            "report --observed` lists it); enforce: drain on node-broken failures (`slurm-hooks "
+            "mode enforce` switches)",
             ("enforce", "observe"),
         ),
         "root": Setting(
@@ -191,6 +225,14 @@ SECTIONS: Dict[str, Dict[str, Setting]] = {
             "tries of one Slurm call on transient errors (controller down, timeout)",
             minimum=1,
             maximum=10,
+        ),
+        "slurm_bin_dir": Setting(
+            str,
+            "",
+            "directory of the Slurm commands we run (scontrol, sinfo), e.g. /opt/slurm/bin; empty = "
+            "the PATH (slurmd gives hooks none: then /bin:/usr/bin). Must be root's, not "
+            "group/world-writable, and hold an executable scontrol",
+            check=_slurm_bin_dir,
         ),
         "allow_job_opt_out": Setting(
             bool,

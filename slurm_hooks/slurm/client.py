@@ -216,6 +216,9 @@ def client_env(env: Optional[dict] = None) -> dict:
     return out
 
 
+_BIN_DIR_HINT = " (Slurm installed elsewhere, e.g. under /opt? set [drain] slurm_bin_dir)"
+
+
 class ScontrolBackend(Backend):
     """scontrol as a subprocess: argv lists only, per-call timeout, bounded retries.
 
@@ -248,7 +251,10 @@ class ScontrolBackend(Backend):
             except subprocess.TimeoutExpired:
                 raise _Transient("%s timed out after %.1fs" % (argv[0], timeout)) from None
             except OSError as exc:
-                raise SlurmClientMissing("cannot run %s: %s" % (argv[0], exc)) from exc
+                raise SlurmClientMissing(
+                    "cannot run %s: %s%s"
+                    % (argv[0], exc, _BIN_DIR_HINT if "/" not in argv[0] else "")
+                ) from exc
             if rc == 0:
                 return out
             err = (err or "").strip() or (out or "").strip()  # "Node x not found" goes to stdout
@@ -472,12 +478,22 @@ def parse_version(text: str) -> Optional[Tuple[int, int, int]]:
     return (int(m.group(1)), int(m.group(2)), int(m.group(3) or 0)) if m else None
 
 
+def slurm_command(name: str, bin_dir: str = "") -> str:
+    """The Slurm command to run: NAME in [drain] slurm_bin_dir when set (Slurm under /opt), else NAME
+    looked up on the PATH (slurmd gives hooks none, and then Python's default /bin:/usr/bin)."""
+    return os.path.join(bin_dir, name) if bin_dir else name
+
+
 def slurm_version(
-    env: Optional[dict] = None, timeout: float = 5.0, runner: Optional[Runner] = None
+    env: Optional[dict] = None,
+    timeout: float = 5.0,
+    runner: Optional[Runner] = None,
+    bin_dir: str = "",
 ) -> Optional[Tuple[int, int, int]]:
     """Version of the installed Slurm clients (``sinfo --version``; it needs a slurm.conf on 22.05)."""
+    argv = [slurm_command("sinfo", bin_dir), "--version"]
     try:
-        rc, out, _err = (runner or run_argv)(["sinfo", "--version"], timeout, client_env(env))
+        rc, out, _err = (runner or run_argv)(argv, timeout, client_env(env))
     except (OSError, subprocess.TimeoutExpired):
         return None
     return parse_version(out) if rc == 0 else None
@@ -505,6 +521,7 @@ def pyslurm_unusable(
     module: Any = None,
     runner: Optional[Runner] = None,
     counter: Optional[Backend] = None,
+    bin_dir: str = "",
 ) -> Optional[str]:
     """None if pyslurm can be used here, else why not (cheapest checks first)."""
     pv = pyslurm_version(module)
@@ -517,7 +534,7 @@ def pyslurm_unusable(
         return "pyslurm reads SLURM_CONF from the process environment, not from the env given"
     if counter is not None:
         counter.probe_calls += 1
-    sv = slurm_version(env, runner=runner)
+    sv = slurm_version(env, runner=runner, bin_dir=bin_dir)
     if sv is None:
         return "cannot determine the Slurm version (sinfo --version failed)"
     pvt = parse_version(pv)
@@ -535,6 +552,7 @@ def choose_backend(
     attempts: int = 2,
     backoff: float = 0.5,
     runner: Optional[Runner] = None,
+    bin_dir: str = "",
 ) -> Tuple[Backend, str]:
     """(backend, why). preferred: 'auto' (pyslurm when usable, else scontrol), 'pyslurm' (raise
     SlurmError if unusable), 'scontrol'. May run ``sinfo --version`` (counted in probe_calls).
@@ -546,11 +564,16 @@ def choose_backend(
     if preferred not in ("auto", "pyslurm", "scontrol"):
         raise ValueError("preferred must be auto, pyslurm or scontrol, not %r" % preferred)
     scontrol = ScontrolBackend(
-        timeout=timeout, attempts=attempts, backoff=backoff, env=env, runner=runner
+        timeout=timeout,
+        attempts=attempts,
+        backoff=backoff,
+        env=env,
+        runner=runner,
+        scontrol=slurm_command("scontrol", bin_dir),
     )
     if preferred == "scontrol":
         return scontrol, "scontrol: requested"
-    why_not = pyslurm_unusable(env, pyslurm_module, runner, counter=scontrol)
+    why_not = pyslurm_unusable(env, pyslurm_module, runner, counter=scontrol, bin_dir=bin_dir)
     if why_not is None:
         conf = slurm_conf_settings(slurm_conf_path(env))
         per_request, budget = message_timeout(conf), scontrol.retry.deadline
@@ -595,11 +618,17 @@ class SlurmClient:
         timeout: float = 5.0,
         attempts: int = 2,
         backoff: float = 0.5,
+        bin_dir: str = "",
     ) -> None:
         self._backend = backend
         self.backend_reason = "given" if backend is not None else ""
         self._choice = dict(
-            preferred=preferred, env=env, timeout=timeout, attempts=attempts, backoff=backoff
+            preferred=preferred,
+            env=env,
+            timeout=timeout,
+            attempts=attempts,
+            backoff=backoff,
+            bin_dir=bin_dir,
         )
         self.ops: List[Tuple[str, ...]] = []  # every operation requested, in order
         self.until: Optional[float] = None
@@ -685,7 +714,11 @@ _HOSTLIST_CHARS = re.compile(r"[A-Za-z0-9][A-Za-z0-9._,\[\]-]*\Z")
 
 
 def expand_hostlist(
-    text: str, env: Optional[dict] = None, runner: Optional[Runner] = None, timeout: float = 10.0
+    text: str,
+    env: Optional[dict] = None,
+    runner: Optional[Runner] = None,
+    timeout: float = 10.0,
+    bin_dir: str = "",
 ) -> List[str]:
     """'gpu[01-04],login1' -> ['gpu01', ..., 'login1'], as Slurm expands it (``scontrol show hostnames``,
     local: no request to slurmctld). A plain name is returned as is without running anything.
@@ -698,11 +731,14 @@ def expand_hostlist(
         raise ValueError("not a node name or hostlist: %r" % text)
     if _NODE_NAME.match(text):
         return [text]
-    argv = ["scontrol", "show", "hostnames", text]
+    argv = [slurm_command("scontrol", bin_dir), "show", "hostnames", text]
     try:
         rc, out, err = (runner or run_argv)(argv, timeout, client_env(env))
     except OSError as exc:
-        raise SlurmClientMissing("cannot run scontrol to expand %r: %s" % (text, exc)) from exc
+        raise SlurmClientMissing(
+            "cannot run %s to expand %r: %s%s"
+            % (argv[0], text, exc, _BIN_DIR_HINT if not bin_dir else "")
+        ) from exc
     except subprocess.TimeoutExpired:
         raise SlurmUnavailable(
             "scontrol show hostnames %s timed out after %.0fs" % (text, timeout)

@@ -63,7 +63,10 @@ class Enacted(Struct):
 def make_client(settings: Mapping[str, Mapping[str, Any]]) -> SlurmClient:
     drain = settings["drain"]
     return SlurmClient(
-        preferred=drain["backend"], timeout=drain["timeout"], attempts=drain["attempts"]
+        preferred=drain["backend"],
+        timeout=drain["timeout"],
+        attempts=drain["attempts"],
+        bin_dir=drain.get("slurm_bin_dir", ""),
     )
 
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import time
 
-from slurm_hooks.core.config import SECTIONS
 from slurm_hooks.slurm.client import Backend
 from slurm_hooks.slurm.errors import InvalidNodeState, NodeNotFound, SlurmUnavailable
 from slurm_hooks.slurm.node_state import NodeInfo
@@ -127,12 +126,9 @@ class MemoryBackend(Backend):
 
 
 def settings(**sections):
-    values = {
-        section: {k: s.default for k, s in schema.items()} for section, schema in SECTIONS.items()
-    }
-    for section, overrides in sections.items():
-        values[section].update(overrides)
-    return values
+    from tests.helpers import default_settings
+
+    return default_settings(**sections)
 
 
 def cluster(*extra, **kw):
