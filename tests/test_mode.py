@@ -96,7 +96,7 @@ def test_a_fresh_install_logs_what_it_would_drain_and_report_observed_lists_it(
     assert data["schema"] == "slurm-hooks.observed/1"
     [entry] = data["would_drain"]
     assert (entry["node"], entry["check"], entry["job"]) == ("gpu-a07", "xid.events", "4242")
-    assert entry["reason"].startswith("slurm-hooks: xid.events: gpu:2")
+    assert entry["reason"].startswith("sh:xid.events g2: gpu:2")
 
 
 def test_report_observed_reads_rotations_and_is_not_fooled_by_values(site, capsys):
