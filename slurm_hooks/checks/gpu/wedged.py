@@ -1,0 +1,296 @@
+"""GPUs whose NVML identification hangs: what it means, and the node's memory of it.
+
+A GPU whose driver calls hang while its siblings answer is the classic sign of a GPU that is
+wedged or off the bus; one such run may still be a stall that passes. The rule (docs/gpu.md,
+"A GPU that hangs"):
+
+- more than half of the node's GPUs hung (every GPU, on a one-GPU node): the driver as a whole is
+  stuck; that is no evidence against any one GPU -> UNKNOWN (blame check), and the memory is left
+  as it was;
+- otherwise a hung GPU is UNKNOWN the first time (an alert; [drain] on_timeout = "drain" drains, as
+  for any hang) and FAIL with action reboot, blame node, when it hung in `hung_runs` (2)
+  consecutive runs of this node; a run in which it answers clears it.
+
+The memory is <[paths] state_dir>/gpu-hangs.json, one entry per hung GPU (at most 64), written
+atomically (core/atomicio) under a bounded lock; the file work runs in a thread abandoned after
+HISTORY_WAIT_S (the state directory may hang). Without a readable memory a hang counts as a first
+one: never a FAIL without the earlier run on record. A run counts as the next one only when it
+began after the previous observation was recorded, so two prologs that saw the same hang at the
+same moment are one observation, not two.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple
+
+from ...core import atomicio, locks
+from ...core.structs import Struct, field
+from ...hw import nvml
+from ...registry import gatherer
+from ...result import Action, Blame, Result, Status
+
+HISTORY_FILE = "gpu-hangs.json"
+SCHEMA = "slurm-hooks.gpu-hangs/1"
+HISTORY_WAIT_S = 0.5  # the state directory may hang: a hang then counts as a first one
+LOCK_WAIT_S = 0.3  # concurrent prologs of one node take turns; they hold it for milliseconds
+MAX_ENTRIES = 64  # NVML's own limit on GPUs per node is lower; a bigger file is not ours
+MAX_BYTES = 64 << 10
+CLOCK_SLACK_S = 60.0  # an entry seen further in the future than this is not believed
+
+
+class HangHistory(Struct):
+    """What the node remembers of hung GPUs, this run counted: NVML index -> consecutive hung runs."""
+
+    runs: Mapping[int, int] = field(default_factory=dict)
+    driver_wide: bool = False  # most GPUs hung: nothing was counted against any one of them
+    note: str = ""  # why the memory could not be used (then every hang counts as a first one)
+
+
+def unanswered_indices(inventory: Any) -> set:
+    """GPUs whose identification did not end in time: hung, or (rarely) never asked."""
+    return {index for index, error in inventory.device_errors if error.code == nvml.TIMEOUT}
+
+
+def driver_wide(hung: int, count: int) -> bool:
+    """More than half of the GPUs hung (all of a one-GPU node): the driver, not one GPU."""
+    return hung > 0 and 2 * hung > count
+
+
+def update_history(
+    old: Any,
+    hung: Mapping[int, str],
+    answered: Iterable[int],
+    count: int,
+    started: float,
+    now: float,
+    calls: Optional[Mapping[int, str]] = None,
+) -> Tuple[Dict[str, Any], Dict[int, int], str]:
+    """(new file content, {index: consecutive hung runs}, note) after a run that saw `hung`.
+
+    `hung`: NVML index -> bus id ("" unknown) of the GPUs that did not answer; `answered`: the GPUs
+    that did (identified, or an NVML error: an answer too), whose entries are cleared. Entries of
+    GPUs in neither (not asked this run) are kept as they are. `started`/`now`: when this run's
+    identification began and ended (wall clock). An entry counts as an earlier run only when it was
+    recorded before `started` (not by a run overlapping this one), for the same GPU count and bus
+    id, and not in the future.
+    """
+    note = ""
+    entries: Dict[str, Any] = {}
+    if isinstance(old, dict) and old.get("schema") == SCHEMA and isinstance(old.get("gpus"), dict):
+        entries = old["gpus"]
+    elif old not in (None, {}):
+        note = "%s was not ours (schema %r): started again" % (
+            HISTORY_FILE,
+            old.get("schema") if isinstance(old, dict) else type(old).__name__,
+        )
+    runs: Dict[int, int] = {}
+    kept: Dict[str, Any] = {}
+    for index, bus_id in sorted(hung.items())[:MAX_ENTRIES]:
+        entry = entries.get(str(index))
+        previous = _earlier_runs(entry, count, bus_id, started, now)
+        if previous and entry["seen"] > started:  # a run overlapping ours recorded this hang
+            runs[index] = previous
+            first = entry["first"]
+        else:
+            runs[index] = previous + 1
+            first = entry["first"] if previous else now
+        kept[str(index)] = {
+            "runs": runs[index],
+            "first": first,
+            "seen": now,
+            "count": count,
+            "bus_id": (bus_id or entry.get("bus_id") or "") if previous else bus_id,
+            "call": (calls or {}).get(index, ""),
+        }
+    answered = set(answered)
+    for key, entry in entries.items():
+        if len(kept) >= MAX_ENTRIES:
+            break
+        if key not in kept and key.isdigit() and int(key) not in answered:
+            if _earlier_runs(entry, count, "", float("inf"), now):  # still believable: kept
+                kept[key] = entry
+    return {"schema": SCHEMA, "gpus": kept}, runs, note
+
+
+def _earlier_runs(entry: Any, count: int, bus_id: str, started: float, now: float) -> int:
+    """The consecutive hung runs an entry vouches for, 0 when it cannot be believed."""
+    if not isinstance(entry, dict):
+        return 0
+    runs, seen, first = entry.get("runs"), entry.get("seen"), entry.get("first")
+    if not (
+        isinstance(runs, int)
+        and not isinstance(runs, bool)
+        and 1 <= runs <= 1_000_000
+        and all(isinstance(t, (int, float)) and not isinstance(t, bool) for t in (seen, first))
+        and first <= seen <= now + CLOCK_SLACK_S
+        and entry.get("count") == count
+        and isinstance(entry.get("bus_id", ""), str)
+    ):
+        return 0
+    known = entry.get("bus_id") or ""
+    if known and bus_id and known != bus_id:  # another GPU sits at this index now
+        return 0
+    return runs
+
+
+def hung_results(
+    inventory: Any, hangs: HangHistory, error_bus: Mapping[int, str], hung_runs: int
+) -> List[Result]:
+    """gpu.count's results for the GPUs whose identification hung (inventory.hung), by the module's rule."""
+    if not inventory.hung:
+        return []
+    waited = max(h.waited for h in inventory.hung)
+    answered = inventory.count - len(unanswered_indices(inventory))
+    details: Dict[str, Any] = {
+        "timed_out": True,
+        "hung": [h.index for h in inventory.hung],
+        "calls": {str(h.index): h.call for h in inventory.hung},
+        "waited_s": waited,
+        "answered": answered,
+    }
+    if hangs.driver_wide:
+        return [
+            Result(
+                "gpu.count",
+                Status.UNKNOWN,
+                "NVML identification hung on %d of %d GPUs (%gs): the driver as a whole is stuck, "
+                "which is no evidence against one GPU (check `dmesg | grep NVRM`, nvidia-smi)"
+                % (len(inventory.hung), inventory.count, waited),
+                component="gpu:" + ",".join(str(h.index) for h in inventory.hung),
+                blame=Blame.CHECK,
+                details=details,
+            )
+        ]
+    out = []
+    for gpu in inventory.hung:
+        runs = hangs.runs.get(gpu.index, 1)
+        bus_id = error_bus.get(gpu.index)
+        component = "gpu:%d %s" % (gpu.index, bus_id) if bus_id else "gpu:%d" % gpu.index
+        mine = dict(details, runs=runs, hung_runs=hung_runs, call=gpu.call)
+        if hangs.note:
+            mine["memory"] = hangs.note
+        said = "%s on GPU %d did not return within %gs while %d other GPU%s answered" % (
+            gpu.call,
+            gpu.index,
+            gpu.waited,
+            answered,
+            "" if answered == 1 else "s",
+        )
+        if hung_runs and runs >= hung_runs:
+            mine.pop("timed_out")  # judged on the evidence of several runs, not one timeout
+            summary = (
+                "%s, in %d consecutive runs: the GPU is wedged or off the bus (reboot; RMA if it "
+                "recurs)" % (said, runs)
+            )
+            out.append(
+                Result(
+                    "gpu.count",
+                    Status.FAIL,
+                    summary,
+                    component=component,
+                    details=mine,
+                    action=Action.REBOOT,
+                    blame=Blame.NODE,
+                )
+            )
+        else:
+            summary = "%s (consecutive hung runs: %d; it fails at %s)" % (
+                said,
+                runs,
+                hung_runs or "never",
+            )
+            out.append(
+                Result(
+                    "gpu.count",
+                    Status.UNKNOWN,
+                    summary,
+                    component=component,
+                    details=mine,
+                    blame=Blame.NODE,
+                )
+            )
+    return out
+
+
+@gatherer("gpu.hangs")
+def read_hang_history(ctx) -> HangHistory:
+    """<[paths] state_dir>/gpu-hangs.json, updated with this run's hung GPUs (gpu.inventory)."""
+    inventory = ctx.get("gpu.inventory")
+    if inventory.error is not None:
+        return HangHistory()
+    hung = {h.index: inventory.error_bus_ids.get(h.index, "") for h in inventory.hung}
+    unanswered = unanswered_indices(inventory)
+    if driver_wide(len(unanswered), inventory.count):
+        return HangHistory(driver_wide=True)
+    answered = [i for i in range(inventory.count) if i not in unanswered]
+    path = os.path.join(ctx.config.get("paths", "state_dir"), HISTORY_FILE)
+    calls = {h.index: h.call for h in inventory.hung}
+    box: List[Any] = []
+
+    def work() -> None:
+        try:
+            box.append(
+                _remember(
+                    path,
+                    hung,
+                    answered,
+                    inventory.count,
+                    inventory.identify_started,
+                    time.time(),
+                    calls,
+                )
+            )
+        except (OSError, ValueError) as exc:
+            box.append(exc)
+
+    worker = threading.Thread(target=work, name="check:gpu.hangs", daemon=True)
+    worker.start()
+    worker.join(HISTORY_WAIT_S)
+    if not box:
+        why = "%s did not answer within %.3gs" % (path, HISTORY_WAIT_S)
+    elif isinstance(box[0], Exception):
+        why = "%s: %s" % (path, box[0])
+    else:
+        runs, note = box[0]
+        return HangHistory(runs, False, note)
+    return HangHistory({index: 1 for index in hung}, False, "cannot remember hung GPUs: " + why)
+
+
+def _remember(
+    path: str,
+    hung: Mapping[int, str],
+    answered: List[int],
+    count: int,
+    started: float,
+    now: float,
+    calls: Mapping[int, str],
+) -> Tuple[Dict[int, int], str]:
+    """Read, update and write the memory under its lock; the happy path (nothing hung, no file) writes nothing."""
+    if not hung and not os.path.exists(path):
+        return {}, ""
+    directory = os.path.dirname(path)
+    os.makedirs(directory, mode=0o700, exist_ok=True)
+    with locks.locked(path + ".lock", LOCK_WAIT_S):
+        old, note = _read(path)
+        new, runs, problem = update_history(old, hung, answered, count, started, now, calls)
+        if new != old:
+            atomicio.write_json_atomic(path, new)
+    return runs, note or problem
+
+
+def _read(path: str) -> Tuple[Any, str]:
+    try:
+        with open(path, "rb") as handle:
+            raw = handle.read(MAX_BYTES + 1)
+    except FileNotFoundError:
+        return None, ""
+    if len(raw) > MAX_BYTES:
+        return None, "%s is larger than %d bytes: started again" % (path, MAX_BYTES)
+    try:
+        return json.loads(raw.decode("utf-8")), ""
+    except (UnicodeDecodeError, ValueError) as exc:
+        return None, "%s is not JSON (%s): started again" % (path, exc)
