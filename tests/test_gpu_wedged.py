@@ -183,8 +183,11 @@ def test_a_hung_state_directory_makes_a_hang_a_first_one(nvml_node, run_gpu_chec
     os.mkfifo(str(run_gpu_checks.state_file))
     results, _, seconds = run_gpu_checks(node)
     [count] = results["gpu.count"]
-    assert (count.status, count.details["runs"]) == (Status.UNKNOWN, 1), count
-    assert "did not answer within" in count.details["memory"], count.details
+    assert (count.status, count.details.get("runs")) == (Status.UNKNOWN, 1), count
+    assert "did not answer within" in count.details.get("memory", ""), (
+        dict(count.details),
+        count.summary,
+    )
     assert seconds < IDENTIFY_S + wedged.HISTORY_WAIT_S + 2.5
 
 
@@ -264,3 +267,43 @@ def test_the_memory_is_bounded():
 def test_driver_wide_means_more_than_half():
     assert [wedged.driver_wide(h, 8) for h in (0, 1, 4, 5, 8)] == [False, False, False, True, True]
     assert wedged.driver_wide(1, 1) and not wedged.driver_wide(1, 2)
+
+
+def test_without_persistence_mode_a_slow_gpu_is_never_failed(nvml_node, run_gpu_checks):
+    """Persistence mode off: nvmlDeviceGetHandleByIndex initialises an idle GPU (nvml.h), which can take
+    seconds, while GPUs in use answer at once. Two runs in a row must not FAIL (and drain) such a GPU:
+    UNKNOWN with the advice, and nothing remembered."""
+    from slurm_hooks.slurm.policy import Verdict
+
+    node = nvml_node("dgx-h100", {"gpu_defaults": {"persistence_mode": False}})
+    node.inject_hang("nvmlDeviceGetHandleByIndex", 3)
+    for _ in range(2):
+        results, decision, _ = run_gpu_checks(node)
+        [count] = results["gpu.count"]
+        assert count.status is Status.UNKNOWN and "persistence mode" in count.summary, count
+        assert decision.verdict is Verdict.ALERT
+    assert not run_gpu_checks.state_file.exists()
+
+
+def test_a_driver_counting_billions_of_gpus_gets_no_thread_each():
+    """nvmlDeviceGetCount is the driver's word; a broken one saying 4 billion must not start 4 billion
+    threads: only the first MAX_IDENTIFIED are identified, the rest are errors."""
+    from slurm_hooks.checks.gpu.devices import MAX_IDENTIFIED, identify_all
+    from slurm_hooks.hw import nvml
+
+    class Session:
+        def call(self, function, *args):
+            raise nvml.NvmlError(nvml.GPU_IS_LOST, function)
+
+    found = identify_all(Session(), 2**32 - 1, 0.5)
+    assert len(found) == MAX_IDENTIFIED + 1
+    assert all(error.code == nvml.GPU_IS_LOST for _, _, error, _ in found[:MAX_IDENTIFIED])
+    assert found[-1][2].code == nvml.UNKNOWN_ERROR and "4294967295 GPUs" in str(found[-1][2])
+
+
+def test_a_gpu_whose_persistence_mode_cannot_be_read_is_still_identified(nvml_node, run_gpu_checks):
+    """The persistence mode is read after identification: its failure does not make the GPU unreadable."""
+    node = nvml_node("dgx-h100")
+    node.inject_fault("nvmlDeviceGetPersistenceMode", 2, 3)  # NOT_SUPPORTED
+    results, _, _ = run_gpu_checks(node)
+    assert [r.status for r in results["gpu.count"]] == [Status.OK], results["gpu.count"]

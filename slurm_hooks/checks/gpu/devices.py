@@ -15,6 +15,8 @@ from ...core.structs import Struct
 from ...hw import nvml
 from ..pci import normalize_bus_id
 
+MAX_IDENTIFIED = 64  # more than any node has (NVML counts per node); a driver saying 4 billion gets no thread each
+
 
 class GpuDevice(Struct):
     index: int  # NVML index
@@ -51,7 +53,7 @@ def identify_all(
     cannot be interrupted - and dies with the process: the hooks run the checks in a forked child
     (core/isolation.run_isolated) that exits when the checks are done.
     """
-    tables: List[Dict[str, Any]] = [{} for _ in range(count)]
+    tables: List[Dict[str, Any]] = [{} for _ in range(min(count, MAX_IDENTIFIED))]
     answers: Dict[int, Any] = {}
 
     def identify(index: int) -> None:
@@ -70,23 +72,34 @@ def identify_all(
             name = nvml_text(call("nvmlDeviceGetName", handle))
             uuid = nvml_text(call("nvmlDeviceGetUUID", handle))
             answers[index] = (GpuDevice(index, name, uuid, table["bus_id"], table["minor"]), handle)
+            # read after the answer: a hang here costs nothing. wedged.py needs it: without persistence
+            # an idle GPU is initialised by nvmlDeviceGetHandleByIndex (nvml.h) and may take seconds
+            table["persistence"] = _persistence(call, handle)
         except (
             Exception
         ) as exc:  # NvmlError: that GPU's answer; anything else: our bug, raised below
             answers[index] = exc
 
-    threads = [
-        threading.Thread(target=identify, args=(i,), name="check:gpu-id-%d" % i, daemon=True)
-        for i in range(count)
-    ]
     end = time.monotonic() + budget
-    for thread in threads:
-        thread.start()
+    threads = []
+    for index in range(min(count, MAX_IDENTIFIED)):
+        thread = threading.Thread(
+            target=identify, args=(index,), name="check:gpu-id-%d" % index, daemon=True
+        )
+        try:
+            thread.start()
+        except RuntimeError:  # no thread left (a pids limit): that GPU is not asked, not hung
+            continue
+        threads.append(thread)
     for thread in threads:
         thread.join(max(end - time.monotonic(), 0.0))
     out = []
-    for index in range(count):
-        partial = dict(tables[index])  # a copy: a hung thread may still write into its table later
+    for index in range(
+        min(count, MAX_IDENTIFIED + 1)
+    ):  # one error stands for every GPU past the cap
+        partial = (
+            dict(tables[index]) if index < MAX_IDENTIFIED else {}
+        )  # a copy: a hung thread may still write into its table later
         value = answers.get(index)
         if isinstance(value, nvml.NvmlError):
             out.append((None, None, value, partial))
@@ -94,6 +107,20 @@ def identify_all(
             raise value  # our bug: every GPU check reports it (runner: internal error)
         elif value is not None:
             out.append((value[0], value[1], None, partial))
+        elif index >= MAX_IDENTIFIED:
+            out.append(
+                (
+                    None,
+                    None,
+                    nvml.NvmlError(
+                        nvml.UNKNOWN_ERROR,
+                        "nvmlDeviceGetCount",
+                        "NVML counts %d GPUs; only the first %d are identified, GPUs %d-%d are not"
+                        % (count, MAX_IDENTIFIED, MAX_IDENTIFIED, count - 1),
+                    ),
+                    partial,
+                )
+            )
         else:
             asked = "calling" in partial
             error = nvml.NvmlError(
@@ -105,6 +132,13 @@ def identify_all(
             error.waited = budget
             out.append((None, None, error, partial))
     return out
+
+
+def _persistence(call: Callable[..., Any], handle: Any) -> int:
+    try:
+        return int(call("nvmlDeviceGetPersistenceMode", handle))
+    except nvml.NvmlError:  # not known: wedged.persistent() then counts no hang
+        return -1
 
 
 def _minor(call: Callable[..., Any], handle: Any) -> int:

@@ -48,6 +48,7 @@ class GpuInventory(Struct):
     ] = ()  # GPUs whose identification hung (also in device_errors, as TIMEOUT)
     identify_s: float = 0.0  # seconds identification took (a hung GPU: [nvml] identify_timeout)
     identify_started: float = 0.0  # time.time() when identification began (wedged.py's memory)
+    persistence: Dict[int, int] = field(default_factory=dict)  # index -> persistence mode (1 on)
 
     def device(self, index: int) -> Optional[GpuDevice]:
         return next((d for d in self.devices if d.index == index), None)
@@ -84,11 +85,13 @@ def read_inventory(ctx) -> GpuInventory:
     budget = ctx.config.get("nvml", "identify_timeout")
     started, started_wall = time.monotonic(), time.time()
     found = identify_all(session, count, budget)
-    devices, errors, handles, error_bus, hung = [], [], {}, {}, []
+    devices, errors, handles, error_bus, hung, persistence = [], [], {}, {}, [], {}
     for index, (device, handle, error, partial) in enumerate(found):
         if device is not None:
             devices.append(device)
             handles[index] = handle
+            if "persistence" in partial:
+                persistence[index] = partial["persistence"]
             continue
         errors.append((index, error))
         if partial.get("bus_id"):
@@ -109,6 +112,7 @@ def read_inventory(ctx) -> GpuInventory:
         hung=tuple(hung),
         identify_s=time.monotonic() - started,
         identify_started=started_wall,
+        persistence=persistence,
     )
 
 

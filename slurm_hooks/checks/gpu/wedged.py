@@ -7,6 +7,8 @@ wedged or off the bus; one such run may still be a stall that passes. The rule (
 - more than half of the node's GPUs hung (every GPU, on a one-GPU node): the driver as a whole is
   stuck; that is no evidence against any one GPU -> UNKNOWN (blame check), and the memory is left
   as it was;
+- persistence mode not on (no answering GPU says it is): an idle GPU is initialised by the first
+  NVML call and may be slow, not hung -> UNKNOWN with that advice, nothing remembered;
 - otherwise a hung GPU is UNKNOWN the first time (an alert; [drain] on_timeout = "drain" drains, as
   for any hang) and FAIL with action reboot, blame node, when it hung in `hung_runs` (2)
   consecutive runs of this node; a run in which it answers clears it.
@@ -47,12 +49,21 @@ class HangHistory(Struct):
 
     runs: Mapping[int, int] = field(default_factory=dict)
     driver_wide: bool = False  # most GPUs hung: nothing was counted against any one of them
+    persistence_off: bool = False  # no answering GPU said persistence mode is on: nothing counted
     note: str = ""  # why the memory could not be used (then every hang counts as a first one)
 
 
 def unanswered_indices(inventory: Any) -> set:
     """GPUs whose identification did not end in time: hung, or (rarely) never asked."""
     return {index for index, error in inventory.device_errors if error.code == nvml.TIMEOUT}
+
+
+def persistent(inventory: Any) -> bool:
+    """Every answering GPU that said so has persistence mode on (nvmlDeviceGetPersistenceMode), and
+    one at least said so. Without it an idle GPU is initialised by nvmlDeviceGetHandleByIndex (nvml.h:
+    "this API causes NVML to initialize the target GPU"), which may take seconds: slow, not hung."""
+    modes = list(inventory.persistence.values())
+    return bool(modes) and all(mode == 1 for mode in modes)
 
 
 def driver_wide(hung: int, count: int) -> bool:
@@ -151,6 +162,7 @@ def hung_results(
         "calls": {str(h.index): h.call for h in inventory.hung},
         "waited_s": waited,
         "answered": answered,
+        "persistence": {str(i): mode for i, mode in sorted(inventory.persistence.items())},
     }
     if hangs.driver_wide:
         return [
@@ -180,7 +192,23 @@ def hung_results(
             answered,
             "" if answered == 1 else "s",
         )
-        if hung_runs and runs >= hung_runs:
+        if hangs.persistence_off:
+            summary = (
+                "%s; persistence mode is not on here, so an idle GPU is initialised by the first NVML "
+                "call and may take seconds: a hang cannot be told from that (enable it: "
+                "nvidia-smi -pm 1, or run nvidia-persistenced); not counted" % said
+            )
+            out.append(
+                Result(
+                    "gpu.count",
+                    Status.UNKNOWN,
+                    summary,
+                    component=component,
+                    details=mine,
+                    blame=Blame.NODE,
+                )
+            )
+        elif hung_runs and runs >= hung_runs:
             mine.pop("timed_out")  # judged on the evidence of several runs, not one timeout
             summary = (
                 "%s, in %d consecutive runs: the GPU is wedged or off the bus (reboot; RMA if it "
@@ -226,7 +254,9 @@ def read_hang_history(ctx) -> HangHistory:
     unanswered = unanswered_indices(inventory)
     if driver_wide(len(unanswered), inventory.count):
         return HangHistory(driver_wide=True)
-    answered = [i for i in range(inventory.count) if i not in unanswered]
+    answered = [i for i in range(min(inventory.count, MAX_ENTRIES)) if i not in unanswered]
+    if hung and not persistent(inventory):
+        return HangHistory(persistence_off=True)
     path = os.path.join(ctx.config.get("paths", "state_dir"), HISTORY_FILE)
     calls = {h.index: h.call for h in inventory.hung}
     box: List[Any] = []
@@ -256,8 +286,8 @@ def read_hang_history(ctx) -> HangHistory:
         why = "%s: %s" % (path, box[0])
     else:
         runs, note = box[0]
-        return HangHistory(runs, False, note)
-    return HangHistory({index: 1 for index in hung}, False, "cannot remember hung GPUs: " + why)
+        return HangHistory(runs=runs, note=note)
+    return HangHistory(runs={index: 1 for index in hung}, note="cannot remember hung GPUs: " + why)
 
 
 def _remember(
