@@ -30,7 +30,15 @@ IDENTIFY_CALLS = [
     "nvmlDeviceGetName",
     "nvmlDeviceGetUUID",
 ]
-GPU_CHECKS = ["gpu.count", "gpu.ecc", "gpu.remap", "gpu.recovery", "gpu.clocks", "gpu.leftovers"]
+GPU_CHECKS = [
+    "gpu.count",
+    "gpu.ecc",
+    "gpu.remap",
+    "gpu.recovery",
+    "gpu.clocks",
+    "gpu.thermal",
+    "gpu.leftovers",
+]
 
 
 @pytest.fixture
@@ -55,13 +63,25 @@ def run_gpu_checks(registry, tmp_path):
         ),
     )
 
-    def run(node, job_gpus=(0, 1)):
+    def run(node, job_gpus=(0, 1), identify_s=None):
+        chosen = config
+        if identify_s is not None:
+            chosen = validate(
+                registry,
+                fake_node_config(
+                    {
+                        "general": {"mode": "enforce"},
+                        "nvml": {"identify_timeout": identify_s},
+                        "paths": {"state_dir": str(tmp_path / "state")},
+                    }
+                ),
+            )
         job = JobContext(job_id="4242", user="alice", node_name="node1", gpus=tuple(job_gpus))
         specs = select_checks(registry, "prolog", GPU_CHECKS)
         started = time.monotonic()
         data, why = run_isolated(
             lambda: report_to_dict(
-                run_checks(registry, config, Host(str(node.root)), "prolog", specs, job=job)
+                run_checks(registry, chosen, Host(str(node.root)), "prolog", specs, job=job)
             ),
             10.0,
         )
@@ -69,7 +89,7 @@ def run_gpu_checks(registry, tmp_path):
         assert data is not None, why
         report = report_from_dict(data)
         by_check = {run.name: run.results for run in report.runs}
-        return by_check, policy.decide(report.results(), config.settings), seconds
+        return by_check, policy.decide(report.results(), chosen.settings), seconds
 
     run.state_file = tmp_path / "state" / wedged.HISTORY_FILE
     return run
@@ -105,6 +125,22 @@ def test_a_gpu_hung_in_identification_leaves_the_others_judged(nvml_node, run_gp
         assert hung[0].component.split(" ")[1] == node.spec["gpu"][3]["pci"].lower()
     assert decision.verdict is Verdict.DRAIN and decision.findings[0].check == "gpu.remap"
     assert seconds < IDENTIFY_S + 2.5, seconds
+
+
+@pytest.mark.slow  # waits out the longest identification and a reading's budget
+def test_a_wedged_gpu_and_a_hung_reading_on_another_fit_in_the_check_timeout(
+    nvml_node, run_gpu_checks
+):
+    """GPU 3 hangs in identification for the longest [nvml] identify_timeout (1.5 s) and GPU 1 in
+    nvmlDeviceGetTemperature: the readings get what is left of their 2 s budget, so gpu.thermal still
+    names GPU 1 and passes GPU 0 within its 3 s timeout instead of timing out as a whole."""
+    node = nvml_node("dgx-h100")
+    node.inject_hang("nvmlDeviceGetPciInfo", 3)
+    node.inject_hang("nvmlDeviceGetTemperature", 1)
+    results, _, _ = run_gpu_checks(node, (0, 1), identify_s=1.5)
+    thermal = by_gpu(results["gpu.thermal"])
+    assert set(thermal) == {"gpu:1"}, results["gpu.thermal"]
+    assert "did not answer within" in thermal["gpu:1"].summary
 
 
 def test_the_job_owns_the_hung_gpu(nvml_node, run_gpu_checks):
