@@ -38,6 +38,7 @@ from ...result import Action, Blame, Result, Status
 HISTORY_FILE = "gpu-hangs.json"
 SCHEMA = "slurm-hooks.gpu-hangs/1"
 HISTORY_WAIT_S = 0.5  # the state directory may hang: a hang then counts as a first one
+CLEAR_WAIT_S = 0.05  # nothing hung: how long a healthy run waits for its clearing to be written
 LOCK_WAIT_S = 0.3  # concurrent prologs of one node take turns; they hold it for milliseconds
 MAX_ENTRIES = 64  # NVML's own limit on GPUs per node is lower; a bigger file is not ours
 MAX_BYTES = 64 << 10
@@ -279,7 +280,12 @@ def read_hang_history(ctx) -> HangHistory:
 
     worker = threading.Thread(target=work, name="check:gpu.hangs", daemon=True)
     worker.start()
-    worker.join(HISTORY_WAIT_S)
+    # nothing hung: only an old entry to clear, which nobody waits for long (a hung state directory
+    # must not cost every healthy run HISTORY_WAIT_S); the thread finishes on its own, or dies with
+    # the check process (an atomic write: the old file or the new one)
+    worker.join(HISTORY_WAIT_S if hung else CLEAR_WAIT_S)
+    if not hung:
+        return HangHistory()
     if not box:
         why = "%s did not answer within %.3gs" % (path, HISTORY_WAIT_S)
     elif isinstance(box[0], Exception):
