@@ -37,6 +37,7 @@ GPU_CHECKS = [
     "gpu.recovery",
     "gpu.clocks",
     "gpu.thermal",
+    "gpu.driver",
     "gpu.leftovers",
 ]
 
@@ -343,3 +344,16 @@ def test_a_gpu_whose_persistence_mode_cannot_be_read_is_still_identified(nvml_no
     node.inject_fault("nvmlDeviceGetPersistenceMode", 2, 3)  # NOT_SUPPORTED
     results, _, _ = run_gpu_checks(node)
     assert [r.status for r in results["gpu.count"]] == [Status.OK], results["gpu.count"]
+
+
+def test_a_gpu_hung_reading_its_vbios_leaves_the_state_checks_judged(nvml_node, run_gpu_checks):
+    """gpu.driver compares the VBIOS of every GPU of the node; it read them one after the other with no
+    bound, so a GPU hanging in nvmlDeviceGetVbiosVersion made gpu.driver, gpu.clocks and gpu.thermal
+    time out as a whole. Now that GPU is left out of the comparison and the checks are judged."""
+    node = nvml_node("dgx-h100", {"gpu": {0: {"clocks_event_reasons": 0x8}}})  # HW slowdown
+    node.inject_hang("nvmlDeviceGetVbiosVersion", 6)
+    results, _, seconds = run_gpu_checks(node)
+    clocks = by_gpu(results["gpu.clocks"])
+    assert clocks["gpu:0"].status is Status.FAIL, results["gpu.clocks"]
+    assert [r.status for r in results["gpu.thermal"]] == [Status.OK]
+    assert seconds < 2.5, seconds
