@@ -1,8 +1,9 @@
-"""The GPUs NVML lists, identified one by one: each GPU's identification is bounded on its own.
+"""The GPUs NVML lists, each identified on a thread of its own within one bound ([nvml] identify_timeout).
 
 NVML calls (through slurm_hooks.hw.nvml): nvmlDeviceGetHandleByIndex, nvmlDeviceGetPciInfo,
 nvmlDeviceGetMinorNumber, nvmlDeviceGetName, nvmlDeviceGetUUID (`nvidia-smi -L`,
-`nvidia-smi -q | grep -e Minor -e Bus`).
+`nvidia-smi -q | grep -e Minor -e Bus`), then nvmlDeviceGetPersistenceMode (`nvidia-smi -q | grep
+Persistence`), which checks/gpu/wedged.py needs to tell a slow GPU from a hung one.
 """
 
 from __future__ import annotations
