@@ -274,6 +274,8 @@ def test_a_run_overlapping_the_one_that_recorded_the_hang_is_not_a_second_run():
         {"runs": "2"},
         {"runs": 0},
         {"first": None},
+        {"first": float("-inf")},
+        {"seen": float("nan")},
     ],
 )
 def test_an_entry_that_cannot_be_believed_starts_again(change):

@@ -24,6 +24,7 @@ same moment are one observation, not two.
 from __future__ import annotations
 
 import json
+import math
 import os
 import threading
 import time
@@ -103,7 +104,7 @@ def update_history(
     kept: Dict[str, Any] = {}
     for index, bus_id in sorted(hung.items())[:MAX_ENTRIES]:
         entry = entries.get(str(index))
-        previous = _earlier_runs(entry, count, bus_id, started, now)
+        previous = _earlier_runs(entry, count, bus_id, now)
         if previous and entry["seen"] > started:  # a run overlapping ours recorded this hang
             runs[index] = previous
             first = entry["first"]
@@ -123,12 +124,12 @@ def update_history(
         if len(kept) >= MAX_ENTRIES:
             break
         if key not in kept and key.isdigit() and int(key) not in answered:
-            if _earlier_runs(entry, count, "", float("inf"), now):  # still believable: kept
+            if _earlier_runs(entry, count, "", now):  # still believable: kept
                 kept[key] = entry
     return {"schema": SCHEMA, "gpus": kept}, runs, note
 
 
-def _earlier_runs(entry: Any, count: int, bus_id: str, started: float, now: float) -> int:
+def _earlier_runs(entry: Any, count: int, bus_id: str, now: float) -> int:
     """The consecutive hung runs an entry vouches for, 0 when it cannot be believed."""
     if not isinstance(entry, dict):
         return 0
@@ -137,7 +138,10 @@ def _earlier_runs(entry: Any, count: int, bus_id: str, started: float, now: floa
         isinstance(runs, int)
         and not isinstance(runs, bool)
         and 1 <= runs <= 1_000_000
-        and all(isinstance(t, (int, float)) and not isinstance(t, bool) for t in (seen, first))
+        and all(
+            isinstance(t, (int, float)) and not isinstance(t, bool) and math.isfinite(t)
+            for t in (seen, first)
+        )
         and first <= seen <= now + CLOCK_SLACK_S
         and entry.get("count") == count
         and isinstance(entry.get("bus_id", ""), str)
