@@ -359,3 +359,43 @@ def test_a_gpu_hung_reading_its_vbios_leaves_the_state_checks_judged(nvml_node, 
     assert clocks["gpu:0"].status is Status.FAIL, results["gpu.clocks"]
     assert [r.status for r in results["gpu.thermal"]] == [Status.OK]
     assert seconds < 2.5, seconds
+
+
+def test_a_gpu_that_answers_a_little_late_is_slow_not_hung(nvml_node, run_gpu_checks):
+    """GPU 3 answers nvmlDeviceGetPciInfo after 1.6 s (a busy driver) with identify_timeout 1 s: the other
+    checks go on without it, and gpu.count waits 0.75 s more for it alone: it answered, so it is slow,
+    not hung - UNKNOWN blame check, however often, and nothing remembered against it."""
+    from slurm_hooks.slurm.policy import Verdict
+
+    node = nvml_node("dgx-h100")
+    node.inject_delay("nvmlDeviceGetPciInfo", 3, 1600)
+    for _ in range(2):
+        results, decision, _ = run_gpu_checks(node, identify_s=1.0)
+        [count] = results["gpu.count"]
+        assert (count.status, count.blame) == (Status.UNKNOWN, Blame.CHECK), count
+        assert "a slow driver, not a hung GPU" in count.summary and count.details["slow"] == [3]
+        assert decision.verdict is Verdict.ALERT
+    assert not run_gpu_checks.state_file.exists()
+
+
+def test_answered_late_tells_a_late_answer_from_a_hang():
+    import threading
+
+    from slurm_hooks.checks.gpu.devices import HungGpu
+    from slurm_hooks.checks.gpu.inventory import GpuInventory
+
+    release = threading.Event()
+    late = threading.Thread(target=release.wait, args=(0.2,), daemon=True)
+    stuck = threading.Thread(target=release.wait, args=(30,), daemon=True)
+    late.start()
+    stuck.start()
+    inventory = GpuInventory(
+        count=8,
+        hung=(HungGpu(3, "nvmlDeviceGetPciInfo"), HungGpu(5, "nvmlDeviceGetUUID")),
+        pending={3: late, 5: stuck},
+    )
+    started = time.monotonic()
+    assert wedged.answered_late(inventory, 1.0) == (3,)
+    assert time.monotonic() - started < 1.5
+    assert wedged.answered_late(inventory, 0.0) == (3,)  # GPU 5 is still not answering
+    release.set()

@@ -41,7 +41,10 @@ class HungGpu(Struct):
 
 
 def identify_all(
-    session: nvml.NvmlSession, count: int, budget: float
+    session: nvml.NvmlSession,
+    count: int,
+    budget: float,
+    pending: Optional[Dict[int, threading.Thread]] = None,
 ) -> List[Tuple[Optional[GpuDevice], Any, Optional[nvml.NvmlError], Dict[str, Any]]]:
     """(device, handle, None, partial) per NVML index, or (None, None, error, partial) for a GPU that failed
     or did not answer within `budget` (error NvmlError(TIMEOUT)); `partial` holds what it said before.
@@ -52,7 +55,8 @@ def identify_all(
     before asking them). A GPU whose thread never made its first call is reported as not asked
     (`partial` has no "calling"), not as hung. The abandoned thread stays blocked in the C call - it
     cannot be interrupted - and dies with the process: the hooks run the checks in a forked child
-    (core/isolation.run_isolated) that exits when the checks are done.
+    (core/isolation.run_isolated) that exits when the checks are done. `pending` receives the
+    threads of the GPUs that did not answer in time (wedged.py waits a little longer on them).
     """
     tables: List[Dict[str, Any]] = [{} for _ in range(min(count, MAX_IDENTIFIED))]
     answers: Dict[int, Any] = {}
@@ -91,9 +95,11 @@ def identify_all(
             thread.start()
         except RuntimeError:  # no thread left (a pids limit): that GPU is not asked, not hung
             continue
-        threads.append(thread)
-    for thread in threads:
+        threads.append((index, thread))
+    for _, thread in threads:
         thread.join(max(end - time.monotonic(), 0.0))
+    if pending is not None:
+        pending.update((i, t) for i, t in threads if t.is_alive() and i not in answers)
     out = []
     for index in range(
         min(count, MAX_IDENTIFIED + 1)

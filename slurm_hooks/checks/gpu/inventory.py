@@ -49,6 +49,9 @@ class GpuInventory(Struct):
     identify_s: float = 0.0  # seconds identification took (a hung GPU: [nvml] identify_timeout)
     identify_started: float = 0.0  # time.time() when identification began (wedged.py's memory)
     persistence: Dict[int, int] = field(default_factory=dict)  # index -> persistence mode (1 on)
+    pending: Dict[int, Any] = field(  # index -> the thread still identifying that GPU (wedged.py)
+        default_factory=dict, compare=False, repr=False
+    )
 
     def device(self, index: int) -> Optional[GpuDevice]:
         return next((d for d in self.devices if d.index == index), None)
@@ -84,7 +87,8 @@ def read_inventory(ctx) -> GpuInventory:
         return GpuInventory(error=exc, kernel_module=module)
     budget = ctx.config.get("nvml", "identify_timeout")
     started, started_wall = time.monotonic(), time.time()
-    found = identify_all(session, count, budget)
+    pending: Dict[int, Any] = {}
+    found = identify_all(session, count, budget, pending)
     devices, errors, handles, error_bus, hung, persistence = [], [], {}, {}, [], {}
     for index, (device, handle, error, partial) in enumerate(found):
         if device is not None:
@@ -113,6 +117,7 @@ def read_inventory(ctx) -> GpuInventory:
         identify_s=time.monotonic() - started,
         identify_started=started_wall,
         persistence=persistence,
+        pending=pending,
     )
 
 

@@ -4,6 +4,8 @@ A GPU whose driver calls hang while its siblings answer is the classic sign of a
 wedged or off the bus; one such run may still be a stall that passes. The rule (docs/gpu.md,
 "A GPU that hangs"):
 
+- a GPU that answers within 0.75 x [nvml] identify_timeout more (only gpu.count waits for it) is
+  slow, not hung: UNKNOWN (blame check), and its entry is cleared;
 - more than half of the node's GPUs hung (every GPU, on a one-GPU node): the driver as a whole is
   stuck; that is no evidence against any one GPU -> UNKNOWN (blame check), and the memory is left
   as it was;
@@ -39,6 +41,9 @@ from ...result import Action, Blame, Result, Status
 HISTORY_FILE = "gpu-hangs.json"
 SCHEMA = "slurm-hooks.gpu-hangs/1"
 HISTORY_WAIT_S = 0.5  # the state directory may hang: a hang then counts as a first one
+CONFIRM_FACTOR = (
+    0.75  # a GPU is hung when it has not answered within 1.75 x [nvml] identify_timeout
+)
 CLEAR_WAIT_S = 0.05  # nothing hung: how long a healthy run waits for its clearing to be written
 LOCK_WAIT_S = 0.3  # concurrent prologs of one node take turns; they hold it for milliseconds
 MAX_ENTRIES = 64  # NVML's own limit on GPUs per node is lower; a bigger file is not ours
@@ -53,11 +58,30 @@ class HangHistory(Struct):
     driver_wide: bool = False  # most GPUs hung: nothing was counted against any one of them
     persistence_off: bool = False  # no answering GPU said persistence mode is on: nothing counted
     note: str = ""  # why the memory could not be used (then every hang counts as a first one)
+    slow: Tuple[int, ...] = ()  # answered only in the extra wait: slow, not hung, not counted
 
 
-def unanswered_indices(inventory: Any) -> set:
-    """GPUs whose identification did not end in time: hung, or (rarely) never asked."""
-    return {index for index, error in inventory.device_errors if error.code == nvml.TIMEOUT}
+def unanswered_indices(inventory: Any, slow: Iterable[int] = ()) -> set:
+    """GPUs whose identification did not end in time (hung, or rarely never asked), less the `slow`."""
+    late = set(slow)
+    return {
+        index
+        for index, error in inventory.device_errors
+        if error.code == nvml.TIMEOUT and index not in late
+    }
+
+
+def answered_late(inventory: Any, wait: float) -> Tuple[int, ...]:
+    """The hung GPUs whose identification thread ended within `wait` more seconds: slow, not hung (a
+    busy driver). A wedged GPU does not answer in minutes; only this check waits for it."""
+    end = time.monotonic() + wait
+    for thread in inventory.pending.values():
+        thread.join(max(end - time.monotonic(), 0.0))
+    return tuple(
+        h.index
+        for h in inventory.hung
+        if h.index in inventory.pending and not inventory.pending[h.index].is_alive()
+    )
 
 
 def persistent(inventory: Any) -> bool:
@@ -160,33 +184,46 @@ def hung_results(
     if not inventory.hung:
         return []
     waited = max(h.waited for h in inventory.hung)
-    answered = inventory.count - len(unanswered_indices(inventory))
+    still = [h for h in inventory.hung if h.index not in hangs.slow]
+    answered = inventory.count - len(unanswered_indices(inventory, hangs.slow))
     details: Dict[str, Any] = {
         "timed_out": True,
-        "hung": [h.index for h in inventory.hung],
+        "hung": [h.index for h in still],
+        "slow": list(hangs.slow),
         "calls": {str(h.index): h.call for h in inventory.hung},
         "waited_s": waited,
         "answered": answered,
         "persistence": {str(i): mode for i, mode in sorted(inventory.persistence.items())},
     }
-    if hangs.driver_wide:
-        return [
+    out = [
+        Result(
+            "gpu.count",
+            Status.UNKNOWN,
+            "%s on GPU %d answered only after more than %gs: a slow driver, not a hung GPU (not "
+            "counted); this GPU's other checks were not run this time" % (h.call, h.index, waited),
+            component=_component(h.index, error_bus),
+            blame=Blame.CHECK,
+            details=dict(details, call=h.call),
+        )
+        for h in inventory.hung
+        if h.index in hangs.slow
+    ]
+    if still and hangs.driver_wide:
+        return out + [
             Result(
                 "gpu.count",
                 Status.UNKNOWN,
                 "NVML identification hung on %d of %d GPUs (%gs): the driver as a whole is stuck, "
                 "which is no evidence against one GPU (check `dmesg | grep NVRM`, nvidia-smi)"
-                % (len(inventory.hung), inventory.count, waited),
-                component="gpu:" + ",".join(str(h.index) for h in inventory.hung),
+                % (len(still), inventory.count, waited),
+                component="gpu:" + ",".join(str(h.index) for h in still),
                 blame=Blame.CHECK,
                 details=details,
             )
         ]
-    out = []
-    for gpu in inventory.hung:
+    for gpu in still:
         runs = hangs.runs.get(gpu.index, 1)
-        bus_id = error_bus.get(gpu.index)
-        component = "gpu:%d %s" % (gpu.index, bus_id) if bus_id else "gpu:%d" % gpu.index
+        component = _component(gpu.index, error_bus)
         mine = dict(details, runs=runs, hung_runs=hung_runs, call=gpu.call)
         if hangs.note:
             mine["memory"] = hangs.note
@@ -249,19 +286,29 @@ def hung_results(
     return out
 
 
+def _component(index: int, error_bus: Mapping[int, str]) -> str:
+    bus_id = error_bus.get(index)
+    return "gpu:%d %s" % (index, bus_id) if bus_id else "gpu:%d" % index
+
+
 @gatherer("gpu.hangs")
 def read_hang_history(ctx) -> HangHistory:
     """<[paths] state_dir>/gpu-hangs.json, updated with this run's hung GPUs (gpu.inventory)."""
     inventory = ctx.get("gpu.inventory")
     if inventory.error is not None:
         return HangHistory()
-    hung = {h.index: inventory.error_bus_ids.get(h.index, "") for h in inventory.hung}
-    unanswered = unanswered_indices(inventory)
+    slow = answered_late(inventory, CONFIRM_FACTOR * ctx.config.get("nvml", "identify_timeout"))
+    hung = {
+        h.index: inventory.error_bus_ids.get(h.index, "")
+        for h in inventory.hung
+        if h.index not in slow
+    }
+    unanswered = unanswered_indices(inventory, slow)
     if driver_wide(len(unanswered), inventory.count):
-        return HangHistory(driver_wide=True)
+        return HangHistory(driver_wide=True, slow=slow)
     answered = [i for i in range(min(inventory.count, MAX_ENTRIES)) if i not in unanswered]
     if hung and not persistent(inventory):
-        return HangHistory(persistence_off=True)
+        return HangHistory(persistence_off=True, slow=slow)
     path = os.path.join(ctx.config.get("paths", "state_dir"), HISTORY_FILE)
     calls = {h.index: h.call for h in inventory.hung}
     box: List[Any] = []
@@ -289,15 +336,17 @@ def read_hang_history(ctx) -> HangHistory:
     # the check process (an atomic write: the old file or the new one)
     worker.join(HISTORY_WAIT_S if hung else CLEAR_WAIT_S)
     if not hung:
-        return HangHistory()
+        return HangHistory(slow=slow)
     if not box:
         why = "%s did not answer within %.3gs" % (path, HISTORY_WAIT_S)
     elif isinstance(box[0], Exception):
         why = "%s: %s" % (path, box[0])
     else:
         runs, note = box[0]
-        return HangHistory(runs=runs, note=note)
-    return HangHistory(runs={index: 1 for index in hung}, note="cannot remember hung GPUs: " + why)
+        return HangHistory(runs=runs, note=note, slow=slow)
+    return HangHistory(
+        runs={index: 1 for index in hung}, note="cannot remember hung GPUs: " + why, slow=slow
+    )
 
 
 def _remember(
