@@ -59,6 +59,7 @@ class HangHistory(Struct):
     persistence_off: bool = False  # no answering GPU said persistence mode is on: nothing counted
     note: str = ""  # why the memory could not be used (then every hang counts as a first one)
     slow: Tuple[int, ...] = ()  # answered only in the extra wait: slow, not hung, not counted
+    waited_more: float = 0.0  # seconds of that extra wait
 
 
 def unanswered_indices(inventory: Any, slow: Iterable[int] = ()) -> set:
@@ -183,7 +184,7 @@ def hung_results(
     """gpu.count's results for the GPUs whose identification hung (inventory.hung), by the module's rule."""
     if not inventory.hung:
         return []
-    waited = max(h.waited for h in inventory.hung)
+    waited = max(h.waited for h in inventory.hung) + hangs.waited_more
     still = [h for h in inventory.hung if h.index not in hangs.slow]
     answered = inventory.count - len(unanswered_indices(inventory, hangs.slow))
     details: Dict[str, Any] = {
@@ -200,7 +201,8 @@ def hung_results(
             "gpu.count",
             Status.UNKNOWN,
             "%s on GPU %d answered only after more than %gs: a slow driver, not a hung GPU (not "
-            "counted); this GPU's other checks were not run this time" % (h.call, h.index, waited),
+            "counted); this GPU's other checks were not run this time"
+            % (h.call, h.index, h.waited),
             component=_component(h.index, error_bus),
             blame=Blame.CHECK,
             details=dict(details, call=h.call),
@@ -230,7 +232,7 @@ def hung_results(
         said = "%s on GPU %d did not return within %gs while %d other GPU%s answered" % (
             gpu.call,
             gpu.index,
-            gpu.waited,
+            gpu.waited + hangs.waited_more,
             answered,
             "" if answered == 1 else "s",
         )
@@ -297,7 +299,8 @@ def read_hang_history(ctx) -> HangHistory:
     inventory = ctx.get("gpu.inventory")
     if inventory.error is not None:
         return HangHistory()
-    slow = answered_late(inventory, CONFIRM_FACTOR * ctx.config.get("nvml", "identify_timeout"))
+    more = CONFIRM_FACTOR * ctx.config.get("nvml", "identify_timeout")
+    slow = answered_late(inventory, more)
     hung = {
         h.index: inventory.error_bus_ids.get(h.index, "")
         for h in inventory.hung
@@ -305,10 +308,10 @@ def read_hang_history(ctx) -> HangHistory:
     }
     unanswered = unanswered_indices(inventory, slow)
     if driver_wide(len(unanswered), inventory.count):
-        return HangHistory(driver_wide=True, slow=slow)
+        return HangHistory(driver_wide=True, slow=slow, waited_more=more)
     answered = [i for i in range(min(inventory.count, MAX_ENTRIES)) if i not in unanswered]
     if hung and not persistent(inventory):
-        return HangHistory(persistence_off=True, slow=slow)
+        return HangHistory(persistence_off=True, slow=slow, waited_more=more)
     path = os.path.join(ctx.config.get("paths", "state_dir"), HISTORY_FILE)
     calls = {h.index: h.call for h in inventory.hung}
     box: List[Any] = []
@@ -336,16 +339,19 @@ def read_hang_history(ctx) -> HangHistory:
     # the check process (an atomic write: the old file or the new one)
     worker.join(HISTORY_WAIT_S if hung else CLEAR_WAIT_S)
     if not hung:
-        return HangHistory(slow=slow)
+        return HangHistory(slow=slow, waited_more=more)
     if not box:
         why = "%s did not answer within %.3gs" % (path, HISTORY_WAIT_S)
     elif isinstance(box[0], Exception):
         why = "%s: %s" % (path, box[0])
     else:
         runs, note = box[0]
-        return HangHistory(runs=runs, note=note, slow=slow)
+        return HangHistory(runs=runs, note=note, slow=slow, waited_more=more)
     return HangHistory(
-        runs={index: 1 for index in hung}, note="cannot remember hung GPUs: " + why, slow=slow
+        runs={index: 1 for index in hung},
+        note="cannot remember hung GPUs: " + why,
+        slow=slow,
+        waited_more=more,
     )
 
 
