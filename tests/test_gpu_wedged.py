@@ -142,6 +142,10 @@ def test_a_wedged_gpu_and_a_hung_reading_on_another_fit_in_the_check_timeout(
     thermal = by_gpu(results["gpu.thermal"])
     assert set(thermal) == {"gpu:1"}, results["gpu.thermal"]
     assert "did not answer within" in thermal["gpu:1"].summary
+    # gpu.count waits longest (identification, its extra wait, the memory): still inside its 3 s
+    assert [r.component.split(" ")[0] for r in results["gpu.count"]] == ["gpu:3"], results[
+        "gpu.count"
+    ]
 
 
 def test_the_job_owns_the_hung_gpu(nvml_node, run_gpu_checks):

@@ -44,6 +44,7 @@ HISTORY_WAIT_S = 0.5  # the state directory may hang: a hang then counts as a fi
 CONFIRM_FACTOR = (
     0.75  # a GPU is hung when it has not answered within 1.75 x [nvml] identify_timeout
 )
+COUNT_WAIT_S = 2.0  # identification plus the extra wait, at most (gpu.count's timeout is 3 s)
 CLEAR_WAIT_S = 0.05  # nothing hung: how long a healthy run waits for its clearing to be written
 LOCK_WAIT_S = 0.3  # concurrent prologs of one node take turns; they hold it for milliseconds
 MAX_ENTRIES = 64  # NVML's own limit on GPUs per node is lower; a bigger file is not ours
@@ -299,7 +300,9 @@ def read_hang_history(ctx) -> HangHistory:
     inventory = ctx.get("gpu.inventory")
     if inventory.error is not None:
         return HangHistory()
-    more = CONFIRM_FACTOR * ctx.config.get("nvml", "identify_timeout")
+    identify = ctx.config.get("nvml", "identify_timeout")
+    # gpu.count's 3 s hold identification, this wait and the memory's HISTORY_WAIT_S, with room left
+    more = max(min(CONFIRM_FACTOR * identify, COUNT_WAIT_S - identify), 0.0)
     slow = answered_late(inventory, more)
     hung = {
         h.index: inventory.error_bus_ids.get(h.index, "")
