@@ -280,3 +280,51 @@ def test_prolog_with_a_hung_state_directory_exits_in_time(prolog, hung_dir):
         ("snapshot", str(hung_dir / "state" / "snapshots" / "4242.json")),
         ("state", state_file),
     ]
+
+
+def enforce(prolog) -> None:
+    """mode = "enforce" said explicitly: these tests expect a drain whatever the shipped default mode."""
+    text = prolog.config.read_text()
+    prolog.config.write_text(text.replace("[general]\n", '[general]\nmode = "enforce"\n', 1))
+
+
+def test_prolog_with_a_wedged_gpu_judges_the_gpus_that_answer(prolog):
+    """GPU 3 hangs in nvmlDeviceGetPciInfo (identification) and GPU 1, also the job's, has a pending row
+    remap. Before: gpu.inventory hung, every GPU check timed out at 3 s, the prolog only alerted and exited
+    0, and the job ran on a broken GPU. Now GPU 3 costs [nvml] identify_timeout (1 s) once, GPU 1's remap
+    FAILs, the node is drained and the job requeued; GPU 3 itself is UNKNOWN (a first hang)."""
+    enforce(prolog)
+    prolog.node.set_state("gpu.1.remapped_rows.pending", 1)
+    prolog.node.inject_hang("nvmlDeviceGetPciInfo", 3)
+    rc, seconds, stderr = prolog.run("GPU 3 wedged in identification, GPU 1 remap pending")
+    kv = prolog.decision()
+    assert rc == 1, (kv, stderr)
+    assert (kv["decision"], kv["outcome"], kv["check"], kv["component"]) == (
+        "drain",
+        "drained",
+        "gpu.remap",
+        "gpu:1 0000:1a:00.0",
+    ), kv
+    print("[wedged] checks: %s ms" % kv["duration_ms"])
+    assert int(kv["duration_ms"]) < 1000 * CHECK_TIMEOUT, kv  # before: every GPU check waited 3 s
+    assert seconds < BOUND, seconds
+    assert prolog.drain_reason().startswith("slurm-hooks: gpu.remap: gpu:1 ")
+
+
+def test_a_gpu_wedged_in_two_prologs_in_a_row_drains_the_node(prolog):
+    """The rule for the hung GPU itself: the first prolog alerts (UNKNOWN) and the job runs; the next
+    one, GPU 3 still hanging while its siblings answer, FAILs it (reboot) and drains the node."""
+    enforce(prolog)
+    prolog.node.inject_hang("nvmlDeviceGetHandleByIndex", 3)
+    rc, seconds, stderr = prolog.run("GPU 3 wedged (first prolog)")
+    kv = prolog.decision()
+    assert (rc, kv["decision"], kv["status"], kv["check"]) == (0, "alert", "UNKNOWN", "gpu.count")
+    assert seconds < BOUND, seconds
+    assert prolog.drain_reason() is None
+    prolog.log.unlink()
+    rc, seconds, stderr = prolog.run("GPU 3 wedged (second prolog)")
+    kv = prolog.decision()
+    assert (rc, kv["decision"], kv["outcome"], kv["check"]) == (1, "drain", "drained", "gpu.count")
+    reason = prolog.drain_reason()
+    assert reason.startswith("slurm-hooks: gpu.count: gpu:3 ") and reason.endswith("-> reboot")
+    assert "2 consecutive runs" in reason, reason

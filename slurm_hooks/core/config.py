@@ -171,6 +171,13 @@ SECTIONS: Dict[str, Dict[str, Setting]] = {
             "explicit path of libnvidia-ml.so.1; empty = the dynamic loader's choice",
             check=_optional_path,
         ),
+        "identify_timeout": _seconds(
+            1.0,
+            "seconds the GPUs' identification (handle, PCI info, minor, name, UUID) may take; a GPU "
+            "still not answering is left behind as hung (docs/gpu.md) and the others are judged. At "
+            "most 1.5: the GPU checks' 3 s timeouts include it",
+            1.5,
+        ),
     },
     "drain": {
         "reason_prefix": Setting(

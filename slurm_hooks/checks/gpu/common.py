@@ -48,6 +48,7 @@ class GpuReadings(Struct):
 # Every check built on read_gpus has a 3 s timeout (test_gpu_checks checks this): a GPU whose NVML calls
 # have not answered after GPU_READ_BUDGET_S is given up, and the other GPUs are still judged in time.
 GPU_READ_BUDGET_S = 2.0
+MIN_READ_BUDGET_S = 0.5
 
 
 def read_gpus(
@@ -72,6 +73,9 @@ def read_gpus(
     selection: GpuSelection = ctx.get("gpu.selection")
     session = nvml.session(ctx.config.get("nvml", "library"))
     chosen = list(selection.devices if devices is None else devices)
+    # the first checks waited for the identification (a hung GPU: [nvml] identify_timeout) within
+    # their own 3 s: the readings get what is left of GPU_READ_BUDGET_S
+    budget = max(budget - inventory.identify_s, MIN_READ_BUDGET_S)
     tables: List[Dict[str, Any]] = [{} for _ in chosen]
 
     def read(i: int) -> None:
@@ -159,6 +163,16 @@ def no_gpus_result(name: str, readings: GpuReadings) -> Optional[Result]:
         )
     if not readings.gpus:
         selection = readings.selection
+        if selection is not None and selection.unanswered and not selection.missing:
+            return Result(
+                name,
+                Status.SKIP,
+                "the job's GPU%s %s did not answer NVML; see gpu.count"
+                % (
+                    "s" if len(selection.unanswered) > 1 else "",
+                    ",".join(map(str, selection.unanswered)),
+                ),
+            )
         if selection is not None and selection.missing:
             return Result(
                 name,

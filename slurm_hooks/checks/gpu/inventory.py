@@ -15,27 +15,18 @@ when minor numbers are unavailable. A Slurm index with no matching GPU is node-b
 
 from __future__ import annotations
 
+import time
 from typing import Any, Dict, List, Optional, Tuple
 
 from ...core.structs import Struct, field
 from ...hw import nvml
 from ...registry import CONTEXTS, Param, check, gatherer
 from ...result import Action, Blame, Result, Status
-from ..pci import PciDevice, normalize_bus_id
+from ..pci import PciDevice
+from . import wedged
+from .devices import GpuDevice, HungGpu, identify_all, nvml_text
 
 DRIVER_VERSION_FILE = "/proc/driver/nvidia/version"
-
-
-class GpuDevice(Struct):
-    index: int  # NVML index
-    name: str
-    uuid: str
-    bus_id: str  # sysfs form, 0000:18:00.0
-    minor: int = -1  # /dev/nvidia<minor>; -1 when NVML could not tell
-
-    @property
-    def component(self) -> str:
-        return "gpu:%d %s" % (self.index, self.bus_id)
 
 
 class GpuInventory(Struct):
@@ -52,6 +43,15 @@ class GpuInventory(Struct):
     error_bus_ids: Dict[int, str] = field(
         default_factory=dict
     )  # bus ids of unreadable GPUs, where NVML gave one
+    hung: Tuple[
+        HungGpu, ...
+    ] = ()  # GPUs whose identification hung (also in device_errors, as TIMEOUT)
+    identify_s: float = 0.0  # seconds identification took (a hung GPU: [nvml] identify_timeout)
+    identify_started: float = 0.0  # time.time() when identification began (wedged.py's memory)
+    persistence: Dict[int, int] = field(default_factory=dict)  # index -> persistence mode (1 on)
+    pending: Dict[int, Any] = field(  # index -> the thread still identifying that GPU (wedged.py)
+        default_factory=dict, compare=False, repr=False
+    )
 
     def device(self, index: int) -> Optional[GpuDevice]:
         return next((d for d in self.devices if d.index == index), None)
@@ -64,6 +64,7 @@ class GpuSelection(Struct):
     requested: Optional[Tuple[int, ...]]  # Slurm's indices; None = every GPU (no job)
     missing: Tuple[int, ...] = ()  # requested indices no NVML device matches
     method: str = "all"  # all | minor | index
+    unanswered: Tuple[int, ...] = ()  # requested indices that are (or may be) a GPU whose NVML hung
 
 
 @gatherer("gpu.inventory")
@@ -84,26 +85,25 @@ def read_inventory(ctx) -> GpuInventory:
             (ctx.host.read_text(DRIVER_VERSION_FILE, default="") or "").split("\n", 1)[0].strip()
         )
         return GpuInventory(error=exc, kernel_module=module)
-    devices, errors, handles, error_bus = [], [], {}, {}
-    for index in range(count):
-        bus_id = None
-        try:
-            handle = session.call("nvmlDeviceGetHandleByIndex", index)
-            bus_id = normalize_bus_id(nvml_text(session.call("nvmlDeviceGetPciInfo", handle).busId))
-            devices.append(
-                GpuDevice(
-                    index,
-                    nvml_text(session.call("nvmlDeviceGetName", handle)),
-                    nvml_text(session.call("nvmlDeviceGetUUID", handle)),
-                    bus_id,
-                    _minor(session, handle),
-                )
-            )
+    budget = ctx.config.get("nvml", "identify_timeout")
+    started, started_wall = time.monotonic(), time.time()
+    pending: Dict[int, Any] = {}
+    found = identify_all(session, count, budget, pending)
+    devices, errors, handles, error_bus, hung, persistence = [], [], {}, {}, [], {}
+    for index, (device, handle, error, partial) in enumerate(found):
+        if device is not None:
+            devices.append(device)
             handles[index] = handle
-        except nvml.NvmlError as exc:
-            errors.append((index, exc))
-            if bus_id is not None:
-                error_bus[index] = bus_id
+            if "persistence" in partial:
+                persistence[index] = partial["persistence"]
+            continue
+        errors.append((index, error))
+        if partial.get("bus_id"):
+            error_bus[index] = partial["bus_id"]
+        if error.code == nvml.TIMEOUT and "calling" in partial:  # asked, and never answered
+            hung.append(
+                HungGpu(index, partial.get("calling", ""), partial.get("minor", -1), budget)
+            )
     return GpuInventory(
         None,
         nvml_text(driver),
@@ -113,39 +113,46 @@ def read_inventory(ctx) -> GpuInventory:
         count,
         handles,
         error_bus_ids=error_bus,
+        hung=tuple(hung),
+        identify_s=time.monotonic() - started,
+        identify_started=started_wall,
+        persistence=persistence,
+        pending=pending,
     )
 
 
-def _minor(session: nvml.NvmlSession, handle: Any) -> int:
-    try:
-        return int(session.call("nvmlDeviceGetMinorNumber", handle))
-    except nvml.NvmlError:  # NOT_SUPPORTED on some platforms: selection falls back to NVML indices
-        return -1
-
-
-def nvml_text(value: Any) -> str:
-    """pynvml returns str for names and bus ids (nvidia-ml-py >= 11.515); older releases gave bytes."""
-    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
-
-
 def select_gpus(
-    devices: Tuple[GpuDevice, ...], requested: Optional[Tuple[int, ...]]
+    devices: Tuple[GpuDevice, ...],
+    requested: Optional[Tuple[int, ...]],
+    hung: Tuple[HungGpu, ...] = (),
 ) -> GpuSelection:
-    """Map Slurm's GPU indices to NVML devices (nvml.slurm_to_nvml: by minor number when every device has a distinct one)."""
+    """Map Slurm's GPU indices to NVML devices (nvml.slurm_to_nvml: by minor number when every device has a distinct one).
+
+    A GPU whose identification hung (`hung`) is not "missing" (that is a reboot): a requested index
+    that is such a GPU - by its minor number or index when NVML said it before hanging, or possibly,
+    when it did not - is `unanswered`, judged by gpu.count's rule for hung GPUs.
+    """
     if requested is None:
         return GpuSelection(devices, None)
-    to_nvml, method = nvml.slurm_to_nvml({d.index: d.minor for d in devices})
+    known = {d.index: d.minor for d in devices}
+    known.update((h.index, h.minor) for h in hung if h.minor >= 0)
+    to_nvml, method = nvml.slurm_to_nvml(known)
+    if method == "index":  # a hung GPU's NVML index is always known
+        to_nvml.update((h.index, h.index) for h in hung)
     by_index = {d.index: d for d in devices}
-    chosen = tuple(by_index[to_nvml[i]] for i in requested if i in to_nvml)
-    missing = tuple(i for i in requested if i not in to_nvml)
-    return GpuSelection(chosen, tuple(requested), missing, method)
+    faceless = method == "minor" and any(h.minor < 0 for h in hung)  # could be any unmatched index
+    chosen = tuple(by_index[to_nvml[i]] for i in requested if to_nvml.get(i) in by_index)
+    unmatched = [i for i in requested if to_nvml.get(i) not in by_index]
+    unanswered = tuple(i for i in unmatched if i in to_nvml or faceless)
+    missing = tuple(i for i in unmatched if i not in unanswered)
+    return GpuSelection(chosen, tuple(requested), missing, method, unanswered)
 
 
 @gatherer("gpu.selection")
 def read_selection(ctx) -> GpuSelection:
     """The job's GPUs (JobContext.gpus from SLURM_JOB_GPUS) as NVML devices; every GPU outside a job."""
     inventory = ctx.get("gpu.inventory")
-    return select_gpus(inventory.devices, ctx.job.gpus)
+    return select_gpus(inventory.devices, ctx.job.gpus, inventory.hung)
 
 
 def unavailable_result(name: str, inventory: GpuInventory, settings, pci_gpus: int) -> Result:
@@ -189,7 +196,7 @@ def unavailable_result(name: str, inventory: GpuInventory, settings, pci_gpus: i
     name="gpu.count",
     contexts=CONTEXTS,
     timeout=3.0,
-    needs=("gpu.inventory", "pci.devices", "settings", "gpu.selection"),
+    needs=("gpu.inventory", "pci.devices", "settings", "gpu.selection", "gpu.hangs"),
     params=(
         Param(
             "expected",
@@ -199,10 +206,24 @@ def unavailable_result(name: str, inventory: GpuInventory, settings, pci_gpus: i
             minimum=0,
             maximum=256,
         ),
+        Param(
+            "hung_runs",
+            int,
+            2,
+            "a GPU whose NVML identification hangs while most of its siblings answer FAILs "
+            "(reboot) when it hung in this many consecutive runs; UNKNOWN before (0 = never FAIL)",
+            minimum=0,
+            maximum=1000,
+        ),
     ),
 )
 def gpu_count(
-    inventory: GpuInventory, pci: Tuple[PciDevice, ...], settings, selection: GpuSelection, params
+    inventory: GpuInventory,
+    pci: Tuple[PciDevice, ...],
+    settings,
+    selection: GpuSelection,
+    hangs: wedged.HangHistory,
+    params,
 ) -> List[Result]:
     """NVML sees every GPU on the PCI bus, as many as configured, and every GPU Slurm gave the job.
 
@@ -214,6 +235,8 @@ def gpu_count(
     /sys/bus/pci/devices/*/{vendor,class} (`lspci -d 10de: -nn`). Fix: reboot; if it recurs, RMA.
     In a prolog, a SLURM_JOB_GPUS index that matches no NVML device (by minor number, see the module
     docstring) is node-broken too: the GPU fell off, or gres.conf lists GPUs the node does not have.
+    A GPU whose identification hung is judged by the rule in wedged.py (UNKNOWN the first time, FAIL
+    reboot after `hung_runs` consecutive runs, UNKNOWN when most GPUs hung: the driver).
     """
     on_bus = sorted(d.bdf for d in pci if d.is_nvidia_gpu)
     if inventory.error is not None:
@@ -228,10 +251,13 @@ def gpu_count(
         "nvml_version": inventory.nvml_version,
         "lost": unseen,
     }
+    hung = {h.index for h in inventory.hung}
     results = [
         _device_error(index, error, error_bus.get(index))
         for index, error in inventory.device_errors
+        if index not in hung
     ]
+    results += wedged.hung_results(inventory, hangs, error_bus, params.hung_runs)
     results += _lost_gpus(inventory, on_bus, unseen, error_bus, details)
     if params.expected and inventory.count != params.expected:
         results.append(

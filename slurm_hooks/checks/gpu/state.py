@@ -62,6 +62,9 @@ READERS = {
 }
 
 
+VBIOS_BUDGET_S = 0.5
+
+
 @gatherer("gpu.state")
 def read_state(ctx) -> GpuReadings:
     readings = read_gpus(ctx, READERS)
@@ -69,12 +72,26 @@ def read_state(ctx) -> GpuReadings:
         return readings
     inventory: GpuInventory = ctx.get("gpu.inventory")
     session = nvml.session(ctx.config.get("nvml", "library"))
-    vbios = {
-        d.index: probe(
-            lambda s, h: s.call("nvmlDeviceGetVbiosVersion", h), session, inventory.handles[d.index]
-        )
-        for d in inventory.devices
-    }
+    from ...core.isolation import map_bounded
+
+    devices = list(inventory.devices)
+    # every GPU of the node, not only the job's: one that hangs here is left out (VBIOS_BUDGET_S) and
+    # the others are compared, within the checks' 3 s after the readings' own budget
+    answers = map_bounded(
+        len(devices),
+        lambda i: probe(
+            lambda s, h: s.call("nvmlDeviceGetVbiosVersion", h),
+            session,
+            inventory.handles[devices[i].index],
+        ),
+        VBIOS_BUDGET_S,
+    )
+    vbios = {}
+    for device, (finished, value) in zip(devices, answers):
+        if isinstance(value, Exception) and not isinstance(value, nvml.NvmlError):
+            raise value  # our bug: the state checks report it (runner: internal error)
+        if finished:  # an NvmlError is an answer too (probe); a hung GPU has none
+            vbios[device.index] = value
     return GpuReadings(
         readings.gpus,
         None,
