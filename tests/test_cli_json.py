@@ -41,7 +41,8 @@ def test_config_check_json_valid_and_invalid(tmp_path):
     doc = json.loads(proc.stdout)
     assert proc.returncode == 0 and doc["schema"] == "slurm-hooks.config/1" and doc["valid"]
     assert doc["sources"] == [str(good)] and doc["settings"]["general"]["mode"] == "observe"
-    assert doc["checks"]["gpu.count"] == {"enabled": True, "params": {"expected": 8}}
+    count = doc["checks"]["gpu.count"]
+    assert count["enabled"] is True and count["params"]["expected"] == 8
     bad = tmp_path / "bad.toml"
     bad.write_text('[checks."gpu.count"]\nexpectd = 8\n')
     proc = _run(["--config", str(bad), "config", "check", "--json"])
