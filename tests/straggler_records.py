@@ -10,6 +10,7 @@ import time
 
 from bench import fleet_synth
 from slurm_hooks.core.config import SECTIONS
+from slurm_hooks.records.names import record_name
 from slurm_hooks.records.store import encode_record
 
 NOW = time.time()
@@ -43,6 +44,7 @@ def write(
     record_node=None,
     boot="4f0c1a52-9d1e-4c3b-8a57-2e6b0d9c7f31",
     hw="NVIDIA H100 80GB HBM3 x8",
+    restart=0,
 ):
     record = fleet_synth.header_record(
         str(job_id),
@@ -56,7 +58,9 @@ def write(
     )
     if boot is None:  # a record of a version before boot_id
         del record["boot_id"]
-    path = os.path.join(directory, node, "%s.json" % job_id)
+    if restart:  # a requeued job's rerun (records/names.py)
+        record["job"]["restart_count"] = restart
+    path = os.path.join(directory, node, record_name(str(job_id), restart))
     os.makedirs(os.path.dirname(path), exist_ok=True)
     with open(path, "wb") as handle:
         handle.write(encode_record(record))

@@ -42,6 +42,20 @@ def test_a_node_slow_in_every_job_is_the_one_suspect(tmp_path):
     assert result.max_open_jobs <= 2  # streamed: jobs an hour apart are closed as the scan moves on
 
 
+def test_each_run_of_a_requeued_job_is_scored_as_a_job_of_its_own(tmp_path):
+    """Slurm reruns a requeued job under the same id (SLURM_JOB_RESTART_COUNT=1 on the rerun): both
+    runs' records used to fall into one job, the rerun's replacing the first's node by node."""
+    names = ["n%02d" % i for i in range(6)]
+    for restart, end in ((0, NOW - 3000), (1, NOW - 2400)):  # within SETTLE_S of each other
+        for node in names:
+            perf = dict(healthy(random.Random(node)), **{HW: 0.2 if node == "n03" else 0.0})
+            write(str(tmp_path), node, 4242, perf, end, start=end - 600, restart=restart)
+    result = fleet.scan([str(tmp_path)], settings(), now=NOW)
+    assert (result.records, result.jobs_scored, result.node_jobs) == (12, 2, 12)
+    marks = result.windows["n03"].marks
+    assert sorted(mark.job for mark in marks) == ["4242", "4242.r1"]
+
+
 def test_jobs_are_closed_as_the_scan_moves_on_so_memory_follows_open_jobs(tmp_path):
     plan = fleet_synth.make_plan(32, seed=3)
     fleet_synth.write_fleet(str(tmp_path), plan, 300, seed=4, now=NOW, span_days=5)

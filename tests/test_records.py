@@ -99,7 +99,8 @@ def test_prolog_to_epilog_round_trip_gives_the_right_deltas(gpu_node, tmp_path, 
     text = open(path).read()
     rec = json.loads(text)
     assert rec["schema"] == "slurm-hooks.job-record/1" and rec["prolog_snapshot"] == "ok"
-    assert rec["job"] == {"id": "4242", "user": "alice", "gpus": [0, 1]} and rec["node"] == "node1"
+    assert rec["job"] == {"id": "4242", "user": "alice", "gpus": [0, 1], "restart_count": 0}
+    assert rec["node"] == "node1"
     assert rec["duration_s"] >= 0 and rec["rebooted_during_job"] is False
     # the boot the job ended in, in the header line report --stragglers reads alone
     boot = open(os.path.join(node.root, "proc/sys/kernel/random/boot_id")).read().strip()
@@ -165,6 +166,49 @@ def test_prolog_to_epilog_round_trip_gives_the_right_deltas(gpu_node, tmp_path, 
     }
     # No environment, no secrets: only the validated job id, user and GPUs come from the job.
     assert "SECRET" not in text and "hunter2" not in text and "SLURM_JOB_COMMENT" not in text
+
+
+def _drained_attempt(config, env):
+    """One run of a job on n1 whose epilog drained the node: prolog snapshot, then epilog record."""
+    job = job_from_env(dict(env, SLURM_JOB_GPUS=""))
+    records.prolog_snapshot(config, job)
+    decision = policy.decide(epilog_report(job).results(), config.settings)
+    enacted = Enacted(Outcome.DRAINED, "drained n1")
+    return records.epilog_record(config, job, "n1", epilog_report(job), decision, enacted)
+
+
+def test_a_requeued_job_keeps_the_record_of_every_attempt(tmp_path, capsys):
+    """Slurm requeues a job under its id; the prolog and epilog of the rerun get
+    SLURM_JOB_RESTART_COUNT=1 (prep_script_slurmd.c). The rerun used to replace the first run's
+    record: the drain's evidence was gone and `report` counted one bad run instead of two."""
+    from slurm_hooks.cli.main import main
+    from slurm_hooks.records import fleet_report
+
+    config = make_config(tmp_path)
+    env = dict(ENV, SLURMD_NODENAME="n1")
+    first = _drained_attempt(config, env)
+    second = _drained_attempt(config, dict(env, SLURM_JOB_RESTART_COUNT="1"))
+    assert first == str(tmp_path / "jobs" / "n1" / "4242.json")
+    assert second == str(tmp_path / "jobs" / "n1" / "4242.r1.json")
+    assert json.loads(open(first).read())["job"]["restart_count"] == 0
+    assert json.loads(open(second).read())["job"]["restart_count"] == 1
+    # scontrol requeue counts the restart before killing the run: with no prolog snapshot that
+    # run's epilog says 1 too, and the third run must not replace the second's record either
+    third = records.epilog_record(
+        config, job_from_env(dict(env, SLURM_JOB_RESTART_COUNT="1", SLURM_JOB_GPUS="")), "n1"
+    )
+    assert third == str(tmp_path / "jobs" / "n1" / "4242.r1.2.json")
+    fleet = fleet_report.aggregate([str(tmp_path / "jobs")])
+    node = fleet.nodes["n1"]
+    assert (fleet.records, node.jobs, node.abnormal_jobs, node.drained) == (3, 3, 2, 2)
+    assert sorted(job for _, job in node.worst) == ["4242", "4242.r1"]
+    assert [r["job"] for r in fleet_report.job_view([str(tmp_path / "jobs")], "4242")[0]] == [
+        "4242",
+        "4242.r1",
+        "4242.r1",
+    ]
+    assert main(["record", "show", "4242", "--dir", str(tmp_path / "jobs"), "--json"]) == 0
+    assert len(json.loads(capsys.readouterr().out)) == 3
 
 
 def test_missing_prolog_snapshot_is_marked_and_nothing_is_blamed_on_the_job(gpu_node, tmp_path):  # noqa: F811
@@ -571,3 +615,19 @@ def test_stale_prolog_snapshots_are_pruned_only_when_ours(tmp_path):
     os.utime(str(directory / "7.json"), (1000, 1000), follow_symlinks=False)
     assert records.prune_snapshots(str(directory), 86400) == 1
     assert os.listdir(str(directory)) == ["7.json"] and outside.exists()
+
+
+@pytest.mark.parametrize(
+    "env, expected",
+    [
+        ({"SLURM_JOB_RESTART_COUNT": "2"}, 2),
+        ({"SLURM_RESTART_COUNT": "3"}, 3),  # the batch/task environment's name
+        ({"SLURM_JOB_RESTART_COUNT": "1", "SLURM_RESTART_COUNT": "7"}, 1),
+        ({}, None),
+        ({"SLURM_JOB_RESTART_COUNT": "-1"}, None),  # malformed: never stops the hook
+        ({"SLURM_JOB_RESTART_COUNT": "1;rm"}, None),
+        ({"SLURM_JOB_RESTART_COUNT": "123456"}, None),
+    ],
+)
+def test_the_restart_count_comes_from_slurmds_prolog_epilog_environment(env, expected):
+    assert job_from_env(dict(ENV, **env)).restart_count == expected

@@ -23,6 +23,7 @@ from typing import Any, Dict, Iterable, Iterator, List, Optional, Tuple
 
 from ..core.structs import Struct, field
 from .build import ERROR_FIELDS, RECORD_SCHEMA, rank_key
+from .names import job_label
 
 SUM_FIELDS = ERROR_FIELDS + ("xids", "sxids", "throttle_s", "leftover_processes", "energy_j")
 WORST_JOBS = 3  # per node, the jobs to look at first
@@ -225,7 +226,7 @@ def aggregate(
         totals = fleet.nodes.get(node)
         if totals is None:
             totals = fleet.nodes[node] = NodeTotals(node)
-        totals.add(str((record.get("job") or {}).get("id")), end, record["summary"])
+        totals.add(job_label(record.get("job")), end, record["summary"])
         fleet.records += 1
     fleet.seconds = time.monotonic() - started
     return fleet
@@ -247,6 +248,7 @@ def job_view(paths: List[str], job_id: str) -> Tuple[List[Dict[str, Any]], List[
         rows.append(
             {
                 "node": record.get("node"),
+                "job": job_label(record.get("job")),
                 "path": path,
                 "abnormal": summary.get("abnormal") or [],
                 "prolog_snapshot": record.get("prolog_snapshot"),
@@ -340,7 +342,18 @@ def render_job(job_id: str, rows: List[Dict[str, Any]], problems: List[str]) -> 
     if not rows and not problems:
         return "no record of job %s\n" % job_id
     bad = [r for r in rows if r["abnormal"]]
-    lines = ["job %s: %d node(s), %d with something abnormal" % (job_id, len(rows), len(bad))]
+    runs = sorted({r["job"] for r in rows})
+    lines = [
+        "job %s: %d node(s), %d with something abnormal%s"
+        % (
+            job_id,
+            len({r["node"] for r in rows}),
+            len(bad),
+            " (runs: %s; a requeue reruns the job under its id)" % ", ".join(runs)
+            if len(runs) > 1
+            else "",
+        )
+    ]
     lines.extend("  unreadable: %s" % p for p in problems)
     missing = [r["node"] for r in rows if r["prolog_snapshot"] != "ok"]
     if missing:
@@ -351,8 +364,13 @@ def render_job(job_id: str, rows: List[Dict[str, Any]], problems: List[str]) -> 
         s = row["summary"]
         numbers = ", ".join("%s=%s" % (k, s[k]) for k in SUM_FIELDS if k != "energy_j" and s.get(k))
         lines.append(
-            "  %-20s %s%s"
-            % (row["node"], ", ".join(row["abnormal"]), "  (%s)" % numbers if numbers else "")
+            "  %-20s %s%s%s"
+            % (
+                row["node"],
+                "[%s] " % row["job"] if len(runs) > 1 else "",
+                ", ".join(row["abnormal"]),
+                "  (%s)" % numbers if numbers else "",
+            )
         )
     return "\n".join(lines) + "\n"
 

@@ -28,6 +28,7 @@ from typing import Any, Deque, Dict, Iterable, Iterator, List, Optional, Set, Tu
 from ..core.structs import Struct, field
 from . import stragglers
 from .build import RECORD_SCHEMA
+from .names import job_label
 
 SETTLE_S = 900.0  # a job's records are all written within this long of its first one (epilogs end together)
 NOBODY_UID = 65534  # NFS root_squash's default anonuid: who root's writes belong to there
@@ -369,7 +370,7 @@ def parse(path: str, node: str, since: float, min_seconds: float) -> Tuple[Any, 
     hw = summary.get("hw_class")
     hw = hw if isinstance(hw, str) and len(hw) <= 512 else None
     row = stragglers.figures_row(perf)
-    return ("ok", job["id"], (row, float(start), float(end), user, boot, hw))
+    return ("ok", job_label(job), (row, float(start), float(end), user, boot, hw))
 
 
 def _close(job: OpenJob, result: StragglerScan, fleet: Dict[str, Any]) -> None:
