@@ -1,5 +1,5 @@
 """Records for the straggler tests, in the epilog's layout (records.store.encode_record: the header line
-first) under DIR/<node>/<job>.json with the file's mtime at the job's end; figures from
+first, signed with KEY) under DIR/<node>/<job>.json with the file's mtime at the job's end; figures from
 bench/fleet_synth.py's noise model, or set by hand where a test needs one exact value."""
 
 from __future__ import annotations
@@ -14,6 +14,9 @@ from slurm_hooks.records.names import record_name
 from slurm_hooks.records.store import encode_record
 
 NOW = time.time()
+# the records key of the test fleet: every record here is signed with it, as the epilog signs with
+# [records] key_file (records/signing.py); a test that verifies gives the scan this key
+KEY = bytes(range(7, 39))
 HW = "throttle_frac.hw_slowdown"
 
 
@@ -63,7 +66,7 @@ def write(
     path = os.path.join(directory, node, record_name(str(job_id), restart))
     os.makedirs(os.path.dirname(path), exist_ok=True)
     with open(path, "wb") as handle:
-        handle.write(encode_record(record))
+        handle.write(encode_record(record, KEY, node, os.path.basename(path)))
     stamp = end if mtime is None else mtime
     os.utime(path, (stamp, stamp))
     return path
@@ -109,3 +112,11 @@ def write_jobs(
                 boot=boot_of(node, j),
             )
     return names
+
+
+def write_key(path, key=KEY):
+    """The records key file (mode 0600, like /etc/slurm-hooks/records.key); its path."""
+    with open(str(path), "wb") as handle:
+        handle.write(key)
+    os.chmod(str(path), 0o600)
+    return str(path)

@@ -23,7 +23,7 @@ from slurm_hooks.slurm import drainer, policy
 from slurm_hooks.slurm.client import ScontrolBackend, SlurmClient
 from tests.helpers import REPO
 from tests.slurm_rig import ctld_reason
-from tests.straggler_records import HW, write_jobs
+from tests.straggler_records import HW, write_jobs, write_key
 
 pytestmark = pytest.mark.slurm
 
@@ -60,10 +60,12 @@ class Site:
     def write_config(self, extra=""):
         self.config.write_text(
             '[general]\n%s\n[paths]\nstate_dir = "%s"\nlog_file = ""\nsyslog = false\n'
+            '[records]\nkey_file = "%s"\n'  # the records are signed with it (straggler_records)
             '[drain]\nbackend = "scontrol"\n[fleet]\ndrain = true\n%s'
             % (
                 'mode = "observe"' if "observe" in extra else "",
                 self.state_dir,
+                write_key(self.base / "records.key"),
                 extra.replace("observe", ""),
             )
         )

@@ -255,7 +255,7 @@ def read_everything(directory, path):
         False,
         True,
     ):  # `record show JOB --dir DIR [--json]`, without building the parser
-        args = argparse.Namespace(job_id=JOB, node=None, dir=[directory], json=as_json)
+        args = argparse.Namespace(job_id=JOB, node=None, dir=[directory], json=as_json, config=None)
         out, err = io.StringIO(), io.StringIO()
         with redirect_stdout(out), redirect_stderr(err):
             code = run("record show", lambda a=args: record_verbs.cmd_record_show(a))

@@ -631,3 +631,53 @@ def test_stale_prolog_snapshots_are_pruned_only_when_ours(tmp_path):
 )
 def test_the_restart_count_comes_from_slurmds_prolog_epilog_environment(env, expected):
     assert job_from_env(dict(ENV, **env)).restart_count == expected
+
+
+def test_the_epilog_signs_its_record_when_the_key_exists_and_never_fails_without(tmp_path, caplog):
+    """The record is signed for DIR/<node>/<name> with [records] key_file (signing.py); a missing
+    key gives an unsigned record, a key that cannot be trusted a logged warning and an unsigned
+    record: never a failed epilog."""
+    from slurm_hooks.records import signing
+
+    key_file = tmp_path / "records.key"
+    key_file.write_bytes(os.urandom(32))
+    os.chmod(str(key_file), 0o600)
+    config = make_config(tmp_path, key_file=str(key_file))
+    signed = records.epilog_record(config, JobContext("1", "u", "n1", ()), "n1")
+    data = open(signed, "rb").read()
+    assert signing.verify_file(data, key_file.read_bytes(), "n1", "1.json") == signing.VERIFIED
+    assert json.loads(data)["job"]["id"] == "1"  # still one JSON document
+    assert signing.verify_file(data, key_file.read_bytes(), "n2", "1.json") == signing.BAD_MAC
+
+    os.chmod(str(key_file), 0o666)  # anyone could replace it: not trusted
+    with caplog.at_level(logging.WARNING, logger="slurm_hooks.decisions"):
+        unsigned = records.epilog_record(config, JobContext("2", "u", "n1", ()), "n1")
+    assert "event=records-key-unusable" in caplog.text and "writable by others" in caplog.text
+    assert signing.verify_file(open(unsigned, "rb").read(), b"k" * 32, "n1", "2.json") == (
+        signing.UNSIGNED
+    )
+    key_file.unlink()
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="slurm_hooks.decisions"):
+        assert records.epilog_record(config, JobContext("3", "u", "n1", ()), "n1")
+    assert "records-key" not in caplog.text  # no key: unsigned, quietly (report only)
+
+
+def test_record_show_says_whether_the_record_verifies(tmp_path, capsys, monkeypatch):
+    from slurm_hooks.cli.main import main
+
+    key_file = tmp_path / "records.key"
+    key_file.write_bytes(os.urandom(32))
+    os.chmod(str(key_file), 0o600)
+    config = make_config(tmp_path, key_file=str(key_file))
+    path = records.epilog_record(config, JobContext("1", "u", "n1", ()), "n1")
+    conf = tmp_path / "config.toml"
+    conf.write_text('[records]\nkey_file = "%s"\n' % key_file)
+    monkeypatch.setenv("SLURM_HOOKS_ALLOW_INSECURE_CONFIG", "1")
+    monkeypatch.setenv("SLURM_HOOKS_CONFIG", str(conf))
+    assert main(["record", "show", "1", "--dir", str(tmp_path / "jobs")]) == 0
+    assert "  record verified (records key" in capsys.readouterr().out
+    with open(path, "ab") as handle:
+        handle.write(b" ")  # the body changed below the signed header line
+    assert main(["record", "show", "1", "--dir", str(tmp_path / "jobs")]) == 0
+    assert "  record NOT verified: body changed" in capsys.readouterr().out

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 from typing import Any, Dict, List, Optional
@@ -90,6 +91,15 @@ def _directories(args, given: Optional[List[str]]) -> List[str]:
     return [config.get("records", "dir")]
 
 
+def _verifier(args):
+    """The records key of this host's config ([records] key_file), as a signing.Verifier."""
+    from ..records.signing import Verifier
+    from .check_verbs import load
+
+    _registry, config = load(args)
+    return Verifier.from_file(config.get("records", "key_file"))
+
+
 def _error(message: str) -> int:
     print("slurm-hooks: %s" % message, file=sys.stderr)
     return ExitCode.UNKNOWN
@@ -110,13 +120,16 @@ def cmd_record_show(args) -> int:
             "no record of job %s%s under %s" % (args.job_id, where, ", ".join(directories))
         )
     records, shown = [], []
+    verifier = _verifier(args) if not args.json else None
     for path in paths:
         try:
             record = load_record(path)
             problem = header_problem(record)
             if problem:
                 raise ValueError("%s: %s" % (path, problem))
-            shown.append(render_record(record, path) if not args.json else "")
+            shown.append(
+                render_record(record, path, _verified(verifier, path)) if not args.json else ""
+            )
             records.append((path, record))
         except ValueError as exc:
             return _error(str(exc))
@@ -151,7 +164,7 @@ def cmd_report(args) -> int:
     paths = _directories(args, args.paths)
     try:
         if args.job:
-            rows, problems = job_view(paths, args.job)
+            rows, problems = job_view(paths, args.job, _verifier(args))
             if args.json:
                 json.dump(
                     {
@@ -167,7 +180,7 @@ def cmd_report(args) -> int:
             else:
                 sys.stdout.write(render_job(args.job, rows, problems))
             return ExitCode.OK
-        fleet = aggregate(paths, parse_since(args.since))
+        fleet = aggregate(paths, parse_since(args.since), verifier=_verifier(args))
     except (ReportError, ValueError) as exc:
         return _error(str(exc))
     if args.json:
@@ -181,7 +194,23 @@ def cmd_report(args) -> int:
 # -- one record, readably -----------------------------------------------------------------------
 
 
-def render_record(record: Dict[str, Any], path: str = "") -> str:
+def _verified(verifier, path: str) -> str:
+    """'verified', or why not: the whole file against the records key (signing.verify_file)."""
+    from ..records import signing
+
+    if verifier.key is None:
+        return "NOT verified: %s" % verifier.why_not
+    try:
+        with open(path, "rb") as handle:
+            data = handle.read(16 << 20)
+    except OSError as exc:
+        return "NOT verified: %s" % (exc.strerror or exc)
+    node, name = os.path.basename(os.path.dirname(os.path.abspath(path))), os.path.basename(path)
+    status = signing.verify_file(data, verifier.key, node, name)
+    return status if status == signing.VERIFIED else "NOT verified: %s" % status
+
+
+def render_record(record: Dict[str, Any], path: str = "", verified: str = "") -> str:
     """One record readably. The header is checked (fleet_report.header_problem); the body's parts
     of another shape are left out (_objects), never a traceback."""
     job, summary = _object(record.get("job")), _object(record.get("summary"))
@@ -201,6 +230,8 @@ def render_record(record: Dict[str, Any], path: str = "") -> str:
             _duration(record.get("duration_s")),
         ),
     ]
+    if verified:
+        lines.append("  record %s (records key: docs/records.md)" % verified)
     if record.get("prolog_snapshot") != "ok":
         lines.append(
             "  prolog snapshot: %s -- no deltas for this job" % record.get("prolog_snapshot")

@@ -265,6 +265,7 @@ def epilog_record(
             record,
             max_records=config.get("records", "max_records"),
             max_bytes=config.get("records", "max_mb") << 20,
+            key=_records_key(config, log),
         )
         _remove_quietly(snapshot_path(config, job.job_id))
         return path
@@ -306,6 +307,7 @@ def write_record(
     record: Dict[str, Any],
     max_records: Optional[int] = None,
     max_bytes: Optional[int] = None,
+    key: Optional[bytes] = None,
 ) -> str:
     """Compact JSON, atomically, at DIR/<node>/<job>.json; then retention when max_records is given.
     Returns the path written: an earlier record of ours at that name is never replaced, the next
@@ -335,7 +337,7 @@ def write_record(
         written = atomicio.write_atomic_at(
             node_fd,
             name,
-            encode_record(record),
+            encode_record(record, key, os.path.basename(node_dir), name),
             RECORD_MODE,
             where=node_dir,
             owner_check=ours,
@@ -369,7 +371,11 @@ def _free_name(node_fd: int, name: str) -> str:
     raise OSError(errno.EEXIST, "%d records of this job already" % MAX_COPIES, name)
 
 
-def encode_record(record: Dict[str, Any]) -> bytes:
+def encode_record(
+    record: Dict[str, Any], key: Optional[bytes] = None, node: str = "", name: str = ""
+) -> bytes:
+    """The file's bytes: the header line, then the body. With a key, signed for DIR/<node>/<name>
+    (signing.py: the header line ends with the body's hash and the MAC)."""
     import json
 
     def dump(part: Dict[str, Any]) -> str:
@@ -379,7 +385,12 @@ def encode_record(record: Dict[str, Any]) -> bytes:
     body = {k: v for k, v in record.items() if k not in header}
     if not header or not body:
         return (dump(record) + "\n").encode("utf-8")
-    return (dump(header)[:-1] + ",\n" + dump(body)[1:] + "\n").encode("utf-8")
+    header_open, rest = dump(header)[:-1].encode("utf-8"), (dump(body)[1:] + "\n").encode("utf-8")
+    if key is not None:
+        from .signing import signed_lines
+
+        return signed_lines(header_open, rest, key, node, name)
+    return header_open + b",\n" + rest
 
 
 def enforce_retention(
@@ -548,6 +559,22 @@ def on_hook(
         if step.name in ("snapshot", "record"):
             written = value[0] if isinstance(value, tuple) else value
     return written
+
+
+def _records_key(config: Config, log: logging.Logger) -> Optional[bytes]:
+    """[records] key_file's key, or None: no key file means unsigned records; a key that cannot be
+    trusted or read is logged (event=records-key-unusable) and the record goes unsigned. Never
+    raises: the epilog must not fail over its record's signature."""
+    from .signing import KeyProblem, load_key
+
+    path = config.get("records", "key_file")
+    try:
+        return load_key(path)
+    except KeyProblem as exc:
+        log.warning(logs.kv(event="records-key-unusable", path=path, error=exc))
+    except Exception as exc:  # our bug: an unsigned record is still a record
+        log.exception(logs.kv(event="records-key-bug", path=path, error=repr(exc)))
+    return None
 
 
 def _path_or_dir(path, fallback: str) -> str:
