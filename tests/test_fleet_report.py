@@ -1013,6 +1013,9 @@ def test_forged_records_do_not_verify_and_drain_nothing(tmp_path, config, capsys
     data = json.loads(capsys.readouterr().out)
     assert data["verified"] and data["unverified"] == 144 and len(data["unverified_examples"]) == 10
     assert set(drained) == {"n03"}  # what reached the drain library: the genuine suspect only
+    assert main(["report", "--json", d]) == 0  # the error ranking leaves them out too
+    data = json.loads(capsys.readouterr().out)
+    assert (data["records"], data["unverified"], data["verified"]) == (72, 144, True)
 
 
 def test_a_copied_or_changed_record_does_not_verify(tmp_path):

@@ -92,11 +92,17 @@ def _directories(args, given: Optional[List[str]]) -> List[str]:
 
 
 def _verifier(args):
-    """The records key of this host's config ([records] key_file), as a signing.Verifier."""
+    """The records key of this host's config ([records] key_file), as a signing.Verifier. A config
+    that cannot be read leaves the report working, unverified (a report of given PATHs never
+    needed one)."""
+    from ..core.config import ConfigError
     from ..records.signing import Verifier
     from .check_verbs import load
 
-    _registry, config = load(args)
+    try:
+        _registry, config = load(args)
+    except ConfigError as exc:
+        return Verifier(None, "configuration not read: %s" % exc)
     return Verifier.from_file(config.get("records", "key_file"))
 
 

@@ -14,6 +14,10 @@ skipped. A node directory, and each record in it, must belong to root, to the ow
 records directory, or to a uid of [fleet] trusted_writers (65534 by default: NFS root_squash):
 a user who can create a directory in a shared records directory cannot plant records for someone
 else's node (that could get it drained). The report names the directories it did not read.
+Ownership cannot tell a node's root from any process of uid 65534, though: with the records key
+(signing.py) a record counts only when its MAC verifies for its node directory and file name; the
+others are left out, counted and named. Without a key every record is read, the result says so,
+and nothing may be drained on it (cli/straggler_verbs.py).
 """
 
 from __future__ import annotations
