@@ -112,7 +112,8 @@ def _error(message: str) -> int:
 
 
 def cmd_record_show(args) -> int:
-    from ..records.fleet_report import header_problem, load_record
+    from ..records.fleet_report import load_record
+    from ..records.header_check import header_problem
     from ..records.store import find_records
 
     directories = _directories(args, args.dir)
@@ -393,7 +394,7 @@ def _gpus(gpus: Any) -> str:
 
 
 def _when(epoch: Any) -> str:
-    from ..records.fleet_report import number
+    from ..records.header_check import number
 
     if not number(epoch) or not 0 <= epoch < 1 << 36:  # time_t and the calendar both end
         return "?"
@@ -401,7 +402,7 @@ def _when(epoch: Any) -> str:
 
 
 def _duration(seconds: Any) -> str:
-    from ..records.fleet_report import number
+    from ..records.header_check import number
 
     if not number(seconds):
         return "duration unknown"
@@ -410,7 +411,7 @@ def _duration(seconds: Any) -> str:
 
 
 def _bytes(value: Any) -> str:
-    from ..records.fleet_report import number
+    from ..records.header_check import number
 
     if not number(value):
         return "?" if value else "0 B"
