@@ -1083,3 +1083,17 @@ def test_a_key_that_cannot_be_trusted_verifies_nothing(tmp_path, mode, size, why
     os.unlink(path)
     os.symlink(str(tmp_path / "elsewhere"), path)  # never followed
     assert signing.Verifier.from_file(path).key is None
+
+
+def test_a_record_verifies_whichever_way_its_path_is_written(tmp_path, monkeypatch):
+    from slurm_hooks.records import signing
+
+    path = write(str(tmp_path), "n01", 7, healthy(random.Random(1)), NOW)
+    line = open(path, "rb").readline()
+    verifier = signing.Verifier(KEY)
+    monkeypatch.chdir(str(tmp_path / "n01"))
+    for written in (path, "7.json", "./7.json", "../n01/7.json", str(tmp_path) + "//n01/7.json"):
+        assert verifier.line(line, written) == signing.VERIFIED, written
+    assert verifier.line(line, str(tmp_path / "n02" / "7.json")) == signing.BAD_MAC
+    assert verifier.line(line[:-80] + line[-79:], path) == signing.BAD_MAC  # a byte less
+    assert verifier.line(line[:-75] + b",\n", path) == signing.UNSIGNED  # the MAC cut off

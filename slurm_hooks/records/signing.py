@@ -33,9 +33,12 @@ from typing import Optional, Tuple
 MIN_KEY_BYTES = 32
 MAX_KEY_BYTES = 4096
 DOMAIN = b"slurm-hooks.record-mac/1\n"
-# the end of a signed first line: the MAC covers everything before `,"mac":`
-_MAC_TAIL = re.compile(rb',"mac":"([0-9a-f]{64})",\n\Z')
-_BODY_HASH = re.compile(rb',"body_sha256":"([0-9a-f]{64})"\Z')
+# a signed first line ends `,"mac":"<64 hex>",\n`; the MAC covers everything before `,"mac":`,
+# which ends `,"body_sha256":"<64 hex>"`. Fixed positions: the scan checks 100,000 lines per run.
+_MAC_OPEN, _MAC_CLOSE, _HASH_OPEN = b',"mac":"', b'",\n', b',"body_sha256":"'
+_MAC_TAIL_LEN = len(_MAC_OPEN) + 64 + len(_MAC_CLOSE)
+_HASH_TAIL_LEN = len(_HASH_OPEN) + 64 + 1
+_HEX = re.compile(rb"^[0-9a-f]{64}$")
 VERIFIED, UNSIGNED, BAD_MAC, BAD_BODY = "verified", "unsigned", "bad MAC", "body changed"
 
 
@@ -84,7 +87,7 @@ def load_key(path: str) -> Optional[bytes]:
 
 def _mac(key: bytes, node: str, name: str, signed: bytes) -> bytes:
     message = b"".join((DOMAIN, node.encode("utf-8"), b"\n", name.encode("utf-8"), b"\n", signed))
-    return hmac.new(key, message, hashlib.sha256).hexdigest().encode("ascii")
+    return hmac.digest(key, message, "sha256").hex().encode("ascii")
 
 
 def signed_lines(header_open: bytes, body: bytes, key: bytes, node: str, name: str) -> bytes:
@@ -97,14 +100,19 @@ def signed_lines(header_open: bytes, body: bytes, key: bytes, node: str, name: s
 def verify_line(first_line: bytes, key: bytes, node: str, name: str) -> Tuple[str, bytes]:
     """(VERIFIED | UNSIGNED | BAD_MAC, the body's hash the line vouches for) for a record's first
     line (newline included) found at <node directory>/<name>."""
-    tail = _MAC_TAIL.search(first_line)
-    if tail is None:
+    start = len(first_line) - _MAC_TAIL_LEN
+    if (
+        start < 0
+        or not first_line.endswith(_MAC_CLOSE)
+        or first_line[start : start + len(_MAC_OPEN)] != _MAC_OPEN
+    ):
         return UNSIGNED, b""
-    signed = first_line[: tail.start()]
-    if not hmac.compare_digest(_mac(key, node, name, signed), tail.group(1)):
+    signed, given = first_line[:start], first_line[start + len(_MAC_OPEN) : -len(_MAC_CLOSE)]
+    if not hmac.compare_digest(_mac(key, node, name, signed), given):
         return BAD_MAC, b""
-    body_hash = _BODY_HASH.search(signed)
-    return VERIFIED, body_hash.group(1) if body_hash else b""
+    body_hash = signed[-_HASH_TAIL_LEN + len(_HASH_OPEN) : -1]
+    opened = signed[-_HASH_TAIL_LEN : -_HASH_TAIL_LEN + len(_HASH_OPEN)] == _HASH_OPEN
+    return VERIFIED, body_hash if opened and _HEX.match(body_hash) else b""
 
 
 def verify_file(data: bytes, key: bytes, node: str, name: str) -> str:
@@ -141,5 +149,8 @@ class Verifier:
     def line(self, first_line: bytes, path: str) -> str:
         if self.key is None:
             return UNSIGNED
-        node = os.path.basename(os.path.dirname(os.path.abspath(path)))
-        return verify_line(first_line, self.key, node, os.path.basename(path))[0]
+        directory, _, name = path.rpartition(os.sep)
+        node = directory.rpartition(os.sep)[2]
+        if node in ("", ".", ".."):  # a bare or relative file name: abspath knows its parent
+            node = os.path.basename(os.path.dirname(os.path.abspath(path)))
+        return verify_line(first_line, self.key, node, name)[0]
