@@ -336,35 +336,35 @@ def test_prune_stale_prolog_snapshots(tmp_path):
 # -- crash safety ----------------------------------------------------------------------------------
 
 WRITER = r"""
-import sys
+import os, sys
 from slurm_hooks.records.store import write_record
-path, n = sys.argv[1], 0
-while True:
+directory, n = sys.argv[1], int(sys.argv[2])
+while True:  # one record per job, as the epilogs write them (a record of ours is never replaced)
     n += 1
-    write_record(path, {"schema": "x", "n": n, "pad": "p" * 400000, "end": "END"})
+    write_record(os.path.join(directory, "%d.json" % n), {"schema": "x", "n": n, "pad": "p" * 400000, "end": "END"})
 """
 
 
 @pytest.mark.soak
 def test_kill_9_during_writes_never_leaves_a_torn_record(tmp_path):
-    path = str(tmp_path / "jobs" / "n1" / "1.json")
+    directory = tmp_path / "jobs" / "n1"
     repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     env = dict(os.environ, PYTHONPATH=repo)
-    seen = set()
     for attempt in range(15):
-        proc = subprocess.Popen([sys.executable, "-c", WRITER, path], env=env)
+        first = 1000 * (attempt + 1)
+        proc = subprocess.Popen([sys.executable, "-c", WRITER, str(directory), str(first)], env=env)
         time.sleep(0.15 + 0.037 * attempt)  # land at different points of write/fsync/rename
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait()
-        if not os.path.exists(path):
-            continue
-        with open(path) as handle:
+    names = os.listdir(str(directory)) if directory.exists() else []
+    seen = [n for n in names if n.endswith(".json") and not n.startswith(".")]
+    assert seen, "the writer never completed a record: the test proves nothing"
+    for name in seen:
+        with open(str(directory / name)) as handle:
             record = json.loads(handle.read())  # a torn file would not parse
         assert record["end"] == "END" and len(record["pad"]) == 400000
-        seen.add(record["n"])
-    assert seen, "the writer never completed a record: the test proves nothing"
-    leftovers = [n for n in os.listdir(os.path.dirname(path)) if n != "1.json"]
-    assert all(n.startswith(".1.json.") and n.endswith(".tmp") for n in leftovers)
+    leftovers = [n for n in names if n not in seen]
+    assert all(n.startswith(".") and n.endswith(".tmp") for n in leftovers), leftovers
 
 
 def _write_previous(tmp_path, config):
@@ -660,7 +660,12 @@ def test_the_epilog_signs_its_record_when_the_key_exists_and_never_fails_without
     caplog.clear()
     with caplog.at_level(logging.WARNING, logger="slurm_hooks.decisions"):
         assert records.epilog_record(config, JobContext("3", "u", "n1", ()), "n1")
-    assert "records-key" not in caplog.text  # no key: unsigned, quietly (report only)
+    # a key_file set on purpose and missing: a typo or a key not distributed yet, said
+    assert "event=records-key-missing" in caplog.text and str(key_file) in caplog.text
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="slurm_hooks.decisions"):
+        assert records.epilog_record(make_config(tmp_path), JobContext("4", "u", "n1", ()), "n1")
+    assert "records-key" not in caplog.text  # no key at the default path: report only, quietly
 
 
 def test_record_show_says_whether_the_record_verifies(tmp_path, capsys, monkeypatch):

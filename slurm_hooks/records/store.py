@@ -565,11 +565,16 @@ def _records_key(config: Config, log: logging.Logger) -> Optional[bytes]:
     """[records] key_file's key, or None: no key file means unsigned records; a key that cannot be
     trusted or read is logged (event=records-key-unusable) and the record goes unsigned. Never
     raises: the epilog must not fail over its record's signature."""
+    from ..core.config import SECTIONS
     from .signing import KeyProblem, load_key
 
     path = config.get("records", "key_file")
     try:
-        return load_key(path)
+        key = load_key(path)
+        if key is None and path and path != SECTIONS["records"]["key_file"].default:
+            # a path set on purpose and not there: a typo or an undistributed key, not report-only
+            log.warning(logs.kv(event="records-key-missing", path=path, decision="unsigned"))
+        return key
     except KeyProblem as exc:
         log.warning(logs.kv(event="records-key-unusable", path=path, error=exc))
     except Exception as exc:  # our bug: an unsigned record is still a record
