@@ -278,9 +278,11 @@ def write_fleet(
     single_node_share: float = 0.0,
     severity: float = 1.0,
     first_job: int = 1000000,
+    key: Optional[bytes] = None,
 ) -> Dict[str, int]:
     """Write `jobs` multi-node jobs (plus single-node ones, `single_node_share` of all) ending over the
-    last `span_days`; returns counts."""
+    last `span_days`; returns counts. key: sign the records with it, as the epilog does with
+    [records] key_file (records/signing.py)."""
     from slurm_hooks.records.store import encode_record
 
     rng = random.Random(seed)
@@ -303,7 +305,10 @@ def write_fleet(
                 made.add(node)
             path = os.path.join(directory, node, job_id + ".json")
             data = encode_record(
-                header_record(job_id, user, node, start, end, figures[node], body_gpus)
+                header_record(job_id, user, node, start, end, figures[node], body_gpus),
+                key,
+                node,
+                job_id + ".json",
             )
             with open(path, "wb") as handle:
                 handle.write(data)
@@ -470,12 +475,15 @@ def print_table(table: Dict[str, Any]) -> None:
         )
 
 
-def speed(records: int, runs: int, seed: int = 3) -> Dict[str, Any]:
-    """`slurm-hooks report --stragglers DIR` as a subprocess over `records` 8-GPU-sized records."""
+def speed(records: int, runs: int, seed: int = 3, signed: bool = False) -> Dict[str, Any]:
+    """`slurm-hooks report --stragglers DIR` as a subprocess over `records` 8-GPU-sized records.
+    signed: the records signed and the report given the key ([records] key_file), so that every
+    record is verified (an HMAC-SHA256 of its header line) before it is scored."""
     import subprocess
 
     nodes = 256
     jobs, plan = 0, make_plan(nodes, seed=seed)
+    key = os.urandom(32) if signed else None
     with tempfile.TemporaryDirectory(prefix="fleet-speed-") as directory:
         rng = random.Random(seed)
         counts = {"records": 0, "bytes": 0}
@@ -489,11 +497,20 @@ def speed(records: int, runs: int, seed: int = 3) -> Dict[str, Any]:
                 span_days=10.0,
                 now=time.time(),
                 first_job=1000000 + jobs,
+                key=key,
             )
             counts["records"] += batch["records"]
             counts["bytes"] += batch["bytes"]
             jobs += batch["jobs"]
-        env = dict(os.environ, SLURM_HOOKS_ALLOW_INSECURE_CONFIG="1", SLURM_HOOKS_CONFIG=os.devnull)
+        config = os.devnull
+        if key is not None:  # outside the records directory, which the report walks
+            config = directory + ".toml"
+            with open(directory + ".key", "wb") as handle:
+                handle.write(key)
+            os.chmod(directory + ".key", 0o600)
+            with open(config, "w") as handle:
+                handle.write('[records]\nkey_file = "%s"\n' % (directory + ".key"))
+        env = dict(os.environ, SLURM_HOOKS_ALLOW_INSECURE_CONFIG="1", SLURM_HOOKS_CONFIG=config)
         walls = []
         for _ in range(runs):
             began = time.monotonic()
@@ -516,7 +533,10 @@ def speed(records: int, runs: int, seed: int = 3) -> Dict[str, Any]:
             walls.append(time.monotonic() - began)
             if done.returncode != 0:
                 raise SystemExit("report failed: %s" % done.stderr[-2000:])
-            read = json.loads(done.stdout)["records"]
+            answer = json.loads(done.stdout)
+            read = answer["records"]
+            if answer["verified"] != signed or answer["unverified"]:
+                raise SystemExit("records verified: %s, expected %s" % (answer["verified"], signed))
             if read != counts["records"]:
                 raise SystemExit("the report read %d records of %d" % (read, counts["records"]))
         import resource
@@ -525,6 +545,9 @@ def speed(records: int, runs: int, seed: int = 3) -> Dict[str, Any]:
         peak = children.ru_maxrss  # KiB on Linux: the largest child
         with open("/proc/loadavg") as handle:
             load = handle.read().split()[:3]
+        for leftover in (directory + ".key", directory + ".toml"):
+            if os.path.exists(leftover):
+                os.unlink(leftover)
         return {
             "cpu_s_per_run": round((children.ru_utime + children.ru_stime) / runs, 2),
             "loadavg": load,
@@ -535,6 +558,7 @@ def speed(records: int, runs: int, seed: int = 3) -> Dict[str, Any]:
             "wall_s": [round(w, 2) for w in walls],
             "peak_rss_mib": round(peak / 1024.0, 1),
             "cpus": os.cpu_count(),
+            "signed": signed,
         }
 
 
@@ -545,6 +569,11 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--seed", type=int, default=17)
     parser.add_argument(
         "--speed", type=int, metavar="RECORDS", help="measure the report over this many records"
+    )
+    parser.add_argument(
+        "--signed",
+        action="store_true",
+        help="with --speed: sign the records and verify them (records/signing.py)",
     )
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument(
@@ -559,7 +588,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     )
     args = parser.parse_args(argv)
     if args.speed:
-        print(speed(args.speed, args.runs))
+        print(speed(args.speed, args.runs, signed=args.signed))
         return 0
     print_table(
         detection_table(

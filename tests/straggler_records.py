@@ -1,5 +1,5 @@
 """Records for the straggler tests, in the epilog's layout (records.store.encode_record: the header line
-first) under DIR/<node>/<job>.json with the file's mtime at the job's end; figures from
+first, signed with KEY) under DIR/<node>/<job>.json with the file's mtime at the job's end; figures from
 bench/fleet_synth.py's noise model, or set by hand where a test needs one exact value."""
 
 from __future__ import annotations
@@ -10,9 +10,13 @@ import time
 
 from bench import fleet_synth
 from slurm_hooks.core.config import SECTIONS
+from slurm_hooks.records.names import record_name
 from slurm_hooks.records.store import encode_record
 
 NOW = time.time()
+# the records key of the test fleet: every record here is signed with it, as the epilog signs with
+# [records] key_file (records/signing.py); a test that verifies gives the scan this key
+KEY = bytes(range(7, 39))
 HW = "throttle_frac.hw_slowdown"
 
 
@@ -43,6 +47,7 @@ def write(
     record_node=None,
     boot="4f0c1a52-9d1e-4c3b-8a57-2e6b0d9c7f31",
     hw="NVIDIA H100 80GB HBM3 x8",
+    restart=0,
 ):
     record = fleet_synth.header_record(
         str(job_id),
@@ -56,10 +61,12 @@ def write(
     )
     if boot is None:  # a record of a version before boot_id
         del record["boot_id"]
-    path = os.path.join(directory, node, "%s.json" % job_id)
+    if restart:  # a requeued job's rerun (records/names.py)
+        record["job"]["restart_count"] = restart
+    path = os.path.join(directory, node, record_name(str(job_id), restart))
     os.makedirs(os.path.dirname(path), exist_ok=True)
     with open(path, "wb") as handle:
-        handle.write(encode_record(record))
+        handle.write(encode_record(record, KEY, node, os.path.basename(path)))
     stamp = end if mtime is None else mtime
     os.utime(path, (stamp, stamp))
     return path
@@ -105,3 +112,11 @@ def write_jobs(
                 boot=boot_of(node, j),
             )
     return names
+
+
+def write_key(path, key=KEY):
+    """The records key file (mode 0600, like /etc/slurm-hooks/records.key); its path."""
+    with open(str(path), "wb") as handle:
+        handle.write(key)
+    os.chmod(str(path), 0o600)
+    return str(path)

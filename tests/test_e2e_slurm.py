@@ -187,6 +187,38 @@ def test_gpu_fault_drains_with_our_reason_and_requeues_the_job_held(hooks):
     assert state["drained"]["reason"] == reason and "pending" not in state
 
 
+def test_a_requeued_job_keeps_the_record_of_its_drained_first_run(hooks):
+    """Real slurmd: the run whose prolog drained the node is requeued under the same job id; its
+    rerun (SLURM_JOB_RESTART_COUNT=1 in the prolog and epilog environment) writes <job>.r1.json
+    beside the first run's <job>.json instead of replacing it (tracker 23)."""
+    c = hooks.cluster
+    hooks.fake.inject_fault(*GPU_FAULT)
+    job = c.sbatch(gpus=1)
+    c.wait_state("node1", is_drained, timeout=30)
+    hooks.wait_decision("epilog", job)  # the first run's epilog, after its failed prolog
+    first = hooks.state_dir / "jobs" / "node1" / ("%s.json" % job)
+    deadline = time.monotonic() + 20
+    while not first.exists():
+        assert time.monotonic() < deadline, sorted(os.listdir(str(first.parent)))
+        time.sleep(0.1)
+    hooks.fake.clear_faults()
+    assert hooks.run_health()[0] == 0  # repaired: our drain is resumed
+    c.wait_state("node1", "IDLE", timeout=15)
+    c.scontrol("release", str(job))
+    c.scontrol("update", "jobid=%s" % job, "starttime=now")  # the rerun: eligible now
+    assert c.wait_job(job, ("COMPLETED",), timeout=30) == "COMPLETED", c.scontrol(
+        "show", "job", str(job)
+    )
+    rerun = first.parent / ("%s.r1.json" % job)
+    deadline = time.monotonic() + 20
+    while not rerun.exists():
+        assert time.monotonic() < deadline, sorted(os.listdir(str(first.parent)))
+        time.sleep(0.1)
+    records = [json.loads(path.read_text()) for path in (first, rerun)]
+    assert [r["job"]["restart_count"] for r in records] == [0, 1]
+    assert "drained" in records[0]["summary"]["abnormal"] or records[0]["decision"], records[0]
+
+
 # ------------------------------------------------------------------------------------------------
 # 3. health resumes our drains, and only ours
 

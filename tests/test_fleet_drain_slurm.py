@@ -23,7 +23,7 @@ from slurm_hooks.slurm import drainer, policy
 from slurm_hooks.slurm.client import ScontrolBackend, SlurmClient
 from tests.helpers import REPO, default_settings
 from tests.slurm_rig import ctld_reason
-from tests.straggler_records import HW, write_jobs
+from tests.straggler_records import HW, KEY, write_jobs, write_key
 
 pytestmark = pytest.mark.slurm
 
@@ -60,10 +60,12 @@ class Site:
     def write_config(self, extra=""):
         self.config.write_text(
             '[general]\n%s\n[paths]\nstate_dir = "%s"\nlog_file = ""\nsyslog = false\n'
+            '[records]\nkey_file = "%s"\n'  # the records are signed with it (straggler_records)
             '[drain]\nbackend = "scontrol"\n[fleet]\ndrain = true\n%s'
             % (
                 'mode = "%s"' % ("observe" if "observe" in extra else "enforce"),
                 self.state_dir,
+                write_key(self.base / "records.key"),
                 extra.replace("observe", ""),
             )
         )
@@ -173,12 +175,13 @@ class NoResults:
 
 def _shift(path, start):
     """Move a written record's job to start at `start` (after the drain), an hour long."""
-    data = path.read_bytes()
-    head, rest = data.split(b"\n", 1)
-    header = json.loads(head[:-1] + b"}")
-    header["start"], header["end"] = start, start + 3600
-    new = json.dumps(header, separators=(",", ":"))[:-1] + ",\n"
-    path.write_bytes(new.encode() + rest)
+    from slurm_hooks.records.store import encode_record
+
+    record = json.loads(path.read_bytes())
+    record["start"], record["end"] = start, start + 3600
+    for signature in ("body_sha256", "mac"):  # signed again below, as its node's epilog would
+        record.pop(signature, None)
+    path.write_bytes(encode_record(record, KEY, path.parent.name, path.name))
     os.utime(path, (start + 3600, start + 3600))
 
 
@@ -242,12 +245,15 @@ def test_the_circuit_breaker_counts_the_nodes_own_drains_and_stops_the_fleets(si
 
 
 def test_one_users_jobs_are_not_enough_evidence(site):
-    for path in site.records.rglob("*.json"):
-        data = path.read_bytes()
-        for i in range(3):
-            data = data.replace(b'"user":"user%d"' % i, b'"user":"mallory"')
+    from slurm_hooks.records.store import encode_record
+
+    for path in site.records.rglob("*.json"):  # as the epilogs would have written them: signed
+        record = json.loads(path.read_bytes())
+        record["job"]["user"] = "mallory"
+        for signature in ("body_sha256", "mac"):
+            record.pop(signature, None)
         stamp = path.stat().st_mtime
-        path.write_bytes(data)
+        path.write_bytes(encode_record(record, KEY, path.parent.name, path.name))
         os.utime(path, (stamp, stamp))
     data = site.run()
     assert data["suspects"][0]["users"] == 1 and not site.drained()

@@ -19,7 +19,16 @@ from slurm_hooks.cli.main import main
 from slurm_hooks.records import straggler_scan as fleet
 from slurm_hooks.result import ExitCode
 from tests.helpers import default_settings
-from tests.straggler_records import HW, NOW, healthy, settings, write, write_jobs
+from tests.straggler_records import (
+    HW,
+    KEY,
+    NOW,
+    healthy,
+    settings,
+    write,
+    write_jobs,
+    write_key,
+)
 
 
 def test_a_node_slow_in_every_job_is_the_one_suspect(tmp_path):
@@ -41,6 +50,20 @@ def test_a_node_slow_in_every_job_is_the_one_suspect(tmp_path):
         and (last_flag.value, last_flag.median) == (0.2, 0.0)
     )
     assert result.max_open_jobs <= 2  # streamed: jobs an hour apart are closed as the scan moves on
+
+
+def test_each_run_of_a_requeued_job_is_scored_as_a_job_of_its_own(tmp_path):
+    """Slurm reruns a requeued job under the same id (SLURM_JOB_RESTART_COUNT=1 on the rerun): both
+    runs' records used to fall into one job, the rerun's replacing the first's node by node."""
+    names = ["n%02d" % i for i in range(6)]
+    for restart, end in ((0, NOW - 3000), (1, NOW - 2400)):  # within SETTLE_S of each other
+        for node in names:
+            perf = dict(healthy(random.Random(node)), **{HW: 0.2 if node == "n03" else 0.0})
+            write(str(tmp_path), node, 4242, perf, end, start=end - 600, restart=restart)
+    result = fleet.scan([str(tmp_path)], settings(), now=NOW)
+    assert (result.records, result.jobs_scored, result.node_jobs) == (12, 2, 12)
+    marks = result.windows["n03"].marks
+    assert sorted(mark.job for mark in marks) == ["4242", "4242.r1"]
 
 
 def test_jobs_are_closed_as_the_scan_moves_on_so_memory_follows_open_jobs(tmp_path):
@@ -573,7 +596,8 @@ def test_synthetic_fleet_finds_every_persistent_slow_node_and_no_healthy_one(tmp
 def config(tmp_path, monkeypatch):
     path = tmp_path / "config.toml"
     path.write_text(
-        '[paths]\nstate_dir = "%s"\nlog_file = ""\nsyslog = false\n' % (tmp_path / "state")
+        '[paths]\nstate_dir = "%s"\nlog_file = ""\nsyslog = false\n[records]\nkey_file = "%s"\n'
+        % (tmp_path / "state", write_key(tmp_path / "records.key"))
     )
     monkeypatch.setenv("SLURM_HOOKS_ALLOW_INSECURE_CONFIG", "1")
     monkeypatch.setenv("SLURM_HOOKS_CONFIG", str(path))
@@ -938,3 +962,145 @@ def test_a_crafted_record_is_unreadable_not_a_crash_of_the_whole_report(tmp_path
     assert result.unreadable_count >= 1 and any("903.json" in u for u in result.unreadable)
     assert main(["report", d, "--json"]) == 0  # the plain report reads the same files
     json.loads(capsys.readouterr().out)
+
+
+# -- who wrote a record: the records key (records/signing.py) ------------------------------------
+
+
+def _forge(directory, node="n02", jobs=12, first_job=500, key=None):
+    """What a process running as the records' owner (uid 65534 under root_squash) can do without
+    the key: write records of invented jobs and users in which `node` is slow."""
+    from slurm_hooks.records.store import encode_record
+
+    for j in range(jobs):
+        end = NOW - (jobs - j) * 3600 + 1800
+        for i in range(6):
+            name = "n%02d" % i
+            perf = dict(healthy(random.Random(j * 10 + i)), **{HW: 0.3 if name == node else 0.0})
+            record = fleet_synth.header_record(
+                str(first_job + j), "forger%d" % (j % 3), name, end - 3600, end, perf
+            )
+            path = os.path.join(directory, name, "%d.json" % (first_job + j))
+            with open(path, "wb") as handle:
+                handle.write(encode_record(record, key, name, os.path.basename(path)))
+            os.utime(path, (end, end))
+
+
+def test_forged_records_do_not_verify_and_drain_nothing(tmp_path, config, capsys, monkeypatch):
+    """Red team (tracker 24): records forged without the key made a healthy node (n02) a suspect,
+    and `report --stragglers --drain` with [fleet] drain = true drained it. Now they are left out,
+    counted and named; the genuine records still find the slow node (n03)."""
+    from slurm_hooks.records import signing
+    from slurm_hooks.slurm import straggler_drain
+
+    d = str(tmp_path / "jobs")
+    write_jobs(d, jobs=12)  # signed with the key, as the epilogs do
+    _forge(d)  # unsigned
+    _forge(d, first_job=700, key=os.urandom(32))  # signed with a key of the forger's
+    unchecked = fleet.scan([d], settings(), now=NOW)
+    assert {s.node for s in unchecked.suspects()} == {"n02", "n03"}  # the attack, without a key
+    checked = fleet.scan([d], settings(), now=NOW, verifier=signing.Verifier(KEY))
+    assert {s.node for s in checked.suspects()} == {"n03"}
+    assert (checked.unverified_count, checked.records, checked.not_verified) == (144, 72, "")
+    assert any(u.endswith("n02/500.json: unsigned") for u in checked.unverified)
+    forged = os.path.join(d, "n02", "707.json")
+    assert fleet.parse(forged, "n02", 0, 0, signing.Verifier(KEY)) == (
+        "unverified",
+        forged + ": bad MAC",
+    )
+
+    drained = []
+    monkeypatch.setattr(
+        straggler_drain,
+        "enact",
+        lambda settings, suspects, **kw: drained.extend(s.node for s in suspects) or [],
+    )
+    config.write_text(config.read_text() + "[fleet]\ndrain = true\n")
+    assert main(["report", "--stragglers", "--drain", "--json", d]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["verified"] and data["unverified"] == 144 and len(data["unverified_examples"]) == 10
+    assert set(drained) == {"n03"}  # what reached the drain library: the genuine suspect only
+    assert main(["report", "--json", d]) == 0  # the error ranking leaves them out too
+    data = json.loads(capsys.readouterr().out)
+    assert (data["records"], data["unverified"], data["verified"]) == (72, 144, True)
+
+
+def test_a_copied_or_changed_record_does_not_verify(tmp_path):
+    """The MAC binds the node directory and file name: a genuine record of the slow node replayed as
+    another job, into another node's directory, or with one byte changed, is left out."""
+    import shutil
+
+    from slurm_hooks.records import signing
+
+    d = str(tmp_path)
+    write_jobs(d, jobs=12)
+    shutil.copy(os.path.join(d, "n03", "100.json"), os.path.join(d, "n03", "999.json"))
+    shutil.copy(os.path.join(d, "n03", "101.json"), os.path.join(d, "n02", "101.r1.json"))
+    path = os.path.join(d, "n03", "102.json")
+    data = open(path, "rb").read()
+    open(path, "wb").write(data.replace(b'"alice"', b'"alicf"', 1).replace(b'"user', b'"usex', 1))
+    result = fleet.scan([d], settings(), now=NOW, verifier=signing.Verifier(KEY))
+    why = sorted(os.path.relpath(u, d) for u in result.unverified)
+    assert why == ["n02/101.r1.json: bad MAC", "n03/102.json: bad MAC", "n03/999.json: bad MAC"]
+    assert result.records == 71 and [s.node for s in result.suspects()] == ["n03"]
+    # record show checks the whole file: a change below the header line shows there
+    body = os.path.join(d, "n03", "103.json")
+    data = open(body, "rb").read()
+    assert signing.verify_file(data, KEY, "n03", "103.json") == signing.VERIFIED
+    changed = data[:-3] + (b"1" if data[-3:-2] != b"1" else b"2") + data[-2:]
+    assert signing.verify_file(changed, KEY, "n03", "103.json") == signing.BAD_BODY
+
+
+def test_without_a_key_every_record_is_reported_and_nothing_is_drained(
+    tmp_path, config, capsys, monkeypatch
+):
+    """Report-only works without a key: the records are read and shown as unverified, and --drain
+    with [fleet] drain = true never reaches the drain library."""
+    from slurm_hooks.slurm import straggler_drain
+
+    d = str(tmp_path / "jobs")
+    write_jobs(d, jobs=12)
+    os.unlink(str(tmp_path / "records.key"))
+    monkeypatch.setattr(straggler_drain, "enact", lambda *a, **kw: pytest.fail("drained"))
+    config.write_text(config.read_text() + "[fleet]\ndrain = true\n")
+    assert main(["report", "--stragglers", "--drain", d]) == 0
+    text = capsys.readouterr().out
+    assert "records NOT verified (no records key at %s" % (tmp_path / "records.key") in text
+    assert "drain n03 (%s): unverified: records not verified" % HW in text
+    assert main(["report", d, "--all"]) == 0
+    text = capsys.readouterr().out
+    assert text.startswith("72 records from 6 nodes") and "records NOT verified" in text
+
+
+@pytest.mark.parametrize(
+    "mode, size, why",
+    [
+        (0o600, 31, "has 31 bytes, expected 32"),
+        (0o620, 32, "writable by others (mode 620)"),
+        (0o602, 32, "writable by others (mode 602)"),
+    ],
+)
+def test_a_key_that_cannot_be_trusted_verifies_nothing(tmp_path, mode, size, why):
+    from slurm_hooks.records import signing
+
+    path = write_key(tmp_path / "records.key", os.urandom(size))
+    os.chmod(path, mode)
+    verifier = signing.Verifier.from_file(path)
+    assert verifier.key is None and why in verifier.why_not and path in verifier.why_not
+    os.unlink(path)
+    os.symlink(str(tmp_path / "elsewhere"), path)  # never followed
+    assert signing.Verifier.from_file(path).key is None
+
+
+def test_a_record_verifies_whichever_way_its_path_is_written(tmp_path, monkeypatch):
+    from slurm_hooks.records import signing
+
+    path = write(str(tmp_path), "n01", 7, healthy(random.Random(1)), NOW)
+    line = open(path, "rb").readline()
+    verifier = signing.Verifier(KEY)
+    monkeypatch.chdir(str(tmp_path / "n01"))
+    for written in (path, "7.json", "./7.json", "../n01/7.json", str(tmp_path) + "//n01/7.json"):
+        assert verifier.line(line, written) == signing.VERIFIED, written
+    assert verifier.line(line, str(tmp_path / "n02" / "7.json")) == signing.BAD_MAC
+    assert verifier.line(line[:-80] + line[-79:], path) == signing.BAD_MAC  # a byte less
+    assert verifier.line(line[:-75] + b",\n", path) == signing.UNSIGNED  # the MAC cut off

@@ -99,7 +99,8 @@ def test_prolog_to_epilog_round_trip_gives_the_right_deltas(gpu_node, tmp_path, 
     text = open(path).read()
     rec = json.loads(text)
     assert rec["schema"] == "slurm-hooks.job-record/1" and rec["prolog_snapshot"] == "ok"
-    assert rec["job"] == {"id": "4242", "user": "alice", "gpus": [0, 1]} and rec["node"] == "node1"
+    assert rec["job"] == {"id": "4242", "user": "alice", "gpus": [0, 1], "restart_count": 0}
+    assert rec["node"] == "node1"
     assert rec["duration_s"] >= 0 and rec["rebooted_during_job"] is False
     # the boot the job ended in, in the header line report --stragglers reads alone
     boot = open(os.path.join(node.root, "proc/sys/kernel/random/boot_id")).read().strip()
@@ -165,6 +166,49 @@ def test_prolog_to_epilog_round_trip_gives_the_right_deltas(gpu_node, tmp_path, 
     }
     # No environment, no secrets: only the validated job id, user and GPUs come from the job.
     assert "SECRET" not in text and "hunter2" not in text and "SLURM_JOB_COMMENT" not in text
+
+
+def _drained_attempt(config, env):
+    """One run of a job on n1 whose epilog drained the node: prolog snapshot, then epilog record."""
+    job = job_from_env(dict(env, SLURM_JOB_GPUS=""))
+    records.prolog_snapshot(config, job)
+    decision = policy.decide(epilog_report(job).results(), config.settings)
+    enacted = Enacted(Outcome.DRAINED, "drained n1")
+    return records.epilog_record(config, job, "n1", epilog_report(job), decision, enacted)
+
+
+def test_a_requeued_job_keeps_the_record_of_every_attempt(tmp_path, capsys):
+    """Slurm requeues a job under its id; the prolog and epilog of the rerun get
+    SLURM_JOB_RESTART_COUNT=1 (prep_script_slurmd.c). The rerun used to replace the first run's
+    record: the drain's evidence was gone and `report` counted one bad run instead of two."""
+    from slurm_hooks.cli.main import main
+    from slurm_hooks.records import fleet_report
+
+    config = make_config(tmp_path)
+    env = dict(ENV, SLURMD_NODENAME="n1")
+    first = _drained_attempt(config, env)
+    second = _drained_attempt(config, dict(env, SLURM_JOB_RESTART_COUNT="1"))
+    assert first == str(tmp_path / "jobs" / "n1" / "4242.json")
+    assert second == str(tmp_path / "jobs" / "n1" / "4242.r1.json")
+    assert json.loads(open(first).read())["job"]["restart_count"] == 0
+    assert json.loads(open(second).read())["job"]["restart_count"] == 1
+    # scontrol requeue counts the restart before killing the run: with no prolog snapshot that
+    # run's epilog says 1 too, and the third run must not replace the second's record either
+    third = records.epilog_record(
+        config, job_from_env(dict(env, SLURM_JOB_RESTART_COUNT="1", SLURM_JOB_GPUS="")), "n1"
+    )
+    assert third == str(tmp_path / "jobs" / "n1" / "4242.r1.2.json")
+    fleet = fleet_report.aggregate([str(tmp_path / "jobs")])
+    node = fleet.nodes["n1"]
+    assert (fleet.records, node.jobs, node.abnormal_jobs, node.drained) == (3, 3, 2, 2)
+    assert sorted(job for _, job in node.worst) == ["4242", "4242.r1"]
+    assert [r["job"] for r in fleet_report.job_view([str(tmp_path / "jobs")], "4242")[0]] == [
+        "4242",
+        "4242.r1",
+        "4242.r1",
+    ]
+    assert main(["record", "show", "4242", "--dir", str(tmp_path / "jobs"), "--json"]) == 0
+    assert len(json.loads(capsys.readouterr().out)) == 3
 
 
 def test_missing_prolog_snapshot_is_marked_and_nothing_is_blamed_on_the_job(gpu_node, tmp_path):  # noqa: F811
@@ -292,35 +336,35 @@ def test_prune_stale_prolog_snapshots(tmp_path):
 # -- crash safety ----------------------------------------------------------------------------------
 
 WRITER = r"""
-import sys
+import os, sys
 from slurm_hooks.records.store import write_record
-path, n = sys.argv[1], 0
-while True:
+directory, n = sys.argv[1], int(sys.argv[2])
+while True:  # one record per job, as the epilogs write them (a record of ours is never replaced)
     n += 1
-    write_record(path, {"schema": "x", "n": n, "pad": "p" * 400000, "end": "END"})
+    write_record(os.path.join(directory, "%d.json" % n), {"schema": "x", "n": n, "pad": "p" * 400000, "end": "END"})
 """
 
 
 @pytest.mark.soak
 def test_kill_9_during_writes_never_leaves_a_torn_record(tmp_path):
-    path = str(tmp_path / "jobs" / "n1" / "1.json")
+    directory = tmp_path / "jobs" / "n1"
     repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     env = dict(os.environ, PYTHONPATH=repo)
-    seen = set()
     for attempt in range(15):
-        proc = subprocess.Popen([sys.executable, "-c", WRITER, path], env=env)
+        first = 1000 * (attempt + 1)
+        proc = subprocess.Popen([sys.executable, "-c", WRITER, str(directory), str(first)], env=env)
         time.sleep(0.15 + 0.037 * attempt)  # land at different points of write/fsync/rename
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait()
-        if not os.path.exists(path):
-            continue
-        with open(path) as handle:
+    names = os.listdir(str(directory)) if directory.exists() else []
+    seen = [n for n in names if n.endswith(".json") and not n.startswith(".")]
+    assert seen, "the writer never completed a record: the test proves nothing"
+    for name in seen:
+        with open(str(directory / name)) as handle:
             record = json.loads(handle.read())  # a torn file would not parse
         assert record["end"] == "END" and len(record["pad"]) == 400000
-        seen.add(record["n"])
-    assert seen, "the writer never completed a record: the test proves nothing"
-    leftovers = [n for n in os.listdir(os.path.dirname(path)) if n != "1.json"]
-    assert all(n.startswith(".1.json.") and n.endswith(".tmp") for n in leftovers)
+    leftovers = [n for n in names if n not in seen]
+    assert all(n.startswith(".") and n.endswith(".tmp") for n in leftovers), leftovers
 
 
 def _write_previous(tmp_path, config):
@@ -571,3 +615,74 @@ def test_stale_prolog_snapshots_are_pruned_only_when_ours(tmp_path):
     os.utime(str(directory / "7.json"), (1000, 1000), follow_symlinks=False)
     assert records.prune_snapshots(str(directory), 86400) == 1
     assert os.listdir(str(directory)) == ["7.json"] and outside.exists()
+
+
+@pytest.mark.parametrize(
+    "env, expected",
+    [
+        ({"SLURM_JOB_RESTART_COUNT": "2"}, 2),
+        ({"SLURM_RESTART_COUNT": "3"}, 3),  # the batch/task environment's name
+        ({"SLURM_JOB_RESTART_COUNT": "1", "SLURM_RESTART_COUNT": "7"}, 1),
+        ({}, None),
+        ({"SLURM_JOB_RESTART_COUNT": "-1"}, None),  # malformed: never stops the hook
+        ({"SLURM_JOB_RESTART_COUNT": "1;rm"}, None),
+        ({"SLURM_JOB_RESTART_COUNT": "123456"}, None),
+    ],
+)
+def test_the_restart_count_comes_from_slurmds_prolog_epilog_environment(env, expected):
+    assert job_from_env(dict(ENV, **env)).restart_count == expected
+
+
+def test_the_epilog_signs_its_record_when_the_key_exists_and_never_fails_without(tmp_path, caplog):
+    """The record is signed for DIR/<node>/<name> with [records] key_file (signing.py); a missing
+    key gives an unsigned record, a key that cannot be trusted a logged warning and an unsigned
+    record: never a failed epilog."""
+    from slurm_hooks.records import signing
+
+    key_file = tmp_path / "records.key"
+    key_file.write_bytes(os.urandom(32))
+    os.chmod(str(key_file), 0o600)
+    config = make_config(tmp_path, key_file=str(key_file))
+    signed = records.epilog_record(config, JobContext("1", "u", "n1", ()), "n1")
+    data = open(signed, "rb").read()
+    assert signing.verify_file(data, key_file.read_bytes(), "n1", "1.json") == signing.VERIFIED
+    assert json.loads(data)["job"]["id"] == "1"  # still one JSON document
+    assert signing.verify_file(data, key_file.read_bytes(), "n2", "1.json") == signing.BAD_MAC
+
+    os.chmod(str(key_file), 0o666)  # anyone could replace it: not trusted
+    with caplog.at_level(logging.WARNING, logger="slurm_hooks.decisions"):
+        unsigned = records.epilog_record(config, JobContext("2", "u", "n1", ()), "n1")
+    assert "event=records-key-unusable" in caplog.text and "writable by others" in caplog.text
+    assert signing.verify_file(open(unsigned, "rb").read(), b"k" * 32, "n1", "2.json") == (
+        signing.UNSIGNED
+    )
+    key_file.unlink()
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="slurm_hooks.decisions"):
+        assert records.epilog_record(config, JobContext("3", "u", "n1", ()), "n1")
+    # a key_file set on purpose and missing: a typo or a key not distributed yet, said
+    assert "event=records-key-missing" in caplog.text and str(key_file) in caplog.text
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="slurm_hooks.decisions"):
+        assert records.epilog_record(make_config(tmp_path), JobContext("4", "u", "n1", ()), "n1")
+    assert "records-key" not in caplog.text  # no key at the default path: report only, quietly
+
+
+def test_record_show_says_whether_the_record_verifies(tmp_path, capsys, monkeypatch):
+    from slurm_hooks.cli.main import main
+
+    key_file = tmp_path / "records.key"
+    key_file.write_bytes(os.urandom(32))
+    os.chmod(str(key_file), 0o600)
+    config = make_config(tmp_path, key_file=str(key_file))
+    path = records.epilog_record(config, JobContext("1", "u", "n1", ()), "n1")
+    conf = tmp_path / "config.toml"
+    conf.write_text('[records]\nkey_file = "%s"\n' % key_file)
+    monkeypatch.setenv("SLURM_HOOKS_ALLOW_INSECURE_CONFIG", "1")
+    monkeypatch.setenv("SLURM_HOOKS_CONFIG", str(conf))
+    assert main(["record", "show", "1", "--dir", str(tmp_path / "jobs")]) == 0
+    assert "  record verified (records key" in capsys.readouterr().out
+    with open(path, "ab") as handle:
+        handle.write(b" ")  # the body changed below the signed header line
+    assert main(["record", "show", "1", "--dir", str(tmp_path / "jobs")]) == 0
+    assert "  record NOT verified: body changed" in capsys.readouterr().out

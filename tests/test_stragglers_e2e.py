@@ -18,6 +18,7 @@ import pytest
 
 from tests.helpers import REPO
 from tests.prolog_rig import Prolog
+from tests.straggler_records import write_key
 
 JOB = "4242"
 JOB_CPUS = [0, 1, 2, 3]
@@ -30,15 +31,17 @@ class NamedNode(Prolog):
     """The harness, as slurmd on node `name` starts the hooks, writing into a shared records directory,
     with a roomy snapshot budget (this test is about the figures, not about a loaded machine's timing)."""
 
-    def __init__(self, node, base, name, shared):
-        self.name = name
+    def __init__(self, node, base, name, shared, key_file):
+        self.name, self.key_file = name, key_file
         super().__init__(node, base)
         self.place(records_dir=shared)
 
     def write_config(self, on_timeout):
         super().write_config(on_timeout)
+        text = self.config.read_text().replace("snapshot_timeout = 1.0", "snapshot_timeout = 20.0")
+        # every node signs its records with the fleet's key (docs/records.md)
         self.config.write_text(
-            self.config.read_text().replace("snapshot_timeout = 1.0", "snapshot_timeout = 20.0")
+            text.replace("[records]\n", '[records]\nkey_file = "%s"\n' % self.key_file, 1)
         )
 
     def run(self, label="", kind="prolog"):
@@ -67,9 +70,11 @@ def fleet_nodes(fake_node, tmp_path):
     shared = tmp_path / "shared-jobs"
     overrides = {"job": {JOB: {"cpus": "0-3"}}}
     made = []
+    key_file = write_key(tmp_path / "records.key", os.urandom(32))
     for name in NODE_NAMES:
         (tmp_path / name).mkdir()
-        made.append(NamedNode(fake_node("dgx-h100", overrides), tmp_path / name, name, shared))
+        node = fake_node("dgx-h100", overrides)
+        made.append(NamedNode(node, tmp_path / name, name, shared, key_file))
     return shared, made
 
 
@@ -100,7 +105,8 @@ def test_the_report_names_the_skewed_node_and_its_figures(fleet_nodes, tmp_path)
     )  # one job: flagged once is enough here (k = m = 1); the job ran ~1.5 s
     config.write_text(
         '[paths]\nstate_dir = "%s"\nlog_file = ""\nsyslog = false\n'
-        "[fleet]\nk = 1\nm = 1\nmin_job_seconds = 1.0\n" % (tmp_path / "admin-state")
+        '[fleet]\nk = 1\nm = 1\nmin_job_seconds = 1.0\n[records]\nkey_file = "%s"\n'
+        % (tmp_path / "admin-state", tmp_path / "records.key")
     )
     env = dict(
         os.environ,
@@ -118,6 +124,7 @@ def test_the_report_names_the_skewed_node_and_its_figures(fleet_nodes, tmp_path)
     assert done.returncode == 1, done.stderr  # ExitCode.FOUND: suspects
     data = json.loads(done.stdout)
     assert (data["records"], data["jobs_scored"], data["node_jobs"]) == (5, 1, 5), data
+    assert data["verified"] and data["unverified"] == 0  # each epilog signed its record
     found = {(s["node"], s["metric"]) for s in data["suspects"]}
     assert {s["node"] for s in data["suspects"]} == {SLOW}, data["suspects"]
     assert {(SLOW, "throttle_frac.hw_slowdown"), (SLOW, "ib_xmit_wait_per_s")} <= found, found

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 from typing import Any, Dict, List, Optional
@@ -96,6 +97,21 @@ def _directories(args, given: Optional[List[str]]) -> List[str]:
     return [config.get("records", "dir")]
 
 
+def _verifier(args):
+    """The records key of this host's config ([records] key_file), as a signing.Verifier. A config
+    that cannot be read leaves the report working, unverified (a report of given PATHs never
+    needed one)."""
+    from ..core.config import ConfigError
+    from ..records.signing import Verifier
+    from .check_verbs import load
+
+    try:
+        _registry, config = load(args)
+    except ConfigError as exc:
+        return Verifier(None, "configuration not read: %s" % exc)
+    return Verifier.from_file(config.get("records", "key_file"))
+
+
 def _error(message: str) -> int:
     print("slurm-hooks: %s" % message, file=sys.stderr)
     return ExitCode.UNKNOWN
@@ -103,6 +119,7 @@ def _error(message: str) -> int:
 
 def cmd_record_show(args) -> int:
     from ..records.fleet_report import load_record
+    from ..records.header_check import header_problem
     from ..records.store import find_records
     from .readable import permission_message, unreadable
 
@@ -123,19 +140,30 @@ def cmd_record_show(args) -> int:
                 ": " + permission_message(denied) if denied else "",
             )
         )
-    records = []
+    records, shown = [], []
+    verifier = _verifier(args) if not args.json else None
     for path in paths:
         try:
-            records.append((path, load_record(path)))
+            record = load_record(path)
+            problem = header_problem(record)
+            if problem:
+                raise ValueError("%s: %s" % (path, problem))
+            shown.append(
+                render_record(record, path, _verified(verifier, path)) if not args.json else ""
+            )
+            records.append((path, record))
         except ValueError as exc:
             return _error(str(exc))
+        except (TypeError, KeyError, AttributeError, IndexError, OverflowError) as exc:
+            # a body of a shape no version wrote (the header is checked above): name the file
+            return _error("%s: cannot show this record: %s: %s" % (path, type(exc).__name__, exc))
     if args.json:
         json.dump(
             [r for _, r in records] if len(records) > 1 else records[0][1], sys.stdout, indent=2
         )
         sys.stdout.write("\n")
         return ExitCode.OK
-    sys.stdout.write("\n".join(render_record(record, path) for path, record in records))
+    sys.stdout.write("\n".join(shown))
     return ExitCode.OK
 
 
@@ -166,7 +194,7 @@ def cmd_report(args) -> int:
         return refused
     try:
         if args.job:
-            rows, problems = job_view(paths, args.job)
+            rows, problems = job_view(paths, args.job, _verifier(args))
             if args.json:
                 json.dump(
                     {
@@ -182,7 +210,7 @@ def cmd_report(args) -> int:
             else:
                 sys.stdout.write(render_job(args.job, rows, problems))
             return ExitCode.FOUND if any(row.get("abnormal") for row in rows) else ExitCode.OK
-        fleet = aggregate(paths, parse_since(args.since))
+        fleet = aggregate(paths, parse_since(args.since), verifier=_verifier(args))
     except (ReportError, ValueError) as exc:
         return _error(str(exc))
     if args.json:
@@ -197,8 +225,26 @@ def cmd_report(args) -> int:
 # -- one record, readably -----------------------------------------------------------------------
 
 
-def render_record(record: Dict[str, Any], path: str = "") -> str:
-    job, summary = record.get("job") or {}, record.get("summary") or {}
+def _verified(verifier, path: str) -> str:
+    """'verified', or why not: the whole file against the records key (signing.verify_file)."""
+    from ..records import signing
+
+    if verifier.key is None:
+        return "NOT verified: %s" % verifier.why_not
+    try:
+        with open(path, "rb") as handle:
+            data = handle.read(16 << 20)
+    except OSError as exc:
+        return "NOT verified: %s" % (exc.strerror or exc)
+    node, name = os.path.basename(os.path.dirname(os.path.abspath(path))), os.path.basename(path)
+    status = signing.verify_file(data, verifier.key, node, name)
+    return status if status == signing.VERIFIED else "NOT verified: %s" % status
+
+
+def render_record(record: Dict[str, Any], path: str = "", verified: str = "") -> str:
+    """One record readably. The header is checked (fleet_report.header_problem); the body's parts
+    of another shape are left out (_objects), never a traceback."""
+    job, summary = _object(record.get("job")), _object(record.get("summary"))
     lines = [
         "job %s on %s (user %s, GPUs %s)%s"
         % (
@@ -215,6 +261,8 @@ def render_record(record: Dict[str, Any], path: str = "") -> str:
             _duration(record.get("duration_s")),
         ),
     ]
+    if verified:
+        lines.append("  record %s (records key: docs/records.md)" % verified)
     if record.get("prolog_snapshot") != "ok":
         lines.append(
             "  prolog snapshot: %s -- no deltas for this job" % record.get("prolog_snapshot")
@@ -233,16 +281,16 @@ def render_record(record: Dict[str, Any], path: str = "") -> str:
             _bytes(summary.get("leftover_memory_bytes") or 0),
         )
     )
-    for gpu in record.get("gpus") or []:
+    for gpu in _objects(record.get("gpus")):
         lines.extend(_gpu_lines(gpu))
-    for port in record.get("ib") or []:
-        moved = {k: v for k, v in (port.get("delta") or {}).items() if v}
+    for port in _objects(record.get("ib")):
+        moved = {k: v for k, v in _object(port.get("delta")).items() if v}
         if moved:
-            lines.append("  ib %s: %s" % (port["port"], _pairs(moved)))
+            lines.append("  ib %s: %s" % (port.get("port"), _pairs(moved)))
     lines.extend(_event_lines(record))
     lines.extend(_check_lines(record))
-    for note in record.get("notes") or []:
-        lines.append("  note: %s" % note)
+    for note in _list(record.get("notes")):
+        lines.append("  note: %s" % (note,))
     return "\n".join(lines) + "\n"
 
 
@@ -254,27 +302,31 @@ def _gpu_lines(gpu: Dict[str, Any]) -> List[str]:
     delta = gpu.get("delta")
     moved = {
         k: v
-        for k, v in (delta or {}).items()
+        for k, v in _object(delta).items()
         if v and not k.startswith(("energy", "violation_ns.low"))
     }
     if delta is None:
         lines.append("    no deltas")
     elif moved:
         lines.append("    changed: %s" % _pairs(moved))
-    for link, values in sorted((gpu.get("nvlink_delta") or {}).items(), key=lambda kv: int(kv[0])):
-        lines.append("    nvlink %s: %s" % (link, _pairs(values)))
-    flags = [k for k, v in (gpu.get("flags") or {}).items() if v]
+    links = _object(gpu.get("nvlink_delta"))
+    for link in sorted(links, key=lambda k: (len(k), k)):
+        lines.append("    nvlink %s: %s" % (link, _pairs(_object(links[link]))))
+    flags = [k for k, v in _object(gpu.get("flags")).items() if v]
     if flags:
         lines.append("    flags: %s" % ", ".join(flags))
-    for proc in gpu.get("processes") or []:
+    for proc in _objects(gpu.get("processes")):
         lines.append(
             "    leftover process %s (%s) using %s"
-            % (proc.get("pid"), proc.get("name"), _bytes(proc.get("used_memory_bytes") or 0))
+            % (proc.get("pid"), proc.get("name"), _bytes(proc.get("used_memory_bytes")))
         )
     if gpu.get("counter_resets"):
-        lines.append("    counters reset during the job: %s" % ", ".join(gpu["counter_resets"]))
+        lines.append(
+            "    counters reset during the job: %s"
+            % ", ".join(str(c) for c in _list(gpu["counter_resets"]))
+        )
     if gpu.get("unavailable"):
-        lines.append("    not readable: %s" % _pairs(gpu["unavailable"]))
+        lines.append("    not readable: %s" % _pairs(_object(gpu["unavailable"])))
     return lines
 
 
@@ -282,28 +334,28 @@ def _event_lines(record: Dict[str, Any]) -> List[str]:
     lines = []
     scope = record.get("events_scope")
     suffix = "" if scope == "job" else " (no prolog position: whole boot shown)"
-    for event in record.get("xids") or []:
+    for event in _objects(record.get("xids")):
         lines.append(
             "  Xid %s on %s%s: %s -> %s/%s%s"
             % (
-                event["xid"],
-                event["pci"],
-                " (gpu %s)" % event["job_gpu"] if event.get("job_gpu") is not None else "",
-                event["text"],
-                event["status"],
-                event["action"],
+                event.get("xid"),
+                event.get("pci"),
+                " (gpu %s)" % (event["job_gpu"],) if event.get("job_gpu") is not None else "",
+                event.get("text"),
+                event.get("status"),
+                event.get("action"),
                 suffix,
             )
         )
-    for event in record.get("sxids") or []:
+    for event in _objects(record.get("sxids")):
         lines.append(
             "  SXid %s on switch %s link %s: %s -> %s%s"
             % (
-                event["sxid"],
-                event["switch"],
-                event["link"],
-                event["text"],
-                event["status"],
+                event.get("sxid"),
+                event.get("switch"),
+                event.get("link"),
+                event.get("text"),
+                event.get("status"),
                 suffix,
             )
         )
@@ -311,21 +363,21 @@ def _event_lines(record: Dict[str, Any]) -> List[str]:
 
 
 def _check_lines(record: Dict[str, Any]) -> List[str]:
-    checks, decision = record.get("checks"), record.get("decision")
+    checks, decision = _object(record.get("checks")), _object(record.get("decision"))
     lines = []
     if checks:
         lines.append(
             "  epilog checks: %s (%d passed)"
-            % (checks.get("status"), len(checks.get("passed") or []))
+            % (checks.get("status"), len(_list(checks.get("passed"))))
         )
-        for result in checks.get("results") or []:
+        for result in _objects(checks.get("results")):
             lines.append(
                 "    %-7s %s %s: %s"
                 % (
-                    result["status"],
-                    result["check"],
+                    result.get("status"),
+                    result.get("check"),
                     result.get("component") or "node",
-                    result["summary"],
+                    result.get("summary"),
                 )
             )
     if decision:
@@ -333,11 +385,24 @@ def _check_lines(record: Dict[str, Any]) -> List[str]:
             "  decision: %s%s%s"
             % (
                 decision.get("verdict"),
-                " (%s)" % decision["outcome"] if decision.get("outcome") else "",
-                ": %s" % decision["reason"] if decision.get("reason") else "",
+                " (%s)" % (decision["outcome"],) if decision.get("outcome") else "",
+                ": %s" % (decision["reason"],) if decision.get("reason") else "",
             )
         )
     return lines
+
+
+def _object(value: Any) -> Dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _list(value: Any) -> List[Any]:
+    return value if isinstance(value, list) else []
+
+
+def _objects(value: Any) -> List[Dict[str, Any]]:
+    """The objects of a list: what a body part of another shape leaves to show."""
+    return [item for item in _list(value) if isinstance(item, dict)]
 
 
 def _pairs(values: Dict[str, Any]) -> str:
@@ -345,25 +410,35 @@ def _pairs(values: Dict[str, Any]) -> str:
 
 
 def _gpus(gpus: Any) -> str:
-    return "all" if gpus is None else (",".join(str(g) for g in gpus) or "none")
+    if gpus is None:
+        return "all"
+    if not isinstance(gpus, list):
+        return "?"
+    return ",".join(str(g) for g in gpus) or "none"
 
 
 def _when(epoch: Any) -> str:
-    return (
-        time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(epoch))
-        if isinstance(epoch, (int, float))
-        else "?"
-    )
+    from ..records.header_check import number
+
+    if not number(epoch) or not 0 <= epoch < 1 << 36:  # time_t and the calendar both end
+        return "?"
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(epoch))
 
 
 def _duration(seconds: Any) -> str:
-    if not isinstance(seconds, (int, float)):
+    from ..records.header_check import number
+
+    if not number(seconds):
         return "duration unknown"
     hours, rest = divmod(int(seconds), 3600)
     return "%dh%02dm%02ds" % (hours, rest // 60, rest % 60)
 
 
-def _bytes(value: float) -> str:
+def _bytes(value: Any) -> str:
+    from ..records.header_check import number
+
+    if not number(value):
+        return "?" if value else "0 B"
     for unit in ("B", "KiB", "MiB", "GiB"):
         if value < 1024 or unit == "GiB":
             return "%.0f %s" % (value, unit) if unit == "B" else "%.1f %s" % (value, unit)

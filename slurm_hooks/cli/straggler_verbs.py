@@ -16,6 +16,7 @@ from ..result import ExitCode
 
 
 def cmd_stragglers(args) -> ExitCode:
+    from ..records import signing
     from ..records import straggler_scan as fleet
     from ..records.fleet_report import ReportError, parse_since
     from .check_verbs import load
@@ -33,7 +34,8 @@ def cmd_stragglers(args) -> ExitCode:
         return ExitCode(refused)
     try:
         since = parse_since(args.since)
-        result = fleet.scan(paths, config.settings["fleet"], since=since)
+        verifier = signing.Verifier.from_file(config.get("records", "key_file"))
+        result = fleet.scan(paths, config.settings["fleet"], since=since, verifier=verifier)
     except (ReportError, fleet.ScanError) as exc:
         return _error(str(exc))
     drains = None
@@ -42,7 +44,10 @@ def cmd_stragglers(args) -> ExitCode:
         from ..slurm import straggler_drain as fleet_drain
 
         log = logs.setup(config.settings)
-        drains = fleet_drain.enact(config.settings, result.suspects(), log=log)
+        if result.not_verified and config.settings["fleet"]["drain"]:
+            drains = _unverified(result, log)
+        else:
+            drains = fleet_drain.enact(config.settings, result.suspects(), log=log)
     if args.prom:
         outcomes = None
         if drains is not None:
@@ -78,6 +83,32 @@ def _exit_code(suspects, drains) -> ExitCode:
     if any(outcomes.get(row.outcome) in failed for row in drains or ()):
         return ExitCode.UNKNOWN
     return ExitCode.FOUND if suspects else ExitCode.OK
+
+
+def _unverified(result, log) -> list:
+    """No drain on records no key verified (docs/records.md, "Who wrote a record"): anyone running
+    as the records' owner (uid 65534 on root_squash NFS) could have written them. One row per node."""
+    from ..core import logs
+    from ..slurm.straggler_drain import FleetDrain
+
+    rows, seen = [], set()
+    for suspect in result.suspects():
+        if suspect.node in seen:
+            continue
+        seen.add(suspect.node)
+        message = "records not verified (%s): not drained" % result.not_verified
+        log.warning(
+            logs.kv(
+                context="fleet",
+                event="straggler-drain",
+                node=suspect.node,
+                metric=suspect.metric,
+                outcome="unverified",
+                error=result.not_verified,
+            )
+        )
+        rows.append(FleetDrain(suspect.node, suspect.metric, "unverified", message))
+    return rows
 
 
 def _error(message: str) -> ExitCode:

@@ -336,6 +336,13 @@ SECTIONS: Dict[str, Dict[str, Setting]] = {
             minimum=1,
             maximum=3650,
         ),
+        "key_file": Setting(
+            str,
+            "/etc/slurm-hooks/records.key",
+            "root-only key the epilog signs records with and report --stragglers --drain verifies "
+            "them with (same file on every node; missing = unsigned, report only)",
+            check=_optional_path,
+        ),
     },
     "metrics": {
         "textfile_dir": Setting(

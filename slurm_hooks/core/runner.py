@@ -33,6 +33,7 @@ class JobContext(Struct):
     user: Optional[str] = None
     node_name: Optional[str] = None
     gpus: Optional[Tuple[int, ...]] = None  # host GPU indices allocated to the job; None = all GPUs
+    restart_count: Optional[int] = None  # times Slurm requeued the job (SLURM_JOB_RESTART_COUNT)
 
 
 class GatherContext:

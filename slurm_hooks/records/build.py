@@ -320,19 +320,16 @@ def _abnormal(
     return found
 
 
-def rank_key(summary: Mapping[str, Any]) -> Tuple[int, ...]:
-    """Sort key of a node's badness: hard errors, soft errors, throttle, leftovers (report ranks by it)."""
-    hard = (
-        summary.get("xids", 0)
-        + summary.get("sxids", 0)
-        + summary.get("ecc_uncorrected", 0)
-        + summary.get("remapped_rows", 0)
-        + summary.get("retired_pages", 0)
+def rank_key(summary: Mapping[str, Any]) -> Tuple[float, ...]:
+    """Sort key of a node's badness: hard errors, soft errors, throttle, leftovers (report ranks by it).
+    A field that is absent or not a number (null in an older record) counts 0."""
+
+    def value(name: str) -> float:
+        found = summary.get(name)
+        return found if isinstance(found, (int, float)) and not isinstance(found, bool) else 0
+
+    hard = sum(
+        value(n) for n in ("xids", "sxids", "ecc_uncorrected", "remapped_rows", "retired_pages")
     )
-    soft = (
-        summary.get("ecc_corrected", 0)
-        + summary.get("nvlink_errors", 0)
-        + summary.get("pcie_replays", 0)
-        + summary.get("ib_errors", 0)
-    )
-    return hard, soft, summary.get("throttle_s", 0), summary.get("leftover_processes", 0)
+    soft = sum(value(n) for n in ("ecc_corrected", "nvlink_errors", "pcie_replays", "ib_errors"))
+    return hard, soft, value("throttle_s"), value("leftover_processes")

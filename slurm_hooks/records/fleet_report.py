@@ -23,6 +23,9 @@ from typing import Any, Dict, Iterable, Iterator, List, Optional, Tuple
 
 from ..core.structs import Struct, field
 from .build import ERROR_FIELDS, RECORD_SCHEMA, rank_key
+from .header_check import header_problem
+from .names import job_label
+from .signing import UNSIGNED, VERIFIED, Verifier
 
 SUM_FIELDS = ERROR_FIELDS + ("xids", "sxids", "throttle_s", "leftover_processes", "energy_j")
 WORST_JOBS = 3  # per node, the jobs to look at first
@@ -91,6 +94,11 @@ class Fleet(Struct, frozen=False):
     skipped_old: int = 0
     unreadable: List[str] = field(default_factory=list)  # first few only
     unreadable_count: int = 0
+    unverified: List[str] = field(
+        default_factory=list
+    )  # left out: no MAC, or a wrong one (first few)
+    unverified_count: int = 0
+    not_verified: str = "no records key given"  # "" when a key verified every record counted
     seconds: float = 0.0
 
     def ranked(self) -> List[NodeTotals]:
@@ -165,6 +173,11 @@ def read_header(path: str) -> Dict[str, Any]:
     """The record's first line (schema, job, node, times, summary: records.HEADER_KEYS), parsed alone;
     the whole record when the file is not laid out that way. Parsing ~0.5 KB instead of the whole
     record makes the report several times faster."""
+    return read_head(path)[0]
+
+
+def read_head(path: str) -> Tuple[Dict[str, Any], bytes]:
+    """(read_header's answer, the first line it parsed: b"" when it read the whole record)."""
     try:
         with open(path, "rb") as handle:
             first = handle.readline(1 << 16)
@@ -178,10 +191,10 @@ def read_header(path: str) -> Dict[str, Any]:
                     and header.get("schema") == RECORD_SCHEMA
                     and "summary" in header
                 ):
-                    return header
+                    return header, first
     except OSError as exc:
         raise ValueError("%s: unreadable: %s" % (path, exc.strerror or exc)) from None
-    return load_record(path)
+    return load_record(path), b""
 
 
 def load_record(path: str) -> Dict[str, Any]:
@@ -201,21 +214,43 @@ def load_record(path: str) -> Dict[str, Any]:
     return data
 
 
+def checked_header(path: str) -> Tuple[Dict[str, Any], bytes]:
+    """read_head, then header_problem: ValueError naming the file and the field."""
+    record, line = read_head(path)
+    problem = header_problem(record)
+    if problem:
+        raise ValueError("%s: %s" % (path, problem))
+    return record, line
+
+
 # -- aggregation ---------------------------------------------------------------------------------
 
 
 def aggregate(
-    paths: Iterable[str], since: Optional[float] = None, max_listed_errors: int = 10
+    paths: Iterable[str],
+    since: Optional[float] = None,
+    max_listed_errors: int = 10,
+    verifier: Optional[Verifier] = None,
 ) -> Fleet:
+    """Per-node totals. verifier: the records key (signing.py); with one, records that do not verify
+    are left out and named; without, every record counts and the fleet says it is unverified."""
     fleet = Fleet()
+    verifier = verifier or Verifier(None, "no records key given")
+    fleet.not_verified = verifier.why_not
     started = time.monotonic()
     for path in record_files(paths, since, fleet):
         try:
-            record = read_header(path)
+            record, line = checked_header(path)
         except ValueError as exc:
             fleet.unreadable_count += 1
             if len(fleet.unreadable) < max_listed_errors:
                 fleet.unreadable.append(str(exc))
+            continue
+        status = verifier.line(line, path)
+        if verifier.key is not None and status != VERIFIED:
+            fleet.unverified_count += 1
+            if len(fleet.unverified) < max_listed_errors:
+                fleet.unverified.append("%s: %s" % (path, status))
             continue
         end = record.get("end") or 0.0
         if since is not None and end < since:
@@ -225,29 +260,35 @@ def aggregate(
         totals = fleet.nodes.get(node)
         if totals is None:
             totals = fleet.nodes[node] = NodeTotals(node)
-        totals.add(str((record.get("job") or {}).get("id")), end, record["summary"])
+        totals.add(job_label(record.get("job")), end, record["summary"])
         fleet.records += 1
     fleet.seconds = time.monotonic() - started
     return fleet
 
 
-def job_view(paths: List[str], job_id: str) -> Tuple[List[Dict[str, Any]], List[str]]:
-    """(one row per node the job ran on, problems): the job's records found directly, no full walk."""
+def job_view(
+    paths: List[str], job_id: str, verifier: Optional[Verifier] = None
+) -> Tuple[List[Dict[str, Any]], List[str]]:
+    """(one row per record of the job: node and run, problems): the job's records found directly, no
+    full walk. Each row says whether the records key verified it ("verified")."""
     from .store import find_records
 
     directories = [p for p in paths if os.path.isdir(p)]
     rows, problems = [], []
     for path in find_records(directories, job_id):
         try:
-            record = read_header(path)
+            record, line = checked_header(path)
         except ValueError as exc:
             problems.append(str(exc))
             continue
         summary = record["summary"]
+        status = verifier.line(line, path) if verifier is not None else UNSIGNED
         rows.append(
             {
                 "node": record.get("node"),
+                "job": job_label(record.get("job")),
                 "path": path,
+                "verified": status if verifier is not None and verifier.key else "no key",
                 "abnormal": summary.get("abnormal") or [],
                 "prolog_snapshot": record.get("prolog_snapshot"),
                 "duration_s": record.get("duration_s"),
@@ -272,6 +313,10 @@ def fleet_to_dict(
         "skipped_old": fleet.skipped_old,
         "unreadable": fleet.unreadable_count,
         "unreadable_examples": fleet.unreadable,
+        "verified": not fleet.not_verified,
+        "not_verified": fleet.not_verified,
+        "unverified": fleet.unverified_count,
+        "unverified_examples": fleet.unverified,
         "seconds": round(fleet.seconds, 3),
         "ranking": [n.to_dict() for n in (ranked[:top] if top else ranked)],
     }
@@ -290,6 +335,17 @@ def render_fleet(fleet: Fleet, top: int = 20, everything: bool = False) -> str:
         )
     ]
     lines.extend("  unreadable: %s" % text for text in fleet.unreadable)
+    if fleet.not_verified:
+        lines.append(
+            "  records NOT verified (%s): anyone able to write the records directory could "
+            "have written them" % fleet.not_verified
+        )
+    if fleet.unverified_count:
+        lines.append(
+            "  %d record(s) left out: they do not verify with the records key"
+            % fleet.unverified_count
+        )
+        lines.extend("  unverified: %s" % text for text in fleet.unverified)
     if not ranked:
         lines.append("no node had anything abnormal")
         return "\n".join(lines) + "\n"
@@ -340,8 +396,24 @@ def render_job(job_id: str, rows: List[Dict[str, Any]], problems: List[str]) -> 
     if not rows and not problems:
         return "no record of job %s\n" % job_id
     bad = [r for r in rows if r["abnormal"]]
-    lines = ["job %s: %d node(s), %d with something abnormal" % (job_id, len(rows), len(bad))]
+    runs = sorted({r["job"] for r in rows})
+    lines = [
+        "job %s: %d node(s), %d with something abnormal%s"
+        % (
+            job_id,
+            len({r["node"] for r in rows}),
+            len(bad),
+            " (runs: %s; a requeue reruns the job under its id)" % ", ".join(runs)
+            if len(runs) > 1
+            else "",
+        )
+    ]
     lines.extend("  unreadable: %s" % p for p in problems)
+    unverified = sorted(
+        "%s (%s)" % (r["node"], r.get("verified")) for r in rows if r.get("verified") != VERIFIED
+    )
+    if unverified:
+        lines.append("  NOT verified by the records key: %s" % ", ".join(unverified))
     missing = [r["node"] for r in rows if r["prolog_snapshot"] != "ok"]
     if missing:
         lines.append(
@@ -351,8 +423,13 @@ def render_job(job_id: str, rows: List[Dict[str, Any]], problems: List[str]) -> 
         s = row["summary"]
         numbers = ", ".join("%s=%s" % (k, s[k]) for k in SUM_FIELDS if k != "energy_j" and s.get(k))
         lines.append(
-            "  %-20s %s%s"
-            % (row["node"], ", ".join(row["abnormal"]), "  (%s)" % numbers if numbers else "")
+            "  %-20s %s%s%s"
+            % (
+                row["node"],
+                "[%s] " % row["job"] if len(runs) > 1 else "",
+                ", ".join(row["abnormal"]),
+                "  (%s)" % numbers if numbers else "",
+            )
         )
     return "\n".join(lines) + "\n"
 

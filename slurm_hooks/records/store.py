@@ -33,6 +33,7 @@ import errno
 import logging
 import os
 import re
+import stat
 import time
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
 
@@ -79,9 +80,12 @@ def snapshot_path(config: Config, job_id: str) -> str:
     )
 
 
-def record_path(directory: str, node: str, job_id: str) -> str:
+def record_path(directory: str, node: str, job_id: str, attempt: int = 0) -> str:
+    """DIR/<node>/<job>.json, or <job>.r<N>.json for the attempt after the N-th requeue (names.py)."""
+    from .names import record_name
+
     return os.path.join(
-        directory, safe_name(node, "node name"), safe_name(job_id, "job id") + ".json"
+        directory, safe_name(node, "node name"), record_name(safe_name(job_id, "job id"), attempt)
     )
 
 
@@ -168,6 +172,8 @@ def _prolog(
         if snap is None:
             log.error(logs.kv(event="snapshot-failed", context="prolog", job=job.job_id, error=why))
             return None, None
+        if job.restart_count is not None:  # the attempt this prolog belongs to (names.attempt_of)
+            snap = dict(snap, restart_count=job.restart_count)
         write_json_atomic(path, snap, mode=0o600)
         prune_snapshots(
             os.path.dirname(path), config.get("records", "snapshot_max_age_days") * 86400.0
@@ -237,6 +243,7 @@ def epilog_record(
 ) -> Optional[str]:
     """Build and write the job's record on this node; its path, or None (disabled, no job, failed: logged)."""
     from .build import build_record
+    from .names import attempt_of
 
     log = _log(log)
     if not config.get("records", "enabled") or not job.job_id:
@@ -244,18 +251,21 @@ def epilog_record(
     path = None
     try:
         started = time.monotonic()
-        path = record_path(config.get("records", "dir"), node, job.job_id)
         before, prolog_state = load_snapshot(config, job.job_id)
+        attempt = attempt_of(job.restart_count, before)
+        path = record_path(config.get("records", "dir"), node, job.job_id, attempt)
         after, why = gathered if gathered is not None else gather(config, job, epilog=True)
         record = build_record(
             job, node, before, prolog_state, after, why, report, decision, enacted, config.settings
         )
+        record["job"]["restart_count"] = attempt
         record["timings"]["record_build_s"] = round(time.monotonic() - started, 4)
-        write_record(
+        path = write_record(
             path,
             record,
             max_records=config.get("records", "max_records"),
             max_bytes=config.get("records", "max_mb") << 20,
+            key=_records_key(config, log),
         )
         _remove_quietly(snapshot_path(config, job.job_id))
         return path
@@ -297,8 +307,11 @@ def write_record(
     record: Dict[str, Any],
     max_records: Optional[int] = None,
     max_bytes: Optional[int] = None,
-) -> None:
+    key: Optional[bytes] = None,
+) -> str:
     """Compact JSON, atomically, at DIR/<node>/<job>.json; then retention when max_records is given.
+    Returns the path written: an earlier record of ours at that name is never replaced, the next
+    free name is taken instead (names.py: a requeued job's attempts all stay).
 
     Directories are created group-readable (see RECORD_DIR_MODE). DIR is the configured path; below
     it nothing is followed through a symlink, and DIR/<node> must belong to us (module docstring).
@@ -320,10 +333,11 @@ def write_record(
         ) -> None:  # our temp file's owner is who we are on this file system
             atomicio.check_owner(node_fd, info.st_uid, node_dir)
 
+        name = _free_name(node_fd, os.path.basename(path))
         written = atomicio.write_atomic_at(
             node_fd,
-            os.path.basename(path),
-            encode_record(record),
+            name,
+            encode_record(record, key, os.path.basename(node_dir), name),
             RECORD_MODE,
             where=node_dir,
             owner_check=ours,
@@ -335,11 +349,33 @@ def write_record(
                 max_records,
                 max_bytes if max_bytes is not None else 1 << 62,
             )
+        return os.path.join(node_dir, name)
     finally:
         os.close(node_fd)
 
 
-def encode_record(record: Dict[str, Any]) -> bytes:
+def _free_name(node_fd: int, name: str) -> str:
+    """`name`, or `<stem>.<k>.json` when `name` holds a record of ours already (a regular file owned
+    by us); anything else there (a planted symlink, a user's file) is replaced by the rename."""
+    from .names import MAX_COPIES
+
+    stem = name[: -len(".json")]
+    for copy in range(1, MAX_COPIES + 1):
+        candidate = name if copy == 1 else "%s.%d.json" % (stem, copy)
+        try:
+            info = os.stat(candidate, dir_fd=node_fd, follow_symlinks=False)
+        except FileNotFoundError:
+            return candidate
+        if not stat.S_ISREG(info.st_mode) or info.st_uid != os.geteuid():
+            return candidate
+    raise OSError(errno.EEXIST, "%d records of this job already" % MAX_COPIES, name)
+
+
+def encode_record(
+    record: Dict[str, Any], key: Optional[bytes] = None, node: str = "", name: str = ""
+) -> bytes:
+    """The file's bytes: the header line, then the body. With a key, signed for DIR/<node>/<name>
+    (signing.py: the header line ends with the body's hash and the MAC)."""
     import json
 
     def dump(part: Dict[str, Any]) -> str:
@@ -349,7 +385,12 @@ def encode_record(record: Dict[str, Any]) -> bytes:
     body = {k: v for k, v in record.items() if k not in header}
     if not header or not body:
         return (dump(record) + "\n").encode("utf-8")
-    return (dump(header)[:-1] + ",\n" + dump(body)[1:] + "\n").encode("utf-8")
+    header_open, rest = dump(header)[:-1].encode("utf-8"), (dump(body)[1:] + "\n").encode("utf-8")
+    if key is not None:
+        from .signing import signed_lines
+
+        return signed_lines(header_open, rest, key, node, name)
+    return header_open + b",\n" + rest
 
 
 def enforce_retention(
@@ -399,25 +440,34 @@ def _retain(
 
 
 def find_records(directories: List[str], job_id: str, node: Optional[str] = None) -> List[str]:
-    """Paths of the records of job_id (on node, when given) under the records directories."""
-    name = safe_name(job_id, "job id") + ".json"
+    """Paths of the records of job_id, every attempt (names.py), on node when given, under the
+    records directories. Names are tried, not listed (a node directory holds 10,000 records)."""
+    safe_name(job_id, "job id")
     found = []
     for directory in directories:
         if node is not None:
-            path = os.path.join(directory, safe_name(node, "node name"), name)
-            if os.path.isfile(path):
-                found.append(path)
+            found.extend(_attempts(os.path.join(directory, safe_name(node, "node name")), job_id))
             continue
-        if os.path.isfile(os.path.join(directory, name)):  # a node directory given directly
-            found.append(os.path.join(directory, name))
+        found.extend(_attempts(directory, job_id))  # a node directory given directly
         for entry in _scan(directory):
-            if (
-                entry.is_dir()
-                and not entry.name.startswith(".")
-                and os.path.isfile(os.path.join(entry.path, name))
-            ):
-                found.append(os.path.join(entry.path, name))
+            if entry.is_dir() and not entry.name.startswith("."):
+                found.extend(_attempts(entry.path, job_id))
     return sorted(found)
+
+
+def _attempts(directory: str, job_id: str) -> List[str]:
+    """The records of job_id in one node directory: restart counts 0..names.PROBED_RESTARTS, and
+    for each its `.<k>` names while they exist."""
+    from .names import MAX_COPIES, PROBED_RESTARTS, record_name
+
+    found = []
+    for attempt in range(PROBED_RESTARTS + 1):
+        for copy in range(1, MAX_COPIES + 1):
+            path = os.path.join(directory, record_name(job_id, attempt, copy))
+            if not os.path.isfile(path):
+                break
+            found.append(path)
+    return found
 
 
 # -- what hooks.run_hook runs after its decision -----------------------------------------------
@@ -509,6 +559,27 @@ def on_hook(
         if step.name in ("snapshot", "record"):
             written = value[0] if isinstance(value, tuple) else value
     return written
+
+
+def _records_key(config: Config, log: logging.Logger) -> Optional[bytes]:
+    """[records] key_file's key, or None: no key file means unsigned records; a key that cannot be
+    trusted or read is logged (event=records-key-unusable) and the record goes unsigned. Never
+    raises: the epilog must not fail over its record's signature."""
+    from ..core.config import SECTIONS
+    from .signing import KeyProblem, load_key
+
+    path = config.get("records", "key_file")
+    try:
+        key = load_key(path)
+        if key is None and path and path != SECTIONS["records"]["key_file"].default:
+            # a path set on purpose and not there: a typo or an undistributed key, not report-only
+            log.warning(logs.kv(event="records-key-missing", path=path, decision="unsigned"))
+        return key
+    except KeyProblem as exc:
+        log.warning(logs.kv(event="records-key-unusable", path=path, error=exc))
+    except Exception as exc:  # our bug: an unsigned record is still a record
+        log.exception(logs.kv(event="records-key-bug", path=path, error=repr(exc)))
+    return None
 
 
 def _path_or_dir(path, fallback: str) -> str:

@@ -14,6 +14,10 @@ skipped. A node directory, and each record in it, must belong to root, to the ow
 records directory, or to a uid of [fleet] trusted_writers (65534 by default: NFS root_squash):
 a user who can create a directory in a shared records directory cannot plant records for someone
 else's node (that could get it drained). The report names the directories it did not read.
+Ownership cannot tell a node's root from any process of uid 65534, though: with the records key
+(signing.py) a record counts only when its MAC verifies for its node directory and file name; the
+others are left out, counted and named. Without a key every record is read, the result says so,
+and nothing may be drained on it (cli/straggler_verbs.py).
 """
 
 from __future__ import annotations
@@ -26,8 +30,9 @@ import time
 from typing import Any, Deque, Dict, Iterable, Iterator, List, Optional, Set, Tuple
 
 from ..core.structs import Struct, field
-from . import stragglers
+from . import signing, stragglers
 from .build import RECORD_SCHEMA
+from .names import job_label
 
 SETTLE_S = 900.0  # a job's records are all written within this long of its first one (epilogs end together)
 NOBODY_UID = 65534  # NFS root_squash's default anonuid: who root's writes belong to there
@@ -63,6 +68,12 @@ class StragglerScan(Struct, frozen=False):
     unreadable_count: int = 0
     # node directories not read because of their owner (first few): a user squatting a node's name
     other_owner_dirs: List[str] = field(default_factory=list)
+    # records left out because they did not verify with the records key (signing.py), first few
+    unverified: List[str] = field(default_factory=list)
+    unverified_count: int = 0
+    # why the records could not be verified at all ("" when a key verified them): then every record
+    # is read, the report says so, and nothing may be drained on it
+    not_verified: str = "no records key given"
     seconds: float = 0.0
     max_open_jobs: int = (
         0  # the most jobs held at once (streaming: jobs ending within SETTLE_S of each other)
@@ -74,6 +85,11 @@ class StragglerScan(Struct, frozen=False):
     def name_other(self, what: str) -> None:
         if len(self.other_owner_dirs) < MAX_LISTED_ERRORS:
             self.other_owner_dirs.append(what)
+
+    def left_unverified(self, why: str) -> None:
+        self.unverified_count += 1
+        if len(self.unverified) < MAX_LISTED_ERRORS:
+            self.unverified.append(why)
 
     def cannot_read(self, why: str) -> None:
         self.unreadable_count += 1
@@ -235,26 +251,36 @@ def scan(
     since: Optional[float] = None,
     now: Optional[float] = None,
     workers: Optional[int] = None,
+    verifier: Optional[signing.Verifier] = None,
 ) -> StragglerScan:
     """One pass over the records under `paths` with the [fleet] settings `fleet`. `since` (Unix time)
     defaults to now - window_days. workers: processes reading headers (None: 2 when there are many
-    records and 2 CPUs; reading and parsing the headers is most of the work)."""
+    records and 2 CPUs; reading and parsing the headers is most of the work). verifier: the records
+    key (signing.Verifier); with one, a record that does not verify is left out and named; without
+    (None), every record is read and the result says it is unverified (not_verified)."""
     started = time.monotonic()
     now = time.time() if now is None else now
     since = now - fleet["window_days"] * 86400.0 if since is None else since
     result = StragglerScan(
         k=fleet["k"], m=fleet["m"], threshold=fleet["z_threshold"], min_nodes=fleet["min_job_nodes"]
     )
+    verifier = verifier or signing.Verifier(None, "no records key given")
+    result.not_verified = verifier.why_not
     listing = list_records(paths, since, result, trusted_uids(fleet["trusted_writers"]))
     if workers is None:
         workers = min(2, os.cpu_count() or 1) if len(listing) >= PARALLEL_MIN_RECORDS else 1
     open_jobs: Dict[str, OpenJob] = {}
     order: Deque[Tuple[float, str]] = collections.deque()
-    for mtime, node, outcome in _parsed(listing, since, fleet["min_job_seconds"], workers):
+    for mtime, node, outcome in _parsed(
+        listing, since, fleet["min_job_seconds"], workers, verifier
+    ):
         while order and order[0][0] < mtime - SETTLE_S:
             _close(open_jobs.pop(order.popleft()[1]), result, fleet)
         if outcome[0] == "unreadable":
             result.cannot_read(outcome[1])
+            continue
+        if outcome[0] == "unverified":
+            result.left_unverified(outcome[1])
             continue
         result.records += 1
         if outcome[0] == "skip":
@@ -274,14 +300,18 @@ def scan(
 
 
 def _parsed(
-    listing: List[Tuple[float, str, str]], since: float, min_seconds: float, workers: int
+    listing: List[Tuple[float, str, str]],
+    since: float,
+    min_seconds: float,
+    workers: int,
+    verifier: signing.Verifier,
 ) -> Iterator[Tuple[float, str, Tuple[Any, ...]]]:
     """(mtime, node, parse outcome) in listing order. With workers > 1, forked processes read and
     parse pieces of the listing ahead of the caller, at most 2 pieces each (the results wait in
     memory only that far ahead)."""
     if workers <= 1:
         for mtime, node, path in listing:
-            yield mtime, node, parse(path, node, since, min_seconds)
+            yield mtime, node, parse(path, node, since, min_seconds, verifier)
         return
     import multiprocessing
 
@@ -289,7 +319,9 @@ def _parsed(
     with multiprocessing.get_context("fork").Pool(workers) as pool:
         pending: Deque[Tuple[List[Tuple[float, str, str]], Any]] = collections.deque()
         for piece in pieces:
-            pending.append((piece, pool.apply_async(_parse_piece, (piece, since, min_seconds))))
+            pending.append(
+                (piece, pool.apply_async(_parse_piece, (piece, since, min_seconds, verifier)))
+            )
             if len(pending) >= 2 * workers:
                 break
         while pending:
@@ -298,21 +330,32 @@ def _parsed(
             following = next(pieces, None)
             if following is not None:
                 pending.append(
-                    (following, pool.apply_async(_parse_piece, (following, since, min_seconds)))
+                    (
+                        following,
+                        pool.apply_async(_parse_piece, (following, since, min_seconds, verifier)),
+                    )
                 )
             for (mtime, node, _path), outcome in zip(piece, outcomes):
                 yield mtime, node, outcome
 
 
 def _parse_piece(
-    piece: List[Tuple[float, str, str]], since: float, min_seconds: float
+    piece: List[Tuple[float, str, str]],
+    since: float,
+    min_seconds: float,
+    verifier: signing.Verifier,
 ) -> List[Tuple[Any, ...]]:
-    return [parse(path, node, since, min_seconds) for _mtime, node, path in piece]
+    return [parse(path, node, since, min_seconds, verifier) for _mtime, node, path in piece]
 
 
 def read_header(path: str) -> Dict[str, Any]:
-    """The record's first line, parsed alone (report.read_header, without a file object: the report
-    reads 100,000 of them). Never through a symlink. ValueError naming the file."""
+    return read_head(path)[0]
+
+
+def read_head(path: str) -> Tuple[Dict[str, Any], bytes]:
+    """(the record's first line parsed alone, that line) (report.read_header, without a file object:
+    the report reads 100,000 of them); the line is b"" when the record is not laid out that way.
+    Never through a symlink. ValueError naming the file."""
     try:
         fd = os.open(path, _OPEN_FLAGS)
         try:
@@ -332,19 +375,30 @@ def read_header(path: str) -> Dict[str, Any]:
             and header.get("schema") == RECORD_SCHEMA
             and isinstance(header.get("summary"), dict)
         ):
-            return header
+            return header, head[: end + 1]
     from .fleet_report import read_header as read_slowly
 
-    return read_slowly(path)
+    return read_slowly(path), b""
 
 
-def parse(path: str, node: str, since: float, min_seconds: float) -> Tuple[Any, ...]:
+def parse(
+    path: str,
+    node: str,
+    since: float,
+    min_seconds: float,
+    verifier: Optional[signing.Verifier] = None,
+) -> Tuple[Any, ...]:
     """One record -> ("ok", job id, (figures_row(perf), start, end, user, boot id, hardware class))
-    | ("skip", why) | ("unreadable", why)."""
+    | ("skip", why) | ("unreadable", why) | ("unverified", why): with a key, a record whose first
+    line does not verify for <node>/<file name> (signing.py)."""
     try:
-        header = read_header(path)
+        header, line = read_head(path)
     except ValueError as exc:
         return ("unreadable", str(exc))
+    if verifier is not None and verifier.key is not None:
+        status = verifier.line(line, path)
+        if status != signing.VERIFIED:
+            return ("unverified", "%s: %s" % (path, status))
     job = header.get("job") if isinstance(header.get("job"), dict) else {}
     summary = header.get("summary")
     if not isinstance(summary, dict):  # a writer's bug: fleet_report.read_header only wants the key
@@ -369,7 +423,7 @@ def parse(path: str, node: str, since: float, min_seconds: float) -> Tuple[Any, 
     hw = summary.get("hw_class")
     hw = hw if isinstance(hw, str) and len(hw) <= 512 else None
     row = stragglers.figures_row(perf)
-    return ("ok", job["id"], (row, float(start), float(end), user, boot, hw))
+    return ("ok", job_label(job), (row, float(start), float(end), user, boot, hw))
 
 
 def _close(job: OpenJob, result: StragglerScan, fleet: Dict[str, Any]) -> None:
@@ -476,6 +530,10 @@ def to_dict(result: StragglerScan, top: Optional[int] = None) -> Dict[str, Any]:
         "stale_boot": result.stale_boot(),
         "unreadable": result.unreadable_count,
         "unreadable_examples": result.unreadable,
+        "verified": not result.not_verified,
+        "not_verified": result.not_verified,
+        "unverified": result.unverified_count,
+        "unverified_examples": result.unverified,
         "other_owner_dirs": result.other_owner_dirs,
         "seconds": round(result.seconds, 3),
         "max_open_jobs": result.max_open_jobs,
@@ -508,6 +566,17 @@ def render(result: StragglerScan, top: int = 20) -> str:
     if result.unreadable_count:
         lines.append(
             "  %d unreadable record(s), e.g. %s" % (result.unreadable_count, result.unreadable[0])
+        )
+    if result.not_verified:
+        lines.append(
+            "  records NOT verified (%s): every record was read as it is; report only, nothing "
+            "is drained on them (docs/records.md, [records] key_file)" % result.not_verified
+        )
+    if result.unverified_count:
+        lines.append(
+            "  %d record(s) left out: they do not verify with the records key (forged, copied or "
+            "changed, or written without the key), e.g. %s"
+            % (result.unverified_count, ", ".join(result.unverified[:3]))
         )
     if result.before_reboot():
         lines.append(
@@ -643,6 +712,16 @@ def prom_text(result: StragglerScan, now: float, drains: Optional[Dict[str, int]
         ("jobs_scored", result.jobs_scored, "multi-node jobs scored in the last pass"),
         ("node_jobs", result.node_jobs, "node x job pairs scored in the last pass"),
         ("unreadable_records", result.unreadable_count, "records that could not be read"),
+        (
+            "unverified_records",
+            result.unverified_count,
+            "records left out: they do not verify with the records key",
+        ),
+        (
+            "records_verified",
+            0 if result.not_verified else 1,
+            "1 when the records were verified with the records key (0: report only, no drains)",
+        ),
         ("run_duration_seconds", round(result.seconds, 3), "duration of the last pass"),
         ("last_run_timestamp_seconds", round(now, 3), "end of the last pass (Unix time)"),
     ):

@@ -23,6 +23,7 @@ MAX_GPUS = 1024
 MAX_USER = 256  # characters of SLURM_JOB_USER kept; longer names are cut and marked
 _JOB_ID = re.compile(r"^[1-9][0-9]{0,9}$")
 _NODE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+_RESTARTS = re.compile(r"^[0-9]{1,5}$")  # a uint16 in Slurm
 _INDEX_LIST = re.compile(r"^[0-9]{1,4}(-[0-9]{1,4})?(,[0-9]{1,4}(-[0-9]{1,4})?)*$")
 
 
@@ -70,7 +71,21 @@ def job_from_env(env: Mapping[str, str], require_job: bool = True) -> JobContext
             gpus = parse_gpu_indices(env["CUDA_VISIBLE_DEVICES"], "CUDA_VISIBLE_DEVICES")
         else:
             gpus = ()  # the job asked for no GPUs: per-GPU checks have nothing of its to check
-    return JobContext(job_id=job_id, user=user, node_name=node, gpus=gpus)
+    return JobContext(
+        job_id=job_id, user=user, node_name=node, gpus=gpus, restart_count=restart_count(env)
+    )
+
+
+def restart_count(env: Mapping[str, str]) -> Optional[int]:
+    """How often Slurm requeued the job: SLURM_JOB_RESTART_COUNT, which slurmd's prolog and epilog get
+    (src/plugins/prep/script/prep_script_slurmd.c, from the job credential; also in 22.05), else
+    SLURM_RESTART_COUNT (the batch and task environment's name). None when absent or malformed: the
+    count only names the job's records, it must never stop a hook."""
+    for name in ("SLURM_JOB_RESTART_COUNT", "SLURM_RESTART_COUNT"):
+        value = env.get(name)
+        if value is not None and _RESTARTS.fullmatch(value):
+            return int(value)
+    return None
 
 
 def _get(

@@ -1,0 +1,330 @@
+"""Every reader of records survives every record: any JSON value in any field position.
+
+A record file is written by root on its node, but it sits on a shared file system, may come from an
+older or newer version, or from a writer's bug. Each reader (`report`, `report --job`, `record show`,
+`report --stragglers` with its JSON and Prometheus output) must then count that one record
+unreadable and name it, never stop with a traceback. Before: `report DIR` died on `"summary": 0`.
+The grid below puts each hostile value at each position; hypothesis then tries arbitrary JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import io
+import json
+import math
+import os
+import random
+from contextlib import redirect_stderr, redirect_stdout
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from bench import fleet_synth
+from slurm_hooks.cli import record_verbs
+from slurm_hooks.records import fleet_report, straggler_scan
+from slurm_hooks.records.store import encode_record
+from tests.straggler_records import HW, NOW, healthy
+from tests.straggler_records import settings as fleet_settings
+
+JOB = "4242"
+PEERS = [
+    "n01",
+    "n02",
+    "n03",
+    "n04",
+]  # valid records of the same job: the odd one is scored with them
+ODD = "n09"
+
+# where a value can sit: the header the reports read, and the body `record show` prints
+POSITIONS = [
+    (),
+    ("job",),
+    ("job", "id"),
+    ("job", "user"),
+    ("job", "gpus"),
+    ("job", "restart_count"),
+    ("node",),
+    ("start",),
+    ("end",),
+    ("boot_id",),
+    ("prolog_snapshot",),
+    ("summary",),
+    ("summary", "deltas"),
+    ("summary", "xids"),
+    ("summary", "ecc_uncorrected"),
+    ("summary", "throttle_s"),
+    ("summary", "energy_j"),
+    ("summary", "leftover_processes"),
+    ("summary", "leftover_memory_bytes"),
+    ("summary", "drained"),
+    ("summary", "abnormal"),
+    ("summary", "abnormal", 0),
+    ("summary", "perf"),
+    ("summary", "perf", HW),
+    ("summary", "perf", "gpu_power_w.mean"),
+    ("summary", "hw_class"),
+    ("end_utc",),
+    ("duration_s",),
+    ("epilog_snapshot",),
+    ("rebooted_during_job",),
+    ("notes",),
+    ("notes", 0),
+    ("gpus",),
+    ("gpus", 0),
+    ("gpus", 0, "index"),
+    ("gpus", 0, "delta"),
+    ("gpus", 0, "delta", "pcie.replay"),
+    ("gpus", 0, "nvlink_delta"),
+    ("gpus", 0, "nvlink_delta", "3"),
+    ("gpus", 0, "flags"),
+    ("gpus", 0, "processes"),
+    ("gpus", 0, "processes", 0),
+    ("gpus", 0, "processes", 0, "used_memory_bytes"),
+    ("gpus", 0, "counter_resets"),
+    ("gpus", 0, "unavailable"),
+    ("ib",),
+    ("ib", 0),
+    ("ib", 0, "delta"),
+    ("ib", 0, "port"),
+    ("events_scope",),
+    ("xids",),
+    ("xids", 0),
+    ("xids", 0, "xid"),
+    ("xids", 0, "text"),
+    ("sxids",),
+    ("sxids", 0),
+    ("sxids", 0, "switch"),
+    ("checks",),
+    ("checks", "results"),
+    ("checks", "results", 0),
+    ("checks", "results", 0, "summary"),
+    ("checks", "passed"),
+    ("decision",),
+    ("decision", "reason"),
+]
+HOSTILE = [
+    None,
+    True,
+    0,
+    -1,
+    10**400,
+    1e308,
+    float("nan"),
+    float("inf"),
+    "",
+    "x\n\x00",
+    [],
+    [[1], {"a": None}],
+    {},
+    {"a": {"b": [1.5]}},
+]
+
+
+def odd_record():
+    """A full record with every body part `record show` prints (fleet_synth's header and body)."""
+    record = fleet_synth.header_record(
+        JOB, "alice", ODD, NOW - 7200, NOW - 3600, healthy(random.Random(9)), body_gpus=1
+    )
+    record["summary"]["abnormal"] = ["xids", "drained"]
+    record["summary"]["xids"] = 1
+    record["job"]["restart_count"] = 0
+    record["gpus"][0]["nvlink_delta"] = {"3": {"crc_flit": 7}}
+    record["gpus"][0]["processes"] = [{"pid": 7, "name": "py", "used_memory_bytes": 1 << 30}]
+    record["gpus"][0]["counter_resets"] = ["pcie.replay"]
+    record["gpus"][0]["unavailable"] = {"retired_pages": "NOT_SUPPORTED"}
+    record["ib"] = [{"port": "mlx5_0:1", "delta": {"symbol_error": 2}}]
+    record["xids"] = [
+        {
+            "xid": 79,
+            "pci": "0000:18:00.0",
+            "job_gpu": 0,
+            "text": "off the bus",
+            "status": "FAIL",
+            "action": "reboot",
+        }
+    ]
+    record["sxids"] = [{"sxid": 20034, "switch": 2, "link": 14, "text": "LTSSM", "status": "FAIL"}]
+    record["checks"] = {
+        "status": "FAIL",
+        "results": [
+            {"status": "FAIL", "check": "gpu.memory", "component": "gpu:0", "summary": "remap"}
+        ],
+        "passed": ["system.cpu"],
+    }
+    record["decision"] = {"verdict": "drain", "outcome": "drained", "reason": "slurm-hooks: x"}
+    record["notes"] = ["kernel log unreadable"]
+    return record
+
+
+def put(record, position, value):
+    """record with `value` at `position` (a missing list item or key is created)."""
+    if not position:
+        return value
+    record = copy.deepcopy(record)
+    where = record
+    for step in position[:-1]:
+        where = where[step]
+    if isinstance(where, list) and not where:
+        where.append(None)
+    where[position[-1]] = value
+    return record
+
+
+def write_fleet(directory, odd, layout):
+    """The four peers, valid, and the odd record in n09's directory, laid out like the epilog
+    writes it ("header": its first line read alone) or as one line of JSON ("whole")."""
+    for i, node in enumerate(PEERS):
+        perf = healthy(random.Random(i))
+        record = fleet_synth.header_record(JOB, "alice", node, NOW - 7200, NOW - 3600, perf)
+        _write(os.path.join(directory, node), record, "header")
+    return _write(os.path.join(directory, ODD), odd, layout)
+
+
+def _write(node_dir, record, layout):
+    os.makedirs(node_dir, exist_ok=True)
+    path = os.path.join(node_dir, JOB + ".json")
+    if layout == "header" and isinstance(record, dict) and "summary" in record and len(record) > 1:
+        data = encode_record(record) if _finite(record) else _encode_loose(record)
+    else:
+        data = (json.dumps(record) + "\n").encode()  # NaN/Infinity as Python writes them
+    with open(path, "wb") as handle:
+        handle.write(data)
+    os.utime(path, (NOW - 3600, NOW - 3600))
+    return path
+
+
+def _finite(value):
+    try:
+        json.dumps(value, allow_nan=False)
+        return True
+    except ValueError:
+        return False
+
+
+def _encode_loose(record):
+    """encode_record's layout with NaN/Infinity left in (a writer without allow_nan=False)."""
+    from slurm_hooks.records.store import HEADER_KEYS
+
+    header = {k: record[k] for k in HEADER_KEYS if k in record}
+    body = {k: v for k, v in record.items() if k not in header}
+    if not body:
+        return (json.dumps(record) + "\n").encode()
+    return (json.dumps(header)[:-1] + ",\n" + json.dumps(body)[1:] + "\n").encode()
+
+
+def read_everything(directory, path):
+    """Every reader on the fleet; AssertionError naming the reader that raised or lost the record."""
+    name = os.path.basename(path)
+    problems = []
+
+    def run(what, reader):
+        try:
+            return reader()
+        except Exception as exc:  # noqa: BLE001 - the point: any exception is the failure
+            problems.append("%s raised %r" % (what, exc))
+            return None
+
+    fleet = run("report", lambda: fleet_report.aggregate([directory]))
+    if fleet is not None:
+        run("report table", lambda: fleet_report.render_fleet(fleet, everything=True))
+        run(
+            "report --json",
+            lambda: json.dumps(fleet_report.fleet_to_dict(fleet, everything=True), allow_nan=False),
+        )
+        if fleet.records + fleet.unreadable_count != len(PEERS) + 1:
+            problems.append("report lost the record")
+        if fleet.unreadable_count and not any(name in text for text in fleet.unreadable):
+            problems.append("report did not name it: %r" % fleet.unreadable)
+    rows = run("report --job", lambda: fleet_report.job_view([directory], JOB))
+    if rows is not None:
+        run("report --job table", lambda: fleet_report.render_job(JOB, *rows))
+        run("report --job --json", lambda: json.dumps(rows[0] + rows[1]))
+        if len(rows[0]) + len(rows[1]) != len(PEERS) + 1:
+            problems.append("report --job lost the record")
+    scan = run("stragglers", lambda: straggler_scan.scan([directory], fleet_settings(), now=NOW))
+    if scan is not None:
+        run("stragglers table", lambda: straggler_scan.render(scan))
+        run("stragglers --json", lambda: json.dumps(straggler_scan.to_dict(scan), allow_nan=False))
+        run("stragglers --prom", lambda: straggler_scan.prom_text(scan, NOW))
+        if scan.records + scan.unreadable_count != len(PEERS) + 1:
+            problems.append("report --stragglers lost the record")
+    for as_json in (
+        False,
+        True,
+    ):  # `record show JOB --dir DIR [--json]`, without building the parser
+        args = argparse.Namespace(job_id=JOB, node=None, dir=[directory], json=as_json, config=None)
+        out, err = io.StringIO(), io.StringIO()
+        with redirect_stdout(out), redirect_stderr(err):
+            code = run("record show", lambda a=args: record_verbs.cmd_record_show(a))
+        if code not in (None, 0) and name not in err.getvalue():
+            problems.append("record show failed without naming the record: %r" % err.getvalue())
+    assert not problems, problems
+
+
+@pytest.mark.parametrize("layout", ["header", "whole"])
+def test_every_reader_survives_a_hostile_value_in_every_position(tmp_path, layout):
+    base = odd_record()
+    failures = []
+    for p, position in enumerate(POSITIONS):
+        for v, value in enumerate(HOSTILE):
+            directory = str(tmp_path / ("%d-%d" % (p, v)))
+            path = write_fleet(directory, put(base, position, value), layout)
+            try:
+                read_everything(directory, path)
+            except AssertionError as exc:
+                failures.append(
+                    "%s = %r: %s" % (".".join(map(str, position)) or "record", value, exc)
+                )
+    assert not failures, "\n".join(failures[:40]) + "\n(%d in all)" % len(failures)
+
+
+JSON = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(10**30), max_value=10**30)
+    | st.floats()
+    | st.text(max_size=8),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner, max_size=3)
+    ),
+    max_leaves=8,
+)
+
+
+@settings(
+    max_examples=60,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+@given(position=st.sampled_from(POSITIONS), value=JSON, layout=st.sampled_from(["header", "whole"]))
+def test_every_reader_survives_arbitrary_json_in_any_position(
+    tmp_path_factory, position, value, layout
+):
+    directory = str(tmp_path_factory.mktemp("fleet"))
+    path = write_fleet(directory, put(odd_record(), position, value), layout)
+    read_everything(directory, path)
+
+
+def test_the_grid_reaches_every_position():
+    """A position the record does not have would test nothing: each one holds a value in the base."""
+    base = odd_record()
+    for position in POSITIONS[1:]:
+        where = base
+        for step in position:
+            where = where[step]
+        assert where is not None or position == ("summary", "abnormal", 0), position
+    assert math.isnan(HOSTILE[6])
+
+
+def test_report_names_a_record_whose_summary_is_not_an_object(tmp_path, capsys):
+    """The issue's case, through the command line: `report DIR` died with AttributeError."""
+    from slurm_hooks.cli.main import main
+
+    path = write_fleet(str(tmp_path), put(odd_record(), ("summary",), 0), "header")
+    assert main(["report", str(tmp_path), "--all"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("4 records from 4 nodes (0 older ones skipped, 1 unreadable)")
+    assert "unreadable: %s: its summary is 0, not an object" % path in out
