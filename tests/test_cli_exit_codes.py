@@ -12,7 +12,7 @@ from bench import fleet_synth
 from slurm_hooks.cli.main import main
 from slurm_hooks.records.store import encode_record
 from slurm_hooks.result import ExitCode
-from tests.straggler_records import NOW, write_jobs
+from tests.straggler_records import KEY, NOW, write_jobs, write_key
 
 
 @pytest.fixture
@@ -20,7 +20,7 @@ def config(tmp_path, monkeypatch):
     path = tmp_path / "config.toml"
     path.write_text(
         '[general]\nmode = "enforce"\n[paths]\nstate_dir = "%s"\nlog_file = ""\nsyslog = false\n'
-        % (tmp_path / "state")
+        '[records]\nkey_file = "%s"\n' % (tmp_path / "state", write_key(tmp_path / "records.key"))
     )
     monkeypatch.setenv("SLURM_HOOKS_ALLOW_INSECURE_CONFIG", "1")
     monkeypatch.setenv("SLURM_HOOKS_CONFIG", str(path))
@@ -34,7 +34,8 @@ def _abnormal_record(directory, node, job_id):
     path = os.path.join(directory, node, "%s.json" % job_id)
     os.makedirs(os.path.dirname(path), exist_ok=True)
     with open(path, "wb") as handle:
-        handle.write(encode_record(record))
+        # signed as the epilog signs with [records] key_file
+        handle.write(encode_record(record, KEY, node, os.path.basename(path)))
 
 
 def test_found_is_the_warn_code():

@@ -1016,7 +1016,9 @@ def test_forged_records_do_not_verify_and_drain_nothing(tmp_path, config, capsys
         lambda settings, suspects, **kw: drained.extend(s.node for s in suspects) or [],
     )
     config.write_text(config.read_text() + "[fleet]\ndrain = true\n")
-    assert main(["report", "--stragglers", "--drain", "--json", d]) == 0
+    assert (
+        main(["report", "--stragglers", "--drain", "--json", d]) == ExitCode.FOUND
+    )  # n03 is a suspect
     data = json.loads(capsys.readouterr().out)
     assert data["verified"] and data["unverified"] == 144 and len(data["unverified_examples"]) == 10
     assert set(drained) == {"n03"}  # what reached the drain library: the genuine suspect only
@@ -1063,7 +1065,9 @@ def test_without_a_key_every_record_is_reported_and_nothing_is_drained(
     os.unlink(str(tmp_path / "records.key"))
     monkeypatch.setattr(straggler_drain, "enact", lambda *a, **kw: pytest.fail("drained"))
     config.write_text(config.read_text() + "[fleet]\ndrain = true\n")
-    assert main(["report", "--stragglers", "--drain", d]) == 0
+    assert (
+        main(["report", "--stragglers", "--drain", d]) == ExitCode.FOUND
+    )  # n03 named, not drained
     text = capsys.readouterr().out
     assert "records NOT verified (no records key at %s" % (tmp_path / "records.key") in text
     assert "drain n03 (%s): unverified: records not verified" % HW in text
