@@ -100,17 +100,7 @@ def test_capture_of_the_fake_node_reproduces_its_verdicts(captured_fake):
     meta = json.load(open(os.path.join(root, ".slurm-hooks", "capture.json")))
     assert meta["schema"] == "slurm-hooks.capture/1" and meta["node"] == "dgx-h100-01"
     at_capture = by_check(meta["verdicts"])
-    proc = cli(
-        [
-            "--config",
-            os.path.join(root, ".slurm-hooks", "config.toml"),
-            "check",
-            "--all-contexts",
-            "--json",
-            "--root",
-            root,
-        ]
-    )
+    proc = cli(["check", "--all-contexts", "--json", "--root", root])
     assert proc.returncode in (0, 1, 2), proc.stderr
     replayed = json.loads(proc.stdout)
     assert replayed["node"] == "dgx-h100-01"  # the capture's name, not this machine's
@@ -161,17 +151,7 @@ def test_capture_of_this_machine_replays_with_the_same_verdicts(tmp_path):
     at_capture = by_check(
         json.load(open(os.path.join(root, ".slurm-hooks", "capture.json")))["verdicts"]
     )
-    proc = cli(
-        [
-            "--config",
-            os.path.join(root, ".slurm-hooks", "config.toml"),
-            "check",
-            "--all-contexts",
-            "--json",
-            "--root",
-            root,
-        ]
-    )
+    proc = cli(["check", "--all-contexts", "--json", "--root", root])
     replay = by_check(json.loads(proc.stdout))
     for name, run in at_capture.items():
         if name.startswith("gpu."):
@@ -255,3 +235,95 @@ def test_root_live_sources_are_validated(registry):
         match=r"\[general\] root_live_sources: 'nvidia' is not one of 'nvml', 'statvfs'",
     ):
         validate(registry, {"general": {"root_live_sources": ["nvidia"]}})
+
+
+# -- a crafted capture chooses no code (issue 24, "a capture can run code as root") -----------
+
+EVIL_C = r"""
+#include <fcntl.h>
+#include <unistd.h>
+__attribute__((constructor)) static void planted(void) {
+    int fd = open(MARKER, O_WRONLY | O_CREAT, 0644);
+    if (fd >= 0) { write(fd, "ran\n", 4); close(fd); }
+}
+"""
+
+
+def _crafted_capture(tmp_path):
+    """A tree whose .slurm-hooks/config.toml asks for NVML read live from a library it ships, and
+    whose etc/slurm-hooks/checks.d holds a site check: both write `marker` if they ever run."""
+    import shutil
+
+    if not shutil.which("gcc"):
+        pytest.skip("gcc is needed to build the planted library")
+    tree = tmp_path / "node"
+    (tree / ".slurm-hooks").mkdir(parents=True)
+    (tree / "proc").mkdir()
+    (tree / "proc/loadavg").write_text("0.00 0.00 0.00 1/100 42\n")
+    marker = tmp_path / "marker"
+    source = tmp_path / "evil.c"
+    source.write_text(EVIL_C)
+    library = tree / "lib" / "libnvidia-ml.so.1"
+    library.parent.mkdir()
+    subprocess.run(
+        ["gcc", "-shared", "-fPIC", '-DMARKER="%s"' % marker, "-o", str(library), str(source)],
+        check=True,
+        timeout=120,
+    )
+    (tree / ".slurm-hooks/config.toml").write_text(
+        '[general]\nroot_live_sources = ["nvml", "statvfs"]\nmode = "enforce"\n'
+        '[nvml]\nlibrary = "%s"\n[checks."system.load"]\nmax_load_per_cpu = 99.0\n' % library
+    )
+    plugin_dir = tree / "etc/slurm-hooks/checks.d"
+    plugin_dir.mkdir(parents=True)
+    (plugin_dir / "planted.py").write_text("open(%r, 'w').write('ran')\n" % str(marker))
+    return str(tree), marker
+
+
+def test_the_old_replay_command_is_refused_and_runs_nothing(tmp_path):
+    """The docs said `--config DIR/.slurm-hooks/config.toml check --root DIR`: with a crafted config that
+    dlopen'ed a library shipped in the archive (as root, for an admin replaying a ticket). A
+    configuration file inside the tree is now refused, and nothing from the tree runs."""
+    tree, marker = _crafted_capture(tmp_path)
+    proc = cli(
+        [
+            "--config",
+            os.path.join(tree, ".slurm-hooks", "config.toml"),
+            "check",
+            "gpu",
+            "--root",
+            tree,
+        ]
+    )
+    assert not marker.exists(), "the capture's library ran"
+    assert proc.returncode == 3, proc.stdout + proc.stderr
+    assert "lies inside the --root tree" in proc.stderr and "never applied" in proc.stderr
+
+
+def test_a_captured_config_is_shown_and_never_applied(tmp_path):
+    tree, marker = _crafted_capture(tmp_path)
+    proc = cli(["check", "--all-contexts", "--json", "--root", tree])
+    assert not marker.exists(), "the capture's library or site check ran"
+    assert proc.returncode in (0, 1, 2, 3), proc.stderr
+    report = by_check(json.loads(proc.stdout))
+    assert {r["status"] for r in report["gpu.count"]["results"]} == {"SKIP"}  # NVML not read live
+    assert "live-only" in report["gpu.count"]["results"][0]["summary"]
+    assert "differs from this machine's configuration (shown, never applied" in proc.stderr
+    assert "nvml.library: captured '%s', here ''" % os.path.join(tree, "lib/libnvidia-ml.so.1") in (
+        proc.stderr
+    )
+    assert "general.root_live_sources: captured ['nvml', 'statvfs'], here []" in proc.stderr
+    assert 'checks."system.load".max_load_per_cpu: captured 99.0' in proc.stderr
+
+
+def test_site_checks_and_config_drop_ins_inside_the_tree_are_refused(tmp_path):
+    tree, marker = _crafted_capture(tmp_path)
+    env = dict(os.environ, SLURM_HOOKS_CHECKS_DIR=os.path.join(tree, "etc/slurm-hooks/checks.d"))
+    proc = cli(["check", "--root", tree], env=env)
+    assert not marker.exists(), "a site check was loaded from the capture"
+    assert proc.returncode == 3 and "code is never loaded from a captured tree" in proc.stderr
+    # a link from outside into the tree is inside too
+    os.symlink(os.path.join(tree, ".slurm-hooks"), str(tmp_path / "outside"))
+    proc = cli(["--config", str(tmp_path / "outside/config.toml"), "check", "--root", tree])
+    assert proc.returncode == 3 and "lies inside the --root tree" in proc.stderr
+    assert not marker.exists()

@@ -42,8 +42,8 @@ def add_parsers(sub) -> None:
         help="archive the files the checks read on this node (for a ticket or the test corpus)",
         description="Run every check once, recording each file it reads, and "
         "archive exactly those files (redacted: see docs/admin.md 'Captures'). Unpack it and run "
-        "`slurm-hooks --config DIR/.slurm-hooks/config.toml check --root DIR` to see this node's "
-        "verdicts elsewhere.",
+        "`slurm-hooks check --root DIR` to see this node's verdicts elsewhere (this machine's "
+        "configuration applies; the captured one's differences are shown).",
     )
     capture.add_argument(
         "out", metavar="OUT.tar.gz", help="archive to write (.tar.gz, .tar.xz or .tar)"
@@ -108,7 +108,12 @@ def cmd_check(args) -> int:
         )
         return ExitCode.UNKNOWN
     root = config.get("general", "root")
-    report = run_checks(registry, config, Host(root), args.context, specs, deadline=args.deadline)
+    host = Host(root)
+    if not host.is_live:
+        from ..hw.replay import captured_config_differences, render_differences
+
+        sys.stderr.write(render_differences(*captured_config_differences(host, config)))
+    report = run_checks(registry, config, host, args.context, specs, deadline=args.deadline)
     if args.json:
         write_json(report, sys.stdout, root)
     else:
@@ -127,7 +132,7 @@ def cmd_capture(args) -> int:
         return ExitCode.UNKNOWN
     print(
         "%s: %d entries from %s (%s); redacted: %d files; check it with:\n  mkdir DIR && tar xf %s -C DIR && "
-        "slurm-hooks --config DIR/%s/.slurm-hooks/config.toml check --root DIR/%s"
+        "slurm-hooks check --root DIR/%s"
         % (
             args.out,
             meta["entries"],
@@ -135,7 +140,6 @@ def cmd_capture(args) -> int:
             meta["root"],
             len(meta["redactions"]),
             args.out,
-            meta["node"],
             meta["node"],
         )
     )

@@ -2,8 +2,9 @@
 
 The checks run once, every one of them (all contexts), on a Host that records every path it
 touches (host.ReadLog). The archive then holds those paths and nothing else, so the list cannot
-drift from what the checks read, and `slurm-hooks --config DIR/.slurm-hooks/config.toml check
---root DIR` on the unpacked tree reproduces the node's verdicts (docs/admin.md "Captures").
+drift from what the checks read, and `slurm-hooks check --root DIR` on the unpacked tree
+reproduces the node's verdicts (docs/admin.md "Captures"). The archive's config.toml is data: it is
+compared with the analysing machine's configuration, never applied (hw/replay.py).
 
 What goes in, under one top directory named after the node:
 - every file a check read, with the bytes it read (so the archive matches the verdicts even when
