@@ -119,46 +119,74 @@ class Host:
         directory, base = posixpath.split(host_path)
         return posixpath.join(self.real(directory), base)
 
-    def realpath(self, host_path: str, _hops: int = 0) -> str:
+    def realpath(self, host_path: str) -> str:
         """Resolve symlinks like os.path.realpath, but never outside the root; returns a host path.
 
-        The parent directory comes from a cache (a run reads many files in few sysfs directories),
-        so resolving costs one lstat per new path component.
+        Parent directories come from a cache (a run reads many files in few sysfs directories),
+        so resolving costs one lstat per new path component. Iterative, not recursive: a crafted
+        tree's link whose target has thousands of components is walked, not a RecursionError,
+        and more than 40 links in one resolution is ELOOP, as in the kernel.
         """
-        if self.log is not None and not _hops:
+        if self.log is not None:
             self.log.probed.add(host_path)
-        if _hops > _MAX_SYMLINKS:
-            raise HostError(host_path, "too many levels of symbolic links")
         directory, base = posixpath.split(host_path)
         if not base:
-            return "/" if directory == "/" else self._resolve_dir(directory, _hops)
-        parent = self._resolve_dir(directory, _hops)
-        if base == ".":
-            return parent
-        if base == "..":
-            return posixpath.dirname(parent)
-        candidate = parent + "/" + base if parent != "/" else "/" + base
-        real = candidate if self._live else self.root + candidate
-        if os.path.islink(real):
-            target = os.readlink(real)
-            return self.realpath(
-                target if target.startswith("/") else posixpath.join(parent, target), _hops + 1
-            )
-        return candidate
+            return "/" if directory == "/" else self._resolve_dir(directory, host_path)
+        return self._walk(self._resolve_dir(directory, host_path), [base], host_path)
 
-    def _resolve_dir(self, directory: str, hops: int = 0) -> str:
+    def _resolve_dir(self, directory: str, asked: str) -> str:
+        """The resolved host path of `directory`, caching it and every ancestor resolved on the way."""
         cached = self._dir_cache.get(directory)
-        if cached is None:
-            cached = "/" if directory in ("/", "") else self.realpath(directory, hops)
-            self._dir_cache[directory] = cached
-        return cached
+        if cached is not None:
+            return cached
+        pending = []
+        probe = directory
+        while probe not in ("/", "") and probe not in self._dir_cache:
+            pending.append(probe)
+            probe = posixpath.dirname(probe)
+        current = self._dir_cache.get(probe, "/")
+        for prefix in reversed(pending):
+            current = self._walk(current, [posixpath.basename(prefix)], asked)
+            self._dir_cache[prefix] = current
+        return current
+
+    def _walk(self, current: str, parts: List[str], asked: str) -> str:
+        """Resolve the components `parts` below the resolved host path `current`, following links."""
+        pending = list(reversed(parts))
+        hops = 0
+        while pending:
+            part = pending.pop()
+            if part in ("", "."):
+                continue
+            if part == "..":
+                current = posixpath.dirname(current)
+                continue
+            candidate = current + "/" + part if current != "/" else "/" + part
+            real = candidate if self._live else self.root + candidate
+            if not os.path.islink(real):
+                current = candidate
+                continue
+            hops += 1
+            if hops > _MAX_SYMLINKS:
+                raise HostError(asked, "too many levels of symbolic links")
+            try:
+                target = os.readlink(real)
+            except OSError as exc:
+                raise HostError(asked, exc.strerror or str(exc)) from None
+            if target.startswith("/"):
+                current = "/"
+            pending.extend(reversed(target.split("/")))
+        return current
 
     # -- reads -------------------------------------------------------------------------------
     def read_bytes(
         self, host_path: str, default: Any = _MISSING, max_bytes: int = DEFAULT_MAX_BYTES
     ) -> bytes:
         try:
-            data = _read_file(self.real(host_path), max_bytes)
+            if self._live:
+                data = _read_file(host_path, max_bytes)
+            else:
+                data = _read_tree_file(self.real(host_path), host_path, max_bytes)
         except FileNotFoundError:
             if self.log is not None:
                 self.log.missing.add(host_path)
@@ -256,13 +284,15 @@ class Host:
                 "free space is only known on the running node (statvfs(2)), and this "
                 "tree has no %s" % CAPTURED_STATVFS,
             )
+        expected = "a JSON object {path: {%s}}" % ", ".join(FsUsage._fields)
         try:
-            entry = json.loads(text).get(host_path)
-            usage = None if entry is None else FsUsage(*(int(entry[k]) for k in FsUsage._fields))
-        except (ValueError, TypeError, KeyError, AttributeError):
-            raise ParseError(
-                CAPTURED_STATVFS, text, "a JSON object {path: {%s}}" % ", ".join(FsUsage._fields)
-            ) from None
+            table = json.loads(text)
+        except (ValueError, RecursionError):  # RecursionError: a crafted [[[[...]]]]
+            raise ParseError(CAPTURED_STATVFS, text, expected) from None
+        if not isinstance(table, dict):
+            raise ParseError(CAPTURED_STATVFS, text, expected)
+        entry = table.get(host_path)
+        usage = None if entry is None else _captured_usage(entry, host_path)
         if usage is None:
             raise LiveOnly(
                 host_path, "not in this tree's %s (the capture did not stat it)" % CAPTURED_STATVFS
@@ -289,17 +319,18 @@ class Host:
         Needs root (or CAP_SYSLOG) when dmesg_restrict=1; that is reported as a HostError.
         """
         real = self.real(host_path)
+        flags = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | (0 if self._live else os.O_NOFOLLOW)
         try:
-            fd = os.open(real, os.O_RDONLY | os.O_NONBLOCK)
+            fd = os.open(real, flags)
         except FileNotFoundError:
             raise MissingFile(host_path, "no such file") from None
         except OSError as exc:
             raise HostError(host_path, exc.strerror or str(exc)) from None
         try:
+            if not self._live:
+                _require_regular(fd, host_path)
             if not _is_char_device(fd):
-                with os.fdopen(os.dup(fd), "rb") as handle:
-                    data = handle.read(64 * DEFAULT_MAX_BYTES)
-                records = data.decode("utf-8", errors="replace").splitlines()[-max_records:]
+                records = _read_log_file(fd, max_records)
             else:
                 records = _read_kmsg_device(fd, max_records)
             if self.log is not None:
@@ -307,6 +338,26 @@ class Host:
             return records
         finally:
             os.close(fd)
+
+
+def _captured_usage(entry: Any, host_path: str) -> FsUsage:
+    """One statvfs.json record, checked the way statvfs(2) fills it: four counts, whole and
+    non-negative, the available part no larger than the total. Anything else (a float such as
+    1e400, a negative count, a nested object) is a ParseError naming the file and the path."""
+    source = "%s (entry %s)" % (CAPTURED_STATVFS, host_path)
+    shown = repr(entry)
+    if not isinstance(entry, dict):
+        raise ParseError(source, shown, "an object {%s}" % ", ".join(FsUsage._fields))
+    values = []
+    for key in FsUsage._fields:
+        value = entry.get(key)
+        if type(value) is not int or not 0 <= value < 1 << 64:
+            raise ParseError(source, shown, "%s as a whole number >= 0" % key)
+        values.append(value)
+    usage = FsUsage(*values)
+    if usage.f_bavail > usage.f_blocks or usage.f_favail > usage.f_files:
+        raise ParseError(source, shown, "f_bavail <= f_blocks and f_favail <= f_files")
+    return usage
 
 
 def _read_file(path: str, max_bytes: int) -> bytes:
@@ -318,20 +369,82 @@ def _read_file(path: str, max_bytes: int) -> bytes:
     """
     fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     try:
-        chunk = os.read(fd, min(_CHUNK, max_bytes))
-        if not chunk or len(chunk) >= max_bytes:
-            return chunk
-        chunks = [chunk]
-        size = len(chunk)
-        while size < max_bytes:
-            chunk = os.read(fd, min(_CHUNK, max_bytes - size))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            size += len(chunk)
-        return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+        return _read_fd(fd, max_bytes)
     finally:
         os.close(fd)
+
+
+def _read_fd(fd: int, max_bytes: int) -> bytes:
+    chunk = os.read(fd, min(_CHUNK, max_bytes))
+    if not chunk or len(chunk) >= max_bytes:
+        return chunk
+    chunks = [chunk]
+    size = len(chunk)
+    while size < max_bytes:
+        chunk = os.read(fd, min(_CHUNK, max_bytes - size))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        size += len(chunk)
+    return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+
+_NOT_REGULAR = (
+    "not a regular file (%s): in a captured tree only regular files are read, so a device node "
+    "that tar created (the analysing machine's own /dev/kmsg, /dev/zero) is never opened for data"
+)
+KMSG_FILE_MAX_BYTES = 32 << 20  # a captured kernel log: 100,000 records of ~300 bytes
+
+
+def _read_tree_file(real: str, host_path: str, max_bytes: int) -> bytes:
+    """At most max_bytes of a regular file in a captured or fake tree (Host with a root other than /).
+
+    Opened without following a last symlink (Host.real resolved them inside the tree already)
+    and non-blocking (a FIFO would block open(2)); anything but a regular file is a HostError.
+    """
+    fd = os.open(real, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK)
+    try:
+        _require_regular(fd, host_path)
+        return _read_fd(fd, max_bytes)
+    finally:
+        os.close(fd)
+
+
+def _require_regular(fd: int, host_path: str) -> None:
+    import stat
+
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        kind = (
+            "a character device"
+            if stat.S_ISCHR(mode)
+            else "a block device"
+            if stat.S_ISBLK(mode)
+            else "a FIFO"
+            if stat.S_ISFIFO(mode)
+            else "a directory"
+            if stat.S_ISDIR(mode)
+            else "a socket"
+        )
+        raise HostError(host_path, _NOT_REGULAR % kind)
+
+
+def _read_log_file(fd: int, max_records: int) -> List[str]:
+    """The newest max_records lines of a kernel log kept as a file (one record per line), reading
+    at most KMSG_FILE_MAX_BYTES from its end."""
+    size = os.fstat(fd).st_size
+    start = max(0, size - KMSG_FILE_MAX_BYTES)
+    with os.fdopen(os.dup(fd), "rb") as handle:
+        handle.seek(start)
+        data = handle.read(KMSG_FILE_MAX_BYTES)
+    # "\n" only, as the capture wrote them: splitlines() would also cut at VT, FF or U+2028 that a
+    # user's process name put into a record, making a forged record of its tail
+    lines = data.decode("utf-8", errors="replace").split("\n")
+    if lines and not lines[-1]:
+        lines.pop()
+    if start and lines:
+        lines = lines[1:]  # the first line was cut by the seek
+    return lines[-max_records:]
 
 
 def _is_char_device(fd: int) -> bool:
