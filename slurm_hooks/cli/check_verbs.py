@@ -51,6 +51,14 @@ def add_parsers(sub) -> None:
     capture.add_argument(
         "--root", metavar="DIR", help="capture a tree (a fake node, another capture) instead of /"
     )
+    capture.add_argument(
+        "--exclude",
+        action="append",
+        default=[],
+        metavar="WHAT",
+        help="leave out what this site must not share, comma-separated, repeatable: "
+        "kernel-log, cmdline, processes (docs/admin.md 'Captures': what a capture contains)",
+    )
     add_live_option(capture)
     capture.set_defaults(handler=cmd_capture)
 
@@ -123,15 +131,21 @@ def cmd_check(args) -> int:
 
 def cmd_capture(args) -> int:
     from ..hw.capture import CaptureError, capture
+    from ..hw.redact import parse_exclude
 
+    try:
+        exclude = parse_exclude(args.exclude)
+    except ValueError as exc:
+        print("slurm-hooks: %s" % exc, file=sys.stderr)
+        return ExitCode.UNKNOWN
     registry, config = load(args)
     try:
-        meta = capture(registry, config, args.out)
+        meta = capture(registry, config, args.out, exclude=exclude)
     except CaptureError as exc:
         print("slurm-hooks: %s" % exc, file=sys.stderr)
         return ExitCode.UNKNOWN
     print(
-        "%s: %d entries from %s (%s); redacted: %d files; check it with:\n  mkdir DIR && tar xf %s -C DIR && "
+        "%s: %d entries from %s (%s); redacted: %d files; left out: %s; check it with:\n  mkdir DIR && tar xf %s -C DIR && "
         "slurm-hooks check --root DIR/%s"
         % (
             args.out,
@@ -139,6 +153,7 @@ def cmd_capture(args) -> int:
             meta["node"],
             meta["root"],
             len(meta["redactions"]),
+            ", ".join(exclude) or "nothing (--exclude)",
             args.out,
             meta["node"],
         )
