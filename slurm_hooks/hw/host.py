@@ -20,8 +20,13 @@ import posixpath
 import stat
 from typing import Any, Dict, List, NamedTuple, Optional, Set, Tuple
 
+from .fileio import CHUNK as _CHUNK
+from .fileio import file_kind, statvfs_entry
+from .fileio import read_fd as _read_fd
+from .fileio import read_file as _read_file
+from .fileio import read_log_tail as _read_log_file
+
 DEFAULT_MAX_BYTES = 1 << 20  # 1 MiB: more than any sysfs/procfs file we read
-_CHUNK = 1 << 16  # one read(2) of a sysfs attribute (<= one page) or a typical procfs file
 _MISSING: Any = object()
 _MAX_SYMLINKS = 40
 CAPTURE_DIR = (
@@ -412,59 +417,17 @@ class Host:
 
 
 def _captured_usage(entry: Any, host_path: str) -> FsUsage:
-    """One statvfs.json record, checked the way statvfs(2) fills it: four counts, whole and
-    non-negative, the available part no larger than the total. Anything else (a float such as
-    1e400, a negative count, a nested object) is a ParseError naming the file and the path."""
-    source = "%s (entry %s)" % (CAPTURED_STATVFS, host_path)
-    shown = repr(entry)
-    if not isinstance(entry, dict):
-        raise ParseError(source, shown, "an object {%s}" % ", ".join(FsUsage._fields))
-    values = []
-    for key in FsUsage._fields:
-        value = entry.get(key)
-        if type(value) is not int or not 0 <= value < 1 << 64:
-            raise ParseError(source, shown, "%s as a whole number >= 0" % key)
-        values.append(value)
-    usage = FsUsage(*values)
-    if usage.f_bavail > usage.f_blocks or usage.f_favail > usage.f_files:
-        raise ParseError(source, shown, "f_bavail <= f_blocks and f_favail <= f_files")
-    return usage
-
-
-def _read_file(path: str, max_bytes: int) -> bytes:
-    """At most max_bytes of a file, read in _CHUNK pieces until EOF.
-
-    Not open(path, "rb").read(max_bytes): that allocates a max_bytes (1 MiB) buffer per call, which
-    made a 5-byte sysfs read cost ~25 us instead of ~8 us, and a prolog does ~500 of them. sysfs and
-    procfs may return less than asked before the end, so read until a read returns nothing.
-    """
-    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-    try:
-        return _read_fd(fd, max_bytes)
-    finally:
-        os.close(fd)
-
-
-def _read_fd(fd: int, max_bytes: int) -> bytes:
-    chunk = os.read(fd, min(_CHUNK, max_bytes))
-    if not chunk or len(chunk) >= max_bytes:
-        return chunk
-    chunks = [chunk]
-    size = len(chunk)
-    while size < max_bytes:
-        chunk = os.read(fd, min(_CHUNK, max_bytes - size))
-        if not chunk:
-            break
-        chunks.append(chunk)
-        size += len(chunk)
-    return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+    """One statvfs.json record (fileio.statvfs_entry), else a ParseError naming the file and path."""
+    values, expected = statvfs_entry(entry, FsUsage._fields)
+    if values is None:
+        raise ParseError("%s (entry %s)" % (CAPTURED_STATVFS, host_path), repr(entry), expected)
+    return FsUsage(*values)
 
 
 _NOT_REGULAR = (
     "not a regular file (%s): in a captured tree only regular files are read, so a device node "
     "that tar created (the analysing machine's own /dev/kmsg, /dev/zero) is never opened for data"
 )
-KMSG_FILE_MAX_BYTES = 32 << 20  # a captured kernel log: 100,000 records of ~300 bytes
 
 
 def _read_tree_file(real: str, host_path: str, max_bytes: int) -> bytes:
@@ -482,38 +445,9 @@ def _read_tree_file(real: str, host_path: str, max_bytes: int) -> bytes:
 
 
 def _require_regular(fd: int, host_path: str) -> None:
-    mode = os.fstat(fd).st_mode
-    if not stat.S_ISREG(mode):
-        kind = (
-            "a character device"
-            if stat.S_ISCHR(mode)
-            else "a block device"
-            if stat.S_ISBLK(mode)
-            else "a FIFO"
-            if stat.S_ISFIFO(mode)
-            else "a directory"
-            if stat.S_ISDIR(mode)
-            else "a socket"
-        )
+    kind = file_kind(fd)
+    if kind is not None:
         raise HostError(host_path, _NOT_REGULAR % kind)
-
-
-def _read_log_file(fd: int, max_records: int) -> List[str]:
-    """The newest max_records lines of a kernel log kept as a file (one record per line), reading
-    at most KMSG_FILE_MAX_BYTES from its end."""
-    size = os.fstat(fd).st_size
-    start = max(0, size - KMSG_FILE_MAX_BYTES)
-    with os.fdopen(os.dup(fd), "rb") as handle:
-        handle.seek(start)
-        data = handle.read(KMSG_FILE_MAX_BYTES)
-    # "\n" only, as the capture wrote them: splitlines() would also cut at VT, FF or U+2028 that a
-    # user's process name put into a record, making a forged record of its tail
-    lines = data.decode("utf-8", errors="replace").split("\n")
-    if lines and not lines[-1]:
-        lines.pop()
-    if start and lines:
-        lines = lines[1:]  # the first line was cut by the seek
-    return lines[-max_records:]
 
 
 def _is_char_device(fd: int) -> bool:
