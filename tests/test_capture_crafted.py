@@ -113,6 +113,8 @@ def test_the_old_replay_command_is_refused_and_runs_nothing(tmp_path):
 
 def test_a_captured_config_is_shown_and_never_applied(tmp_path):
     tree, marker = _crafted_capture(tmp_path)
+    with open(os.path.join(tree, ".slurm-hooks/config.toml"), "a") as config:
+        config.write('[checks."x\\u001b[2J"]\nenabled = true\n')  # a terminal escape in a key
     proc = cli(["check", "--all-contexts", "--json", "--root", tree])
     assert not marker.exists(), "the capture's library or site check ran"
     assert proc.returncode in (0, 1, 2, 3), proc.stderr
@@ -125,6 +127,8 @@ def test_a_captured_config_is_shown_and_never_applied(tmp_path):
     )
     assert "general.root_live_sources: captured ['nvml', 'statvfs'], here []" in proc.stderr
     assert 'checks."system.load".max_load_per_cpu: captured 99.0' in proc.stderr
+    assert "\x1b" not in proc.stderr  # the crafted key's escape sequence is shown escaped
+    assert "'checks.\"x\\x1b[2J\".enabled': captured True, here (no such key)" in proc.stderr
 
 
 def test_site_checks_and_config_drop_ins_inside_the_tree_are_refused(tmp_path):

@@ -519,8 +519,11 @@ def test_a_pid_that_is_a_symlink_in_a_tree_is_read_inside_the_tree(tmp_path):
     (tmp_path / "proc/7/comm").write_text("munged\n")
     os.symlink("/proc/self", str(tmp_path / "proc/8"))  # the analysing machine's own process
     os.symlink("7", str(tmp_path / "proc/9"))  # inside the tree: followed there
+    (tmp_path / "proc/012").mkdir()  # a real directory whose pid opens as "12", a link out
+    os.symlink("/proc/self", str(tmp_path / "proc/12"))
     host = Host(str(tmp_path))
-    assert host.pids() == [7, 8, 9]
+    assert host.pids() == [7, 8, 9, 12, 12]
+    assert host.read_pid_file(12, "comm") is None
     assert host.read_pid_file(7, "comm") == "munged"
     assert host.read_pid_file(8, "comm") is None  # <root>/proc/self does not exist
     assert host.read_pid_file(9, "comm") == "munged"

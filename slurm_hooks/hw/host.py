@@ -90,7 +90,8 @@ class Host:
         self.root = os.path.abspath(root)
         self._live = self.root == "/"
         self._dir_cache: Dict[str, str] = {}
-        self._proc_scan: Optional[Tuple[str, Set[int]]] = None  # pids(): real /proc, linked pids
+        # pids(): the real /proc, and under a root the pids whose entry is a real directory
+        self._proc_scan: Optional[Tuple[str, Optional[Set[int]]]] = None
         self._pid_open_flags = os.O_RDONLY | os.O_CLOEXEC
         if not self._live:  # the last component is never followed, a FIFO never waited on
             self._pid_open_flags |= os.O_NOFOLLOW | os.O_NONBLOCK
@@ -266,20 +267,24 @@ class Host:
         entry that is a symlink in a tree is read the slow, contained way.
         """
         real = self.real("/proc")
-        pids, linked = [], set()
+        pids: List[int] = []
+        direct: Optional[Set[int]] = None if self._live else set()
         try:
             with os.scandir(real) as entries:
                 for entry in entries:
                     if entry.name.isdigit():
-                        pids.append(int(entry.name))
-                        if not self._live and not entry.is_dir(follow_symlinks=False):
-                            linked.add(int(entry.name))
+                        pid = int(entry.name)
+                        pids.append(pid)
+                        # "0123" or Unicode digits name another entry than "/proc/<pid>" opens
+                        canonical = entry.name == str(pid)
+                        if direct is not None and canonical and entry.is_dir(follow_symlinks=False):
+                            direct.add(pid)
         except (FileNotFoundError, NotADirectoryError):
             return []
         except OSError as exc:
             raise HostError("/proc", exc.strerror or str(exc)) from None
         pids.sort()
-        self._proc_scan = (real, linked)
+        self._proc_scan = (real, direct)
         if self.log is not None:
             self.log.dirs["/proc"] = sorted(str(pid) for pid in pids)
         return pids
@@ -295,7 +300,7 @@ class Host:
         seq_files, which fill the buffer up to EOF; a regular file in a tree likewise), close.
         """
         scan = self._proc_scan
-        if scan is None or pid in scan[1] or "/" in name:
+        if scan is None or (scan[1] is not None and pid not in scan[1]) or "/" in name:
             return self.read_text("/proc/%d/%s" % (pid, name), default=None, max_bytes=max_bytes)
         try:
             fd = os.open("%s/%d/%s" % (scan[0], pid, name), self._pid_open_flags)

@@ -100,6 +100,12 @@ def _same(captured: Any, here: Any) -> bool:
     )
 
 
+def _key(key: str) -> str:
+    """A key as printed: a crafted one's escape sequences are shown escaped, never sent to the terminal."""
+    shown = key if key.isprintable() else repr(key)
+    return shown if len(shown) <= _SHOWN_VALUE else shown[: _SHOWN_VALUE - 3] + "..."
+
+
 def _shown(value: Any) -> str:
     text = repr(value)  # repr: a crafted value's control characters are escaped, not printed
     return text if len(text) <= _SHOWN_VALUE else text[: _SHOWN_VALUE - 3] + "..."
@@ -125,7 +131,7 @@ def captured_config_differences(host: Host, config) -> Tuple[List[str], Optional
     here = _effective(config)
     lines = [
         "%s: captured %s, here %s"
-        % (key, _shown(value), _shown(here[key]) if key in here else "(no such key)")
+        % (_key(key), _shown(value), _shown(here[key]) if key in here else "(no such key)")
         for key, value in sorted(_flatten(captured).items())
         if not (key in here and _same(value, here[key]))
     ]
