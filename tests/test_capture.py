@@ -10,8 +10,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import subprocess
-import sys
 import tarfile
 
 import pytest
@@ -19,9 +17,8 @@ import pytest
 from slurm_hooks.hw import capture
 from slurm_hooks.hw.host import Host, ReadLog
 from slurm_hooks.hw.redact import redact, redact_secrets
+from tests.helpers import cli_with_default_config, runs_by_name
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-CLI = [sys.executable, "-m", "slurm_hooks"]
 SECRET_CONF = (
     "ClusterName=c1\nAccountingStoragePass=hunter2\nSlurmctldHost=head\n"
     "NodeName=dgx-h100-[01-16] CPUs=224 CpuSpecList=0-1 RealMemory=2000000\n"
@@ -29,19 +26,8 @@ SECRET_CONF = (
 )
 
 
-def cli(args, env=None):
-    """The CLI with the built-in defaults (an empty config file), whatever /etc/slurm-hooks holds here."""
-    import tempfile
-
-    with tempfile.NamedTemporaryFile("w", suffix=".toml") as empty:
-        full = dict(
-            os.environ if env is None else env,
-            SLURM_HOOKS_ALLOW_INSECURE_CONFIG="1",
-            SLURM_HOOKS_CONFIG=empty.name,
-        )
-        return subprocess.run(
-            CLI + args, capture_output=True, text=True, cwd=REPO, env=full, timeout=300
-        )
+cli = cli_with_default_config
+by_check = runs_by_name
 
 
 def unpack(archive_path, directory):
@@ -51,10 +37,6 @@ def unpack(archive_path, directory):
         extract(tar, directory)
     (top,) = os.listdir(directory)
     return os.path.join(directory, top)
-
-
-def by_check(report):
-    return {run["name"]: run for run in report["checks"]}
 
 
 def verdicts(run):

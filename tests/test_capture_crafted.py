@@ -11,7 +11,8 @@ import tarfile
 
 import pytest
 
-from tests.test_capture import by_check, cli
+from tests.helpers import cli_with_default_config as cli
+from tests.helpers import runs_by_name as by_check
 
 REAL = "128arm-2pa2n8cluster4co"  # a real machine's capture (tests/captures/manifest.toml: hwloc)
 
