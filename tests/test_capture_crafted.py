@@ -148,17 +148,14 @@ def test_site_checks_and_config_drop_ins_inside_the_tree_are_refused(tmp_path):
 # -- device nodes and FIFOs in a crafted capture are never read --------------------------------
 
 
-def test_a_fifo_in_a_capture_is_refused_not_waited_on(tmp_path):
-    """tar creates a FIFO from an archive without privileges; opening it for reading blocked the
-    check until its timeout. Only regular files are read under --root."""
+def test_a_fifo_in_a_capture_is_a_bounded_wait(tmp_path):
+    """The one non-regular file read under a root: a FIFO, which is how the fake node stands for a
+    sysfs read that hangs in a driver (tests/prolog_rig.py make_fifo). It carries nothing from the
+    analysing machine, and the check that waits on it is cut at its timeout, UNKNOWN."""
     root = crafted(tmp_path, [("proc/loadavg", "fifo", None)])
     (result,) = replay(root, "system.load")["system.load"]["results"]
     assert result["status"] == "UNKNOWN", result
-    assert (
-        "/proc/loadavg" in result["summary"]
-        and "not a regular file (a FIFO)" in (result["summary"])
-    )
-    assert "timed out" not in result["summary"]
+    assert "did not finish within its" in result["summary"]
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="tar creates device nodes only as root")

@@ -303,7 +303,13 @@ class Host:
         if scan is None or (scan[1] is not None and pid not in scan[1]) or "/" in name:
             return self.read_text("/proc/%d/%s" % (pid, name), default=None, max_bytes=max_bytes)
         try:
-            fd = os.open("%s/%d/%s" % (scan[0], pid, name), self._pid_open_flags)
+            path = "%s/%d/%s" % (scan[0], pid, name)
+            flags = self._pid_open_flags
+            fd = (
+                os.open(path, flags)
+                if self._live
+                else _open_tree(path, "/proc/%d/%s" % (pid, name), flags)
+            )
         except OSError as exc:
             if exc.errno in (errno.ENOENT, errno.ESRCH, errno.ENOTDIR):  # exited meanwhile
                 if self.log is not None:
@@ -311,8 +317,6 @@ class Host:
                 return None
             raise HostError("/proc/%d/%s" % (pid, name), exc.strerror or str(exc)) from None
         try:
-            if not self._live:
-                _require_regular(fd, "/proc/%d/%s" % (pid, name))
             first = min(max_bytes, _CHUNK)
             data = os.read(fd, first)
             if len(data) >= first and max_bytes > first:  # a long file: read on to max_bytes
@@ -439,14 +443,31 @@ def _read_tree_file(real: str, host_path: str, max_bytes: int) -> bytes:
     """At most max_bytes of a regular file in a captured or fake tree (Host with a root other than /).
 
     Opened without following a last symlink (Host.real resolved them inside the tree already)
-    and non-blocking (a FIFO would block open(2)); anything but a regular file is a HostError.
+    and non-blocking; a device node or socket is a HostError (_open_tree).
     """
-    fd = os.open(real, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK)
+    fd = _open_tree(real, host_path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK)
     try:
-        _require_regular(fd, host_path)
         return _read_fd(fd, max_bytes)
     finally:
         os.close(fd)
+
+
+def _open_tree(real: str, host_path: str, flags: int) -> int:
+    """A descriptor of a regular file in a tree (opened with `flags`, which hold O_NONBLOCK).
+
+    A FIFO is the one exception, reopened blocking: it is how the fake node stands for a sysfs
+    read that hangs in a driver (tests/prolog_rig.py make_fifo), it carries nothing from the
+    analysing machine, and its wait is bounded by the check's timeout like any hung read.
+    Anything else that is not a regular file is a HostError naming the path and what it is.
+    """
+    fd = os.open(real, flags)
+    kind = file_kind(fd)
+    if kind is None:
+        return fd
+    os.close(fd)
+    if kind == "a FIFO":
+        return os.open(real, flags & ~os.O_NONBLOCK)
+    raise HostError(host_path, _NOT_REGULAR % kind)
 
 
 def _require_regular(fd: int, host_path: str) -> None:
