@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
-"""Nodes with ~25,000 processes: system.processes and numa.housekeeping against their timeouts, and psutil.
+"""Nodes with ~25,000-100,000 processes: system.processes and numa.housekeeping against their timeouts.
 
     .venv/bin/python bench/process_scale.py                  # fake node with 25,000 extra processes
+    .venv/bin/python bench/process_scale.py --processes 100000 --runs 3   # the issue 24 scale
     .venv/bin/python bench/process_scale.py --live 5000      # also 5,000 real sleeping processes, and psutil
     .venv/bin/python bench/process_scale.py --processes 2000 --runs 2   # quick
 
@@ -71,19 +72,30 @@ def median_s(func: Callable[[], object], runs: int) -> float:
 
 
 def time_checks(root: str, runs: int) -> Dict[str, float]:
+    """Wall-clock medians per check; the CPU time of each run (process_time, all threads) is kept
+    in CPU_MEDIANS: on a shared, loaded machine the wall clock mostly measures the neighbours."""
+    from slurm_hooks.core.structs import replace
+
     registry = load_builtin_checks()
     config = validate(registry, CONFIG)
     out = {}
     for name in ("system.processes", "numa.housekeeping"):
-        spec = registry.checks[name]
+        # no per-check timeout here: a run past it is measured, not cut (and reported in %)
+        spec = replace(registry.checks[name], timeout=300.0)
+        cpu: List[float] = []
 
         # spec bound here (ruff B023), though median_s calls once() in this iteration only
-        def once(spec=spec):
-            report = run_checks(registry, config, Host(root), "manual", [spec], deadline=60.0)
-            assert not report.runs[0].timed_out, report.runs[0].results
+        def once(spec=spec, cpu=cpu):
+            start = time.process_time()
+            run_checks(registry, config, Host(root), "manual", [spec], deadline=300.0)
+            cpu.append(time.process_time() - start)
 
         out[name] = median_s(once, runs)
+        CPU_MEDIANS[(root, name)] = statistics.median(cpu)
     return out
+
+
+CPU_MEDIANS: Dict[tuple, float] = {}
 
 
 def fake_node_figures(processes: int, runs: int) -> List[str]:
@@ -101,8 +113,14 @@ def fake_node_figures(processes: int, runs: int) -> List[str]:
         "fake node (cpu-only + %d processes, built in %.1f s), --root, median of %d:"
         % (processes, built, runs)
     ] + [
-        "  %-18s %7.3f s   timeout %.1f s (%.0f%%)"
-        % (name, s, registry.checks[name].timeout, 100 * s / registry.checks[name].timeout)
+        "  %-18s %7.3f s   timeout %.1f s (%.0f%%)   cpu %.3f s"
+        % (
+            name,
+            s,
+            registry.checks[name].timeout,
+            100 * s / registry.checks[name].timeout,
+            CPU_MEDIANS[(str(node.root), name)],
+        )
         for name, s in figures.items()
     ]
 

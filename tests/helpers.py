@@ -86,3 +86,31 @@ def run_on_node(registry, node, names, config=None, job=None, context="manual"):
         job=job,
     )
     return report.results()
+
+
+def cli_with_default_config(args, env=None):
+    """`python -m slurm_hooks ARGS` with the built-in defaults (an empty config file), whatever
+    /etc/slurm-hooks holds on this machine (tests/test_capture*.py)."""
+    import subprocess
+    import sys
+    import tempfile
+
+    with tempfile.NamedTemporaryFile("w", suffix=".toml") as empty:
+        full = dict(
+            os.environ if env is None else env,
+            SLURM_HOOKS_ALLOW_INSECURE_CONFIG="1",
+            SLURM_HOOKS_CONFIG=empty.name,
+        )
+        return subprocess.run(
+            [sys.executable, "-m", "slurm_hooks"] + list(args),
+            capture_output=True,
+            text=True,
+            cwd=REPO,
+            env=full,
+            timeout=300,
+        )
+
+
+def runs_by_name(report):
+    """A `check --json` report's check runs, by check name."""
+    return {run["name"]: run for run in report["checks"]}

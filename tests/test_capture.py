@@ -10,17 +10,15 @@ from __future__ import annotations
 import json
 import os
 import re
-import subprocess
-import sys
 import tarfile
 
 import pytest
 
 from slurm_hooks.hw import capture
 from slurm_hooks.hw.host import Host, ReadLog
+from slurm_hooks.hw.redact import redact, redact_secrets
+from tests.helpers import cli_with_default_config, runs_by_name
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-CLI = [sys.executable, "-m", "slurm_hooks"]
 SECRET_CONF = (
     "ClusterName=c1\nAccountingStoragePass=hunter2\nSlurmctldHost=head\n"
     "NodeName=dgx-h100-[01-16] CPUs=224 CpuSpecList=0-1 RealMemory=2000000\n"
@@ -28,19 +26,8 @@ SECRET_CONF = (
 )
 
 
-def cli(args, env=None):
-    """The CLI with the built-in defaults (an empty config file), whatever /etc/slurm-hooks holds here."""
-    import tempfile
-
-    with tempfile.NamedTemporaryFile("w", suffix=".toml") as empty:
-        full = dict(
-            os.environ if env is None else env,
-            SLURM_HOOKS_ALLOW_INSECURE_CONFIG="1",
-            SLURM_HOOKS_CONFIG=empty.name,
-        )
-        return subprocess.run(
-            CLI + args, capture_output=True, text=True, cwd=REPO, env=full, timeout=300
-        )
+cli = cli_with_default_config
+by_check = runs_by_name
 
 
 def unpack(archive_path, directory):
@@ -50,10 +37,6 @@ def unpack(archive_path, directory):
         extract(tar, directory)
     (top,) = os.listdir(directory)
     return os.path.join(directory, top)
-
-
-def by_check(report):
-    return {run["name"]: run for run in report["checks"]}
 
 
 def verdicts(run):
@@ -100,17 +83,7 @@ def test_capture_of_the_fake_node_reproduces_its_verdicts(captured_fake):
     meta = json.load(open(os.path.join(root, ".slurm-hooks", "capture.json")))
     assert meta["schema"] == "slurm-hooks.capture/1" and meta["node"] == "dgx-h100-01"
     at_capture = by_check(meta["verdicts"])
-    proc = cli(
-        [
-            "--config",
-            os.path.join(root, ".slurm-hooks", "config.toml"),
-            "check",
-            "--all-contexts",
-            "--json",
-            "--root",
-            root,
-        ]
-    )
+    proc = cli(["check", "--all-contexts", "--json", "--root", root])
     assert proc.returncode in (0, 1, 2), proc.stderr
     replayed = json.loads(proc.stdout)
     assert replayed["node"] == "dgx-h100-01"  # the capture's name, not this machine's
@@ -161,17 +134,7 @@ def test_capture_of_this_machine_replays_with_the_same_verdicts(tmp_path):
     at_capture = by_check(
         json.load(open(os.path.join(root, ".slurm-hooks", "capture.json")))["verdicts"]
     )
-    proc = cli(
-        [
-            "--config",
-            os.path.join(root, ".slurm-hooks", "config.toml"),
-            "check",
-            "--all-contexts",
-            "--json",
-            "--root",
-            root,
-        ]
-    )
+    proc = cli(["check", "--all-contexts", "--json", "--root", root])
     replay = by_check(json.loads(proc.stdout))
     for name, run in at_capture.items():
         if name.startswith("gpu."):
@@ -194,11 +157,11 @@ def test_a_root_that_does_not_exist_is_a_usage_error(tmp_path):
 
 def test_redaction_rules():
     status = b"Name:\tsshd\nUmask:\t0022\nPid:\t812\nUid:\t0\t0\t0\t0\nKthread:\t0\nCpus_allowed_list:\t0-3\n"
-    kept, note = capture.redact("/proc/812/status", status)
+    kept, note = redact("/proc/812/status", status)
     assert kept == b"Name:\tsshd\nPid:\t812\nKthread:\t0\nCpus_allowed_list:\t0-3\n" and note
-    assert capture.redact("/proc/812/environ", b"SECRET=1")[0] is None
-    assert capture.redact("/proc/self/cmdline", b"x")[0] is None
-    assert capture.redact("/sys/devices/system/cpu/online", b"0-3\n") == (b"0-3\n", "")
+    assert redact("/proc/812/environ", b"SECRET=1")[0] is None
+    assert redact("/proc/self/cmdline", b"x")[0] is None
+    assert redact("/sys/devices/system/cpu/online", b"0-3\n") == (b"0-3\n", "")
 
 
 def test_plan_keeps_the_symlinks_on_the_way(tmp_path):
@@ -255,3 +218,92 @@ def test_root_live_sources_are_validated(registry):
         match=r"\[general\] root_live_sources: 'nvidia' is not one of 'nvml', 'statvfs'",
     ):
         validate(registry, {"general": {"root_live_sources": ["nvidia"]}})
+
+
+# -- secrets are redacted by content, whatever the file is called (issue 24) --------------------
+
+# Slurm 25.11.7 etc/slurm.conf.example lines (AccountingStoragePass= and JobCompPass= uncommented,
+# with invented values), as a site keeps them in slurm-prod.conf with slurm.conf a symlink to it.
+SLURM_PROD_CONF = (
+    "ClusterName=cluster\nSlurmctldHost=linux0\n"
+    "AccountingStoragePass=s3cr3t-acct\nAccountingStorageType=accounting_storage/slurmdbd\n"
+    "JobCompPass=s3cr3t-comp\nJobCompType=jobcomp/none\n"
+    "NodeName=linux[1-32] CPUs=1 State=UNKNOWN\n"
+)
+
+
+def test_slurm_conf_behind_a_symlink_of_another_name_is_redacted(tmp_path):
+    root = tmp_path / "r"
+    (root / "etc/slurm").mkdir(parents=True)
+    (root / "etc/slurm/slurm-prod.conf").write_text(SLURM_PROD_CONF)
+    os.symlink("slurm-prod.conf", str(root / "etc/slurm/slurm.conf"))
+    (root / "etc/slurm/other.conf").write_text(SLURM_PROD_CONF)  # read by another name entirely
+    log = ReadLog()
+    host = Host(str(root), log=log)
+    assert "s3cr3t-acct" in host.read_text("/etc/slurm/slurm.conf")
+    host.read_text("/etc/slurm/other.conf")
+    entries, redactions = capture.plan(str(root), log)
+    archived = entries["/etc/slurm/slurm-prod.conf"][1]
+    assert b"s3cr3t" not in archived and archived == b"NodeName=linux[1-32] CPUs=1 State=UNKNOWN\n"
+    other = entries["/etc/slurm/other.conf"][1]
+    assert b"s3cr3t" not in other and b"AccountingStoragePass=<redacted>" in other
+    assert b"JobCompPass=<redacted>" in other and b"NodeName=linux[1-32]" in other
+    assert any(r.startswith("/etc/slurm/other.conf: 2 secret values") for r in redactions)
+
+
+@pytest.mark.parametrize(
+    "line, redacted",
+    [
+        (b"StoragePass=password", b"StoragePass=<redacted>"),  # Slurm's slurmdbd.conf.example
+        (b"accountingstoragepass = 'a b c'", b"accountingstoragepass = <redacted>"),
+        (  # Slurm's jwt docs: AuthAltParameters=jwt_key=...
+            b"AuthAltParameters=jwt_key=/var/spool/slurm/statesave/jwt_hs256.key",
+            b"AuthAltParameters=jwt_key=<redacted>",
+        ),
+        (b"MYSQL_PASSWORD: hunter2 x=1", b"MYSQL_PASSWORD: <redacted> x=1"),
+        (b"api_token_file=/root/t", b"api_token_file=<redacted>"),
+        (b"ClientSecret=abc", b"ClientSecret=<redacted>"),
+        # kept: kernel parameters that only look like secrets (Documentation/admin-guide/
+        # kernel-parameters.txt) and ordinary slurm.conf keys
+        (b"BOOT_IMAGE=/vmlinuz-6.8 iommu.passthrough=1 quiet", None),
+        (b"AccountingStorageType=accounting_storage/slurmdbd", None),
+        (b"\x01\x00key=value\x00\x10", None),  # binary (PCI config space): left as read
+    ],
+)
+def test_secret_values_are_redacted_by_key_name(line, redacted):
+    assert redact_secrets(line)[0] == (line if redacted is None else redacted)
+
+
+def test_capture_exclude_leaves_out_what_a_site_must_not_share(captured_fake, tmp_path):
+    node, _out, _root, _stdout = captured_fake
+    out = str(tmp_path / "x.tar.gz")
+    proc = cli(
+        [
+            "capture",
+            out,
+            "--root",
+            str(node.root),
+            "--exclude",
+            "kernel-log,cmdline",
+            "--exclude",
+            "processes",
+        ],
+        env=node.subprocess_env(),
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "left out: cmdline, kernel-log, processes" in proc.stdout
+    with tarfile.open(out) as tar:
+        names = tar.getnames()
+        meta = json.load(tar.extractfile("dgx-h100-01/.slurm-hooks/capture.json"))
+    assert "dgx-h100-01/dev/kmsg" not in names and "dgx-h100-01/proc/cmdline" not in names
+    assert not [n for n in names if re.match(r"dgx-h100-01/proc/\d+", n)]
+    assert sorted(meta["excluded"]) == ["cmdline", "kernel-log", "processes"]
+    verdicts_text = json.dumps(meta["verdicts"])
+    cmdline = open(os.path.join(str(node.root), "proc/cmdline")).read().strip()
+    assert cmdline and cmdline not in verdicts_text  # topology.iommu quoted it
+    assert "Xid" not in verdicts_text and "fallen off the bus" not in verdicts_text
+    statuses = by_check(meta["verdicts"])
+    assert statuses["xid.events"]["results"][0]["status"] == "FAIL"  # the verdict itself is kept
+    assert statuses["xid.events"]["results"][0]["summary"].startswith("(left out")
+    bad = cli(["capture", out, "--exclude", "passwords"])
+    assert bad.returncode == 3 and "--exclude 'passwords': not one of cmdline" in bad.stderr

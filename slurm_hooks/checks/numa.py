@@ -466,17 +466,17 @@ def _watched_processes(host, params) -> List[cgroup.ProcessAffinity]:
     """
     names = set(n[:15] for n in params.processes)
     found = []
-    for pid in sorted(int(e) for e in host.listdir("/proc", default=[]) if e.isdigit()):
-        text = host.read_text("/proc/%d/cgroup" % pid, default=None)
+    watched: Dict[str, bool] = {}  # cgroup path -> _in_cgroups: thousands of processes share one
+    for pid in host.pids():
+        text = host.read_pid_file(pid, "cgroup")
         if text is None:
             continue  # exited meanwhile
         path = cgroup.process_cgroup(text)
-        comm = (
-            host.read_text("/proc/%d/comm" % pid, default="", max_bytes=64).strip()
-            if names
-            else None
-        )
-        if comm in names or _in_cgroups(path, params):
+        comm = (host.read_pid_file(pid, "comm", max_bytes=64) or "").strip() if names else None
+        in_watched = watched.get(path)
+        if in_watched is None:
+            in_watched = watched[path] = _in_cgroups(path, params)
+        if comm in names or in_watched:
             proc = cgroup.read_process(host, pid, path, comm)
             if proc is not None:
                 found.append(proc)

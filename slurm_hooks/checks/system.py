@@ -174,8 +174,8 @@ def read_process_names(ctx) -> FrozenSet[str]:
         return frozenset()
     wanted = None if params.forbidden else {name[:15] for name in params.required}
     names = set()
-    for pid in sorted(int(entry) for entry in ctx.host.listdir("/proc") if entry.isdigit()):
-        comm = ctx.host.read_text("/proc/%d/comm" % pid, default=None, max_bytes=64)
+    for pid in ctx.host.pids():
+        comm = ctx.host.read_pid_file(pid, "comm", max_bytes=64)
         if comm:  # processes exit while we look: a vanished one is simply not running
             names.add(comm.strip())
             if wanted is not None and wanted <= names:

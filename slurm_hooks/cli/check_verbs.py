@@ -42,14 +42,22 @@ def add_parsers(sub) -> None:
         help="archive the files the checks read on this node (for a ticket or the test corpus)",
         description="Run every check once, recording each file it reads, and "
         "archive exactly those files (redacted: see docs/admin.md 'Captures'). Unpack it and run "
-        "`slurm-hooks --config DIR/.slurm-hooks/config.toml check --root DIR` to see this node's "
-        "verdicts elsewhere.",
+        "`slurm-hooks check --root DIR` to see this node's verdicts elsewhere (this machine's "
+        "configuration applies; the captured one's differences are shown).",
     )
     capture.add_argument(
         "out", metavar="OUT.tar.gz", help="archive to write (.tar.gz, .tar.xz or .tar)"
     )
     capture.add_argument(
         "--root", metavar="DIR", help="capture a tree (a fake node, another capture) instead of /"
+    )
+    capture.add_argument(
+        "--exclude",
+        action="append",
+        default=[],
+        metavar="WHAT",
+        help="leave out what this site must not share, comma-separated, repeatable: "
+        "kernel-log, cmdline, processes (docs/admin.md 'Captures': what a capture contains)",
     )
     add_live_option(capture)
     add_json_option(capture, CAPTURE_SCHEMA)
@@ -146,7 +154,12 @@ def cmd_check(args) -> int:
         )
         return ExitCode.UNKNOWN
     root = config.get("general", "root")
-    report = run_checks(registry, config, Host(root), args.context, specs, deadline=args.deadline)
+    host = Host(root)
+    if not host.is_live:
+        from ..hw.replay import captured_config_differences, render_differences
+
+        sys.stderr.write(render_differences(*captured_config_differences(host, config)))
+    report = run_checks(registry, config, host, args.context, specs, deadline=args.deadline)
     if args.json:
         write_json(report, sys.stdout, root)
     else:
@@ -156,10 +169,16 @@ def cmd_check(args) -> int:
 
 def cmd_capture(args) -> int:
     from ..hw.capture import CaptureError, capture
+    from ..hw.redact import parse_exclude
 
+    try:
+        exclude = parse_exclude(args.exclude)
+    except ValueError as exc:
+        print("slurm-hooks: %s" % exc, file=sys.stderr)
+        return ExitCode.UNKNOWN
     registry, config = load(args)
     try:
-        meta = capture(registry, config, args.out)
+        meta = capture(registry, config, args.out, exclude=exclude)
     except CaptureError as exc:
         if args.json:
             print_json(CAPTURE_SCHEMA, {"archive": args.out, "error": str(exc)})
@@ -169,16 +188,16 @@ def cmd_capture(args) -> int:
         print_json(CAPTURE_SCHEMA, {"archive": args.out, **meta})
         return ExitCode.OK
     print(
-        "%s: %d entries from %s (%s); redacted: %d files; check it with:\n  mkdir DIR && tar xf %s -C DIR && "
-        "slurm-hooks --config DIR/%s/.slurm-hooks/config.toml check --root DIR/%s"
+        "%s: %d entries from %s (%s); redacted: %d files; left out: %s; check it with:\n  mkdir DIR && tar xf %s -C DIR && "
+        "slurm-hooks check --root DIR/%s"
         % (
             args.out,
             meta["entries"],
             meta["node"],
             meta["root"],
             len(meta["redactions"]),
+            ", ".join(exclude) or "nothing (--exclude)",
             args.out,
-            meta["node"],
             meta["node"],
         )
     )

@@ -492,7 +492,15 @@ def load_config(
 
 
 def load_registry_and_config(config_path, root=None, live=()) -> Tuple[Registry, Config]:
-    """Registry and validated config; `root` (--root) must be an existing directory (else ConfigError: exit 3)."""
+    """Registry and validated config; `root` (--root) must be an existing directory (else ConfigError: exit 3).
+
+    Nothing inside the root's tree (a capture anyone can craft) may be a configuration file or the
+    site-checks directory: data never chooses code (hw/replay.py, DESIGN.md principle 19).
+    """
+    from ..hw.replay import refuse_code_from_tree
+    from .plugins import site_checks_dir
+
+    refuse_code_from_tree(root, config_path, site_checks_dir())
     registry = load_builtin_checks()
     extra: Dict[str, Any] = {}
     if root:
@@ -506,6 +514,7 @@ def load_registry_and_config(config_path, root=None, live=()) -> Tuple[Registry,
     config = load_config(registry, config_path, extra)
     if not os.path.isdir(config.get("general", "root")):
         raise ConfigError("[general] root = %r: no such directory" % config.get("general", "root"))
+    refuse_code_from_tree(config.get("general", "root"), config_path, site_checks_dir())
     return registry, config
 
 

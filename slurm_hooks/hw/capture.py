@@ -2,8 +2,9 @@
 
 The checks run once, every one of them (all contexts), on a Host that records every path it
 touches (host.ReadLog). The archive then holds those paths and nothing else, so the list cannot
-drift from what the checks read, and `slurm-hooks --config DIR/.slurm-hooks/config.toml check
---root DIR` on the unpacked tree reproduces the node's verdicts (docs/admin.md "Captures").
+drift from what the checks read, and `slurm-hooks check --root DIR` on the unpacked tree
+reproduces the node's verdicts (docs/admin.md "Captures"). The archive's config.toml is data: it is
+compared with the analysing machine's configuration, never applied (hw/replay.py).
 
 What goes in, under one top directory named after the node:
 - every file a check read, with the bytes it read (so the archive matches the verdicts even when
@@ -17,10 +18,9 @@ What goes in, under one top directory named after the node:
   run), statvfs.json (free space of the file systems the checks stat, which `check --root` reads
   instead of the analysing machine's disks) and config.toml (the effective configuration).
 What never goes in, whatever a check did: process environments and command lines (/proc/<pid>/
-environ, cmdline), and anything a redaction below removes:
-- /proc/<pid>/status keeps only the lines the checks parse (Name, Kthread, Cpus_allowed_list) and
-  the process ids; credentials (Uid/Gid/Groups) and memory figures are dropped;
-- slurm.conf keeps only its NodeName lines (it may hold AccountingStoragePass and other secrets).
+environ, cmdline), and what hw/redact.py removes (the status lines the checks do not parse,
+slurm.conf's lines other than NodeName, the value of every secret-named key in any text file, the
+kernel log and the verdicts) or `capture --exclude` leaves out (kernel-log, cmdline, processes).
 Live-only sources are not captured: NVML (the driver's view of the GPUs) and statvfs of paths the
 checks did not stat. Under --root those checks SKIP and say why.
 """
@@ -37,49 +37,22 @@ import time
 from typing import Any, Dict, List, Optional, Tuple
 
 from .host import CAPTURE_DIR, CAPTURED_STATVFS, Host, ReadLog
+from .redact import (
+    EXCLUDABLE,
+    NEVER,
+    excluded,
+    hide_excluded_verdicts,
+    is_proc_pid_file,
+    redact,
+    redact_secrets,
+)
 
 SCHEMA = "slurm-hooks.capture/1"
-NEVER = (
-    "environ",
-    "cmdline",
-    "mem",
-    "pagemap",
-    "kcore",
-    "auxv",
-    "maps",
-    "smaps",
-)  # /proc/<pid>/ files
-STATUS_KEEP = ("Name", "Kthread", "Cpus_allowed_list", "Mems_allowed_list", "Tgid", "Pid", "PPid")
 _MAX_HOPS = 40
 
 
 class CaptureError(Exception):
     """The capture could not be written; the message says why."""
-
-
-def _is_proc_pid_file(path: str, names: Tuple[str, ...]) -> bool:
-    parts = path.strip("/").split("/")
-    return (
-        len(parts) == 3
-        and parts[0] == "proc"
-        and (parts[1].isdigit() or parts[1] == "self")
-        and parts[2] in names
-    )
-
-
-def redact(host_path: str, data: bytes) -> Tuple[Optional[bytes], str]:
-    """(content to archive or None to leave the file out, what was removed or '')."""
-    if _is_proc_pid_file(host_path, NEVER):
-        return None, "left out"
-    if _is_proc_pid_file(host_path, ("status",)):
-        lines = data.decode("utf-8", "replace").splitlines()
-        kept = [line for line in lines if line.split(":", 1)[0] in STATUS_KEEP]
-        return ("\n".join(kept) + "\n").encode(), "only %s kept" % ", ".join(STATUS_KEEP)
-    if posixpath.basename(host_path) == "slurm.conf":
-        lines = data.decode("utf-8", "replace").splitlines()
-        kept = [line for line in lines if line.strip().lower().startswith("nodename=")]
-        return ("\n".join(kept) + "\n").encode(), "only NodeName lines kept"
-    return data, ""
 
 
 class _Tree:
@@ -143,8 +116,13 @@ class _Tree:
                 self.entries.setdefault(child, ("dir",))
 
 
-def plan(root: str, log: ReadLog) -> Tuple[Dict[str, Tuple[Any, ...]], List[str]]:
-    """The archive entries for what `log` recorded on the tree at `root`, and the redactions made."""
+def plan(
+    root: str, log: ReadLog, exclude: Tuple[str, ...] = ()
+) -> Tuple[Dict[str, Tuple[Any, ...]], List[str]]:
+    """The archive entries for what `log` recorded on the tree at `root`, and the redactions made.
+
+    `exclude`: `capture --exclude` categories (redact.EXCLUDABLE) left out entirely.
+    """
     tree = _Tree(root)
     redactions: List[str] = []
     for path in sorted(log.probed):
@@ -155,7 +133,7 @@ def plan(root: str, log: ReadLog) -> Tuple[Dict[str, Tuple[Any, ...]], List[str]
         resolved = tree.add_path(path)
         if resolved is None:
             continue
-        content, note = redact(resolved, data)
+        content, note = redact(resolved, data, aliases=(path,))
         if content is None:
             tree.entries.pop(resolved, None)
         else:
@@ -165,9 +143,15 @@ def plan(root: str, log: ReadLog) -> Tuple[Dict[str, Tuple[Any, ...]], List[str]
     for path, records in sorted(log.kmsg.items()):
         resolved = tree.add_path(path) or path
         text = "".join(record.split("\n", 1)[0] + "\n" for record in records)
-        tree.entries[resolved] = ("file", text.encode("utf-8"))
+        content, hidden = redact_secrets(text.encode("utf-8"))
+        tree.entries[resolved] = ("file", content)
+        if hidden:
+            redactions.append("%s: %d secret values replaced" % (resolved, hidden))
     for path, entry in list(tree.entries.items()):
-        if entry[0] == "file" and _is_proc_pid_file(path, NEVER):
+        if entry[0] == "file" and is_proc_pid_file(path, NEVER):
+            del tree.entries[path]
+    for path in list(tree.entries):
+        if exclude and excluded(path, exclude):
             del tree.entries[path]
     if log.statvfs:
         usage = {path: value._asdict() for path, value in sorted(log.statvfs.items())}
@@ -241,8 +225,13 @@ def node_config(config):
     return replace(config, settings=dict(config.settings, general=general))
 
 
-def capture(registry, config, out: str, deadline: Optional[float] = None) -> Dict[str, Any]:
-    """Run every check on the configured root with recording on, and write the archive; returns capture.json."""
+def capture(
+    registry, config, out: str, deadline: Optional[float] = None, exclude: Tuple[str, ...] = ()
+) -> Dict[str, Any]:
+    """Run every check on the configured root with recording on, and write the archive; returns capture.json.
+
+    `exclude`: categories left out (`capture --exclude`, redact.EXCLUDABLE), named in capture.json.
+    """
     from .. import __version__
     from ..core.config import render_toml
     from ..core.report_format import report_to_dict
@@ -257,7 +246,7 @@ def capture(registry, config, out: str, deadline: Optional[float] = None) -> Dic
     hostname = (host.read_text("/proc/sys/kernel/hostname", default="") or "node").strip().split(
         "."
     )[0] or "node"
-    entries, redactions = plan(root, log)
+    entries, redactions = plan(root, log, exclude)
     meta = {
         "schema": SCHEMA,
         "version": __version__,
@@ -267,15 +256,18 @@ def capture(registry, config, out: str, deadline: Optional[float] = None) -> Dic
         "kernel": host.read_text("/proc/sys/kernel/osrelease", default="").strip(),
         "paths": len(entries),
         "redactions": redactions,
+        "excluded": {name: EXCLUDABLE[name] for name in exclude},
         "live_only": [
             "nvml: GPU checks read the driver, which a capture cannot hold; under --root they SKIP",
             "statvfs: only the file systems the checks stat are in %s" % CAPTURED_STATVFS,
         ],
-        "verdicts": report_to_dict(report, root),
+        "verdicts": hide_excluded_verdicts(report_to_dict(report, root), exclude),
     }
-    extra = {
-        CAPTURE_DIR + "/capture.json": (json.dumps(meta, indent=1) + "\n").encode(),
-        CAPTURE_DIR + "/config.toml": render_toml(node_config(config)).encode(),
+    extra = {  # the verdicts and the config quote what was read: the same secrets are hidden there
+        CAPTURE_DIR + "/capture.json": redact_secrets((json.dumps(meta, indent=1) + "\n").encode())[
+            0
+        ],
+        CAPTURE_DIR + "/config.toml": redact_secrets(render_toml(node_config(config)).encode())[0],
     }
     meta["entries"] = write_archive(out, hostname, entries, extra)
     return meta

@@ -17,10 +17,16 @@ import errno
 import fnmatch
 import os
 import posixpath
-from typing import Any, Dict, List, NamedTuple, Optional, Set
+import stat
+from typing import Any, Dict, List, NamedTuple, Optional, Set, Tuple
+
+from .fileio import CHUNK as _CHUNK
+from .fileio import file_kind, statvfs_entry
+from .fileio import read_fd as _read_fd
+from .fileio import read_file as _read_file
+from .fileio import read_log_tail as _read_log_file
 
 DEFAULT_MAX_BYTES = 1 << 20  # 1 MiB: more than any sysfs/procfs file we read
-_CHUNK = 1 << 16  # one read(2) of a sysfs attribute (<= one page) or a typical procfs file
 _MISSING: Any = object()
 _MAX_SYMLINKS = 40
 CAPTURE_DIR = (
@@ -84,6 +90,11 @@ class Host:
         self.root = os.path.abspath(root)
         self._live = self.root == "/"
         self._dir_cache: Dict[str, str] = {}
+        # pids(): the real /proc, and under a root the pids whose entry is a real directory
+        self._proc_scan: Optional[Tuple[str, Optional[Set[int]]]] = None
+        self._pid_open_flags = os.O_RDONLY | os.O_CLOEXEC
+        if not self._live:  # the last component is never followed, a FIFO never waited on
+            self._pid_open_flags |= os.O_NOFOLLOW | os.O_NONBLOCK
         self.log = log
 
     def __repr__(self) -> str:
@@ -119,46 +130,74 @@ class Host:
         directory, base = posixpath.split(host_path)
         return posixpath.join(self.real(directory), base)
 
-    def realpath(self, host_path: str, _hops: int = 0) -> str:
+    def realpath(self, host_path: str) -> str:
         """Resolve symlinks like os.path.realpath, but never outside the root; returns a host path.
 
-        The parent directory comes from a cache (a run reads many files in few sysfs directories),
-        so resolving costs one lstat per new path component.
+        Parent directories come from a cache (a run reads many files in few sysfs directories),
+        so resolving costs one lstat per new path component. Iterative, not recursive: a crafted
+        tree's link whose target has thousands of components is walked, not a RecursionError,
+        and more than 40 links in one resolution is ELOOP, as in the kernel.
         """
-        if self.log is not None and not _hops:
+        if self.log is not None:
             self.log.probed.add(host_path)
-        if _hops > _MAX_SYMLINKS:
-            raise HostError(host_path, "too many levels of symbolic links")
         directory, base = posixpath.split(host_path)
         if not base:
-            return "/" if directory == "/" else self._resolve_dir(directory, _hops)
-        parent = self._resolve_dir(directory, _hops)
-        if base == ".":
-            return parent
-        if base == "..":
-            return posixpath.dirname(parent)
-        candidate = parent + "/" + base if parent != "/" else "/" + base
-        real = candidate if self._live else self.root + candidate
-        if os.path.islink(real):
-            target = os.readlink(real)
-            return self.realpath(
-                target if target.startswith("/") else posixpath.join(parent, target), _hops + 1
-            )
-        return candidate
+            return "/" if directory == "/" else self._resolve_dir(directory, host_path)
+        return self._walk(self._resolve_dir(directory, host_path), [base], host_path)
 
-    def _resolve_dir(self, directory: str, hops: int = 0) -> str:
+    def _resolve_dir(self, directory: str, asked: str) -> str:
+        """The resolved host path of `directory`, caching it and every ancestor resolved on the way."""
         cached = self._dir_cache.get(directory)
-        if cached is None:
-            cached = "/" if directory in ("/", "") else self.realpath(directory, hops)
-            self._dir_cache[directory] = cached
-        return cached
+        if cached is not None:
+            return cached
+        pending = []
+        probe = directory
+        while probe not in ("/", "") and probe not in self._dir_cache:
+            pending.append(probe)
+            probe = posixpath.dirname(probe)
+        current = self._dir_cache.get(probe, "/")
+        for prefix in reversed(pending):
+            current = self._walk(current, [posixpath.basename(prefix)], asked)
+            self._dir_cache[prefix] = current
+        return current
+
+    def _walk(self, current: str, parts: List[str], asked: str) -> str:
+        """Resolve the components `parts` below the resolved host path `current`, following links."""
+        pending = list(reversed(parts))
+        hops = 0
+        while pending:
+            part = pending.pop()
+            if part in ("", "."):
+                continue
+            if part == "..":
+                current = posixpath.dirname(current)
+                continue
+            candidate = current + "/" + part if current != "/" else "/" + part
+            real = candidate if self._live else self.root + candidate
+            if not os.path.islink(real):
+                current = candidate
+                continue
+            hops += 1
+            if hops > _MAX_SYMLINKS:
+                raise HostError(asked, "too many levels of symbolic links")
+            try:
+                target = os.readlink(real)
+            except OSError as exc:
+                raise HostError(asked, exc.strerror or str(exc)) from None
+            if target.startswith("/"):
+                current = "/"
+            pending.extend(reversed(target.split("/")))
+        return current
 
     # -- reads -------------------------------------------------------------------------------
     def read_bytes(
         self, host_path: str, default: Any = _MISSING, max_bytes: int = DEFAULT_MAX_BYTES
     ) -> bytes:
         try:
-            data = _read_file(self.real(host_path), max_bytes)
+            if self._live:
+                data = _read_file(host_path, max_bytes)
+            else:
+                data = _read_tree_file(self.real(host_path), host_path, max_bytes)
         except FileNotFoundError:
             if self.log is not None:
                 self.log.missing.add(host_path)
@@ -218,6 +257,80 @@ class Host:
             self.log.dirs[host_path] = names
         return names
 
+    # -- /proc/<pid>/ scans -------------------------------------------------------------------
+    def pids(self) -> List[int]:
+        """The process ids in /proc, ascending (`ls /proc`); [] without a /proc.
+
+        One scandir(3): under a root, the directory entry's own type says whether /proc/<pid> is
+        a real directory, so read_pid_file() can open files below it without resolving the path
+        component by component (two lstat(2) per file were 56 % of a 100,000-process scan). An
+        entry that is a symlink in a tree is read the slow, contained way.
+        """
+        real = self.real("/proc")
+        pids: List[int] = []
+        direct: Optional[Set[int]] = None if self._live else set()
+        try:
+            with os.scandir(real) as entries:
+                for entry in entries:
+                    if entry.name.isdigit():
+                        pid = int(entry.name)
+                        pids.append(pid)
+                        # "0123" or Unicode digits name another entry than "/proc/<pid>" opens
+                        canonical = entry.name == str(pid)
+                        if direct is not None and canonical and entry.is_dir(follow_symlinks=False):
+                            direct.add(pid)
+        except (FileNotFoundError, NotADirectoryError):
+            return []
+        except OSError as exc:
+            raise HostError("/proc", exc.strerror or str(exc)) from None
+        pids.sort()
+        self._proc_scan = (real, direct)
+        if self.log is not None:
+            self.log.dirs["/proc"] = sorted(str(pid) for pid in pids)
+        return pids
+
+    def read_pid_file(
+        self, pid: int, name: str, max_bytes: int = DEFAULT_MAX_BYTES
+    ) -> Optional[str]:
+        """/proc/<pid>/<name> as text (trailing newline stripped); None when the process is gone.
+
+        For the pids of the last pids() call; any other pid, a name with a "/", or a /proc/<pid>
+        that is a symlink in a tree goes through read_text (resolved inside the root). The hot
+        loop of a 100,000-process scan: one open, one read (procfs' per-process files are
+        seq_files, which fill the buffer up to EOF; a regular file in a tree likewise), close.
+        """
+        scan = self._proc_scan
+        if scan is None or (scan[1] is not None and pid not in scan[1]) or "/" in name:
+            return self.read_text("/proc/%d/%s" % (pid, name), default=None, max_bytes=max_bytes)
+        try:
+            path = "%s/%d/%s" % (scan[0], pid, name)
+            flags = self._pid_open_flags
+            fd = (
+                os.open(path, flags)
+                if self._live
+                else _open_tree(path, "/proc/%d/%s" % (pid, name), flags)
+            )
+        except OSError as exc:
+            if exc.errno in (errno.ENOENT, errno.ESRCH, errno.ENOTDIR):  # exited meanwhile
+                if self.log is not None:
+                    self.log.missing.add("/proc/%d/%s" % (pid, name))
+                return None
+            raise HostError("/proc/%d/%s" % (pid, name), exc.strerror or str(exc)) from None
+        try:
+            first = min(max_bytes, _CHUNK)
+            data = os.read(fd, first)
+            if len(data) >= first and max_bytes > first:  # a long file: read on to max_bytes
+                data += _read_fd(fd, max_bytes - first)
+        except OSError as exc:
+            if exc.errno == errno.ESRCH:  # exited between open and read
+                return None
+            raise HostError("/proc/%d/%s" % (pid, name), exc.strerror or str(exc)) from None
+        finally:
+            os.close(fd)
+        if self.log is not None:
+            self.log.files["/proc/%d/%s" % (pid, name)] = data
+        return data.decode("utf-8", errors="replace").rstrip("\n")
+
     def glob(self, host_dir: str, pattern: str) -> List[str]:
         """Host paths of the entries of host_dir matching a shell pattern (sorted)."""
         return [
@@ -256,13 +369,15 @@ class Host:
                 "free space is only known on the running node (statvfs(2)), and this "
                 "tree has no %s" % CAPTURED_STATVFS,
             )
+        expected = "a JSON object {path: {%s}}" % ", ".join(FsUsage._fields)
         try:
-            entry = json.loads(text).get(host_path)
-            usage = None if entry is None else FsUsage(*(int(entry[k]) for k in FsUsage._fields))
-        except (ValueError, TypeError, KeyError, AttributeError):
-            raise ParseError(
-                CAPTURED_STATVFS, text, "a JSON object {path: {%s}}" % ", ".join(FsUsage._fields)
-            ) from None
+            table = json.loads(text)
+        except (ValueError, RecursionError):  # RecursionError: a crafted [[[[...]]]]
+            raise ParseError(CAPTURED_STATVFS, text, expected) from None
+        if not isinstance(table, dict):
+            raise ParseError(CAPTURED_STATVFS, text, expected)
+        entry = table.get(host_path)
+        usage = None if entry is None else _captured_usage(entry, host_path)
         if usage is None:
             raise LiveOnly(
                 host_path, "not in this tree's %s (the capture did not stat it)" % CAPTURED_STATVFS
@@ -289,21 +404,18 @@ class Host:
         Needs root (or CAP_SYSLOG) when dmesg_restrict=1; that is reported as a HostError.
         """
         real = self.real(host_path)
+        flags = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | (0 if self._live else os.O_NOFOLLOW)
         try:
-            fd = os.open(real, os.O_RDONLY | os.O_NONBLOCK)
+            fd = os.open(real, flags)
         except FileNotFoundError:
             raise MissingFile(host_path, "no such file") from None
         except OSError as exc:
             raise HostError(host_path, exc.strerror or str(exc)) from None
         try:
+            if not self._live:
+                _require_regular(fd, host_path)
             if not _is_char_device(fd):
-                with os.fdopen(os.dup(fd), "rb") as handle:
-                    data = handle.read(64 * DEFAULT_MAX_BYTES)
-                # One record per "\n" only: splitlines() would also split at VT, FF, CR, U+2028,
-                # which a user can put in a file name the kernel logs (slurm_hooks.xid.kmsg).
-                text = data.decode("utf-8", errors="replace")
-                records = text[:-1].split("\n") if text.endswith("\n") else text.split("\n")
-                records = records[-max_records:] if text else []
+                records = _read_log_file(fd, max_records)
             else:
                 records = _read_kmsg_device(fd, max_records)
             if self.log is not None:
@@ -313,34 +425,58 @@ class Host:
             os.close(fd)
 
 
-def _read_file(path: str, max_bytes: int) -> bytes:
-    """At most max_bytes of a file, read in _CHUNK pieces until EOF.
+def _captured_usage(entry: Any, host_path: str) -> FsUsage:
+    """One statvfs.json record (fileio.statvfs_entry), else a ParseError naming the file and path."""
+    values, expected = statvfs_entry(entry, FsUsage._fields)
+    if values is None:
+        raise ParseError("%s (entry %s)" % (CAPTURED_STATVFS, host_path), repr(entry), expected)
+    return FsUsage(*values)
 
-    Not open(path, "rb").read(max_bytes): that allocates a max_bytes (1 MiB) buffer per call, which
-    made a 5-byte sysfs read cost ~25 us instead of ~8 us, and a prolog does ~500 of them. sysfs and
-    procfs may return less than asked before the end, so read until a read returns nothing.
+
+_NOT_REGULAR = (
+    "not a regular file (%s): in a captured tree only regular files are read, so a device node "
+    "that tar created (the analysing machine's own /dev/kmsg, /dev/zero) is never opened for data"
+)
+
+
+def _read_tree_file(real: str, host_path: str, max_bytes: int) -> bytes:
+    """At most max_bytes of a regular file in a captured or fake tree (Host with a root other than /).
+
+    Opened without following a last symlink (Host.real resolved them inside the tree already)
+    and non-blocking; a device node or socket is a HostError (_open_tree).
     """
-    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    fd = _open_tree(real, host_path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK)
     try:
-        chunk = os.read(fd, min(_CHUNK, max_bytes))
-        if not chunk or len(chunk) >= max_bytes:
-            return chunk
-        chunks = [chunk]
-        size = len(chunk)
-        while size < max_bytes:
-            chunk = os.read(fd, min(_CHUNK, max_bytes - size))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            size += len(chunk)
-        return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+        return _read_fd(fd, max_bytes)
     finally:
         os.close(fd)
 
 
-def _is_char_device(fd: int) -> bool:
-    import stat
+def _open_tree(real: str, host_path: str, flags: int) -> int:
+    """A descriptor of a regular file in a tree (opened with `flags`, which hold O_NONBLOCK).
 
+    A FIFO is the one exception, reopened blocking: it is how the fake node stands for a sysfs
+    read that hangs in a driver (tests/prolog_rig.py make_fifo), it carries nothing from the
+    analysing machine, and its wait is bounded by the check's timeout like any hung read.
+    Anything else that is not a regular file is a HostError naming the path and what it is.
+    """
+    fd = os.open(real, flags)
+    kind = file_kind(fd)
+    if kind is None:
+        return fd
+    os.close(fd)
+    if kind == "a FIFO":
+        return os.open(real, flags & ~os.O_NONBLOCK)
+    raise HostError(host_path, _NOT_REGULAR % kind)
+
+
+def _require_regular(fd: int, host_path: str) -> None:
+    kind = file_kind(fd)
+    if kind is not None:
+        raise HostError(host_path, _NOT_REGULAR % kind)
+
+
+def _is_char_device(fd: int) -> bool:
     return stat.S_ISCHR(os.fstat(fd).st_mode)
 
 
