@@ -40,6 +40,7 @@ BUILTIN_CHECK_MODULES = (
     "slurm_hooks.checks.topology",
     "slurm_hooks.checks.gpudirect",
     "slurm_hooks.checks.numa",
+    "slurm_hooks.checks.host.memory",
 )
 
 

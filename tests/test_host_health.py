@@ -1,0 +1,194 @@
+"""Host health beyond the GPU (tracker 28): EDAC memory errors, InfiniBand link flaps, NVMe and BMC health.
+
+Real samples: tests/captures/host/ (README.md there names every source). Counters over a window need
+history across runs: each test gives the checks its own [paths] state_dir and moves the clock
+(slurm_hooks.checks.host.common.clock) between runs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from slurm_hooks.hw import counter_window
+from slurm_hooks.hw.edac import read_edac
+from slurm_hooks.hw.host import Host
+from slurm_hooks.result import Action, Blame, Status
+from tests.helpers import REPO
+from tests.helpers import run_on_node as run
+
+CAPTURES = os.path.join(REPO, "tests", "captures", "host")
+NODE_EXPORTER = os.path.join(CAPTURES, "node_exporter")
+HOUR = 3600.0
+T0 = 1_700_000_000.0
+
+
+@pytest.fixture
+def at(monkeypatch):
+    """at(t): the host checks' clock reads t from now on."""
+
+    def move(t):
+        monkeypatch.setattr("slurm_hooks.checks.host.common.clock", lambda: t)
+
+    return move
+
+
+def _config(tmp_path, checks=None, **extra):
+    config = {"paths": {"state_dir": str(tmp_path / "state")}, "checks": checks or {}}
+    config.update(extra)
+    return config
+
+
+def _bad(results):
+    return [r for r in results if r.status not in (Status.OK, Status.SKIP)]
+
+
+# -- EDAC ---------------------------------------------------------------------------------------
+
+
+def test_edac_csrow_layout_of_node_exporters_fixture():
+    """node_exporter's sysfs fixture: the csrow layout, CEs per channel with its label, UEs per csrow."""
+    (mc,) = read_edac(Host(NODE_EXPORTER))
+    assert (mc.name, mc.ce, mc.ue, mc.ce_noinfo, mc.ue_noinfo) == ("mc0", 1, 5, 2, 6)
+    by_key = {d.key: d for d in mc.dimms}
+    assert by_key["mc0/csrow0/ch1"].label == "mc0csrow0channel1"
+    assert by_key["mc0/csrow0/ch1"].ce == 0 and by_key["mc0/csrow0/ch1"].ue is None
+    assert by_key["mc0/csrow2"].ue == 5
+    assert by_key["mc0/csrow2"].label == "mc0csrow2channel0 or mc0csrow2channel1"
+
+
+def test_edac_capture_fails_each_csrow_with_ues_and_the_unplaced_ones(registry, tmp_path, at):
+    at(T0)
+    node = type("Captured", (), {"root": NODE_EXPORTER})
+    results = run(registry, node, ["host.edac"], _config(tmp_path))
+    failed = {r.component: r for r in results if r.status is Status.FAIL}
+    assert set(failed) == {
+        "dimm:mc0/csrow0 mc0csrow0channel0 or mc0csrow0channel1",
+        "dimm:mc0/csrow1 mc0csrow1channel0 or mc0csrow1channel1",
+        "dimm:mc0/csrow2 mc0csrow2channel0 or mc0csrow2channel1",
+        "memory:mc0 (errors not placed on a DIMM)",
+    }
+    assert all(r.action is Action.RMA and r.effective_blame is Blame.NODE for r in failed.values())
+    assert failed["memory:mc0 (errors not placed on a DIMM)"].details["ue_count"] == 6
+
+
+def test_edac_healthy_fake_node_and_a_node_without_edac(registry, fake_node, tmp_path, at):
+    at(T0)
+    (ok,) = run(registry, fake_node(), ["host.edac"], _config(tmp_path))
+    assert ok.status is Status.OK and "8 memory controller(s), 16 DIMM" in ok.summary
+    (skip,) = run(registry, fake_node("cpu-only"), ["host.edac"], _config(tmp_path))
+    assert skip.status is Status.SKIP
+
+
+def test_edac_ue_names_the_dimm_label(registry, fake_node, tmp_path, at):
+    at(T0)
+    node = fake_node(overrides={"memory": {"edac": {"mc5": {"dimms": {"dimm1": {"ue_count": 1}}}}}})
+    (bad,) = _bad(run(registry, node, ["host.edac"], _config(tmp_path)))
+    # mc5 is socket 1's second IMC: the driver's label says so
+    assert bad.component == "dimm:mc5/dimm1 CPU_SrcID#1_MC#1_Chan#1_DIMM#0"
+    assert (bad.status, bad.action, bad.effective_blame) == (Status.FAIL, Action.RMA, Blame.NODE)
+
+
+def _set_ce(node, mc, dimm, value):
+    node.write("/sys/devices/system/edac/mc/%s/%s/dimm_ce_count" % (mc, dimm), str(value))
+
+
+def test_edac_ce_rate_over_a_window_across_runs(registry, fake_node, tmp_path, at):
+    """10 CEs within 24 h WARN (mcelog's default); the same 10 a day later are history, not a rate."""
+    node = fake_node()
+    config = _config(tmp_path)
+    at(T0)
+    _set_ce(node, "mc2", "dimm0", 40)  # since-reset count from long ago: a baseline, not a rate
+    assert not _bad(run(registry, node, ["host.edac"], config))
+    at(T0 + HOUR)
+    _set_ce(node, "mc2", "dimm0", 49)
+    assert not _bad(run(registry, node, ["host.edac"], config))  # 9 < 10
+    at(T0 + 2 * HOUR)
+    _set_ce(node, "mc2", "dimm0", 50)
+    (warn,) = _bad(run(registry, node, ["host.edac"], config))
+    assert warn.status is Status.WARN and warn.effective_blame is None
+    assert warn.component == "dimm:mc2/dimm0 CPU_SrcID#0_MC#2_Chan#0_DIMM#0"
+    assert warn.details["ce_in_window"] == 10 and warn.details["ce_count"] == 50
+    at(T0 + 27 * HOUR)  # no new error for a day
+    assert not _bad(run(registry, node, ["host.edac"], config))
+    # the same growth with ce_status = "fail" drains (FAIL, blamed on the node)
+    strict = _config(tmp_path / "strict", {"host.edac": {"ce_status": "fail"}})
+    at(T0)
+    _set_ce(node, "mc2", "dimm0", 0)
+    run(registry, node, ["host.edac"], strict)
+    at(T0 + HOUR)
+    _set_ce(node, "mc2", "dimm0", 25)
+    (fail,) = _bad(run(registry, node, ["host.edac"], strict))
+    assert (fail.status, fail.effective_blame) == (Status.FAIL, Blame.NODE)
+
+
+def test_edac_reboot_resets_and_young_counters(registry, fake_node, tmp_path, at):
+    """A counter that went down (reboot, driver reload) started again from zero; counters reset within
+    the window (seconds_since_reset) count whole even on the first run."""
+    node = fake_node(overrides={"memory": {"edac": {"mc1": {"seconds_since_reset": 600}}}})
+    config = _config(tmp_path)
+    at(T0)
+    _set_ce(node, "mc1", "dimm1", 11)  # 11 CEs in the 10 minutes since the driver loaded
+    (young,) = _bad(run(registry, node, ["host.edac"], config))
+    assert young.details["ce_in_window"] == 11
+    node.write("/proc/sys/kernel/random/boot_id", "another-boot")
+    node.write("/sys/devices/system/edac/mc/mc1/seconds_since_reset", "7200")
+    at(T0 + 3 * HOUR)
+    _set_ce(node, "mc1", "dimm1", 3)  # after the reboot: 11 before + 3 after are in the window
+    (after,) = _bad(run(registry, node, ["host.edac"], config))
+    assert after.details["ce_in_window"] == 14 and after.details["resets"] >= 1
+
+
+def test_edac_history_that_cannot_be_kept_never_breaks_the_check(registry, fake_node, tmp_path, at):
+    node = fake_node(overrides={"memory": {"edac": {"mc0": {"dimms": {"dimm0": {"ue_count": 2}}}}}})
+    at(T0)
+    state = node.path(str(tmp_path / "state"))  # a fake node keeps its history in its tree
+    state.mkdir(parents=True)
+    corrupt = counter_window.state_path(str(state), "edac")
+    with open(corrupt, "w") as handle:
+        handle.write('{"version": 1, "series": {"mc0/dimm0": [[1, "b", "x"]]}}')
+    results = run(registry, node, ["host.edac"], _config(tmp_path))
+    assert [r.status for r in results] == [Status.FAIL]  # the UE is judged all the same
+    with open(corrupt) as handle:
+        assert json.load(handle)["series"]["mc0/dimm0"][-1][2] == 0  # started again, and saved
+    node.write("/var/lib/blocked", "a file where the state directory should be")
+    results = run(registry, node, ["host.edac"], {"paths": {"state_dir": "/var/lib/blocked"}})
+    assert [r.status for r in results] == [Status.FAIL]
+
+
+def test_window_increase_resets_saturation_and_unplaceable_steps():
+    day = 24 * HOUR
+    pts = [(T0, "a", 250), (T0 + HOUR, "a", 255)]
+    inc = counter_window.window_increase(pts, T0 + HOUR, day, saturate_at=255)
+    assert (inc.increase, inc.saturated, inc.resets) == (5, True, 0)
+    pts = [(T0, "a", 7), (T0 + HOUR, "a", 2), (T0 + 2 * HOUR, "b", 1)]  # cleared, then rebooted
+    inc = counter_window.window_increase(pts, T0 + 2 * HOUR, day)
+    assert (inc.increase, inc.resets) == (3, 2)
+    pts = [(T0 - 10 * day, "a", 0), (T0, "a", 500)]  # growth over ten days: not placeable in a day
+    assert counter_window.window_increase(pts, T0, day).increase == 0
+    assert counter_window.window_increase([], T0, day).increase == 0
+
+
+def test_a_crafted_tree_cannot_make_the_history_leave_it(registry, fake_node, tmp_path, at):
+    """A captured tree whose state directory is a symlink to an absolute path: resolved inside the tree."""
+    node = fake_node()
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    os.makedirs(str(node.path("/var/lib")), exist_ok=True)
+    os.symlink(str(outside), str(node.path("/var/lib/slurm-hooks")))
+    at(T0)
+    run(registry, node, ["host.edac"], {"paths": {"state_dir": "/var/lib/slurm-hooks"}})
+    assert os.listdir(str(outside)) == []
+    assert os.path.exists(str(node.path(str(outside) + "/host-edac.json")))
+
+
+def test_history_is_bounded(tmp_path):
+    path = str(tmp_path / "h.json")
+    for i in range(counter_window.MAX_POINTS + 50):
+        history = counter_window.record(path, {"k": i}, T0 + i, "b", 1e9)
+    assert len(history.series["k"]) == counter_window.MAX_POINTS
+    for i in range(100):  # an unchanged counter keeps two points, whatever the number of runs
+        history = counter_window.record(path, {"k": 7}, T0 + 1000 * i, "b", 1e9)
+    assert sum(1 for p in history.series["k"] if p[2] == 7) == 2
