@@ -41,6 +41,7 @@ BUILTIN_CHECK_MODULES = (
     "slurm_hooks.checks.gpudirect",
     "slurm_hooks.checks.numa",
     "slurm_hooks.checks.host.memory",
+    "slurm_hooks.checks.host.links",
 )
 
 

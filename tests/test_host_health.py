@@ -192,3 +192,76 @@ def test_history_is_bounded(tmp_path):
     for i in range(100):  # an unchanged counter keeps two points, whatever the number of runs
         history = counter_window.record(path, {"k": 7}, T0 + 1000 * i, "b", 1e9)
     assert sum(1 for p in history.series["k"] if p[2] == 7) == 2
+
+
+# -- InfiniBand links ----------------------------------------------------------------------------
+
+
+def _set_ib(node, port, counter, value):
+    hca, num = port.split("/")
+    node.write("/sys/class/infiniband/%s/ports/%s/counters/%s" % (hca, num, counter), str(value))
+
+
+def test_ib_capture_leaves_out_counters_without_a_pma(registry, tmp_path, at):
+    """node_exporter's fixture: mlx4_0 counts; i40iw0 (iWARP) writes "N/A (no PMA)" in every counter."""
+    at(T0)
+    node = type("Captured", (), {"root": NODE_EXPORTER})
+    (ok,) = run(registry, node, ["host.ib_links"], _config(tmp_path))
+    assert ok.status is Status.OK and ok.summary.startswith("3 port(s), 2 with counters")
+
+
+def test_ib_flaps_over_a_window(registry, fake_node, tmp_path, at):
+    node = fake_node()
+    config = _config(tmp_path)
+    at(T0)
+    _set_ib(node, "mlx5_3/1", "link_downed", 4)  # since boot, long ago: a baseline
+    assert not _bad(run(registry, node, ["host.ib_links"], config))
+    at(T0 + HOUR)
+    _set_ib(node, "mlx5_3/1", "link_downed", 5)  # went down once
+    (warn,) = _bad(run(registry, node, ["host.ib_links"], config))
+    assert (warn.status, warn.component) == (Status.WARN, "hca:mlx5_3/1")
+    assert warn.details["link_downed"]["in_window"] == 1 and warn.effective_blame is None
+    at(T0 + 26 * HOUR)  # a quiet day later
+    assert not _bad(run(registry, node, ["host.ib_links"], config))
+    # flaps_fail = 3: three flaps in a day drain (blamed on the node, the other end named)
+    strict = _config(tmp_path / "strict", {"host.ib_links": {"flaps_fail": 3}})
+    at(T0)
+    run(registry, node, ["host.ib_links"], strict)
+    for hour, value in ((1, 6), (2, 7), (3, 8)):
+        at(T0 + hour * HOUR)
+        _set_ib(node, "mlx5_3/1", "link_downed", value)
+        (bad,) = _bad(run(registry, node, ["host.ib_links"], strict))
+    assert (bad.status, bad.action, bad.effective_blame) == (Status.FAIL, Action.DRAIN, Blame.NODE)
+    assert "ibdiagnet" in bad.details["other_end"]
+
+
+def test_ib_counters_that_reset_or_saturate(registry, fake_node, tmp_path, at):
+    node = fake_node()
+    config = _config(tmp_path, {"host.ib_links": {"flaps_warn": 3}})
+    at(T0)
+    _set_ib(node, "mlx5_0/1", "link_downed", 200)
+    run(registry, node, ["host.ib_links"], config)
+    at(T0 + HOUR)
+    _set_ib(node, "mlx5_0/1", "link_downed", 2)  # cleared (perfquery -R), then two flaps
+    assert not _bad(run(registry, node, ["host.ib_links"], config))  # 2 < 3: a reset is no flap
+    at(T0 + 2 * HOUR)
+    _set_ib(node, "mlx5_0/1", "link_downed", 1)  # cleared again, one more: 3 in the window
+    (warn,) = _bad(run(registry, node, ["host.ib_links"], config))
+    assert warn.details["link_downed"] == {"in_window": 3, "value": 1, "resets": 2}
+    at(T0 + 3 * HOUR)
+    _set_ib(node, "mlx5_1/1", "symbol_error", 65535)  # 16 bits: saturated, growth invisible
+    saturated = [
+        r for r in _bad(run(registry, node, ["host.ib_links"], config)) if "mlx5_1" in r.component
+    ]
+    assert saturated[0].status is Status.WARN and "saturated at 65535" in saturated[0].summary
+
+
+def test_ib_garbage_in_a_counter_is_unknown_never_fail(registry, fake_node, tmp_path, at):
+    node = fake_node()
+    at(T0)
+    _set_ib(node, "mlx5_2/1", "link_downed", "lots")
+    results = run(
+        registry, node, ["host.ib_links"], _config(tmp_path, {"host.ib_links": {"flaps_fail": 1}})
+    )
+    assert [r.status for r in results] == [Status.UNKNOWN]
+    assert "link_downed" in results[0].summary and "'lots'" in results[0].summary
