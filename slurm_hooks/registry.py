@@ -42,6 +42,7 @@ BUILTIN_CHECK_MODULES = (
     "slurm_hooks.checks.numa",
     "slurm_hooks.checks.host.memory",
     "slurm_hooks.checks.host.links",
+    "slurm_hooks.checks.host.nvme",
 )
 
 

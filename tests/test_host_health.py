@@ -265,3 +265,135 @@ def test_ib_garbage_in_a_counter_is_unknown_never_fail(registry, fake_node, tmp_
     )
     assert [r.status for r in results] == [Status.UNKNOWN]
     assert "link_downed" in results[0].summary and "'lots'" in results[0].summary
+
+
+# -- NVMe ----------------------------------------------------------------------------------------
+
+NVME_SAMPLES = os.path.join(CAPTURES, "nvme")
+
+
+def _fake_nvme_cli(tmp_path, answers):
+    """An `nvme` executable answering `smart-log /dev/<ctrl> -o json` from files: {ctrl: path or shell}."""
+    lines = ["#!/bin/sh", 'case "$2" in']
+    for ctrl, answer in answers.items():
+        body = answer if answer.startswith("!") else "cat '%s'" % answer
+        lines.append("  /dev/%s) %s ;;" % (ctrl, body.lstrip("!")))
+    lines += ['  *) echo "$2: No such file or directory" >&2; exit 1 ;;', "esac"]
+    script = tmp_path / "nvme"
+    script.write_text("\n".join(lines) + "\n")
+    script.chmod(0o755)
+    return str(script)
+
+
+def _nvme_config(tmp_path, command, **params):
+    params = dict({"command": command, "tool_timeout": 2.0}, **params)
+    return _config(
+        tmp_path, {"host.nvme": params}, general={"root_live_sources": ["nvml", "tools"]}
+    )
+
+
+def test_parse_smart_log_real_samples():
+    from slurm_hooks.checks.host.nvme import parse_smart_log
+
+    def sample(name):
+        with open(os.path.join(NVME_SAMPLES, name)) as handle:
+            return parse_smart_log(handle.read(), name)
+
+    wd = sample("wd-2tb-nvme-cli-issue-1037.json")
+    assert wd == {
+        "critical_warning": 0,
+        "avail_spare": 100,
+        "spare_thresh": 10,
+        "percent_used": 3,
+        "media_errors": 0,
+    }
+    assert sample("wd-2tb-nvme-cli-2.3-strings.json") == wd  # "201,526,305" strings read the same
+    samsung = sample("samsung-mzvl2512-smartmontools-issue-537-H.json")
+    assert samsung["critical_warning"] == 4 and samsung["percent_used"] == 100
+    with pytest.raises(ValueError, match="percent_used"):
+        parse_smart_log('{"critical_warning": 0, "percent_used": "lots"}', "x")
+    with pytest.raises(ValueError, match="not JSON"):
+        parse_smart_log("Permission denied", "x")
+
+
+def test_nvme_verdicts_on_real_logs(registry, fake_node, tmp_path, at):
+    """A worn-out Samsung's 0x04 (it sets it at 100% used, smartmontools #537) WARNs; a drive whose media
+    went read-only FAILs (its scratch space cannot be written); the healthy WD is OK."""
+    node = fake_node()
+    read_only = tmp_path / "ro.json"
+    read_only.write_text(json.dumps({"critical_warning": 8, "avail_spare": 3, "spare_thresh": 10}))
+    command = _fake_nvme_cli(
+        tmp_path,
+        {
+            "nvme0": os.path.join(NVME_SAMPLES, "wd-2tb-nvme-cli-issue-1037.json"),
+            "nvme1": os.path.join(NVME_SAMPLES, "samsung-mzvl2512-smartmontools-issue-537-H.json"),
+            "nvme2": str(read_only),
+            "nvme3": os.path.join(NVME_SAMPLES, "wd-2tb-nvme-cli-2.3-strings.json"),
+        },
+    )
+    at(T0)
+    results = {
+        r.component.split()[0]: r
+        for r in run(
+            registry, node, ["host.nvme"], _nvme_config(tmp_path, command), context="health"
+        )
+    }
+    assert set(results) == {"nvme:nvme1", "nvme:nvme2"}
+    assert (
+        results["nvme:nvme1"].status is Status.WARN
+        and "reliability degraded" in results["nvme:nvme1"].summary
+    )
+    assert "100% of its rated endurance" in results["nvme:nvme1"].summary
+    ro = results["nvme:nvme2"]
+    assert (ro.status, ro.action, ro.effective_blame) == (Status.FAIL, Action.RMA, Blame.NODE)
+    assert "read-only" in ro.summary and "spare 3% under its threshold 10%" in ro.summary
+
+
+def test_nvme_missing_hung_or_refused_tool_never_drains(registry, fake_node, tmp_path, at):
+    node = fake_node()
+    at(T0)
+    (skip,) = run(
+        registry,
+        node,
+        ["host.nvme"],
+        _nvme_config(tmp_path, str(tmp_path / "absent")),
+        context="health",
+    )
+    assert skip.status is Status.SKIP and "not installed" in skip.summary
+    command = _fake_nvme_cli(
+        tmp_path, {"nvme0": "!sleep 30", "nvme1": "!echo 'Permission denied' >&2; exit 1"}
+    )
+    results = run(
+        registry,
+        node,
+        ["host.nvme"],
+        _nvme_config(tmp_path, command, tool_timeout=0.5, devices=["nvme0", "nvme1"]),
+        context="health",
+    )
+    assert [r.status for r in results] == [Status.UNKNOWN, Status.UNKNOWN]
+    assert "did not answer within 0.5s" in results[0].summary
+    assert "Permission denied" in results[1].summary
+    # not in the prolog (a process per drive), and a tree under --root does not run this machine's tool
+    assert registry.checks["host.nvme"].contexts == frozenset({"health", "manual"})
+    (rooted,) = run(
+        registry,
+        node,
+        ["host.nvme"],
+        _config(tmp_path, {"host.nvme": {"command": command}}),
+        context="health",
+    )
+    assert rooted.status is Status.SKIP and "running node" in rooted.summary
+
+
+def test_nvme_new_media_errors_over_a_window(registry, fake_node, tmp_path, at):
+    node = fake_node()
+    log = tmp_path / "log.json"
+    command = _fake_nvme_cli(tmp_path, {"nvme0": str(log)})
+    config = _nvme_config(tmp_path, command, devices=["nvme0"])
+    at(T0)
+    log.write_text(json.dumps({"critical_warning": 0, "media_errors": "12"}))  # old, lifetime
+    assert not _bad(run(registry, node, ["host.nvme"], config, context="health"))
+    at(T0 + HOUR)
+    log.write_text(json.dumps({"critical_warning": 0, "media_errors": "13"}))
+    (warn,) = _bad(run(registry, node, ["host.nvme"], config, context="health"))
+    assert warn.status is Status.WARN and warn.details["media_errors_in_window"] == 1
