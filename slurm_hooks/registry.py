@@ -43,6 +43,7 @@ BUILTIN_CHECK_MODULES = (
     "slurm_hooks.checks.host.memory",
     "slurm_hooks.checks.host.links",
     "slurm_hooks.checks.host.nvme",
+    "slurm_hooks.checks.host.bmc",
 )
 
 

@@ -397,3 +397,132 @@ def test_nvme_new_media_errors_over_a_window(registry, fake_node, tmp_path, at):
     log.write_text(json.dumps({"critical_warning": 0, "media_errors": "13"}))
     (warn,) = _bad(run(registry, node, ["host.nvme"], config, context="health"))
     assert warn.status is Status.WARN and warn.details["media_errors_in_window"] == 1
+
+
+# -- BMC -----------------------------------------------------------------------------------------
+
+IPMI_SAMPLES = os.path.join(CAPTURES, "ipmitool")
+
+
+def _ipmi_text(name):
+    with open(os.path.join(IPMI_SAMPLES, name)) as handle:
+        return handle.read()
+
+
+def _fake_ipmitool(tmp_path, sdr, sel, extra=""):
+    """An `ipmitool` answering `sdr list` and `sel elist` from files (`extra`: shell run first)."""
+    script = tmp_path / "ipmitool"
+    script.write_text(
+        "#!/bin/sh\n%s\ncase \"$1\" in\n  sdr) cat '%s' ;;\n  sel) cat '%s' ;;\nesac\n"
+        % (extra, sdr, sel)
+    )
+    script.chmod(0o755)
+    return str(script)
+
+
+def _bmc_config(tmp_path, command, **params):
+    params = dict({"command": command, "tool_timeout": 2.0}, **params)
+    return _config(tmp_path, {"host.bmc": params}, general={"root_live_sources": ["nvml", "tools"]})
+
+
+def test_parse_ipmitool_real_outputs():
+    from slurm_hooks.checks.host.bmc import parse_sdr, parse_sel
+
+    r320 = parse_sdr(_ipmi_text("dell-r320-sdr-list-full.txt"))
+    assert len(r320) == 17 and [s.name for s in r320 if s.status == "cr"] == ["Fan3B", "Fan4B"]
+    elist = parse_sdr(_ipmi_text("dell-sdr-elist-all.txt"))
+    assert [(s.name, s.status, s.reading) for s in elist][2] == (
+        "Ambient Temp",
+        "ok",
+        "19 degrees C",
+    )
+    # ipmitool #176: a lost redundancy reads "ok" in the SDR: the SEL has to be read as well
+    assert {s.status for s in parse_sdr(_ipmi_text("sdr-redundancy-lost-reads-ok.txt"))} == {"ok"}
+    sel = parse_sel(_ipmi_text("sel-elist-power-unit.txt"))
+    assert [(r.record_id, r.asserted) for r in sel] == [("30", True), ("31", False), ("32", True)]
+    quanta = parse_sel(_ipmi_text("sel-elist-quanta-ecc.txt"))
+    assert [r.record_id for r in quanta] == ["3a", "e"] and quanta[
+        0
+    ].text == "Memory #0x88 | Correctable ECC (CPU0_G1)"
+
+
+def test_bmc_sensors_past_thresholds_warn(registry, fake_node, tmp_path, at):
+    node = fake_node()
+    sel = tmp_path / "sel.txt"
+    sel.write_text(_ipmi_text("sel-elist-power-unit.txt"))
+    command = _fake_ipmitool(
+        tmp_path, os.path.join(IPMI_SAMPLES, "dell-r320-sdr-list-full.txt"), sel
+    )
+    at(T0)
+    results = run(registry, node, ["host.bmc"], _bmc_config(tmp_path, command), context="health")
+    assert [(r.status, r.component) for r in results] == [
+        (Status.WARN, "bmc-sensor:Fan3B"),
+        (Status.WARN, "bmc-sensor:Fan4B"),
+    ]
+    assert "critical (0 RPM)" in results[0].summary and results[0].effective_blame is None
+    quiet = run(
+        registry,
+        node,
+        ["host.bmc"],
+        _bmc_config(tmp_path, command, ignore_sensors=["Fan3B", "Fan4B"]),
+        context="health",
+    )
+    assert [r.status for r in quiet] == [Status.OK]
+    strict = run(
+        registry,
+        node,
+        ["host.bmc"],
+        _bmc_config(tmp_path, command, sensor_status="fail"),
+        context="health",
+    )
+    assert {(r.status, r.effective_blame) for r in strict} == {(Status.FAIL, Blame.NODE)}
+
+
+def test_bmc_judges_only_sel_records_new_since_the_last_run(registry, fake_node, tmp_path, at):
+    node = fake_node()
+    sdr = tmp_path / "sdr.txt"
+    sdr.write_text(_ipmi_text("dell-sdr-elist-all.txt"))
+    sel = tmp_path / "sel.txt"
+    old = _ipmi_text("sel-elist-quanta-ecc.txt")
+    sel.write_text(old)
+    command = _fake_ipmitool(tmp_path, sdr, sel)
+    config = _bmc_config(tmp_path, command)
+    at(T0)
+    (first,) = run(registry, node, ["host.bmc"], config, context="health")
+    assert first.status is Status.OK and "first run" in first.summary
+    # A PSU failure, in ipmitool's words (lib/ipmi_sel.c: Power Supply "Failure detected"), and one
+    # more correctable ECC (left to host.edac)
+    sel.write_text(
+        old
+        + "  3b | 12/15/22 | 01:02:03 CET | Power Supply #0x62 | Failure detected () | Asserted\n"
+        + "  3c | 12/15/22 | 01:05:00 CET | Memory #0x88 | Correctable ECC (CPU0_G1) | Asserted\n"
+    )
+    (psu,) = run(registry, node, ["host.bmc"], config, context="health")
+    assert (psu.status, psu.component) == (Status.WARN, "bmc-sel:3b")
+    assert "power supply" in psu.summary
+    (again,) = run(registry, node, ["host.bmc"], config, context="health")  # seen: not judged twice
+    assert again.status is Status.OK
+
+
+def test_bmc_missing_or_hung_ipmitool_never_drains(registry, fake_node, tmp_path, at):
+    node = fake_node()
+    at(T0)
+    (skip,) = run(
+        registry,
+        node,
+        ["host.bmc"],
+        _bmc_config(tmp_path, str(tmp_path / "absent")),
+        context="health",
+    )
+    assert skip.status is Status.SKIP and "not installed" in skip.summary
+    hung = _fake_ipmitool(tmp_path, "/dev/null", "/dev/null", extra="sleep 30")
+    results = run(
+        registry,
+        node,
+        ["host.bmc"],
+        _bmc_config(tmp_path, hung, tool_timeout=0.3),
+        context="health",
+    )
+    assert [r.status for r in results] == [Status.UNKNOWN, Status.UNKNOWN]
+    assert "did not answer" in results[0].summary
+    assert registry.checks["host.bmc"].contexts == frozenset({"health", "manual"})
