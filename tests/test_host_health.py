@@ -526,3 +526,21 @@ def test_bmc_missing_or_hung_ipmitool_never_drains(registry, fake_node, tmp_path
     assert [r.status for r in results] == [Status.UNKNOWN, Status.UNKNOWN]
     assert "did not answer" in results[0].summary
     assert registry.checks["host.bmc"].contexts == frozenset({"health", "manual"})
+
+
+def test_edac_garbage_in_a_counter_is_unknown_never_fail(registry, fake_node, tmp_path, at):
+    node = fake_node()
+    node.write("/sys/devices/system/edac/mc/mc0/dimm0/dimm_ue_count", "1x")
+    at(T0)
+    results = run(registry, node, ["host.edac"], _config(tmp_path))
+    assert [r.status for r in results] == [Status.UNKNOWN]
+    assert "dimm_ue_count" in results[0].summary
+
+
+def test_edac_ignored_findings_are_said_to_be_ignored(registry, fake_node, tmp_path, at):
+    node = fake_node(overrides={"memory": {"edac": {"mc0": {"dimms": {"dimm0": {"ue_count": 3}}}}}})
+    at(T0)
+    config = _config(tmp_path, {"host.edac": {"ue_status": "ignore"}})
+    (ok,) = run(registry, node, ["host.edac"], config)
+    assert ok.status is Status.OK and "1 finding(s) ignored" in ok.summary
+    assert "3 uncorrectable" in ok.details["ignored"][0]

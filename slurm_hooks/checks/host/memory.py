@@ -100,14 +100,23 @@ def edac(snap: EdacSnapshot, params) -> List[Result]:
         results.extend(_ce_result(snap, mc, None, window_s, params.ce_threshold, ce_status))
     counted = sum(len(mc.dimms) for mc in snap.controllers)
     if not any(r.status is not Status.OK for r in results):
+        ignored = len(results)  # findings whose status is "ignore" in the config
         return [
             Result(
                 NAME,
                 Status.OK,
-                "%d memory controller(s), %d DIMM counter(s): no uncorrectable error, correctable "
-                "ones under %d per %gh"
-                % (len(snap.controllers), counted, params.ce_threshold, params.window_hours),
-                details={"history": note} if note else {},
+                "%d memory controller(s), %d DIMM counter(s): %s"
+                % (
+                    len(snap.controllers),
+                    counted,
+                    "%d finding(s) ignored by configuration" % ignored
+                    if ignored
+                    else "no uncorrectable error, correctable ones under %d per %gh"
+                    % (params.ce_threshold, params.window_hours),
+                ),
+                details=dict(
+                    {"history": note} if note else {}, ignored=[r.summary for r in results]
+                ),
             )
         ]
     return [r for r in results if r.status is not Status.OK]
