@@ -44,6 +44,7 @@ BUILTIN_CHECK_MODULES = (
     "slurm_hooks.checks.host.links",
     "slurm_hooks.checks.host.nvme",
     "slurm_hooks.checks.host.bmc",
+    "slurm_hooks.checks.host.mce",
 )
 
 

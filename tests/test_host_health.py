@@ -544,3 +544,45 @@ def test_edac_ignored_findings_are_said_to_be_ignored(registry, fake_node, tmp_p
     (ok,) = run(registry, node, ["host.edac"], config)
     assert ok.status is Status.OK and "1 finding(s) ignored" in ok.summary
     assert "3 uncorrectable" in ok.details["ignored"][0]
+
+
+# -- machine checks in the kernel log -------------------------------------------------------------
+
+KERNEL_LOG = os.path.join(CAPTURES, "kernel-log")
+
+
+def _replay_kernel_log(node, name, facility=0):
+    """The real lines of a capture, as the kernel's /dev/kmsg records on the fake node."""
+    from slurm_hooks.xid.kmsg import parse_kmsg_record
+
+    with open(os.path.join(KERNEL_LOG, name)) as handle:
+        for line in handle.read().splitlines():
+            node.add_kmsg(parse_kmsg_record(line).message, level=4, facility=facility)
+
+
+def test_mce_uncorrected_corrected_and_invalid_records(registry, fake_node, tmp_path):
+    node = fake_node()
+    _replay_kernel_log(node, "mce-journal-nuc-boot.txt")
+    _replay_kernel_log(node, "mce-journal-nuc6-corrected.txt")
+    _replay_kernel_log(node, "mce-dmesg-sandybridge.txt")
+    results = run(registry, node, ["host.mce"], _config(tmp_path), context="health")
+    # NUC: UC + PCC on CPU 0 bank 4; the NUC6's corrected ones (under 10 per bank) and the Sandy
+    # Bridge's status 0 (VAL clear) are not findings
+    assert [(r.status, r.component) for r in results] == [(Status.WARN, "cpu:0 bank 4")]
+    assert "0xa600000000020408, processor context corrupt" in results[0].summary
+    strict = _config(tmp_path, {"host.mce": {"corrected_warn": 2}})
+    components = [r.component for r in run(registry, node, ["host.mce"], strict, context="health")]
+    assert components == ["cpu:0 bank 4", "cpu:3 bank 6"]  # CPU 3 logged two corrected ones
+
+
+def test_mce_written_by_a_user_is_not_the_kernels(registry, fake_node, tmp_path):
+    node = fake_node()
+    _replay_kernel_log(node, "mce-journal-nuc-boot.txt", facility=1)  # LOG_USER: `echo > /dev/kmsg`
+    node.add_kmsg(
+        "Memory failure: 0x1f3e2a: recovery action for dirty LRU page: Recovered", facility=1
+    )
+    (ok,) = run(registry, node, ["host.mce"], _config(tmp_path), context="health")
+    assert ok.status is Status.OK
+    node.add_kmsg("Memory failure: 0x1f3e2a: recovery action for dirty LRU page: Recovered")
+    (page,) = run(registry, node, ["host.mce"], _config(tmp_path), context="health")
+    assert page.status is Status.WARN and "0x1f3e2a" in page.summary
