@@ -586,3 +586,49 @@ def test_mce_written_by_a_user_is_not_the_kernels(registry, fake_node, tmp_path)
     node.add_kmsg("Memory failure: 0x1f3e2a: recovery action for dirty LRU page: Recovered")
     (page,) = run(registry, node, ["host.mce"], _config(tmp_path), context="health")
     assert page.status is Status.WARN and "0x1f3e2a" in page.summary
+
+
+# -- decisions through the hooks ----------------------------------------------------------------
+
+
+def _hook_config(registry, node, tmp_path, **checks):
+    from slurm_hooks.core.config import validate
+
+    only_host = {
+        name: {"enabled": False} for name in registry.checks if not name.startswith("host.")
+    }
+    only_host.update(checks)
+    return validate(
+        registry,
+        {
+            "general": {"root": str(node.root), "mode": "enforce"},  # a drain is expected: enforce
+            "paths": {"state_dir": str(tmp_path / "state"), "log_file": "", "syslog": False},
+            "records": {"enabled": False},
+            "checks": only_host,
+        },
+    )
+
+
+def test_prolog_drains_for_an_uncorrectable_dimm_but_not_for_a_flapping_port(
+    registry, fake_node, tmp_path, at
+):
+    from slurm_hooks.hooks import run_hook
+    from slurm_hooks.slurm.client import SlurmClient
+    from slurm_hooks.slurm.drainer import Outcome
+    from tests.doubles.memory_slurm import cluster
+
+    env = {"SLURM_JOB_ID": "42", "SLURM_JOB_USER": "alice", "SLURMD_NODENAME": "node1"}
+    node = fake_node()
+    at(T0)
+    config = _hook_config(registry, node, tmp_path)
+    run_hook("prolog", registry, config, env, client=SlurmClient(cluster()))
+    at(T0 + HOUR)
+    _set_ib(node, "mlx5_4/1", "link_downed", 2)  # two flaps: WARN by default, no drain
+    backend = cluster()
+    outcome = run_hook("prolog", registry, config, env, client=SlurmClient(backend))
+    assert outcome.exit_code == 0 and backend.calls == 0
+    node.write("/sys/devices/system/edac/mc/mc6/dimm0/dimm_ue_count", "1")
+    backend = cluster()
+    outcome = run_hook("prolog", registry, config, env, client=SlurmClient(backend))
+    assert outcome.enacted.outcome is Outcome.DRAINED
+    assert "host.edac" in backend.nodes["node1"].reason
