@@ -171,7 +171,7 @@ def ib_links(snap: IbCounters, params) -> List[Result]:
             Result(
                 NAME,
                 status,
-                "port %s in the last %gh: %s" % (port, params.window_hours, ", ".join(findings)),
+                "in the last %gh: %s" % (params.window_hours, ", ".join(findings)),
                 component="hca:%s" % port,
                 details=details,
                 action=Action.DRAIN if status is Status.FAIL else Action.NONE,

@@ -133,8 +133,11 @@ def _ue_result(mc: Controller, dimm: Optional[Dimm], count: int, status: Status)
     return Result(
         NAME,
         status,
-        "%d uncorrectable memory error(s) since the counters were reset on %s: replace the DIMM"
-        % (count, where),
+        "%d uncorrectable memory error(s) since the counters were reset: %s"
+        % (
+            count,
+            "replace the DIMM" if dimm is not None else "find the DIMM (mcelog, the BMC's SEL)",
+        ),
         component=where,
         details={"ue_count": count, "seconds_since_reset": mc.seconds_since_reset},
         action=Action.RMA if status is Status.FAIL else Action.NONE,
@@ -160,8 +163,8 @@ def _ce_result(
         Result(
             NAME,
             status,
-            "%d correctable memory error(s) in the last %.1fh on %s (threshold %d per %gh)"
-            % (inc.increase, inc.covered_s / 3600.0, where, threshold, window_s / 3600.0),
+            "%d correctable memory error(s) in the last %.1fh (threshold %d per %gh)"
+            % (inc.increase, inc.covered_s / 3600.0, threshold, window_s / 3600.0),
             component=where,
             details={
                 "ce_in_window": inc.increase,

@@ -262,7 +262,7 @@ def _judge(drive: DriveHealth, snap: NvmeSnapshot, params) -> Result:
     return Result(
         NAME,
         status,
-        "%s: %s" % (drive.name, "; ".join(f[1] for f in findings)),
+        "; ".join(f[1] for f in findings),
         component=component,
         details=details,
         action=Action.RMA if status is Status.FAIL else Action.NONE,
