@@ -41,6 +41,15 @@ def _config(tmp_path, checks=None, **extra):
     return config
 
 
+def _captured(tmp_path):
+    """node_exporter's tree, copied: a tree under --root keeps the checks' history inside it."""
+    import shutil
+
+    root = tmp_path / "node_exporter"
+    shutil.copytree(NODE_EXPORTER, str(root))
+    return type("Captured", (), {"root": str(root)})
+
+
 def _bad(results):
     return [r for r in results if r.status not in (Status.OK, Status.SKIP)]
 
@@ -61,7 +70,7 @@ def test_edac_csrow_layout_of_node_exporters_fixture():
 
 def test_edac_capture_fails_each_csrow_with_ues_and_the_unplaced_ones(registry, tmp_path, at):
     at(T0)
-    node = type("Captured", (), {"root": NODE_EXPORTER})
+    node = _captured(tmp_path)
     results = run(registry, node, ["host.edac"], _config(tmp_path))
     failed = {r.component: r for r in results if r.status is Status.FAIL}
     assert set(failed) == {
@@ -205,7 +214,7 @@ def _set_ib(node, port, counter, value):
 def test_ib_capture_leaves_out_counters_without_a_pma(registry, tmp_path, at):
     """node_exporter's fixture: mlx4_0 counts; i40iw0 (iWARP) writes "N/A (no PMA)" in every counter."""
     at(T0)
-    node = type("Captured", (), {"root": NODE_EXPORTER})
+    node = _captured(tmp_path)
     (ok,) = run(registry, node, ["host.ib_links"], _config(tmp_path))
     assert ok.status is Status.OK and ok.summary.startswith("3 port(s), 2 with counters")
 
