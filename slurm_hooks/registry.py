@@ -40,6 +40,11 @@ BUILTIN_CHECK_MODULES = (
     "slurm_hooks.checks.topology",
     "slurm_hooks.checks.gpudirect",
     "slurm_hooks.checks.numa",
+    "slurm_hooks.checks.host.memory",
+    "slurm_hooks.checks.host.links",
+    "slurm_hooks.checks.host.nvme",
+    "slurm_hooks.checks.host.bmc",
+    "slurm_hooks.checks.host.mce",
 )
 
 

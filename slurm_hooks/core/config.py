@@ -109,6 +109,7 @@ def _words(pattern: "re.Pattern[str]", what: str) -> Callable[[Any], Optional[st
 LIVE_SOURCES = (
     "nvml",
     "statvfs",
+    "tools",
 )  # what a root other than / may still read from the running machine
 
 # Sections other than [checks.*]: section -> key -> Setting. Later features add their sections here.
@@ -133,8 +134,8 @@ SECTIONS: Dict[str, Dict[str, Setting]] = {
             [],
             "with a root other than /, live sources still read from the running "
             "machine: 'nvml' (its NVIDIA driver; the fake node's library), 'statvfs' (free "
-            "space of the disk holding the tree); by default none, and the checks needing "
-            "them SKIP",
+            "space of the disk holding the tree), 'tools' (nvme-cli, ipmitool: the host "
+            "checks); by default none, and the checks needing them SKIP",
             LIVE_SOURCES,
         ),
         "expect_gpus": Setting(

@@ -152,10 +152,31 @@ CPU = {
     ],
 }
 
+EDAC_DIMM = {  # /sys/devices/system/edac/mc/mcN/dimmM/ (Documentation/ABI/testing/sysfs-devices-edac)
+    "label": None,  # dimm_label; None: the i10nm/skx driver's "CPU_SrcID#<socket>_MC#<mc>_Chan#<c>_DIMM#<d>"
+    "location": None,  # dimm_location; None: "channel <c> slot <d> " (the driver's two layers)
+    "size": 65536,  # MiB
+    "ce_count": 0,  # dimm_ce_count
+    "ue_count": 0,  # dimm_ue_count
+}
+
+EDAC_MC = {  # /sys/devices/system/edac/mc/mcN/
+    "seconds_since_reset": 86400 * 7,
+    "ce_noinfo_count": 0,
+    "ue_noinfo_count": 0,
+    "dimms": Open(EDAC_DIMM),  # "dimm<M>" -> overrides of the generated DIMM (or a new one)
+}
+
 MEMORY = {
     "total_kb": 263842184,  # split evenly over NUMA nodes that do not set mem_total_kb
     "free_kb": 0,  # 0: 90% of total
     "hugepagesize_kb": 2048,
+    # EDAC, as i10nm_edac lays out a Sapphire Rapids node: per socket `edac_controllers` integrated
+    # memory controllers (one mcN each, numbered across sockets), `edac_channels` channels of one DIMM
+    # each (dimm0, dimm1, ...). 0 controllers: no EDAC driver (no /sys/devices/system/edac/mc/mc*).
+    "edac_controllers": 0,
+    "edac_channels": 2,
+    "edac": Open(EDAC_MC),  # "mc<N>" -> overrides (error counts, labels)
 }
 
 NUMA = {

@@ -32,6 +32,7 @@ def write_sysfs(t: Tree, spec: Dict[str, Any], devs: Dict[str, Dict[str, Any]]) 
     _iommu(t, spec, devs, paths)
     _cpus(t, spec)
     _numa(t, spec)
+    _edac(t, spec)
     _modules(t, spec)
     _misc(t, spec)
     return paths
@@ -288,6 +289,51 @@ def _modules(t: Tree, spec: Dict[str, Any]) -> None:
             version
         ):  # "" = the peer-memory client is not registered (an overlay cannot delete a key)
             t.write("/sys/kernel/mm/memory_peers/%s/version" % name, version)
+
+
+def _edac(t: Tree, spec: Dict[str, Any]) -> None:
+    """/sys/devices/system/edac/mc as i10nm_edac writes it (drivers/edac/edac_mc_sysfs.c, skx_common.c)."""
+    memory = spec["memory"]
+    per_socket, channels = memory["edac_controllers"], memory["edac_channels"]
+    base = "/sys/devices/system/edac/mc"
+    for n in range(per_socket * spec["cpu"]["sockets"]):
+        socket, imc = divmod(n, per_socket)
+        over = memory["edac"].get("mc%d" % n, {})
+        dimms = {
+            "dimm%d" % c: {"channel": c, "slot": 0} for c in range(channels)
+        }  # one DIMM per channel
+        for name, dimm_over in over.get("dimms", {}).items():
+            dimms.setdefault(name, {"channel": 0, "slot": 0}).update(dimm_over)
+        mc = "%s/mc%d" % (base, n)
+        ce = ue = 0
+        for name, d in sorted(dimms.items()):
+            label = d.get("label")
+            if label is None:
+                label = "CPU_SrcID#%d_MC#%d_Chan#%d_DIMM#%d" % (
+                    socket,
+                    imc,
+                    d["channel"],
+                    d["slot"],
+                )
+            location = d.get("location")
+            if location is None:
+                location = "channel %d slot %d " % (d["channel"], d["slot"])
+            ce += d.get("ce_count", 0)
+            ue += d.get("ue_count", 0)
+            t.write(  # an unset label reads as nothing at all (dimmdev_label_show)
+                "%s/%s/dimm_label" % (mc, name), label + "\n" if label else "", newline=False
+            )
+            t.write("%s/%s/dimm_location" % (mc, name), location)
+            t.write("%s/%s/size" % (mc, name), d.get("size", 65536))
+            t.write("%s/%s/dimm_ce_count" % (mc, name), d.get("ce_count", 0))
+            t.write("%s/%s/dimm_ue_count" % (mc, name), d.get("ue_count", 0))
+        ce_noinfo, ue_noinfo = over.get("ce_noinfo_count", 0), over.get("ue_noinfo_count", 0)
+        t.write(mc + "/mc_name", "Intel_10nm Socket#%d IMC#%d" % (socket, imc))
+        t.write(mc + "/ce_count", ce + ce_noinfo)
+        t.write(mc + "/ue_count", ue + ue_noinfo)
+        t.write(mc + "/ce_noinfo_count", ce_noinfo)
+        t.write(mc + "/ue_noinfo_count", ue_noinfo)
+        t.write(mc + "/seconds_since_reset", over.get("seconds_since_reset", 86400 * 7))
 
 
 def _misc(t: Tree, spec: Dict[str, Any]) -> None:

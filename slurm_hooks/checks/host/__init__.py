@@ -1,0 +1,1 @@
+"""Family `host`: the node's own hardware beyond the GPUs (memory DIMMs, InfiniBand links, NVMe drives, BMC)."""
