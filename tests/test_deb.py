@@ -377,6 +377,33 @@ def test_upgrade_keeps_the_edited_config(root):
     assert check.returncode == 0 and 'reason_prefix = "site-hooks:"' in check.stdout, check.stderr
 
 
+def test_an_upgrade_from_a_release_that_enforced_by_default_keeps_enforce(root):
+    """The release before the `mode` command enforced by default and this one observes: a node that
+    never set a mode must go on draining after the upgrade (preinst writes the drop-in `mode`
+    writes), while a fresh install, an upgrade from a release that has the command, and a node that
+    set a mode itself get nothing."""
+    assert _status(root) == "install ok installed"
+    keep = root / "/etc/slurm-hooks/conf.d/99-mode.toml"
+    assert not keep.exists()  # the v1 install and the v1 -> v2 upgrade wrote nothing
+    mode_verb = (root / SITE).joinpath("slurm_hooks", "cli", "mode_verbs.py")
+    site_mode = root / "/etc/slurm-hooks/conf.d/10-site-mode.toml"
+    site_mode.write_text('[ general ]\n"mode" = "observe"\n')
+    mode_verb.unlink()  # the installed code now looks like the release before
+    done = root.run(["dpkg", "-i", root.debs["v2"]])
+    assert done.returncode == 0, done.stderr
+    assert not keep.exists() and "kept mode" not in done.stderr  # the site chose: left alone
+    site_mode.unlink()
+    mode_verb.unlink()
+    done = root.run(["dpkg", "-i", root.debs["v2"]])
+    assert done.returncode == 0, done.stderr
+    assert "kept mode = enforce from the release before" in done.stderr
+    assert 'mode = "enforce"' in keep.read_text() and keep.stat().st_mode & 0o777 == 0o644
+    shown = _cli(root, "mode")
+    assert shown.returncode == 0 and "mode: enforce" in shown.stdout, shown.stdout + shown.stderr
+    assert "99-mode.toml" in shown.stdout
+    keep.unlink()
+
+
 def test_remove_keeps_configuration_and_purge_removes_what_the_package_made(root):
     rotated = root / (LOG_DIR + "/slurm-hooks.log.1")
     rotated.write_text("rotated by logrotate\n")

@@ -804,6 +804,46 @@ def test_upgrade_keeps_edited_config_and_replaces_code(
     assert site.exists() and not (root / "usr/bin/slurm-hooks").exists()
 
 
+def _run_pre_scriptlet(rpm_file: Path, etc: Path, code: Path, instances: int):
+    """The built RPM's %pre, as rpm runs it (sh, $1 = the number of instances after the install),
+    with only its two paths pointed into a temp tree: the tests install with --noscripts, and the
+    real paths are the host's."""
+    script = _run(["rpm", "-qp", "--qf", "%{PREIN}", str(rpm_file)]).stdout
+    assert script.count("\netc=/etc/slurm-hooks\n") == 1, script
+    assert script.count("\nold_code=%s/slurm_hooks\n" % SITELIB) == 1, script
+    script = script.replace("\netc=/etc/slurm-hooks\n", "\netc=%s\n" % etc)
+    script = script.replace("\nold_code=%s/slurm_hooks\n" % SITELIB, "\nold_code=%s\n" % code)
+    return _run(["sh", "-c", script, "pre", str(instances)])
+
+
+def test_an_upgrade_from_a_release_that_enforced_by_default_keeps_enforce(built, tmp_path):
+    """%pre: the release before the `mode` command enforced by default and this one observes, so a
+    node that never set a mode keeps enforce (conf.d/99-mode.toml); a fresh install, an upgrade
+    from a release with the command and a node whose config sets a mode get nothing."""
+    rpm_file = built["el9"]["rpm"]
+    etc, code = tmp_path / "etc", tmp_path / "site-packages" / "slurm_hooks"
+    (etc / "conf.d").mkdir(parents=True)
+    (code / "cli").mkdir(parents=True)
+    (etc / "config.toml").write_text('#[general]\n#mode = "enforce"\n[iommu]\nmode = "strict"\n')
+    keep = etc / "conf.d" / "99-mode.toml"
+    (code / "cli" / "mode_verbs.py").write_text("")
+    assert _run_pre_scriptlet(rpm_file, etc, code, 2).returncode == 0
+    assert not keep.exists()  # the release before had the command: it observed or chose already
+    (code / "cli" / "mode_verbs.py").unlink()
+    assert _run_pre_scriptlet(rpm_file, etc, code, 1).returncode == 0
+    assert not keep.exists()  # a fresh install ($1 = 1) observes
+    (etc / "conf.d" / "10-site.toml").write_text("general.mode = 'observe'\n")
+    assert _run_pre_scriptlet(rpm_file, etc, code, 2).returncode == 0
+    assert not keep.exists()  # the site set a mode (a dotted key at the top level counts)
+    (etc / "conf.d" / "10-site.toml").unlink()
+    done = _run_pre_scriptlet(rpm_file, etc, code, 2)
+    assert done.returncode == 0 and "kept mode = enforce" in done.stderr, done.stderr
+    assert 'mode = "enforce"' in keep.read_text() and keep.stat().st_mode & 0o777 == 0o644
+    from slurm_hooks.core.config_files import toml_loads
+
+    assert toml_loads(keep.read_text()) == {"general": {"mode": "enforce"}}
+
+
 def test_the_spec_targets_python39_on_el8_by_itself(python39):
     """`rpmbuild --rebuild` on EL8, whose python3 is 3.6: the spec picks the python39 module itself. EL8's
     macros compute %python3_version from %__python3 there; here the 3.9 values stand in for that."""
