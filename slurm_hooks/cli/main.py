@@ -24,6 +24,7 @@ VERB_MODULES = (
     "slurm_hooks.cli.xid_verbs",
     "slurm_hooks.cli.hook_verbs",
     "slurm_hooks.cli.record_verbs",
+    "slurm_hooks.cli.qualify_verbs",
 )
 
 

@@ -7,6 +7,7 @@ mismatch). Samples: tests/captures/diag/nvbandwidth-* (v0.2 to v0.8).
 from __future__ import annotations
 
 import re
+import statistics
 from typing import Dict, List, Optional, Tuple
 
 from ..core.structs import Struct, field
@@ -32,16 +33,18 @@ class Matrix(Struct, frozen=False):
     total: Optional[float] = None
 
     def per_gpu(self) -> Dict[int, float]:
-        """GPU index -> its worst figure. CPU(row)<->GPU(column): the column is the GPU; a
-        GPU(row)<->GPU(column) matrix: the lower of the GPU's row and column (a slow GPU is slow
-        in both directions)."""
-        out: Dict[int, float] = {}
+        """GPU index -> its figure. CPU(row)<->GPU(column): the GPU's column, its best CPU row (a
+        bad link is bad from every CPU; a far NUMA node is not the GPU's fault). GPU(row)<->GPU
+        (column): the median of every pair the GPU is in, as source or target (a slow GPU is slow
+        in all its pairs, its healthy peers only in their pair with it)."""
+        values: Dict[int, List[float]] = {}
         gpu_rows = "GPU(row)" in self.title
         for (row, column), value in self.cells.items():
-            gpus = (row, column) if gpu_rows else (column,)
-            for gpu in gpus:
-                out[gpu] = min(out.get(gpu, value), value)
-        return out
+            for gpu in (row, column) if gpu_rows else (column,):
+                values.setdefault(gpu, []).append(value)
+        if gpu_rows:
+            return {gpu: statistics.median(found) for gpu, found in values.items()}
+        return {gpu: max(found) for gpu, found in values.items()}
 
 
 class NvbandwidthReport(Struct, frozen=False):

@@ -1,0 +1,87 @@
+"""`qualify`: run a qualification level on this node, print each test with its figures, keep the
+record, exit by the verdict (0 pass, 2 fail, 3 not qualified). docs/qualify.md."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from ..result import ExitCode
+
+
+def add_parsers(sub) -> None:
+    qualify = sub.add_parser(
+        "qualify",
+        help="prove this node good with active diagnostics (DCGM, nvbandwidth, NCCL, ib_write_bw)",
+        description="Run a qualification level on this node: each tool bounded, its output "
+        "judged against the node's own GPUs, [qualify] classes and the fleet's earlier records. "
+        "Exit code: 0 pass, 2 fail, 3 not qualified (a tool missing or not judged).",
+    )
+    qualify.add_argument(
+        "--level", choices=("quick", "standard", "long"), help="default: [qualify] level"
+    )
+    qualify.add_argument("--json", action="store_true", help="print the record as JSON")
+    qualify.add_argument(
+        "--root", metavar="DIR", help="read /proc and /sys under DIR (a fake node)"
+    )
+    qualify.add_argument(
+        "--class", dest="class_name", metavar="CLASS", help="this node's hardware class"
+    )
+    qualify.add_argument(
+        "--no-record", action="store_true", help="do not write the qualification record"
+    )
+    qualify.set_defaults(handler=cmd_qualify)
+
+
+def cmd_qualify(args) -> int:
+    from ..core.report_format import node_name
+    from ..hw.host import Host
+    from ..qualify import flow, record
+    from .check_verbs import load
+
+    _registry, config = load(args)
+    settings = config.settings["qualify"]
+    root = config.get("general", "root")
+    node = node_name(root) or "unknown"
+    records_dir = config.get("records", "dir") if config.get("records", "enabled") else None
+    result = flow.run_level(
+        settings,
+        args.level or settings["level"],
+        node,
+        Host(root),
+        class_name=args.class_name,
+        records_dir=records_dir,
+    )
+    if records_dir and not args.no_record:
+        try:
+            result["record"] = record.write(records_dir, node, result)
+        except (OSError, ValueError) as exc:  # atomicio.UnsafePath is a ValueError/OSError
+            print("slurm-hooks: qualification record not written: %s" % exc, file=sys.stderr)
+    if args.json:
+        json.dump(result, sys.stdout, indent=2, sort_keys=True)
+        sys.stdout.write("\n")
+    else:
+        sys.stdout.write(render(result))
+    return flow.VERDICT_EXIT.get(result["verdict"], ExitCode.UNKNOWN)
+
+
+def render(result) -> str:
+    lines = [
+        "qualify %s on %s (%s), %.1f s (ours %.2f s)"
+        % (
+            result["level"],
+            result["node"],
+            result["class"],
+            result["seconds"],
+            result["our_seconds"],
+        )
+    ]
+    for test in result["tests"]:
+        lines.append(
+            "  %-7s %-16s %s (%.1f s)"
+            % (test["status"], test["name"], test["summary"], test["seconds"])
+        )
+    lines.append("verdict: %s: %s" % (result["verdict"].upper(), result["reason"]))
+    if result.get("record"):
+        lines.append("record: %s" % result["record"])
+    return "\n".join(lines) + "\n"
