@@ -293,3 +293,40 @@ def test_bad_qualify_config_is_refused_at_load_with_the_key(tmp_path, table, mes
 def test_statuses_are_the_result_vocabulary(node):
     result = qualify(node, "quick", env=standin_env(fault="x8_link=1"))
     assert {t["status"] for t in result["tests"]} <= {s.value for s in Status}
+
+
+def test_a_record_of_another_owner_or_a_symlink_never_sets_the_median(node, tmp_path):
+    """A user who can write in the records directory (or a node that was not ours) must not raise
+    the class median and fail every peer's qualification."""
+    records_dir = str(tmp_path)
+    for peer in ("p1", "p2", "p3"):
+        record.write(
+            records_dir,
+            peer,
+            {
+                "schema": record.SCHEMA,
+                "class": H100,
+                "level": "standard",
+                "verdict": "pass",
+                "tests": [{"name": "nccl", "figures": {"nccl.busbw": 900.0}}],
+            },
+        )
+    p3 = os.path.join(records_dir, "p3")
+    (name,) = os.listdir(p3)
+    os.rename(os.path.join(p3, name), os.path.join(records_dir, "elsewhere.qualify"))
+    os.symlink(os.path.join(records_dir, "elsewhere.qualify"), os.path.join(p3, name))
+    assert qualify(node, "standard", records_dir=records_dir)["verdict"] == "pass"  # 2 real peers
+    assert record.read(os.path.join(p3, name)) is None
+    if os.geteuid() == 0:
+        os.remove(os.path.join(p3, name))
+        os.rename(os.path.join(records_dir, "elsewhere.qualify"), os.path.join(p3, name))
+        os.chown(os.path.join(p3, name), 4242, 4242)
+        assert (
+            qualify(node, "standard", records_dir=records_dir, trusted_uids={0})["verdict"]
+            == "pass"
+        )
+        os.chown(os.path.join(p3, name), 0, 0)
+        assert (
+            qualify(node, "standard", records_dir=records_dir, trusted_uids={0})["verdict"]
+            == "fail"
+        )

@@ -82,6 +82,7 @@ def test_dcgm_json_warning_and_skips():
         '"results": [{"status": "Maybe"}]}]}]}}',
         '{"DCGM Diagnostic": {"test_categories": ',
         "| memory                    | Purple                                         |\n",
+        '{"test_categories": ' + "[" * 200000 + "]" * 200000 + "}",
     ],
 )
 def test_dcgm_errors_and_garbage_are_parse_errors(text):

@@ -44,6 +44,7 @@ def cmd_qualify(args) -> int:
     root = config.get("general", "root")
     node = node_name(root) or "unknown"
     records_dir = config.get("records", "dir") if config.get("records", "enabled") else None
+    trusted = trusted_writers(config)
     result = flow.run_level(
         settings,
         args.level or settings["level"],
@@ -51,6 +52,7 @@ def cmd_qualify(args) -> int:
         Host(root),
         class_name=args.class_name,
         records_dir=records_dir,
+        trusted_uids=trusted,
     )
     if records_dir and not args.no_record:
         try:
@@ -63,6 +65,18 @@ def cmd_qualify(args) -> int:
     else:
         sys.stdout.write(render(result))
     return flow.VERDICT_EXIT.get(result["verdict"], ExitCode.UNKNOWN)
+
+
+def trusted_writers(config) -> "set[int]":
+    """Whose records may set the fleet's median: [fleet] trusted_writers (as for report
+    --stragglers), with root, us and the records directory's owner (record.latest_by_node)."""
+    from ..records.straggler_scan import ScanError, trusted_uids
+
+    try:
+        return trusted_uids(config.get("fleet", "trusted_writers"))
+    except ScanError as exc:
+        print("slurm-hooks: warning: %s" % exc, file=sys.stderr)
+        return {0}
 
 
 def render(result) -> str:

@@ -66,8 +66,8 @@ def parse(text: str) -> DiagReport:
 def parse_json(text: str) -> DiagReport:
     try:
         doc = json.loads(text)
-    except ValueError as exc:
-        raise ParseError("dcgmi JSON does not parse: %s" % exc) from None
+    except (ValueError, RecursionError) as exc:  # RecursionError: "[[[[..." nested past the stack
+        raise ParseError("dcgmi JSON does not parse: %s" % type(exc).__name__) from None
     if not isinstance(doc, dict):
         raise ParseError("dcgmi JSON is not an object")
     body = doc.get("DCGM Diagnostic") or doc.get("DCGM GPU Diagnostic")

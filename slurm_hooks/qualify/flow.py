@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 import time
-from typing import Any, Dict, List, Mapping, Optional, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Set, Tuple
 
 from ..hw.host import Host
 from ..result import ExitCode, Status
@@ -69,6 +69,7 @@ def run_level(
     class_name: Optional[str] = None,
     records_dir: Optional[str] = None,
     now: Optional[float] = None,
+    trusted_uids: Optional[Set[int]] = None,
 ) -> Dict[str, Any]:
     """The record of one qualification run (not yet written)."""
     started = time.time() if now is None else now
@@ -90,7 +91,7 @@ def run_level(
         outcomes.append(judge.judge(test, run, expect, float(settings["node_fraction"]), rate))
     tool_seconds = sum(o.seconds for o in outcomes)
     if records_dir:
-        _fleet(outcomes, records_dir, hw_class, level, node, settings)
+        _fleet(outcomes, records_dir, hw_class, level, node, settings, trusted_uids)
     verdict, reason = decide(outcomes, list(settings.get("optional_tools") or []))
     return {
         "schema": record.SCHEMA,
@@ -117,11 +118,11 @@ def run_level(
     }
 
 
-def _fleet(outcomes, records_dir, hw_class, level, node, settings) -> None:
+def _fleet(outcomes, records_dir, hw_class, level, node, settings, trusted_uids) -> None:
     """A figure well below the class median of the node's peers fails its test, even above the
     class floor (the floor is a spec sheet; the peers are what this fleet actually delivers)."""
     medians = record.class_medians(
-        records_dir, hw_class, level, node, int(settings["fleet_min_peers"])
+        records_dir, hw_class, level, node, int(settings["fleet_min_peers"]), trusted_uids
     )
     fraction = float(settings["fleet_fraction"])
     for outcome in outcomes:

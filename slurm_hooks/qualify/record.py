@@ -12,9 +12,10 @@ from __future__ import annotations
 import json
 import os
 import re
+import stat
 import statistics
 import time
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Set, Tuple
 
 from ..core import atomicio
 from ..records.store import RECORD_DIR_MODE, RECORD_MODE, safe_name
@@ -54,13 +55,26 @@ def write(directory: str, node: str, record: Dict[str, Any], now: Optional[float
     return os.path.join(directory, node, name)
 
 
-def read(path: str) -> Optional[Dict[str, Any]]:
-    """A record, or None for a file that is not one (too large, not JSON, another schema)."""
+def read(path: str, trusted: Optional[Set[int]] = None) -> Optional[Dict[str, Any]]:
+    """A record, or None for a file that is not one (too large, not JSON, another schema, a
+    symlink, or, with `trusted`, a file of another owner: a user who can write in the records
+    directory must not set the fleet's median and fail every peer's qualification)."""
     try:
-        with open(path, "rb") as handle:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode) or (trusted is not None and info.st_uid not in trusted):
+            return None
+        with os.fdopen(fd, "rb") as handle:
+            fd = -1
             data = handle.read(MAX_RECORD_BYTES + 1)
     except OSError:
         return None
+    finally:
+        if fd != -1:
+            os.close(fd)
     if len(data) > MAX_RECORD_BYTES:
         return None
     try:
@@ -70,8 +84,16 @@ def read(path: str) -> Optional[Dict[str, Any]]:
     return record if isinstance(record, dict) and record.get("schema") == SCHEMA else None
 
 
-def latest_by_node(directory: str) -> Dict[str, Tuple[str, Dict[str, Any]]]:
-    """node -> (path, record) of its newest qualification record under DIR."""
+def latest_by_node(
+    directory: str, trusted: Optional[Set[int]] = None
+) -> Dict[str, Tuple[str, Dict[str, Any]]]:
+    """node -> (path, record) of its newest qualification record under DIR (owned by a `trusted`
+    uid, root, us or DIR's owner, when `trusted` is given)."""
+    if trusted is not None:
+        try:
+            trusted = set(trusted) | {0, os.geteuid(), os.stat(directory).st_uid}
+        except OSError:
+            return {}
     out: Dict[str, Tuple[str, Dict[str, Any]]] = {}
     try:
         nodes = sorted(e.name for e in os.scandir(directory) if e.is_dir(follow_symlinks=False))
@@ -85,7 +107,7 @@ def latest_by_node(directory: str) -> Dict[str, Tuple[str, Dict[str, Any]]]:
         except OSError:
             continue
         for name in reversed(names):
-            record = read(os.path.join(directory, node, name))
+            record = read(os.path.join(directory, node, name), trusted)
             if record is not None:
                 out[node] = (os.path.join(directory, node, name), record)
                 break
@@ -93,12 +115,19 @@ def latest_by_node(directory: str) -> Dict[str, Tuple[str, Dict[str, Any]]]:
 
 
 def class_medians(
-    directory: str, hardware_class: str, level: str, exclude_node: str, min_peers: int
+    directory: str,
+    hardware_class: str,
+    level: str,
+    exclude_node: str,
+    min_peers: int,
+    trusted: Optional[Set[int]] = None,
 ) -> Dict[str, Tuple[float, int]]:
     """figure -> (median, peers) over the latest passing record of every other node of the class
     at the same level; figures seen on fewer than min_peers nodes are left out."""
     values: Dict[str, List[float]] = {}
-    for node, (_path, record) in latest_by_node(directory).items():
+    for node, (_path, record) in latest_by_node(
+        directory, trusted if trusted is not None else set()
+    ).items():
         if node == exclude_node or record.get("class") != hardware_class:
             continue
         if record.get("level") != level or record.get("verdict") != "pass":
