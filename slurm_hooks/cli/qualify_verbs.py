@@ -30,6 +30,18 @@ def add_parsers(sub) -> None:
     qualify.add_argument(
         "--no-record", action="store_true", help="do not write the qualification record"
     )
+    qualify.add_argument(
+        "--node",
+        metavar="NODE",
+        help="from an admin host: qualify NODE (drained by us) as a Slurm job in a maintenance "
+        "reservation of ours; pass resumes it, anything else drains it again with the reason",
+    )
+    qualify.add_argument(
+        "--work-dir",
+        metavar="DIR",
+        help="with --node: where the job's script and output go (visible on the node; default "
+        "[paths] state_dir)",
+    )
     qualify.set_defaults(handler=cmd_qualify)
 
 
@@ -40,6 +52,8 @@ def cmd_qualify(args) -> int:
     from .check_verbs import load
 
     _registry, config = load(args)
+    if args.node:
+        return qualify_through_slurm(args, config)
     settings = config.settings["qualify"]
     root = config.get("general", "root")
     node = node_name(root) or "unknown"
@@ -65,6 +79,38 @@ def cmd_qualify(args) -> int:
     else:
         sys.stdout.write(render(result))
     return flow.VERDICT_EXIT.get(result["verdict"], ExitCode.UNKNOWN)
+
+
+def qualify_through_slurm(args, config) -> int:
+    import os
+
+    from ..qualify.through_slurm import qualify_node
+    from ..slurm.drainer import make_client
+
+    command = [sys.executable, "-m", "slurm_hooks"]
+    if args.config:
+        command += ["--config", os.path.abspath(args.config)]
+    command.append("qualify")
+    level = args.level or config.settings["qualify"]["level"]
+    work_dir = args.work_dir or config.get("paths", "state_dir")
+    os.makedirs(work_dir, mode=0o700, exist_ok=True)
+    done = qualify_node(
+        make_client(config.settings), args.node, level, config.settings, command, work_dir
+    )
+    if args.json:
+        json.dump(done, sys.stdout, indent=2, sort_keys=True)
+        sys.stdout.write("\n")
+    else:
+        print(
+            "qualify %s on %s: %s: %s"
+            % (level, args.node, done["verdict"].upper(), done.get("reason", ""))
+        )
+        for key in ("job_id", "reservation", "enacted", "reservation_deleted", "slurm_calls"):
+            if key in done:
+                print("  %s: %s" % (key, done[key]))
+    if done.get("reason", "").startswith("refused"):
+        return ExitCode.REFUSED
+    return {"pass": ExitCode.OK, "fail": ExitCode.FAIL}.get(done["verdict"], ExitCode.UNKNOWN)
 
 
 def trusted_writers(config) -> "set[int]":

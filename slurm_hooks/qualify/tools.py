@@ -82,7 +82,12 @@ def run(
         )
     except OSError as exc:  # not executable, a broken interpreter line
         return ToolRun(argv, True, rc=127, output="%s: %s" % (executable, exc))
-    head, tail, truncated, timed_out = _read(proc, start + timeout_s, max_bytes)
+    try:
+        head, tail, truncated, timed_out = _read(proc, start + timeout_s, max_bytes)
+    except BaseException:  # interrupted (a signal turned into an exception): leave no tool behind
+        _kill_group(proc)
+        proc.wait()
+        raise
     _kill_group(proc)  # a child left behind by the tool (or the whole tool, at the timeout)
     try:
         rc: Optional[int] = proc.wait(timeout=5)
