@@ -15,10 +15,10 @@ from slurm_hooks.core.config import SECTIONS
 from slurm_hooks.qualify import through_slurm
 from slurm_hooks.slurm.client import ScontrolBackend, SlurmClient
 from tests.slurmcluster import SlurmCluster, require_slurm
-from tests.test_qualify_flow import STANDINS
 
 pytestmark = pytest.mark.slurm
 PREFIX = "slurm-hooks:"
+STANDINS = os.path.join(os.path.dirname(__file__), "qualify_standins")
 
 
 @pytest.fixture(scope="module")
