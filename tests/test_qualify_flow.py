@@ -265,6 +265,11 @@ def test_the_command_prints_writes_and_exits_by_verdict(node, tmp_path):
         argv, env=dict(standin_env(), PATH="/usr/bin:/bin"), capture_output=True, text=True
     )
     assert missing.returncode == ExitCode.UNKNOWN and "not qualified" in missing.stdout.lower()
+    shown = subprocess.run(argv + ["--list"], env=standin_env(), capture_output=True, text=True)
+    assert shown.returncode == ExitCode.OK
+    (line,) = shown.stdout.splitlines()  # the latest of the node's three records
+    assert line.startswith("dgx-h100-01") and " standard " in line and " not qualified " in line
+    assert "nvbandwidth is not installed" in line
 
 
 @pytest.mark.parametrize(
@@ -330,3 +335,11 @@ def test_a_record_of_another_owner_or_a_symlink_never_sets_the_median(node, tmp_
             qualify(node, "standard", records_dir=records_dir, trusted_uids={0})["verdict"]
             == "fail"
         )
+
+
+def test_the_latest_record_is_the_last_written_even_within_one_second(tmp_path):
+    for verdict in ("fail", "not qualified", "pass"):
+        record.write(str(tmp_path), "n1", {"schema": record.SCHEMA, "verdict": verdict}, now=1.0e9)
+    names = sorted(os.listdir(tmp_path / "n1"))
+    assert len(names) == 3
+    assert record.latest_by_node(str(tmp_path))["n1"][1]["verdict"] == "pass"

@@ -42,6 +42,11 @@ def add_parsers(sub) -> None:
         help="with --node: where the job's script and output go (visible on the node; default "
         "[paths] state_dir)",
     )
+    qualify.add_argument(
+        "--list",
+        action="store_true",
+        help="show the latest qualification of every node under [records] dir (runs nothing)",
+    )
     qualify.set_defaults(handler=cmd_qualify)
 
 
@@ -52,6 +57,8 @@ def cmd_qualify(args) -> int:
     from .check_verbs import load
 
     _registry, config = load(args)
+    if args.list:
+        return list_records(args, config)
     if args.node:
         return qualify_through_slurm(args, config)
     settings = config.settings["qualify"]
@@ -111,6 +118,43 @@ def qualify_through_slurm(args, config) -> int:
     if done.get("reason", "").startswith("refused"):
         return ExitCode.REFUSED
     return {"pass": ExitCode.OK, "fail": ExitCode.FAIL}.get(done["verdict"], ExitCode.UNKNOWN)
+
+
+def list_records(args, config) -> int:
+    """The latest qualification record of every node: when, level, class, verdict, reason."""
+    import time
+
+    from ..qualify import record
+
+    latest = record.latest_by_node(config.get("records", "dir"), trusted_writers(config))
+    rows = []
+    for node, (path, rec) in sorted(latest.items()):
+        when = rec.get("started")
+        rows.append(
+            {
+                "node": node,
+                "when": time.strftime("%Y-%m-%d %H:%M:%SZ", time.gmtime(when))
+                if isinstance(when, (int, float))
+                else "?",
+                "level": rec.get("level"),
+                "class": rec.get("class"),
+                "verdict": rec.get("verdict"),
+                "reason": rec.get("reason"),
+                "record": path,
+            }
+        )
+    if args.json:
+        json.dump(rows, sys.stdout, indent=2, sort_keys=True)
+        sys.stdout.write("\n")
+        return ExitCode.OK
+    if not rows:
+        print("no qualification records under %s" % config.get("records", "dir"))
+    for row in rows:
+        print(
+            "%-20s %-20s %-8s %-13s %s: %s"
+            % (row["node"], row["when"], row["level"], row["verdict"], row["class"], row["reason"])
+        )
+    return ExitCode.OK
 
 
 def trusted_writers(config) -> "set[int]":

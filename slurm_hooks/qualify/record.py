@@ -22,6 +22,14 @@ from ..records.store import RECORD_DIR_MODE, RECORD_MODE, safe_name
 
 SUFFIX = ".qualify"
 NAME = re.compile(r"^\d{8}T\d{6}Z(-\d+)?\.qualify$")
+
+
+def _order(name: str) -> Tuple[str, int]:
+    """Oldest first: the time, then the counter of runs in the same second ('-' sorts before '.')."""
+    stamp, _, rest = name.partition("-")
+    return (stamp.split(".")[0], int(rest.split(".")[0]) if rest else 0)
+
+
 KEEP = 50
 MAX_RECORD_BYTES = 1 << 20
 SCHEMA = "slurm-hooks.qualify/1"
@@ -48,7 +56,7 @@ def write(directory: str, node: str, record: Dict[str, Any], now: Optional[float
         atomicio.write_atomic_at(
             node_fd, name, data, RECORD_MODE, where=os.path.join(directory, node)
         )
-        for old in sorted(n for n in os.listdir(node_fd) if NAME.match(n))[:-KEEP]:
+        for old in sorted((n for n in os.listdir(node_fd) if NAME.match(n)), key=_order)[:-KEEP]:
             atomicio.remove_ours(node_fd, old)
     finally:
         os.close(node_fd)
@@ -103,7 +111,9 @@ def latest_by_node(
         if node.startswith("."):
             continue
         try:
-            names = sorted(n for n in os.listdir(os.path.join(directory, node)) if NAME.match(n))
+            names = sorted(
+                (n for n in os.listdir(os.path.join(directory, node)) if NAME.match(n)), key=_order
+            )
         except OSError:
             continue
         for name in reversed(names):
