@@ -343,3 +343,18 @@ def test_the_latest_record_is_the_last_written_even_within_one_second(tmp_path):
     names = sorted(os.listdir(tmp_path / "n1"))
     assert len(names) == 3
     assert record.latest_by_node(str(tmp_path))["n1"][1]["verdict"] == "pass"
+
+
+def test_the_job_script_is_never_written_through_a_planted_symlink(tmp_path):
+    from slurm_hooks.qualify import through_slurm
+
+    target = tmp_path / "etc-passwd"
+    target.write_text("root:x:0:0\n")
+    os.symlink(target, tmp_path / "qualify-n1.sh")
+    through_slurm._write_new(str(tmp_path / "qualify-n1.sh"), "#!/bin/sh\n", 0o700)
+    assert target.read_text() == "root:x:0:0\n"
+    assert not os.path.islink(tmp_path / "qualify-n1.sh")
+    os.symlink(target, tmp_path / "out")
+    assert through_slurm._read_ours(str(tmp_path / "out")) == ""
+    with pytest.raises(ValueError):
+        through_slurm.qualify_node(None, "../n1", "quick", {}, [], str(tmp_path))

@@ -101,9 +101,13 @@ def qualify_through_slurm(args, config) -> int:
     level = args.level or config.settings["qualify"]["level"]
     work_dir = args.work_dir or config.get("paths", "state_dir")
     os.makedirs(work_dir, mode=0o700, exist_ok=True)
-    done = qualify_node(
-        make_client(config.settings), args.node, level, config.settings, command, work_dir
-    )
+    try:
+        done = qualify_node(
+            make_client(config.settings), args.node, level, config.settings, command, work_dir
+        )
+    except ValueError as exc:  # a node name that is not one (a hostlist, a path)
+        print("slurm-hooks: qualify --node: %s" % exc, file=sys.stderr)
+        return ExitCode.UNKNOWN
     if args.json:
         json.dump(done, sys.stdout, indent=2, sort_keys=True)
         sys.stdout.write("\n")

@@ -28,6 +28,7 @@ import threading
 import time
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
+from ..records.store import safe_name
 from ..result import Action, Result, Status
 from ..slurm import drainer, policy
 from ..slurm.client import SlurmClient, client_env
@@ -69,6 +70,7 @@ def qualify_node(
     env: Optional[Dict[str, str]] = None,
 ) -> Dict[str, Any]:
     """Qualify one node through Slurm; a dict of what happened (verdict, reason, enacted, job)."""
+    safe_name(node, "node name")  # ValueError: it names a file below work_dir
     env = client_env(env)
     prefix = settings["drain"]["reason_prefix"]
     out: Dict[str, Any] = {
@@ -162,6 +164,26 @@ def _delete_reservation(name: str, env: Dict[str, str], out: Dict[str, Any]) -> 
     return False
 
 
+def _write_new(path: str, text: str, mode: int) -> None:
+    """Replace path with text, never through a symlink someone left there (we run as root)."""
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, mode)
+    with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        handle.write(text)
+
+
+def _read_ours(path: str, limit: int = 1 << 20) -> str:
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return ""
+    with os.fdopen(fd, "rb") as handle:
+        return handle.read(limit).decode("utf-8", "replace")
+
+
 def _user() -> str:
     import pwd
 
@@ -170,12 +192,8 @@ def _user() -> str:
 
 def _run_job(name, node, level, command, work_dir, env) -> Dict[str, Any]:
     script = os.path.join(work_dir, "qualify-%s.sh" % node)
-    with open(script, "w", encoding="utf-8") as handle:  # the only shell: sbatch's script runner
-        handle.write(
-            "#!/bin/sh\nexec %s\n"
-            % " ".join(shlex.quote(a) for a in command + ["--level", level, "--json"])
-        )
-    os.chmod(script, 0o700)
+    line = " ".join(shlex.quote(a) for a in command + ["--level", level, "--json"])
+    _write_new(script, "#!/bin/sh\nexec %s\n" % line, 0o700)  # the only shell: sbatch's script
     output = os.path.join(work_dir, "qualify-%s.out" % node)
     minutes = LEVEL_MINUTES[level]
     run = _slurm(
@@ -189,6 +207,7 @@ def _run_job(name, node, level, command, work_dir, env) -> Dict[str, Any]:
             "--exclusive",
             "--time=%d" % minutes,
             "--output=" + output,
+            "--error=" + output[: -len(".out")] + ".err",  # warnings apart from the JSON
             script,
         ],
         env,
@@ -198,11 +217,7 @@ def _run_job(name, node, level, command, work_dir, env) -> Dict[str, Any]:
         "job_id": run.output.strip().split(";")[0].splitlines()[0] if run.output.strip() else None,
         "job_rc": run.rc,
     }
-    try:
-        with open(output, encoding="utf-8", errors="replace") as handle:
-            text = handle.read(1 << 20)
-    except OSError:
-        text = ""
+    text = _read_ours(output)
     start = text.find("{")
     try:
         record = json.loads(text[start:]) if start != -1 else None
