@@ -99,7 +99,7 @@ def test_a_passing_node_returns_and_the_reservation_goes(cluster, fake, tmp_path
     assert done["enacted"] == "resumed" and done["reservation_deleted"] is True
     assert "DRAIN" not in cluster.node_state("node1")
     assert through_slurm.RESERVATION_PREFIX not in reservations(cluster)
-    assert done["job_id"] and done["slurm_calls"] <= 8
+    assert done["job_id"] and done["slurm_calls"] <= 9
     print("slurm calls, passing qualification:", done["slurm_calls"])
 
 
@@ -179,3 +179,24 @@ def test_the_admin_command_qualifies_a_node_with_one_command(cluster, fake, tmp_
     assert "Reason=slurm-hooks: qualify: ib:mlx5_0:1: ib_write_bw mlx5_0:1 96.2 Gb/s" in reason(
         cluster
     )
+
+
+def test_a_reservation_left_by_a_crashed_admin_host_is_swept(cluster, fake, tmp_path, clean):
+    client, command, env = setup(cluster, fake, tmp_path)
+    stale = through_slurm.reservation_name("node1", now=1.0e9)
+    cluster.scontrol(
+        "create",
+        "reservation",
+        "ReservationName=" + stale,
+        "Nodes=node1",
+        "StartTime=now",
+        "Duration=30",
+        "Users=root",
+        "Flags=MAINT,IGNORE_JOBS",
+    )
+    drain_ours(cluster)
+    done = through_slurm.qualify_node(
+        client, "node1", "quick", settings(), command, str(tmp_path), env
+    )
+    assert done["stale_reservations_deleted"] == [stale] and done["verdict"] == "pass", done
+    assert through_slurm.RESERVATION_PREFIX not in reservations(cluster)

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 import signal
 import threading
@@ -91,6 +92,7 @@ def qualify_node(
             else "in service (drain it first: slurm-hooks drain --node %s --reason ...)" % node,
         )
         return out
+    out["stale_reservations_deleted"] = _sweep(node, env, out)
     name = reservation_name(node)
     previous = (
         {s: signal.signal(s, _on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
@@ -147,6 +149,18 @@ def qualify_node(
         finally:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
+
+
+def _sweep(node: str, env: Dict[str, str], out: Dict[str, Any]) -> List[str]:
+    """Delete reservations of ours for this node left by a qualification that died with its host
+    (SIGKILL, power). Safe here: the node is drained by us, and a qualification in progress would
+    have lifted that drain (a second `qualify --node` of a node in progress is refused before this)."""
+    run = _slurm(["scontrol", "-o", "show", "reservation"], env)
+    out["slurm_calls"] += 1
+    stale = re.findall(
+        r"ReservationName=(%s%s-\d{8}T\d{6}Z)\s" % (RESERVATION_PREFIX, re.escape(node)), run.output
+    )
+    return [name for name in stale if _delete_reservation(name, env, out)]
 
 
 def _delete_reservation(name: str, env: Dict[str, str], out: Dict[str, Any]) -> bool:
