@@ -25,6 +25,7 @@ VERB_MODULES = (
     "slurm_hooks.cli.hook_verbs",
     "slurm_hooks.cli.record_verbs",
     "slurm_hooks.cli.mode_verbs",
+    "slurm_hooks.cli.qualify_verbs",
 )
 
 

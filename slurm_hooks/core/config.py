@@ -112,6 +112,17 @@ LIVE_SOURCES = (
     "tools",
 )  # what a root other than / may still read from the running machine
 
+
+def _qualify(name: str) -> Callable[[Any], Optional[str]]:
+    # the [qualify] validators live with the qualification; imported only by a config that sets them
+    def check(value: Any) -> Optional[str]:
+        from ..qualify import settings
+
+        return getattr(settings, name)(value)
+
+    return check
+
+
 # Sections other than [checks.*]: section -> key -> Setting. Later features add their sections here.
 SECTIONS: Dict[str, Dict[str, Setting]] = {
     "general": {
@@ -447,6 +458,59 @@ SECTIONS: Dict[str, Dict[str, Setting]] = {
             "nodes' own, so keep this below the breaker's limit and a node with a real fault can "
             "still be drained",
             minimum=0,
+            maximum=10000,
+        ),
+    },
+    "qualify": {
+        "level": Setting(
+            str,
+            "standard",
+            "`slurm-hooks qualify` level (docs/qualify.md)",
+            ("quick", "standard", "long"),
+        ),
+        "class": Setting(
+            str, "", "this node's hardware class; empty: '<GPU model> x<count>' from the driver"
+        ),
+        "classes": Setting(
+            dict,
+            {},
+            '[qualify.classes."<GPU model> x<count>"] floors per hardware class: min_busbw_gbs, '
+            "min_h2d_gbs, min_d2h_gbs, min_d2d_gbs, min_ib_fraction",
+            check=_qualify("check_classes"),
+        ),
+        "ib_ports": Setting(
+            list,
+            [],
+            "ports ib_write_bw loops back on, 'mlx5_0:1' or 'mlx5_0:1=gpu0' (GPUDirect from GPU 0)",
+            check=_qualify("check_ports"),
+        ),
+        "optional_tools": Setting(
+            list,
+            [],
+            "tools whose absence does not stop a pass (dcgmi, nvbandwidth, all_reduce_perf, "
+            "ib_write_bw); any other missing tool leaves the node not qualified",
+            check=_qualify("check_tools"),
+        ),
+        "node_fraction": Setting(
+            float,
+            0.8,
+            "a GPU below this fraction of the median of the node's GPUs fails (nvbandwidth)",
+            above=0.0,
+            maximum=1.0,
+        ),
+        "fleet_fraction": Setting(
+            float,
+            0.85,
+            "a figure below this fraction of its class median (other nodes' last passing "
+            "qualification) fails",
+            above=0.0,
+            maximum=1.0,
+        ),
+        "fleet_min_peers": Setting(
+            int,
+            3,
+            "the class median needs this many other nodes' records",
+            minimum=1,
             maximum=10000,
         ),
     },

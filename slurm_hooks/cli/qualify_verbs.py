@@ -1,0 +1,195 @@
+"""`qualify`: run a qualification level on this node, print each test with its figures, keep the
+record, exit by the verdict (0 pass, 2 fail, 3 not qualified). docs/qualify.md."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from ..result import ExitCode
+
+
+def add_parsers(sub) -> None:
+    qualify = sub.add_parser(
+        "qualify",
+        help="prove this node good with active diagnostics (DCGM, nvbandwidth, NCCL, ib_write_bw)",
+        description="Run a qualification level on this node: each tool bounded, its output "
+        "judged against the node's own GPUs, [qualify] classes and the fleet's earlier records. "
+        "Exit code: 0 pass, 2 fail, 3 not qualified (a tool missing or not judged).",
+    )
+    qualify.add_argument(
+        "--level", choices=("quick", "standard", "long"), help="default: [qualify] level"
+    )
+    qualify.add_argument("--json", action="store_true", help="print the record as JSON")
+    qualify.add_argument(
+        "--root", metavar="DIR", help="read /proc and /sys under DIR (a fake node)"
+    )
+    qualify.add_argument(
+        "--class", dest="class_name", metavar="CLASS", help="this node's hardware class"
+    )
+    qualify.add_argument(
+        "--no-record", action="store_true", help="do not write the qualification record"
+    )
+    qualify.add_argument(
+        "--node",
+        metavar="NODE",
+        help="from an admin host: qualify NODE (drained by us) as a Slurm job in a maintenance "
+        "reservation of ours; pass resumes it, anything else drains it again with the reason",
+    )
+    qualify.add_argument(
+        "--work-dir",
+        metavar="DIR",
+        help="with --node: where the job's script and output go (visible on the node; default "
+        "[paths] state_dir)",
+    )
+    qualify.add_argument(
+        "--list",
+        action="store_true",
+        help="show the latest qualification of every node under [records] dir (runs nothing)",
+    )
+    qualify.set_defaults(handler=cmd_qualify)
+
+
+def cmd_qualify(args) -> int:
+    from ..core.report_format import node_name
+    from ..hw.host import Host
+    from ..qualify import flow, record
+    from .check_verbs import load
+
+    _registry, config = load(args)
+    if args.list:
+        return list_records(args, config)
+    if args.node:
+        return qualify_through_slurm(args, config)
+    settings = config.settings["qualify"]
+    root = config.get("general", "root")
+    node = node_name(root) or "unknown"
+    records_dir = config.get("records", "dir") if config.get("records", "enabled") else None
+    trusted = trusted_writers(config)
+    result = flow.run_level(
+        settings,
+        args.level or settings["level"],
+        node,
+        Host(root),
+        class_name=args.class_name,
+        records_dir=records_dir,
+        trusted_uids=trusted,
+    )
+    if records_dir and not args.no_record:
+        try:
+            result["record"] = record.write(records_dir, node, result)
+        except (OSError, ValueError) as exc:  # atomicio.UnsafePath is a ValueError/OSError
+            print("slurm-hooks: qualification record not written: %s" % exc, file=sys.stderr)
+    if args.json:
+        json.dump(result, sys.stdout, indent=2, sort_keys=True)
+        sys.stdout.write("\n")
+    else:
+        sys.stdout.write(render(result))
+    return flow.VERDICT_EXIT.get(result["verdict"], ExitCode.UNKNOWN)
+
+
+def qualify_through_slurm(args, config) -> int:
+    import os
+
+    from ..qualify.through_slurm import qualify_node
+    from ..slurm.drainer import make_client
+
+    command = [sys.executable, "-m", "slurm_hooks"]
+    if args.config:
+        command += ["--config", os.path.abspath(args.config)]
+    command.append("qualify")
+    level = args.level or config.settings["qualify"]["level"]
+    work_dir = args.work_dir or config.get("paths", "state_dir")
+    os.makedirs(work_dir, mode=0o700, exist_ok=True)
+    try:
+        done = qualify_node(
+            make_client(config.settings), args.node, level, config.settings, command, work_dir
+        )
+    except ValueError as exc:  # a node name that is not one (a hostlist, a path)
+        print("slurm-hooks: qualify --node: %s" % exc, file=sys.stderr)
+        return ExitCode.UNKNOWN
+    if args.json:
+        json.dump(done, sys.stdout, indent=2, sort_keys=True)
+        sys.stdout.write("\n")
+    else:
+        print(
+            "qualify %s on %s: %s: %s"
+            % (level, args.node, done["verdict"].upper(), done.get("reason", ""))
+        )
+        for key in ("job_id", "reservation", "enacted", "reservation_deleted", "slurm_calls"):
+            if key in done:
+                print("  %s: %s" % (key, done[key]))
+    if done.get("reason", "").startswith("refused"):
+        return ExitCode.REFUSED
+    return {"pass": ExitCode.OK, "fail": ExitCode.FAIL}.get(done["verdict"], ExitCode.UNKNOWN)
+
+
+def list_records(args, config) -> int:
+    """The latest qualification record of every node: when, level, class, verdict, reason."""
+    import time
+
+    from ..qualify import record
+
+    latest = record.latest_by_node(config.get("records", "dir"), trusted_writers(config))
+    rows = []
+    for node, (path, rec) in sorted(latest.items()):
+        when = rec.get("started")
+        rows.append(
+            {
+                "node": node,
+                "when": time.strftime("%Y-%m-%d %H:%M:%SZ", time.gmtime(when))
+                if isinstance(when, (int, float))
+                else "?",
+                "level": rec.get("level"),
+                "class": rec.get("class"),
+                "verdict": rec.get("verdict"),
+                "reason": rec.get("reason"),
+                "record": path,
+            }
+        )
+    if args.json:
+        json.dump(rows, sys.stdout, indent=2, sort_keys=True)
+        sys.stdout.write("\n")
+        return ExitCode.OK
+    if not rows:
+        print("no qualification records under %s" % config.get("records", "dir"))
+    for row in rows:
+        print(
+            "%-20s %-20s %-8s %-13s %s: %s"
+            % (row["node"], row["when"], row["level"], row["verdict"], row["class"], row["reason"])
+        )
+    return ExitCode.OK
+
+
+def trusted_writers(config) -> "set[int]":
+    """Whose records may set the fleet's median: [fleet] trusted_writers (as for report
+    --stragglers), with root, us and the records directory's owner (record.latest_by_node)."""
+    from ..records.straggler_scan import ScanError, trusted_uids
+
+    try:
+        return trusted_uids(config.get("fleet", "trusted_writers"))
+    except ScanError as exc:
+        print("slurm-hooks: warning: %s" % exc, file=sys.stderr)
+        return {0}
+
+
+def render(result) -> str:
+    lines = [
+        "qualify %s on %s (%s), %.1f s (ours %.2f s)"
+        % (
+            result["level"],
+            result["node"],
+            result["class"],
+            result["seconds"],
+            result["our_seconds"],
+        )
+    ]
+    for test in result["tests"]:
+        lines.append(
+            "  %-7s %-16s %s (%.1f s)"
+            % (test["status"], test["name"], test["summary"], test["seconds"])
+        )
+    lines.append("verdict: %s: %s" % (result["verdict"].upper(), result["reason"]))
+    if result.get("record"):
+        lines.append("record: %s" % result["record"])
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,265 @@
+"""`slurm-hooks qualify --node N` from an admin host: the qualification as a Slurm job on a node held
+in a maintenance reservation of ours, its outcome enacted through the drain library.
+
+1. Etiquette first (slurm/drainer.py): a FAIL node, a node in a state we leave alone or a node
+   drained by someone else (an admin's drain is theirs) is refused, untouched.
+2. `scontrol create reservation ReservationName=slurm-hooks-qualify-<node>-<time> Nodes=<node>
+   StartTime=now Duration=<minutes> Users=<us> Flags=MAINT,IGNORE_JOBS`: no other job can land on
+   the node from now on.
+3. Our own drain is lifted (drainer.resume, by_admin: only a drain carrying our prefix): a drained
+   node takes no job at all, not even in a reservation. The reservation keeps the node to us.
+4. `sbatch --wait --reservation=R --nodelist=<node> --exclusive` of a script that execs
+   `slurm-hooks qualify --json`: visible in squeue/sacct; its exit code is the verdict.
+5. pass: the node stays resumed. Anything else (fail, not qualified, the job failed or was killed,
+   we were interrupted): the node is drained again, 'slurm-hooks: qualify: <test>: <figure>'. A node
+   that was in service before (not drained) is drained through drainer.drain (breaker and all); one
+   that was drained by us is put back as it was, whatever the breaker says (not a new drain).
+6. The reservation is deleted on every path: finally, with SIGINT/SIGTERM turned into an exception
+   so the finally runs; the reservation's Duration bounds what a crash of this host can hold.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import signal
+import threading
+import time
+from typing import Any, Dict, List, Mapping, Optional, Sequence
+
+from ..records.store import safe_name
+from ..result import Action, Result, Status
+from ..slurm import drainer, policy
+from ..slurm.client import SlurmClient, client_env
+from ..slurm.errors import SlurmError
+from ..slurm.policy import Outcome
+from . import tools
+
+RESERVATION_PREFIX = "slurm-hooks-qualify-"
+LEVEL_MINUTES = {"quick": 30, "standard": 60, "long": 300}
+SLURM_CALL_S = 30.0
+
+
+class Interrupted(Exception):
+    """SIGINT/SIGTERM during a qualification: the finally blocks still run."""
+
+
+def _on_signal(signum, _frame):
+    raise Interrupted("interrupted by %s" % signal.Signals(signum).name)
+
+
+def reservation_name(node: str, now: Optional[float] = None) -> str:
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(time.time() if now is None else now))
+    return "%s%s-%s" % (RESERVATION_PREFIX, node, stamp)
+
+
+def _slurm(
+    argv: Sequence[str], env: Dict[str, str], timeout_s: float = SLURM_CALL_S
+) -> tools.ToolRun:
+    return tools.run(list(argv), timeout_s, env)
+
+
+def qualify_node(
+    client: SlurmClient,
+    node: str,
+    level: str,
+    settings: Mapping[str, Mapping[str, Any]],
+    command: List[str],
+    work_dir: str,
+    env: Optional[Dict[str, str]] = None,
+) -> Dict[str, Any]:
+    """Qualify one node through Slurm; a dict of what happened (verdict, reason, enacted, job)."""
+    safe_name(node, "node name")  # ValueError: it names a file below work_dir
+    env = client_env(env)
+    prefix = settings["drain"]["reason_prefix"]
+    out: Dict[str, Any] = {
+        "node": node,
+        "level": level,
+        "verdict": "not qualified",
+        "slurm_calls": 0,
+    }
+    info = client.show_node(node)
+    out["slurm_calls"] += 1
+    if info.is_failed or not info.is_drained or not policy.is_ours(info.reason, prefix):
+        out["reason"] = "refused: %s is %s" % (
+            node,
+            "FAIL"
+            if info.is_failed
+            else "drained by someone else (%s)" % info.reason
+            if info.is_drained
+            else "in service (drain it first: slurm-hooks drain --node %s --reason ...)" % node,
+        )
+        return out
+    out["stale_reservations_deleted"] = _sweep(node, env, out)
+    name = reservation_name(node)
+    previous = (
+        {s: signal.signal(s, _on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+        if threading.current_thread() is threading.main_thread()  # signal() only works there
+        else {}
+    )
+    created = resumed = enacted = False
+    try:
+        run = _slurm(
+            [
+                "scontrol",
+                "create",
+                "reservation",
+                "ReservationName=" + name,
+                "Nodes=" + node,
+                "StartTime=now",
+                "Duration=%d" % LEVEL_MINUTES[level],
+                "Users=" + _user(),
+                "Flags=MAINT,IGNORE_JOBS",
+            ],
+            env,
+        )
+        out["slurm_calls"] += 1
+        if run.rc != 0:
+            out["reason"] = "could not hold %s: %s" % (node, run.tail(2))
+            return out
+        created = True
+        out["reservation"] = name
+        lifted = drainer.resume(client, node, settings, by_admin=True)
+        out["slurm_calls"] += 2
+        if lifted.outcome is not Outcome.RESUMED:
+            out["reason"] = "could not lift our drain for the job: %s" % lifted.message
+            return out
+        resumed = True
+        job = _run_job(name, node, level, command, work_dir, env)
+        out["slurm_calls"] += 1
+        out.update(job)
+        if out["verdict"] == "pass":
+            out["enacted"] = "resumed"
+        else:
+            out["enacted"] = _drain_back(client, node, out, prefix, settings)
+            out["slurm_calls"] += 1
+        enacted = True
+        return out
+    except Interrupted as exc:
+        out["verdict"], out["reason"] = "not qualified", str(exc)
+        return out
+    finally:
+        try:
+            if resumed and not enacted:  # interrupted between our resume and the verdict
+                out["enacted"] = _drain_back(client, node, out, prefix, settings)
+            if created:
+                out["reservation_deleted"] = _delete_reservation(name, env, out)
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+
+
+def _sweep(node: str, env: Dict[str, str], out: Dict[str, Any]) -> List[str]:
+    """Delete reservations of ours for this node left by a qualification that died with its host
+    (SIGKILL, power). Safe here: the node is drained by us, and a qualification in progress would
+    have lifted that drain (a second `qualify --node` of a node in progress is refused before this)."""
+    run = _slurm(["scontrol", "-o", "show", "reservation"], env)
+    out["slurm_calls"] += 1
+    stale = re.findall(
+        r"ReservationName=(%s%s-\d{8}T\d{6}Z)\s" % (RESERVATION_PREFIX, re.escape(node)), run.output
+    )
+    return [name for name in stale if _delete_reservation(name, env, out)]
+
+
+def _delete_reservation(name: str, env: Dict[str, str], out: Dict[str, Any]) -> bool:
+    """Delete our reservation; a job of ours still in it (we were interrupted during sbatch --wait)
+    is cancelled first, since Slurm refuses to delete a reservation with a running job."""
+    for attempt in range(10):
+        gone = _slurm(["scontrol", "delete", "ReservationName=" + name], env)
+        out["slurm_calls"] += 1
+        if gone.rc == 0:
+            return True
+        if attempt == 0:
+            _slurm(["scancel", "--reservation=" + name], env)
+            out["slurm_calls"] += 1
+        time.sleep(1.0)
+    return False
+
+
+def _write_new(path: str, text: str, mode: int) -> None:
+    """Replace path with text, never through a symlink someone left there (we run as root)."""
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, mode)
+    with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        handle.write(text)
+
+
+def _read_ours(path: str, limit: int = 1 << 20) -> str:
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return ""
+    with os.fdopen(fd, "rb") as handle:
+        return handle.read(limit).decode("utf-8", "replace")
+
+
+def _user() -> str:
+    import pwd
+
+    return pwd.getpwuid(os.geteuid()).pw_name
+
+
+def _run_job(name, node, level, command, work_dir, env) -> Dict[str, Any]:
+    script = os.path.join(work_dir, "qualify-%s.sh" % node)
+    line = " ".join(shlex.quote(a) for a in command + ["--level", level, "--json"])
+    _write_new(script, "#!/bin/sh\nexec %s\n" % line, 0o700)  # the only shell: sbatch's script
+    output = os.path.join(work_dir, "qualify-%s.out" % node)
+    minutes = LEVEL_MINUTES[level]
+    run = _slurm(
+        [
+            "sbatch",
+            "--wait",
+            "--parsable",
+            "--job-name=slurm-hooks-qualify",
+            "--reservation=" + name,
+            "--nodelist=" + node,
+            "--exclusive",
+            "--time=%d" % minutes,
+            "--output=" + output,
+            "--error=" + output[: -len(".out")] + ".err",  # warnings apart from the JSON
+            script,
+        ],
+        env,
+        timeout_s=minutes * 60 + 120,
+    )
+    job: Dict[str, Any] = {
+        "job_id": run.output.strip().split(";")[0].splitlines()[0] if run.output.strip() else None,
+        "job_rc": run.rc,
+    }
+    text = _read_ours(output)
+    start = text.find("{")
+    try:
+        record = json.loads(text[start:]) if start != -1 else None
+    except ValueError:
+        record = None
+    if isinstance(record, dict) and record.get("verdict") in ("pass", "fail", "not qualified"):
+        job["verdict"], job["reason"] = record["verdict"], record.get("reason", "")
+        if run.rc not in (0, 2, 3) and job["verdict"] == "pass":
+            job["verdict"], job["reason"] = "not qualified", "the job exited %s" % run.rc
+    else:
+        job["verdict"] = "not qualified"
+        job["reason"] = "the qualification job printed no result (%s): %s" % (
+            run.how_it_ended(),
+            (text.strip().splitlines() or [run.tail(2)])[-1][:200],
+        )
+    return job
+
+
+def _drain_back(client, node, out, prefix, settings) -> str:
+    """Put our drain back with the qualification's reason. Not a new drain (the node was drained by
+    us when we began): the breaker's count is unchanged, so it is not asked; done while the
+    reservation still holds the node, so no job lands in between."""
+    result = Result(
+        "qualify", Status.FAIL, out.get("reason") or out["verdict"], action=Action.DRAIN
+    )
+    reason = policy.format_reason(result, prefix, int(settings["drain"]["max_reason_length"]))
+    try:
+        client.drain(node, reason)
+    except SlurmError as exc:
+        return "drain back FAILED (%s): the node is in service unqualified" % exc
+    return "drained: %s" % reason

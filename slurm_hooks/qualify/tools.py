@@ -1,0 +1,166 @@
+"""Running one qualification tool, bounded: argv (never a shell), its own process group killed
+whole at the timeout (the tools fork: mpirun, nvvs under dcgmi), stdout and stderr together kept up
+to a size bound (the head, and the tail where the output is larger), stdin closed.
+
+A tool that is not installed is reported as such (the caller makes it a SKIP naming the tool);
+everything else (exit code, timeout, signal, output) is data for the judge, never an exception.
+"""
+
+from __future__ import annotations
+
+import os
+import selectors
+import shutil
+import signal
+import subprocess
+import threading
+import time
+from typing import Dict, List, Optional, Sequence
+
+from ..core.structs import Struct
+
+MAX_OUTPUT_BYTES = 4 << 20  # head kept; an nccl-tests run of every size prints ~10 KB
+TAIL_BYTES = 64 << 10  # and the tail, where the summary lines are
+AFTER_TOOL_GRACE_S = (
+    1.0  # after the tool exits, how long a child still holding its stdout may keep it
+)
+
+
+class ToolRun(Struct, frozen=False):
+    argv: List[str]
+    found: bool
+    rc: Optional[int] = None  # None: killed at the timeout; negative: killed by that signal
+    timed_out: bool = False
+    output: str = ""
+    truncated: bool = False
+    seconds: float = 0.0
+
+    def tail(self, lines: int = 8, width: int = 400) -> str:
+        text = "\n".join(self.output.rstrip().splitlines()[-lines:])
+        return text[-width:]
+
+    def how_it_ended(self) -> str:
+        if not self.found:
+            return "%s is not installed" % self.argv[0]
+        if self.timed_out:
+            return "%s did not finish in %.0f s (killed)" % (self.argv[0], self.seconds)
+        if self.rc is not None and self.rc < 0:
+            try:
+                name = signal.Signals(-self.rc).name
+            except ValueError:
+                name = "signal %d" % -self.rc
+            return "%s was killed by %s" % (self.argv[0], name)
+        return "%s exited %s" % (self.argv[0], self.rc)
+
+
+def find(tool: str, path: Optional[str] = None) -> Optional[str]:
+    """The tool's executable on PATH (or `path`); None when it is not installed."""
+    return shutil.which(tool, path=path)
+
+
+def run(
+    argv: Sequence[str],
+    timeout_s: float,
+    env: Optional[Dict[str, str]] = None,
+    max_bytes: int = MAX_OUTPUT_BYTES,
+) -> ToolRun:
+    argv = [str(a) for a in argv]
+    path = (env or os.environ).get("PATH")
+    executable = find(argv[0], path)
+    if executable is None:
+        return ToolRun(argv, False)
+    start = time.monotonic()
+    try:
+        proc = subprocess.Popen(
+            [executable] + argv[1:],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # its own process group: killed whole, children included
+            close_fds=True,
+            env=env,
+        )
+    except OSError as exc:  # not executable, a broken interpreter line
+        return ToolRun(argv, True, rc=127, output="%s: %s" % (executable, exc))
+    try:
+        head, tail, truncated, timed_out = _read(proc, start + timeout_s, max_bytes)
+    except BaseException:  # interrupted (a signal turned into an exception): leave no tool behind
+        _kill_group(proc)
+        proc.wait()
+        raise
+    _kill_group(proc)  # a child left behind by the tool (or the whole tool, at the timeout)
+    try:
+        rc: Optional[int] = proc.wait(timeout=5)
+    except subprocess.TimeoutExpired:  # unkillable (D state): leave it, report the timeout
+        rc = None
+    data = bytes(head) + ((b"\n[... output cut ...]\n" + bytes(tail)) if truncated else b"")
+    return ToolRun(
+        argv,
+        True,
+        rc=None if timed_out else rc,
+        timed_out=timed_out,
+        output=data.decode("utf-8", "replace"),
+        truncated=truncated,
+        seconds=time.monotonic() - start,
+    )
+
+
+def _read(proc: subprocess.Popen, deadline: float, max_bytes: int):
+    head, tail = bytearray(), bytearray()
+    truncated = timed_out = False
+    exited_at: Optional[float] = None
+    selector = selectors.DefaultSelector()
+    selector.register(proc.stdout, selectors.EVENT_READ)
+    try:
+        while True:
+            now = time.monotonic()
+            if now >= deadline:
+                timed_out = True
+                break
+            if exited_at is None and proc.poll() is not None:
+                exited_at = now
+            if exited_at is not None and now - exited_at > AFTER_TOOL_GRACE_S:
+                break  # the tool is gone; a grandchild keeps the pipe open
+            if not selector.select(timeout=min(0.2, deadline - now)):
+                continue
+            chunk = os.read(proc.stdout.fileno(), 65536)
+            if not chunk:
+                break
+            room = max_bytes - len(head)
+            head += chunk[:room]
+            if len(chunk) > room:
+                truncated = True
+                tail += chunk[room:]
+                del tail[:-TAIL_BYTES]
+    finally:
+        selector.close()
+        proc.stdout.close()
+    return head, tail, truncated, timed_out
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def run_pair(
+    server: Sequence[str],
+    client: Sequence[str],
+    timeout_s: float,
+    env: Optional[Dict[str, str]] = None,
+    settle_s: float = 0.5,
+) -> ToolRun:
+    """A server and a client of the same tool on this node (ib_write_bw loopback): the server is
+    started, the client run after settle_s; the client's run is returned, with the server's
+    output after it where the client printed no result (the server may say why)."""
+    box: List[ToolRun] = []
+    thread = threading.Thread(target=lambda: box.append(run(server, timeout_s, env)), daemon=True)
+    thread.start()
+    time.sleep(settle_s)
+    result = run(client, timeout_s, env)
+    thread.join(timeout_s + 10)
+    if box and result.found and result.rc != 0:
+        result.output += "\n[server] " + box[0].tail(lines=4)
+    return result

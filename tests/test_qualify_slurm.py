@@ -1,0 +1,202 @@
+"""`slurm-hooks qualify --node` against the real slurmctld (tests/slurmcluster.py): the node held in
+a maintenance reservation of ours, the qualification a Slurm job in it (the stand-in tools on the
+fake node), the outcome enacted through the drain library, the reservation deleted on every path."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+
+import pytest
+
+from slurm_hooks.core.config import SECTIONS
+from slurm_hooks.qualify import through_slurm
+from slurm_hooks.slurm.client import ScontrolBackend, SlurmClient
+from tests.slurmcluster import SlurmCluster, require_slurm
+
+pytestmark = pytest.mark.slurm
+PREFIX = "slurm-hooks:"
+STANDINS = os.path.join(os.path.dirname(__file__), "qualify_standins")
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    require_slurm()
+    c = SlurmCluster(tmp_path_factory.mktemp("qualify-slurm"), nodes=("node1",))
+    c.start()
+    yield c
+    c.stop()
+
+
+@pytest.fixture(scope="module")
+def fake(tmp_path_factory):
+    from tests.fakenode import FakeNode
+
+    built = FakeNode.build_temp(
+        "dgx-h100", overrides={"nic": {"mlx5_0": {"ports": {1: {"rate": "200 Gb/sec (4X HDR)"}}}}}
+    )
+    yield built
+    built.cleanup()
+
+
+def settings():
+    out = {
+        section: {k: s.default for k, s in schema.items()} for section, schema in SECTIONS.items()
+    }
+    out["general"]["mode"] = "enforce"
+    return out
+
+
+def setup(cluster, fake, tmp_path, fault="", tool_mode=None):
+    config = tmp_path / "config.toml"
+    config.write_text(
+        '[general]\nroot = "%s"\n[records]\ndir = "%s"\n[qualify]\nib_ports = ["mlx5_0:1"]\n'
+        % (fake.root, tmp_path / "records")
+    )
+    config.chmod(0o600)
+    env = dict(cluster.env)
+    env["PATH"] = STANDINS + os.pathsep + env.get("PATH", "/usr/bin:/bin")
+    env["QUALIFY_STANDIN_FAULT"] = fault
+    if tool_mode:
+        env["QUALIFY_STANDIN_" + tool_mode[0].upper()] = tool_mode[1]
+    client = SlurmClient(backend=ScontrolBackend(env=cluster.env))
+    command = [sys.executable, "-m", "slurm_hooks", "--config", str(config), "qualify"]
+    return client, command, env
+
+
+def drain_ours(cluster, why="slurm-hooks: gpu.memory: gpu:3 row-remap pending -> reset-gpu"):
+    cluster.scontrol("update", "NodeName=node1", "State=DRAIN", "Reason=" + why)
+
+
+def reservations(cluster):
+    return cluster.run("scontrol", "show", "reservation", check=False)
+
+
+def reason(cluster):
+    line = cluster.show_node_line("node1")
+    return line
+
+
+@pytest.fixture
+def clean(cluster):
+    yield
+    for line in reservations(cluster).splitlines():
+        if "ReservationName=" + through_slurm.RESERVATION_PREFIX in line:
+            name = line.split("ReservationName=")[1].split()[0]
+            cluster.run("scontrol", "delete", "ReservationName=" + name, check=False)
+    cluster.scontrol("update", "NodeName=node1", "State=RESUME", check=False)
+
+
+def test_a_passing_node_returns_and_the_reservation_goes(cluster, fake, tmp_path, clean):
+    client, command, env = setup(cluster, fake, tmp_path)
+    drain_ours(cluster)
+    done = through_slurm.qualify_node(
+        client, "node1", "quick", settings(), command, str(tmp_path), env
+    )
+    assert done["verdict"] == "pass", done
+    assert done["enacted"] == "resumed" and done["reservation_deleted"] is True
+    assert "DRAIN" not in cluster.node_state("node1")
+    assert through_slurm.RESERVATION_PREFIX not in reservations(cluster)
+    assert done["job_id"] and done["slurm_calls"] <= 9
+    print("slurm calls, passing qualification:", done["slurm_calls"])
+
+
+def test_a_failing_node_is_drained_again_with_the_test_and_its_figure(
+    cluster, fake, tmp_path, clean
+):
+    client, command, env = setup(cluster, fake, tmp_path, fault="x8_link=3")
+    drain_ours(cluster)
+    done = through_slurm.qualify_node(
+        client, "node1", "quick", settings(), command, str(tmp_path), env
+    )
+    assert done["verdict"] == "fail", done
+    assert "DRAIN" in cluster.node_state("node1")
+    line = reason(cluster)
+    assert "slurm-hooks: qualify: nvbandwidth: nvbandwidth GPU 3 h2d 13.2 GB/s" in line
+    assert through_slurm.RESERVATION_PREFIX not in reservations(cluster)
+    print("slurm calls, failing qualification:", done["slurm_calls"])
+
+
+def test_an_admins_drain_and_an_in_service_node_are_refused_untouched(
+    cluster, fake, tmp_path, clean
+):
+    client, command, env = setup(cluster, fake, tmp_path)
+    cluster.scontrol("update", "NodeName=node1", "State=DRAIN", "Reason=admin: new cable")
+    done = through_slurm.qualify_node(
+        client, "node1", "quick", settings(), command, str(tmp_path), env
+    )
+    assert done["reason"].startswith("refused: node1 is drained by someone else")
+    assert "Reason=admin: new cable" in reason(cluster)
+    cluster.scontrol("update", "NodeName=node1", "State=RESUME")
+    done = through_slurm.qualify_node(
+        client, "node1", "quick", settings(), command, str(tmp_path), env
+    )
+    assert done["reason"].startswith("refused: node1 is in service")
+    assert through_slurm.RESERVATION_PREFIX not in reservations(cluster)
+
+
+def test_interrupted_mid_job_the_node_is_drained_back_and_the_reservation_deleted(
+    cluster, fake, tmp_path, clean
+):
+    client, command, env = setup(cluster, fake, tmp_path, tool_mode=("dcgmi", "hang"))
+    drain_ours(cluster)
+    timer = threading.Timer(6.0, lambda: os.kill(os.getpid(), signal.SIGTERM))
+    timer.start()
+    try:
+        done = through_slurm.qualify_node(
+            client, "node1", "quick", settings(), command, str(tmp_path), env
+        )
+    finally:
+        timer.cancel()
+    assert done["reason"] == "interrupted by SIGTERM", done
+    assert done["enacted"].startswith("drained: slurm-hooks: qualify: interrupted by SIGTERM")
+    assert "DRAIN" in cluster.node_state("node1")
+    assert done["reservation_deleted"] is True
+    assert through_slurm.RESERVATION_PREFIX not in reservations(cluster)
+    cluster.run("scancel", "--name=slurm-hooks-qualify", check=False)
+
+
+def test_the_admin_command_qualifies_a_node_with_one_command(cluster, fake, tmp_path, clean):
+    import subprocess
+
+    _client, command, env = setup(cluster, fake, tmp_path, fault="ib_half")
+    drain_ours(cluster)
+    done = subprocess.run(
+        command + ["--node", "node1", "--level", "standard", "--work-dir", str(tmp_path / "work")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert (
+        "qualify standard on node1: FAIL: ib:mlx5_0:1: ib_write_bw mlx5_0:1 96.2 Gb/s"
+        in done.stdout
+    )
+    assert "reservation_deleted: True" in done.stdout
+    assert "Reason=slurm-hooks: qualify: ib:mlx5_0:1: ib_write_bw mlx5_0:1 96.2 Gb/s" in reason(
+        cluster
+    )
+
+
+def test_a_reservation_left_by_a_crashed_admin_host_is_swept(cluster, fake, tmp_path, clean):
+    client, command, env = setup(cluster, fake, tmp_path)
+    stale = through_slurm.reservation_name("node1", now=1.0e9)
+    cluster.scontrol(
+        "create",
+        "reservation",
+        "ReservationName=" + stale,
+        "Nodes=node1",
+        "StartTime=now",
+        "Duration=30",
+        "Users=root",
+        "Flags=MAINT,IGNORE_JOBS",
+    )
+    drain_ours(cluster)
+    done = through_slurm.qualify_node(
+        client, "node1", "quick", settings(), command, str(tmp_path), env
+    )
+    assert done["stale_reservations_deleted"] == [stale] and done["verdict"] == "pass", done
+    assert through_slurm.RESERVATION_PREFIX not in reservations(cluster)
