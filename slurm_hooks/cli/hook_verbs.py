@@ -190,6 +190,7 @@ def cmd_status(args) -> int:
             prefix,
             breaker["max_percent"],
             breaker["min_nodes"],
+            breaker["max_nodes"],
         )
         manual = sum(
             1

@@ -214,6 +214,35 @@ SECTIONS: Dict[str, Dict[str, Setting]] = {
             minimum=0,
             maximum=1000000,
         ),
+        "max_nodes": Setting(
+            int,
+            50,
+            "never more than this many nodes drained by us at once, whatever the share (0: no "
+            "absolute cap); binds from 500 nodes up with the default share",
+            minimum=0,
+            maximum=1000000,
+        ),
+        "max_window_drains": Setting(
+            int,
+            10,
+            "at most this many automatic drains of ours within window_s, counted from Slurm's "
+            "reason times of the drains still in place (0: off)",
+            minimum=0,
+            maximum=1000000,
+        ),
+        "window_s": _seconds(3600.0, "the rate limit's window, seconds", 7 * 86400),
+        "common_cause_nodes": Setting(
+            int,
+            3,
+            "this many drains of ours led by the same check within common_cause_window_s are "
+            "taken as a common cause (roll-out, file system, switch): further drains for that "
+            "check are held and alerted (0: off)",
+            minimum=0,
+            maximum=1000000,
+        ),
+        "common_cause_window_s": _seconds(
+            600.0, "the common-cause limit's window, seconds", 7 * 86400
+        ),
     },
     "paths": {
         "state_dir": Setting(

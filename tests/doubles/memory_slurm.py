@@ -47,6 +47,10 @@ class MemoryBackend(Backend):
             hook()
         self.clock += seconds
 
+    def controller_time(self):
+        """The simulated controller's clock, for the breaker's windows (drainer._now)."""
+        return self.clock
+
     def _serve(self, op):
         self.calls += 1
         self.log.append(op)
