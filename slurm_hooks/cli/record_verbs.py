@@ -78,6 +78,11 @@ def add_parsers(sub) -> None:
         help="with --stragglers: drain suspects when [fleet] "
         "drain = true (breaker, observe mode); without this flag nothing is ever drained",
     )
+    report.add_argument(
+        "--lemons",
+        action="store_true",
+        help="list the nodes Slurm shows drained by us as lemons, held for RMA (docs/slurm.md)",
+    )
     report.set_defaults(handler=cmd_report)
 
 
@@ -144,6 +149,10 @@ def cmd_report(args) -> int:
         render_job,
     )
 
+    if getattr(args, "lemons", False):
+        from .lemon_verbs import cmd_lemons
+
+        return cmd_lemons(args)
     if args.stragglers or args.prom or args.drain:
         from .straggler_verbs import cmd_stragglers
 

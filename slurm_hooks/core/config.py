@@ -244,6 +244,29 @@ SECTIONS: Dict[str, Dict[str, Setting]] = {
             600.0, "the common-cause limit's window, seconds", 7 * 86400
         ),
     },
+    "lemon": {  # slurm/lemon.py, docs/slurm.md "Lemon nodes"
+        "enabled": Setting(
+            bool,
+            True,
+            "hold a node that keeps failing for RMA: its drain asks for RMA and is never resumed "
+            "automatically",
+        ),
+        "drains": Setting(
+            int,
+            3,
+            "a node's drains by us within `days` that make it a lemon (this drain included; 0: "
+            "this rule off)",
+            minimum=0,
+            maximum=1000,
+        ),
+        "days": _seconds(30.0, "the window of the lemon rules, days", 3650),
+        "same_fault_after_reboot": Setting(
+            bool,
+            True,
+            "a drain for the same check (and GPU) as an earlier one within `days`, in another boot, "
+            "makes the node a lemon: the fault survived a reboot",
+        ),
+    },
     "paths": {
         "state_dir": Setting(
             str,

@@ -499,6 +499,12 @@ def resume(
     return Enacted(Outcome.RESUMED, "resumed %s (was: %s)" % (node_name, node.reason), node)
 
 
+def _is_lemon(reason: Optional[str], prefix: str) -> bool:
+    from .lemon import is_lemon
+
+    return is_lemon(reason, prefix)
+
+
 def _resume_reason(marker: str, prefix: str) -> Optional[str]:
     """The reason sent with RESUME: what Slurm may keep afterwards instead of our drain reason. Never
     one that reads as ours (then nothing is sent)."""
@@ -538,6 +544,8 @@ def node_status(client, name: str, config, local: bool, local_state) -> dict:
     elif owner.automatic:
         checks = ",".join(owner.checks) + ("" if owner.complete else ",...")
         info["drain"] = "slurm-hooks, automatic (%s)" % checks
+        if _is_lemon(node.reason, prefix):
+            info["drain"] += ": a lemon held for RMA, never resumed automatically"
         if local:
             record = (local_state[0] or {}).get("drained") if local_state[1] else None
             if not local_state[1]:
