@@ -484,10 +484,10 @@ def _enact(
                     (state.get("drained"), state.get("pending")),
                     known,
                 )
+                judged["steps"] = _repair(config, client, name, decision, enacted, judged, log)
                 _remember_lemon(config, state, enacted, decision, judged, log)
             _remember_drain(state, enacted, decision, job, context)
-            if judged["why"] and enacted.outcome in policy.DELIVERED and state.get("drained"):
-                state["drained"]["lemon"] = judged["why"]
+            _remember_repair(client, name, state, enacted, judged)
         else:
             enacted = _recover(client, name, state, known, report, config)
         save_state(config, state, log)
@@ -509,11 +509,60 @@ def _judge_lemon(config: Config, decision: policy.Decision) -> Tuple[policy.Deci
     return (replace(decision, reason=judged["reason"]) if judged["why"] else decision), judged
 
 
+def _repair(config: Config, client, name: str, decision, enacted, judged: dict, log) -> list:
+    """The remediation ladder after a new drain (slurm/repair.py): opt-in, never for a lemon."""
+    from .slurm import repair
+
+    observe = enacted.outcome is Outcome.OBSERVE
+    if judged["why"] or not (enacted.outcome in policy.NEW_DRAINS or observe):
+        return []
+    steps = repair.run_ladder(
+        client,
+        name,
+        decision.reason,
+        decision.findings[0].action,
+        judged["gpu"],
+        enacted.node,
+        config.settings["repair"],
+        judged["history"],
+        judged["time"],
+        observe,
+        config.get("general", "root"),
+    )
+    for step in steps:
+        log.warning(logs.kv(event="repair", node=name, rung=step["rung"], result=step["result"]))
+    judged["repair"] = repair.made(steps)
+    return steps
+
+
+def _remember_repair(client, name: str, state: Dict[str, Any], enacted, judged: dict) -> None:
+    """The drain's record carries the lemon verdict and the repair steps. A reboot request makes
+    Slurm append ' : reboot issued' to our reason with a new time: the record follows, so the drain
+    stays provably ours."""
+    drained = state.get("drained")
+    if not drained or enacted.outcome not in policy.DELIVERED:
+        return
+    if judged.get("why"):
+        drained["lemon"] = judged["why"]
+    if not judged.get("steps"):
+        return
+    drained["repair"] = judged["steps"]
+    if judged.get("repair") == "reboot":
+        from .slurm.errors import SlurmError
+
+        try:
+            node = client.show_node(name)
+        except SlurmError:
+            return
+        if node.reason and node.reason.startswith(drained.get("reason") or "\0"):
+            drained.update(reason=node.reason, reason_time=node.reason_time)
+
+
 def _remember_lemon(config: Config, state, enacted, decision, judged: dict, log) -> None:
     """A new drain of ours joins the node's drain history (bounded); a lemon is logged CRITICAL."""
     from .slurm import lemon
 
-    if enacted.outcome not in policy.NEW_DRAINS or not config.get("lemon", "enabled"):
+    if enacted.outcome not in policy.NEW_DRAINS or not lemon.keeps_history(config):
         return
     if judged["why"]:
         log.critical(

@@ -267,6 +267,31 @@ SECTIONS: Dict[str, Dict[str, Setting]] = {
             "makes the node a lemon: the fault survived a reboot",
         ),
     },
+    "repair": {  # slurm/repair.py, docs/slurm.md "The remediation ladder"
+        "reboot": Setting(
+            bool,
+            False,
+            "after a drain asking for reboot (or a GPU reset that cannot run), ask Slurm to reboot "
+            "the node once its jobs end: scontrol reboot ASAP nextstate=<next_state> reason=<ours>",
+        ),
+        "reset_gpu": Setting(
+            bool,
+            False,
+            "after a drain asking for reset-gpu: nvidia-smi -r -i N when no job runs on the node and "
+            "no process holds a GPU, else the reboot rung",
+        ),
+        "next_state": Setting(
+            str,
+            "DOWN",
+            "the state Slurm sets after the reboot (22.05 takes DOWN or RESUME; DRAIN needs a later "
+            "Slurm)",
+            ("DOWN", "RESUME", "DRAIN"),
+        ),
+        "max_attempts": Setting(
+            int, 2, "repairs of one node within window_days at most", minimum=0, maximum=100
+        ),
+        "window_days": _seconds(7.0, "the window of max_attempts, days", 3650),
+    },
     "paths": {
         "state_dir": Setting(
             str,

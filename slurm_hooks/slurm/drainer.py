@@ -563,6 +563,10 @@ def node_status(client, name: str, config, local: bool, local_state) -> dict:
                     "does not match: not provably ours (re-reasoned, or a reason Slurm kept "
                     "from an earlier drain); never resumed automatically"
                 )
+            if record and record.get("repair"):
+                info["repair"] = record[
+                    "repair"
+                ]  # the remediation ladder's steps (slurm/repair.py)
     else:
         info["drain"] = "someone else's"
     info["drained_by_us"] = bool(

@@ -164,10 +164,10 @@ def decide(config: Any, first: Result, checks: Sequence[str], reason: str, more:
     history = (
         read_history(
             history_path(config.get("paths", "state_dir")),
-            float(settings["days"]),
+            max(float(settings["days"]), float(config.get("repair", "window_days"))),
             config.get("deadline", "files"),
         )
-        if settings["enabled"]
+        if keeps_history(config)
         else []
     )
     boot = boot_id(config.get("general", "root")) if settings["enabled"] else None
@@ -180,6 +180,12 @@ def decide(config: Any, first: Result, checks: Sequence[str], reason: str, more:
     return {"reason": reason, "why": why, "history": history, "boot": boot, "gpu": gpu, "time": at}
 
 
+def keeps_history(config: Any) -> bool:
+    """The drain history is read and written for the lemon rules and for the repair cap."""
+    repair = config.settings["repair"]
+    return bool(config.get("lemon", "enabled") or repair["reboot"] or repair["reset_gpu"])
+
+
 def history_step(config: Any, judged: Mapping[str, Any], reason: str, checks: Sequence[str]):
     """The bounded step that appends a drain that reached Slurm to the history file."""
     from ..core.atomicio import write_json_atomic
@@ -187,6 +193,7 @@ def history_step(config: Any, judged: Mapping[str, Any], reason: str, checks: Se
 
     path = history_path(config.get("paths", "state_dir"))
     added = entry(reason, checks, judged["gpu"], judged["boot"], judged["why"], judged["time"])
+    added["repair"] = judged.get("repair", "")
     history = list(judged["history"]) + [added]
 
     def write() -> None:
