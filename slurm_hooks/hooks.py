@@ -344,6 +344,7 @@ def run_hook(
     report, gathered = run_isolated_checks(
         registry, config, context, job, remembered if context == "health" else ()
     )
+    _xid_pattern(config, job, report)
     decision = policy.decide(report.results(), config.settings)
     draining = decision.verdict is policy.Verdict.DRAIN
     if (
@@ -379,6 +380,17 @@ def run_hook(
     )
     _after_decision(context, config, job, name, report, decision, enacted, log, gathered)
     return HookResult(code, report, decision, enacted, calls)
+
+
+def _xid_pattern(config: Config, job: JobContext, report: RunReport) -> None:
+    """Application Xids repeating on one GPU across jobs and users (xid/pattern.py) join the run's
+    results as a node-broken xid.pattern finding; nothing is read without such Xids."""
+    from .core.runner import CheckRun
+    from .xid import pattern
+
+    found = pattern.apply(config, job, report.results(), time.time())
+    if found:
+        report.runs.append(CheckRun(pattern.CHECK, found, 0.0))
 
 
 def _after_decision(

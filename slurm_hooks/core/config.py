@@ -292,6 +292,18 @@ SECTIONS: Dict[str, Dict[str, Setting]] = {
         ),
         "window_days": _seconds(7.0, "the window of max_attempts, days", 3650),
     },
+    "xid_pattern": {  # xid/pattern.py, docs/slurm.md "Application Xids across jobs"
+        "enabled": Setting(
+            bool,
+            True,
+            "drain a node whose GPU shows application-class Xids under several jobs of several users",
+        ),
+        "jobs": Setting(int, 3, "distinct jobs on one GPU within `days`", minimum=2, maximum=1000),
+        "users": Setting(
+            int, 2, "... of at least this many distinct users", minimum=1, maximum=1000
+        ),
+        "days": _seconds(7.0, "the window, days", 365),
+    },
     "paths": {
         "state_dir": Setting(
             str,
