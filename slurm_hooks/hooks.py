@@ -344,7 +344,8 @@ def run_hook(
     report, gathered = run_isolated_checks(
         registry, config, context, job, remembered if context == "health" else ()
     )
-    _xid_pattern(config, job, report)
+    if context == "epilog":  # the Xids a job's epilog sees first happened during that job
+        _xid_pattern(config, job, report)
     decision = policy.decide(report.results(), config.settings)
     draining = decision.verdict is policy.Verdict.DRAIN
     if (

@@ -87,6 +87,16 @@ def test_one_users_jobs_do_not(site):
     assert site("205", "bob", [[13, 205]]).exit_code == ExitCode.NODE_BROKEN  # a second user
 
 
+def test_prologs_and_health_runs_record_nothing(site):
+    """A prolog sees the Xids of the job before (unacknowledged until a reboot): counting them
+    would blame the new job; a health run has no job at all."""
+    site("401", "alice", [[13, 1]])
+    for job, user in (("402", "bob"), ("403", "carol"), ("404", "dave")):
+        assert site(job, user, [[13, 1], [13, int(job)]], context="prolog").exit_code == ExitCode.OK
+        assert site(job, user, [[13, 1], [13, int(job)]], context="health").exit_code == ExitCode.OK
+    assert not site.backend.nodes["node1"].is_drained
+
+
 def test_one_xid_seen_by_many_jobs_counts_once(site):
     for job, user in (("301", "bob"), ("302", "carol"), ("303", "dave")):
         # the same event (seq 7) reported by every later hook: one job's, not three

@@ -2,10 +2,10 @@
 
 xid.events reports Xid 13, 31 and 43 (NVIDIA's catalog: the application's fault) as a WARN blamed on
 the job: one job crashing its GPU context says nothing about the GPU. The same GPU doing it under
-several jobs of several users does. A prolog, epilog or health run that sees such Xids (its
-xid.events results, blame JOB) records each new one -- (boot id, kernel log sequence number) says
-which are new: an unacknowledged Xid is reported by every hook until a reboot -- with the job and
-user of the hook that saw it first (the epilog of the job it happened in, normally), in
+several jobs of several users does. An epilog that sees such Xids (its xid.events results, blame
+JOB) records each new one -- (boot id, kernel log sequence number) says which are new: an
+unacknowledged Xid is reported by every hook until a reboot -- with its job and user (the first
+epilog to see an Xid is that of the job it happened in; hooks.py calls this from epilogs only), in
 `<[paths] state_dir>/xid-app-history.json` (bounded: XID_HISTORY_MAX entries, none older than
 [xid_pattern] days). When one GPU's entries within `days` span `jobs` distinct jobs of `users`
 distinct users, the run gets a FAIL `xid.pattern` result for that GPU, blamed on the node, whose
