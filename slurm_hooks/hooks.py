@@ -344,6 +344,8 @@ def run_hook(
     report, gathered = run_isolated_checks(
         registry, config, context, job, remembered if context == "health" else ()
     )
+    if context == "epilog":  # the Xids a job's epilog sees first happened during that job
+        _xid_pattern(config, job, report)
     decision = policy.decide(report.results(), config.settings)
     draining = decision.verdict is policy.Verdict.DRAIN
     if (
@@ -361,7 +363,9 @@ def run_hook(
         not known and config.get("general", "mode") != "observe"
     )  # observe resumes nothing: no need
     if draining or (context == "health" and (state.get("drained") or rebuild)):
-        enacted, client = _enact(context, name, job, config, log, decision, report, client)
+        enacted, client, decision = _enact(
+            context, name, job, config, log, decision, report, client
+        )
     calls = client.calls if client is not None else 0
     code = ExitCode.NODE_BROKEN if enacted is not None and enacted.node_drained else ExitCode.OK
     _log_decision(
@@ -377,6 +381,17 @@ def run_hook(
     )
     _after_decision(context, config, job, name, report, decision, enacted, log, gathered)
     return HookResult(code, report, decision, enacted, calls)
+
+
+def _xid_pattern(config: Config, job: JobContext, report: RunReport) -> None:
+    """Application Xids repeating on one GPU across jobs and users (xid/pattern.py) join the run's
+    results as a node-broken xid.pattern finding; nothing is read without such Xids."""
+    from .core.runner import CheckRun
+    from .xid import pattern
+
+    found = pattern.apply(config, job, report.results(), time.time())
+    if found:
+        report.runs.append(CheckRun(pattern.CHECK, found, 0.0))
 
 
 def _after_decision(
@@ -443,8 +458,9 @@ def _enact(
     decision: policy.Decision,
     report: RunReport,
     client,
-) -> Tuple[drainer.Enacted, Any]:
-    """Drain, or (health) resume / rebuild lost state, under the node's lock and one Slurm budget."""
+) -> Tuple[drainer.Enacted, Any, policy.Decision]:
+    """Drain, or (health) resume / rebuild lost state, under the node's lock and one Slurm budget.
+    The decision comes back with the reason the drain was made with (a lemon's asks for RMA)."""
     from .slurm import drainer, nodelock  # only now: the happy path loads nothing of Slurm's
 
     client = client or drainer.make_client(config.settings)
@@ -461,6 +477,7 @@ def _enact(
             config, log
         )  # fresh: another hook of this node may have just acted
         if decision.verdict is policy.Verdict.DRAIN:
+            judged: Dict[str, Any] = {"why": ""}
             fresh = state.get("drained") if lock.waited > 0.05 else None
             if (
                 fresh and fresh.get("time", 0) >= lock.started
@@ -471,6 +488,7 @@ def _enact(
                     node_drained=True,
                 )
             else:
+                decision, judged = _judge_lemon(config, decision)
                 enacted = drainer.drain(
                     client,
                     name,
@@ -479,11 +497,95 @@ def _enact(
                     (state.get("drained"), state.get("pending")),
                     known,
                 )
+                judged["steps"] = _repair(config, client, name, decision, enacted, judged, log)
+                _remember_lemon(config, state, enacted, decision, judged, log)
             _remember_drain(state, enacted, decision, job, context)
+            _remember_repair(client, name, state, enacted, judged)
         else:
             enacted = _recover(client, name, state, known, report, config)
         save_state(config, state, log)
-    return enacted, client
+    return enacted, client, decision
+
+
+def _judge_lemon(config: Config, decision: policy.Decision) -> Tuple[policy.Decision, dict]:
+    """The drain's reason, asking for RMA when this node is a lemon (slurm/lemon.py)."""
+    from .core.structs import replace
+    from .slurm import lemon
+
+    judged = lemon.decide(
+        config,
+        decision.findings[0],
+        decision.checks,
+        decision.reason,
+        len(decision.findings) - 1,
+    )
+    return (replace(decision, reason=judged["reason"]) if judged["why"] else decision), judged
+
+
+def _repair(config: Config, client, name: str, decision, enacted, judged: dict, log) -> list:
+    """The remediation ladder after a new drain (slurm/repair.py): opt-in, never for a lemon."""
+    from .slurm import repair
+
+    observe = enacted.outcome is Outcome.OBSERVE
+    if judged["why"] or not (enacted.outcome in policy.NEW_DRAINS or observe):
+        return []
+    steps = repair.run_ladder(
+        client,
+        name,
+        decision.reason,
+        decision.findings[0].action,
+        judged["gpu"],
+        enacted.node,
+        config.settings["repair"],
+        judged["history"],
+        judged["time"],
+        observe,
+        config.get("general", "root"),
+    )
+    for step in steps:
+        log.warning(logs.kv(event="repair", node=name, rung=step["rung"], result=step["result"]))
+    judged["repair"] = repair.made(steps)
+    return steps
+
+
+def _remember_repair(client, name: str, state: Dict[str, Any], enacted, judged: dict) -> None:
+    """The drain's record carries the lemon verdict and the repair steps. A reboot request makes
+    Slurm append ' : reboot issued' to our reason with a new time: the record follows, so the drain
+    stays provably ours."""
+    drained = state.get("drained")
+    if not drained or enacted.outcome not in policy.DELIVERED:
+        return
+    if judged.get("why"):
+        drained["lemon"] = judged["why"]
+    if not judged.get("steps"):
+        return
+    drained["repair"] = judged["steps"]
+    if judged.get("repair") == "reboot":
+        from .slurm.errors import SlurmError
+
+        try:
+            node = client.show_node(name)
+        except SlurmError:
+            return
+        if node.reason and node.reason.startswith(drained.get("reason") or "\0"):
+            drained.update(reason=node.reason, reason_time=node.reason_time)
+
+
+def _remember_lemon(config: Config, state, enacted, decision, judged: dict, log) -> None:
+    """A new drain of ours joins the node's drain history (bounded); a lemon is logged CRITICAL."""
+    from .slurm import lemon
+
+    if enacted.outcome not in policy.NEW_DRAINS or not lemon.keeps_history(config):
+        return
+    if judged["why"]:
+        log.critical(
+            logs.kv(
+                event="lemon-node", reason=decision.reason, detail="held for RMA: " + judged["why"]
+            )
+        )
+    _run_bounded(
+        config, [lemon.history_step(config, judged, decision.reason, decision.checks)], log
+    )
 
 
 def _remember_drain(
@@ -598,9 +700,18 @@ def _recover(
             "context": "rebuilt",
             "confirmed": True,
         }
+        if lemon_reason(node.reason, config):
+            state["drained"]["lemon"] = "the drain reason asks for RMA"
     record = state.get("drained")
     if not record:  # another hook of this node resumed or dropped it while we ran
         return Enacted(Outcome.NOT_DRAINED, "no drain of ours is recorded any more")
+    if record.get("lemon") or lemon_reason(record.get("reason"), config):
+        return Enacted(
+            Outcome.UNPROVEN,
+            "drain kept: a lemon held for RMA (%s); never resumed automatically, an admin clears it "
+            "with slurm-hooks resume" % (record.get("lemon") or "reason"),
+            node_drained=True,
+        )
     missing = policy.unproven(record.get("checks", []), report.results())
     if not record.get("complete", True):
         missing.append("the drain reason does not name every check that caused it")
@@ -617,6 +728,12 @@ def _recover(
     if enacted.outcome in policy.NOT_OURS_NOW:
         state.pop("drained", None)  # resumed, or someone else took over the node: not ours to track
     return enacted
+
+
+def lemon_reason(reason: Optional[str], config: Config) -> bool:
+    from .slurm.lemon import is_lemon
+
+    return is_lemon(reason, config.get("drain", "reason_prefix"))
 
 
 def _log_decision(

@@ -38,7 +38,7 @@ PREFIX = "sh:"
 NODES = tuple("node%02d" % i for i in range(1, NODE_COUNT + 1))
 
 
-def settings():
+def settings(breaker=None):
     # not tests.helpers.default_settings: this module also runs as the drivers' script (tests/ first
     # on sys.path, no `tests` package), so it writes the same thing out
     values = {
@@ -46,6 +46,7 @@ def settings():
     }
     values["general"]["mode"] = "enforce"  # drains are expected; the shipped default observes
     values["drain"]["timeout"] = 20.0  # 20 clients at once on 2 cores: let slow answers finish
+    values["breaker"].update(breaker or {})
     return values
 
 
@@ -57,7 +58,10 @@ def drained_by_us(env):
     )
 
 
-def _drain_at(env, node, start_at, out_fd):
+TRIAL_REASON = "sh:gpu.count g0: GPU 0 fell off the bus (trial) -> reboot"
+
+
+def _drain_at(env, node, start_at, out_fd, breaker=None, reason=TRIAL_REASON):
     """One node's prolog deciding to drain: everything is imported (fork), wait for the agreed instant."""
     import json
     import os
@@ -65,12 +69,11 @@ def _drain_at(env, node, start_at, out_fd):
     client = SlurmClient(backend=ScontrolBackend(env=env, timeout=20.0))
     answered = []  # (operation, when slurmctld's answer was back): the read-to-write gaps
     client.after_request = lambda op: answered.append((op[0], time.time()))
-    reason = "sh:gpu.count g0: GPU 0 fell off the bus (trial) -> reboot"
     while time.time() < start_at:
         time.sleep(min(0.001, max(0.0, start_at - time.time())))
     began = time.time()
     try:
-        enacted = drainer.drain(client, node, reason, settings())
+        enacted = drainer.drain(client, node, reason, settings(breaker))
         outcome, message = enacted.outcome.value, enacted.message
     except Exception as exc:  # reported to the parent, which fails the test with it
         outcome, message = "crash", repr(exc)
@@ -80,7 +83,7 @@ def _drain_at(env, node, start_at, out_fd):
     )  # one write per child: a line shorter than PIPE_BUF arrives whole
 
 
-def driver(env, nodes, start_at):
+def driver(env, nodes, start_at, breaker=None, reasons=None):
     """Run in a fresh, single-threaded interpreter (forking a process that has threads -- pytest's,
     the cluster's refusing listener -- can deadlock): import everything, fork one child per node, and
     print each child's result line."""
@@ -93,7 +96,9 @@ def driver(env, nodes, start_at):
         if pid == 0:
             os.close(read_fd)
             try:
-                _drain_at(env, node, start_at, write_fd)
+                _drain_at(
+                    env, node, start_at, write_fd, breaker, (reasons or {}).get(node, TRIAL_REASON)
+                )
             finally:
                 os._exit(0)
         children.append(pid)
@@ -179,7 +184,7 @@ class AdminBulkDrain(threading.Thread):
             time.sleep(0.005)
 
 
-def run_trial(cluster, admin=False):
+def run_trial(cluster, admin=False, breaker=None, reasons=None):
     import json
     import subprocess
     import sys
@@ -187,7 +192,7 @@ def run_trial(cluster, admin=False):
     start_at = (
         time.time() + 1.5
     )  # the driver has imported everything and forked every child by then
-    args = json.dumps([cluster.env, list(NODES[1 : 1 + DRAINERS]), start_at])
+    args = json.dumps([cluster.env, list(NODES[1 : 1 + DRAINERS]), start_at, breaker, reasons])
     driver_proc = subprocess.Popen(
         [sys.executable, __file__, args],
         stdout=subprocess.PIPE,
@@ -319,6 +324,76 @@ def test_twenty_simultaneous_drains_never_exceed_the_limit(many):
             figures[-1]["calls"],
         )
     )
+
+
+WIDE = {"max_percent": 100.0, "min_nodes": 0, "max_nodes": 0}  # the share does not bind
+
+
+def test_the_rate_window_holds_under_twenty_simultaneous_drains_and_slides(many):
+    """Tracker 27: at most max_window_drains automatic drains within window_s, counted from Slurm's
+    reason times, under the same 20-way race; once the window has passed, as many again may drain."""
+    window_s, per_window = 4.0, 3
+    limits = dict(WIDE, max_window_drains=per_window, window_s=window_s, common_cause_nodes=0)
+    figures = []
+    for trial in range(2):
+        _reset(many)
+        rows, _ = run_trial(many, breaker=limits)
+        first = drained_by_us(many.env)
+        assert len(first) == per_window, (first, rows)
+        time.sleep(window_s + 1.2)  # slurmctld's clock passes the window of the first burst
+        rows2, _ = run_trial(many, breaker=limits)
+        second = drained_by_us(many.env)
+        figures.append((len(first), len(second), sorted(r[1] for r in rows + rows2)))
+        print(
+            "\n[breaker window trial %d] at rest after burst 1: %d, after burst 2: %d; %s"
+            % (trial + 1, len(first), len(second), figures[-1][2])
+        )
+        assert len(second) == 2 * per_window and set(first) < set(second), (second, rows2)
+
+
+def test_a_common_cause_holds_each_check_under_twenty_simultaneous_drains(many):
+    """Tracker 27: ten nodes fail gpu.xid and ten fail gpu.ecc in the same instant; with
+    common_cause_nodes 3, exactly three of each stay drained and the rest are held as a common cause."""
+    limits = dict(WIDE, max_window_drains=0, common_cause_nodes=3, common_cause_window_s=600.0)
+    racers = NODES[1 : 1 + DRAINERS]
+    reasons = {
+        n: (
+            "sh:gpu.xid g0: gpu:0 Xid 79 (trial) -> reboot"
+            if i % 2
+            else "sh:gpu.ecc g1: DBE -> rma"
+        )
+        for i, n in enumerate(racers)
+    }
+    for trial in range(3):
+        _reset(many)
+        rows, monitor = run_trial(many, breaker=limits, reasons=reasons)
+        at_rest = admin_reasons(many.env)
+        by_check = {}
+        for name, reason in at_rest.items():
+            by_check.setdefault(reason.split(" ")[0], []).append(name)
+        held = [r for r in rows if r[1] in ("breaker-tripped", "breaker-undone")]
+        print(
+            "\n[breaker common-cause trial %d] at rest %s; peak %d; held %d, of them with "
+            "'common cause' %d"
+            % (
+                trial + 1,
+                {k: len(v) for k, v in by_check.items()},
+                monitor.peak,
+                len(held),
+                sum("common cause" in r[2] for r in held),
+            )
+        )
+        assert {k: len(v) for k, v in by_check.items()} == {"sh:gpu.xid": 3, "sh:gpu.ecc": 3}, rows
+        assert len(held) == 14 and all("common cause" in r[2] for r in held), held
+
+
+def test_the_absolute_cap_holds_under_twenty_simultaneous_drains(many):
+    """Tracker 27: max_nodes caps the drains at once whatever the share allows (here 100 %)."""
+    _reset(many)
+    rows, monitor = run_trial(many, breaker=dict(WIDE, max_nodes=4, common_cause_nodes=0))
+    at_rest = drained_by_us(many.env)
+    print("\n[breaker max_nodes 4] at rest %d, peak %d" % (len(at_rest), monitor.peak))
+    assert len(at_rest) == 4 and sorted(r[0] for r in rows if r[1] == "drained") == at_rest, rows
 
 
 if __name__ == "__main__":  # the driver process of run_trial

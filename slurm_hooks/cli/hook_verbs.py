@@ -194,6 +194,7 @@ def cmd_status(args) -> int:
             prefix,
             breaker["max_percent"],
             breaker["min_nodes"],
+            breaker["max_nodes"],
         )
         manual = sum(
             1
@@ -247,6 +248,8 @@ def render_status(out: dict) -> str:
             notes.append("reason: %s%s" % (entry["reason"], " (%s)" % when if when else ""))
         if entry.get("local_record"):
             notes.append("local record: %s" % entry["local_record"])
+        for step in entry.get("repair") or []:  # the remediation ladder (slurm/repair.py)
+            notes.append("repair: %s: %s" % (step.get("rung"), step.get("result")))
         under[len(rows) - 1] = notes
     width = [max(len(str(r[i])) for r in rows) for i in range(2)]
     lines = []

@@ -85,6 +85,11 @@ def add_parsers(sub) -> None:
         help="what observe mode would have drained: the would-drain decisions in the decision "
         "log ([paths] log_file and its rotations, or the log files given as PATH)",
     )
+    report.add_argument(
+        "--lemons",
+        action="store_true",
+        help="list the nodes Slurm shows drained by us as lemons, held for RMA (docs/slurm.md)",
+    )
     report.set_defaults(handler=cmd_report)
 
 
@@ -182,6 +187,10 @@ def cmd_report(args) -> int:
         from .mode_verbs import cmd_observed
 
         return cmd_observed(args)
+    if getattr(args, "lemons", False):
+        from .lemon_verbs import cmd_lemons
+
+        return cmd_lemons(args)
     if args.stragglers or args.prom or args.drain:
         from .straggler_verbs import cmd_stragglers
 

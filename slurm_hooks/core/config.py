@@ -275,6 +275,95 @@ SECTIONS: Dict[str, Dict[str, Setting]] = {
             minimum=0,
             maximum=1000000,
         ),
+        "max_nodes": Setting(
+            int,
+            50,
+            "never more than this many nodes drained by us at once, whatever the share (0: no "
+            "absolute cap); binds from 500 nodes up with the default share",
+            minimum=0,
+            maximum=1000000,
+        ),
+        "max_window_drains": Setting(
+            int,
+            10,
+            "at most this many automatic drains of ours within window_s, counted from Slurm's "
+            "reason times of the drains still in place (0: off)",
+            minimum=0,
+            maximum=1000000,
+        ),
+        "window_s": _seconds(3600.0, "the rate limit's window, seconds", 7 * 86400),
+        "common_cause_nodes": Setting(
+            int,
+            3,
+            "this many drains of ours led by the same check within common_cause_window_s are "
+            "taken as a common cause (roll-out, file system, switch): further drains for that "
+            "check are held and alerted (0: off)",
+            minimum=0,
+            maximum=1000000,
+        ),
+        "common_cause_window_s": _seconds(
+            600.0, "the common-cause limit's window, seconds", 7 * 86400
+        ),
+    },
+    "lemon": {  # slurm/lemon.py, docs/slurm.md "Lemon nodes"
+        "enabled": Setting(
+            bool,
+            True,
+            "hold a node that keeps failing for RMA: its drain asks for RMA and is never resumed "
+            "automatically",
+        ),
+        "drains": Setting(
+            int,
+            3,
+            "a node's drains by us within `days` that make it a lemon (this drain included; 0: "
+            "this rule off)",
+            minimum=0,
+            maximum=1000,
+        ),
+        "days": _seconds(30.0, "the window of the lemon rules, days", 3650),
+        "same_fault_after_reboot": Setting(
+            bool,
+            True,
+            "a drain for the same check (and GPU) as an earlier one within `days`, in another boot, "
+            "makes the node a lemon: the fault survived a reboot",
+        ),
+    },
+    "repair": {  # slurm/repair.py, docs/slurm.md "The remediation ladder"
+        "reboot": Setting(
+            bool,
+            False,
+            "after a drain asking for reboot (or a GPU reset that cannot run), ask Slurm to reboot "
+            "the node once its jobs end: scontrol reboot ASAP nextstate=<next_state> reason=<ours>",
+        ),
+        "reset_gpu": Setting(
+            bool,
+            False,
+            "after a drain asking for reset-gpu: nvidia-smi -r -i N when no job runs on the node and "
+            "no process holds a GPU, else the reboot rung",
+        ),
+        "next_state": Setting(
+            str,
+            "DOWN",
+            "the state Slurm sets after the reboot (22.05 takes DOWN or RESUME; DRAIN needs a later "
+            "Slurm)",
+            ("DOWN", "RESUME", "DRAIN"),
+        ),
+        "max_attempts": Setting(
+            int, 2, "repairs of one node within window_days at most", minimum=0, maximum=100
+        ),
+        "window_days": _seconds(7.0, "the window of max_attempts, days", 3650),
+    },
+    "xid_pattern": {  # xid/pattern.py, docs/slurm.md "Application Xids across jobs"
+        "enabled": Setting(
+            bool,
+            True,
+            "drain a node whose GPU shows application-class Xids under several jobs of several users",
+        ),
+        "jobs": Setting(int, 3, "distinct jobs on one GPU within `days`", minimum=2, maximum=1000),
+        "users": Setting(
+            int, 2, "... of at least this many distinct users", minimum=1, maximum=1000
+        ),
+        "days": _seconds(7.0, "the window, days", 365),
     },
     "paths": {
         "state_dir": Setting(

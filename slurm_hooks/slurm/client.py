@@ -192,6 +192,11 @@ class Backend(abc.ABC):
     def resume(self, name: str, reason: Optional[str] = None) -> None:
         """RESUME; with `reason`, the same request first replaces the reason (see SlurmClient.resume)."""
 
+    def reboot(self, name: str, reason: str, next_state: str) -> None:
+        """`scontrol reboot ASAP nextstate=NEXT reason=REASON NODE` (slurm/repair.py): only the
+        scontrol backend asks for it; the others refuse, so the repair is recorded as not made."""
+        raise SlurmCommandError(["reboot", name], None, "reboot needs the scontrol backend")
+
 
 Runner = Callable[[List[str], float, Optional[dict]], Tuple[int, str, str]]
 
@@ -290,6 +295,12 @@ class ScontrolBackend(Backend):
             ["update", "NodeName=" + name, "State=RESUME"]
             + (["Reason=" + reason] if reason else []),
             node=name,
+        )
+
+    def reboot(self, name: str, reason: str, next_state: str) -> None:
+        # 22.05 refuses nextstate=DRAIN with exit 1 and no message: SlurmCommandError (docs/slurm.md)
+        self._run(
+            ["reboot", "ASAP", "nextstate=" + next_state, "reason=" + reason, name], node=name
         )
 
 
@@ -704,6 +715,12 @@ class SlurmClient:
             ("resume", check_node_name(name)) + ((check_reason(reason),) if reason else ())
         )
         self.backend.resume(name, reason)
+        self._answered()
+
+    def reboot(self, name: str, reason: str, next_state: str) -> None:
+        """Reboot the node through Slurm when its jobs have ended (slurm/repair.py)."""
+        self.ops.append(("reboot", check_node_name(name), check_reason(reason), next_state))
+        self.backend.reboot(name, reason, next_state)
         self._answered()
 
 

@@ -4,12 +4,13 @@ An automatic drain (docs/slurm.md, "The circuit breaker", has the argument why t
  1. read the node: leave it alone when it is in a state we do not handle (skip_states, FAIL, a state
     word we do not know), drained by someone else, or already drained by us;
  2. list every node: re-read our own node right before draining, and count the other nodes drained
-    automatically by us; at the limit, do not drain (BREAKER);
+    automatically by us; at a limit (the share, max_nodes, the rate window, a common cause:
+    slurm/breaker.py), do not drain (BREAKER);
  3. drain;
  4. wait until slurmctld's clock has passed the second of our drain (SETTLE_S after the request
     returned), so that every drain that could sort ahead of ours is visible;
  5. list again and rank every automatic drain of ours by (Slurm's reason time, node name); when ours
-    ranks at or past the limit, undo it at once, only if its reason is still exactly ours
+    ranks at or past a limit (counting only drains ranked ahead of it), undo it at once, only if its reason is still exactly ours
     (BREAKER_UNDONE, logged CRITICAL).
 Slurm calls: 1 when already drained or left alone, 2 when the breaker stops us, 4 for a drain that
 stays, 6 for one undone (the node is read once more right before the undo). The happy path (no drain) makes none. Every Slurm error is typed
@@ -30,7 +31,7 @@ import time
 from typing import Any, Iterable, List, Mapping, Optional, Sequence
 
 from ..core.structs import Struct
-from . import policy
+from . import breaker, policy
 from .client import SlurmClient
 from .errors import InvalidNodeState, SlurmClientMissing, SlurmError, SlurmUnavailable
 from .node_state import NodeInfo
@@ -225,14 +226,7 @@ def drain(
     )  # re-read right before draining
     if stop is not None:
         return stop
-    breaker = settings["breaker"]
-    state = policy.breaker_state(
-        ((n.name, n.is_drained, n.reason) for n in nodes),
-        node_name,
-        prefix,
-        breaker["max_percent"],
-        breaker["min_nodes"],
-    )
+    state = breaker.assess(nodes, node_name, reason, prefix, settings["breaker"], _now(client))
     if state.tripped:
         return Enacted(
             Outcome.BREAKER,
@@ -262,6 +256,13 @@ def _settle(client: SlurmClient, seconds: float) -> None:
         _sleep(seconds)
 
 
+def _now(client: SlurmClient) -> float:
+    """This host's clock: where the breaker's windows end before our drain (after it, our drain's own
+    reason time does). A test backend that simulates slurmctld's clock gives that instead."""
+    clock = getattr(client.backend, "controller_time", None)
+    return float(clock()) if clock is not None else time.time()
+
+
 def _rank(
     client: SlurmClient,
     node_name: str,
@@ -271,7 +272,7 @@ def _rank(
     settings: Mapping[str, Mapping[str, Any]],
 ) -> Enacted:
     """Step 5: re-count and rank; undo our own drain when it ranks at or past the limit."""
-    prefix, breaker = settings["drain"]["reason_prefix"], settings["breaker"]
+    prefix = settings["drain"]["reason_prefix"]
     try:
         nodes = client.list_nodes()
     except SlurmError as exc:
@@ -292,13 +293,14 @@ def _rank(
             mine,
             node_drained=bool(mine and mine.is_drained),
         )
-    rank = policy.breaker_rank(
-        ((n.name, n.is_drained, n.reason, n.reason_epoch) for n in nodes),
+    rank = breaker.assess(
+        nodes,
         node_name,
-        policy.drain_key(mine.reason_epoch, node_name),
+        reason,
         prefix,
-        breaker["max_percent"],
-        breaker["min_nodes"],
+        settings["breaker"],
+        _now(client),
+        policy.drain_key(mine.reason_epoch, node_name),
     )
     if rank.tripped:
         return _undo(client, mine, original, rank, outcome)
@@ -500,6 +502,12 @@ def resume(
     return Enacted(Outcome.RESUMED, "resumed %s (was: %s)" % (node_name, node.reason), node)
 
 
+def _is_lemon(reason: Optional[str], prefix: str) -> bool:
+    from .lemon import is_lemon
+
+    return is_lemon(reason, prefix)
+
+
 def _resume_reason(marker: str, prefix: str) -> Optional[str]:
     """The reason sent with RESUME: what Slurm may keep afterwards instead of our drain reason. Never
     one that reads as ours (then nothing is sent)."""
@@ -539,6 +547,8 @@ def node_status(client, name: str, config, local: bool, local_state) -> dict:
     elif owner.automatic:
         checks = ",".join(owner.checks) + ("" if owner.complete else ",...")
         info["drain"] = "slurm-hooks, automatic (%s)" % checks
+        if _is_lemon(node.reason, prefix):
+            info["drain"] += ": a lemon held for RMA, never resumed automatically"
         if local:
             record = (local_state[0] or {}).get("drained") if local_state[1] else None
             if not local_state[1]:
@@ -556,6 +566,10 @@ def node_status(client, name: str, config, local: bool, local_state) -> dict:
                     "does not match: not provably ours (re-reasoned, or a reason Slurm kept "
                     "from an earlier drain); never resumed automatically"
                 )
+            if record and record.get("repair"):
+                info["repair"] = record[
+                    "repair"
+                ]  # the remediation ladder's steps (slurm/repair.py)
     else:
         info["drain"] = "someone else's"
     info["drained_by_us"] = bool(

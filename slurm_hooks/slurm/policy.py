@@ -22,7 +22,7 @@ import enum
 import math
 from typing import Iterable, List, Mapping, Optional, Sequence, Tuple
 
-from ..core.structs import Struct
+from ..core.structs import Struct, replace
 from ..result import Action, Blame, Result, Status
 from .reasons import (  # noqa: F401 - the reason's format and reading, used as policy.X everywhere
     FLEET_CHECK,
@@ -203,18 +203,59 @@ def blocking_state(flags: Iterable[str], state: str, skip_states: Iterable[str])
 
 class BreakerState(Struct):
     """drained_by_us: before our drain, the other nodes drained automatically by us; after it
-    (phase 'rank'), those of them that rank ahead of our own drain. tripped: do not drain / undo."""
+    (phase 'rank'), those of them that rank ahead of our own drain. tripped: do not drain / undo.
+    The rate and common-cause limits (slurm/breaker.py) are counted the same way: window_drains of
+    ours within window_s, signature_drains led by the same check within signature_window_s; a
+    limit of 0 is off."""
 
     drained_by_us: int
     total_nodes: int
     limit: int
     phase: str = "count"  # 'count' (before draining) or 'rank' (after: the concurrency check)
+    window_drains: int = 0
+    window_limit: int = 0
+    window_s: float = 0.0
+    signature: str = ""  # the check that leads the reason of the drain being decided
+    signature_drains: int = 0
+    signature_limit: int = 0
+    signature_window_s: float = 0.0
+
+    @property
+    def common_cause(self) -> bool:
+        """The same check drained signature_limit nodes within the window: a shared cause, held."""
+        return bool(self.signature_limit) and self.signature_drains >= self.signature_limit
+
+    @property
+    def rate_tripped(self) -> bool:
+        return bool(self.window_limit) and self.window_drains >= self.window_limit
 
     @property
     def tripped(self) -> bool:
-        return self.drained_by_us >= self.limit
+        return self.drained_by_us >= self.limit or self.rate_tripped or self.common_cause
+
+    def replace(self, **changes: object) -> "BreakerState":
+        return replace(self, **changes)
 
     def describe(self) -> str:
+        if self.common_cause:
+            return (
+                "common cause: %d %s drains of %s within %s (limit %d): held, look for a shared "
+                "cause (driver roll-out, file system, switch) before draining more"
+                % (
+                    self.signature_drains,
+                    "automatic slurm-hooks" if self.phase == "count" else "ranked-ahead",
+                    self.signature,
+                    _span(self.signature_window_s),
+                    self.signature_limit,
+                )
+            )
+        if self.rate_tripped and self.drained_by_us < self.limit:
+            return "%d automatic slurm-hooks drains %swithin %s (limit %d per window)" % (
+                self.window_drains,
+                "rank ahead of this one " if self.phase == "rank" else "",
+                _span(self.window_s),
+                self.window_limit,
+            )
         if self.phase == "rank":
             return (
                 "%d automatic slurm-hooks drains rank ahead of this one among %d nodes (limit %d)"
@@ -227,9 +268,14 @@ class BreakerState(Struct):
         )
 
 
-def breaker_limit(total_nodes: int, max_percent: float, min_nodes: int) -> int:
-    """max(min_nodes, floor(max_percent % of the nodes))."""
-    return max(min_nodes, int(math.floor(total_nodes * max_percent / 100.0)))
+def _span(seconds: float) -> str:
+    return "%g min" % (seconds / 60.0) if seconds >= 60 else "%g s" % seconds
+
+
+def breaker_limit(total_nodes: int, max_percent: float, min_nodes: int, max_nodes: int = 0) -> int:
+    """max(min_nodes, floor(max_percent % of the nodes)), capped at max_nodes when that is set."""
+    limit = max(min_nodes, int(math.floor(total_nodes * max_percent / 100.0)))
+    return min(limit, max_nodes) if max_nodes > 0 else limit
 
 
 def breaker_state(
@@ -238,16 +284,20 @@ def breaker_state(
     prefix: str,
     max_percent: float,
     min_nodes: int,
+    max_nodes: int = 0,
 ) -> BreakerState:
     """`nodes` = (name, is_drained, reason). Counts the OTHER nodes drained automatically by us
-    (manual drains through `slurm-hooks drain` are an admin's deliberate act and do not count)."""
+    (manual drains through `slurm-hooks drain` are an admin's deliberate act and do not count).
+    The share only (what `status` shows); a drain checks every limit (slurm/breaker.py)."""
     nodes = list(nodes)
     ours = sum(
         1
         for name, drained, reason in nodes
         if name != this_node and drained and read_reason(reason, prefix).automatic
     )
-    return BreakerState(ours, len(nodes), breaker_limit(len(nodes), max_percent, min_nodes))
+    return BreakerState(
+        ours, len(nodes), breaker_limit(len(nodes), max_percent, min_nodes, max_nodes)
+    )
 
 
 def drain_key(reason_epoch: Optional[int], name: str) -> Tuple[int, str]:

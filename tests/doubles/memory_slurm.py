@@ -15,7 +15,12 @@ from __future__ import annotations
 import time
 
 from slurm_hooks.slurm.client import Backend
-from slurm_hooks.slurm.errors import InvalidNodeState, NodeNotFound, SlurmUnavailable
+from slurm_hooks.slurm.errors import (
+    InvalidNodeState,
+    NodeNotFound,
+    SlurmCommandError,
+    SlurmUnavailable,
+)
 from slurm_hooks.slurm.node_state import NodeInfo
 
 T0 = 1796256000.0  # 2026-12-02T00:00:00Z
@@ -39,12 +44,17 @@ class MemoryBackend(Backend):
         self.before = {}  # op -> callable run before that op is served (interleavings)
         self.failing = set()  # ops that raise SlurmUnavailable
         self.log = []
+        self.reboots = []  # (node, reason, next_state) of every reboot request
 
     def advance_clock(self, seconds):
         hook = self.before.pop("settle", None)
         if hook:
             hook()
         self.clock += seconds
+
+    def controller_time(self):
+        """The simulated controller's clock, for the breaker's windows (drainer._now)."""
+        return self.clock
 
     def _serve(self, op):
         self.calls += 1
@@ -100,6 +110,15 @@ class MemoryBackend(Backend):
             self.nodes[name] = NodeInfo(
                 name, n.state, n.flags | {"DRAIN"}, n.reason, n.reason_user, n.reason_time
             )
+
+    def reboot(self, name, reason, next_state):
+        """scontrol reboot ASAP nextstate=X reason=R: as 22.05 does on an idle node (docs/slurm.md):
+        DRAIN+REBOOT_ISSUED at once, ' : reboot issued' appended to the reason; DRAIN refused."""
+        self._serve("reboot")
+        if next_state not in ("DOWN", "RESUME"):
+            raise SlurmCommandError(["scontrol", "reboot"], 1, "")
+        self.set_reason(name, reason + " : reboot issued", flags_add={"DRAIN", "REBOOT_ISSUED"})
+        self.reboots.append((name, reason, next_state))
 
     def resume(self, name, reason=None):
         self._serve("resume")
