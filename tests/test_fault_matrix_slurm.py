@@ -13,6 +13,7 @@ import time
 
 import pytest
 
+from slurm_hooks.slurm import policy
 from tests.fault_table import FAULTS, Edits
 from tests.slurm_rig import ctld_reason, is_drained, report, start_rig
 
@@ -76,8 +77,13 @@ def test_fault_on_a_real_controller(hooks, name):
             ), kv
             reason = ctld_reason(c)
             assert reason == kv["reason"], (reason, kv)
-            expected_start = "slurm-hooks: %s: %s" % (fault.check, fault.component or "")
-            assert reason.startswith(expected_start.rstrip()), reason
+            # the head `sinfo -R` shows names the check (and the GPU); the component follows
+            gpu = policy.gpu_index(fault.component)
+            assert reason.startswith(
+                "sh:%s%s" % (fault.check, "" if gpu is None else " g%d" % gpu)
+            ), reason
+            assert policy.read_reason(reason, "sh:").checks[0] == fault.check, reason
+            assert (fault.component or "") in reason, reason
             if fault.action.value != "none":
                 assert reason.endswith("-> " + fault.action.value), reason
             assert "Prolog error" not in reason and len(reason) <= 200

@@ -94,8 +94,10 @@ class Site:
             text=True,
             timeout=120,
         )
-        assert done.returncode == 0, done.stderr
-        return json.loads(done.stdout)
+        data = json.loads(done.stdout)
+        # 0: no suspect; 1 (FOUND): suspects named (docs/cli.md's exit codes); anything else failed
+        assert done.returncode == (1 if data.get("suspects") else 0), (done.returncode, done.stderr)
+        return data
 
     def scan(self):
         from slurm_hooks.core.config import SECTIONS
