@@ -22,16 +22,21 @@ counters stop at 255 and 65535) cannot say how much it grew: the window reports 
 
 from __future__ import annotations
 
+import json
 import os
+import stat
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from ..core import locks
-from ..core.atomicio import read_json, write_json_atomic
+from ..core.atomicio import write_json_atomic
 from ..core.structs import Struct
 
 VERSION = 1
 MAX_POINTS = 512  # per series: a counter that changes at every 5-minute health check for 42 hours
 MAX_SERIES = 4096  # per file: more DIMMs and ports than any node has; a bound on a corrupt config
+MAX_BYTES = (
+    16 << 20
+)  # MAX_SERIES x MAX_POINTS points would be far more: a file past this is corrupt
 LOCK_TIMEOUT_S = 0.5
 SPAN_FRACTION = 0.25  # see window_increase
 REWRITE_S = (
@@ -122,8 +127,36 @@ def _unchanged(
     return True
 
 
+def _read_json_file(path: str):
+    """The JSON in `path` (None when missing), opened without following a symlink and only when it
+    is a regular file: the history's name in a tree under --root is the tree's (a symlink to a live
+    node's file read that file; a FIFO blocked the check until its timeout). ValueError otherwise."""
+    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
+    try:
+        fd = os.open(path, flags)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        if os.path.islink(path):
+            raise ValueError("%s: a symlink, not a history file" % path) from None
+        raise
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise ValueError("%s: not a regular file" % path)
+        with os.fdopen(os.dup(fd), "rb") as handle:
+            raw = handle.read(MAX_BYTES + 1)
+    finally:
+        os.close(fd)
+    if len(raw) > MAX_BYTES:
+        raise ValueError("%s: larger than %d bytes" % (path, MAX_BYTES))
+    try:
+        return json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise ValueError("%s: corrupt JSON: %s" % (path, exc)) from None
+
+
 def _load(path: str) -> Dict[str, List[Point]]:
-    data = read_json(path, default=None)
+    data = _read_json_file(path)
     if data is None:
         return {}
     if not isinstance(data, dict) or data.get("version") != VERSION:
