@@ -136,7 +136,7 @@ def _read_json_file(path: str):
         fd = os.open(path, flags)
     except FileNotFoundError:
         return None
-    except OSError as exc:
+    except OSError:
         if os.path.islink(path):
             raise ValueError("%s: a symlink, not a history file" % path) from None
         raise
