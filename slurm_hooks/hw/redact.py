@@ -34,11 +34,14 @@ NEVER = (
 STATUS_KEEP = ("Name", "Kthread", "Cpus_allowed_list", "Mems_allowed_list", "Tgid", "Pid", "PPid")
 REDACTED = b"<redacted>"
 
-# `KEY=` or `KEY:` at the start of a token. Linear time: the lookbehind lets a key start only
-# where a token starts, and a key is at most 128 characters (a pattern that let any position start
-# a key and searched it for a secret word took 20 s on 10 KB without separators)
-_ASSIGNMENT = re.compile(rb"(?<![A-Za-z0-9_.\-])([A-Za-z0-9_.\-]{1,128})[ \t]*[=:][ \t]*")
-_VALUE = re.compile(rb"\"[^\"\n]*\"|'[^'\n]*'|[^\s\"']+")
+# `KEY=` or `KEY:` at the start of a token, the key possibly quoted (JSON's `"password": "x"`).
+# Linear time: the lookbehind lets a key start only where a token starts, and a key is at most 128
+# characters (a pattern that let any position start a key and searched it for a secret word took
+# 20 s on 10 KB without separators)
+_ASSIGNMENT = re.compile(rb"(?<![A-Za-z0-9_.\-])([A-Za-z0-9_.\-]{1,128})[\"']?[ \t]*[=:][ \t]*")
+# a quoted value (backslash escapes inside: JSON's "a\"b c"), else everything up to the next
+# whitespace: a quote inside an unquoted value is part of the secret (StoragePass=ab"cd kept "cd)
+_VALUE = re.compile(rb"\"(?:[^\"\\\n]|\\.)*\"|'(?:[^'\\\n]|\\.)*'|\S+")
 _SECRET_SUFFIXES = (
     "pass",
     "passwd",
