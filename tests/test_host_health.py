@@ -673,3 +673,30 @@ def test_a_crafted_tree_history_file_is_never_followed_out_of_it(registry, fake_
     at(T0 + 2)
     results = run(registry, node, ["host.edac"], config)
     assert [r.status for r in results] == [Status.OK], [r.summary for r in results]
+
+
+def test_a_state_directory_swapped_for_a_symlink_after_resolution_is_not_followed(
+    registry, fake_node, tmp_path, at, monkeypatch
+):
+    """Whoever can write the tree swaps its state directory for a symlink out of it between the
+    check resolving the path inside the tree and the write (a race, made certain here): refused,
+    nothing written outside, the check still judges."""
+    node = fake_node(overrides={"memory": {"edac": {"mc0": {"dimms": {"dimm0": {"ue_count": 1}}}}}})
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    state = str(node.path("/var/lib/slurm-hooks"))
+    os.makedirs(state)
+    resolve = Host.realpath
+
+    def resolve_then_swap(self, host_path):
+        resolved = resolve(self, host_path)
+        if host_path == "/var/lib/slurm-hooks" and not os.path.islink(state):
+            os.rmdir(state)
+            os.symlink(str(outside), state)
+        return resolved
+
+    monkeypatch.setattr(Host, "realpath", resolve_then_swap)
+    at(T0)
+    results = run(registry, node, ["host.edac"], {"paths": {"state_dir": "/var/lib/slurm-hooks"}})
+    assert [r.status for r in results] == [Status.FAIL]  # the UE is judged all the same
+    assert os.listdir(str(outside)) == []
