@@ -267,6 +267,12 @@ def test_slurm_conf_behind_a_symlink_of_another_name_is_redacted(tmp_path):
         # a JSON key is quoted; an escaped quote does not end a JSON string
         (b'{"password": "hunter2", "user": "slurm"}', b'{"password": <redacted>, "user": "slurm"}'),
         (b'"api_token":"a\\"b c"}', b'"api_token":<redacted>}'),
+        # a URL's user:password@ (RFC 3986 user information), whatever the key holding it
+        (
+            b"JobCompLoc=http://slurm:s3cr3t@elastic:9200/slurm",
+            b"JobCompLoc=http://slurm:<redacted>@elastic:9200/slurm",
+        ),
+        (b"url: https://elastic:9200/x@y", None),  # no user information: kept
         # a quote inside an unquoted value is part of it, not its end
         (b'StoragePass=ab"cd x=1', b"StoragePass=<redacted> x=1"),
         (b"StoragePass=pa'ss word", b"StoragePass=<redacted> word"),
