@@ -264,6 +264,22 @@ def test_slurm_conf_behind_a_symlink_of_another_name_is_redacted(tmp_path):
         (b"MYSQL_PASSWORD: hunter2 x=1", b"MYSQL_PASSWORD: <redacted> x=1"),
         (b"api_token_file=/root/t", b"api_token_file=<redacted>"),
         (b"ClientSecret=abc", b"ClientSecret=<redacted>"),
+        # a JSON key is quoted; an escaped quote does not end a JSON string
+        (b'{"password": "hunter2", "user": "slurm"}', b'{"password": <redacted>, "user": "slurm"}'),
+        (b'"api_token":"a\\"b c"}', b'"api_token":<redacted>}'),
+        # a URL's user:password@ (RFC 3986 user information), whatever the key holding it
+        (
+            b"JobCompLoc=http://slurm:s3cr3t@elastic:9200/slurm",
+            b"JobCompLoc=http://slurm:<redacted>@elastic:9200/slurm",
+        ),
+        (b"url: https://elastic:9200/x@y", None),  # no user information: kept
+        # a quote inside an unquoted value is part of it, not its end
+        (b'StoragePass=ab"cd x=1', b"StoragePass=<redacted> x=1"),
+        (b"StoragePass=pa'ss word", b"StoragePass=<redacted> word"),
+        (
+            b'AccountingStoragePass = "x y"  # quoted',
+            b"AccountingStoragePass = <redacted>  # quoted",
+        ),
         # kept: kernel parameters that only look like secrets (Documentation/admin-guide/
         # kernel-parameters.txt) and ordinary slurm.conf keys
         (b"BOOT_IMAGE=/vmlinuz-6.8 iommu.passthrough=1 quiet", None),

@@ -1082,6 +1082,8 @@ def test_without_a_key_every_record_is_reported_and_nothing_is_drained(
         (0o600, 31, "has 31 bytes, expected 32"),
         (0o620, 32, "writable by others (mode 620)"),
         (0o602, 32, "writable by others (mode 602)"),
+        (0o644, 32, "readable by everyone (mode 644)"),  # any user could sign a forged record
+        (0o604, 32, "readable by everyone (mode 604)"),
     ],
 )
 def test_a_key_that_cannot_be_trusted_verifies_nothing(tmp_path, mode, size, why):

@@ -641,3 +641,62 @@ def test_prolog_drains_for_an_uncorrectable_dimm_but_not_for_a_flapping_port(
     outcome = run_hook("prolog", registry, config, env, client=SlurmClient(backend))
     assert outcome.enacted.outcome is Outcome.DRAINED
     assert "host.edac" in backend.nodes["node1"].reason
+
+
+def test_a_crafted_tree_history_file_is_never_followed_out_of_it(registry, fake_node, tmp_path, at):
+    """The history file itself a symlink to a file outside the tree (the live node's history): not
+    read, and replaced inside the tree; a FIFO in its place does not hold the check to its timeout."""
+    node = fake_node()
+    os.makedirs(str(node.path("/var/lib/slurm-hooks")), exist_ok=True)
+    history = str(node.path("/var/lib/slurm-hooks/host-edac.json"))
+    config = {"paths": {"state_dir": "/var/lib/slurm-hooks"}}
+    at(T0)
+    run(registry, node, ["host.edac"], config)  # the tree's own history, for its keys and boot id
+    with open(history) as handle:
+        series = json.load(handle)["series"]
+    keys = sorted(series)
+    boot = series[keys[0]][-1][1]
+    live = tmp_path / "live-host-edac.json"  # a history outside the tree: 0 CEs an hour ago
+    live.write_text(json.dumps({"version": 1, "series": {keys[0]: [[T0 - HOUR, boot, 0]]}}))
+    os.unlink(history)
+    os.symlink(str(live), history)
+    mc, dimm = keys[0].split("/")
+    _set_ce(node, mc, dimm, 40)  # read against the outside file, 40 CEs in the last hour: WARN
+    at(T0 + 1)
+    results = run(registry, node, ["host.edac"], config)
+    assert _bad(results) == [], [r.summary for r in results]
+    assert (
+        not os.path.islink(history) and json.loads(live.read_text())["series"][keys[0]][0][2] == 0
+    )
+    os.unlink(history)
+    os.mkfifo(history)
+    at(T0 + 2)
+    results = run(registry, node, ["host.edac"], config)
+    assert [r.status for r in results] == [Status.OK], [r.summary for r in results]
+
+
+def test_a_state_directory_swapped_for_a_symlink_after_resolution_is_not_followed(
+    registry, fake_node, tmp_path, at, monkeypatch
+):
+    """Whoever can write the tree swaps its state directory for a symlink out of it between the
+    check resolving the path inside the tree and the write (a race, made certain here): refused,
+    nothing written outside, the check still judges."""
+    node = fake_node(overrides={"memory": {"edac": {"mc0": {"dimms": {"dimm0": {"ue_count": 1}}}}}})
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    state = str(node.path("/var/lib/slurm-hooks"))
+    os.makedirs(state)
+    resolve = Host.realpath
+
+    def resolve_then_swap(self, host_path):
+        resolved = resolve(self, host_path)
+        if host_path == "/var/lib/slurm-hooks" and not os.path.islink(state):
+            os.rmdir(state)
+            os.symlink(str(outside), state)
+        return resolved
+
+    monkeypatch.setattr(Host, "realpath", resolve_then_swap)
+    at(T0)
+    results = run(registry, node, ["host.edac"], {"paths": {"state_dir": "/var/lib/slurm-hooks"}})
+    assert [r.status for r in results] == [Status.FAIL]  # the UE is judged all the same
+    assert os.listdir(str(outside)) == []

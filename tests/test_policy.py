@@ -203,6 +203,11 @@ def test_a_prefix_ending_in_a_letter_is_followed_by_a_space():
     assert reason == "HC gpu.ecc g1: gpu:1 x DBE -> rma"
     assert policy.read_reason(reason, "HC").checks == ("gpu.ecc",)
     assert policy.format_manual_reason("fan", "HC", 200) == "HC manual: fan"
+    # the space is part of such a prefix: an admin's 'healthcheck.sh: failed' is not a drain of
+    # prefix 'health' naming a check 'check.sh' (it would count in the breaker and be adopted)
+    for admin in ("healthcheck.sh: failed", "healthgpu.ecc: x", "healthmanual: x"):
+        assert not policy.is_ours(admin, "health"), admin
+    assert policy.read_reason("health gpu.ecc: x", "health").checks == ("gpu.ecc",)
 
 
 def test_slurms_own_prolog_and_epilog_reasons_are_refinable():

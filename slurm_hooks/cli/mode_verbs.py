@@ -200,7 +200,8 @@ def cmd_observed(args) -> int:
         if not log_file:
             print(
                 "slurm-hooks report --observed: [paths] log_file is empty; pass the logs "
-                "(e.g. journalctl -t slurm-hooks -o short-iso > FILE)",
+                "(e.g. journalctl -t slurm-hooks _UID=0 -o short-iso > FILE: _UID=0, as any user "
+                "can log under the slurm-hooks tag)",
                 file=sys.stderr,
             )
             return ExitCode.UNKNOWN

@@ -6,8 +6,8 @@ NODE: REASON" (slurm/drainer.py), and hooks.py writes that as one key=value deci
 to [paths] log_file (default /var/log/slurm-hooks/slurm-hooks.log, rotated weekly by logrotate into
 .1 and .N.gz) and to syslog/journald. `report --stragglers --drain` on an admin host writes the same
 outcome with `context=fleet event=straggler-drain`. This module finds those lines in the log and its
-rotations (or in files given, e.g. `journalctl -t slurm-hooks -o short-iso` output gathered from
-every node), so an admin sees what enforce mode would have done before switching to it.
+rotations (or in files given, e.g. `journalctl -t slurm-hooks _UID=0 -o short-iso` output gathered
+from every node: without _UID=0 a user's `logger -t slurm-hooks` line would read as a decision), so an admin sees what enforce mode would have done before switching to it.
 """
 
 from __future__ import annotations

@@ -22,16 +22,22 @@ counters stop at 255 and 65535) cannot say how much it grew: the window reports 
 
 from __future__ import annotations
 
+import errno
+import json
 import os
+import stat
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from ..core import locks
-from ..core.atomicio import read_json, write_json_atomic
+from ..core.atomicio import open_dir, write_atomic_at
 from ..core.structs import Struct
 
 VERSION = 1
 MAX_POINTS = 512  # per series: a counter that changes at every 5-minute health check for 42 hours
 MAX_SERIES = 4096  # per file: more DIMMs and ports than any node has; a bound on a corrupt config
+MAX_BYTES = (
+    16 << 20
+)  # MAX_SERIES x MAX_POINTS points would be far more: a file past this is corrupt
 LOCK_TIMEOUT_S = 0.5
 SPAN_FRACTION = 0.25  # see window_increase
 REWRITE_S = (
@@ -73,12 +79,16 @@ def record(
     boot_id: str,
     keep_s: float,
     zero_at: Optional[Dict[str, float]] = None,
+    dir_fd: Optional[int] = None,
 ) -> History:
     """Append this run's values to the history in `path` and return every series (this run's included).
 
     `zero_at`: per key, a time the source says the counter was zero (EDAC's seconds_since_reset); it
     becomes a point of the history unless the history already has points after it, so a counter reset
     within the window counts whole from the first run on, and a reset the runs did not see is one.
+    `dir_fd`: the directory of `path`, already open (a tree under --root: opened component by
+    component without following a symlink, so a link swapped in after the check resolved the path
+    cannot lead the write out of the tree); without it, the directory of `path` is opened here.
 
     Series not in `values` (a DIMM or port that went away) are dropped. Errors reading or writing the
     file (no permission in a manual run, a full disk, a held lock) leave the history to this run only,
@@ -86,27 +96,63 @@ def record(
     """
     note = None
     old: Dict[str, List[Point]] = {}
+    name = os.path.basename(path)
+    opened = -1
     try:
-        os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
-        with locks.locked(path + ".lock", LOCK_TIMEOUT_S):
+        if dir_fd is None:
+            dir_fd = opened = open_dir(os.path.dirname(path), create_mode=0o700)
+        with _locked_at(dir_fd, name + ".lock", path + ".lock"):
             try:
-                old = _load(path)
+                old = _load(path, dir_fd)
             except ValueError as exc:  # corrupt: start again, say so
                 note = "history reset: %s" % exc
             merged = _merge(old, values, now, boot_id, keep_s, zero_at or {})
             if _unchanged(old, values, now, boot_id):
                 return History(merged, note)  # a prolog per job must not fsync a file per job
-            write_json_atomic(
-                path, {"version": VERSION, "series": {k: list(v) for k, v in merged.items()}}
-            )
+            document = {"version": VERSION, "series": {k: list(v) for k, v in merged.items()}}
+            data = (json.dumps(document, indent=1, sort_keys=True) + "\n").encode("utf-8")
+            write_atomic_at(dir_fd, name, data, where=os.path.dirname(path))
         return History(merged, note)
     except OSError as exc:
         try:  # a read-only state dir (a manual run as a user) may still be readable
-            old = _load(path)
+            old = _load(path, dir_fd) if dir_fd is not None else {}
         except (OSError, ValueError):
             old = {}
         merged = _merge(old, values, now, boot_id, keep_s, zero_at or {})
         return History(merged, "history not saved (%s): %s" % (path, exc.strerror or exc))
+    finally:
+        if opened >= 0:
+            os.close(opened)
+
+
+def this_run_only(
+    values: Dict[str, int],
+    now: float,
+    boot_id: str,
+    keep_s: float,
+    zero_at: Optional[Dict[str, float]],
+    note: str,
+) -> History:
+    """The history of this run alone, with `note` saying why nothing was kept (no directory)."""
+    return History(_merge({}, values, now, boot_id, keep_s, zero_at or {}), note)
+
+
+class _locked_at:  # noqa: N801 - used like a function: `with _locked_at(dir_fd, name, label):`
+    """flock(LOCK_EX) on dir_fd/name (made if missing, never through a symlink), LOCK_TIMEOUT_S at most."""
+
+    def __init__(self, dir_fd: int, name: str, label: str):
+        self.dir_fd, self.name, self.label, self.fd = dir_fd, name, label, -1
+
+    def __enter__(self) -> "_locked_at":
+        flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+        self.fd = os.open(self.name, flags, 0o600, dir_fd=self.dir_fd)
+        if not locks.flock_within(self.fd, LOCK_TIMEOUT_S):
+            os.close(self.fd)
+            raise locks.LockTimeout(errno.EWOULDBLOCK, "lock held by another process", self.label)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        os.close(self.fd)  # closing releases the lock
 
 
 def _unchanged(
@@ -122,8 +168,36 @@ def _unchanged(
     return True
 
 
-def _load(path: str) -> Dict[str, List[Point]]:
-    data = read_json(path, default=None)
+def _read_json_file(path: str, dir_fd: int):
+    """The JSON in `path` (None when missing), opened without following a symlink and only when it
+    is a regular file: the history's name in a tree under --root is the tree's (a symlink to a live
+    node's file read that file; a FIFO blocked the check until its timeout). ValueError otherwise."""
+    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
+    try:
+        fd = os.open(os.path.basename(path), flags, dir_fd=dir_fd)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise ValueError("%s: a symlink, not a history file" % path) from None
+        raise
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise ValueError("%s: not a regular file" % path)
+        with os.fdopen(os.dup(fd), "rb") as handle:
+            raw = handle.read(MAX_BYTES + 1)
+    finally:
+        os.close(fd)
+    if len(raw) > MAX_BYTES:
+        raise ValueError("%s: larger than %d bytes" % (path, MAX_BYTES))
+    try:
+        return json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise ValueError("%s: corrupt JSON: %s" % (path, exc)) from None
+
+
+def _load(path: str, dir_fd: int) -> Dict[str, List[Point]]:
+    data = _read_json_file(path, dir_fd)
     if data is None:
         return {}
     if not isinstance(data, dict) or data.get("version") != VERSION:

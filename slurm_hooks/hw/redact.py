@@ -7,7 +7,8 @@ Three layers, all applied to the bytes a check read before they enter the archiv
 - by content, in every text file and in the kernel log: the value of any `KEY=value` or
   `KEY: value` whose key names a secret (ends in Pass, Passwd, Password, Passphrase, Pwd, Secret,
   Token, Key(s), Credential(s), or holds Password, Passwd, Secret or Token anywhere:
-  AccountingStoragePass, JobCompPass, StoragePass, jwt_key, api_token) becomes <redacted>, so a
+  AccountingStoragePass, JobCompPass, StoragePass, jwt_key, api_token) becomes <redacted>, and so
+  does the password of a URL's user:password@ whatever its key, so a
   secret is removed whatever the file is called (a slurm.conf that is a symlink to
   slurm-prod.conf kept its AccountingStoragePass);
 - by choice (`capture --exclude`): whole categories a site must not share (EXCLUDABLE).
@@ -34,11 +35,19 @@ NEVER = (
 STATUS_KEEP = ("Name", "Kthread", "Cpus_allowed_list", "Mems_allowed_list", "Tgid", "Pid", "PPid")
 REDACTED = b"<redacted>"
 
-# `KEY=` or `KEY:` at the start of a token. Linear time: the lookbehind lets a key start only
-# where a token starts, and a key is at most 128 characters (a pattern that let any position start
-# a key and searched it for a secret word took 20 s on 10 KB without separators)
-_ASSIGNMENT = re.compile(rb"(?<![A-Za-z0-9_.\-])([A-Za-z0-9_.\-]{1,128})[ \t]*[=:][ \t]*")
-_VALUE = re.compile(rb"\"[^\"\n]*\"|'[^'\n]*'|[^\s\"']+")
+# `KEY=` or `KEY:` at the start of a token, the key possibly quoted (JSON's `"password": "x"`).
+# Linear time: the lookbehind lets a key start only where a token starts, and a key is at most 128
+# characters (a pattern that let any position start a key and searched it for a secret word took
+# 20 s on 10 KB without separators)
+_ASSIGNMENT = re.compile(rb"(?<![A-Za-z0-9_.\-])([A-Za-z0-9_.\-]{1,128})[\"']?[ \t]*[=:][ \t]*")
+# a quoted value (backslash escapes inside: JSON's "a\"b c"), else everything up to the next
+# whitespace: a quote inside an unquoted value is part of the secret (StoragePass=ab"cd kept "cd)
+_VALUE = re.compile(rb"\"(?:[^\"\\\n]|\\.)*\"|'(?:[^'\\\n]|\\.)*'|\S+")
+# the password of a URL's user information (RFC 3986 "scheme://user:password@host"), whatever its key:
+# JobCompLoc=http://slurm:s3cr3t@elastic:9200 names no secret in its key
+_URL_PASSWORD = re.compile(
+    rb"([A-Za-z][A-Za-z0-9+.\-]{0,31}://[^\s/:@\"']{0,64}:)[^\s/@\"']{1,128}(?=@)"
+)
 _SECRET_SUFFIXES = (
     "pass",
     "passwd",
@@ -117,10 +126,13 @@ def redact_secrets(data: bytes) -> Tuple[bytes, int]:
         pieces += [data[done : match.end()], REDACTED]
         done = value.end()
         count += 1
-    if not count:
-        return data, 0
-    pieces.append(data[done:])
-    return b"".join(pieces), count
+    if count:
+        pieces.append(data[done:])
+        data = b"".join(pieces)
+    if b"://" not in data:
+        return data, count
+    data, in_urls = _URL_PASSWORD.subn(lambda m: m.group(1) + REDACTED, data)
+    return data, count + in_urls
 
 
 def redact(host_path: str, data: bytes, aliases: Iterable[str] = ()) -> Tuple[Optional[bytes], str]:

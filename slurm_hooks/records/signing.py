@@ -48,8 +48,8 @@ class KeyProblem(ValueError):
 
 def load_key(path: str) -> Optional[bytes]:
     """The key in `path`; None when there is no such file (or path is ""): records then go unsigned
-    and unverified. KeyProblem for a key anyone but its owner may change, of another owner than
-    root or us, not a regular file, shorter than MIN_KEY_BYTES or unreadable."""
+    and unverified. KeyProblem for a key anyone but its owner may change or everyone may read (any
+    user could sign a forged record), of another owner than root or us, not a regular file, shorter than MIN_KEY_BYTES or unreadable."""
     if not path:
         return None
     flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
@@ -72,6 +72,11 @@ def load_key(path: str) -> Optional[bytes]:
         if info.st_mode & 0o022:
             raise KeyProblem(
                 "%s: the records key is writable by others (mode %o): chmod 0600"
+                % (path, stat.S_IMODE(info.st_mode))
+            )
+        if info.st_mode & 0o004:  # whoever reads it signs: a forged record would verify
+            raise KeyProblem(
+                "%s: the records key is readable by everyone (mode %o): chmod 0600"
                 % (path, stat.S_IMODE(info.st_mode))
             )
         key = os.read(fd, MAX_KEY_BYTES + 1)

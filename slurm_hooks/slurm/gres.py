@@ -56,16 +56,39 @@ MAX_HOSTLIST_NAMES = (
 )
 
 
-def expand_hostlist(text: str, source: str = "<hostlist>") -> List[str]:
+# names in all the hostlists of one file (its includes too): ten times the largest cluster, one
+# second here; a 4 MiB file of 'NodeName=n[0-99999] ...' lines, each under the bound of one
+# hostlist, was 8 billion names (20 such lines: 1.4 s and 150 MB)
+MAX_FILE_NAMES = 1000000
+
+
+class NameBudget:
+    """How many hostlist names one file may still expand to (MAX_FILE_NAMES), shared by its lines."""
+
+    def __init__(self, left: int = MAX_FILE_NAMES):
+        self.left = left
+
+    def spend(self, count: int, source: str, text: str) -> None:
+        self.left -= count
+        if self.left < 0:
+            raise ParseError(source, text, "at most %d hostlist names in one file" % MAX_FILE_NAMES)
+
+
+def expand_hostlist(
+    text: str, source: str = "<hostlist>", budget: Optional[NameBudget] = None
+) -> List[str]:
     """'gpu[01-03,07],login1' -> ['gpu01', 'gpu02', 'gpu03', 'gpu07', 'login1'] (zero padding kept).
 
     At most MAX_HOSTLIST_NAMES names (a ParseError beyond): nested ranges multiply, and a check
-    must not spend its time and memory listing billions of names."""
+    must not spend its time and memory listing billions of names. `budget`: the names the file
+    this hostlist is in may still expand to (spent here)."""
     names: List[str] = []
     for item in _split_top_level(text.strip()):
         names.extend(_expand_one(item, source, text))
         if len(names) > MAX_HOSTLIST_NAMES:
             raise ParseError(source, text, "at most %d names in one hostlist" % MAX_HOSTLIST_NAMES)
+    if budget is not None:
+        budget.spend(len(names), source, text)
     return names
 
 
@@ -158,6 +181,7 @@ def parse_gres_conf(
     """
     lines: List[GresLine] = []
     autodetect, node_autodetect = "", {}
+    budget = NameBudget()
     for conf_line in conffile.read_conf(source, read, _slurmd_output_as_conf(text)):
         where, pairs = conf_line.where, conf_line.pairs
         if conf_line.leftover or not pairs:
@@ -172,7 +196,11 @@ def parse_gres_conf(
                 raise ParseError(where, conf_line.text, "AutoDetect= alone, or after NodeName=")
             autodetect = fields["autodetect"].lower()
             continue
-        nodes = tuple(expand_hostlist(fields["nodename"], where)) if "nodename" in fields else ()
+        nodes = (
+            tuple(expand_hostlist(fields["nodename"], where, budget))
+            if "nodename" in fields
+            else ()
+        )
         if "autodetect" in fields and nodes:
             node_autodetect.update({n: fields["autodetect"].lower() for n in nodes})
         if "name" not in fields and "autodetect" in fields:
@@ -180,7 +208,7 @@ def parse_gres_conf(
         files: Tuple[str, ...] = ()
         for key in _FILE_KEYS:
             if key in fields:
-                files += tuple(expand_hostlist(fields[key], where))
+                files += tuple(expand_hostlist(fields[key], where, budget))
         cores_text = fields.get("cores", fields.get("cpus"))
         cores = parse_cpulist(cores_text, where + " Cores=") if cores_text is not None else None
         number = int(where.rsplit(":", 1)[1])
@@ -230,6 +258,7 @@ def parse_slurm_node_line(
     """
     merged: Dict[str, str] = {}
     found = False
+    budget = NameBudget()
     for conf_line in conffile.read_conf(source, read, text):
         if conf_line.first_key() != "nodename":
             continue
@@ -240,7 +269,7 @@ def parse_slurm_node_line(
         if names.upper() == "DEFAULT":
             merged.update(fields)
             continue
-        if node in expand_hostlist(names, conf_line.where):
+        if node in expand_hostlist(names, conf_line.where, budget):
             merged.update(fields)
             found = True
     return merged if found else {}

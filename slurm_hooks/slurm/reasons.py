@@ -165,7 +165,10 @@ def read_reason(reason: Optional[str], prefix: str) -> ReasonOwner:
         return ReasonOwner("")
     for lead in dict.fromkeys((prefix.strip(), LEGACY_PREFIX)):
         if lead and reason.startswith(lead):
-            owner = _read_head(reason[len(lead) :])
+            rest = reason[len(lead) :]
+            if lead[-1].isalnum() and not rest.startswith(" "):
+                continue  # we write 'HC gpu.ecc: ...' (_lead); 'HCgpu.ecc: ...' is someone else's
+            owner = _read_head(rest)
             if owner.kind:
                 return owner
     return ReasonOwner("")

@@ -6,9 +6,11 @@ Time comes from `clock` (time.time: windows span runs, so wall time; tests repla
 
 from __future__ import annotations
 
+import os
 import time
 from typing import Dict, Optional
 
+from ...core import atomicio
 from ...hw import counter_window
 from ...registry import Param
 from ...result import Status
@@ -33,10 +35,37 @@ def record_history(
 ) -> counter_window.History:
     """This run's counter values appended to the family's history (slurm_hooks.hw.counter_window)."""
     state_dir = ctx.config.get("paths", "state_dir")
-    if not ctx.host.is_live:  # a captured or fake node keeps its history in its own tree
-        state_dir = ctx.host.real(state_dir)
-    path = counter_window.state_path(state_dir, family)
-    return counter_window.record(path, values, now, boot_id(ctx), keep_s, zero_at)
+    if ctx.host.is_live:
+        path = counter_window.state_path(state_dir, family)
+        return counter_window.record(path, values, now, boot_id(ctx), keep_s, zero_at)
+    # a captured or fake node keeps its history in its own tree: the directory resolved inside the
+    # tree, then opened from the tree's root one component at a time without following a symlink
+    # (one swapped in meanwhile by whoever can write the tree is refused, not followed out of it)
+    inside = ctx.host.realpath(state_dir)
+    path = counter_window.state_path(ctx.host.path(inside), family)
+    try:
+        dir_fd = _open_in_tree(ctx.host.root, inside)
+    except OSError as exc:
+        note = "history not saved (%s): %s" % (path, exc.strerror or exc)
+        return counter_window.this_run_only(values, now, boot_id(ctx), keep_s, zero_at, note)
+    try:
+        return counter_window.record(path, values, now, boot_id(ctx), keep_s, zero_at, dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
+def _open_in_tree(root: str, host_dir: str) -> int:
+    """A descriptor of `host_dir` under `root`, made if missing, no component a symlink."""
+    fd = atomicio.open_dir(root)
+    try:
+        for name in [part for part in host_dir.split("/") if part]:
+            below = atomicio.open_subdir(fd, name, create_mode=0o700, where=root)
+            os.close(fd)
+            fd = below
+        return fd
+    except BaseException:
+        os.close(fd)
+        raise
 
 
 def window_param(default_hours: float, what: str) -> Param:
