@@ -1,0 +1,51 @@
+"""tools/device_smoke.py, the script a session lent a GPU machine runs first, on the fake node: it
+must produce every fixture and talk to the library on LD_LIBRARY_PATH (the fake's sentinel driver
+version proves which), so that the one device run a session gets is not spent on a broken script."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from tests.helpers import REPO
+
+pytestmark = pytest.mark.slow  # a capture, a check, a qualify and ~60 NVML names x 8 GPUs
+
+
+def test_device_smoke_writes_every_fixture_against_the_library_it_finds(fake_node, tmp_path):
+    node = fake_node("dgx-h100")
+    out = tmp_path / "out"
+    env = node.subprocess_env()
+    env["SLURM_HOOKS_ALLOW_INSECURE_CONFIG"] = "1"
+    env["SLURM_HOOKS_CONFIG"] = str(tmp_path / "none.toml")
+    (tmp_path / "none.toml").write_text("[paths]\nstate_dir = %r\nlog_file = ''\n" % str(tmp_path))
+    done = subprocess.run(
+        [sys.executable, "tools/device_smoke.py", "--out", str(out), "--root", str(node.root)],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["steps"]["check"]["rc"] in (0, 1, 2), summary  # judged, not UNKNOWN or a crash
+    assert summary["steps"]["capture"]["rc"] == 0, summary
+    assert (out / "capture.tar.gz").stat().st_size > 0
+    check = json.loads((out / "check.json").read_text())
+    by_name = {c["name"]: c for c in check["checks"]}
+    assert by_name["gpu.count"]["status"] == "OK", by_name["gpu.count"]  # the driver was read
+    json.loads((out / "qualify.json").read_text())  # no tools on the fake node: SKIPs, still JSON
+    calls = json.loads((out / "nvml-calls.json").read_text())
+    assert "error" not in calls["init"] and calls["count"]["value"] == "8"
+    functions = calls["functions"]
+    assert functions["nvmlSystemGetDriverVersion"]["system"]["value"] == "'550.54.15'"  # the fake
+    names = functions["nvmlDeviceGetName"]["per_gpu"]
+    assert len(names) == 8 and all("H100" in n["value"] for n in names), names
+    assert all(f["in_pynvml"] for f in functions.values() if f.get("per_gpu")), functions
+    # the multi-argument getters get their arguments: an answer, not a TypeError of ours
+    temperature = functions["nvmlDeviceGetTemperature"]["per_gpu"][0]
+    assert "value" in temperature, temperature
