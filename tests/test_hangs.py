@@ -285,7 +285,8 @@ def test_prolog_with_a_hung_state_directory_exits_in_time(prolog, hung_dir):
 def enforce(prolog) -> None:
     """mode = "enforce" said explicitly: these tests expect a drain whatever the shipped default mode."""
     text = prolog.config.read_text()
-    prolog.config.write_text(text.replace("[general]\n", '[general]\nmode = "enforce"\n', 1))
+    if 'mode = "enforce"' not in text:  # the rig may say it already: a second key is invalid TOML
+        prolog.config.write_text(text.replace("[general]\n", '[general]\nmode = "enforce"\n', 1))
 
 
 def test_prolog_with_a_wedged_gpu_judges_the_gpus_that_answer(prolog):
@@ -308,7 +309,7 @@ def test_prolog_with_a_wedged_gpu_judges_the_gpus_that_answer(prolog):
     print("[wedged] checks: %s ms" % kv["duration_ms"])
     assert int(kv["duration_ms"]) < 1000 * CHECK_TIMEOUT, kv  # before: every GPU check waited 3 s
     assert seconds < BOUND, seconds
-    assert prolog.drain_reason().startswith("slurm-hooks: gpu.remap: gpu:1 ")
+    assert prolog.drain_reason().startswith("sh:gpu.remap g1: gpu:1 ")
 
 
 def test_a_gpu_wedged_in_two_prologs_in_a_row_drains_the_node(prolog):
@@ -326,5 +327,5 @@ def test_a_gpu_wedged_in_two_prologs_in_a_row_drains_the_node(prolog):
     kv = prolog.decision()
     assert (rc, kv["decision"], kv["outcome"], kv["check"]) == (1, "drain", "drained", "gpu.count")
     reason = prolog.drain_reason()
-    assert reason.startswith("slurm-hooks: gpu.count: gpu:3 ") and reason.endswith("-> reboot")
+    assert reason.startswith("sh:gpu.count g3: gpu:3 ") and reason.endswith("-> reboot")
     assert "2 consecutive runs" in reason, reason

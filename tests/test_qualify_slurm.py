@@ -114,7 +114,7 @@ def test_a_failing_node_is_drained_again_with_the_test_and_its_figure(
     assert done["verdict"] == "fail", done
     assert "DRAIN" in cluster.node_state("node1")
     line = reason(cluster)
-    assert "slurm-hooks: qualify: nvbandwidth: nvbandwidth GPU 3 h2d 13.2 GB/s" in line
+    assert "sh:qualify: nvbandwidth: nvbandwidth GPU 3 h2d 13.2 GB/s" in line
     assert through_slurm.RESERVATION_PREFIX not in reservations(cluster)
     print("slurm calls, failing qualification:", done["slurm_calls"])
 
@@ -151,7 +151,7 @@ def test_interrupted_mid_job_the_node_is_drained_back_and_the_reservation_delete
     finally:
         timer.cancel()
     assert done["reason"] == "interrupted by SIGTERM", done
-    assert done["enacted"].startswith("drained: slurm-hooks: qualify: interrupted by SIGTERM")
+    assert done["enacted"].startswith("drained: sh:qualify: interrupted by SIGTERM")
     assert "DRAIN" in cluster.node_state("node1")
     assert done["reservation_deleted"] is True
     assert through_slurm.RESERVATION_PREFIX not in reservations(cluster)
@@ -176,9 +176,7 @@ def test_the_admin_command_qualifies_a_node_with_one_command(cluster, fake, tmp_
         in done.stdout
     )
     assert "reservation_deleted: True" in done.stdout
-    assert "Reason=slurm-hooks: qualify: ib:mlx5_0:1: ib_write_bw mlx5_0:1 96.2 Gb/s" in reason(
-        cluster
-    )
+    assert "Reason=sh:qualify: ib:mlx5_0:1: ib_write_bw mlx5_0:1 96.2 Gb/s" in reason(cluster)
 
 
 def test_a_reservation_left_by_a_crashed_admin_host_is_swept(cluster, fake, tmp_path, clean):

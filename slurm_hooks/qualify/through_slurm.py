@@ -11,7 +11,7 @@ in a maintenance reservation of ours, its outcome enacted through the drain libr
 4. `sbatch --wait --reservation=R --nodelist=<node> --exclusive` of a script that execs
    `slurm-hooks qualify --json`: visible in squeue/sacct; its exit code is the verdict.
 5. pass: the node stays resumed. Anything else (fail, not qualified, the job failed or was killed,
-   we were interrupted): the node is drained again, 'slurm-hooks: qualify: <test>: <figure>'. A node
+   we were interrupted): the node is drained again, 'sh:qualify: <test>: <figure>'. A node
    that was in service before (not drained) is drained through drainer.drain (breaker and all); one
    that was drained by us is put back as it was, whatever the breaker says (not a new drain).
 6. The reservation is deleted on every path: finally, with SIGINT/SIGTERM turned into an exception
