@@ -22,10 +22,10 @@ import time
 
 import pytest
 
-from slurm_hooks.core.config import SECTIONS
 from slurm_hooks.slurm import drainer
 from slurm_hooks.slurm.client import ScontrolBackend, SlurmClient
 from slurm_hooks.slurm.policy import Outcome
+from tests.helpers import default_settings
 
 pytestmark = pytest.mark.slurm
 
@@ -36,12 +36,7 @@ ADMIN = "admin: PSU swap ticket 4711"
 
 
 def settings():
-    values = {
-        section: {k: s.default for k, s in schema.items()} for section, schema in SECTIONS.items()
-    }
-    values["general"]["mode"] = "enforce"
-    values["drain"]["timeout"] = 20.0
-    return values
+    return default_settings(drain={"timeout": 20.0})  # enforce; slow answers under load finish
 
 
 @pytest.fixture(scope="module")

@@ -17,11 +17,11 @@ from __future__ import annotations
 
 import pytest
 
-from slurm_hooks.core.config import SECTIONS
 from slurm_hooks.result import Action, Result, Status
 from slurm_hooks.slurm import drainer, policy
 from slurm_hooks.slurm.client import ScontrolBackend, SlurmClient
 from slurm_hooks.slurm.policy import Outcome
+from tests.helpers import default_settings
 
 pytestmark = pytest.mark.slurm
 
@@ -30,12 +30,7 @@ OLD_RELEASE = "slurm-hooks: gpu.count,gpu.ecc: gpu:1 0000:1b:00.0 GPU 1 lost -> 
 
 
 def settings():
-    values = {
-        section: {k: s.default for k, s in schema.items()} for section, schema in SECTIONS.items()
-    }
-    values["general"]["mode"] = "enforce"
-    values["drain"]["timeout"] = 20.0
-    return values
+    return default_settings(drain={"timeout": 20.0})  # enforce; slow answers under load finish
 
 
 @pytest.fixture(scope="module")
