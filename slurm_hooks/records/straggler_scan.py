@@ -26,7 +26,7 @@ import time
 from typing import Any, Deque, Dict, Iterable, Iterator, List, Optional, Set, Tuple
 
 from ..core.structs import Struct, field
-from . import stragglers
+from . import blind_spots, stragglers
 from .build import RECORD_SCHEMA
 
 SETTLE_S = 900.0  # a job's records are all written within this long of its first one (epilogs end together)
@@ -67,6 +67,7 @@ class StragglerScan(Struct, frozen=False):
     max_open_jobs: int = (
         0  # the most jobs held at once (streaming: jobs ending within SETTLE_S of each other)
     )
+    blind: blind_spots.BlindSpots = field(default_factory=blind_spots.BlindSpots)
 
     def skip(self, why: str, count: int = 1) -> None:
         self.skipped[why] = self.skipped.get(why, 0) + count
@@ -369,7 +370,8 @@ def parse(path: str, node: str, since: float, min_seconds: float) -> Tuple[Any, 
     hw = summary.get("hw_class")
     hw = hw if isinstance(hw, str) and len(hw) <= 512 else None
     row = stragglers.figures_row(perf)
-    return ("ok", job["id"], (row, float(start), float(end), user, boot, hw))
+    untrusted = blind_spots.untrusted_of(summary)
+    return ("ok", job["id"], (row, float(start), float(end), user, boot, hw, untrusted))
 
 
 def _close(job: OpenJob, result: StragglerScan, fleet: Dict[str, Any]) -> None:
@@ -418,6 +420,8 @@ def _close(job: OpenJob, result: StragglerScan, fleet: Dict[str, Any]) -> None:
                 for i in metrics:
                     if row[i] is None:
                         bits &= ~(1 << i)
+            if None in row or job.entries[node][6]:  # what this node could not be judged on
+                result.blind.add(node, job.entries[node][6], every & ~bits, metrics)
             window.add(
                 stragglers.JobMark(
                     job.job_id,
@@ -486,6 +490,7 @@ def to_dict(result: StragglerScan, top: Optional[int] = None) -> Dict[str, Any]:
             "min_job_nodes": result.min_nodes,
         },
         "suspects": [suspect_to_dict(s) for s in (suspects[:top] if top else suspects)],
+        "not_judged": result.blind.rows(),
     }
 
 
@@ -528,6 +533,7 @@ def render(result: StragglerScan, top: int = 20) -> str:
         lines.append(
             "  not scored: %s" % ", ".join("%s %d" % kv for kv in sorted(result.skipped.items()))
         )
+    lines.extend(result.blind.render())
     if not suspects:
         lines.append("no straggler suspects")
         return "\n".join(lines) + "\n"

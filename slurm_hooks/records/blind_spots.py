@@ -1,0 +1,106 @@
+"""What `report --stragglers` could not judge, node by node: a blind spot says so.
+
+Two kinds, both from the records' header line (docs/records.md):
+
+- untrusted: the record's `summary.perf_untrusted` ({figure: "not scored: saturated (...)"}, made
+  by ib_counter_trust): the node's counter saturated or was cleared, so the figure is unmeasurable
+  there. This is evidence, not an absence: a port stalling on credits saturates its 32-bit
+  port_xmit_wait first, so the worst port is exactly the one whose figure goes missing.
+- missing: a figure the job's other nodes were scored on and this node's record does not have (a
+  driver without the power-brake counter, cgroup v1 without foreign CPU time, an NVML that hung).
+
+Before this, both were silently scored as fewer figures. Bounded: nodes x figures counters.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+from . import stragglers
+
+MAX_REASON = 300  # characters of a record's reason kept (it comes from a file on a shared disk)
+
+
+def untrusted_of(summary: Dict[str, Any]) -> Optional[Tuple[Tuple[str, str], ...]]:
+    """summary.perf_untrusted as ((figure, reason), ...) for the figures the detector knows; None
+    when there is none (or it is not the shape we write: a bad field is ignored, not believed)."""
+    found = summary.get("perf_untrusted")
+    if not isinstance(found, dict) or not found:
+        return None
+    out = tuple(
+        (name, why[:MAX_REASON])
+        for name, why in sorted(found.items())
+        if name in stragglers.METRIC_BY_NAME and isinstance(why, str)
+    )
+    return out or None
+
+
+def _kind(reason: str) -> str:
+    """ "not scored: saturated (...)" -> "saturated"."""
+    head = reason.split("(", 1)[0]
+    return head.replace("not scored:", "").strip() or "untrusted"
+
+
+class BlindSpots:
+    """Per node and figure: in how many scored jobs the figure was untrusted (and why) or missing."""
+
+    __slots__ = ("untrusted", "missing", "example")
+
+    def __init__(self) -> None:
+        self.untrusted: Dict[Tuple[str, str, str], int] = {}  # (node, figure, kind) -> jobs
+        self.missing: Dict[Tuple[str, str], int] = {}  # (node, figure) -> jobs
+        self.example: Dict[Tuple[str, str, str], str] = {}  # the latest reason of each
+
+    def add(
+        self,
+        node: str,
+        untrusted: Optional[Sequence[Tuple[str, str]]],
+        missing_bits: int,
+        scored: Sequence[int],
+    ) -> None:
+        """One node-job: its untrusted figures, and the METRIC_BIT bits of figures the job scored
+        (`scored`: their indices) that the node did not have."""
+        covered = set()
+        for figure, why in untrusted or ():
+            key = (node, figure, _kind(why))
+            self.untrusted[key] = self.untrusted.get(key, 0) + 1
+            self.example[key] = why
+            covered.add(figure)
+        if missing_bits:
+            for index in scored:
+                name = stragglers.METRICS[index].name
+                if missing_bits >> index & 1 and name not in covered:
+                    self.missing[(node, name)] = self.missing.get((node, name), 0) + 1
+
+    def rows(self) -> List[Dict[str, Any]]:
+        """One row per node x figure x why, most jobs first."""
+        out = [
+            {"node": n, "metric": f, "why": kind, "jobs": c, "example": self.example[(n, f, kind)]}
+            for (n, f, kind), c in self.untrusted.items()
+        ]
+        out.extend(
+            {"node": n, "metric": f, "why": "missing", "jobs": c, "example": None}
+            for (n, f), c in self.missing.items()
+        )
+        return sorted(
+            out, key=lambda r: (r["why"] == "missing", -r["jobs"], r["node"], r["metric"])
+        )
+
+    def render(self, top: int = 10) -> List[str]:
+        """Lines for the text report: the untrusted figures first (they hide the worst ports)."""
+        rows = self.rows()
+        if not rows:
+            return []
+        lines = ["cannot be judged (node, figure: why, in how many scored jobs):"]
+        for row in rows[:top]:
+            why = (
+                "not scored: %s" % row["why"]
+                if row["why"] != "missing"
+                else "not in its records while its peers had it"
+            )
+            lines.append(
+                "  %s %s: %s in %d job(s)" % (row["node"], row["metric"], why, row["jobs"])
+            )
+        if len(rows) > top:
+            lines.append("  ... %d more (--json: not_judged)" % (len(rows) - top))
+        return lines
