@@ -26,7 +26,7 @@ import time
 from typing import Any, Deque, Dict, Iterable, Iterator, List, Optional, Set, Tuple
 
 from ..core.structs import Struct, field
-from . import blind_spots, stragglers
+from . import blind_spots, stragglers, topology_groups
 from .build import RECORD_SCHEMA
 
 SETTLE_S = 900.0  # a job's records are all written within this long of its first one (epilogs end together)
@@ -68,6 +68,7 @@ class StragglerScan(Struct, frozen=False):
         0  # the most jobs held at once (streaming: jobs ending within SETTLE_S of each other)
     )
     blind: blind_spots.BlindSpots = field(default_factory=blind_spots.BlindSpots)
+    leaf_of: Optional[Dict[str, str]] = None  # node -> leaf switch ([fleet] topology_conf)
 
     def skip(self, why: str, count: int = 1) -> None:
         self.skipped[why] = self.skipped.get(why, 0) + count
@@ -90,8 +91,18 @@ class StragglerScan(Struct, frozen=False):
         return sum(window.stale for window in self.windows.values())
 
     def suspects(self) -> List[stragglers.Suspect]:
+        """The node suspects; those concentrated under one leaf switch are the switch's (switches)."""
+        return self._grouped()[0]
+
+    def switches(self) -> List[topology_groups.SwitchSuspect]:
+        return self._grouped()[1]
+
+    def _grouped(
+        self,
+    ) -> Tuple[List[stragglers.Suspect], List[topology_groups.SwitchSuspect]]:
         found = [s for window in self.windows.values() for s in window.suspects(self.k)]
-        return sorted(found, key=lambda s: (-s.flagged, -s.worst_z, s.node, s.metric))
+        found.sort(key=lambda s: (-s.flagged, -s.worst_z, s.node, s.metric))
+        return topology_groups.blame(found, self.windows, self.leaf_of)
 
 
 # -- listing -------------------------------------------------------------------------------------
@@ -491,6 +502,7 @@ def to_dict(result: StragglerScan, top: Optional[int] = None) -> Dict[str, Any]:
         },
         "suspects": [suspect_to_dict(s) for s in (suspects[:top] if top else suspects)],
         "not_judged": result.blind.rows(),
+        "switch_suspects": [w.to_dict() for w in result.switches()],
     }
 
 
@@ -534,6 +546,7 @@ def render(result: StragglerScan, top: int = 20) -> str:
             "  not scored: %s" % ", ".join("%s %d" % kv for kv in sorted(result.skipped.items()))
         )
     lines.extend(result.blind.render())
+    lines.extend(topology_groups.render(result.switches(), top))
     if not suspects:
         lines.append("no straggler suspects")
         return "\n".join(lines) + "\n"

@@ -1,0 +1,116 @@
+"""Blame the leaf switch, not its nodes: suspects on one figure concentrated under one switch.
+
+A degraded leaf switch (a bad uplink, a failing ASIC, a hot rack) slows every node under it the
+same way; scored against the job's other nodes, each node under it comes out worse, and the fleet
+report used to list each as a suspect of its own (up to 32 in one independent run, more than all
+planted stragglers together), each eligible for a drain. Draining the nodes does not fix a switch.
+
+Input: the node suspects of a pass (stragglers.Suspect), the nodes' windows (to know who was
+scored on the figure at all), and Slurm's topology (slurm/topology_conf.py: node -> leaf switch or
+block). Rule, per leaf and figure: the leaf's suspects S among its nodes scored on that figure N;
+the leaf is the suspect when |S| >= 2 and |S| >= CONCENTRATED x N (half of them), or when |S| >=
+FEW_SUSPECTS (3) under a leaf of at most SMALL_LEAF (8) scored nodes. Then the leaf gets one row
+with its nodes, and **none** of those nodes stays a node suspect for that figure (nothing drains
+them for it); their suspects on other figures stand. A node under no leaf of the file is judged
+alone, as before.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+
+from . import stragglers
+
+CONCENTRATED = 0.5  # share of the leaf's scored nodes that makes the leaf the suspect
+FEW_SUSPECTS = 3  # ... or this many suspects under a small leaf
+SMALL_LEAF = 8
+MIN_SUSPECTS = 2  # one suspect is a node, never a switch
+
+
+class SwitchSuspect:
+    """A leaf switch (or block) suspected on `metric`: `nodes` of its `scored` nodes were suspects."""
+
+    __slots__ = ("switch", "metric", "nodes", "scored", "worst_z", "flagged")
+
+    def __init__(
+        self, switch: str, metric: str, suspects: Sequence[stragglers.Suspect], scored: int
+    ):
+        self.switch, self.metric, self.scored = switch, metric, scored
+        self.nodes = sorted(s.node for s in suspects)
+        self.worst_z = max(s.worst_z for s in suspects)
+        self.flagged = sum(s.flagged for s in suspects)
+
+    def to_dict(self) -> Dict[str, Any]:
+        return {
+            "switch": self.switch,
+            "metric": self.metric,
+            "nodes": self.nodes,
+            "suspect_nodes": len(self.nodes),
+            "scored_nodes": self.scored,
+            "flagged_jobs": self.flagged,
+            "worst_z": self.worst_z,
+        }
+
+
+def scored_on(window: stragglers.NodeWindow, metric: str) -> bool:
+    """Whether the node was scored on the figure in the jobs its window holds."""
+    bit = stragglers.METRIC_BIT.get(metric)
+    return bool(bit) and window.window_start(bit)[1] > 0
+
+
+def concentrated(suspects: int, scored: int) -> bool:
+    if suspects < MIN_SUSPECTS:
+        return False
+    return suspects >= CONCENTRATED * scored or (suspects >= FEW_SUSPECTS and scored <= SMALL_LEAF)
+
+
+def blame(
+    suspects: Sequence[stragglers.Suspect],
+    windows: Mapping[str, stragglers.NodeWindow],
+    leaf_of: Optional[Mapping[str, str]],
+) -> Tuple[List[stragglers.Suspect], List[SwitchSuspect]]:
+    """(the node suspects that stay, the switch suspects), by the rule of the module docstring."""
+    if not leaf_of or not suspects:
+        return list(suspects), []
+    grouped: Dict[Tuple[str, str], List[stragglers.Suspect]] = {}
+    for suspect in suspects:
+        leaf = leaf_of.get(suspect.node)
+        if leaf is not None:
+            grouped.setdefault((leaf, suspect.metric), []).append(suspect)
+    if not any(len(group) >= MIN_SUSPECTS for group in grouped.values()):
+        return list(suspects), []
+    by_leaf: Dict[str, List[str]] = {}
+    for node in windows:
+        leaf = leaf_of.get(node)
+        if leaf is not None:
+            by_leaf.setdefault(leaf, []).append(node)
+    switches: List[SwitchSuspect] = []
+    blamed = set()
+    for (leaf, metric), group in sorted(grouped.items()):
+        if len(group) < MIN_SUSPECTS:
+            continue
+        scored = sum(1 for node in by_leaf.get(leaf, ()) if scored_on(windows[node], metric))
+        if concentrated(len(group), max(scored, len(group))):
+            switches.append(SwitchSuspect(leaf, metric, group, max(scored, len(group))))
+            blamed.update((s.node, metric) for s in group)
+    kept = [s for s in suspects if (s.node, s.metric) not in blamed]
+    switches.sort(key=lambda w: (-len(w.nodes), -w.worst_z, w.switch, w.metric))
+    return kept, switches
+
+
+def render(switches: Sequence[SwitchSuspect], top: int = 20) -> List[str]:
+    """Lines for the text report."""
+    if not switches:
+        return []
+    lines = [
+        "switch suspects (their nodes are not node suspects on the figure, and are not drained for it):"
+    ]
+    for row in switches[:top]:
+        shown = ",".join(row.nodes[:8]) + (",..." if len(row.nodes) > 8 else "")
+        lines.append(
+            "  %s %s: %d of its %d scored nodes, worst z %.1f (%s)"
+            % (row.switch, row.metric, len(row.nodes), row.scored, row.worst_z, shown)
+        )
+    if len(switches) > top:
+        lines.append("  ... %d more (--json: switch_suspects)" % (len(switches) - top))
+    return lines
