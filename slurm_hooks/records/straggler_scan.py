@@ -26,7 +26,7 @@ import time
 from typing import Any, Deque, Dict, Iterable, Iterator, List, Optional, Set, Tuple
 
 from ..core.structs import Struct, field
-from . import blind_spots, stragglers, topology_groups
+from . import blind_spots, rate_test, stragglers, topology_groups
 from .build import RECORD_SCHEMA
 
 SETTLE_S = 900.0  # a job's records are all written within this long of its first one (epilogs end together)
@@ -69,6 +69,7 @@ class StragglerScan(Struct, frozen=False):
     )
     blind: blind_spots.BlindSpots = field(default_factory=blind_spots.BlindSpots)
     leaf_of: Optional[Dict[str, str]] = None  # node -> leaf switch ([fleet] topology_conf)
+    rates: rate_test.FlagRates = field(default_factory=rate_test.FlagRates)
 
     def skip(self, why: str, count: int = 1) -> None:
         self.skipped[why] = self.skipped.get(why, 0) + count
@@ -96,6 +97,15 @@ class StragglerScan(Struct, frozen=False):
 
     def switches(self) -> List[topology_groups.SwitchSuspect]:
         return self._grouped()[1]
+
+    def rate_suspects(self) -> List[stragglers.Suspect]:
+        """Flagged far more often than the fleet over the whole window (rate_test), not already
+        a k-of-m suspect, not under a suspect switch on the figure: reported, never drained."""
+        kept, switches = self._grouped()
+        found = self.rates.suspects(self.k, kept)
+        blamed = {(n, w.metric) for w in switches for n in w.nodes}
+        found = [s for s in found if (s.node, s.metric) not in blamed]
+        return sorted(found, key=lambda s: (-s.flagged / s.window, s.node, s.metric))
 
     def _grouped(
         self,
@@ -433,18 +443,11 @@ def _close(job: OpenJob, result: StragglerScan, fleet: Dict[str, Any]) -> None:
                         bits &= ~(1 << i)
             if None in row or job.entries[node][6]:  # what this node could not be judged on
                 result.blind.add(node, job.entries[node][6], every & ~bits, metrics)
-            window.add(
-                stragglers.JobMark(
-                    job.job_id,
-                    ends[len(ends) // 2],
-                    len(names),
-                    user,
-                    tuple(flags[node]),
-                    start,
-                    bits,
-                ),
-                job.entries[node][4],
+            mark = stragglers.JobMark(
+                job.job_id, ends[len(ends) // 2], len(names), user, tuple(flags[node]), start, bits
             )
+            window.add(mark, job.entries[node][4])
+            result.rates.add(node, mark)  # the whole report window: rate_test
             result.node_jobs += 1
     result.jobs_scored += scored
 
@@ -503,6 +506,7 @@ def to_dict(result: StragglerScan, top: Optional[int] = None) -> Dict[str, Any]:
         "suspects": [suspect_to_dict(s) for s in (suspects[:top] if top else suspects)],
         "not_judged": result.blind.rows(),
         "switch_suspects": [w.to_dict() for w in result.switches()],
+        "rate_suspects": [suspect_to_dict(s) for s in result.rate_suspects()],
     }
 
 
@@ -547,6 +551,7 @@ def render(result: StragglerScan, top: int = 20) -> str:
         )
     lines.extend(result.blind.render())
     lines.extend(topology_groups.render(result.switches(), top))
+    lines.extend(rate_test.render(result.rate_suspects(), top))
     if not suspects:
         lines.append("no straggler suspects")
         return "\n".join(lines) + "\n"
