@@ -139,6 +139,7 @@ def write_fleet(
     now: float,
     clear: float = 0.5,
     body_gpus: int = 0,
+    wait: float = 5e4,
     first_job: int = 2000000,
 ) -> Dict[str, int]:
     from slurm_hooks.records.store import encode_record
@@ -169,7 +170,7 @@ def write_fleet(
         }
         slowed = any(k in ("hw_slowdown", "low_power") for k in faults.values())
         role = set(rng.sample(nodes, len(nodes) // 3)) if rng.random() < 0.2 else set()
-        wait_level = math.exp(rng.gauss(math.log(2e5), 1.0))
+        wait_level = math.exp(rng.gauss(math.log(wait), 1.0))
         user = "user%02d" % rng.randrange(fleet_synth.USERS)
         job_id = str(first_job + i)
         for node in nodes:
@@ -284,6 +285,9 @@ def evaluate(plan: HarshPlan, data: Dict[str, Any]) -> Dict[str, Any]:
             len(planted - persistent),
         )
     wrong = sorted(n for n in lead if n not in plan.planted)
+    rated = {s["node"] for s in data.get("rate_suspects", [])} - set(lead)
+    saturating = {r["node"] for r in data.get("saturating", [])}
+    stalls = {n for n, (k, _) in plan.planted.items() if k == "ib_stall"}
     switches = {r["switch"] for r in data.get("switch_suspects", [])}
     node_jobs = data["node_jobs"]
     return {
@@ -295,6 +299,13 @@ def evaluate(plan: HarshPlan, data: Dict[str, Any]) -> Dict[str, Any]:
         "false_under_bad_leaf": sum(1 for n in wrong if plan.leaves[n] in plan.bad_leaves),
         "false_odd": sum(1 for n in wrong if n in plan.odd),
         "false_per_10k": round(len(wrong) / node_jobs * 1e4, 2) if node_jobs else None,
+        "rate_only_found": len(rated & set(plan.planted)),
+        "rate_only_false": len(rated - set(plan.planted)),
+        "ib_stall_in_saturating": "%d/%d" % (len(saturating & stalls), len(stalls)),
+        "saturating_not_planted": len(saturating - set(plan.planted)),
+        "saturating_under_bad_leaf": sum(
+            1 for n in saturating if plan.leaves[n] in plan.bad_leaves
+        ),
         "bad_leaves_found": "%d/%d" % (len(switches & plan.bad_leaves), len(plan.bad_leaves)),
         "wrong_switches": len(switches - plan.bad_leaves),
         "not_judged_saturated": sum(
@@ -311,6 +322,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--jobs", type=int, default=3000)
     parser.add_argument("--seed", type=int, default=30)
     parser.add_argument("--clear-share", type=float, default=0.5)
+    parser.add_argument("--wait", type=float, default=5e4, help="median healthy xmit-wait ticks/s")
     parser.add_argument("--healthy", action="store_true", help="nothing planted, no bad leaves")
     parser.add_argument("--speed", type=int, metavar="RECORDS")
     args = parser.parse_args(argv)
@@ -339,7 +351,9 @@ def main(argv: Optional[List[str]] = None) -> int:
             data = report(records, topology)
             print(json.dumps({"records": data["records"], "wall_s": data["wall_s"]}))
             return 0
-        counts = write_fleet(records, plan, args.jobs, args.seed + 1, now, args.clear_share)
+        counts = write_fleet(
+            records, plan, args.jobs, args.seed + 1, now, args.clear_share, wait=args.wait
+        )
         out = {"records": counts["records"]}
         out["without topology"] = evaluate(plan, report(records, None))
         try:

@@ -122,3 +122,24 @@ def test_the_report_names_the_node_it_could_not_judge_and_why(tmp_path):
     assert "n02 ib_xmit_wait_per_s: not scored: saturated in 4 job(s)" in straggler_scan.render(
         result
     )
+
+
+def test_a_node_that_saturates_far_more_often_than_the_fleet_is_named(tmp_path):
+    import random
+
+    rng = random.Random(4)
+    reason = "not scored: saturated (mlx5_1:1 port_xmit_wait saturated: at the 32-bit maximum)"
+    for job in range(12):
+        for i in range(8):
+            figures_ = healthy(rng)
+            untrusted = None
+            if i == 5 or (i == 1 and job == 4):  # n05 always, n01 once (an idle weekend)
+                del figures_["ib_xmit_wait_per_s"]
+                untrusted = {"ib_xmit_wait_per_s": reason}
+            write(str(tmp_path), "n%02d" % i, 100 + job, figures_, untrusted)
+    result = straggler_scan.scan([str(tmp_path)], settings(), now=NOW)
+    rows = straggler_scan.to_dict(result)["saturating"]
+    assert [(r["node"], r["saturated_jobs"], r["jobs"]) for r in rows] == [("n05", 12, 12)]
+    assert "n05 ib_xmit_wait_per_s: counter saturated in 12 of 12 jobs" in straggler_scan.render(
+        result
+    )

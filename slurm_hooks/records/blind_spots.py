@@ -14,9 +14,9 @@ Before this, both were silently scored as fewer figures. Bounded: nodes x figure
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from . import stragglers
+from . import rate_test, stragglers
 
 MAX_REASON = 300  # characters of a record's reason kept (it comes from a file on a shared disk)
 
@@ -104,3 +104,39 @@ class BlindSpots:
         if len(rows) > top:
             lines.append("  ... %d more (--json: not_judged)" % (len(rows) - top))
         return lines
+
+
+def saturating(
+    blind: BlindSpots,
+    windows: Mapping[str, stragglers.NodeWindow],
+    alpha: float = rate_test.ALPHA,
+    least: int = 3,
+) -> List[Dict[str, Any]]:
+    """Nodes whose counter saturates on a figure far more often than the fleet's (rate_test's
+    binomial tail, Bonferroni over the nodes): the port that stalls most is the one a 32-bit
+    counter cannot measure, so saturating often is itself the evidence. Per figure, the fleet's
+    rate is saturated node-jobs / scored node-jobs (plus one and two). Reported, never drained."""
+    total_jobs = sum(w.scored for w in windows.values())
+    per_figure: Dict[str, Dict[str, int]] = {}
+    for (node, figure, kind), count in blind.untrusted.items():
+        if kind == "saturated" and node in windows:
+            per_figure.setdefault(figure, {})[node] = count
+    out: List[Dict[str, Any]] = []
+    for figure, counts in sorted(per_figure.items()):
+        rate = (sum(counts.values()) + 1.0) / (total_jobs + 2.0)
+        for node, count in sorted(counts.items()):
+            jobs = max(windows[node].scored, count)
+            if count < least:
+                continue
+            p_value = rate_test.binomial_tail(count, jobs, rate) * max(1, len(windows))
+            if p_value < alpha:
+                out.append(
+                    {
+                        "node": node,
+                        "metric": figure,
+                        "saturated_jobs": count,
+                        "jobs": jobs,
+                        "fleet_rate": round(rate, 6),
+                    }
+                )
+    return sorted(out, key=lambda r: (-r["saturated_jobs"] / r["jobs"], r["node"]))

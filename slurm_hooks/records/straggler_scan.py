@@ -507,6 +507,7 @@ def to_dict(result: StragglerScan, top: Optional[int] = None) -> Dict[str, Any]:
         "not_judged": result.blind.rows(),
         "switch_suspects": [w.to_dict() for w in result.switches()],
         "rate_suspects": [suspect_to_dict(s) for s in result.rate_suspects()],
+        "saturating": blind_spots.saturating(result.blind, result.windows),
     }
 
 
@@ -552,6 +553,11 @@ def render(result: StragglerScan, top: int = 20) -> str:
     lines.extend(result.blind.render())
     lines.extend(topology_groups.render(result.switches(), top))
     lines.extend(rate_test.render(result.rate_suspects(), top))
+    lines.extend(
+        "  %(node)s %(metric)s: counter saturated in %(saturated_jobs)d of %(jobs)d jobs "
+        "(fleet: %(fleet_rate)g): a stalled port a 32-bit counter cannot measure" % row
+        for row in blind_spots.saturating(result.blind, result.windows)[:top]
+    )
     if not suspects:
         lines.append("no straggler suspects")
         return "\n".join(lines) + "\n"
