@@ -26,7 +26,7 @@ import time
 from typing import Any, Deque, Dict, Iterable, Iterator, List, Optional, Set, Tuple
 
 from ..core.structs import Struct, field
-from . import blind_spots, rate_test, stragglers, topology_groups
+from . import blind_spots, rate_test, slowness, stragglers, topology_groups
 from .build import RECORD_SCHEMA
 
 SETTLE_S = 900.0  # a job's records are all written within this long of its first one (epilogs end together)
@@ -429,6 +429,9 @@ def _close(job: OpenJob, result: StragglerScan, fleet: Dict[str, Any]) -> None:
             fleet["z_threshold"],
             scored=metrics,
         )
+        slowness.keep_costly(
+            names, [job.entries[n][0] for n in names], flags
+        )  # oddity is not slowness
         scored = True
         every = sum(1 << i for i in metrics)  # the figures scored in this job
         for node in names:
