@@ -151,3 +151,33 @@ def test_the_report_reads_topology_conf_from_the_config(tmp_path, config, capsys
     assert main(["report", "--stragglers", d]) == ExitCode.UNKNOWN
     with pytest.raises(HostError):
         topology_conf.load(str(topology))
+
+
+def test_a_leaf_whose_nodes_saturate_their_counters_is_the_switch(tmp_path):
+    """A degraded leaf stalls its nodes' ports hard enough to saturate their 32-bit
+    port_xmit_wait: the figure is unmeasurable there, and the saturating nodes under one leaf
+    are the switch's row, not six node rows."""
+    from tests.test_ib_saturation import write as write_untrusted
+
+    rng = random.Random(8)
+    reason = "not scored: saturated (mlx5_0:1 port_xmit_wait saturated: at the 32-bit maximum)"
+    names = ["n%02d" % i for i in range(16)]
+    for job in range(12):
+        for node in rng.sample(names, 12):
+            figures = healthy(rng)
+            untrusted = None
+            if node in ("n08", "n09", "n10", "n11", "n12", "n13"):
+                del figures["ib_xmit_wait_per_s"]
+                untrusted = {"ib_xmit_wait_per_s": reason}
+            write_untrusted(str(tmp_path), node, 100 + job, figures, untrusted)
+    result = straggler_scan.scan([str(tmp_path)], settings(), now=NOW)
+    assert len(result.saturating()[0]) == 6 and result.saturating()[1] == []
+    result.leaf_of = topology_conf.parse(
+        "topology.conf", "SwitchName=s0 Nodes=n[00-07]\nSwitchName=s1 Nodes=n[08-15]\n"
+    ).leaf_of
+    rows, switches = result.saturating()
+    assert rows == [] and [(w["switch"], w["nodes"]) for w in switches] == [
+        ("s1", ["n08", "n09", "n10", "n11", "n12", "n13"])
+    ]
+    assert straggler_scan.to_dict(result)["switch_suspects"][0]["why"] == "saturating"
+    assert "s1 ib_xmit_wait_per_s: 6 of its 8 nodes saturate" in straggler_scan.render(result)

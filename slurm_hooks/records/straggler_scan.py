@@ -98,6 +98,12 @@ class StragglerScan(Struct, frozen=False):
     def switches(self) -> List[topology_groups.SwitchSuspect]:
         return self._grouped()[1]
 
+    def saturating(self) -> Tuple[List[Dict[str, Any]], List[Dict[str, Any]]]:
+        """(nodes whose counter saturates far more often than the fleet's, leaf switches where such
+        nodes concentrate): blind_spots.saturating, grouped like the suspects."""
+        rows = blind_spots.saturating(self.blind, self.windows)
+        return topology_groups.group_rows(rows, self.windows, self.leaf_of)
+
     def rate_suspects(self) -> List[stragglers.Suspect]:
         """Flagged far more often than the fleet over the whole window (rate_test), not already
         a k-of-m suspect, not under a suspect switch on the figure: reported, never drained."""
@@ -508,9 +514,9 @@ def to_dict(result: StragglerScan, top: Optional[int] = None) -> Dict[str, Any]:
         },
         "suspects": [suspect_to_dict(s) for s in (suspects[:top] if top else suspects)],
         "not_judged": result.blind.rows(),
-        "switch_suspects": [w.to_dict() for w in result.switches()],
+        "switch_suspects": [w.to_dict() for w in result.switches()] + result.saturating()[1],
         "rate_suspects": [suspect_to_dict(s) for s in result.rate_suspects()],
-        "saturating": blind_spots.saturating(result.blind, result.windows),
+        "saturating": result.saturating()[0],
     }
 
 
@@ -559,7 +565,13 @@ def render(result: StragglerScan, top: int = 20) -> str:
     lines.extend(
         "  %(node)s %(metric)s: counter saturated in %(saturated_jobs)d of %(jobs)d jobs "
         "(fleet: %(fleet_rate)g): a stalled port a 32-bit counter cannot measure" % row
-        for row in blind_spots.saturating(result.blind, result.windows)[:top]
+        for row in result.saturating()[0][:top]
+    )
+    lines.extend(
+        "  %s %s: %d of its %d nodes saturate the counter far more often than the fleet: the "
+        "switch (%s)"
+        % (w["switch"], w["metric"], len(w["nodes"]), w["scored_nodes"], ",".join(w["nodes"][:8]))
+        for w in result.saturating()[1]
     )
     if not suspects:
         lines.append("no straggler suspects")

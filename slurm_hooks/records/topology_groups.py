@@ -114,3 +114,40 @@ def render(switches: Sequence[SwitchSuspect], top: int = 20) -> List[str]:
     if len(switches) > top:
         lines.append("  ... %d more (--json: switch_suspects)" % (len(switches) - top))
     return lines
+
+
+def group_rows(
+    rows: Sequence[Dict[str, Any]],
+    windows: Mapping[str, stragglers.NodeWindow],
+    leaf_of: Optional[Mapping[str, str]],
+) -> Tuple[List[Dict[str, Any]], List[Dict[str, Any]]]:
+    """The same rule for report rows of a kind (blind_spots.saturating: {"node", "metric", ...}):
+    (rows that stay the nodes', one switch row per concentrated leaf and figure). Every node the
+    report saw under the leaf counts as scored there (a saturated figure is not scored at all)."""
+    if not leaf_of or not rows:
+        return list(rows), []
+    grouped: Dict[Tuple[str, str], List[Dict[str, Any]]] = {}
+    for row in rows:
+        leaf = leaf_of.get(row["node"])
+        if leaf is not None:
+            grouped.setdefault((leaf, row["metric"]), []).append(row)
+    seen: Dict[str, int] = {}
+    for node in windows:
+        leaf = leaf_of.get(node)
+        if leaf is not None:
+            seen[leaf] = seen.get(leaf, 0) + 1
+    switches, moved = [], set()
+    for (leaf, metric), group in sorted(grouped.items()):
+        if concentrated(len(group), max(seen.get(leaf, 0), len(group))):
+            switches.append(
+                {
+                    "switch": leaf,
+                    "metric": metric,
+                    "why": "saturating",
+                    "nodes": sorted(r["node"] for r in group),
+                    "suspect_nodes": len(group),
+                    "scored_nodes": max(seen.get(leaf, 0), len(group)),
+                }
+            )
+            moved.update((r["node"], metric) for r in group)
+    return [r for r in rows if (r["node"], r["metric"]) not in moved], switches
