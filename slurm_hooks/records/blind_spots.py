@@ -18,6 +18,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from . import rate_test, stragglers
 
+MIN_SHARE = 0.5  # of a node's scored jobs saturated, at least, to be named (saturating)
 MAX_REASON = 300  # characters of a record's reason kept (it comes from a file on a shared disk)
 
 
@@ -115,7 +116,11 @@ def saturating(
     """Nodes whose counter saturates on a figure far more often than the fleet's (rate_test's
     binomial tail, Bonferroni over the nodes): the port that stalls most is the one a 32-bit
     counter cannot measure, so saturating often is itself the evidence. Per figure, the fleet's
-    rate is saturated node-jobs / scored node-jobs (plus one and two). Reported, never drained."""
+    rate is saturated node-jobs / scored node-jobs (plus one and two). A counter stays saturated
+    until something clears it, so a node's saturated jobs are not independent draws (one busy job
+    can leave it stuck for the next ones) and the binomial tail alone overstates the evidence:
+    the node must also be saturated in at least MIN_SHARE of its jobs (in a healthy harsh fleet
+    the tail alone named 2 nodes of 192). Reported, never drained."""
     total_jobs = sum(w.scored for w in windows.values())
     per_figure: Dict[str, Dict[str, int]] = {}
     for (node, figure, kind), count in blind.untrusted.items():
@@ -126,7 +131,7 @@ def saturating(
         rate = (sum(counts.values()) + 1.0) / (total_jobs + 2.0)
         for node, count in sorted(counts.items()):
             jobs = max(windows[node].scored, count)
-            if count < least:
+            if count < least or count < MIN_SHARE * jobs:
                 continue
             p_value = rate_test.binomial_tail(count, jobs, rate) * max(1, len(windows))
             if p_value < alpha:
