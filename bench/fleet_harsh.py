@@ -13,7 +13,8 @@ What is harsher (each a guess about a real fleet, stated so it can be argued wit
 - leaf switches of 16 nodes in a topology.conf (SwitchName=leafNN Nodes=..., a spine above);
   two leaves are degraded: every node under them stalls 5-20x on the fabric in every job;
 - real counter arithmetic for IB stalls: four ports per node, each a 32-bit port_xmit_wait that
-  saturates, cleared by a subnet manager at a random moment of a job with probability
+  saturates (healthy ports: median 5e4 ticks/s, log-sd 1 across jobs), cleared by a subnet
+  manager at a random moment of a job with probability
   `clear_share` (0.5); the record's figures come from the real records.build/perf code
   (whichever version is installed), so a saturated counter does to the figure what it does on a node;
 - planted slow nodes, 2 persistent + 2 intermittent (slow in 20-30 % of their jobs) per kind:

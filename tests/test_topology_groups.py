@@ -162,16 +162,19 @@ def test_a_leaf_whose_nodes_saturate_their_counters_is_the_switch(tmp_path):
     rng = random.Random(8)
     reason = "not scored: saturated (mlx5_0:1 port_xmit_wait saturated: at the 32-bit maximum)"
     names = ["n%02d" % i for i in range(16)]
-    for job in range(12):
+    for job in range(20):
         for node in rng.sample(names, 12):
             figures = healthy(rng)
             untrusted = None
             if node in ("n08", "n09", "n10", "n11", "n12", "n13"):
                 del figures["ib_xmit_wait_per_s"]
                 untrusted = {"ib_xmit_wait_per_s": reason}
+            elif node == "n14":  # under the same leaf, its counter still measurable: stalled
+                figures["ib_xmit_wait_per_s"] = rng.uniform(2e6, 3e6)
             write_untrusted(str(tmp_path), node, 100 + job, figures, untrusted)
     result = straggler_scan.scan([str(tmp_path)], settings(), now=NOW)
     assert len(result.saturating()[0]) == 6 and result.saturating()[1] == []
+    assert [s.node for s in result.suspects()] == ["n14"]
     result.leaf_of = topology_conf.parse(
         "topology.conf", "SwitchName=s0 Nodes=n[00-07]\nSwitchName=s1 Nodes=n[08-15]\n"
     ).leaf_of
@@ -180,4 +183,6 @@ def test_a_leaf_whose_nodes_saturate_their_counters_is_the_switch(tmp_path):
         ("s1", ["n08", "n09", "n10", "n11", "n12", "n13"])
     ]
     assert straggler_scan.to_dict(result)["switch_suspects"][0]["why"] == "saturating"
+    assert result.suspects() == [] and [s.node for s in result.under_switch()] == ["n14"]
+    assert "n14 ib_xmit_wait_per_s: under suspect switch s1" in straggler_scan.render(result)
     assert "s1 ib_xmit_wait_per_s: 6 of its 8 nodes saturate" in straggler_scan.render(result)

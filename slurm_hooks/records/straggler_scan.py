@@ -107,18 +107,29 @@ class StragglerScan(Struct, frozen=False):
     def rate_suspects(self) -> List[stragglers.Suspect]:
         """Flagged far more often than the fleet over the whole window (rate_test), not already
         a k-of-m suspect, not under a suspect switch on the figure: reported, never drained."""
-        kept, switches = self._grouped()
-        found = self.rates.suspects(self.k, kept)
+        kept, switches, under = self._grouped()
+        found = self.rates.suspects(self.k, kept + under)
         blamed = {(n, w.metric) for w in switches for n in w.nodes}
         found = [s for s in found if (s.node, s.metric) not in blamed]
+        leaves = topology_groups.suspect_leaves(switches, self.saturating()[1])
+        found = topology_groups.split_under(found, self.leaf_of, leaves)[0]
         return sorted(found, key=lambda s: (-s.flagged / s.window, s.node, s.metric))
+
+    def under_switch(self) -> List[stragglers.Suspect]:
+        """Node suspects under a leaf already suspected on their figure: the switch's, not drained."""
+        return self._grouped()[2]
 
     def _grouped(
         self,
-    ) -> Tuple[List[stragglers.Suspect], List[topology_groups.SwitchSuspect]]:
+    ) -> Tuple[
+        List[stragglers.Suspect], List[topology_groups.SwitchSuspect], List[stragglers.Suspect]
+    ]:
         found = [s for window in self.windows.values() for s in window.suspects(self.k)]
         found.sort(key=lambda s: (-s.flagged, -s.worst_z, s.node, s.metric))
-        return topology_groups.blame(found, self.windows, self.leaf_of)
+        kept, switches = topology_groups.blame(found, self.windows, self.leaf_of)
+        leaves = topology_groups.suspect_leaves(switches, self.saturating()[1])
+        kept, under = topology_groups.split_under(kept, self.leaf_of, leaves)
+        return kept, switches, under
 
 
 # -- listing -------------------------------------------------------------------------------------
@@ -515,6 +526,7 @@ def to_dict(result: StragglerScan, top: Optional[int] = None) -> Dict[str, Any]:
         "suspects": [suspect_to_dict(s) for s in (suspects[:top] if top else suspects)],
         "not_judged": result.blind.rows(),
         "switch_suspects": [w.to_dict() for w in result.switches()] + result.saturating()[1],
+        "under_switch": [suspect_to_dict(s) for s in result.under_switch()],
         "rate_suspects": [suspect_to_dict(s) for s in result.rate_suspects()],
         "saturating": result.saturating()[0],
     }
@@ -561,6 +573,11 @@ def render(result: StragglerScan, top: int = 20) -> str:
         )
     lines.extend(result.blind.render())
     lines.extend(topology_groups.render(result.switches(), top))
+    lines.extend(
+        "  %s %s: under suspect switch %s (not drained for it)"
+        % (s.node, s.metric, (result.leaf_of or {}).get(s.node))
+        for s in result.under_switch()[:top]
+    )
     lines.extend(rate_test.render(result.rate_suspects(), top))
     lines.extend(
         "  %(node)s %(metric)s: counter saturated in %(saturated_jobs)d of %(jobs)d jobs "

@@ -17,7 +17,7 @@ alone, as before.
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Set, Tuple
 
 from . import stragglers
 
@@ -151,3 +151,31 @@ def group_rows(
             )
             moved.update((r["node"], metric) for r in group)
     return [r for r in rows if (r["node"], r["metric"]) not in moved], switches
+
+
+def suspect_leaves(
+    switches: Sequence[SwitchSuspect], saturating_switches: Sequence[Dict[str, Any]]
+) -> Set[Tuple[str, str]]:
+    """(leaf, figure) of every switch suspect, from node suspects or from saturating counters."""
+    return {(w.switch, w.metric) for w in switches} | {
+        (row["switch"], row["metric"]) for row in saturating_switches
+    }
+
+
+def split_under(
+    suspects: Sequence[stragglers.Suspect],
+    leaf_of: Optional[Mapping[str, str]],
+    leaves: Set[Tuple[str, str]],
+) -> Tuple[List[stragglers.Suspect], List[stragglers.Suspect]]:
+    """(suspects that stay the nodes', suspects under a leaf already suspected on their figure):
+    the switch explains the latter (a degraded leaf whose other nodes saturate their counters
+    leaves a few measurable ones flagged), so they are not drained for that figure either."""
+    if not leaf_of or not leaves:
+        return list(suspects), []
+    kept, under = [], []
+    for suspect in suspects:
+        if (leaf_of.get(suspect.node), suspect.metric) in leaves:
+            under.append(suspect)
+        else:
+            kept.append(suspect)
+    return kept, under
