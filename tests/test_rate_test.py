@@ -43,3 +43,24 @@ def test_a_node_flagged_as_often_as_the_fleet_is_not_a_rate_suspect(tmp_path):
     write_jobs(d, jobs=40, nodes=6, slow="n03", slow_in=lambda j: j in (3, 17, 33))
     result = straggler_scan.scan([d], settings(window_days=30.0), now=NOW)
     assert result.rate_suspects() == []  # 3 glitches in 40 jobs, spread: chance, not a fault
+
+
+def test_a_power_cap_flag_rate_alone_makes_no_rate_suspect():
+    """A leaky GPU at its cap passes the power-cost gate by chance in a tenth of its jobs: over a
+    long window that rate would stand out without costing the jobs anything."""
+    from slurm_hooks.records import stragglers
+
+    rates = rate_test.FlagRates()
+    every = stragglers.ALL_METRICS
+    for j in range(200):
+        for n in range(20):
+            flags = ()
+            if n == 3 and j % 8 == 0:
+                flags = (stragglers.Flag("throttle_frac.power", 30.0, 0.4, 0.0, 19),)
+            rates.add("n%02d" % n, stragglers.JobMark(str(j), NOW, 20, "u", flags, None, every))
+    assert rates.suspects(3, []) == []
+    rate_test.SUPPORTING, saved = (), rate_test.SUPPORTING
+    try:  # the same rate on a figure that costs time is a suspect
+        assert [s.node for s in rates.suspects(3, [])] == ["n03"]
+    finally:
+        rate_test.SUPPORTING = saved
