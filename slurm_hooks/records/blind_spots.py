@@ -145,3 +145,24 @@ def saturating(
                     }
                 )
     return sorted(out, key=lambda r: (-r["saturated_jobs"] / r["jobs"], r["node"]))
+
+
+def render_saturating(
+    rows: Sequence[Dict[str, Any]], switches: Sequence[Dict[str, Any]], top: int = 20
+) -> List[str]:
+    """Lines for `saturating` and the leaves where it concentrates (topology_groups.group_rows)."""
+    if not rows and not switches:
+        return []
+    lines = ["counters saturated far more often than the fleet's (reported, not drained):"]
+    lines.extend(
+        "  %(node)s %(metric)s: counter saturated in %(saturated_jobs)d of %(jobs)d jobs "
+        "(fleet: %(fleet_rate)g): a stalled port a 32-bit counter cannot measure" % row
+        for row in rows[:top]
+    )
+    lines.extend(
+        "  %s %s: %d of its %d nodes saturate the counter far more often than the fleet: the "
+        "switch (%s)"
+        % (w["switch"], w["metric"], len(w["nodes"]), w["scored_nodes"], ",".join(w["nodes"][:8]))
+        for w in switches
+    )
+    return lines

@@ -573,23 +573,9 @@ def render(result: StragglerScan, top: int = 20) -> str:
         )
     lines.extend(result.blind.render())
     lines.extend(topology_groups.render(result.switches(), top))
-    lines.extend(
-        "  %s %s: under suspect switch %s (not drained for it)"
-        % (s.node, s.metric, (result.leaf_of or {}).get(s.node))
-        for s in result.under_switch()[:top]
-    )
+    lines.extend(topology_groups.render_under(result.under_switch(), result.leaf_of, top))
     lines.extend(rate_test.render(result.rate_suspects(), top))
-    lines.extend(
-        "  %(node)s %(metric)s: counter saturated in %(saturated_jobs)d of %(jobs)d jobs "
-        "(fleet: %(fleet_rate)g): a stalled port a 32-bit counter cannot measure" % row
-        for row in result.saturating()[0][:top]
-    )
-    lines.extend(
-        "  %s %s: %d of its %d nodes saturate the counter far more often than the fleet: the "
-        "switch (%s)"
-        % (w["switch"], w["metric"], len(w["nodes"]), w["scored_nodes"], ",".join(w["nodes"][:8]))
-        for w in result.saturating()[1]
-    )
+    lines.extend(blind_spots.render_saturating(*result.saturating(), top=top))
     if not suspects:
         lines.append("no straggler suspects")
         return "\n".join(lines) + "\n"

@@ -179,3 +179,17 @@ def split_under(
         else:
             kept.append(suspect)
     return kept, under
+
+
+def render_under(
+    suspects: Sequence[stragglers.Suspect], leaf_of: Optional[Mapping[str, str]], top: int = 20
+) -> List[str]:
+    """Lines for the node suspects a suspect switch explains (split_under)."""
+    if not suspects:
+        return []
+    lines = ["under a suspect switch (the switch's, not drained for the figure):"]
+    lines.extend(
+        "  %s %s: under %s" % (s.node, s.metric, (leaf_of or {}).get(s.node))
+        for s in suspects[:top]
+    )
+    return lines
