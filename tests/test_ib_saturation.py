@@ -143,3 +143,13 @@ def test_a_node_that_saturates_far_more_often_than_the_fleet_is_named(tmp_path):
     assert "n05 ib_xmit_wait_per_s: counter saturated in 12 of 12 jobs" in straggler_scan.render(
         result
     )
+
+
+def test_eight_saturated_ports_keep_the_header_short():
+    ports = [
+        {"port": "mlx5_%d:1" % i, "traffic_untrusted": {"port_xmit_wait": "saturated: " + "x" * 80}}
+        for i in range(8)
+    ]
+    reason = ib_counter_trust.untrusted_figures(ports)["ib_xmit_wait_per_s"]
+    assert "mlx5_0:1" in reason and "mlx5_1:1" in reason and "and 6 more port(s)" in reason
+    assert len(reason) < 300

@@ -80,5 +80,8 @@ def untrusted_figures(ports: Iterable[Mapping[str, object]]) -> Dict[str, str]:
                 reasons.append("%s %s %s" % (port.get("port"), counter, why))
         if reasons:
             kind = SATURATED if any(SATURATED in r for r in reasons) else CLEARED
-            out[figure] = "not scored: %s (%s)" % (kind, "; ".join(reasons))
+            shown = "; ".join(reasons[:2])  # the header line stays short with 8 HCAs
+            if len(reasons) > 2:
+                shown += "; and %d more port(s)" % (len(reasons) - 2)
+            out[figure] = "not scored: %s (%s)" % (kind, shown)
     return out
