@@ -20,7 +20,7 @@ Memory: node x figure counters plus the last MAX_EVIDENCE flagged jobs of each.
 from __future__ import annotations
 
 import math
-from typing import Dict, List, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from . import stragglers
 
@@ -60,26 +60,24 @@ def binomial_tail(flags: int, jobs: int, p: float) -> float:
 class FlagRates:
     """Per node and figure: scored jobs, flagged jobs (and the latest flagged ones as evidence)."""
 
-    __slots__ = ("scored", "flagged", "evidence", "fleet_scored", "fleet_flagged")
+    __slots__ = ("masks", "flagged", "evidence", "fleet_flagged", "_scored")
 
     def __init__(self) -> None:
-        self.scored: Dict[Tuple[str, int], int] = {}
+        # (node, scored-figures mask) -> jobs: one dict increment per node-job (a fleet has few
+        # masks); the per-figure counts are made from it when asked (scored)
+        self.masks: Dict[Tuple[str, int], int] = {}
         self.flagged: Dict[Tuple[str, int], int] = {}
         self.evidence: Dict[Tuple[str, int], List[Tuple[stragglers.JobMark, stragglers.Flag]]] = {}
-        self.fleet_scored = [0] * len(stragglers.METRICS)
         self.fleet_flagged = [0] * len(stragglers.METRICS)
+        self._scored: Optional[Tuple[Dict[Tuple[str, int], int], List[int]]] = None
 
     def add(self, node: str, mark: stragglers.JobMark) -> None:
         """One scored node-job (mark.scored: the figures it was scored on, mark.flags its flags)."""
-        bits = mark.scored
-        index = 0
-        while bits:
-            if bits & 1:
-                key = (node, index)
-                self.scored[key] = self.scored.get(key, 0) + 1
-                self.fleet_scored[index] += 1
-            bits >>= 1
-            index += 1
+        key = (node, mark.scored)
+        self.masks[key] = self.masks.get(key, 0) + 1
+        self._scored = None
+        if not mark.flags:
+            return
         seen = set()
         for flag in mark.flags:
             bit = stragglers.METRIC_BIT.get(flag.metric)
@@ -95,8 +93,24 @@ class FlagRates:
             if len(kept) > MAX_EVIDENCE:
                 del kept[0]
 
+    def scored(self) -> Tuple[Dict[Tuple[str, int], int], List[int]]:
+        """({(node, figure index): scored jobs}, scored node-jobs per figure)."""
+        if self._scored is None:
+            per_node: Dict[Tuple[str, int], int] = {}
+            fleet = [0] * len(stragglers.METRICS)
+            for (node, mask), count in self.masks.items():
+                index = 0
+                while mask:
+                    if mask & 1:
+                        per_node[(node, index)] = per_node.get((node, index), 0) + count
+                        fleet[index] += count
+                    mask >>= 1
+                    index += 1
+            self._scored = (per_node, fleet)
+        return self._scored
+
     def fleet_rate(self, index: int) -> float:
-        return (self.fleet_flagged[index] + 1.0) / (self.fleet_scored[index] + 2.0)
+        return (self.fleet_flagged[index] + 1.0) / (self.scored()[1][index] + 2.0)
 
     def suspects(
         self, k: int, known: Sequence[stragglers.Suspect], alpha: float = ALPHA
@@ -104,14 +118,15 @@ class FlagRates:
         """Node x figure pairs whose flag rate fails the test and that `known` (the k-of-m
         suspects) does not already hold: Suspect rows, flagged/window = f / n over the report."""
         have = {(s.node, s.metric) for s in known}
-        tests = max(1, len(self.scored))
+        scored = self.scored()[0]
+        tests = max(1, len(scored))
         out: List[stragglers.Suspect] = []
         for key, flags in self.flagged.items():
             node, index = key
             name = stragglers.METRICS[index].name
             if flags < k or (node, name) in have or name in SUPPORTING:
                 continue
-            jobs = self.scored.get(key, flags)
+            jobs = scored.get(key, flags)
             if binomial_tail(flags, jobs, self.fleet_rate(index)) * tests >= alpha:
                 continue
             evidence = tuple(self.evidence[key])
