@@ -153,3 +153,24 @@ def test_eight_saturated_ports_keep_the_header_short():
     reason = ib_counter_trust.untrusted_figures(ports)["ib_xmit_wait_per_s"]
     assert "mlx5_0:1" in reason and "mlx5_1:1" in reason and "and 6 more port(s)" in reason
     assert len(reason) < 300
+
+
+def test_a_figure_a_node_never_has_is_a_blind_spot_not_a_clean_bill(tmp_path):
+    """cgroup v1 (no foreign CPU time) on one node: the report says it cannot judge it there."""
+    import random
+
+    rng = random.Random(5)
+    for job in range(5):
+        for i in range(6):
+            figures_ = healthy(rng)
+            if i == 4:
+                del figures_["foreign_cpu_frac"]
+            write(str(tmp_path), "n%02d" % i, 100 + job, figures_)
+    result = straggler_scan.scan([str(tmp_path)], settings(), now=NOW)
+    rows = straggler_scan.to_dict(result)["not_judged"]
+    assert [(r["node"], r["metric"], r["why"], r["jobs"]) for r in rows] == [
+        ("n04", "foreign_cpu_frac", "missing", 5)
+    ]
+    assert "n04 foreign_cpu_frac: not in its records while its peers had it in 5 job(s)" in (
+        straggler_scan.render(result)
+    )
