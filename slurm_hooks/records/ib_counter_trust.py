@@ -7,7 +7,9 @@ supports it (PORT_PMA_ATTR_EXT: IB_PMA_CLASS_CAP_EXT_WIDTH) covers only port_xmi
 port_rcv_data, the packet counts and the unicast/multicast packets. A 64-bit PortXmitWait exists
 only in the MAD-level PortCountersExtended of HCAs that set IsAdditionalPortCountersExtended
 (infiniband-diags perfquery.c decodes it as IB_PC_EXT_XMT_WAIT_F with `perfquery -x`), which a
-hook would have to query over umad, not read from a file. So on every kernel the xmit-wait
+hook would have to query over umad, not read from a file; mlx5's hw_counters/
+(drivers/infiniband/hw/mlx5/counters.c: queue, congestion and extended error counters) has no
+xmit-wait counter either. So on every kernel the xmit-wait
 figure comes from a counter that sticks at 0xFFFFFFFF (IBA: PMA counters saturate, they do not
 wrap) until someone clears it (a subnet manager's perfmgr, `perfquery -R`, a driver reload).
 
