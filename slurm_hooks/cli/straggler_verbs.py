@@ -38,6 +38,15 @@ def cmd_stragglers(args) -> ExitCode:
         result = fleet.scan(paths, config.settings["fleet"], since=since, verifier=verifier)
     except (ReportError, fleet.ScanError) as exc:
         return _error(str(exc))
+    topology_path = config.settings["fleet"].get("topology_conf") or ""
+    if topology_path:  # a broken topology.conf stops the report (and its drains): never guess
+        from ..hw.host import HostError
+        from ..slurm import topology_conf
+
+        try:
+            result.leaf_of = topology_conf.load(topology_path).leaf_of
+        except HostError as exc:
+            return _error("[fleet] topology_conf: %s" % exc)
     drains = None
     if args.drain:
         from ..core import logs

@@ -521,6 +521,14 @@ SECTIONS: Dict[str, Dict[str, Setting]] = {
             minimum=0,
             maximum=10000,
         ),
+        "topology_conf": Setting(
+            str,
+            "",
+            "Slurm's topology.conf (topology/tree SwitchName/Nodes/Switches, or topology/block "
+            "BlockName/Nodes): suspects on one figure concentrated under one leaf switch or block "
+            'become one switch suspect, and none of its nodes is drained for that figure; "": '
+            "not read (each node judged alone)",
+        ),
         "trusted_writers": Setting(
             list,
             ["65534"],

@@ -12,6 +12,7 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple
 from .. import __version__
 from ..result import Status
 from ..slurm.policy import DELIVERED
+from . import ib_counter_trust
 from .counters import CLOCK_EVENT_FIELDS, THROTTLE_REASONS, deltas
 from .perf import cpu_window, hardware_class, ib_traffic, perf_block
 
@@ -139,6 +140,9 @@ def _ib_entries(before, after, comparable: bool) -> List[Dict[str, Any]]:
         entry = {"port": port, "delta": delta, "counter_resets": resets}
         if comparable and port in start_traffic and port in end_traffic:
             entry["traffic"] = ib_traffic(start_traffic[port], end_traffic[port])
+            untrusted = ib_counter_trust.judge(start_traffic[port], end_traffic[port])
+            if untrusted:  # saturated or cleared: perf reports the figure as unmeasurable
+                entry["traffic_untrusted"] = untrusted
         out.append(entry)
     return out
 
@@ -297,6 +301,9 @@ def summarize(record: Dict[str, Any], leftover_memory_bytes: int) -> Dict[str, A
     summary["abnormal"] = _abnormal(summary, record, leftover_memory_bytes)
     summary["perf"] = perf_block(record)[0]
     summary["hw_class"] = hardware_class(record)
+    untrusted = ib_counter_trust.untrusted_figures(record.get("ib") or [])
+    if untrusted:  # in the header: report --stragglers names what it could not score, and why
+        summary["perf_untrusted"] = untrusted
     return summary
 
 

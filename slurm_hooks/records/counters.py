@@ -29,6 +29,9 @@ recorded under ``unavailable``, never guessed):
   Documentation/ABI/stable/sysfs-class-infiniband): port_xmit_data / port_rcv_data (octets / 4, 64-bit)
   and port_xmit_wait (ticks the port had data to send but no credit: a bad cable or switch port).
   Kept apart from the error counters (`ib_perf`), so `ib_errors` stays a count of errors.
+  port_xmit_wait is 32 bits on every kernel (no 64-bit sysfs version): ib_counter_trust.py judges
+  each traffic counter saturated or cleared between the snapshots, and perf reports such a figure
+  as unmeasurable.
 - CPU time per CPU (/proc/stat) and of Slurm's jobs (cgroup v2 cpu.stat): cpustat.read_cpu_times.
 
 A snapshot is a plain JSON-able dict (schema SNAPSHOT_SCHEMA) with flat counter names, so the

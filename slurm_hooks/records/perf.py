@@ -13,6 +13,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from ..hw.cpustat import parse_proc_stat
 from ..hw.host import HostError, format_cpulist, parse_cpulist
+from .ib_counter_trust import untrusted_figures
 
 MIN_WALL_S = 1.0  # shorter jobs give no rates: two snapshots a few ms apart say nothing
 IB_WORD_BYTES = (
@@ -167,12 +168,15 @@ def _infiniband(
     waits = [p["traffic"]["port_xmit_wait"] for p in ports if "port_xmit_wait" in p["traffic"]]
     sent = [p["traffic"]["port_xmit_data"] for p in ports if "port_xmit_data" in p["traffic"]]
     received = [p["traffic"]["port_rcv_data"] for p in ports if "port_rcv_data" in p["traffic"]]
+    untrusted = untrusted_figures(ports)  # a saturated or cleared counter: not a figure
     for key, values, make in (
         ("ib_xmit_wait_per_s", waits, lambda v: max(v) / wall),
         ("ib_xmit_bytes_per_s", sent, lambda v: sum(v) * IB_WORD_BYTES / wall),
         ("ib_rcv_bytes_per_s", received, lambda v: sum(v) * IB_WORD_BYTES / wall),
     ):
-        if values:
+        if key in untrusted:
+            missing[key] = untrusted[key]
+        elif values:
             perf[key] = make(values)
         else:
             missing[key] = (

@@ -30,7 +30,7 @@ import time
 from typing import Any, Deque, Dict, Iterable, Iterator, List, Optional, Set, Tuple
 
 from ..core.structs import Struct, field
-from . import signing, stragglers
+from . import blind_spots, rate_test, signing, slowness, stragglers, topology_groups
 from .build import RECORD_SCHEMA
 from .names import job_label
 
@@ -78,6 +78,9 @@ class StragglerScan(Struct, frozen=False):
     max_open_jobs: int = (
         0  # the most jobs held at once (streaming: jobs ending within SETTLE_S of each other)
     )
+    blind: blind_spots.BlindSpots = field(default_factory=blind_spots.BlindSpots)
+    leaf_of: Optional[Dict[str, str]] = None  # node -> leaf switch ([fleet] topology_conf)
+    rates: rate_test.FlagRates = field(default_factory=rate_test.FlagRates)
 
     def skip(self, why: str, count: int = 1) -> None:
         self.skipped[why] = self.skipped.get(why, 0) + count
@@ -105,8 +108,44 @@ class StragglerScan(Struct, frozen=False):
         return sum(window.stale for window in self.windows.values())
 
     def suspects(self) -> List[stragglers.Suspect]:
+        """The node suspects; those concentrated under one leaf switch are the switch's (switches)."""
+        return self._grouped()[0]
+
+    def switches(self) -> List[topology_groups.SwitchSuspect]:
+        return self._grouped()[1]
+
+    def saturating(self) -> Tuple[List[Dict[str, Any]], List[Dict[str, Any]]]:
+        """(nodes whose counter saturates far more often than the fleet's, leaf switches where such
+        nodes concentrate): blind_spots.saturating, grouped like the suspects."""
+        rows = blind_spots.saturating(self.blind, self.windows)
+        return topology_groups.group_rows(rows, self.windows, self.leaf_of)
+
+    def rate_suspects(self) -> List[stragglers.Suspect]:
+        """Flagged far more often than the fleet over the whole window (rate_test), not already
+        a k-of-m suspect, not under a suspect switch on the figure: reported, never drained."""
+        kept, switches, under = self._grouped()
+        found = self.rates.suspects(self.k, kept + under)
+        blamed = {(n, w.metric) for w in switches for n in w.nodes}
+        found = [s for s in found if (s.node, s.metric) not in blamed]
+        leaves = topology_groups.suspect_leaves(switches, self.saturating()[1])
+        found = topology_groups.split_under(found, self.leaf_of, leaves)[0]
+        return sorted(found, key=lambda s: (-s.flagged / s.window, s.node, s.metric))
+
+    def under_switch(self) -> List[stragglers.Suspect]:
+        """Node suspects under a leaf already suspected on their figure: the switch's, not drained."""
+        return self._grouped()[2]
+
+    def _grouped(
+        self,
+    ) -> Tuple[
+        List[stragglers.Suspect], List[topology_groups.SwitchSuspect], List[stragglers.Suspect]
+    ]:
         found = [s for window in self.windows.values() for s in window.suspects(self.k)]
-        return sorted(found, key=lambda s: (-s.flagged, -s.worst_z, s.node, s.metric))
+        found.sort(key=lambda s: (-s.flagged, -s.worst_z, s.node, s.metric))
+        kept, switches = topology_groups.blame(found, self.windows, self.leaf_of)
+        leaves = topology_groups.suspect_leaves(switches, self.saturating()[1])
+        kept, under = topology_groups.split_under(kept, self.leaf_of, leaves)
+        return kept, switches, under
 
 
 # -- listing -------------------------------------------------------------------------------------
@@ -423,7 +462,8 @@ def parse(
     hw = summary.get("hw_class")
     hw = hw if isinstance(hw, str) and len(hw) <= 512 else None
     row = stragglers.figures_row(perf)
-    return ("ok", job_label(job), (row, float(start), float(end), user, boot, hw))
+    untrusted = blind_spots.untrusted_of(summary)
+    return ("ok", job_label(job), (row, float(start), float(end), user, boot, hw, untrusted))
 
 
 def _close(job: OpenJob, result: StragglerScan, fleet: Dict[str, Any]) -> None:
@@ -460,6 +500,9 @@ def _close(job: OpenJob, result: StragglerScan, fleet: Dict[str, Any]) -> None:
             fleet["z_threshold"],
             scored=metrics,
         )
+        slowness.keep_costly(
+            names, [job.entries[n][0] for n in names], flags
+        )  # oddity is not slowness
         scored = True
         every = sum(1 << i for i in metrics)  # the figures scored in this job
         for node in names:
@@ -472,18 +515,13 @@ def _close(job: OpenJob, result: StragglerScan, fleet: Dict[str, Any]) -> None:
                 for i in metrics:
                     if row[i] is None:
                         bits &= ~(1 << i)
-            window.add(
-                stragglers.JobMark(
-                    job.job_id,
-                    ends[len(ends) // 2],
-                    len(names),
-                    user,
-                    tuple(flags[node]),
-                    start,
-                    bits,
-                ),
-                job.entries[node][4],
+            if None in row or job.entries[node][6]:  # what this node could not be judged on
+                result.blind.add(node, job.entries[node][6], every & ~bits, metrics)
+            mark = stragglers.JobMark(
+                job.job_id, ends[len(ends) // 2], len(names), user, tuple(flags[node]), start, bits
             )
+            window.add(mark, job.entries[node][4])
+            result.rates.add(node, mark)  # the whole report window: rate_test
             result.node_jobs += 1
     result.jobs_scored += scored
 
@@ -544,6 +582,11 @@ def to_dict(result: StragglerScan, top: Optional[int] = None) -> Dict[str, Any]:
             "min_job_nodes": result.min_nodes,
         },
         "suspects": [suspect_to_dict(s) for s in (suspects[:top] if top else suspects)],
+        "not_judged": result.blind.rows(),
+        "switch_suspects": [w.to_dict() for w in result.switches()] + result.saturating()[1],
+        "under_switch": [suspect_to_dict(s) for s in result.under_switch()],
+        "rate_suspects": [suspect_to_dict(s) for s in result.rate_suspects()],
+        "saturating": result.saturating()[0],
     }
 
 
@@ -597,6 +640,11 @@ def render(result: StragglerScan, top: int = 20) -> str:
         lines.append(
             "  not scored: %s" % ", ".join("%s %d" % kv for kv in sorted(result.skipped.items()))
         )
+    lines.extend(result.blind.render())
+    lines.extend(topology_groups.render(result.switches(), top))
+    lines.extend(topology_groups.render_under(result.under_switch(), result.leaf_of, top))
+    lines.extend(rate_test.render(result.rate_suspects(), top))
+    lines.extend(blind_spots.render_saturating(*result.saturating(), top=top))
     if not suspects:
         lines.append("no straggler suspects")
         return "\n".join(lines) + "\n"

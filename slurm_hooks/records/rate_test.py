@@ -1,0 +1,148 @@
+"""Intermittent slow nodes: a node's flag rate on a figure against the fleet's (a binomial tail test).
+
+The k-of-m rule (stragglers.NodeWindow) looks at a node's last m jobs (10): a node slow in 20-30 %
+of its jobs shows 2-3 flags there, and crosses k = 3 in about half the reports (an independent
+run caught such nodes in 25-59 % of reports). Over the whole report window the same node has tens
+of scored jobs, and a flag rate far above the fleet's: 4 flags in 30 jobs where the fleet's nodes
+are flagged on that figure in 1 job of 500 does not happen by chance.
+
+Per figure: p = the fleet's flag rate (flagged node-jobs / scored node-jobs, with one flag and two
+jobs added so that a clean fleet does not give p = 0); a node flagged f times in its n scored jobs
+is a suspect when P(X >= f) for X ~ Binomial(n, p) is below ALPHA divided by the number of
+node x figure pairs tested (Bonferroni: a fleet of 1,000 nodes and 14 figures makes 14,000 tests,
+so the fleet as a whole has about ALPHA chance of one false suspect per report), and f >= k. Each
+node's flags count once per job, so one bad job cannot look like several.
+
+Input: each scored node-job's figures (JobMark.scored bits) and flags, from straggler_scan._close.
+Memory: node x figure counters plus the last MAX_EVIDENCE flagged jobs of each.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Dict, List, Optional, Sequence, Tuple
+
+from . import stragglers
+
+# Figures the rate test leaves alone: a power-cap flag is supporting evidence (slowness.py keeps it
+# only where the node drew 3 % less power, which chance noise and role shifts do in a tenth of a
+# leaky-GPU node's jobs: over a 14-day window that rate "stands out" without costing anything; in
+# fleet_harsh seed 30 all 4 false rate suspects were such nodes).
+SUPPORTING = ("throttle_frac.power",)
+ALPHA = 0.01  # the fleet-wide chance of one false suspect from this test per report
+MAX_EVIDENCE = 20
+
+
+def binomial_tail(flags: int, jobs: int, p: float) -> float:
+    """P(X >= flags) for X ~ Binomial(jobs, p), in log space (jobs may be thousands)."""
+    if flags <= 0:
+        return 1.0
+    if flags > jobs or p <= 0.0:
+        return 0.0
+    if p >= 1.0:
+        return 1.0
+    log_p, log_q = math.log(p), math.log1p(-p)
+    total = 0.0
+    for i in range(flags, jobs + 1):
+        term = math.exp(
+            math.lgamma(jobs + 1)
+            - math.lgamma(i + 1)
+            - math.lgamma(jobs - i + 1)
+            + i * log_p
+            + (jobs - i) * log_q
+        )
+        total += term
+        if i > flags and term < total * 1e-12:  # the terms only shrink past the mode
+            break
+    return min(1.0, total)
+
+
+class FlagRates:
+    """Per node and figure: scored jobs, flagged jobs (and the latest flagged ones as evidence)."""
+
+    __slots__ = ("masks", "flagged", "evidence", "fleet_flagged", "_scored")
+
+    def __init__(self) -> None:
+        # (node, scored-figures mask) -> jobs: one dict increment per node-job (a fleet has few
+        # masks); the per-figure counts are made from it when asked (scored)
+        self.masks: Dict[Tuple[str, int], int] = {}
+        self.flagged: Dict[Tuple[str, int], int] = {}
+        self.evidence: Dict[Tuple[str, int], List[Tuple[stragglers.JobMark, stragglers.Flag]]] = {}
+        self.fleet_flagged = [0] * len(stragglers.METRICS)
+        self._scored: Optional[Tuple[Dict[Tuple[str, int], int], List[int]]] = None
+
+    def add(self, node: str, mark: stragglers.JobMark) -> None:
+        """One scored node-job (mark.scored: the figures it was scored on, mark.flags its flags)."""
+        key = (node, mark.scored)
+        self.masks[key] = self.masks.get(key, 0) + 1
+        self._scored = None
+        if not mark.flags:
+            return
+        seen = set()
+        for flag in mark.flags:
+            bit = stragglers.METRIC_BIT.get(flag.metric)
+            if bit is None or flag.metric in seen:
+                continue
+            seen.add(flag.metric)
+            index = bit.bit_length() - 1
+            key = (node, index)
+            self.flagged[key] = self.flagged.get(key, 0) + 1
+            self.fleet_flagged[index] += 1
+            kept = self.evidence.setdefault(key, [])
+            kept.append((mark, flag))
+            if len(kept) > MAX_EVIDENCE:
+                del kept[0]
+
+    def scored(self) -> Tuple[Dict[Tuple[str, int], int], List[int]]:
+        """({(node, figure index): scored jobs}, scored node-jobs per figure)."""
+        if self._scored is None:
+            per_node: Dict[Tuple[str, int], int] = {}
+            fleet = [0] * len(stragglers.METRICS)
+            for (node, mask), count in self.masks.items():
+                index = 0
+                while mask:
+                    if mask & 1:
+                        per_node[(node, index)] = per_node.get((node, index), 0) + count
+                        fleet[index] += count
+                    mask >>= 1
+                    index += 1
+            self._scored = (per_node, fleet)
+        return self._scored
+
+    def fleet_rate(self, index: int) -> float:
+        return (self.fleet_flagged[index] + 1.0) / (self.scored()[1][index] + 2.0)
+
+    def suspects(
+        self, k: int, known: Sequence[stragglers.Suspect], alpha: float = ALPHA
+    ) -> List[stragglers.Suspect]:
+        """Node x figure pairs whose flag rate fails the test and that `known` (the k-of-m
+        suspects) does not already hold: Suspect rows, flagged/window = f / n over the report."""
+        have = {(s.node, s.metric) for s in known}
+        scored = self.scored()[0]
+        tests = max(1, len(scored))
+        out: List[stragglers.Suspect] = []
+        for key, flags in self.flagged.items():
+            node, index = key
+            name = stragglers.METRICS[index].name
+            if flags < k or (node, name) in have or name in SUPPORTING:
+                continue
+            jobs = scored.get(key, flags)
+            if binomial_tail(flags, jobs, self.fleet_rate(index)) * tests >= alpha:
+                continue
+            evidence = tuple(self.evidence[key])
+            users = len({mark.user for mark, _ in evidence if mark.user})
+            out.append(stragglers.Suspect(node, name, flags, jobs, evidence, users))
+        return out
+
+
+def render(suspects: Sequence[stragglers.Suspect], top: int = 20) -> List[str]:
+    """Lines for the text report."""
+    if not suspects:
+        return []
+    lines = ["flagged far more often than the fleet over the window (reported, not drained):"]
+    for s in suspects[:top]:
+        lines.append(
+            "  %s %s: %d of %d scored jobs, worst z %.1f"
+            % (s.node, s.metric, s.flagged, s.window, s.worst_z)
+        )
+    return lines

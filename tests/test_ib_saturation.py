@@ -1,0 +1,176 @@
+"""A saturated or cleared InfiniBand counter is an unmeasurable figure, with its reason, never a
+smaller figure taken from the ports that are left (issue 30, "a saturated counter hides the worst
+port").
+
+Facts from the kernel (drivers/infiniband/core/sysfs.c, the PORT_PMA_ATTR table): sysfs
+`counters/port_xmit_wait` is PortCounters' 32-bit PortXmitWait; only port_xmit_data/port_rcv_data
+and the packet counters get 64-bit versions (PORT_PMA_ATTR_EXT). PMA counters stop at their
+maximum (they do not wrap), so a stalled port sticks at 4294967295 until an SM or perfquery -R
+clears it.
+"""
+
+from __future__ import annotations
+
+import os
+
+from bench import fleet_synth
+from slurm_hooks.records import build, ib_counter_trust, perf, straggler_scan
+from slurm_hooks.records.store import encode_record
+from tests.straggler_records import NOW, healthy, settings
+
+MAX32 = (1 << 32) - 1
+HEALTHY_PORT = {"port_xmit_wait": 1000, "port_xmit_data": 10**9, "port_rcv_data": 10**9}
+
+
+def snapshots(stalled_before, stalled_after):
+    """Prolog and epilog snapshots' ib_perf: a healthy port and a stalled one."""
+    before = {
+        "ib_perf": {
+            "mlx5_0:1": HEALTHY_PORT,
+            "mlx5_1:1": dict(HEALTHY_PORT, port_xmit_wait=stalled_before),
+        },
+        "ib": {"mlx5_0:1": {}, "mlx5_1:1": {}},
+    }
+    after = {
+        "ib_perf": {
+            "mlx5_0:1": dict(HEALTHY_PORT, port_xmit_wait=51000),
+            "mlx5_1:1": dict(HEALTHY_PORT, port_xmit_wait=stalled_after),
+        },
+        "ib": {"mlx5_0:1": {}, "mlx5_1:1": {}},
+    }
+    return before, after
+
+
+def figures(stalled_before, stalled_after):
+    before, after = snapshots(stalled_before, stalled_after)
+    record = {"duration_s": 100.0, "gpus": [], "cpu": None}
+    record["ib"] = build._ib_entries(before, after, True)
+    result, missing = perf.perf_block(record)
+    summary = build.summarize(record, 1 << 30)
+    return result, missing, summary
+
+
+def test_a_port_stuck_at_the_32bit_maximum_makes_the_stall_figure_unmeasurable():
+    result, missing, summary = figures(MAX32, MAX32)
+    # before: the stuck port was dropped and the figure came from the healthy one (500/s: "fine")
+    assert "ib_xmit_wait_per_s" not in result
+    assert missing["ib_xmit_wait_per_s"].startswith(
+        "not scored: saturated (mlx5_1:1 port_xmit_wait"
+    )
+    assert summary["perf_untrusted"] == {"ib_xmit_wait_per_s": missing["ib_xmit_wait_per_s"]}
+    assert result["ib_xmit_bytes_per_s"] == 0.0  # the data counters did not move: measured
+
+
+def test_a_counter_that_reaches_its_maximum_during_the_job_is_saturated_too():
+    result, missing, _ = figures(MAX32 - 4_000_000, MAX32)
+    assert "ib_xmit_wait_per_s" not in result  # 40,000/s would be a lower bound, not a figure
+    assert "reached the 32-bit maximum" in missing["ib_xmit_wait_per_s"]
+
+
+def test_a_counter_cleared_during_the_job_is_named_as_cleared():
+    result, missing, summary = figures(3_000_000_000, 20)
+    assert "ib_xmit_wait_per_s" not in result
+    assert missing["ib_xmit_wait_per_s"].startswith("not scored: cleared (mlx5_1:1 port_xmit_wait")
+    assert (
+        "3000000000 at the prolog, 20 at the epilog"
+        in summary["perf_untrusted"]["ib_xmit_wait_per_s"]
+    )
+
+
+def test_counters_that_moved_normally_are_trusted():
+    result, missing, summary = figures(5_000, 9_000_000)
+    assert result["ib_xmit_wait_per_s"] == 90_000 - 50.0
+    assert "perf_untrusted" not in summary and "ib_xmit_wait_per_s" not in missing
+    assert ib_counter_trust.judge({"port_xmit_wait": 0}, {"port_xmit_wait": MAX32 - 1}) == {}
+
+
+def write(directory, node, job, perf_figures, untrusted=None):
+    record = fleet_synth.header_record(
+        str(job), "alice", node, NOW - 4000 - job, NOW - 400 - job, perf_figures
+    )
+    if untrusted:
+        record["summary"]["perf_untrusted"] = untrusted
+    path = os.path.join(directory, node, "%d.json" % job)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "wb") as handle:
+        handle.write(encode_record(record))
+    os.utime(path, (NOW - 400 - job, NOW - 400 - job))
+
+
+def test_the_report_names_the_node_it_could_not_judge_and_why(tmp_path):
+    import random
+
+    rng = random.Random(3)
+    reason = "not scored: saturated (mlx5_1:1 port_xmit_wait saturated: at the 32-bit maximum)"
+    for job in range(4):
+        for i in range(6):
+            figures_ = healthy(rng)
+            untrusted = None
+            if i == 2:
+                del figures_["ib_xmit_wait_per_s"]
+                untrusted = {"ib_xmit_wait_per_s": reason}
+            write(str(tmp_path), "n%02d" % i, 100 + job, figures_, untrusted)
+    result = straggler_scan.scan([str(tmp_path)], settings(), now=NOW)
+    rows = straggler_scan.to_dict(result)["not_judged"]
+    assert rows[0] == {
+        "node": "n02",
+        "metric": "ib_xmit_wait_per_s",
+        "why": "saturated",
+        "jobs": 4,
+        "example": reason,
+    }
+    assert "n02 ib_xmit_wait_per_s: not scored: saturated in 4 job(s)" in straggler_scan.render(
+        result
+    )
+
+
+def test_a_node_that_saturates_far_more_often_than_the_fleet_is_named(tmp_path):
+    import random
+
+    rng = random.Random(4)
+    reason = "not scored: saturated (mlx5_1:1 port_xmit_wait saturated: at the 32-bit maximum)"
+    for job in range(12):
+        for i in range(8):
+            figures_ = healthy(rng)
+            untrusted = None
+            if i == 5 or (i == 1 and job == 4):  # n05 always, n01 once (an idle weekend)
+                del figures_["ib_xmit_wait_per_s"]
+                untrusted = {"ib_xmit_wait_per_s": reason}
+            write(str(tmp_path), "n%02d" % i, 100 + job, figures_, untrusted)
+    result = straggler_scan.scan([str(tmp_path)], settings(), now=NOW)
+    rows = straggler_scan.to_dict(result)["saturating"]
+    assert [(r["node"], r["saturated_jobs"], r["jobs"]) for r in rows] == [("n05", 12, 12)]
+    assert "n05 ib_xmit_wait_per_s: counter saturated in 12 of 12 jobs" in straggler_scan.render(
+        result
+    )
+
+
+def test_eight_saturated_ports_keep_the_header_short():
+    ports = [
+        {"port": "mlx5_%d:1" % i, "traffic_untrusted": {"port_xmit_wait": "saturated: " + "x" * 80}}
+        for i in range(8)
+    ]
+    reason = ib_counter_trust.untrusted_figures(ports)["ib_xmit_wait_per_s"]
+    assert "mlx5_0:1" in reason and "mlx5_1:1" in reason and "and 6 more port(s)" in reason
+    assert len(reason) < 300
+
+
+def test_a_figure_a_node_never_has_is_a_blind_spot_not_a_clean_bill(tmp_path):
+    """cgroup v1 (no foreign CPU time) on one node: the report says it cannot judge it there."""
+    import random
+
+    rng = random.Random(5)
+    for job in range(5):
+        for i in range(6):
+            figures_ = healthy(rng)
+            if i == 4:
+                del figures_["foreign_cpu_frac"]
+            write(str(tmp_path), "n%02d" % i, 100 + job, figures_)
+    result = straggler_scan.scan([str(tmp_path)], settings(), now=NOW)
+    rows = straggler_scan.to_dict(result)["not_judged"]
+    assert [(r["node"], r["metric"], r["why"], r["jobs"]) for r in rows] == [
+        ("n04", "foreign_cpu_frac", "missing", 5)
+    ]
+    assert "n04 foreign_cpu_frac: not in its records while its peers had it in 5 job(s)" in (
+        straggler_scan.render(result)
+    )
