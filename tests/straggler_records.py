@@ -120,3 +120,18 @@ def write_key(path, key=KEY):
         handle.write(key)
     os.chmod(str(path), 0o600)
     return str(path)
+
+
+def write_untrusted(directory, node, job, perf_figures, untrusted=None):
+    """An unsigned record of `job` on `node` whose summary says which figures could not be trusted
+    (summary.perf_untrusted: a saturated or cleared IB counter), ending 400 s + job before NOW."""
+    record = fleet_synth.header_record(
+        str(job), "alice", node, NOW - 4000 - job, NOW - 400 - job, perf_figures
+    )
+    if untrusted:
+        record["summary"]["perf_untrusted"] = untrusted
+    path = os.path.join(directory, node, "%d.json" % job)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "wb") as handle:
+        handle.write(encode_record(record))
+    os.utime(path, (NOW - 400 - job, NOW - 400 - job))

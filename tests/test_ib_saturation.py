@@ -11,12 +11,8 @@ clears it.
 
 from __future__ import annotations
 
-import os
-
-from bench import fleet_synth
 from slurm_hooks.records import build, ib_counter_trust, perf, straggler_scan
-from slurm_hooks.records.store import encode_record
-from tests.straggler_records import NOW, healthy, settings
+from tests.straggler_records import NOW, healthy, settings, write_untrusted
 
 MAX32 = (1 << 32) - 1
 HEALTHY_PORT = {"port_xmit_wait": 1000, "port_xmit_data": 10**9, "port_rcv_data": 10**9}
@@ -84,17 +80,7 @@ def test_counters_that_moved_normally_are_trusted():
     assert ib_counter_trust.judge({"port_xmit_wait": 0}, {"port_xmit_wait": MAX32 - 1}) == {}
 
 
-def write(directory, node, job, perf_figures, untrusted=None):
-    record = fleet_synth.header_record(
-        str(job), "alice", node, NOW - 4000 - job, NOW - 400 - job, perf_figures
-    )
-    if untrusted:
-        record["summary"]["perf_untrusted"] = untrusted
-    path = os.path.join(directory, node, "%d.json" % job)
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    with open(path, "wb") as handle:
-        handle.write(encode_record(record))
-    os.utime(path, (NOW - 400 - job, NOW - 400 - job))
+write = write_untrusted  # a record of one job, as the epilog wrote it (tests/straggler_records.py)
 
 
 def test_the_report_names_the_node_it_could_not_judge_and_why(tmp_path):

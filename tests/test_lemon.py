@@ -1,5 +1,5 @@
 """Lemon nodes (slurm/lemon.py, tracker 27) over simulated weeks: the hooks' own drain/resume flow
-(tests/test_drain_flow.py's rig: Slurm in memory, one check driven by a file), with the history's
+(tests/flow_rig.py's rig: Slurm in memory, one check driven by a file), with the history's
 clock and the boot id injected, so months pass in a second.
 """
 
@@ -8,41 +8,17 @@ from __future__ import annotations
 import json
 import time
 
-import pytest
-
 from slurm_hooks.result import ExitCode
 from slurm_hooks.slurm import drainer, lemon
 from slurm_hooks.slurm.client import SlurmClient
 from slurm_hooks.slurm.drainer import Outcome
-from tests import test_drain_flow
+from tests import flow_rig
 
-rig = test_drain_flow.rig  # the fixture: Slurm in memory, one check driven by a file
+rig = flow_rig.rig  # the fixture: Slurm in memory, one check driven by a file
 
-DAY = 86400.0
-START = 1796256000.0  # 2026-12-02
-
-
-@pytest.fixture
-def weeks(monkeypatch, rig):
-    """rig plus a settable clock and boot id: rig.at(day, boot) then run hooks."""
-    now = {"t": START, "boot": "boot-a"}
-    monkeypatch.setattr(lemon, "now", lambda: now["t"])
-    monkeypatch.setattr(lemon, "boot_id", lambda root: now["boot"])
-
-    def at(day, boot="boot-a"):
-        now["t"], now["boot"] = START + day * DAY, boot
-        rig.backend.clock = now["t"]
-
-    rig.at = at
-    return rig
-
-
-def fail_and_repair(rig, day, boot="boot-a", what="node"):
-    """The node fails a prolog on `day` (drained), then passes a health run (resumed unless held)."""
-    rig.at(day, boot)
-    assert rig.run("prolog", what).exit_code == ExitCode.NODE_BROKEN
-    drained = rig.node().reason
-    return drained, rig.run("health", "ok")
+DAY, START = flow_rig.DAY, flow_rig.START
+weeks = flow_rig.weeks  # rig plus a settable clock and boot id
+fail_and_repair = flow_rig.fail_and_repair
 
 
 def test_a_node_drained_three_times_in_thirty_days_is_held_for_rma(weeks):

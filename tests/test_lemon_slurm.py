@@ -16,11 +16,11 @@ import pytest
 from slurm_hooks.slurm import lemon
 from slurm_hooks.slurm.client import ScontrolBackend
 from slurm_hooks.slurm.drainer import Outcome
-from tests import test_drain_flow
+from tests import flow_rig
 
 pytestmark = pytest.mark.slurm
 
-rig = test_drain_flow.rig  # the fixture: one check driven by a file
+rig = flow_rig.rig  # the fixture: one check driven by a file
 DAY = 86400.0
 START = 1796256000.0
 

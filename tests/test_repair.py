@@ -13,11 +13,11 @@ from slurm_hooks.result import Action
 from slurm_hooks.slurm import drainer, repair
 from slurm_hooks.slurm.client import SlurmClient
 from slurm_hooks.slurm.node_state import NodeInfo
-from tests import test_lemon
+from tests import flow_rig
 from tests.doubles.memory_slurm import cluster, settings
 
-weeks = test_lemon.weeks  # fixtures: the hooks' flow with Slurm in memory, clock and boot injected
-rig = test_lemon.rig
+weeks = flow_rig.weeks  # fixtures: the hooks' flow with Slurm in memory, clock and boot injected
+rig = flow_rig.rig
 REASON = "sh:gpu.ecc g3: gpu:3 DBE -> reset-gpu"
 IDLE = NodeInfo("node1", "IDLE", frozenset({"DRAIN"}))
 BUSY = NodeInfo("node1", "MIXED", frozenset({"DRAIN"}))

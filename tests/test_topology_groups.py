@@ -157,7 +157,7 @@ def test_a_leaf_whose_nodes_saturate_their_counters_is_the_switch(tmp_path):
     """A degraded leaf stalls its nodes' ports hard enough to saturate their 32-bit
     port_xmit_wait: the figure is unmeasurable there, and the saturating nodes under one leaf
     are the switch's row, not six node rows."""
-    from tests.test_ib_saturation import write as write_untrusted
+    from tests.straggler_records import write_untrusted
 
     rng = random.Random(8)
     reason = "not scored: saturated (mlx5_0:1 port_xmit_wait saturated: at the 32-bit maximum)"

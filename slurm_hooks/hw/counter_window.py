@@ -138,7 +138,8 @@ def this_run_only(
 
 
 class _locked_at:  # noqa: N801 - used like a function: `with _locked_at(dir_fd, name, label):`
-    """flock(LOCK_EX) on dir_fd/name (made if missing, never through a symlink), LOCK_TIMEOUT_S at most."""
+    """An exclusive lock (core/locks.flock_within) on dir_fd/name (made if missing, never through a
+    symlink), LOCK_TIMEOUT_S at most."""
 
     def __init__(self, dir_fd: int, name: str, label: str):
         self.dir_fd, self.name, self.label, self.fd = dir_fd, name, label, -1
