@@ -69,7 +69,9 @@ def state_path(config: Config) -> str:
     return os.path.join(config.get("paths", "state_dir"), "node-state.json")
 
 
-def read_state(config: Config, log) -> Tuple[Dict[str, Any], bool]:
+def read_state(
+    config: Config, log, notes: Optional[Dict[str, Any]] = None
+) -> Tuple[Dict[str, Any], bool]:
     """(node-state.json, known), read in a child process bounded by [deadline] files: a state directory
     that never answers costs that much, once, and the hook goes on without what it remembers.
 
@@ -91,6 +93,8 @@ def read_state(config: Config, log) -> Tuple[Dict[str, Any], bool]:
         answer, why = None, "cannot start the reader: %s" % exc
     if answer is None or "error" in answer:
         log.error(logs.kv(event="state-unreadable", path=path, error=why or answer["error"]))
+        if notes is not None:  # the state directory did not answer: later reads there are skipped
+            notes["unanswered"] = answer is None
         return {}, False
     state = answer["state"]
     return (state, True) if isinstance(state, dict) else ({}, False)
@@ -473,9 +477,9 @@ def _enact(
                     context=context, node=name, event="drain-lock-unavailable", error=lock.error
                 )
             )
-        state, known = read_state(
-            config, log
-        )  # fresh: another hook of this node may have just acted
+        notes: Dict[str, Any] = {}
+        # fresh: another hook of this node may have just acted
+        state, known = read_state(config, log, notes)
         if decision.verdict is policy.Verdict.DRAIN:
             judged: Dict[str, Any] = {"why": ""}
             fresh = state.get("drained") if lock.waited > 0.05 else None
@@ -488,7 +492,7 @@ def _enact(
                     node_drained=True,
                 )
             else:
-                decision, judged = _judge_lemon(config, decision)
+                decision, judged = _judge_lemon(config, decision, notes.get("unanswered", False))
                 enacted = drainer.drain(
                     client,
                     name,
@@ -507,8 +511,12 @@ def _enact(
     return enacted, client, decision
 
 
-def _judge_lemon(config: Config, decision: policy.Decision) -> Tuple[policy.Decision, dict]:
-    """The drain's reason, asking for RMA when this node is a lemon (slurm/lemon.py)."""
+def _judge_lemon(
+    config: Config, decision: policy.Decision, state_dir_hung: bool = False
+) -> Tuple[policy.Decision, dict]:
+    """The drain's reason, asking for RMA when this node is a lemon (slurm/lemon.py). When the state
+    directory did not answer this run (the state read was abandoned), the history there is not read
+    a second time: a hung directory costs [deadline] files once for reading, not once per file."""
     from .core.structs import replace
     from .slurm import lemon
 
@@ -518,6 +526,7 @@ def _judge_lemon(config: Config, decision: policy.Decision) -> Tuple[policy.Deci
         decision.checks,
         decision.reason,
         len(decision.findings) - 1,
+        read=not state_dir_hung,
     )
     return (replace(decision, reason=judged["reason"]) if judged["why"] else decision), judged
 
@@ -528,6 +537,10 @@ def _repair(config: Config, client, name: str, decision, enacted, judged: dict, 
 
     observe = enacted.outcome is Outcome.OBSERVE
     if judged["why"] or not (enacted.outcome in policy.NEW_DRAINS or observe):
+        return []
+    if judged.get("history_unknown"):
+        # the attempts cap cannot be counted: no rung is climbed on an unknown history
+        log.warning(logs.kv(event="repair-skipped", node=name, why="drain history unreadable"))
         return []
     steps = repair.run_ladder(
         client,
@@ -576,6 +589,10 @@ def _remember_lemon(config: Config, state, enacted, decision, judged: dict, log)
     from .slurm import lemon
 
     if enacted.outcome not in policy.NEW_DRAINS or not lemon.keeps_history(config):
+        return
+    if judged.get("history_unknown"):
+        # written from an unread history, the file would lose every earlier drain: leave it as it is
+        log.warning(logs.kv(event="drain-history-not-updated", why="it could not be read"))
         return
     if judged["why"]:
         log.critical(

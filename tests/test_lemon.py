@@ -95,3 +95,23 @@ def test_reading_a_lemon_reason():
 def test_a_history_file_from_elsewhere_is_data():
     junk = [{"time": "yesterday", "checks": []}, 5, {"time": START, "checks": "x"}, None]
     assert lemon.clean(junk, 30, START) == [] and lemon.clean({"a": 1}, 30, START) == []
+
+
+def test_a_history_that_cannot_be_read_is_unknown_and_never_overwritten(weeks, monkeypatch):
+    """A drain history that is there but does not answer (a hung or unreadable state directory)
+    judges no lemon, climbs no repair rung, and is left as it is: rewriting it from what this run
+    knows (nothing) would forget every earlier drain. Before, the drain wrote a one-entry file over
+    it, and a hung directory cost [deadline] files twice more per drain (test_hangs.py)."""
+    reason, health = fail_and_repair(weeks, 0)
+    reason, health = fail_and_repair(weeks, 1)
+    history_file = weeks.state_file.parent / "drain-history.json"
+    before = history_file.read_text()
+    assert len(json.loads(before)) == 2
+    monkeypatch.setattr(lemon, "read_history", lambda *args: None)
+    weeks.at(2)
+    done = weeks.run("prolog", "node")  # a third drain in 30 days, on a history nobody could read
+    assert done.exit_code == ExitCode.NODE_BROKEN
+    assert "lemon" not in weeks.node().reason  # unknown is not evidence
+    assert history_file.read_text() == before
+    log = (weeks.state_file.parent.parent / "hooks.log").read_text()
+    assert "event=drain-history-not-updated" in log

@@ -137,39 +137,49 @@ def entry(
     }
 
 
-def read_history(path: str, days: float, timeout: float) -> List[Dict[str, Any]]:
+def read_history(path: str, days: float, timeout: float) -> Optional[List[Dict[str, Any]]]:
     """The history file, read in a child bounded by `timeout` ([deadline] files): a state directory
-    that hangs costs that much once, and the drain goes on judged on no history."""
+    that hangs costs that much once, and the drain goes on judged on no history. None when the file
+    was there but could not be read (or did not answer): unknown, not empty."""
     from ..core.atomicio import read_json
     from ..core.isolation import run_isolated
 
     def read() -> Any:
         try:
-            return read_json(path, default=None)
-        except (OSError, ValueError):
+            return {"history": read_json(path, default=None)}
+        except ValueError:  # not JSON: nothing to keep, the next write starts it again
+            return {"history": None}
+        except OSError:  # there but not readable: unknown, and not to be overwritten
             return None
 
     try:
         answer, _ = run_isolated(read, timeout, "reading the drain history")
     except OSError:
         answer = None
-    return clean(answer, days, now())
+    return None if answer is None else clean(answer["history"], days, now())
 
 
-def decide(config: Any, first: Result, checks: Sequence[str], reason: str, more: int) -> dict:
+def decide(
+    config: Any, first: Result, checks: Sequence[str], reason: str, more: int, read: bool = True
+) -> dict:
     """Judge a drain about to be made: {'reason': the reason to drain with, 'why': '' or why this
-    node is a lemon, 'history', 'boot', 'gpu', 'time'} (hooks._enact)."""
+    node is a lemon, 'history', 'history_unknown', 'boot', 'gpu', 'time'} (hooks._enact). read=False
+    (the state directory did not answer this run) judges on an unknown history without waiting."""
     settings = config.settings["lemon"]
     at = now()
-    history = (
-        read_history(
-            history_path(config.get("paths", "state_dir")),
-            max(float(settings["days"]), float(config.get("repair", "window_days"))),
-            config.get("deadline", "files"),
+    history: Optional[List[Dict[str, Any]]] = []
+    if keeps_history(config):
+        history = (
+            read_history(
+                history_path(config.get("paths", "state_dir")),
+                max(float(settings["days"]), float(config.get("repair", "window_days"))),
+                config.get("deadline", "files"),
+            )
+            if read
+            else None
         )
-        if keeps_history(config)
-        else []
-    )
+    unknown = history is None
+    history = history or []
     boot = boot_id(config.get("general", "root")) if settings["enabled"] else None
     gpu = gpu_index(first.component)
     why = judge(history, checks, gpu, boot, settings, at)
@@ -177,7 +187,15 @@ def decide(config: Any, first: Result, checks: Sequence[str], reason: str, more:
         prefix = config.get("drain", "reason_prefix")
         length = min(int(config.get("drain", "max_reason_length")), REASON_LIMIT)
         reason = lemon_reason(first, why, prefix, length, more, checks)
-    return {"reason": reason, "why": why, "history": history, "boot": boot, "gpu": gpu, "time": at}
+    return {
+        "reason": reason,
+        "why": why,
+        "history": history,
+        "history_unknown": unknown,
+        "boot": boot,
+        "gpu": gpu,
+        "time": at,
+    }
 
 
 def keeps_history(config: Any) -> bool:
