@@ -161,6 +161,22 @@ def list_records(args, config) -> int:
     return ExitCode.OK
 
 
+def qualification_rows(args, paths) -> list:
+    """Each node's latest qualification under the report's PATHs (qualify/latest.py), trusting the
+    writers [fleet] trusted_writers names; with a configuration that cannot be read, root's and
+    ours only (a report of given PATHs needs no configuration)."""
+    from ..core.config import ConfigError
+    from ..qualify import latest
+    from .check_verbs import load
+
+    try:
+        _registry, config = load(args)
+        trusted = trusted_writers(config)
+    except ConfigError:
+        trusted = {0}
+    return latest.rows(paths, trusted)
+
+
 def trusted_writers(config) -> "set[int]":
     """Whose records may set the fleet's median: [fleet] trusted_writers (as for report
     --stragglers), with root, us and the records directory's owner (record.latest_by_node)."""
