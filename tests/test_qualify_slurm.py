@@ -24,7 +24,8 @@ STANDINS = os.path.join(os.path.dirname(__file__), "qualify_standins")
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
     require_slurm()
-    c = SlurmCluster(tmp_path_factory.mktemp("qualify-slurm"), nodes=("node1",))
+    # node2 and node3 have no slurmd (DOWN): the hostlist test's nodes that must be refused
+    c = SlurmCluster(tmp_path_factory.mktemp("qualify-slurm"), nodes=("node1", "node2", "node3"))
     c.start()
     yield c
     c.stop()
@@ -86,7 +87,7 @@ def clean(cluster):
         if "ReservationName=" + through_slurm.RESERVATION_PREFIX in line:
             name = line.split("ReservationName=")[1].split()[0]
             cluster.run("scontrol", "delete", "ReservationName=" + name, check=False)
-    cluster.scontrol("update", "NodeName=node1", "State=RESUME", check=False)
+    cluster.scontrol("update", "NodeName=node[1-3]", "State=RESUME", check=False)
 
 
 def test_a_passing_node_returns_and_the_reservation_goes(cluster, fake, tmp_path, clean):
@@ -198,3 +199,38 @@ def test_a_reservation_left_by_a_crashed_admin_host_is_swept(cluster, fake, tmp_
     )
     assert done["stale_reservations_deleted"] == [stale] and done["verdict"] == "pass", done
     assert through_slurm.RESERVATION_PREFIX not in reservations(cluster)
+
+
+def test_a_hostlist_is_qualified_node_by_node_and_exits_by_the_worst(
+    cluster, fake, tmp_path, clean
+):
+    import json
+    import subprocess
+
+    _client, command, env = setup(cluster, fake, tmp_path)
+    drain_ours(cluster)
+    ours = "slurm-hooks: gpu.memory: gpu:3 row-remap pending -> reset-gpu"
+    cluster.scontrol("update", "NodeName=node2", "State=DRAIN", "Reason=" + ours)  # and DOWN
+    cluster.scontrol("update", "NodeName=node3", "State=DRAIN", "Reason=admin: new cable")
+    done = subprocess.run(
+        command
+        + ["--node", "node[1-3]", "--level", "quick", "--json", "--work-dir", str(tmp_path)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert done.returncode == 1, done.stdout + done.stderr  # the worst: two refusals
+    doc = json.loads(done.stdout)
+    assert doc["schema"] == "slurm-hooks.qualify-nodes/1" and doc["exit_code"] == 1
+    nodes = {n["node"]: n for n in doc["nodes"]}
+    assert [n["node"] for n in doc["nodes"]] == ["node1", "node2", "node3"]
+    assert nodes["node1"]["verdict"] == "pass" and nodes["node1"]["enacted"] == "resumed"
+    assert nodes["node1"]["exit_code"] == 0
+    assert nodes["node2"]["reason"] == "refused: node2 is DOWN", nodes["node2"]
+    assert nodes["node3"]["reason"] == "refused: node3 is DOWN"  # (an admin's drain as well)
+    assert "DRAIN" not in cluster.node_state("node1")
+    assert "Reason=admin: new cable" in cluster.show_node_line("node3")
+    assert ours in cluster.show_node_line("node2")
+    assert through_slurm.RESERVATION_PREFIX not in reservations(cluster)
+    print("slurm calls, hostlist of 3:", sum(n["slurm_calls"] for n in doc["nodes"]))

@@ -32,8 +32,9 @@ def add_parsers(sub) -> None:
     )
     qualify.add_argument(
         "--node",
-        metavar="NODE",
-        help="from an admin host: qualify NODE (drained by us) as a Slurm job in a maintenance "
+        metavar="NODES",
+        help="from an admin host: qualify NODES (a node or a hostlist such as gpu[01-04,07], "
+        "each drained by us), one after another, each as a Slurm job in a maintenance "
         "reservation of ours; pass resumes it, anything else drains it again with the reason",
     )
     qualify.add_argument(
@@ -59,7 +60,7 @@ def cmd_qualify(args) -> int:
     _registry, config = load(args)
     if args.list:
         return list_records(args, config)
-    if args.node:
+    if args.node is not None:  # '--node ""' is a usage error, not this node
         return qualify_through_slurm(args, config)
     settings = config.settings["qualify"]
     root = config.get("general", "root")
@@ -91,9 +92,14 @@ def cmd_qualify(args) -> int:
 def qualify_through_slurm(args, config) -> int:
     import os
 
-    from ..qualify.through_slurm import qualify_node
+    from ..qualify.through_slurm import exit_code, expand_nodes, qualify_nodes
     from ..slurm.drainer import make_client
 
+    try:
+        nodes = expand_nodes(args.node)
+    except ValueError as exc:  # not a hostlist, too many names, a name that is a path
+        print("slurm-hooks: qualify --node: %s" % exc, file=sys.stderr)
+        return ExitCode.UNKNOWN
     command = [sys.executable, "-m", "slurm_hooks"]
     if args.config:
         command += ["--config", os.path.abspath(args.config)]
@@ -101,27 +107,27 @@ def qualify_through_slurm(args, config) -> int:
     level = args.level or config.settings["qualify"]["level"]
     work_dir = args.work_dir or config.get("paths", "state_dir")
     os.makedirs(work_dir, mode=0o700, exist_ok=True)
-    try:
-        done = qualify_node(
-            make_client(config.settings), args.node, level, config.settings, command, work_dir
-        )
-    except ValueError as exc:  # a node name that is not one (a hostlist, a path)
-        print("slurm-hooks: qualify --node: %s" % exc, file=sys.stderr)
-        return ExitCode.UNKNOWN
+    outcomes = qualify_nodes(
+        make_client(config.settings), nodes, level, config.settings, command, work_dir
+    )
+    for done in outcomes:
+        done["exit_code"] = int(exit_code(done))
+    code = max(done["exit_code"] for done in outcomes)
     if args.json:
-        json.dump(done, sys.stdout, indent=2, sort_keys=True)
+        doc = {"schema": "slurm-hooks.qualify-nodes/1", "level": level, "exit_code": code}
+        doc["nodes"] = outcomes
+        json.dump(doc, sys.stdout, indent=2, sort_keys=True)
         sys.stdout.write("\n")
-    else:
+        return code
+    for done in outcomes:
         print(
             "qualify %s on %s: %s: %s"
-            % (level, args.node, done["verdict"].upper(), done.get("reason", ""))
+            % (level, done["node"], done["verdict"].upper(), done.get("reason", ""))
         )
         for key in ("job_id", "reservation", "enacted", "reservation_deleted", "slurm_calls"):
             if key in done:
                 print("  %s: %s" % (key, done[key]))
-    if done.get("reason", "").startswith("refused"):
-        return ExitCode.REFUSED
-    return {"pass": ExitCode.OK, "fail": ExitCode.FAIL}.get(done["verdict"], ExitCode.UNKNOWN)
+    return code
 
 
 def list_records(args, config) -> int:

@@ -82,15 +82,9 @@ def qualify_node(
     }
     info = client.show_node(node)
     out["slurm_calls"] += 1
-    if info.is_failed or not info.is_drained or not policy.is_ours(info.reason, prefix):
-        out["reason"] = "refused: %s is %s" % (
-            node,
-            "FAIL"
-            if info.is_failed
-            else "drained by someone else (%s)" % info.reason
-            if info.is_drained
-            else "in service (drain it first: slurm-hooks drain --node %s --reason ...)" % node,
-        )
+    refused = why_not(info, settings, prefix)
+    if refused:
+        out["reason"] = "refused: %s is %s" % (node, refused)
         return out
     out["stale_reservations_deleted"] = _sweep(node, env, out)
     name = reservation_name(node)
@@ -149,6 +143,93 @@ def qualify_node(
         finally:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
+
+
+def why_not(info, settings: Mapping[str, Mapping[str, Any]], prefix: str) -> Optional[str]:
+    """Why this node may not be qualified now (None: it may), as every drain of ours decides it
+    (drainer's leave-alone rule: FAIL, a skip state such as DOWN, a state we do not know), then:
+    only a node drained by us (an admin's drain is theirs) whose jobs have ended (a reservation
+    with IGNORE_JOBS would otherwise wait for them while holding the node)."""
+    leave_alone = drainer.leave_alone(info, settings["drain"]["skip_states"])
+    if leave_alone:
+        return leave_alone
+    if not info.is_drained:
+        return "in service (drain it first: slurm-hooks drain --node %s --reason ...)" % info.name
+    if not policy.is_ours(info.reason, prefix):
+        return "drained by someone else (%s)" % info.reason
+    if info.is_draining:
+        return "still running jobs (%s): qualify it once they end" % info.state_string
+    return None
+
+
+def expand_nodes(text: str) -> List[str]:
+    """`--node`'s hostlist ('gpu[01-04,07]', 'a,b') as node names, in order, once each: the
+    project's own expansion (slurm/gres.py, at most MAX_HOSTLIST_NAMES names, no Slurm call), each
+    name a plain node name. ValueError naming the text otherwise."""
+    from ..hw.host import HostError
+    from ..slurm.client import check_node_name
+    from ..slurm.gres import expand_hostlist
+
+    try:
+        names = expand_hostlist(text or "", "--node")
+    except HostError as exc:
+        raise ValueError(str(exc)) from None
+    if not names:
+        raise ValueError("--node %r names no node" % (text,))
+    return [check_node_name(name) for name in dict.fromkeys(names)]
+
+
+def qualify_nodes(
+    client: SlurmClient,
+    nodes: Sequence[str],
+    level: str,
+    settings: Mapping[str, Mapping[str, Any]],
+    command: List[str],
+    work_dir: str,
+    env: Optional[Dict[str, str]] = None,
+) -> List[Dict[str, Any]]:
+    """Qualify the nodes one after another (each in its own reservation, so the others stay drained
+    meanwhile and a slow node holds only itself); each node's etiquette is its own (qualify_node).
+    An interruption ends the run: the node in progress is put back (its finally), the nodes not
+    yet started are listed as such, untouched."""
+    previous = (
+        {s: signal.signal(s, _on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+        if threading.current_thread() is threading.main_thread()
+        else {}
+    )
+    outcomes: List[Dict[str, Any]] = []
+    try:
+        for node in nodes:
+            outcomes.append(qualify_node(client, node, level, settings, command, work_dir, env))
+            if outcomes[-1].get("reason", "").startswith("interrupted by"):
+                break
+    except Interrupted:  # between two nodes: nothing is held
+        pass
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    why = outcomes[-1].get("reason", "") if outcomes else "interrupted"
+    for node in nodes[len(outcomes) :]:
+        outcomes.append(
+            {
+                "node": node,
+                "level": level,
+                "verdict": "not qualified",
+                "reason": "not started (%s)" % why,
+                "slurm_calls": 0,
+            }
+        )
+    return outcomes
+
+
+def exit_code(done: Mapping[str, Any]) -> int:
+    """0 pass, 1 refused (etiquette: untouched), 2 fail, 3 not qualified; a hostlist exits by the
+    worst (the highest)."""
+    from ..result import ExitCode
+
+    if str(done.get("reason", "")).startswith("refused"):
+        return ExitCode.REFUSED
+    return {"pass": ExitCode.OK, "fail": ExitCode.FAIL}.get(done["verdict"], ExitCode.UNKNOWN)
 
 
 def _sweep(node: str, env: Dict[str, str], out: Dict[str, Any]) -> List[str]:
