@@ -223,6 +223,7 @@ def test_a_hostlist_is_qualified_node_by_node_and_exits_by_the_worst(
     assert done.returncode == 1, done.stdout + done.stderr  # the worst: two refusals
     doc = json.loads(done.stdout)
     assert doc["schema"] == "slurm-hooks.qualify-nodes/1" and doc["exit_code"] == 1
+    assert doc["swept"]["deleted"] == [] and "error" not in doc["swept"]  # the run began with it
     nodes = {n["node"]: n for n in doc["nodes"]}
     assert [n["node"] for n in doc["nodes"]] == ["node1", "node2", "node3"]
     assert nodes["node1"]["verdict"] == "pass" and nodes["node1"]["enacted"] == "resumed"
@@ -234,3 +235,110 @@ def test_a_hostlist_is_qualified_node_by_node_and_exits_by_the_worst(
     assert ours in cluster.show_node_line("node2")
     assert through_slurm.RESERVATION_PREFIX not in reservations(cluster)
     print("slurm calls, hostlist of 3:", sum(n["slurm_calls"] for n in doc["nodes"]))
+
+
+def create_reservation(cluster, name, node="node1"):
+    cluster.scontrol(
+        "create",
+        "reservation",
+        "ReservationName=" + name,
+        "Nodes=" + node,
+        "StartTime=now",
+        "Duration=30",
+        "Users=root",
+        "Flags=MAINT,IGNORE_JOBS",
+    )
+
+
+def test_the_sweep_deletes_only_our_stale_reservations(cluster, fake, tmp_path, clean):
+    """Ours and over: deleted (the node its dead run left in service is drained again first).
+    Ours and maybe running, an admin's, one with our prefix but not our shape: kept untouched."""
+    import json
+    import subprocess
+    import time
+
+    _client, command, env = setup(cluster, fake, tmp_path)
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    host = through_slurm.owner_host()
+    now = time.time()
+    stamp = through_slurm.reservation_name("node1", now=now - 60)
+    owner_gone = "%s+quick+%d+%s" % (stamp, dead.pid, host)
+    too_old = through_slurm.reservation_name("node2", now=now - 6 * 3600)
+    running = "%s+quick+%d+%s" % (
+        through_slurm.reservation_name("node2", now=now - 60),
+        os.getpid(),
+        "another-host",
+    )
+    admins = "maint-node3"
+    lookalike = through_slurm.RESERVATION_PREFIX + "node3-by-hand"
+    for name, node in (
+        (owner_gone, "node1"),
+        (too_old, "node2"),
+        (running, "node2"),
+        (admins, "node3"),
+        (lookalike, "node3"),
+    ):
+        create_reservation(cluster, name, node)
+    # node2 (its run is past its bound): drained; node1: its run died after lifting our drain
+    # (in service, held by the reservation only)
+    cluster.scontrol("update", "NodeName=node2", "State=DRAIN", "Reason=admin: waiting for RMA")
+    assert "DRAIN" not in cluster.node_state("node1")
+    done = subprocess.run(
+        command + ["--sweep", "--json"], env=env, capture_output=True, text=True, timeout=120
+    )
+    try:
+        assert done.returncode == 0, done.stdout + done.stderr
+        doc = json.loads(done.stdout)
+        deleted = {d["name"]: d for d in doc["deleted"]}
+        assert set(deleted) == {owner_gone, too_old}, doc
+        assert "owner (pid %d on %s) is gone" % (dead.pid, host) in deleted[owner_gone]["why"]
+        assert "past its longest level's bound" in deleted[too_old]["why"]
+        assert deleted[owner_gone]["node_action"].startswith("drained: sh:qualify: ")
+        assert deleted[too_old]["node_action"].startswith("left as it is (")  # DOWN or drained
+        assert "Reason=admin: waiting for RMA" in cluster.show_node_line("node2")
+        assert {k["name"] for k in doc["kept"]} == {running, lookalike}
+        listed = reservations(cluster)
+        assert owner_gone not in listed and too_old not in listed
+        assert running in listed and admins in listed and lookalike in listed
+        # never released on an unknown outcome: drained again, by us, naming the run
+        assert "DRAIN" in cluster.node_state("node1")
+        assert "ended without a verdict" in cluster.show_node_line("node1")
+        print("slurm calls, sweep of 5 reservations:", doc["slurm_calls"])
+    finally:
+        for name in (running, admins, lookalike):
+            cluster.run("scontrol", "delete", "ReservationName=" + name, check=False)
+
+
+def test_an_admins_maintenance_reservation_is_refused_and_ours_is_not_an_obstacle(
+    cluster, fake, tmp_path, clean
+):
+    """The node's MAINT flag cannot tell an admin's maintenance from our own reservation: an
+    active reservation of someone else holding the node refuses it, untouched; ours (stale, on
+    the same node) is swept and the MAINT flag it left does not stop the qualification."""
+    import time
+
+    client, command, env = setup(cluster, fake, tmp_path)
+    drain_ours(cluster)
+    create_reservation(cluster, "maint-by-admin", "node[1-2]")
+    try:
+        done = through_slurm.qualify_node(
+            client, "node1", "quick", settings(), command, str(tmp_path), env
+        )
+        assert (
+            done["reason"] == "refused: node1 is in the reservation maint-by-admin of someone else"
+        )
+        assert "maint-by-admin" in reservations(cluster) and "DRAIN" in cluster.node_state("node1")
+    finally:
+        cluster.run("scontrol", "delete", "ReservationName=maint-by-admin", check=False)
+    stale = through_slurm.reservation_name("node1", now=time.time() - 60, level="quick")
+    create_reservation(cluster, stale)
+    deadline = time.time() + 90  # slurmctld sets MAINT on the node at its next reservation pass
+    while "MAINT" not in cluster.node_state("node1") and time.time() < deadline:
+        time.sleep(1)
+    assert "MAINT" in cluster.node_state("node1")
+    done = through_slurm.qualify_node(
+        client, "node1", "quick", settings(), command, str(tmp_path), env
+    )
+    assert done["verdict"] == "pass" and done["stale_reservations_deleted"] == [stale], done
+    assert through_slurm.RESERVATION_PREFIX not in reservations(cluster)

@@ -48,6 +48,13 @@ def add_parsers(sub) -> None:
         action="store_true",
         help="show the latest qualification of every node under [records] dir (runs nothing)",
     )
+    qualify.add_argument(
+        "--sweep",
+        action="store_true",
+        help="from an admin host: delete the reservations of ours whose qualification is over "
+        "(past its level's bound, or its owner process gone); done at the start of every "
+        "--node and --due run too",
+    )
     qualify.set_defaults(handler=cmd_qualify)
 
 
@@ -60,6 +67,8 @@ def cmd_qualify(args) -> int:
     _registry, config = load(args)
     if args.list:
         return list_records(args, config)
+    if args.sweep and args.node is None:
+        return sweep_only(args, config)
     if args.node is not None:  # '--node ""' is a usage error, not this node
         return qualify_through_slurm(args, config)
     settings = config.settings["qualify"]
@@ -107,15 +116,15 @@ def qualify_through_slurm(args, config) -> int:
     level = args.level or config.settings["qualify"]["level"]
     work_dir = args.work_dir or config.get("paths", "state_dir")
     os.makedirs(work_dir, mode=0o700, exist_ok=True)
-    outcomes = qualify_nodes(
-        make_client(config.settings), nodes, level, config.settings, command, work_dir
-    )
+    client = make_client(config.settings)
+    swept = sweep_reservations(client, config)
+    outcomes = qualify_nodes(client, nodes, level, config.settings, command, work_dir)
     for done in outcomes:
         done["exit_code"] = int(exit_code(done))
     code = max(done["exit_code"] for done in outcomes)
     if args.json:
         doc = {"schema": "slurm-hooks.qualify-nodes/1", "level": level, "exit_code": code}
-        doc["nodes"] = outcomes
+        doc["nodes"], doc["swept"] = outcomes, swept
         json.dump(doc, sys.stdout, indent=2, sort_keys=True)
         sys.stdout.write("\n")
         return code
@@ -128,6 +137,42 @@ def qualify_through_slurm(args, config) -> int:
             if key in done:
                 print("  %s: %s" % (key, done[key]))
     return code
+
+
+def sweep_reservations(client, config) -> dict:
+    """The stale-reservation sweep (qualify/sweep.py) at the start of a run; what it deleted is
+    said on stderr (the run's own output stays one document)."""
+    from ..qualify.sweep import sweep
+    from ..slurm.client import client_env
+
+    swept = sweep(client, config.settings, client_env(None))
+    for gone in swept["deleted"]:
+        print(
+            "slurm-hooks: qualify: deleted the stale reservation %s (%s); node %s %s"
+            % (gone["name"], gone["why"], gone["node"], gone["node_action"]),
+            file=sys.stderr,
+        )
+    if swept.get("error"):
+        print("slurm-hooks: qualify: sweep: %s" % swept["error"], file=sys.stderr)
+    return swept
+
+
+def sweep_only(args, config) -> int:
+    """`qualify --sweep`: 0 when the reservations could be listed (whatever was deleted), 3 not."""
+    from ..slurm.drainer import make_client
+
+    swept = sweep_reservations(make_client(config.settings), config)
+    if args.json:
+        json.dump(dict(swept, schema="slurm-hooks.qualify-sweep/1"), sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    else:
+        print(
+            "%d stale reservation(s) of ours deleted, %d kept"
+            % (len(swept["deleted"]), len(swept["kept"]))
+        )
+        for kept in swept["kept"]:
+            print("  kept %s: %s" % (kept["name"], kept["why"]))
+    return ExitCode.UNKNOWN if swept.get("error") else ExitCode.OK
 
 
 def list_records(args, config) -> int:

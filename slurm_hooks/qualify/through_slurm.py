@@ -27,7 +27,7 @@ import shlex
 import signal
 import threading
 import time
-from typing import Any, Dict, List, Mapping, Optional, Sequence
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from ..records.store import safe_name
 from ..result import Action, Result, Status
@@ -40,6 +40,8 @@ from . import tools
 RESERVATION_PREFIX = "slurm-hooks-qualify-"
 LEVEL_MINUTES = {"quick": 30, "standard": 60, "long": 300}
 SLURM_CALL_S = 30.0
+# the node flags our own reservation gives the node (MAINT, a reservation): not someone's state
+OUR_HOLD = frozenset(("MAINTENANCE", "RESERVED"))
 
 
 class Interrupted(Exception):
@@ -50,9 +52,21 @@ def _on_signal(signum, _frame):
     raise Interrupted("interrupted by %s" % signal.Signals(signum).name)
 
 
-def reservation_name(node: str, now: Optional[float] = None) -> str:
+def reservation_name(node: str, now: Optional[float] = None, level: Optional[str] = None) -> str:
+    """slurm-hooks-qualify-<node>-<UTC time>, and with `level` the run's owner after it
+    (+<level>+<pid>+<host>): what the stale-reservation sweep judges (qualify/sweep.py)."""
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(time.time() if now is None else now))
-    return "%s%s-%s" % (RESERVATION_PREFIX, node, stamp)
+    name = "%s%s-%s" % (RESERVATION_PREFIX, node, stamp)
+    if level is None:
+        return name
+    return "%s+%s+%d+%s" % (name, level, os.getpid(), owner_host())
+
+
+def owner_host() -> str:
+    """This host as a reservation name records it: the short name, at most 64 characters."""
+    import socket
+
+    return socket.gethostname().split(".")[0][:64] or "localhost"
 
 
 def _slurm(
@@ -80,14 +94,25 @@ def qualify_node(
         "verdict": "not qualified",
         "slurm_calls": 0,
     }
-    info = client.show_node(node)
+    try:
+        info = client.show_node(node)
+    except SlurmError as exc:
+        out["reason"] = "cannot read %s from Slurm: %s" % (node, exc)
+        return out
     out["slurm_calls"] += 1
-    refused = why_not(info, settings, prefix)
+    held = dict(settings, drain=dict(settings["drain"]))  # our reservation's flags are ours
+    held["drain"]["skip_states"] = [
+        s for s in settings["drain"]["skip_states"] if s.upper() not in OUR_HOLD
+    ]
+    refused = why_not(info, held, prefix)
     if refused:
         out["reason"] = "refused: %s is %s" % (node, refused)
         return out
-    out["stale_reservations_deleted"] = _sweep(node, env, out)
-    name = reservation_name(node)
+    out["stale_reservations_deleted"], foreign = _sweep(node, env, out)
+    if foreign:
+        out["reason"] = "refused: %s is in the reservation %s of someone else" % (node, foreign)
+        return out
+    name = reservation_name(node, level=level)
     previous = (
         {s: signal.signal(s, _on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
         if threading.current_thread() is threading.main_thread()  # signal() only works there
@@ -115,7 +140,7 @@ def qualify_node(
             return out
         created = True
         out["reservation"] = name
-        lifted = drainer.resume(client, node, settings, by_admin=True)
+        lifted = drainer.resume(client, node, held, by_admin=True)
         out["slurm_calls"] += 2
         if lifted.outcome is not Outcome.RESUMED:
             out["reason"] = "could not lift our drain for the job: %s" % lifted.message
@@ -232,16 +257,34 @@ def exit_code(done: Mapping[str, Any]) -> int:
     return {"pass": ExitCode.OK, "fail": ExitCode.FAIL}.get(done["verdict"], ExitCode.UNKNOWN)
 
 
-def _sweep(node: str, env: Dict[str, str], out: Dict[str, Any]) -> List[str]:
+def _sweep(node: str, env: Dict[str, str], out: Dict[str, Any]) -> Tuple[List[str], str]:
     """Delete reservations of ours for this node left by a qualification that died with its host
     (SIGKILL, power). Safe here: the node is drained by us, and a qualification in progress would
-    have lifted that drain (a second `qualify --node` of a node in progress is refused before this)."""
+    have lifted that drain (a second `qualify --node` of a node in progress is refused before this).
+    Also the name of an active reservation of someone else that holds the node ('' if none): an
+    admin's maintenance is theirs, as their drain is (the node's MAINT flag alone cannot tell
+    theirs from ours)."""
+    from ..hw.host import HostError
+    from ..slurm.gres import expand_hostlist
+
     run = _slurm(["scontrol", "-o", "show", "reservation"], env)
     out["slurm_calls"] += 1
-    stale = re.findall(
-        r"ReservationName=(%s%s-\d{8}T\d{6}Z)\s" % (RESERVATION_PREFIX, re.escape(node)), run.output
+    ours = re.compile(
+        r"%s%s-\d{8}T\d{6}Z(\+\S+)?$" % (re.escape(RESERVATION_PREFIX), re.escape(node))
     )
-    return [name for name in stale if _delete_reservation(name, env, out)]
+    stale, foreign = [], ""
+    for line in run.output.splitlines():
+        fields = dict(re.findall(r"(?:^|\s)(ReservationName|Nodes|State)=(\S*)", line))
+        name = fields.get("ReservationName", "")
+        if ours.match(name):
+            stale.append(name)
+        elif name and not foreign and fields.get("State") == "ACTIVE":
+            try:
+                if node in expand_hostlist(fields.get("Nodes", ""), "reservation " + name):
+                    foreign = name
+            except HostError:  # a node list we cannot read: not known to hold it
+                pass
+    return [name for name in stale if _delete_reservation(name, env, out)], foreign
 
 
 def _delete_reservation(name: str, env: Dict[str, str], out: Dict[str, Any]) -> bool:
