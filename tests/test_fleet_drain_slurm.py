@@ -61,7 +61,7 @@ class Site:
         self.config.write_text(
             '[general]\n%s\n[paths]\nstate_dir = "%s"\nlog_file = ""\nsyslog = false\n'
             '[records]\nkey_file = "%s"\n'  # the records are signed with it (straggler_records)
-            '[drain]\nbackend = "scontrol"\n[fleet]\ndrain = true\n%s'
+            '[drain]\nbackend = "scontrol"\n[fleet]\ndrain = true\nconfirm_with = "none"\n%s'
             % (
                 'mode = "%s"' % ("observe" if "observe" in extra else "enforce"),
                 self.state_dir,

@@ -8,20 +8,20 @@ import os
 
 import pytest
 
-from slurm_hooks.qualify import through_slurm
+from slurm_hooks.qualify import batch, through_slurm
 from slurm_hooks.result import ExitCode
 from tests.helpers import cli_with_default_config
 
 
 def test_a_hostlist_expands_in_order_once_each():
-    assert through_slurm.expand_nodes("gpu[01-04,07]") == [
+    assert batch.expand_nodes("gpu[01-04,07]") == [
         "gpu01",
         "gpu02",
         "gpu03",
         "gpu04",
         "gpu07",
     ]
-    assert through_slurm.expand_nodes("b,a,b") == ["b", "a"]
+    assert batch.expand_nodes("b,a,b") == ["b", "a"]
 
 
 @pytest.mark.parametrize(
@@ -35,7 +35,7 @@ def test_a_hostlist_expands_in_order_once_each():
 )
 def test_a_bad_hostlist_is_a_usage_error_naming_it(text, message):
     with pytest.raises(ValueError) as info:
-        through_slurm.expand_nodes(text)
+        batch.expand_nodes(text)
     assert message in str(info.value)
     done = cli_with_default_config(["qualify", "--node", text])
     assert done.returncode == ExitCode.UNKNOWN
@@ -48,10 +48,10 @@ def test_the_worst_node_sets_the_exit_code():
         {"verdict": "not qualified", "reason": "refused: n2 is DOWN"},
         {"verdict": "fail", "reason": "nvbandwidth: GPU 3 h2d 13.2 GB/s"},
     ]
-    codes = [through_slurm.exit_code(o) for o in outcomes]
+    codes = [batch.exit_code(o) for o in outcomes]
     assert codes == [ExitCode.OK, ExitCode.REFUSED, ExitCode.FAIL]
     assert max(codes) == ExitCode.FAIL
-    assert through_slurm.exit_code({"verdict": "not qualified", "reason": "job died"}) == 3
+    assert batch.exit_code({"verdict": "not qualified", "reason": "job died"}) == 3
 
 
 # -- the stale-reservation sweep's judgement (qualify/sweep.py; on the real slurmctld:

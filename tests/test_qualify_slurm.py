@@ -342,3 +342,86 @@ def test_an_admins_maintenance_reservation_is_refused_and_ours_is_not_an_obstacl
     )
     assert done["verdict"] == "pass" and done["stale_reservations_deleted"] == [stale], done
     assert through_slurm.RESERVATION_PREFIX not in reservations(cluster)
+
+
+def write_queue(state_dir, node="node1"):
+    import json
+    import time
+
+    os.makedirs(str(state_dir), exist_ok=True)
+    straggler = (
+        "sh:fleet.straggler: throttle_frac.hw_slowdown 0.2 vs 0 of its job peers (higher is "
+        "worse), 12 of its last 10 jobs, worst z 41 (job 111) -> drain"
+    )
+    entry = {"time": time.time(), "metric": "throttle_frac.hw_slowdown", "straggler": straggler}
+    (state_dir / "qualify-queue.json").write_text(
+        json.dumps({"queued": {node: entry}, "passed": {}})
+    )
+
+
+def due_run(cluster, fake, tmp_path, fault=""):
+    import json
+    import subprocess
+
+    _client, command, env = setup(cluster, fake, tmp_path, fault=fault)
+    config = tmp_path / "config.toml"
+    config.write_text(
+        config.read_text().replace("[general]\n", '[general]\nmode = "enforce"\n')
+        + '[paths]\nstate_dir = "%s"\nlog_file = ""\nsyslog = false\n'
+        '[drain]\nbackend = "scontrol"\n' % (tmp_path / "state")
+    )
+    done = subprocess.run(
+        command + ["--due", "--level", "quick", "--json"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    return done, json.loads(done.stdout or "null")
+
+
+def test_a_queued_straggler_that_fails_its_qualification_is_drained_with_both_figures(
+    cluster, fake, tmp_path, clean
+):
+    write_queue(tmp_path / "state")
+    done, doc = due_run(cluster, fake, tmp_path, fault="x8_link=3")
+    assert done.returncode == 2, done.stdout + done.stderr  # a finding: the node is drained
+    (node,) = doc["due"]
+    assert (node["node"], node["kind"], node["verdict"]) == ("node1", "straggler", "fail")
+    assert node["enacted"].startswith("drained: "), node
+    line = cluster.show_node_line("node1")
+    assert "DRAIN" in cluster.node_state("node1")
+    assert "Reason=sh:fleet.straggler: qualify nvbandwidth: nvbandwidth GPU 3 h2d 13.2" in line
+    assert "straggler throttle_frac.hw_slowdown 0.2 vs 0" in line
+    assert through_slurm.RESERVATION_PREFIX not in reservations(cluster)
+    queued = (tmp_path / "state" / "qualify-queue.json").read_text()
+    assert '"queued": {}' in queued
+    print("slurm calls, --due of a failing straggler:", node["slurm_calls"])
+
+
+def test_a_queued_straggler_that_passes_stays_in_service_and_is_remembered(
+    cluster, fake, tmp_path, clean
+):
+    import json
+
+    write_queue(tmp_path / "state")
+    drain_ours(cluster, "slurm-hooks: gpu.count: gpu:0 GPU 0 fell off the bus -> reboot")
+    cluster.scontrol("update", "NodeName=node1", "State=RESUME")  # in service (idle) again
+    done, doc = due_run(cluster, fake, tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    (node,) = doc["due"]
+    assert node["verdict"] == "pass" and node["enacted"].startswith("left in service"), node
+    assert "DRAIN" not in cluster.node_state("node1")
+    saved = json.loads((tmp_path / "state" / "qualify-queue.json").read_text())
+    assert saved["queued"] == {} and "node1" in saved["passed"]
+    assert through_slurm.RESERVATION_PREFIX not in reservations(cluster)
+    print("slurm calls, --due of a passing straggler:", node["slurm_calls"])
+    # drained by us for a reboot that has not happened: not due, said so
+    drain_ours(cluster, "slurm-hooks: gpu.count: gpu:0 GPU 0 fell off the bus -> reboot")
+    done, doc = due_run(cluster, fake, tmp_path)
+    assert done.returncode == 0 and doc["due"] == [], done.stdout + done.stderr
+    assert {
+        "node": "node1",
+        "kind": "repaired",
+        "why": "drained for reboot, not rebooted since",
+    } in (doc["waiting"])

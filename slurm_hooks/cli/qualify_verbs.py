@@ -55,6 +55,13 @@ def add_parsers(sub) -> None:
         "(past its level's bound, or its owner process gone); done at the start of every "
         "--node and --due run too",
     )
+    qualify.add_argument(
+        "--due",
+        action="store_true",
+        help="from an admin host (slurm-hooks-qualify.timer): qualify the nodes due: drained by "
+        "us for reboot/reset-gpu and rebooted since, and straggler suspects queued by "
+        "report --stragglers --drain ([fleet] confirm_with), once idle",
+    )
     qualify.set_defaults(handler=cmd_qualify)
 
 
@@ -67,6 +74,8 @@ def cmd_qualify(args) -> int:
     _registry, config = load(args)
     if args.list:
         return list_records(args, config)
+    if args.due:
+        return qualify_due(args, config)
     if args.sweep and args.node is None:
         return sweep_only(args, config)
     if args.node is not None:  # '--node ""' is a usage error, not this node
@@ -101,7 +110,7 @@ def cmd_qualify(args) -> int:
 def qualify_through_slurm(args, config) -> int:
     import os
 
-    from ..qualify.through_slurm import exit_code, expand_nodes, qualify_nodes
+    from ..qualify.batch import exit_code, expand_nodes, qualify_nodes
     from ..slurm.drainer import make_client
 
     try:
@@ -136,6 +145,60 @@ def qualify_through_slurm(args, config) -> int:
         for key in ("job_id", "reservation", "enacted", "reservation_deleted", "slurm_calls"):
             if key in done:
                 print("  %s: %s" % (key, done[key]))
+    return code
+
+
+def qualify_due(args, config) -> int:
+    """Exit 0: every due node passed or was skipped (with its reason; the next run looks again);
+    2: a qualification failed (the node is drained: a finding); 3: not qualified, or the nodes or
+    the queue could not be read."""
+    import os
+
+    from ..qualify.batch import exit_code
+    from ..qualify.due import run_due
+    from ..slurm.drainer import make_client
+
+    command = [sys.executable, "-m", "slurm_hooks"]
+    if args.config:
+        command += ["--config", os.path.abspath(args.config)]
+    command.append("qualify")
+    level = args.level or config.settings["qualify"]["level"]
+    work_dir = args.work_dir or config.get("paths", "state_dir")
+    os.makedirs(work_dir, mode=0o700, exist_ok=True)
+    client = make_client(config.settings)
+    swept = sweep_reservations(client, config)
+    done = run_due(client, config.settings, level, command, work_dir)
+    codes = [ExitCode.UNKNOWN] if done.get("error") else [ExitCode.OK]
+    for node in done["due"]:
+        node["exit_code"] = int(exit_code(node))
+        codes.append(ExitCode.OK if node["exit_code"] == ExitCode.REFUSED else node["exit_code"])
+    code = max(codes)
+    if args.json:
+        doc = dict(done, schema="slurm-hooks.qualify-due/1", level=level, exit_code=code)
+        doc["swept"] = swept
+        json.dump(doc, sys.stdout, indent=2, sort_keys=True)
+        sys.stdout.write("\n")
+        return code
+    if done.get("error"):
+        print("slurm-hooks: qualify --due: %s" % done["error"], file=sys.stderr)
+    if not done["due"]:
+        print("no node is due for qualification")
+    for node in done["due"]:
+        print(
+            "qualify %s on %s (%s: %s): %s: %s"
+            % (
+                level,
+                node["node"],
+                node["kind"],
+                node["due"],
+                node["verdict"].upper(),
+                node.get("reason", ""),
+            )
+        )
+        if node.get("enacted"):
+            print("  enacted: %s" % node["enacted"])
+    for node in done["waiting"]:
+        print("not due: %s (%s): %s" % (node["node"], node["kind"], node["why"]))
     return code
 
 

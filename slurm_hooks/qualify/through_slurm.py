@@ -27,7 +27,7 @@ import shlex
 import signal
 import threading
 import time
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from ..records.store import safe_name
 from ..result import Action, Result, Status
@@ -83,8 +83,12 @@ def qualify_node(
     command: List[str],
     work_dir: str,
     env: Optional[Dict[str, str]] = None,
+    confirm: Optional[Callable[[Dict[str, Any]], str]] = None,
 ) -> Dict[str, Any]:
-    """Qualify one node through Slurm; a dict of what happened (verdict, reason, enacted, job)."""
+    """Qualify one node through Slurm; a dict of what happened (verdict, reason, enacted, job).
+    With `confirm` (qualify/due.py: a straggler suspect in service), the node must be in service
+    and idle; it is held by the reservation alone (no drain to lift) and confirm(out) enacts the
+    verdict; an interrupted run leaves it in service as it was."""
     safe_name(node, "node name")  # ValueError: it names a file below work_dir
     env = client_env(env)
     prefix = settings["drain"]["reason_prefix"]
@@ -100,11 +104,8 @@ def qualify_node(
         out["reason"] = "cannot read %s from Slurm: %s" % (node, exc)
         return out
     out["slurm_calls"] += 1
-    held = dict(settings, drain=dict(settings["drain"]))  # our reservation's flags are ours
-    held["drain"]["skip_states"] = [
-        s for s in settings["drain"]["skip_states"] if s.upper() not in OUR_HOLD
-    ]
-    refused = why_not(info, held, prefix)
+    held = without_our_hold(settings)
+    refused = why_not(info, held, prefix) if confirm is None else why_not_idle(info, held)
     if refused:
         out["reason"] = "refused: %s is %s" % (node, refused)
         return out
@@ -140,16 +141,19 @@ def qualify_node(
             return out
         created = True
         out["reservation"] = name
-        lifted = drainer.resume(client, node, held, by_admin=True)
-        out["slurm_calls"] += 2
-        if lifted.outcome is not Outcome.RESUMED:
-            out["reason"] = "could not lift our drain for the job: %s" % lifted.message
-            return out
-        resumed = True
+        if confirm is None:
+            lifted = drainer.resume(client, node, held, by_admin=True)
+            out["slurm_calls"] += 2
+            if lifted.outcome is not Outcome.RESUMED:
+                out["reason"] = "could not lift our drain for the job: %s" % lifted.message
+                return out
+            resumed = True
         job = _run_job(name, node, level, command, work_dir, env)
         out["slurm_calls"] += 1
         out.update(job)
-        if out["verdict"] == "pass":
+        if confirm is not None:
+            out["enacted"] = confirm(out)
+        elif out["verdict"] == "pass":
             out["enacted"] = "resumed"
         else:
             out["enacted"] = _drain_back(client, node, out, prefix, settings)
@@ -187,74 +191,27 @@ def why_not(info, settings: Mapping[str, Mapping[str, Any]], prefix: str) -> Opt
     return None
 
 
-def expand_nodes(text: str) -> List[str]:
-    """`--node`'s hostlist ('gpu[01-04,07]', 'a,b') as node names, in order, once each: the
-    project's own expansion (slurm/gres.py, at most MAX_HOSTLIST_NAMES names, no Slurm call), each
-    name a plain node name. ValueError naming the text otherwise."""
-    from ..hw.host import HostError
-    from ..slurm.client import check_node_name
-    from ..slurm.gres import expand_hostlist
-
-    try:
-        names = expand_hostlist(text or "", "--node")
-    except HostError as exc:
-        raise ValueError(str(exc)) from None
-    if not names:
-        raise ValueError("--node %r names no node" % (text,))
-    return [check_node_name(name) for name in dict.fromkeys(names)]
+def without_our_hold(settings: Mapping[str, Mapping[str, Any]]) -> Dict[str, Any]:
+    """The settings with the flags our own reservation gives the node (OUR_HOLD) taken out of
+    [drain] skip_states: while we hold the node, MAINT is ours, not a state to respect."""
+    held = dict(settings, drain=dict(settings["drain"]))
+    held["drain"]["skip_states"] = [
+        s for s in settings["drain"]["skip_states"] if s.upper() not in OUR_HOLD
+    ]
+    return held
 
 
-def qualify_nodes(
-    client: SlurmClient,
-    nodes: Sequence[str],
-    level: str,
-    settings: Mapping[str, Mapping[str, Any]],
-    command: List[str],
-    work_dir: str,
-    env: Optional[Dict[str, str]] = None,
-) -> List[Dict[str, Any]]:
-    """Qualify the nodes one after another (each in its own reservation, so the others stay drained
-    meanwhile and a slow node holds only itself); each node's etiquette is its own (qualify_node).
-    An interruption ends the run: the node in progress is put back (its finally), the nodes not
-    yet started are listed as such, untouched."""
-    previous = (
-        {s: signal.signal(s, _on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
-        if threading.current_thread() is threading.main_thread()
-        else {}
-    )
-    outcomes: List[Dict[str, Any]] = []
-    try:
-        for node in nodes:
-            outcomes.append(qualify_node(client, node, level, settings, command, work_dir, env))
-            if outcomes[-1].get("reason", "").startswith("interrupted by"):
-                break
-    except Interrupted:  # between two nodes: nothing is held
-        pass
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-    why = outcomes[-1].get("reason", "") if outcomes else "interrupted"
-    for node in nodes[len(outcomes) :]:
-        outcomes.append(
-            {
-                "node": node,
-                "level": level,
-                "verdict": "not qualified",
-                "reason": "not started (%s)" % why,
-                "slurm_calls": 0,
-            }
-        )
-    return outcomes
-
-
-def exit_code(done: Mapping[str, Any]) -> int:
-    """0 pass, 1 refused (etiquette: untouched), 2 fail, 3 not qualified; a hostlist exits by the
-    worst (the highest)."""
-    from ..result import ExitCode
-
-    if str(done.get("reason", "")).startswith("refused"):
-        return ExitCode.REFUSED
-    return {"pass": ExitCode.OK, "fail": ExitCode.FAIL}.get(done["verdict"], ExitCode.UNKNOWN)
+def why_not_idle(info, settings: Mapping[str, Mapping[str, Any]]) -> Optional[str]:
+    """For a suspect to confirm: why it may not be qualified now (None: it may): as why_not, but
+    the node must be in service (a drain is someone's decision already) and idle."""
+    leave_alone = drainer.leave_alone(info, settings["drain"]["skip_states"])
+    if leave_alone:
+        return leave_alone
+    if info.is_drained:
+        return "drained (%s): not a suspect to confirm now" % (info.reason or "no reason")
+    if info.state in ("ALLOCATED", "MIXED") or "COMPLETING" in info.flags:
+        return "running jobs (%s): qualified when idle" % info.state_string
+    return None
 
 
 def _sweep(node: str, env: Dict[str, str], out: Dict[str, Any]) -> Tuple[List[str], str]:

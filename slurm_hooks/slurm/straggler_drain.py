@@ -315,6 +315,12 @@ def enact(
             chosen = chosen[:cap]
             for suspect in chosen:
                 reason = reason_for(suspect, prefix, length)
+                if fleet["confirm_with"] == "qualify":  # proof before a drain (qualify/queue.py)
+                    from ..qualify import queue
+
+                    outcome, message = queue.offer(settings, suspect, reason, fresh)
+                    rows.append(FleetDrain(suspect.node, suspect.metric, outcome, message))
+                    continue
                 client.set_budget(drainer.slurm_budget(settings))
                 entry = (state.get("drains") or {}).get(suspect.node)
                 try:
