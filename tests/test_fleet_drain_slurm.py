@@ -211,6 +211,7 @@ def test_a_drain_appearing_after_the_listing_is_kept_too(site, cluster):
     settings = default_settings()
     settings["paths"]["state_dir"] = str(site.state_dir)
     settings["fleet"]["drain"] = True
+    settings["fleet"]["confirm_with"] = "none"  # the drain itself is what this tests
     client = SlurmClient(backend=ScontrolBackend(env=cluster.env))
     listing = client.list_nodes
 
@@ -375,6 +376,7 @@ def test_a_drain_whose_breaker_recount_failed_is_recounted_by_the_next_run(site,
     settings = default_settings()
     settings["paths"]["state_dir"] = str(site.state_dir)
     settings["fleet"]["drain"] = True
+    settings["fleet"]["confirm_with"] = "none"  # the drain itself is what this tests
     client = SlurmClient(backend=ScontrolBackend(env=cluster.env))
     listing, calls = client.list_nodes, []
 

@@ -425,3 +425,66 @@ def test_a_queued_straggler_that_passes_stays_in_service_and_is_remembered(
         "kind": "repaired",
         "why": "drained for reboot, not rebooted since",
     } in (doc["waiting"])
+
+
+@pytest.mark.parametrize("fault", ["", "x8_link=3"])
+def test_a_slurmctld_restart_mid_run_leaves_no_reservation_and_the_node_as_it_should_be(
+    cluster, fake, tmp_path, clean, fault
+):
+    """slurmctld restarts while the qualification job runs (the stand-ins take 4 s each): the
+    reservation (state slurmctld keeps across the restart) is deleted, and the node is in service
+    only on a verdict of pass read from the job's own output; any other outcome, an unknown one
+    included (sbatch --wait losing its job), leaves it drained by us."""
+    client, command, env = setup(cluster, fake, tmp_path, fault=fault)
+    env["QUALIFY_STANDIN_DELAY_S"] = "4"
+    drain_ours(cluster)
+    restart = threading.Timer(5.0, cluster.restart_ctld)
+    restart.start()
+    try:
+        done = through_slurm.qualify_node(
+            client, "node1", "quick", settings(), command, str(tmp_path), env
+        )
+    finally:
+        restart.join()
+    assert done["reservation_deleted"] is True, done
+    assert through_slurm.RESERVATION_PREFIX not in reservations(cluster)
+    if fault:
+        assert done["verdict"] != "pass", done
+    if done["verdict"] == "pass":
+        assert done["enacted"] == "resumed" and "DRAIN" not in cluster.node_state("node1")
+    else:
+        assert done["enacted"].startswith("drained: sh:qualify: "), done
+        assert "DRAIN" in cluster.node_state("node1")
+        assert "Reason=sh:qualify: " in cluster.show_node_line("node1")
+    print("after a slurmctld restart (%s):" % (fault or "healthy"), done["verdict"], done["reason"])
+
+
+def test_slurmctld_down_across_the_end_of_the_job_never_releases_the_node(
+    cluster, fake, tmp_path, clean
+):
+    """slurmctld stops while the job runs and comes back 25 s later, after the job's end: whatever
+    sbatch --wait makes of it, the reservation is gone once slurmctld answers again (by this run, or
+    by the sweep of the next one), and the node is in service only on a pass."""
+    from slurm_hooks.qualify import sweep
+
+    client, command, env = setup(cluster, fake, tmp_path, fault="x8_link=3")
+    env["QUALIFY_STANDIN_DELAY_S"] = "3"
+    drain_ours(cluster)
+    stop = threading.Timer(5.0, cluster.stop_ctld)
+    start = threading.Timer(30.0, cluster.start_ctld)
+    stop.start()
+    start.start()
+    try:
+        done = through_slurm.qualify_node(
+            client, "node1", "quick", settings(), command, str(tmp_path), env
+        )
+    finally:
+        stop.join()
+        start.join()
+    print("slurmctld down across the job's end:", done)
+    if not done.get("reservation_deleted"):
+        swept = sweep.sweep(client, settings(), dict(cluster.env), alive=lambda pid: False)
+        assert [d["node"] for d in swept["deleted"]] == ["node1"], swept
+    assert through_slurm.RESERVATION_PREFIX not in reservations(cluster)
+    assert done["verdict"] != "pass"
+    assert "DRAIN" in cluster.node_state("node1"), cluster.show_node_line("node1")
