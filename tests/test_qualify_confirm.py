@@ -162,3 +162,19 @@ def test_a_confirmed_straggler_drain_names_the_test_and_both_figures(tmp_path):
     from slurm_hooks.slurm import policy
 
     assert policy.read_reason(reason, "sh:").checks == (policy.FLEET_CHECK,)  # an admin clears it
+
+
+def test_a_hand_edited_queue_name_is_never_qualified_or_sent(tmp_path):
+    """A queue entry naming no node Slurm lists (a typo, '../x', a hostlist) waits with the reason;
+    nothing reaches Slurm or the work directory for it."""
+    config = drain_settings(tmp_path)
+    for name in ("../etc", "node[1-3]", "nodeX"):
+        queue.update(
+            queue.path_for(config),
+            lambda state, n=name: state["queued"].__setitem__(n, {"time": NOW}),
+        )
+    client, backend = memory_client()
+    done = due.run_due(client, config, "quick", ["false"], str(tmp_path))
+    assert done["due"] == []
+    assert sorted(w["node"] for w in done["waiting"]) == sorted(["../etc", "node[1-3]", "nodeX"])
+    assert {w["why"] for w in done["waiting"]} == {"not a node Slurm lists"}

@@ -82,7 +82,7 @@ def pick(
     for name in sorted(queued):
         if name in seen:
             continue
-        if name not in listed:
+        if name not in listed:  # a hand-edited name that is no node (or a path) included
             waiting.append({"node": name, "kind": "straggler", "why": "not a node Slurm lists"})
             continue
         node = listed[name]
@@ -118,7 +118,13 @@ def run_due(client, settings, level, command, work_dir, env=None) -> Dict[str, A
         confirm = None
         if entry["kind"] == "straggler":
             confirm = _confirmer(client, settings, entry["node"], queued[entry["node"]])
-        done = qualify_node(client, entry["node"], level, settings, command, work_dir, env, confirm)
+        try:
+            done = qualify_node(
+                client, entry["node"], level, settings, command, work_dir, env, confirm
+            )
+        except ValueError as exc:  # a name Slurm lists that cannot name a file (safe_name)
+            done = {"node": entry["node"], "verdict": "not qualified", "reason": str(exc)}
+            done["slurm_calls"] = 0
         done.update(kind=entry["kind"], due=entry["why"])
         outcomes.append(done)
         if str(done.get("reason", "")).startswith("interrupted by"):
