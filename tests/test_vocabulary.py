@@ -104,7 +104,8 @@ def test_no_module_declares_exit_codes_of_its_own():
                     if n.startswith("EXIT_") and n != "EXIT_CHILD_ERROR"
                 ]
             if not (
-                path.startswith(os.path.join("slurm_hooks", "cli")) or path.endswith("hooks.py")
+                path.startswith(os.path.join("slurm_hooks", "cli"))
+                or path.startswith(os.path.join("slurm_hooks", "hooks"))
             ):
                 continue
             value = None

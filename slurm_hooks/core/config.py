@@ -815,7 +815,7 @@ def validate(
 # What Slurm gives a hook before it kills it: HealthCheckProgram 60 s (fixed in slurmd); the prolog and
 # epilog PrologEpilogTimeout, a slurm.conf value we do not read here: 60 s is what docs/slurm.md advises.
 HOOK_TIME_LIMIT_S = {"prolog": 60.0, "epilog": 60.0, "health": 60.0}
-CHECK_PROCESS_GRACE_S = 1.0  # hooks.ISOLATION_GRACE_S: the forked check process's margin
+CHECK_PROCESS_GRACE_S = 1.0  # hooks/bounded.py ISOLATION_GRACE_S: the forked check process's margin
 
 
 def _drain_budget_warnings(settings: Mapping[str, Any], where) -> List[str]:
