@@ -27,8 +27,9 @@ from .decision_log import log_decision
 if TYPE_CHECKING:
     from ..slurm import drainer
 
-# state.py, enactment.py (and through it drainer.py and the Slurm client) are imported only when a run
-# needs them: the happy path neither talks to nor loads anything of Slurm's.
+# state.py and enactment.py (and through it recovery.py, nodelock, lemon and repair) are imported only
+# when a run needs them: the happy path neither talks to Slurm nor loads what drains
+# (tests/test_hooks.py, test_a_healthy_prolog_loads_neither_the_state_nor_the_drain_modules).
 
 
 OPT_OUT_TOKEN = "slurm_hooks=skip"
@@ -120,7 +121,7 @@ def run_hook(
         not known and config.get("general", "mode") != "observe"
     )  # observe resumes nothing: no need
     if draining or (context == "health" and (state.get("drained") or rebuild)):
-        from .enactment import enact  # only now: the happy path loads nothing of Slurm's
+        from .enactment import enact  # only now: the happy path does not load it
 
         enacted, client, decision = enact(context, name, job, config, log, decision, report, client)
     calls = client.calls if client is not None else 0
