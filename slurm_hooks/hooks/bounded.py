@@ -39,7 +39,7 @@ def run_bounded(
     steps run elsewhere under the same bound) is logged with its path and counted."""
     from ..core.isolation import Step, run_steps
 
-    limit = config.get("deadline", "files")
+    limit = config.settings.deadline.files
     try:
         outcomes = list(earlier) + (run_steps(steps, limit) if steps else [])
     except (
@@ -72,7 +72,7 @@ def run_bounded(
                 error="did not finish within [deadline] files = %gs (hung file system?)" % limit,
             )
         )
-    if abandoned and config.get("metrics", "textfile_dir"):
+    if abandoned and config.settings.metrics.textfile_dir:
         from ..records import metrics
 
         names = [o.name for o in abandoned]
@@ -80,7 +80,7 @@ def run_bounded(
             [
                 Step(
                     "metrics",
-                    config.get("metrics", "textfile_dir"),
+                    config.settings.metrics.textfile_dir,
                     lambda: metrics.count_abandoned(config.settings, names, log),
                 )
             ],
@@ -114,11 +114,11 @@ def run_isolated_checks(
         if name in registry.checks and registry.checks[name] not in specs:
             specs.append(registry.checks[name])
     deadline = config.get("deadline", context)
-    root = config.get("general", "root")
+    root = config.settings.general.root
     snapshot_s = (
-        config.get("records", "snapshot_timeout") if records_wanted(config, job, context) else 0.0
+        config.settings.records.snapshot_timeout if records_wanted(config, job, context) else 0.0
     )
-    store_s = config.get("deadline", "files") if snapshot_s and context == "prolog" else 0.0
+    store_s = config.settings.deadline.files if snapshot_s and context == "prolog" else 0.0
 
     def work() -> Dict[str, Any]:
         host = Host(root)
@@ -191,7 +191,7 @@ def _store_bounded(
     try:
         path = snapshot_path(config, job.job_id)
     except ValueError:
-        path = config.get("paths", "state_dir")
+        path = config.settings.paths.state_dir
     worker = threading.Thread(
         target=store_prolog_snapshot,
         args=(config, job, tuple(gathered[:2])),

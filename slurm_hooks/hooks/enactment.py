@@ -41,7 +41,7 @@ def enact(
     client = client or drainer.make_client(config.settings)
     budget = drainer.slurm_budget(config.settings)
     client.set_budget(budget)
-    with nodelock.NodeLock(config.get("paths", "state_dir"), name, budget) as lock:
+    with nodelock.NodeLock(config.settings.paths.state_dir, name, budget) as lock:
         if not lock.acquired:
             log.warning(
                 logs.kv(
@@ -120,11 +120,11 @@ def _repair(config: Config, client, name: str, decision, enacted, judged: dict, 
         decision.findings[0].action,
         judged["gpu"],
         enacted.node,
-        config.settings["repair"],
+        config.settings.repair,
         judged["history"],
         judged["time"],
         observe,
-        config.get("general", "root"),
+        config.settings.general.root,
     )
     for step in steps:
         log.warning(logs.kv(event="repair", node=name, rung=step["rung"], result=step["result"]))

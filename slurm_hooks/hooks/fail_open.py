@@ -48,7 +48,7 @@ def fail_open(
                 detail="failing open (exit 0): jobs run unchecked until this is fixed (slurm-hooks config check)",
             )
         )
-        if event == "config-error" and settings["metrics"]["textfile_dir"]:
+        if event == "config-error" and settings.metrics.textfile_dir:
             from ..core.isolation import Step, run_steps
             from ..records import metrics
 
@@ -56,11 +56,11 @@ def fail_open(
                 [
                     Step(
                         "metrics",
-                        settings["metrics"]["textfile_dir"],
+                        settings.metrics.textfile_dir,
                         lambda: metrics.write_config_error(settings, context, text, log),
                     )
                 ],
-                settings["deadline"]["files"],
+                settings.deadline.files,
             )
     except Exception:  # noqa: BLE001  (logging itself broke: the plain fallback below)
         message = "slurm-hooks %s: %s -- failing open (exit 0)" % (context, text)

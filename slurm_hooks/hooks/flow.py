@@ -49,7 +49,7 @@ def node_name(job: JobContext, explicit: Optional[str] = None) -> str:
 
 
 def opted_out(env: Mapping[str, str], config: Config) -> bool:
-    if not config.get("drain", "allow_job_opt_out"):
+    if not config.settings.drain.allow_job_opt_out:
         return False
     return any(
         OPT_OUT_TOKEN in env.get(var, "") for var in ("SLURM_JOB_EXTRA", "SLURM_JOB_COMMENT")
@@ -118,7 +118,7 @@ def run_hook(
         save_state(config, state, log)
     enacted = None
     rebuild = (
-        not known and config.get("general", "mode") != "observe"
+        not known and config.settings.general.mode != "observe"
     )  # observe resumes nothing: no need
     if draining or (context == "health" and (state.get("drained") or rebuild)):
         from .enactment import enact  # only now: the happy path does not load it
@@ -189,13 +189,13 @@ def _after_decision(
         tuple(gathered[:2]) if gathered else None,
         snapshot_stored=stored is not None,
     )
-    if config.get(
-        "metrics", "textfile_dir"
+    if (
+        config.settings.metrics.textfile_dir
     ):  # prometheus_client is imported only then, in the child
         steps.append(
             Step(
                 "metrics",
-                config.get("metrics", "textfile_dir"),
+                config.settings.metrics.textfile_dir,
                 lambda: metrics.write_textfile(config, context, report, decision, enacted, log=log),
             )
         )

@@ -39,7 +39,7 @@ def recover(
             from ..slurm.drainer import slurm_failure
 
             return slurm_failure(exc, "cannot rebuild the lost local state: ")
-        owner = policy.read_reason(node.reason, config.get("drain", "reason_prefix"))
+        owner = policy.read_reason(node.reason, config.settings.drain.reason_prefix)
         # a straggler drain (slurm/straggler_drain.py, from the admin host) is not this node's: its checks passing
         # prove nothing about being slower than its peers; an admin clears it
         if (
@@ -95,4 +95,4 @@ def recover(
 def lemon_reason(reason: Optional[str], config: Config) -> bool:
     from ..slurm.lemon import is_lemon
 
-    return is_lemon(reason, config.get("drain", "reason_prefix"))
+    return is_lemon(reason, config.settings.drain.reason_prefix)

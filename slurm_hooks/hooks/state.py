@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 
 
 def state_path(config: Config) -> str:
-    return os.path.join(config.get("paths", "state_dir"), "node-state.json")
+    return os.path.join(config.settings.paths.state_dir, "node-state.json")
 
 
 def read_state(
@@ -47,7 +47,7 @@ def read_state(
             return {"error": str(exc)}
 
     try:
-        answer, why = run_isolated(read, config.get("deadline", "files"), "reading the state file")
+        answer, why = run_isolated(read, config.settings.deadline.files, "reading the state file")
     except OSError as exc:  # no process left to fork (EAGAIN, ENOMEM): go on without the state
         answer, why = None, "cannot start the reader: %s" % exc
     if answer is None or "error" in answer:
