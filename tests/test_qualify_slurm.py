@@ -206,8 +206,14 @@ def test_a_hostlist_is_qualified_node_by_node_and_exits_by_the_worst(
 ):
     import json
     import subprocess
+    import time
 
     _client, command, env = setup(cluster, fake, tmp_path)
+    # slurmctld's pings of the slurmd-less node2/node3 can leave node1 'not responding' for a ping
+    # round (refused as such: the job would wait): wait for it to answer again
+    deadline = time.time() + 60
+    while "NOT_RESPONDING" in cluster.node_state("node1") and time.time() < deadline:
+        time.sleep(1)
     drain_ours(cluster)
     ours = "slurm-hooks: gpu.memory: gpu:3 row-remap pending -> reset-gpu"
     cluster.scontrol("update", "NodeName=node2", "State=DRAIN", "Reason=" + ours)  # and DOWN
@@ -226,10 +232,14 @@ def test_a_hostlist_is_qualified_node_by_node_and_exits_by_the_worst(
     assert doc["swept"]["deleted"] == [] and "error" not in doc["swept"]  # the run began with it
     nodes = {n["node"]: n for n in doc["nodes"]}
     assert [n["node"] for n in doc["nodes"]] == ["node1", "node2", "node3"]
-    assert nodes["node1"]["verdict"] == "pass" and nodes["node1"]["enacted"] == "resumed"
+    assert nodes["node1"]["verdict"] == "pass" and nodes["node1"]["enacted"] == "resumed", nodes
     assert nodes["node1"]["exit_code"] == 0
-    assert nodes["node2"]["reason"] == "refused: node2 is DOWN", nodes["node2"]
-    assert nodes["node3"]["reason"] == "refused: node3 is DOWN"  # (an admin's drain as well)
+    # no slurmd answers for node2 and node3: DOWN, or not responding yet after an earlier test's
+    # resume (idle*: before this was refused, the job waited for the node, holding it)
+    for name in ("node2", "node3"):
+        assert nodes[name]["reason"].startswith(
+            ("refused: %s is DOWN" % name, "refused: %s is not responding" % name)
+        ), nodes[name]
     assert "DRAIN" not in cluster.node_state("node1")
     assert "Reason=admin: new cable" in cluster.show_node_line("node3")
     assert ours in cluster.show_node_line("node2")

@@ -182,6 +182,8 @@ def why_not(info, settings: Mapping[str, Mapping[str, Any]], prefix: str) -> Opt
     leave_alone = drainer.leave_alone(info, settings["drain"]["skip_states"])
     if leave_alone:
         return leave_alone
+    if info.is_not_responding:  # no slurmd answers: the job would wait for it, holding the node
+        return "not responding (%s)" % info.state_string
     if not info.is_drained:
         return "in service (drain it first: slurm-hooks drain --node %s --reason ...)" % info.name
     if not policy.is_ours(info.reason, prefix):
@@ -207,6 +209,8 @@ def why_not_idle(info, settings: Mapping[str, Mapping[str, Any]]) -> Optional[st
     leave_alone = drainer.leave_alone(info, settings["drain"]["skip_states"])
     if leave_alone:
         return leave_alone
+    if info.is_not_responding:  # no slurmd answers: the job would wait for it, holding the node
+        return "not responding (%s)" % info.state_string
     if info.is_drained:
         return "drained (%s): not a suspect to confirm now" % (info.reason or "no reason")
     if info.state in ("ALLOCATED", "MIXED") or "COMPLETING" in info.flags:
