@@ -50,7 +50,19 @@ def settings():
     return out
 
 
+def wait_responding(cluster, timeout=60.0):
+    """node1's slurmd answers slurmctld: after a slurmctld restart, or a ping round of the
+    slurmd-less node2/node3, it can show NOT_RESPONDING for a while, and a qualification refuses a
+    node that does not respond (the job would wait for it)."""
+    import time
+
+    deadline = time.time() + timeout
+    while "NOT_RESPONDING" in cluster.node_state("node1") and time.time() < deadline:
+        time.sleep(1)
+
+
 def setup(cluster, fake, tmp_path, fault="", tool_mode=None):
+    wait_responding(cluster)
     config = tmp_path / "config.toml"
     config.write_text(
         '[general]\nroot = "%s"\n[records]\ndir = "%s"\n[qualify]\nib_ports = ["mlx5_0:1"]\n'
@@ -131,10 +143,11 @@ def test_an_admins_drain_and_an_in_service_node_are_refused_untouched(
     assert done["reason"].startswith("refused: node1 is drained by someone else")
     assert "Reason=admin: new cable" in reason(cluster)
     cluster.scontrol("update", "NodeName=node1", "State=RESUME")
+    wait_responding(cluster)
     done = through_slurm.qualify_node(
         client, "node1", "quick", settings(), command, str(tmp_path), env
     )
-    assert done["reason"].startswith("refused: node1 is in service")
+    assert done["reason"].startswith("refused: node1 is in service"), done
     assert through_slurm.RESERVATION_PREFIX not in reservations(cluster)
 
 
@@ -206,14 +219,8 @@ def test_a_hostlist_is_qualified_node_by_node_and_exits_by_the_worst(
 ):
     import json
     import subprocess
-    import time
 
     _client, command, env = setup(cluster, fake, tmp_path)
-    # slurmctld's pings of the slurmd-less node2/node3 can leave node1 'not responding' for a ping
-    # round (refused as such: the job would wait): wait for it to answer again
-    deadline = time.time() + 60
-    while "NOT_RESPONDING" in cluster.node_state("node1") and time.time() < deadline:
-        time.sleep(1)
     drain_ours(cluster)
     ours = "slurm-hooks: gpu.memory: gpu:3 row-remap pending -> reset-gpu"
     cluster.scontrol("update", "NodeName=node2", "State=DRAIN", "Reason=" + ours)  # and DOWN
