@@ -114,6 +114,7 @@ def take(
     """
     started = time.monotonic()
     snap: Dict[str, Any] = {"schema": SNAPSHOT_SCHEMA, "time": round(clock(), 3), "notes": []}
+    snap["kernel_clock_s"] = round(kernel_log_clock(), 6)  # with "time": dates the Xids (build.py)
     snap["boot_id"], snap["kmsg_seq"] = kernel_log_position(host, snap["notes"], kernel_log)
     snap["ib"], snap["ib_perf"] = _split_ib(
         read_ib_counters(host, _with_perf(ib_counters), snap["notes"]), ib_counters
@@ -143,6 +144,22 @@ def kernel_log_position(
             notes.append("kernel log unreadable: %s" % exc)
             return boot_id, None
     return boot_id, seen.last_seq
+
+
+def kernel_log_clock() -> float:
+    """Seconds on the clock the kernel log stamps its records with (printk's local_clock, the
+    `usec` of a /dev/kmsg record), read beside the wall clock so the epilog can date each Xid:
+    wall time of an Xid = snapshot time - (this - the record's usec / 1e6). CLOCK_MONOTONIC_RAW
+    runs at the same uncorrected hardware rate as printk's clock (x86 TSC, arm64 arch timer);
+    CLOCK_MONOTONIC is slewed by NTP, which over weeks of uptime adds seconds. Neither counts
+    suspended time, nor does the kernel log. Where RAW is missing, the monotonic clock."""
+    raw = getattr(time, "CLOCK_MONOTONIC_RAW", None)
+    if raw is not None:
+        try:
+            return time.clock_gettime(raw)
+        except OSError:
+            pass
+    return time.monotonic()
 
 
 def read_kernel_log(host: Host) -> KmsgView:
