@@ -19,7 +19,7 @@ from slurm_hooks.records import build, xid_lineup
 from slurm_hooks.records.fleet_report import aggregate
 from slurm_hooks.records.signing import Verifier
 from slurm_hooks.records.store import encode_record
-from tests.helpers import cli_with_default_config, default_settings
+from tests.helpers import assert_exposition, cli_with_default_config, default_settings
 from tests.straggler_records import KEY, write_key
 
 # NVIDIA/NVSentinel issue #155, comment by lalitadithya, 2025-10-25: the line their fleet logs when a
@@ -233,35 +233,3 @@ def test_report_xids_prints_the_line_up_and_its_metrics(tmp_path):
     plain = json.loads(cli_with_default_config(["--config", config, "report", "--json"]).stdout)
     ranked = {n["node"]: n for n in plain["ranking"]}
     assert "gpu-b" not in ranked and ranked["gpu-a"]["totals"]["xids"] == 1
-
-
-# -- the text exposition format (version 0.0.4), checked line by line ---------------------------
-
-_NAME = r"[a-zA-Z_:][a-zA-Z0-9_:]*"
-_LABELS = r'\{(%s="(?:[^"\\\n]|\\[\\"n])*")(,%s="(?:[^"\\\n]|\\[\\"n])*")*\}' % (
-    "[a-zA-Z_][a-zA-Z0-9_]*",
-    "[a-zA-Z_][a-zA-Z0-9_]*",
-)
-_SAMPLE = re.compile(r"^(%s)(%s)? (-?[0-9.e+-]+|NaN|\+Inf|-Inf)$" % (_NAME, _LABELS))
-
-
-def assert_exposition(text):
-    """Every line a HELP, a TYPE or a sample of the family just declared; no family twice; no
-    series twice; the file ends with a newline (what node_exporter's textfile collector needs)."""
-    from prometheus_client.parser import text_string_to_metric_families
-
-    assert text.endswith("\n")
-    families, current, series = set(), None, set()
-    for line in text.splitlines():
-        if line.startswith("# HELP "):
-            current = line.split(" ")[2]
-            assert re.fullmatch(_NAME, current) and current not in families, line
-            families.add(current)
-        elif line.startswith("# TYPE "):
-            assert line.split(" ")[2:] in ([current, "gauge"], [current, "counter"]), line
-        else:
-            match = _SAMPLE.match(line)
-            assert match and match.group(1) == current, line
-            assert line.rsplit(" ", 1)[0] not in series, line
-            series.add(line.rsplit(" ", 1)[0])
-    list(text_string_to_metric_families(text))  # and the reference parser takes it
