@@ -233,3 +233,85 @@ def test_report_xids_prints_the_line_up_and_its_metrics(tmp_path):
     plain = json.loads(cli_with_default_config(["--config", config, "report", "--json"]).stdout)
     ranked = {n["node"]: n for n in plain["ranking"]}
     assert "gpu-b" not in ranked and ranked["gpu-a"]["totals"]["xids"] == 1
+
+
+# -- xid.pattern: a victim's Xid 43 in three jobs is not a GPU's pattern ------------------------
+
+
+@pytest.fixture
+def pattern_site(tmp_path, monkeypatch):
+    """node1's epilogs through the hooks' flow with Slurm in memory; xid.events stood in by a check
+    reporting the Xid 43 line above in checks/xid.py's shape (WARN blamed on the job)."""
+    from slurm_hooks.core.config import validate
+    from slurm_hooks.hooks import run_hook
+    from slurm_hooks.registry import Registry
+    from slurm_hooks.result import Blame, Result, Status
+    from slurm_hooks.slurm import lemon
+    from slurm_hooks.slurm.client import SlurmClient
+    from tests.doubles.memory_slurm import cluster
+
+    monkeypatch.setattr(lemon, "boot_id", lambda root: "boot-a")
+    reg, seen = Registry(), []
+
+    @reg.check(name="xid.events", contexts=("prolog", "epilog", "health"), timeout=2)
+    def xid_events(params):
+        """stand-in"""
+        listed = [{"code": 43, "seq": seq, "pci": "0009:01:00.0", "text": XID43} for seq in seen]
+        return Result(
+            "xid.events",
+            Status.WARN,
+            "Xid 43: " + XID43,
+            component="gpu:0 0009:01:00.0",
+            blame=Blame.JOB,
+            details={"events": listed},
+        )
+
+    backend = cluster()
+    records = tmp_path / "records"
+
+    def run(job, user, seq, key=True):
+        seen.append(seq)
+        config = validate(
+            reg,
+            {
+                "general": {"mode": "enforce"},
+                "paths": {"state_dir": str(tmp_path / "state"), "log_file": "", "syslog": False},
+                "records": {
+                    "enabled": False,  # the records below stand for the epilogs' own
+                    "dir": str(records),
+                    "key_file": write_key(tmp_path / "records.key") if key else "",
+                },
+            },
+        )
+        env = {"SLURM_JOB_ID": job, "SLURM_JOB_USER": user, "SLURMD_NODENAME": "node1"}
+        return run_hook("epilog", reg, config, env, client=SlurmClient(backend))
+
+    run.records, run.backend = records, backend
+    return run
+
+
+def victim_job(directory, job):
+    """Job `job`: node2's GPU falls off the bus; node1's GPU logs Xid 43 three seconds later."""
+    write(directory, epilog_record("node2", job, [(T, XID79)]))
+    write(directory, epilog_record("node1", job, [(T + 3.0, XID43)]))
+
+
+def test_xid_43_of_a_victim_in_three_jobs_drains_no_node(pattern_site):
+    from slurm_hooks.result import ExitCode
+
+    victim_job(pattern_site.records, 101)
+    victim_job(pattern_site.records, 102)
+    assert pattern_site("101", "alice", 10).exit_code == ExitCode.OK
+    assert pattern_site("102", "bob", 20).exit_code == ExitCode.OK
+    out = pattern_site("103", "carol", 30)  # its records not written yet: one job, not three
+    assert out.exit_code == ExitCode.OK and not pattern_site.backend.nodes["node1"].is_drained
+
+
+def test_without_the_key_or_the_records_the_pattern_drains_as_before(pattern_site):
+    from slurm_hooks.result import ExitCode
+
+    victim_job(pattern_site.records, 101)
+    assert pattern_site("101", "alice", 10, key=False).exit_code == ExitCode.OK
+    assert pattern_site("102", "bob", 20, key=False).exit_code == ExitCode.OK  # no record at all
+    out = pattern_site("103", "carol", 30, key=False)
+    assert out.exit_code == ExitCode.NODE_BROKEN and pattern_site.backend.nodes["node1"].is_drained
