@@ -188,6 +188,18 @@ def test_a_summary_of_a_shape_no_writer_makes_is_not_lined_up(hostile):
     assert xid_lineup.entries_of({"xid_times": hostile}) is None
 
 
+def test_ties_and_missing_blames_line_up_without_an_error():
+    same = [[79, T, 1, None], [79, T, 2, "node"]]
+    nodes = [
+        xid_lineup.NodeXids("a", xid_lineup.entries_of({"xid_times": same})),
+        xid_lineup.NodeXids("b", xid_lineup.entries_of({"xid_times": [[79, T, 1, None]]})),
+        xid_lineup.NodeXids("c", xid_lineup.entries_of({"xid_times": [[45, T + 1, 1, None]]})),
+    ]
+    job = xid_lineup.line_up("7", nodes, 2.0, True)
+    assert (job.verdict, job.contenders, job.excused) == ("ambiguous", ["a", "b"], {"c": 1})
+    assert "ambiguous" in "\n".join(xid_lineup.render([job], 2.0))
+
+
 def test_the_catalog_calls_the_consequences_teardown_and_keeps_memory_errors_causes():
     from slurm_hooks.xid.catalog import load_catalog
 

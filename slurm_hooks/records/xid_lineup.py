@@ -64,7 +64,7 @@ class NodeXids(Struct):
             for e in self.entries
             if e[0] is not None and e[0] not in CONSEQUENCE_XIDS and e[1] is not None
         ]
-        return min(dated) if dated else None
+        return min(dated, key=lambda c: (c[0], c[1])) if dated else None  # a blame may be None
 
     def only_consequences(self) -> bool:
         """Every Xid known and a consequence, and each code dated."""
@@ -151,7 +151,8 @@ def line_up(job: str, nodes: Sequence[NodeXids], tolerance: float, trusted: bool
         trusted=trusted,
     )
     causes = sorted(
-        (cause, n.node) for n in nodes for cause in [n.first_cause()] if cause is not None
+        ((cause, n.node) for n in nodes for cause in [n.first_cause()] if cause is not None),
+        key=lambda c: (c[0][0], c[0][1], c[1]),
     )
     if not causes:
         return result
