@@ -208,6 +208,11 @@ def _kernel_events(before, after, comparable: bool, gpus: List[Dict[str, Any]]) 
     }
 
 
+# printk's clock and CLOCK_MONOTONIC_RAW start at slightly different moments of the boot: a record
+# stamped up to this much after the clock was read is still this boot's (dated a little late)
+KERNEL_CLOCK_SLACK_S = 60.0
+
+
 def _kernel_time(after: Dict[str, Any]):
     """A function: a kernel log record's `usec` -> its wall-clock time (Unix seconds, ms), from the
     epilog snapshot's wall time and kernel-log clock read together (counters.kernel_log_clock);
@@ -218,8 +223,8 @@ def _kernel_time(after: Dict[str, Any]):
     known = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (wall, kernel))
 
     def dated(usec: Optional[int]) -> Optional[float]:
-        if not known or usec is None or usec < 0 or usec / 1e6 > kernel + 1.0:
-            return None  # a time after the clock was read: not this boot's record, or a bad clock
+        if not known or usec is None or usec < 0 or usec / 1e6 > kernel + KERNEL_CLOCK_SLACK_S:
+            return None  # well after the clock was read: not this boot's record, or a bad clock
         return round(wall - (kernel - usec / 1e6), 3)
 
     return dated
