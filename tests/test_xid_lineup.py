@@ -242,6 +242,8 @@ def test_report_xids_prints_the_line_up_and_its_metrics(tmp_path):
         "gpu-b": 2,
         "gpu-c": 1,
     }
+    one = cli_with_default_config(["--config", config, "report", "--job", "4242"])
+    assert "job 4242: first cause Xid 79 on gpu-a" in one.stdout, one.stderr
     plain = json.loads(cli_with_default_config(["--config", config, "report", "--json"]).stdout)
     ranked = {n["node"]: n for n in plain["ranking"]}
     assert "gpu-b" not in ranked and ranked["gpu-a"]["totals"]["xids"] == 1

@@ -93,3 +93,22 @@ def xid_tolerance(args) -> float:
 def _error(message: str) -> int:
     print("slurm-hooks: %s" % message, file=sys.stderr)
     return ExitCode.UNKNOWN
+
+
+def job_lineups(rows, args) -> list:
+    """`report --job J`: the line-up of the job's records (fleet_report.job_view rows); excusing
+    only when the records key verified every one of them."""
+    from ..records import xid_lineup
+    from ..records.signing import VERIFIED
+
+    trusted = bool(rows) and all(row.get("verified") == VERIFIED for row in rows)
+    summaries = [(row["job"], str(row["node"]), row["summary"]) for row in rows]
+    return xid_lineup.line_up_all(summaries, xid_tolerance(args), trusted)
+
+
+def job_lineup_text(lineups, args) -> str:
+    from ..records import xid_lineup
+
+    if not lineups:
+        return ""
+    return "\n".join(xid_lineup.render(lineups, xid_tolerance(args))) + "\n"

@@ -215,6 +215,7 @@ def cmd_report(args) -> int:
     try:
         if args.job:
             rows, problems = job_view(paths, args.job, _verifier(args))
+            lineups = lineup_verbs.job_lineups(rows, args)
             if args.json:
                 json.dump(
                     {
@@ -222,6 +223,7 @@ def cmd_report(args) -> int:
                         "job": args.job,
                         "nodes": rows,
                         "unreadable": problems,
+                        "xid_lineup": [j.to_dict() for j in lineups],
                     },
                     sys.stdout,
                     indent=2,
@@ -229,6 +231,7 @@ def cmd_report(args) -> int:
                 sys.stdout.write("\n")
             else:
                 sys.stdout.write(render_job(args.job, rows, problems))
+                sys.stdout.write(lineup_verbs.job_lineup_text(lineups, args))
             return ExitCode.FOUND if any(row.get("abnormal") for row in rows) else ExitCode.OK
         fleet = aggregate(
             paths,
