@@ -200,6 +200,18 @@ def test_ties_and_missing_blames_line_up_without_an_error():
     assert "ambiguous" in "\n".join(xid_lineup.render([job], 2.0))
 
 
+def test_the_nodes_own_xid_check_never_drains_for_a_victims_xids():
+    """Why the prolog's kmsg check is left alone: on its own node's lines it already gives Xid 43
+    and 45 no action (the drain history, and so the lemon rules, never sees them)."""
+    from slurm_hooks.xid.catalog import classify_all
+    from slurm_hooks.xid.kmsg import parse_xid
+
+    events = [parse_xid(line) for line in (XID43, XID45_A, XID45_B)]
+    decisions = classify_all(events)
+    assert [d.action for d in decisions] == ["none"] * 3
+    assert all(d.status in ("OK", "WARN") for d in decisions)
+
+
 def test_the_catalog_calls_the_consequences_teardown_and_keeps_memory_errors_causes():
     from slurm_hooks.xid.catalog import load_catalog
 
