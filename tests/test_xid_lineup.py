@@ -43,7 +43,7 @@ UPTIME = 864_000.0  # each node's kernel-log clock at that moment (10 days up)
 SETTINGS = default_settings()
 
 
-def epilog_record(node, job_id, xids, clock_offset=0.0, with_clock=True):
+def epilog_record(node, job_id, xids, clock_offset=0.0, with_clock=True, clock_error=0.004):
     """The record node's epilog writes: `xids` [(wall time, message)] read from /dev/kmsg.
     clock_offset: the node's wall clock minus true time."""
     end = T + 60.0
@@ -53,6 +53,7 @@ def epilog_record(node, job_id, xids, clock_offset=0.0, with_clock=True):
     ]
     before = {"time": T - 3600 + clock_offset, "boot_id": "b-" + node, "kmsg_seq": 99, "gpus": []}
     after = {"time": end + clock_offset, "boot_id": "b-" + node, "kmsg_seq": 200, "gpus": []}
+    after["clock_max_error_s"] = clock_error  # chrony-synchronised: a few ms
     after["xid_lines"] = lines
     if with_clock:  # an older version's snapshot has no kernel-log clock
         after["kernel_clock_s"] = UPTIME + (end - T)
@@ -155,6 +156,26 @@ def test_a_consequence_before_every_cause_counts_and_clock_skew_within_tolerance
     assert totals(fleet)["gpu-b"] == (0, 1)  # its clock 1.8 s behind: still after, within 2 s
 
 
+def test_a_node_whose_clock_is_not_synchronised_is_not_ordered(tmp_path):
+    one_failure(tmp_path)
+    late = epilog_record("gpu-a", 4242, [(T, XID79)], clock_offset=-9.0, clock_error=16.0)
+    write(tmp_path, late)  # an unsynchronised clock 9 s behind: its 79 would seem the first anyway
+    fleet = aggregate([str(tmp_path)], verifier=Verifier(KEY))
+    (job,) = fleet.lineups
+    assert (job.verdict, job.causal, job.contenders) == ("ambiguous", None, ["gpu-a", "gpu-d"])
+    assert totals(fleet)["gpu-b"] == (2, 0) and totals(fleet)["gpu-c"] == (1, 0)  # unproven
+    assert "clock error up to 16s: not ordered" in "\n".join(xid_lineup.render([job], 2.0))
+
+
+def test_the_epilog_records_the_kernels_bound_on_its_clock_error():
+    from slurm_hooks.records import counters
+
+    error = counters.wall_clock_error()  # this machine's, read-only: a number, or 16 s unsynced
+    assert error is None or 0 <= error <= counters.UNSYNCED_ERROR_S
+    record = epilog_record("gpu-b", 7, [(T + 3.2, XID45_A)], clock_error=0.25)
+    assert record["clock_max_error_s"] == 0.25 and record["summary"]["xid_clock_error_s"] == 0.25
+
+
 def test_a_node_with_a_cause_of_its_own_keeps_its_consequences_counted(tmp_path):
     one_failure(tmp_path, **{"gpu-b": [(T + 3.0, XID94), (T + 3.2, XID45_A)]})
     fleet = aggregate([str(tmp_path)], verifier=Verifier(KEY))
@@ -168,6 +189,12 @@ def test_records_of_an_older_version_are_counted_as_before(tmp_path):
         write(tmp_path, record)
     fleet = aggregate([str(tmp_path)], verifier=Verifier(KEY))
     assert totals(fleet) == {"gpu-a": (1, 0), "gpu-b": (1, 0)} and fleet.lineups == []
+    # mixed with a newer one: the old record's Xids could have come first, none is blamed
+    write(tmp_path, epilog_record("gpu-c", 9, [(T + 3.0, XID79)]))
+    fleet = aggregate([str(tmp_path)], verifier=Verifier(KEY))
+    (job,) = fleet.lineups
+    assert (job.verdict, job.contenders) == ("ambiguous", ["gpu-a", "gpu-b", "gpu-c"])
+    assert totals(fleet)["gpu-b"] == (1, 0)
 
 
 @pytest.mark.parametrize(

@@ -69,6 +69,9 @@ def build_record(
         cpu_window((before or {}).get("cpu"), (after or {}).get("cpu")) if comparable else None
     )
     record.update(_kernel_events(before, after, comparable, record["gpus"]))
+    record["clock_max_error_s"] = (after or {}).get(
+        "clock_max_error_s"
+    )  # counters.wall_clock_error
     record["checks"] = _checks(report)
     record["decision"] = _decision(decision, enacted)
     record["timings"] = {
@@ -317,6 +320,8 @@ def summarize(record: Dict[str, Any], leftover_memory_bytes: int) -> Dict[str, A
     summary["sxids"] = (record.get("sxid_count") or 0) if scoped else 0
     if summary["xids"]:  # in the header: report --xids lines up a job's nodes by it
         summary["xid_times"] = xid_times(record.get("xids") or [], summary["xids"])
+        if record.get("clock_max_error_s") is not None:  # how far those times may be off
+            summary["xid_clock_error_s"] = record["clock_max_error_s"]
     summary["leftover_processes"] = sum(len(g.get("processes") or []) for g in gpus)
     summary["leftover_memory_bytes"] = sum(g.get("memory_used_bytes") or 0 for g in gpus)
     summary["pending_repair"] = any(v for g in gpus for v in (g.get("flags") or {}).values())

@@ -115,6 +115,7 @@ def take(
     started = time.monotonic()
     snap: Dict[str, Any] = {"schema": SNAPSHOT_SCHEMA, "time": round(clock(), 3), "notes": []}
     snap["kernel_clock_s"] = round(kernel_log_clock(), 6)  # with "time": dates the Xids (build.py)
+    snap["clock_max_error_s"] = wall_clock_error()
     snap["boot_id"], snap["kmsg_seq"] = kernel_log_position(host, snap["notes"], kernel_log)
     snap["ib"], snap["ib_perf"] = _split_ib(
         read_ib_counters(host, _with_perf(ib_counters), snap["notes"]), ib_counters
@@ -160,6 +161,42 @@ def kernel_log_clock() -> float:
         except OSError:
             pass
     return time.monotonic()
+
+
+STA_UNSYNC = 0x0040  # <linux/timex.h>: the kernel's clock is not synchronised (no NTP/PTP daemon)
+TIME_ERROR = 5  # adjtimex's answer for an unsynchronised clock
+UNSYNCED_ERROR_S = 16.0  # NTP_PHASE_LIMIT: the maxerror an unsynchronised kernel clock reports
+
+
+def wall_clock_error() -> Optional[float]:
+    """The kernel's bound on this node's wall-clock error, in seconds: adjtimex(2) read-only
+    (modes 0; `chronyc tracking`, `adjtimex --print`), its maxerror as the NTP/PTP daemon keeps it;
+    16 s when the clock is not synchronised; None where it cannot be asked (not Linux). report
+    --xids does not order a node's Xids by a clock whose error exceeds its tolerance."""
+    import ctypes
+
+    class Timex(ctypes.Structure):  # struct timex up to `status`; the rest is room for the kernel
+        _fields_ = [
+            ("modes", ctypes.c_uint),
+            ("offset", ctypes.c_long),
+            ("freq", ctypes.c_long),
+            ("maxerror", ctypes.c_long),
+            ("esterror", ctypes.c_long),
+            ("status", ctypes.c_int),
+            ("rest", ctypes.c_char * 256),
+        ]
+
+    try:
+        adjtimex = ctypes.CDLL(None, use_errno=True).adjtimex
+    except (OSError, AttributeError):
+        return None
+    timex = Timex()
+    state = adjtimex(ctypes.byref(timex))
+    if state < 0:
+        return None
+    if state == TIME_ERROR or timex.status & STA_UNSYNC:
+        return UNSYNCED_ERROR_S
+    return round(max(0, timex.maxerror) / 1e6, 6)
 
 
 def read_kernel_log(host: Host) -> KmsgView:

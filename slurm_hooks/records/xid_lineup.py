@@ -17,11 +17,14 @@ Rules (docs/records.md, "One job's Xids, lined up"):
 - a cause is any Xid not in CONSEQUENCE_XIDS (79, 48, 94, 13, ...); each node's first dated
   cause is its entry in the line-up;
 - the causal node is the one whose first cause came first by more than `tolerance`; when
-  another node's came within `tolerance` of it, the order is unknown: "ambiguous", none blamed;
+  another node's came within `tolerance` of it, or another node logged a cause without a time,
+  the order is unknown: "ambiguous", none blamed;
 - a node whose only Xids are consequences, all dated, the first no earlier than `tolerance`
   before another node's first cause, is a victim: its Xids are "excused" (not counted against
   it). A node that logged a cause of its own, or a consequence that came before every cause,
   or an Xid without a time, keeps every Xid counted;
+- a node whose epilog found its wall clock unsynchronised, or its error bound (adjtimex's
+  maxerror, summary.xid_clock_error_s) above `tolerance`, has no times in the line-up;
 - nothing is excused unless the records were verified with the records key (`trusted`): a
   forged record of another node must not clear a node's Xids (DESIGN principle 19).
 
@@ -52,6 +55,7 @@ class NodeXids(Struct):
 
     node: str
     entries: Tuple[Entry, ...]
+    clock_error: Optional[float] = None  # the kernel's bound on its wall-clock error, seconds
 
     @property
     def total(self) -> int:
@@ -65,6 +69,10 @@ class NodeXids(Struct):
             if e[0] is not None and e[0] not in CONSEQUENCE_XIDS and e[1] is not None
         ]
         return min(dated, key=lambda c: (c[0], c[1])) if dated else None  # a blame may be None
+
+    def undated_cause(self) -> bool:
+        """A cause without a time (an older record, or a clock not to be trusted)."""
+        return any(e[0] not in CONSEQUENCE_XIDS and e[1] is None for e in self.entries)
 
     def only_consequences(self) -> bool:
         """Every Xid known and a consequence, and each code dated."""
@@ -108,6 +116,7 @@ class JobLineup(Struct, frozen=False):
                     "xids": [
                         dict(zip(("xid", "first_time", "count", "blame"), e)) for e in n.entries
                     ],
+                    "clock_error_s": n.clock_error,
                 }
                 for n in self.nodes
             ],
@@ -160,6 +169,7 @@ def line_up(job: str, nodes: Sequence[NodeXids], tolerance: float, trusted: bool
     result.first = (first_node, xid, first_time, blame)
     result.contenders = sorted(
         {node for (when, _x, _b), node in causes if when <= first_time + tolerance}
+        | {n.node for n in nodes if n.undated_cause()}  # could have come first: unknown
     )
     if len(result.contenders) > 1:
         result.verdict = "ambiguous"
@@ -202,13 +212,20 @@ def line_up_all(
     by_job: Dict[str, Dict[str, NodeXids]] = {}
     for job, node, summary in rows:
         entries = entries_of(summary)
-        if entries is None:
-            continue
-        by_job.setdefault(job, {}).setdefault(node, NodeXids(node, entries))
+        if entries is None:  # an older version's record: Xids of unknown kind and time
+            count = summary.get("xids") if isinstance(summary, dict) else None
+            if not _count(count) or not count:
+                continue
+            entries = ((None, None, count, None),)
+        error = summary.get("xid_clock_error_s")
+        error = float(error) if _number(error) else None
+        if error is not None and error > tolerance:  # its times cannot be ordered: undated
+            entries = tuple((e[0], None, e[2], e[3]) for e in entries)
+        by_job.setdefault(job, {}).setdefault(node, NodeXids(node, entries, error))
     return [
         line_up(job, list(nodes.values()), tolerance, trusted)
         for job, nodes in sorted(by_job.items())
-        if len(nodes) > 1
+        if len(nodes) > 1 and any(e[1] is not None for n in nodes.values() for e in n.entries)
     ]
 
 
@@ -247,7 +264,9 @@ def render(lineups: Sequence[JobLineup], tolerance: float, top: int = 20) -> Lis
         for n in j.nodes:
             codes = ", ".join(_entry_text(e, start) for e in n.entries)
             mark = ""
-            if n.node in j.excused:
+            if n.clock_error is not None and n.clock_error > tolerance:
+                mark = "  (clock error up to %gs: not ordered)" % n.clock_error
+            elif n.node in j.excused:
                 mark = "  (victim: %d not counted)" % j.excused[n.node]
             elif n.node in j.counted_why:
                 mark = "  (counted: %s)" % j.counted_why[n.node]
