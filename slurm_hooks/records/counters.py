@@ -115,7 +115,10 @@ def take(
     started = time.monotonic()
     snap: Dict[str, Any] = {"schema": SNAPSHOT_SCHEMA, "time": round(clock(), 3), "notes": []}
     snap["kernel_clock_s"] = round(kernel_log_clock(), 6)  # with "time": dates the Xids (build.py)
-    snap["clock_max_error_s"] = wall_clock_error()
+    if (
+        processes
+    ):  # the epilog's snapshot, the one that dates the job's Xids (ctypes: not in prologs)
+        snap["clock_max_error_s"] = wall_clock_error()
     snap["boot_id"], snap["kmsg_seq"] = kernel_log_position(host, snap["notes"], kernel_log)
     snap["ib"], snap["ib_perf"] = _split_ib(
         read_ib_counters(host, _with_perf(ib_counters), snap["notes"]), ib_counters
