@@ -29,12 +29,12 @@ def cmd_xid_lineup(args) -> int:
         _registry, config = load(args)
     except ConfigError as exc:
         return _error("configuration not read: %s" % exc)
-    paths = list(args.paths) or [config.get("records", "dir")]
+    paths = list(args.paths) or [config.settings.records.dir]
     refused = refuse_unreadable(paths)
     if refused is not None:
         return refused
-    tolerance = float(config.get("records", "xid_clock_tolerance_s"))
-    verifier = Verifier.from_file(config.get("records", "key_file"))
+    tolerance = config.settings.records.xid_clock_tolerance_s
+    verifier = Verifier.from_file(config.settings.records.key_file)
     try:
         fleet = aggregate(
             paths, parse_since(args.since), verifier=verifier, xid_tolerance=tolerance
@@ -87,7 +87,7 @@ def xid_tolerance(args) -> float:
         _registry, config = load(args)
     except ConfigError:
         return SECTIONS["records"]["xid_clock_tolerance_s"].default
-    return float(config.get("records", "xid_clock_tolerance_s"))
+    return config.settings.records.xid_clock_tolerance_s
 
 
 def _error(message: str) -> int:

@@ -195,11 +195,11 @@ def victim_jobs(config: Any, node: str, jobs: Sequence[str]) -> set:
     from ..records.names import record_name, restart_count
     from ..records.store import find_records
 
-    verifier = signing.Verifier.from_file(config.get("records", "key_file"))
+    verifier = signing.Verifier.from_file(config.settings.records.key_file)
     if verifier.key is None:
         return set()
-    tolerance = float(config.get("records", "xid_clock_tolerance_s"))
-    top = config.get("records", "dir")
+    tolerance = config.settings.records.xid_clock_tolerance_s
+    top = config.settings.records.dir
     node_dirs: Optional[List[str]] = None
     cleared = set()
     for job in jobs:
