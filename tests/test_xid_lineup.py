@@ -322,16 +322,17 @@ def pattern_site(tmp_path, monkeypatch):
     backend = cluster()
     records = tmp_path / "records"
 
-    def run(job, user, seq, key=True):
+    def run(job, user, seq, key=True, records_dir=None, files_deadline=5.0):
         seen.append(seq)
         config = validate(
             reg,
             {
                 "general": {"mode": "enforce"},
+                "deadline": {"files": files_deadline},
                 "paths": {"state_dir": str(tmp_path / "state"), "log_file": "", "syslog": False},
                 "records": {
                     "enabled": False,  # the records below stand for the epilogs' own
-                    "dir": str(records),
+                    "dir": str(records_dir or records),
                     "key_file": write_key(tmp_path / "records.key") if key else "",
                 },
             },
@@ -368,3 +369,29 @@ def test_without_the_key_or_the_records_the_pattern_drains_as_before(pattern_sit
     assert pattern_site("102", "bob", 20, key=False).exit_code == ExitCode.OK  # no record at all
     out = pattern_site("103", "carol", 30, key=False)
     assert out.exit_code == ExitCode.NODE_BROKEN and pattern_site.backend.nodes["node1"].is_drained
+
+
+def test_a_hung_records_lookup_drains_as_before_and_in_time(pattern_site, monkeypatch):
+    """The records directory is shared (NFS, Lustre) and may stop answering: the victim lookup then
+    never returns (stood in by a lookup that sleeps; a FUSE file system that never answers would
+    leave this test's forked children in uninterruptible sleep holding the FUSE device open).
+    Nothing is proven, so the GPU's pattern counts as before and drains, within [deadline] files.
+    It used to run in the same bounded child as the Xid history: the hang killed both and the
+    pattern was lost, so a hung records file system excused a failing GPU."""
+    import time
+
+    from slurm_hooks.result import ExitCode
+    from slurm_hooks.xid import pattern
+
+    def never_answers(config, node, jobs):
+        time.sleep(3600)
+
+    monkeypatch.setattr(pattern, "victim_jobs", never_answers)
+    hung = dict(files_deadline=1.5)
+    assert pattern_site("101", "alice", 10, **hung).exit_code == ExitCode.OK
+    assert pattern_site("102", "bob", 20, **hung).exit_code == ExitCode.OK
+    started = time.monotonic()
+    out = pattern_site("103", "carol", 30, **hung)
+    seconds = time.monotonic() - started
+    assert out.exit_code == ExitCode.NODE_BROKEN and pattern_site.backend.nodes["node1"].is_drained
+    assert seconds < 1.5 + 1.0, seconds  # the hung lookup costs the files budget, once

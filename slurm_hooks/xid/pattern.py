@@ -26,6 +26,7 @@ entry counts as before.
 from __future__ import annotations
 
 import os
+import time
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from ..result import Action, Blame, Result, Status
@@ -133,6 +134,8 @@ def apply(config: Any, job: Any, results: Sequence[Result], now: float) -> List[
     boot = boot_id(config.get("general", "root"))
     node = job.node_name or os.uname().nodename.split(".")[0]  # as hooks.node_name names it
     window = float(settings["days"]) * 86400.0
+    budget = float(config.get("deadline", "files"))
+    started = time.monotonic()
 
     def work() -> List[Dict[str, Any]]:
         try:
@@ -154,22 +157,33 @@ def apply(config: Any, job: Any, results: Sequence[Result], now: float) -> List[
             except OSError:
                 pass
         if judge(history, settings, now):  # the rare path: would drain; are some a victim's?
-            history = without_victims(history, config, node)
+            left = budget - (time.monotonic() - started) - LOOKUP_MARGIN_S
+            history = without_victims(history, config, node, left)
         return history
 
     try:
-        history, _why = run_isolated(work, config.get("deadline", "files"), "the Xid history")
+        history, _why = run_isolated(work, budget, "the Xid history")
     except OSError:
         history = None
     return judge(history or [], settings, now)
 
 
 MAX_JOBS_LOOKED_UP = 8  # the newest jobs of Xid 43 entries looked up per judgement
+# of the [deadline] files budget, kept back from the records lookup so that the history's child
+# still answers after the lookup's child was killed and reaped (isolation.REAP_WAIT_S)
+LOOKUP_MARGIN_S = 0.5
 
 
-def without_victims(history: List[Dict[str, Any]], config: Any, node: str) -> List[Dict[str, Any]]:
+def without_victims(
+    history: List[Dict[str, Any]], config: Any, node: str, timeout: float
+) -> List[Dict[str, Any]]:
     """The history less the Xid 43 entries of jobs whose verified records make this node a victim
-    of another node's earlier fault (module docstring); the history itself when nothing is proven."""
+    of another node's earlier fault (module docstring); the history itself when nothing is proven.
+    The records may sit on a shared file system that stops answering or a directory too large to
+    search in time: the lookup runs in a child of its own for at most `timeout` seconds, and one
+    that does not finish proves nothing -- every entry counts, as it did before the lookup (a
+    hang must never excuse a GPU; killing the history's child with it lost the whole pattern)."""
+    from ..core.isolation import run_isolated
     from ..records.xid_lineup import CONSEQUENCE_XIDS
 
     newest: Dict[str, float] = {}
@@ -177,7 +191,12 @@ def without_victims(history: List[Dict[str, Any]], config: Any, node: str) -> Li
         if e.get("job") and e.get("xid") in CONSEQUENCE_XIDS:
             newest[str(e["job"])] = max(newest.get(str(e["job"]), 0.0), float(e["time"]))
     jobs = sorted(newest, key=lambda j: newest[j])[-MAX_JOBS_LOOKED_UP:]
-    cleared = victim_jobs(config, node, jobs) if jobs else set()
+    cleared: set = set()
+    if jobs and timeout > 0:
+        found, _why = run_isolated(
+            lambda: sorted(victim_jobs(config, node, jobs)), timeout, "the records lookup"
+        )
+        cleared = set(found) if isinstance(found, list) else set()
     return [
         e
         for e in history
