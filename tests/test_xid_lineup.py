@@ -395,3 +395,24 @@ def test_a_hung_records_lookup_drains_as_before_and_in_time(pattern_site, monkey
     seconds = time.monotonic() - started
     assert out.exit_code == ExitCode.NODE_BROKEN and pattern_site.backend.nodes["node1"].is_drained
     assert seconds < 1.5 + 1.0, seconds  # the hung lookup costs the files budget, once
+
+
+def test_a_requeued_attempt_where_only_this_node_logged_xids_keeps_the_job_counted(pattern_site):
+    """Job 101's first run: node1 a victim of node2's fault. Slurm requeues it (SLURM_JOB_RESTART_
+    COUNT 1, record 101.r1.json) and in that attempt node1 logs Xid 43 alone: nobody else's fault
+    explains it. The job is excused only when every attempt of node1's is; the lone attempt was
+    skipped (a line-up needs two nodes) and the whole job was cleared, so three jobs of three users
+    did not drain."""
+    from slurm_hooks.result import ExitCode
+
+    victim_job(pattern_site.records, 101)
+    alone = epilog_record("node1", 101, [(T + 30.0, XID43)])
+    alone["job"]["restart_count"] = 1
+    path = os.path.join(str(pattern_site.records), "node1", "101.r1.json")
+    with open(path, "wb") as handle:
+        handle.write(encode_record(alone, KEY, "node1", "101.r1.json"))
+    assert pattern_site("101", "alice", 10).exit_code == ExitCode.OK
+    assert pattern_site("101", "alice", 11).exit_code == ExitCode.OK  # the requeued run's epilog
+    assert pattern_site("102", "bob", 20).exit_code == ExitCode.OK
+    out = pattern_site("103", "carol", 30)
+    assert out.exit_code == ExitCode.NODE_BROKEN and pattern_site.backend.nodes["node1"].is_drained

@@ -243,8 +243,10 @@ def victim_jobs(config: Any, node: str, jobs: Sequence[str]) -> set:
                 if row is not None:
                     rows.append(row[:3])
         lineups = xid_lineup.line_up_all(rows, tolerance, True)
-        mine = [j for j in lineups if node in {n.node for n in j.nodes}]
-        if mine and all(j.excused.get(node) for j in mine):
+        excused = {j.job for j in lineups if j.excused.get(node)}
+        # every attempt of this node's is lined up and excused: an attempt where it logged Xids
+        # alone (no other node's record) has no line-up, and nothing explains its Xids
+        if all(row[0] in excused for row in own):
             cleared.add(job)
     return cleared
 
