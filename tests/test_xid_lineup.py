@@ -176,6 +176,18 @@ def test_the_epilog_records_the_kernels_bound_on_its_clock_error():
     assert record["clock_max_error_s"] == 0.25 and record["summary"]["xid_clock_error_s"] == 0.25
 
 
+def test_an_interpreter_without_ctypes_loses_the_clock_bound_not_the_snapshot(monkeypatch):
+    """ctypes is an optional part of CPython (_ctypes needs libffi; minimal and distroless builds
+    leave it out). Its ImportError went up through counters.take, and the epilog's whole snapshot
+    -- counters, Xid lines -- was lost for a clock bound the record can do without."""
+    import sys
+
+    from slurm_hooks.records import counters
+
+    monkeypatch.setitem(sys.modules, "ctypes", None)  # `import ctypes` raises ImportError
+    assert counters.wall_clock_error() is None
+
+
 def test_a_node_with_a_cause_of_its_own_keeps_its_consequences_counted(tmp_path):
     one_failure(tmp_path, **{"gpu-b": [(T + 3.0, XID94), (T + 3.2, XID45_A)]})
     fleet = aggregate([str(tmp_path)], verifier=Verifier(KEY))

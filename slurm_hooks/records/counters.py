@@ -174,9 +174,13 @@ UNSYNCED_ERROR_S = 16.0  # NTP_PHASE_LIMIT: the maxerror an unsynchronised kerne
 def wall_clock_error() -> Optional[float]:
     """The kernel's bound on this node's wall-clock error, in seconds: adjtimex(2) read-only
     (modes 0; `chronyc tracking`, `adjtimex --print`), its maxerror as the NTP/PTP daemon keeps it;
-    16 s when the clock is not synchronised; None where it cannot be asked (not Linux). report
-    --xids does not order a node's Xids by a clock whose error exceeds its tolerance."""
-    import ctypes
+    16 s when the clock is not synchronised; None where it cannot be asked (not Linux, or an
+    interpreter built without ctypes: the snapshot goes on without the bound). report --xids does
+    not order a node's Xids by a clock whose error exceeds its tolerance."""
+    try:
+        import ctypes
+    except ImportError:
+        return None
 
     class Timex(ctypes.Structure):  # struct timex up to `status`; the rest is room for the kernel
         _fields_ = [
