@@ -19,8 +19,9 @@ processes here are torn down (records/xid_lineup.py). Before a GPU is judged to 
 its Xid 43 entries are looked up in the records ([records] dir, shared by the nodes): a job whose
 records, verified with the records key, show this node's Xids all following another node's earlier
 cause (the line-up of `report --xids`) is a victim's, and its entries leave the count. Without a
-key, a shared records directory, or this node's own record of the job, nothing is proven and every
-entry counts as before.
+key, a shared records directory, or this node's own record of the job, or when the lookup does not
+finish within what is left of [deadline] files (a hung or huge records directory), nothing is
+proven and every entry counts as before.
 """
 
 from __future__ import annotations
