@@ -30,7 +30,15 @@ import time
 from typing import Any, Deque, Dict, Iterable, Iterator, List, Optional, Set, Tuple
 
 from ..core.structs import Struct, field
-from . import blind_spots, rate_test, signing, slowness, stragglers, topology_groups
+from . import (
+    blind_spots,
+    rate_test,
+    signing,
+    slowness,
+    stall_bounds,
+    stragglers,
+    topology_groups,
+)
 from .build import RECORD_SCHEMA
 from .names import job_label
 
@@ -463,7 +471,8 @@ def parse(
     hw = hw if isinstance(hw, str) and len(hw) <= 512 else None
     row = stragglers.figures_row(perf)
     untrusted = blind_spots.untrusted_of(summary)
-    return ("ok", job_label(job), (row, float(start), float(end), user, boot, hw, untrusted))
+    bound = stall_bounds.bound_of(perf) if untrusted else None  # a saturated counter's least rate
+    return ("ok", job_label(job), (row, float(start), float(end), user, boot, hw, untrusted, bound))
 
 
 def _close(job: OpenJob, result: StragglerScan, fleet: Dict[str, Any]) -> None:
@@ -503,6 +512,16 @@ def _close(job: OpenJob, result: StragglerScan, fleet: Dict[str, Any]) -> None:
         slowness.keep_costly(
             names, [job.entries[n][0] for n in names], flags
         )  # oddity is not slowness
+        bounded: Set[str] = set()
+        if any(job.entries[n][7] is not None for n in names):
+            bounded = stall_bounds.flag_bounds(
+                names,
+                [job.entries[n][0] for n in names],
+                [job.entries[n][7] for n in names],
+                flags,
+                fleet["min_job_nodes"],
+                fleet["z_threshold"],
+            )
         scored = True
         every = sum(1 << i for i in metrics)  # the figures scored in this job
         for node in names:
@@ -517,6 +536,8 @@ def _close(job: OpenJob, result: StragglerScan, fleet: Dict[str, Any]) -> None:
                         bits &= ~(1 << i)
             if None in row or job.entries[node][6]:  # what this node could not be judged on
                 result.blind.add(node, job.entries[node][6], every & ~bits, metrics)
+            if node in bounded:  # its least possible stall rate stood out: scored on it
+                bits |= stall_bounds.BIT
             mark = stragglers.JobMark(
                 job.job_id, ends[len(ends) // 2], len(names), user, tuple(flags[node]), start, bits
             )
@@ -549,6 +570,7 @@ def suspect_to_dict(suspect: stragglers.Suspect) -> Dict[str, Any]:
                 "value": flag.value,
                 "median": flag.median,
                 "peers": flag.peers,
+                "lower_bound": flag.bound,  # value is the least it can have been (stall_bounds)
             }
             for mark, flag in suspect.evidence
         ],
@@ -667,7 +689,7 @@ def render(result: StragglerScan, top: int = 20) -> str:
                 s.metric,
                 "%d/%d" % (s.flagged, s.window),
                 "%.1f" % s.worst_z,
-                "%s vs %s" % (_num(flag.value), _num(flag.median)),
+                "%s%s vs %s" % (">= " if flag.bound else "", _num(flag.value), _num(flag.median)),
                 str(s.users),
                 ",".join(m.job for m, _ in s.evidence[-6:])
                 + (",..." if len(s.evidence) > 6 else ""),

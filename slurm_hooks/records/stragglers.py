@@ -79,6 +79,8 @@ class Flag(Struct):
     value: float
     median: float
     peers: int
+    # a lower bound (stall_bounds: a saturated counter's least possible rate), not a measurement
+    bound: bool = False
 
 
 class JobMark:
