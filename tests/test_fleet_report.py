@@ -647,6 +647,7 @@ def test_cli_table_json_and_prometheus(tmp_path, config, capsys):
         "value": 0.2,
         "median": 0.0,
         "peers": 5,
+        "lower_bound": False,
     }
     families = {
         f.name: f for f in text_string_to_metric_families(prom.read_text())
