@@ -24,11 +24,6 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 from . import stragglers
 
-# Figures the rate test leaves alone: a power-cap flag is supporting evidence (slowness.py keeps it
-# only where the node drew 3 % less power, which chance noise and role shifts do in a tenth of a
-# leaky-GPU node's jobs: over a 14-day window that rate "stands out" without costing anything; in
-# fleet_harsh seed 30 all 4 false rate suspects were such nodes).
-SUPPORTING = ("throttle_frac.power",)
 ALPHA = 0.01  # the fleet-wide chance of one false suspect from this test per report
 MAX_EVIDENCE = 20
 
@@ -113,10 +108,16 @@ class FlagRates:
         return (self.fleet_flagged[index] + 1.0) / (self.scored()[1][index] + 2.0)
 
     def suspects(
-        self, k: int, known: Sequence[stragglers.Suspect], alpha: float = ALPHA
+        self,
+        k: int,
+        known: Sequence[stragglers.Suspect],
+        alpha: float = ALPHA,
+        windows: Optional[Dict[str, stragglers.NodeWindow]] = None,
     ) -> List[stragglers.Suspect]:
         """Node x figure pairs whose flag rate fails the test and that `known` (the k-of-m
-        suspects) does not already hold: Suspect rows, flagged/window = f / n over the report."""
+        suspects) does not already hold: Suspect rows (basis "rate"), flagged/window = f / n over
+        the report. With the nodes' `windows`, after_reboot counts the evidence since the node's
+        last reboot (0 keeps a repaired node from a drain, as for a k-of-m suspect)."""
         have = {(s.node, s.metric) for s in known}
         scored = self.scored()[0]
         tests = max(1, len(scored))
@@ -124,14 +125,22 @@ class FlagRates:
         for key, flags in self.flagged.items():
             node, index = key
             name = stragglers.METRICS[index].name
-            if flags < k or (node, name) in have or name in SUPPORTING:
+            if flags < k or (node, name) in have:
                 continue
             jobs = scored.get(key, flags)
             if binomial_tail(flags, jobs, self.fleet_rate(index)) * tests >= alpha:
                 continue
             evidence = tuple(self.evidence[key])
             users = len({mark.user for mark, _ in evidence if mark.user})
-            out.append(stragglers.Suspect(node, name, flags, jobs, evidence, users))
+            window = (windows or {}).get(node)
+            after = None
+            if window is not None and window.reboot_at:
+                after = sum(1 for mark, _ in evidence if mark.end >= window.boot_first_end)
+                if not after and not window.on_probation & (1 << index):
+                    continue  # rebooted and ran k clean jobs since: a repair (NodeWindow)
+            out.append(
+                stragglers.Suspect(node, name, flags, jobs, evidence, users, after, basis="rate")
+            )
         return out
 
 
@@ -139,7 +148,7 @@ def render(suspects: Sequence[stragglers.Suspect], top: int = 20) -> List[str]:
     """Lines for the text report."""
     if not suspects:
         return []
-    lines = ["flagged far more often than the fleet over the window (reported, not drained):"]
+    lines = ["suspects by rate: flagged far more often than the fleet over the window:"]
     for s in suspects[:top]:
         lines.append(
             "  %s %s: %d of %d scored jobs, worst z %.1f"

@@ -89,6 +89,9 @@ class StragglerScan(Struct, frozen=False):
     blind: blind_spots.BlindSpots = field(default_factory=blind_spots.BlindSpots)
     leaf_of: Optional[Dict[str, str]] = None  # node -> leaf switch ([fleet] topology_conf)
     rates: rate_test.FlagRates = field(default_factory=rate_test.FlagRates)
+    grouped: Optional[Tuple[Any, ...]] = (
+        None  # _grouped, (leaf_of, _grouped()) once the scan is done
+    )
 
     def skip(self, why: str, count: int = 1) -> None:
         self.skipped[why] = self.skipped.get(why, 0) + count
@@ -129,15 +132,14 @@ class StragglerScan(Struct, frozen=False):
         return topology_groups.group_rows(rows, self.windows, self.leaf_of)
 
     def rate_suspects(self) -> List[stragglers.Suspect]:
-        """Flagged far more often than the fleet over the whole window (rate_test), not already
-        a k-of-m suspect, not under a suspect switch on the figure: reported, never drained."""
-        kept, switches, under = self._grouped()
-        found = self.rates.suspects(self.k, kept + under)
-        blamed = {(n, w.metric) for w in switches for n in w.nodes}
-        found = [s for s in found if (s.node, s.metric) not in blamed]
-        leaves = topology_groups.suspect_leaves(switches, self.saturating()[1])
-        found = topology_groups.split_under(found, self.leaf_of, leaves)[0]
-        return sorted(found, key=lambda s: (-s.flagged / s.window, s.node, s.metric))
+        """The suspects (node suspects, drained like them) found by the rate test (rate_test): a
+        node flagged far more often than the fleet over the whole window, not a k-of-m suspect."""
+        return [s for s in self.suspects() if s.basis == "rate"]
+
+    def odd_not_slow(self) -> List[stragglers.Suspect]:
+        """Would-be suspects whose flags cost their jobs nothing (slowness.costly): reported, never
+        a suspect (a leaky GPU at its power cap while the node runs at full power)."""
+        return self._grouped()[3]
 
     def under_switch(self) -> List[stragglers.Suspect]:
         """Node suspects under a leaf already suspected on their figure: the switch's, not drained."""
@@ -146,14 +148,39 @@ class StragglerScan(Struct, frozen=False):
     def _grouped(
         self,
     ) -> Tuple[
-        List[stragglers.Suspect], List[topology_groups.SwitchSuspect], List[stragglers.Suspect]
+        List[stragglers.Suspect],
+        List[topology_groups.SwitchSuspect],
+        List[stragglers.Suspect],
+        List[stragglers.Suspect],
     ]:
+        """(node suspects by cost, switch suspects, suspects under a suspect switch, odd but not
+        slow). Computed once per pass: windows do not change after the scan."""
+        if self.grouped is not None and self.grouped[0] is self.leaf_of:
+            return self.grouped[1]
         found = [s for window in self.windows.values() for s in window.suspects(self.k)]
-        found.sort(key=lambda s: (-s.flagged, -s.worst_z, s.node, s.metric))
+        found += self.rates.suspects(self.k, found, windows=self.windows)
+        odd = [s for s in found if not slowness.costly(s)]
+        found = [s for s in found if slowness.costly(s)]
+        found.sort(key=_by_cost)
         kept, switches = topology_groups.blame(found, self.windows, self.leaf_of)
         leaves = topology_groups.suspect_leaves(switches, self.saturating()[1])
         kept, under = topology_groups.split_under(kept, self.leaf_of, leaves)
-        return kept, switches, under
+        self.grouped = (self.leaf_of, (kept, switches, under, odd))  # again if leaf_of is set
+        return kept, switches, under, odd
+
+
+def _by_cost(suspect: stragglers.Suspect) -> Tuple[Any, ...]:
+    """Suspects ordered by what they cost their jobs (Suspect.cost, highest first; unknown after
+    the known), then by evidence: oddity is not slowness (issue 30)."""
+    cost = suspect.cost
+    return (
+        cost is None,
+        -(cost or 0.0),
+        -suspect.flagged,
+        -suspect.worst_z,
+        suspect.node,
+        suspect.metric,
+    )
 
 
 # -- listing -------------------------------------------------------------------------------------
@@ -559,6 +586,8 @@ def suspect_to_dict(suspect: stragglers.Suspect) -> Dict[str, Any]:
         "kind": suspect.kind,
         "flagged": suspect.flagged,
         "window": suspect.window,
+        "basis": suspect.basis,
+        "cost": suspect.cost,
         "users": suspect.users,
         "worst_z": suspect.worst_z,
         "evidence": [
@@ -571,6 +600,7 @@ def suspect_to_dict(suspect: stragglers.Suspect) -> Dict[str, Any]:
                 "median": flag.median,
                 "peers": flag.peers,
                 "lower_bound": flag.bound,  # value is the least it can have been (stall_bounds)
+                "cost": flag.cost,
             }
             for mark, flag in suspect.evidence
         ],
@@ -608,6 +638,7 @@ def to_dict(result: StragglerScan, top: Optional[int] = None) -> Dict[str, Any]:
         "switch_suspects": [w.to_dict() for w in result.switches()] + result.saturating()[1],
         "under_switch": [suspect_to_dict(s) for s in result.under_switch()],
         "rate_suspects": [suspect_to_dict(s) for s in result.rate_suspects()],
+        "odd_not_slow": [suspect_to_dict(s) for s in result.odd_not_slow()],
         "saturating": result.saturating()[0],
     }
 
@@ -666,6 +697,7 @@ def render(result: StragglerScan, top: int = 20) -> str:
     lines.extend(topology_groups.render(result.switches(), top))
     lines.extend(topology_groups.render_under(result.under_switch(), result.leaf_of, top))
     lines.extend(rate_test.render(result.rate_suspects(), top))
+    lines.extend(_render_odd(result.odd_not_slow(), top))
     lines.extend(blind_spots.render_saturating(*result.saturating(), top=top))
     if not suspects:
         lines.append("no straggler suspects")
@@ -674,6 +706,7 @@ def render(result: StragglerScan, top: int = 20) -> str:
         (
             "NODE",
             "FIGURE",
+            "COST",
             "JOBS",
             "WORST-Z",
             "LATEST: VALUE VS JOB MEDIAN",
@@ -687,7 +720,8 @@ def render(result: StragglerScan, top: int = 20) -> str:
             (
                 s.node,
                 s.metric,
-                "%d/%d" % (s.flagged, s.window),
+                _cost_text(s.cost),
+                "%d/%d%s" % (s.flagged, s.window, " rate" if s.basis == "rate" else ""),
                 "%.1f" % s.worst_z,
                 "%s%s vs %s" % (">= " if flag.bound else "", _num(flag.value), _num(flag.median)),
                 str(s.users),
@@ -700,6 +734,23 @@ def render(result: StragglerScan, top: int = 20) -> str:
     if len(suspects) > top:
         lines.append("... %d more (--top N, --json)" % (len(suspects) - top))
     return "\n".join(lines) + "\n"
+
+
+def _cost_text(cost: Optional[float]) -> str:
+    """A suspect's estimated cost as a share of its jobs' time ("?": its figure gives no time)."""
+    return "?" if cost is None else "%.1f%%" % (100 * cost)
+
+
+def _render_odd(odd: List[stragglers.Suspect], top: int) -> List[str]:
+    if not odd:
+        return []
+    lines = ["odd but not slow (their flags cost their jobs nothing; never drained for it):"]
+    for s in odd[:top]:
+        lines.append(
+            "  %s %s: %d of %d jobs, worst z %.1f, cost %s"
+            % (s.node, s.metric, s.flagged, s.window, s.worst_z, _cost_text(s.cost))
+        )
+    return lines
 
 
 def _num(value: float) -> str:
