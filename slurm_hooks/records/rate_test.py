@@ -66,9 +66,10 @@ class FlagRates:
         self.fleet_flagged = [0] * len(stragglers.METRICS)
         self._scored: Optional[Tuple[Dict[Tuple[str, int], int], List[int]]] = None
 
-    def add(self, node: str, mark: stragglers.JobMark) -> None:
-        """One scored node-job (mark.scored: the figures it was scored on, mark.flags its flags)."""
-        key = (node, mark.scored)
+    def add(self, node: str, mark: stragglers.JobMark, scored: Optional[int] = None) -> None:
+        """One scored node-job (mark.scored, or `scored` when given: the figures it was scored on;
+        mark.flags its flags)."""
+        key = (node, mark.scored if scored is None else scored)
         self.masks[key] = self.masks.get(key, 0) + 1
         self._scored = None
         if not mark.flags:
@@ -88,6 +89,11 @@ class FlagRates:
             if len(kept) > MAX_EVIDENCE:
                 del kept[0]
 
+    def flags_of(self, node: str, metric: str) -> List[Tuple[stragglers.JobMark, stragglers.Flag]]:
+        """The node's latest flagged jobs on the figure (up to MAX_EVIDENCE), oldest first."""
+        bit = stragglers.METRIC_BIT.get(metric)
+        return self.evidence.get((node, bit.bit_length() - 1), []) if bit else []
+
     def scored(self) -> Tuple[Dict[Tuple[str, int], int], List[int]]:
         """({(node, figure index): scored jobs}, scored node-jobs per figure)."""
         if self._scored is None:
@@ -104,8 +110,16 @@ class FlagRates:
             self._scored = (per_node, fleet)
         return self._scored
 
-    def fleet_rate(self, index: int) -> float:
-        return (self.fleet_flagged[index] + 1.0) / (self.scored()[1][index] + 2.0)
+    def fleet_rate(self, index: int, explained: Sequence[str] = ()) -> float:
+        """The fleet's flag rate on the figure, leaving out the `explained` nodes (those under a
+        leaf switch suspected on the figure: a degraded leaf flags its 16 nodes in a third of their
+        jobs, and a fleet rate raised by it hid every intermittent stall elsewhere)."""
+        flagged, scored = self.fleet_flagged[index], self.scored()[1][index]
+        per_node = self.scored()[0]
+        for node in explained:
+            flagged -= self.flagged.get((node, index), 0)
+            scored -= per_node.get((node, index), 0)
+        return (max(flagged, 0) + 1.0) / (max(scored, 0) + 2.0)
 
     def suspects(
         self,
@@ -113,14 +127,20 @@ class FlagRates:
         known: Sequence[stragglers.Suspect],
         alpha: float = ALPHA,
         windows: Optional[Dict[str, stragglers.NodeWindow]] = None,
+        explained: Optional[Dict[str, Sequence[str]]] = None,
     ) -> List[stragglers.Suspect]:
         """Node x figure pairs whose flag rate fails the test and that `known` (the k-of-m
         suspects) does not already hold: Suspect rows (basis "rate"), flagged/window = f / n over
-        the report. With the nodes' `windows`, after_reboot counts the evidence since the node's
+        the report. `explained`: {figure: nodes under a leaf suspected on it} (fleet_rate). With the
+        nodes' `windows`, after_reboot counts the evidence since the node's
         last reboot (0 keeps a repaired node from a drain, as for a k-of-m suspect)."""
         have = {(s.node, s.metric) for s in known}
         scored = self.scored()[0]
         tests = max(1, len(scored))
+        rates = {
+            i: self.fleet_rate(i, (explained or {}).get(m.name, ()))
+            for i, m in enumerate(stragglers.METRICS)
+        }
         out: List[stragglers.Suspect] = []
         for key, flags in self.flagged.items():
             node, index = key
@@ -128,7 +148,7 @@ class FlagRates:
             if flags < k or (node, name) in have:
                 continue
             jobs = scored.get(key, flags)
-            if binomial_tail(flags, jobs, self.fleet_rate(index)) * tests >= alpha:
+            if binomial_tail(flags, jobs, rates[index]) * tests >= alpha:
                 continue
             evidence = tuple(self.evidence[key])
             users = len({mark.user for mark, _ in evidence if mark.user})

@@ -23,7 +23,7 @@ Input: score_rows' flags and the figures_row tuples of one job's class (straggle
 from __future__ import annotations
 
 import statistics
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from ..core import structs
 from . import stragglers
@@ -61,11 +61,23 @@ def keep_costly(
     return flags
 
 
-def costly(suspect: stragglers.Suspect) -> bool:
+def costly(
+    suspect: stragglers.Suspect,
+    longer: Sequence[Tuple[stragglers.JobMark, stragglers.Flag]] = (),
+) -> bool:
     """Whether a suspect costs its jobs something: one on throttle_frac.power only when its flagged
     jobs' median power cost is at least COST_SHARE (the other figures' flags already mean time
-    lost: a z of 6 on a time share is at least 3 % of the job)."""
+    lost: a z of 6 on a time share is at least 3 % of the job). `longer`: the node's latest flagged
+    jobs on the figure over the whole report (rate_test's evidence, up to 20), used when it holds
+    more jobs than the suspect's: a leaky GPU's power is 3-6 % under its peers' by chance (noise,
+    a pipeline role) in about a tenth of its jobs, and 4 such of 7 flagged jobs happened on the
+    harsh fleet (seed 31); a low power limit costs power in every job it slows."""
     if suspect.metric != CAPPED:
         return True
-    cost = suspect.cost
-    return cost is not None and cost >= COST_SHARE
+    evidence = longer if len(longer) > len(suspect.evidence) else suspect.evidence
+    costs = sorted(flag.cost for _, flag in evidence if flag.cost is not None)
+    if not costs:
+        return False
+    middle = len(costs) // 2
+    cost = costs[middle] if len(costs) % 2 else (costs[middle - 1] + costs[middle]) / 2
+    return cost >= COST_SHARE

@@ -158,9 +158,20 @@ class StragglerScan(Struct, frozen=False):
         if self.grouped is not None and self.grouped[0] is self.leaf_of:
             return self.grouped[1]
         found = [s for window in self.windows.values() for s in window.suspects(self.k)]
-        found += self.rates.suspects(self.k, found, windows=self.windows)
-        odd = [s for s in found if not slowness.costly(s)]
-        found = [s for s in found if slowness.costly(s)]
+        explained: Dict[str, List[str]] = {}  # figure -> nodes under a leaf suspected on it
+        leaves = [
+            (w.switch, w.metric)
+            for w in topology_groups.blame(found, self.windows, self.leaf_of)[1]
+        ]
+        leaves += [(row["switch"], row["metric"]) for row in self.saturating()[1]]
+        for name, metric in leaves:
+            explained.setdefault(metric, []).extend(
+                n for n, leaf in (self.leaf_of or {}).items() if leaf == name
+            )
+        found += self.rates.suspects(self.k, found, windows=self.windows, explained=explained)
+        costly = {id(s) for s in found if slowness.costly(s, self.rates.flags_of(s.node, s.metric))}
+        odd = [s for s in found if id(s) not in costly]
+        found = [s for s in found if id(s) in costly]
         found.sort(key=_by_cost)
         kept, switches = topology_groups.blame(found, self.windows, self.leaf_of)
         leaves = topology_groups.suspect_leaves(switches, self.saturating()[1])
@@ -540,8 +551,9 @@ def _close(job: OpenJob, result: StragglerScan, fleet: Dict[str, Any]) -> None:
             names, [job.entries[n][0] for n in names], flags
         )  # oddity is not slowness
         bounded: Set[str] = set()
+        tried: Set[str] = set()
         if any(job.entries[n][7] is not None for n in names):
-            bounded = stall_bounds.flag_bounds(
+            bounded, tried = stall_bounds.flag_bounds(
                 names,
                 [job.entries[n][0] for n in names],
                 [job.entries[n][7] for n in names],
@@ -569,7 +581,8 @@ def _close(job: OpenJob, result: StragglerScan, fleet: Dict[str, Any]) -> None:
                 job.job_id, ends[len(ends) // 2], len(names), user, tuple(flags[node]), start, bits
             )
             window.add(mark, job.entries[node][4])
-            result.rates.add(node, mark)  # the whole report window: rate_test
+            # the whole report window: rate_test (a scored bound is a trial there, flagged or not)
+            result.rates.add(node, mark, bits | stall_bounds.BIT if node in tried else bits)
             result.node_jobs += 1
     result.jobs_scored += scored
 
