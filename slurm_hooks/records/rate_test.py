@@ -156,12 +156,30 @@ class FlagRates:
             after = None
             if window is not None and window.reboot_at:
                 after = sum(1 for mark, _ in evidence if mark.end >= window.boot_first_end)
-                if not after and not window.on_probation & (1 << index):
-                    continue  # rebooted and ran k clean jobs since: a repair (NodeWindow)
+                if not after and _repaired(window, flags, jobs, index):
+                    continue  # rebooted and clean since, longer than its rate explains
             out.append(
                 stragglers.Suspect(node, name, flags, jobs, evidence, users, after, basis="rate")
             )
         return out
+
+
+REPAIR_ALPHA = 0.05  # a clean run after a reboot this unlikely at the node's own rate: a repair
+
+
+def _repaired(window: stragglers.NodeWindow, flags: int, jobs: int, index: int) -> bool:
+    """Whether a node not flagged on the figure since its last reboot looks repaired: it passed
+    the reboot probation (k clean jobs on the figure, NodeWindow) and its clean run since the
+    reboot is one its own flag rate f/n would give less than REPAIR_ALPHA of the time. A node slow
+    in 3 of 4 jobs is repaired after 3 clean ones; one slow in 1 of 20 (an intermittent stall)
+    needs about 60: k clean jobs dropped it at every reboot (1 % of node-jobs on the harsh fleet).
+    One not yet repaired stays a suspect with after_reboot = 0: listed, not drained
+    (straggler_drain) until a job after the reboot flags it again."""
+    if window.on_probation & (1 << index):
+        return False
+    since = window.scored - window.reboot_at + 1  # the node's jobs since the reboot, any figure
+    trials = since * min(1.0, jobs / max(window.scored, 1))  # about as many scored on the figure
+    return (1.0 - flags / max(jobs, 1)) ** trials < REPAIR_ALPHA
 
 
 def render(suspects: Sequence[stragglers.Suspect], top: int = 20) -> List[str]:
