@@ -210,6 +210,9 @@ def test_a_lower_bound_near_its_peers_proves_nothing(tmp_path):
     # nor does it count as a clean job: the node was not scored on the figure in those jobs
     window = result.windows["n02"]
     assert window.window_start(stall_bounds.BIT)[1] == 0
+    # for the rate test each scored bound is a trial, flagged or not (the fleet's rate is fair)
+    index = stall_bounds.BIT.bit_length() - 1
+    assert result.rates.scored()[0][("n02", index)] == 4
 
 
 def test_a_crafted_bound_is_not_believed():

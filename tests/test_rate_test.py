@@ -68,3 +68,35 @@ def test_a_power_cap_flag_rate_without_a_power_cost_makes_no_suspect():
     assert set(found) == {"n03", "n07"}  # both flagged far more often than the fleet
     assert not slowness.costly(found["n03"]) and slowness.costly(found["n07"])
     assert found["n07"].cost == 0.1 and found["n07"].basis == "rate"
+
+
+def test_the_fleet_rate_leaves_out_the_nodes_a_suspect_switch_explains():
+    """A degraded leaf flags its nodes in a third of their jobs; counted in the fleet's rate it
+    hid a node stalling in 1 of 20 jobs elsewhere (harsh fleet seed 33)."""
+    from slurm_hooks.records import stragglers
+
+    rates = rate_test.FlagRates()
+    every = stragglers.ALL_METRICS
+    stall = stragglers.Flag("ib_xmit_wait_per_s", 9.0, 9e5, 1e5, 19)
+    under_leaf = ["n%02d" % i for i in range(4)]
+    for j in range(200):
+        for n in range(20):
+            node = "n%02d" % n
+            slow = (node in under_leaf and j % 3 == 0) or (node == "n10" and j % 20 == 0)
+            mark = stragglers.JobMark(str(j), NOW, 20, "u", (stall,) if slow else (), None, every)
+            rates.add(node, mark)
+    plain = {s.node for s in rates.suspects(3, [])}
+    assert "n10" not in plain  # 10 of 200 against a fleet rate of 6 %
+    explained = {"ib_xmit_wait_per_s": under_leaf}
+    assert "n10" in {s.node for s in rates.suspects(3, [], explained=explained)}
+
+
+def test_a_clean_run_after_a_reboot_is_a_repair_only_when_the_nodes_rate_makes_it_unlikely():
+    from slurm_hooks.records import stragglers
+
+    window = stragglers.NodeWindow("n03", 10, 3)
+    window.scored, window.reboot_at, window.on_probation = 200, 197, 0  # 4 clean jobs since
+    assert rate_test._repaired(window, 150, 200, 0)  # slow in 3 of 4: 4 clean is a repair
+    assert not rate_test._repaired(window, 10, 200, 0)  # slow in 1 of 20: 4 clean is chance
+    window.reboot_at = 120  # 81 clean jobs since
+    assert rate_test._repaired(window, 10, 200, 0)
