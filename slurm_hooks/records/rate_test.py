@@ -13,6 +13,11 @@ node x figure pairs tested (Bonferroni: a fleet of 1,000 nodes and 14 figures ma
 so the fleet as a whole has about ALPHA chance of one false suspect per report), and f >= k. Each
 node's flags count once per job, so one bad job cannot look like several.
 
+Round 3: its suspects are node suspects (Suspect.basis "rate"), drained like the k-of-m ones; the
+fleet's rate leaves out nodes under a leaf switch suspected on the figure (fleet_rate), and a node
+not flagged since a reboot is set aside only when its clean run is unlikely at its own rate
+(_repaired). Power-cap flags count too: slowness.costly judges their cost afterwards.
+
 Input: each scored node-job's figures (JobMark.scored bits) and flags, from straggler_scan._close.
 Memory: node x figure counters plus the last MAX_EVIDENCE flagged jobs of each.
 """
