@@ -221,3 +221,25 @@ def test_a_crafted_bound_is_not_believed():
     assert stall_bounds.bound_of({perf.WAIT_LOWER_BOUND: -5.0}) is None
     assert stall_bounds.bound_of({perf.WAIT_LOWER_BOUND: 5.0, "ib_xmit_wait_per_s": 1.0}) is None
     assert stall_bounds.bound_of({perf.WAIT_LOWER_BOUND: 7}) == 7.0
+
+
+def test_a_bound_too_large_for_a_float_is_not_believed_and_the_report_goes_on(tmp_path):
+    # JSON carries integers of any length; float() of this one raised OverflowError, and the
+    # report stopped for every node on one crafted record
+    huge = 10**400
+    assert stall_bounds.bound_of({perf.WAIT_LOWER_BOUND: huge}) is None
+    assert stall_bounds.bound_of({perf.WAIT_LOWER_BOUND: float("nan")}) is None
+    reason = "not scored: saturated (mlx5_0:1 port_xmit_wait saturated: reached the maximum)"
+    import random
+
+    rng = random.Random(3)
+    for i in range(6):
+        figures_ = healthy(rng)
+        untrusted = None
+        if i == 0:
+            del figures_["ib_xmit_wait_per_s"]
+            figures_[perf.WAIT_LOWER_BOUND] = huge
+            untrusted = {"ib_xmit_wait_per_s": reason}
+        write_untrusted(str(tmp_path), "n%02d" % i, 100, figures_, untrusted)
+    result = straggler_scan.scan([str(tmp_path)], settings(), now=NOW)
+    assert result.node_jobs == 6 and result.suspects() == []

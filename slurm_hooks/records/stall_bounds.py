@@ -32,7 +32,6 @@ flag rate on the figure 0.37 on the harsh fleet, and no intermittent stall stood
 
 from __future__ import annotations
 
-import math
 from typing import Dict, List, Optional, Sequence, Set, Tuple
 
 from . import stragglers
@@ -48,10 +47,12 @@ def bound_of(perf: Dict[str, object]) -> Optional[float]:
     """The record's lower bound, when its measured figure is absent and the bound is a finite
     positive number (anything else in a record is not believed)."""
     value = perf.get(BOUND_FIGURE)
-    if FIGURE in perf or type(value) not in (float, int) or isinstance(value, bool):
+    # stragglers._number: a finite float, or an int that has one (float() of a 400-digit int in
+    # a crafted record raised OverflowError and stopped the whole report)
+    if FIGURE in perf or not stragglers._number(value):
         return None
     value = float(value)  # type: ignore[arg-type]
-    return value if math.isfinite(value) and value > 0 else None
+    return value if value > 0 else None
 
 
 def flag_bounds(
