@@ -180,18 +180,7 @@ class StragglerScan(Struct, frozen=False):
         return kept, switches, under, odd
 
 
-def _by_cost(suspect: stragglers.Suspect) -> Tuple[Any, ...]:
-    """Suspects ordered by what they cost their jobs (Suspect.cost, highest first; unknown after
-    the known), then by evidence: oddity is not slowness (issue 30)."""
-    cost = suspect.cost
-    return (
-        cost is None,
-        -(cost or 0.0),
-        -suspect.flagged,
-        -suspect.worst_z,
-        suspect.node,
-        suspect.metric,
-    )
+_by_cost = stragglers.by_cost  # suspects ordered by what they cost their jobs (issue 30)
 
 
 # -- listing -------------------------------------------------------------------------------------
