@@ -24,10 +24,12 @@ whose bound is 4x its peers' least rates. Measured on healthy harsh fleets (docs
 no false suspect from it; a fabric-wide stall (a degraded leaf) raises every peer alike and is
 then the switch's (topology_groups).
 A bound is only ever scored upwards: even the least the node can have stalled is far above its
-peers. A bound below that proves nothing either way, so the job does not count as scored in the
-node's window (no clean job pushes its evidence out); for the rate test (rate_test) it is a trial
-like a measured job, flagged or not: counting only the flagged bounds as trials made the fleet's
-flag rate on the figure 0.37 on the harsh fleet, and no intermittent stall stood out against it.
+peers. A scored bound below that is a job that did not flag the node, as a measured one: in the
+k-of-m window (when it was not, a node whose counter is cleared in every job became a suspect on
+any 3 flags of the report window, "3 of 3") and for the rate test (rate_test), flagged or not:
+counting only the flagged bounds as trials made the fleet's flag rate on the figure 0.37 on the
+harsh fleet, and no intermittent stall stood out against it. An intermittent stall that a small
+bound (a counter cleared late in the job) hides from the k-of-m window is the rate test's.
 """
 
 from __future__ import annotations
