@@ -825,7 +825,7 @@ def _drain_budget_warnings(settings: Mapping[str, Any], where) -> List[str]:
     service (and Slurm may drain it as "Prolog error" instead). A warning, not an error: an error
     makes every hook fail open (no checks at all), and the prolog/epilog limit is slurm.conf's
     PrologEpilogTimeout, which a site may have raised."""
-    from ..slurm.drainer import slurm_budget
+    from ..slurm.budget import slurm_budget  # not drainer: the happy path loads no Slurm client
 
     budget = slurm_budget(settings)
     out = []
