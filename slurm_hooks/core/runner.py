@@ -20,7 +20,7 @@ import traceback
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
 from ..hw.host import Host, HostError
-from ..registry import CheckSpec, Registry
+from ..registry import CheckSpec, Registry, load_gatherer
 from ..result import Blame, Result, Status, worst
 from .config import Config
 from .structs import Struct, field, replace
@@ -57,7 +57,7 @@ class GatherContext:
             lock = self._locks.setdefault(name, threading.Lock())
         with lock:  # a hung gatherer holds its lock: later checks needing it time out too
             if name not in self._cache:
-                spec = self.registry.gatherers.get(name)
+                spec = self.registry.gatherers.get(name) or load_gatherer(self.registry, name)
                 if spec is None:
                     raise KeyError("no gatherer named %r" % name)
                 try:
