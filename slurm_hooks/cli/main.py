@@ -29,7 +29,48 @@ VERB_MODULES = (
 )
 
 
-def build_parser() -> argparse.ArgumentParser:
+# Which module adds each verb (tests/test_cli_verbs.py compares it with the parsers the modules add):
+# an admin verb builds only its own module's parsers. Building all six (21 parsers, their imports,
+# and argparse's gettext look-up for each message) was ~25 ms of `slurm-hooks check system`, twice
+# what its checks take. Help, a bare command line and an unknown verb still build them all.
+VERB_OWNERS = {
+    "check": "slurm_hooks.cli.check_verbs",
+    "capture": "slurm_hooks.cli.check_verbs",
+    "baseline": "slurm_hooks.cli.check_verbs",
+    "list": "slurm_hooks.cli.check_verbs",
+    "config": "slurm_hooks.cli.check_verbs",
+    "explain": "slurm_hooks.cli.xid_verbs",
+    "xid": "slurm_hooks.cli.xid_verbs",
+    "prolog": "slurm_hooks.cli.hook_verbs",
+    "epilog": "slurm_hooks.cli.hook_verbs",
+    "health": "slurm_hooks.cli.hook_verbs",
+    "drain": "slurm_hooks.cli.hook_verbs",
+    "resume": "slurm_hooks.cli.hook_verbs",
+    "status": "slurm_hooks.cli.hook_verbs",
+    "record": "slurm_hooks.cli.record_verbs",
+    "report": "slurm_hooks.cli.record_verbs",
+    "mode": "slurm_hooks.cli.mode_verbs",
+    "qualify": "slurm_hooks.cli.qualify_verbs",
+}
+
+
+def verb_of(argv: List[str]) -> Optional[str]:
+    """The verb of a command line (the first word after the global options), or None."""
+    words = list(argv)
+    while words:
+        word = words.pop(0)
+        if word == "--config":
+            if words:
+                words.pop(0)
+            continue
+        if word.startswith("--config="):
+            continue
+        return None if word.startswith("-") else word
+    return None
+
+
+def build_parser(verb: Optional[str] = None) -> argparse.ArgumentParser:
+    """The command line parser; with a known verb, only the parsers of the module that adds it."""
     from .. import __version__
     from .parser import Parser
 
@@ -43,7 +84,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="config file (default /etc/slurm-hooks/config.toml plus conf.d/*.toml beside it)",
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
-    for name in VERB_MODULES:
+    owner = VERB_OWNERS.get(verb or "")
+    for name in (owner,) if owner else VERB_MODULES:
         try:
             module = importlib.import_module(name)
         except ImportError as exc:  # a verb group not present in this build
@@ -120,7 +162,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         from .hook_verbs import cmd_hook
 
         return _finish(cmd_hook, SimpleNamespace(**hook_args))
-    parser = build_parser()
+    parser = build_parser(verb_of(argv))
     args = parser.parse_args(argv)
     handler = getattr(args, "handler", None)
     if handler is None:

@@ -8,8 +8,26 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import Dict
 
 from ..result import ExitCode
+
+_translated: Dict[str, str] = {}
+_gettext = argparse._
+
+
+def _remembered_gettext(message: str) -> str:
+    """argparse's gettext, asked once per message. gettext finds no catalogue for argparse's messages
+    on most nodes and does not remember that, so each of the ~25 messages met while building one
+    verb's parsers re-read the locale variables and stat()ed the catalogue paths again (~3 ms of
+    every admin verb). The translation is the same for the life of the process."""
+    found = _translated.get(message)
+    if found is None:
+        found = _translated[message] = _gettext(message)
+    return found
+
+
+argparse._ = _remembered_gettext  # type: ignore[attr-defined]  # argparse's own `from gettext import gettext as _`
 
 
 class Parser(argparse.ArgumentParser):
