@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import subprocess
 import sys
 
@@ -82,3 +83,68 @@ def test_check_verb_does_not_import_the_other_verb_modules(tmp_path):
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
     ).stdout
     assert out.strip() == "['slurm_hooks.cli.check_verbs']"
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["check"],
+        ["check", "system"],
+        ["check", "system", "gpu.count", "--json"],
+        ["check", "--json", "system"],
+        ["--config", "/etc/x.toml", "check", "-v", "system"],
+        ["--config=/etc/x.toml", "check", "--all-contexts", "--verbose"],
+    ],
+)
+def test_the_check_fast_path_gives_what_argparse_gives(argv):
+    fast = cli.parse_check_args(argv)
+    assert fast is not None
+    from slurm_hooks.cli.check_verbs import cmd_check
+
+    fast.handler = cmd_check
+    assert vars(fast) == vars(cli.build_parser().parse_args(argv))
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["check", "--context", "health"],
+        ["check", "--root", "/tmp/x"],
+        ["check", "--deadline", "5"],
+        ["check", "--live", "nvml"],
+        ["check", "--js"],  # argparse's abbreviation
+        ["check", "-h"],
+        ["check", "--", "system"],
+        ["--config", "check"],
+        ["--configx", "a", "check"],
+        ["list"],
+        ["prolog"],
+    ],
+)
+def test_anything_else_goes_through_argparse(argv):
+    assert cli.parse_check_args(argv) is None
+
+
+def test_check_system_needs_no_argparse(tmp_path):
+    config = tmp_path / "config.toml"
+    config.write_text(
+        '[general]\nmode = "observe"\n[paths]\nstate_dir = "%s"\nlog_file = "%s"\nsyslog = false\n'
+        % (tmp_path, tmp_path / "log")
+    )
+    code = (
+        "import sys; from slurm_hooks.cli import main as cli, check_verbs\n"
+        "check_verbs.finish = lambda code: code\n"
+        "code = cli.main(['check', 'system.kernel', '--json'])\n"
+        "sys.stderr.write('\\nRESULT %d %s' % (code, 'argparse' in sys.modules))"
+    )
+    env = dict(
+        os.environ,
+        SLURM_HOOKS_CONFIG=str(config),
+        SLURM_HOOKS_ALLOW_INSECURE_CONFIG="1",
+        SLURM_HOOKS_CHECKS_DIR="",
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=env
+    )
+    assert done.stderr.rpartition("\nRESULT ")[2] == "0 False", done.stderr[-1500:]
+    assert '"system.kernel"' in done.stdout
