@@ -4,6 +4,8 @@
     .venv/bin/python bench/nhc_compare.py --nhc /path/to/nhc-checkout           # this node's CPUs
     .venv/bin/python bench/nhc_compare.py --nhc DIR --cpus 256 --runs 40        # a 256-CPU node
     .venv/bin/python bench/nhc_compare.py --fetch                               # git clone mej/nhc
+    .venv/bin/python bench/nhc_compare.py --nhc DIR --source /tmp/old-tree      # an older slurm-hooks
+    .venv/bin/python bench/nhc_compare.py --nhc DIR --before /tmp/old-tree      # both, interleaved
 
 NHC is not part of this repository: give a checkout of https://github.com/mej/nhc (the `nhc` script
 and its scripts/*.nhc) with --nhc or $NHC_SOURCE, or an installed NHC (/usr/sbin/nhc with
@@ -237,7 +239,8 @@ def compare(args: argparse.Namespace, scratch: str) -> int:
             "syslog = false\n\n" % (state, state) + fill("system.toml", facts)
         )
     os.chmod(config, 0o644)
-    _python, hook = make_install(os.path.join(scratch, "install"))
+    _python, hook = make_install(os.path.join(scratch, "install"), args.source)
+    before = make_install(os.path.join(scratch, "before"), args.before)[1] if args.before else None
     path = "/usr/sbin:/usr/bin:/sbin:/bin"
     commands = {
         "nhc": (
@@ -249,11 +252,13 @@ def compare(args: argparse.Namespace, scratch: str) -> int:
             {"PATH": path, "LANG": "C.UTF-8", "SLURM_HOOKS_CONFIG": config},
         ),
     }
+    if before:
+        commands["before"] = (before + ["check", "system"], commands["slurm-hooks"][1])
     wall: Dict[str, List[float]] = {name: [] for name in commands}
     cpu: Dict[str, List[float]] = {name: [] for name in commands}
     order = list(commands)
     for i in range(-args.warmup, args.runs):
-        for name in order[i % 2 :] + order[: i % 2]:
+        for name in order[i % len(order) :] + order[: i % len(order)]:
             argv, env = commands[name]
             seconds, cpu_seconds, code, out = timed(argv, env)
             if code != 0:
@@ -293,6 +298,15 @@ def compare(args: argparse.Namespace, scratch: str) -> int:
         "ratio slurm-hooks / NHC: wall %.2f, CPU %.2f (medians)"
         % (medians["slurm-hooks"] / medians["nhc"], cpu_medians["slurm-hooks"] / cpu_medians["nhc"])
     )
+    if before:
+        print(
+            "ratio before / NHC: wall %.2f, CPU %.2f; after / before: wall %.2f (medians)"
+            % (
+                medians["before"] / medians["nhc"],
+                cpu_medians["before"] / cpu_medians["nhc"],
+                medians["slurm-hooks"] / medians["before"],
+            )
+        )
     print("load average now: %s" % " ".join("%.2f" % x for x in os.getloadavg()))
     return 0
 
@@ -305,6 +319,18 @@ def main(argv: Optional[List[str]] = None) -> int:
     )
     parser.add_argument(
         "--cpus", type=int, metavar="N", help="a generated N-CPU node (root, unshare -m)"
+    )
+    parser.add_argument(
+        "--source",
+        default=REPO,
+        metavar="DIR",
+        help="the slurm-hooks tree to install (default this checkout; e.g. a `git worktree add` of "
+        "an older commit, for a before/after)",
+    )
+    parser.add_argument(
+        "--before",
+        metavar="DIR",
+        help="also run this slurm-hooks tree's `check system` in the same rounds (a before/after)",
     )
     parser.add_argument("--runs", type=int, default=30, help="timed runs of each side")
     parser.add_argument("--warmup", type=int, default=3, help="untimed rounds first")

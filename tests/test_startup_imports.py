@@ -79,3 +79,25 @@ def test_importing_the_xid_modules_compiles_no_pattern_until_one_is_used():
     assert counts["import"] == 0
     assert counts["used"] >= 1  # the /dev/kmsg pattern, compiled when the line came
     assert counts["message"].startswith("NVRM: Xid (PCI:0000:3b:00): 79")
+
+
+def test_every_lazy_pattern_compiles():
+    """A pattern compiled on first use would fail only when its first line came (a check's
+    UNKNOWN at 3 a.m.), not at import: compile every module-level one of the package here."""
+    import importlib
+    import pkgutil
+
+    import slurm_hooks
+    from slurm_hooks.core.lazyre import LazyPattern
+
+    found = 0
+    for info in pkgutil.walk_packages(slurm_hooks.__path__, "slurm_hooks."):
+        if info.name.endswith("__main__"):
+            continue
+        module = importlib.import_module(info.name)
+        for name, value in vars(module).items():
+            if isinstance(value, LazyPattern):
+                value.compiled()
+                assert value.match is not None, (info.name, name)
+                found += 1
+    assert found > 80  # every module-level pattern of the package is a LazyPattern
