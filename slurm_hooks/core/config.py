@@ -32,6 +32,7 @@ from .config_files import (
     parse_toml,
 )
 from .lazyre import lazy_compile
+from .sections import Settings, typed_settings
 from .structs import Struct, field
 
 
@@ -136,6 +137,8 @@ def _qualify(name: str) -> Callable[[Any], Optional[str]]:
 
 
 # Sections other than [checks.*]: section -> key -> Setting. Later features add their sections here.
+# The one schema: core/sections.py generates each section's typed object from it, so a key added
+# here is config.settings.<section>.<key> (and settings["<section>"]["<key>"]) with nothing else to edit.
 SECTIONS: Dict[str, Dict[str, Setting]] = {
     "general": {
         "mode": Setting(
@@ -632,12 +635,19 @@ class CheckConfig(Struct):
 
 
 class Config(Struct):
-    settings: Mapping[str, Mapping[str, Any]]
+    # typed (core/sections.py): config.settings.drain.timeout, or settings["drain"]["timeout"] as before
+    settings: Settings
     checks: Mapping[str, CheckConfig]
     sources: Tuple[str, ...] = field(default_factory=tuple)
     warnings: Tuple[str, ...] = field(
         default_factory=tuple
     )  # accepted, but deprecated: how to write it now
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        # whatever mapping it was given (validate's dicts, structs.replace with a plain dict), the
+        # settings are the typed, read-only section objects generated from SECTIONS
+        object.__setattr__(self, "settings", typed_settings(self.settings, SECTIONS))
 
     def get(self, section: str, key: str) -> Any:
         return self.settings[section][key]
@@ -701,7 +711,7 @@ def load_registry_and_config(
 SALVAGED_SECTIONS = ("general", "paths", "metrics", "deadline")
 
 
-def salvage_settings(path: Optional[str] = None) -> Dict[str, Dict[str, Any]]:
+def salvage_settings(path: Optional[str] = None) -> Settings:
     """Settings for a hook that fails open on a refused configuration: the defaults, overridden by
     each value of [general], [paths], [metrics] and [deadline] that is valid on its own, so the
     CRITICAL line and the metric land where the admin looks. Files that fail the ownership rules
@@ -713,7 +723,7 @@ def salvage_settings(path: Optional[str] = None) -> Dict[str, Dict[str, Any]]:
     try:
         files, _required = config_files(path)
     except Exception:  # noqa: BLE001  (anything: this is the last resort)
-        return settings
+        return typed_settings(settings, SECTIONS)
     for file in files:
         try:
             check_secure(file)
@@ -732,7 +742,7 @@ def salvage_settings(path: Optional[str] = None) -> Dict[str, Dict[str, Any]]:
                 except Exception:  # noqa: BLE001  (an invalid value keeps its default)
                     continue
                 settings[section][key] = valid[key]
-    return settings
+    return typed_settings(settings, SECTIONS)
 
 
 def _merge(
@@ -833,7 +843,7 @@ def validate(
 # What Slurm gives a hook before it kills it: HealthCheckProgram 60 s (fixed in slurmd); the prolog and
 # epilog PrologEpilogTimeout, a slurm.conf value we do not read here: 60 s is what docs/slurm.md advises.
 HOOK_TIME_LIMIT_S = {"prolog": 60.0, "epilog": 60.0, "health": 60.0}
-CHECK_PROCESS_GRACE_S = 1.0  # hooks.ISOLATION_GRACE_S: the forked check process's margin
+CHECK_PROCESS_GRACE_S = 1.0  # hooks/bounded.py ISOLATION_GRACE_S: the forked check process's margin
 
 
 def _drain_budget_warnings(settings: Mapping[str, Any], where) -> List[str]:

@@ -5,7 +5,7 @@ the job: one job crashing its GPU context says nothing about the GPU. The same G
 several jobs of several users does. An epilog that sees such Xids (its xid.events results, blame
 JOB) records each new one -- (boot id, kernel log sequence number) says which are new: an
 unacknowledged Xid is reported by every hook until a reboot -- with its job and user (the first
-epilog to see an Xid is that of the job it happened in; hooks.py calls this from epilogs only), in
+epilog to see an Xid is that of the job it happened in; hooks/flow.py calls this from epilogs only), in
 `<[paths] state_dir>/xid-app-history.json` (bounded: XID_HISTORY_MAX entries, none older than
 [xid_pattern] days). When one GPU's entries within `days` span `jobs` distinct jobs of `users`
 distinct users, the run gets a FAIL `xid.pattern` result for that GPU, blamed on the node, whose
