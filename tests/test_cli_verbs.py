@@ -148,3 +148,32 @@ def test_check_system_needs_no_argparse(tmp_path):
     )
     assert done.stderr.rpartition("\nRESULT ")[2] == "0 False", done.stderr[-1500:]
     assert '"system.kernel"' in done.stdout
+
+
+def test_check_in_its_cron_form_leaves_with_its_exit_code_and_its_whole_report(tmp_path):
+    """`check` skips interpreter teardown like the hooks (os._exit after flushing): the Nagios code
+    and every line of the report must still come out, through a pipe too."""
+    config = tmp_path / "config.toml"
+    config.write_text(
+        '[general]\nmode = "observe"\n[paths]\nstate_dir = "%s"\nlog_file = "%s"\nsyslog = false\n'
+        '[checks."system.kernel"]\ndeny = ["*"]\n' % (tmp_path, tmp_path / "log")
+    )
+    env = dict(
+        os.environ,
+        SLURM_HOOKS_CONFIG=str(config),
+        SLURM_HOOKS_ALLOW_INSECURE_CONFIG="1",
+        SLURM_HOOKS_CHECKS_DIR="",
+    )
+    for argv, last in (
+        (["check", "system.kernel", "system.swap"], "overall: FAIL"),
+        (["check", "system.kernel", "--json"], "}"),
+    ):
+        done = subprocess.run(
+            [sys.executable, "-m", "slurm_hooks"] + argv,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env=env,
+        )
+        assert done.returncode == 2, done.stderr[-1000:]
+        assert done.stdout.rstrip().splitlines()[-1].startswith(last), done.stdout[-500:]

@@ -183,11 +183,13 @@ def run() -> None:
     A hook verb leaves through os._exit once its logs and std streams are flushed: interpreter
     teardown (finalizing every module and object) cost ~6 ms of each prolog on 2 cores (8 %,
     bench/results.md), and a hook has nothing left to clean up: its check process is reaped, its
-    files are written and closed. Admin verbs exit normally.
+    files are written and closed. So does `check` in its cron form (parse_check_args: it printed its
+    report, writes no file, and NVML needs no nvmlShutdown at exit: the driver releases a process's
+    handles when it ends). Other admin verbs exit normally.
     """
     argv = sys.argv[1:]
     code = main(argv)
-    if parse_hook_args(argv) is None:
+    if parse_hook_args(argv) is None and parse_check_args(argv) is None:
         sys.exit(code)
     _exit_now(code)
 

@@ -977,7 +977,7 @@ def _validate_drain_reasons(drain: Mapping[str, Any], where) -> None:
     """A prefix the reason cleaner would change, or a length that cuts into it, makes our own drains
     unrecognisable (never resumed, not counted by the breaker): refuse them here, not at drain time."""
     from ..result import Action, Result, Status
-    from ..slurm import policy
+    from ..slurm import reasons as policy  # policy.py re-exports these; reasons.py alone is lighter
 
     prefix = drain["reason_prefix"]
     label = "%s: [drain] reason_prefix" % where("drain", "reason_prefix")
