@@ -459,6 +459,12 @@ SECTIONS: Dict[str, Dict[str, Setting]] = {
             "them with (same file on every node; missing = unsigned, report only)",
             check=_optional_path,
         ),
+        "xid_clock_tolerance_s": _seconds(
+            2.0,
+            "report --xids: two nodes' Xids closer in time than this are in no known order "
+            "(node clocks and kernel-log times differ by up to seconds): 'ambiguous', none blamed",
+            600,
+        ),
     },
     "metrics": {
         "textfile_dir": Setting(
