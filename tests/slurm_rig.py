@@ -47,7 +47,7 @@ _FIELD = re.compile(r'(\w+)=("[^"]*"|\S+)')
 
 
 def parse_decision(line: str) -> Optional[Tuple[str, Dict[str, str]]]:
-    """'<date> <time> LEVEL k=v k="v w" ...' -> (LEVEL, {k: v}) (hooks._log_decision / logs.kv)."""
+    """'<date> <time> LEVEL k=v k="v w" ...' -> (LEVEL, {k: v}) (hooks/decision_log.py / logs.kv)."""
     m = _DECISION.match(line.strip())
     if not m:
         return None

@@ -78,6 +78,8 @@ def as_nobody(argv):
         "slurm_hooks.records.straggler_scan",
         "slurm_hooks.records.store",
         "slurm_hooks.hooks",
+        "slurm_hooks.hooks.state",
+        "slurm_hooks.hooks.enactment",
         "slurm_hooks.slurm.drainer",
         "slurm_hooks.core.logs",
         "slurm_hooks.core.isolation",

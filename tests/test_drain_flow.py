@@ -15,6 +15,7 @@ import json
 import pytest
 
 from slurm_hooks import hooks
+from slurm_hooks.hooks import state as hook_state
 from slurm_hooks.result import ExitCode
 from slurm_hooks.slurm import drainer, nodelock
 from slurm_hooks.slurm.client import SlurmClient
@@ -156,7 +157,7 @@ def test_full_disk_at_drain_time_loses_nothing(rig, monkeypatch):
     def full(path, data):
         raise OSError(errno.ENOSPC, "No space left on device", path)
 
-    monkeypatch.setattr(hooks, "write_json_atomic", full)
+    monkeypatch.setattr(hook_state, "write_json_atomic", full)
     assert rig.run("prolog", "node").enacted.outcome is Outcome.DRAINED
     assert (
         rig.state() is None

@@ -16,8 +16,8 @@ import time
 
 import pytest
 
-from slurm_hooks import hooks
 from slurm_hooks.core.config import validate
+from slurm_hooks.hooks.recovery import recover
 from slurm_hooks.registry import load_builtin_checks
 from slurm_hooks.slurm import drainer, policy
 from slurm_hooks.slurm.client import ScontrolBackend, SlurmClient
@@ -147,7 +147,7 @@ def test_a_suspect_is_drained_once_with_a_reason_of_ours_and_left_to_an_admin(si
     config = validate(load_builtin_checks(), {"drain": {"backend": "scontrol"}})
     client = SlurmClient(backend=ScontrolBackend(env=cluster.env))
     state = {}
-    enacted = hooks._recover(client, SLOW, state, False, NoResults(), config)
+    enacted = recover(client, SLOW, state, False, NoResults(), config)
     assert enacted.outcome is drainer.Outcome.NOT_DRAINED and not enacted.node_drained, enacted
     assert state == {} and site.reason() == reason and site.drained()
 
@@ -169,7 +169,7 @@ def test_a_suspect_is_drained_once_with_a_reason_of_ours_and_left_to_an_admin(si
 
 
 class NoResults:
-    """A health run in which no check failed (hooks._recover only asks for the results)."""
+    """A health run in which no check failed (hooks/recovery.py recover only asks for the results)."""
 
     def results(self):
         return []

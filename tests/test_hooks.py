@@ -399,3 +399,48 @@ def test_the_exit_code_never_depends_on_the_steps_after_the_decision(setup, monk
         % (tmp / "state" / "node-state.json")
         in log
     )
+
+
+def test_a_healthy_prolog_loads_neither_the_state_nor_the_drain_modules(tmp_path):
+    """The happy path loads only what it runs (README, Layout: hooks/): the state file's module,
+    the enactment and recovery modules, the node lock, lemon and repair are imported only when a run
+    drains, resumes or reads node-state.json. A fresh interpreter, so no other test has loaded them."""
+    import subprocess
+    import sys
+
+    code = """
+import json, sys
+from slurm_hooks.core.config import validate
+from slurm_hooks.hooks import run_hook
+from slurm_hooks.registry import Registry
+from slurm_hooks.result import Result, Status
+
+reg = Registry()
+
+@reg.check(name="demo.ok", contexts=("prolog",), timeout=2)
+def demo(params):
+    '''demo'''
+    return Result("demo.ok", Status.OK, "fine")
+
+base = sys.argv[1]
+config = validate(reg, {"general": {"mode": "enforce"}, "paths": {"state_dir": base + "/state",
+    "log_file": base + "/hooks.log", "syslog": False}, "records": {"dir": base + "/jobs"}})
+env = {"SLURM_JOB_ID": "42", "SLURM_JOB_USER": "alice", "SLURMD_NODENAME": "node1"}
+outcome = run_hook("prolog", reg, config, env)
+print(json.dumps([outcome.exit_code, sorted(m for m in sys.modules if m.startswith("slurm_hooks"))]))
+"""
+    out = subprocess.run(
+        [sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, check=True
+    ).stdout
+    exit_code, loaded = json.loads(out.strip().splitlines()[-1])
+    assert exit_code == ExitCode.OK
+    assert "slurm_hooks.hooks.bounded" in loaded  # it did run the checks through the package
+    unwanted = {
+        "slurm_hooks.hooks.state",
+        "slurm_hooks.hooks.enactment",
+        "slurm_hooks.hooks.recovery",
+        "slurm_hooks.slurm.nodelock",
+        "slurm_hooks.slurm.lemon",
+        "slurm_hooks.slurm.repair",
+    }  # (slurm.drainer is loaded anyway: core/config.py's budget warning takes slurm_budget from it)
+    assert not unwanted & set(loaded), sorted(unwanted & set(loaded))

@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 
 from bench import fleet_synth
 from slurm_hooks.cli import record_verbs
-from slurm_hooks.records import fleet_report, straggler_scan
+from slurm_hooks.records import fleet_report, report_metrics, straggler_scan, xid_lineup
 from slurm_hooks.records.store import encode_record
 from tests.straggler_records import HW, NOW, healthy
 from tests.straggler_records import settings as fleet_settings
@@ -66,6 +66,9 @@ POSITIONS = [
     ("summary", "perf", HW),
     ("summary", "perf", "gpu_power_w.mean"),
     ("summary", "hw_class"),
+    ("summary", "xid_times"),
+    ("summary", "xid_times", 0),
+    ("summary", "xid_times", 0, 1),
     ("end_utc",),
     ("duration_s",),
     ("epilog_snapshot",),
@@ -130,6 +133,7 @@ def odd_record():
     )
     record["summary"]["abnormal"] = ["xids", "drained"]
     record["summary"]["xids"] = 1
+    record["summary"]["xid_times"] = [[79, NOW - 3700, 1, "node"]]  # report --xids lines it up
     record["job"]["restart_count"] = 0
     record["gpus"][0]["nvlink_delta"] = {"3": {"crc_flit": 7}}
     record["gpus"][0]["processes"] = [{"pid": 7, "name": "py", "used_memory_bytes": 1 << 30}]
@@ -179,6 +183,8 @@ def write_fleet(directory, odd, layout):
     for i, node in enumerate(PEERS):
         perf = healthy(random.Random(i))
         record = fleet_synth.header_record(JOB, "alice", node, NOW - 7200, NOW - 3600, perf)
+        if node == PEERS[0]:  # a victim of the odd node's Xid: the job is lined up
+            record["summary"].update(xids=1, xid_times=[[45, NOW - 3698, 1, "job"]])
         _write(os.path.join(directory, node), record, "header")
     return _write(os.path.join(directory, ODD), odd, layout)
 
@@ -234,6 +240,12 @@ def read_everything(directory, path):
             "report --json",
             lambda: json.dumps(fleet_report.fleet_to_dict(fleet, everything=True), allow_nan=False),
         )
+        run("report --xids", lambda: xid_lineup.render(fleet.lineups, 2.0))
+        run(
+            "report --xids --json",
+            lambda: json.dumps([j.to_dict() for j in fleet.lineups], allow_nan=False),
+        )
+        run("report --xids --prom", lambda: report_metrics.lineup_text(fleet, 2.0, NOW))
         if fleet.records + fleet.unreadable_count != len(PEERS) + 1:
             problems.append("report lost the record")
         if fleet.unreadable_count and not any(name in text for text in fleet.unreadable):
@@ -249,6 +261,7 @@ def read_everything(directory, path):
         run("stragglers table", lambda: straggler_scan.render(scan))
         run("stragglers --json", lambda: json.dumps(straggler_scan.to_dict(scan), allow_nan=False))
         run("stragglers --prom", lambda: straggler_scan.prom_text(scan, NOW))
+        run("stragglers --prom rows", lambda: report_metrics.straggler_rows_text(scan))
         if scan.records + scan.unreadable_count != len(PEERS) + 1:
             problems.append("report --stragglers lost the record")
     for as_json in (

@@ -113,7 +113,8 @@ def test_no_module_declares_exit_codes_of_its_own():
                     if n.startswith("EXIT_") and n != "EXIT_CHILD_ERROR"
                 ]
             if not (
-                path.startswith(os.path.join("slurm_hooks", "cli")) or path.endswith("hooks.py")
+                path.startswith(os.path.join("slurm_hooks", "cli"))
+                or path.startswith(os.path.join("slurm_hooks", "hooks"))
             ):
                 continue
             value = None
@@ -227,11 +228,20 @@ def _setting_lookups() -> Iterator[Tuple[str, int, str, str]]:
                 and isinstance(node.value.slice, ast.Constant)
             ):
                 yield path, node.lineno, node.value.slice.value, node.slice.value
+            elif (  # the typed form (core/sections.py): config.settings.drain.timeout
+                isinstance(node, ast.Attribute)
+                and isinstance(node.value, ast.Attribute)
+                and getattr(node.value.value, "id", getattr(node.value.value, "attr", None))
+                == "settings"
+                and not hasattr(dict, node.value.attr)  # settings.items().__len__ and the like
+            ):
+                yield path, node.lineno, node.value.attr, node.attr
 
 
 def test_every_setting_the_code_reads_is_declared():
-    """A typo'd section or key in config.get("section", "key") / settings["section"]["key"] fails here,
-    not in a hook at run time (a KeyError there fails the hook open on every node)."""
+    """A typo'd section or key in config.get("section", "key"), settings["section"]["key"] or
+    config.settings.section.key fails here, not in a hook at run time (a KeyError or AttributeError
+    there fails the hook open on every node)."""
     from slurm_hooks.core.config import SECTIONS
 
     lookups = list(_setting_lookups())

@@ -22,6 +22,7 @@ from .config_files import (
     config_files,
     parse_toml,
 )
+from .sections import Settings, typed_settings
 from .structs import Struct, field
 
 
@@ -124,6 +125,8 @@ def _qualify(name: str) -> Callable[[Any], Optional[str]]:
 
 
 # Sections other than [checks.*]: section -> key -> Setting. Later features add their sections here.
+# The one schema: core/sections.py generates each section's typed object from it, so a key added
+# here is config.settings.<section>.<key> (and settings["<section>"]["<key>"]) with nothing else to edit.
 SECTIONS: Dict[str, Dict[str, Setting]] = {
     "general": {
         "mode": Setting(
@@ -444,6 +447,12 @@ SECTIONS: Dict[str, Dict[str, Setting]] = {
             "them with (same file on every node; missing = unsigned, report only)",
             check=_optional_path,
         ),
+        "xid_clock_tolerance_s": _seconds(
+            2.0,
+            "report --xids: two nodes' Xids closer in time than this are in no known order "
+            "(node clocks and kernel-log times differ by up to seconds): 'ambiguous', none blamed",
+            600,
+        ),
     },
     "metrics": {
         "textfile_dir": Setting(
@@ -620,12 +629,19 @@ class CheckConfig(Struct):
 
 
 class Config(Struct):
-    settings: Mapping[str, Mapping[str, Any]]
+    # typed (core/sections.py): config.settings.drain.timeout, or settings["drain"]["timeout"] as before
+    settings: Settings
     checks: Mapping[str, CheckConfig]
     sources: Tuple[str, ...] = field(default_factory=tuple)
     warnings: Tuple[str, ...] = field(
         default_factory=tuple
     )  # accepted, but deprecated: how to write it now
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        # whatever mapping it was given (validate's dicts, structs.replace with a plain dict), the
+        # settings are the typed, read-only section objects generated from SECTIONS
+        object.__setattr__(self, "settings", typed_settings(self.settings, SECTIONS))
 
     def get(self, section: str, key: str) -> Any:
         return self.settings[section][key]
@@ -683,7 +699,7 @@ def load_registry_and_config(config_path, root=None, live=()) -> Tuple[Registry,
 SALVAGED_SECTIONS = ("general", "paths", "metrics", "deadline")
 
 
-def salvage_settings(path: Optional[str] = None) -> Dict[str, Dict[str, Any]]:
+def salvage_settings(path: Optional[str] = None) -> Settings:
     """Settings for a hook that fails open on a refused configuration: the defaults, overridden by
     each value of [general], [paths], [metrics] and [deadline] that is valid on its own, so the
     CRITICAL line and the metric land where the admin looks. Files that fail the ownership rules
@@ -695,7 +711,7 @@ def salvage_settings(path: Optional[str] = None) -> Dict[str, Dict[str, Any]]:
     try:
         files, _required = config_files(path)
     except Exception:  # noqa: BLE001  (anything: this is the last resort)
-        return settings
+        return typed_settings(settings, SECTIONS)
     for file in files:
         try:
             check_secure(file)
@@ -714,7 +730,7 @@ def salvage_settings(path: Optional[str] = None) -> Dict[str, Dict[str, Any]]:
                 except Exception:  # noqa: BLE001  (an invalid value keeps its default)
                     continue
                 settings[section][key] = valid[key]
-    return settings
+    return typed_settings(settings, SECTIONS)
 
 
 def _merge(
@@ -815,7 +831,7 @@ def validate(
 # What Slurm gives a hook before it kills it: HealthCheckProgram 60 s (fixed in slurmd); the prolog and
 # epilog PrologEpilogTimeout, a slurm.conf value we do not read here: 60 s is what docs/slurm.md advises.
 HOOK_TIME_LIMIT_S = {"prolog": 60.0, "epilog": 60.0, "health": 60.0}
-CHECK_PROCESS_GRACE_S = 1.0  # hooks.ISOLATION_GRACE_S: the forked check process's margin
+CHECK_PROCESS_GRACE_S = 1.0  # hooks/bounded.py ISOLATION_GRACE_S: the forked check process's margin
 
 
 def _drain_budget_warnings(settings: Mapping[str, Any], where) -> List[str]:

@@ -2,7 +2,7 @@
 
 In observe mode (`[general] mode = "observe"`, the shipped default) the hooks decide as in enforce
 mode but drain nothing: the drain library answers `outcome=observe` with "observe mode: would drain
-NODE: REASON" (slurm/drainer.py), and hooks.py writes that as one key=value decision line (core/logs.py)
+NODE: REASON" (slurm/drainer.py), and hooks/decision_log.py writes that as one key=value decision line (core/logs.py)
 to [paths] log_file (default /var/log/slurm-hooks/slurm-hooks.log, rotated weekly by logrotate into
 .1 and .N.gz) and to syslog/journald. `report --stragglers --drain` on an admin host writes the same
 outcome with `context=fleet event=straggler-drain`. This module finds those lines in the log and its

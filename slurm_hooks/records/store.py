@@ -21,7 +21,7 @@ logged (event=record-not-written), never followed.
 
 Everything here fails soft: a full disk, a read-only /var/log or a bug of ours is logged (event=
 record-not-written ...) and the hook goes on; earlier records are never touched by a failed write.
-hooks.py runs these steps in a bounded child (isolation.run_steps): a records file system that never
+hooks/bounded.py runs these steps in a bounded child (isolation.run_steps): a records file system that never
 answers costs at most [deadline] files, and what did not finish is logged with its path.
 A missing prolog snapshot (prolog skipped or failed, node rebooted, state dir wiped) still gives a
 record, marked "prolog_snapshot": "missing" and without deltas.
@@ -136,7 +136,7 @@ def wanted(config: Config, job: JobContext, context: str) -> bool:
 def gather(config: Config, job: JobContext, epilog: bool) -> Tuple[Optional[Dict[str, Any]], str]:
     """take_snapshot in a forked child within [records] snapshot_timeout; (snapshot, "") or (None, why).
 
-    hooks.py normally takes the snapshot in the child that ran the checks (one NVML start-up per
+    hooks/bounded.py normally takes the snapshot in the child that ran the checks (one NVML start-up per
     hook) and passes it in as `gathered`; this is the fallback when that child could not.
     """
     from ..core.isolation import run_isolated
@@ -191,7 +191,7 @@ def _prolog(
 def store_prolog_snapshot(
     config: Config, job: JobContext, gathered: Gathered, log: Optional[logging.Logger] = None
 ) -> Optional[str]:
-    """Write a snapshot already taken (hooks.py does it in the check child, bounded); its path or None."""
+    """Write a snapshot already taken (hooks/bounded.py does it in the check child); its path or None."""
     return _prolog(config, job, _log(log), gathered)[0]
 
 
@@ -485,8 +485,8 @@ def steps(
     gathered: Gathered = None,
     snapshot_stored: bool = False,
 ) -> list:
-    """The prolog's snapshot file (unless `snapshot_stored`: hooks.py wrote it already) or the epilog's
-    record, and the dcgm-exporter job mapping, as isolation.Steps (name, path, work) that hooks.py
+    """The prolog's snapshot file (unless `snapshot_stored`: hooks/bounded.py wrote it already) or the epilog's
+    record, and the dcgm-exporter job mapping, as isolation.Steps (name, path, work) that hooks/
     runs in a bounded child. Each step logs its own errors and never raises."""
     from ..core.isolation import Step
     from . import dcgm
@@ -549,7 +549,7 @@ def on_hook(
     log: Optional[logging.Logger] = None,
     gathered: Gathered = None,
 ) -> Optional[str]:
-    """The steps of `steps`, one after the other in this process (tests; hooks.py bounds them instead);
+    """The steps of `steps`, one after the other in this process (tests; hooks/bounded.py bounds them instead);
     the snapshot's or record's path when one was written."""
     if gathered is None and wanted(config, job, context):
         gathered = gather(config, job, epilog=context == "epilog")

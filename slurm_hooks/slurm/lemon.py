@@ -1,6 +1,6 @@
 """Lemon nodes: a node drained by us again and again, or whose fault survives a reboot, is held for RMA.
 
-Judged by a node's own hook when it decides to drain (hooks._enact), from the node's drain history:
+Judged by a node's own hook when it decides to drain (hooks/enactment.py), from the node's drain history:
 `<[paths] state_dir>/drain-history.json`, a bounded list (HISTORY_MAX entries, none older than
 [lemon] days) of the drains this node made, each with its time (this host's clock), the checks
 that caused it, the GPU its reason leads with, and the boot it happened in
@@ -163,7 +163,7 @@ def decide(
     config: Any, first: Result, checks: Sequence[str], reason: str, more: int, read: bool = True
 ) -> dict:
     """Judge a drain about to be made: {'reason': the reason to drain with, 'why': '' or why this
-    node is a lemon, 'history', 'history_unknown', 'boot', 'gpu', 'time'} (hooks._enact). read=False
+    node is a lemon, 'history', 'history_unknown', 'boot', 'gpu', 'time'} (hooks/enactment.py). read=False
     (the state directory did not answer this run) judges on an unknown history without waiting."""
     settings = config.settings["lemon"]
     at = now()

@@ -2,7 +2,7 @@
 
 Two jobs starting on one node run two prologs at once; both may decide to drain. drainer's flow
 (read, count, drain, re-count) is not atomic in Slurm, so the hooks take this lock around it and
-the second finds the first's fresh record (hooks._enact). flock(2) on a file in /run/slurm-hooks
+the second finds the first's fresh record (hooks/enactment.py). flock(2) on a file in /run/slurm-hooks
 (tmpfs: local, never hangs), or in state_dir when /run cannot be used (a non-root test run).
 """
 

@@ -1,4 +1,4 @@
-"""Policy: what to do about a run's results. Pure functions only; hooks.py carries decisions out.
+"""Policy: what to do about a run's results. Pure functions only; hooks/ carries decisions out.
 
 - Only node-broken FAILs (blame NODE) lead to a drain. Job-broken results fail nobody's node;
   check-broken ones (UNKNOWN: our bug, a missing NVML function) alert and are recorded.
@@ -102,9 +102,7 @@ class Decision(Struct):
         return tuple(dict.fromkeys(r.check for r in self.findings))
 
 
-RUNNER_CHECK = (
-    "slurm-hooks.runner"  # the check process died or hit the deadline (hooks.run_isolated_checks)
-)
+RUNNER_CHECK = "slurm-hooks.runner"  # the check process died or hit the deadline (hooks/bounded.py run_isolated_checks)
 PASSING = (Status.OK, Status.WARN, Status.SKIP)
 
 

@@ -14,7 +14,7 @@ Rules on top of the library's (docs/records.md "Acting on suspects"):
   get a row saying so), and never on a [fleet] report_only figure;
 - what clears a straggler drain is an admin: `slurm-hooks resume NODE` (or scontrol). A node's
   health run never resumes it: its own checks passing proves nothing about being slower than its
-  peers (policy.FLEET_CHECK; hooks.py leaves it alone). After a straggler drain, only jobs that
+  peers (policy.FLEET_CHECK; hooks/recovery.py leaves it alone). After a straggler drain, only jobs that
   STARTED after it count against the node again, so a node an admin resumed is not drained again
   on the evidence it was drained for; that drain time is kept in <[paths] state_dir>/fleet-state.json
   on the admin host (with Slurm's reason and reason time: the proof a drain is ours).
