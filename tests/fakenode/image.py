@@ -5,6 +5,8 @@ builds the same few specs over and over (the plain dgx-h100 most of all). An ima
 time a spec is built in this process (a spec built once never pays for it) and the third and later
 builds write its bytes back: the same directories, file contents, modes and symlink targets the
 builder wrote, nothing shared between two nodes, so a test can still change its node freely.
+The key is the resolved spec (and the library's source), not the builder's code: a test that patches
+the builder itself (none does) would have to set `lookup` to return None, as test_fakenode_image does.
 """
 
 from __future__ import annotations
