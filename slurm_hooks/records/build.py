@@ -146,6 +146,9 @@ def _ib_entries(before, after, comparable: bool) -> List[Dict[str, Any]]:
             untrusted = ib_counter_trust.judge(start_traffic[port], end_traffic[port])
             if untrusted:  # saturated or cleared: perf reports the figure as unmeasurable
                 entry["traffic_untrusted"] = untrusted
+                bounds = ib_counter_trust.lower_bounds(start_traffic[port], end_traffic[port])
+                if bounds:  # what it surely counted: perf's lower bound on the stall rate
+                    entry["traffic_lower_bound"] = bounds
         out.append(entry)
     return out
 

@@ -41,10 +41,10 @@ epilog's deltas are a key-by-key difference (`deltas`). NVML calls may hang; sto
 
 from __future__ import annotations
 
-import re
 import time
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
+from ..core.lazyre import lazy_compile
 from ..hw import nvml
 from ..hw.cpustat import read_cpu_times
 from ..hw.host import Host, HostError
@@ -86,7 +86,7 @@ IB_PERF_COUNTERS = ("port_xmit_wait", "port_xmit_data", "port_rcv_data")
 GPU_BUDGET_S = (
     2.0  # seconds before a GPU that does not answer is given up (store.py passes its own)
 )
-_COUNTER_NAME = re.compile(r"^[A-Za-z0-9_]{1,64}$")
+_COUNTER_NAME = lazy_compile(r"^[A-Za-z0-9_]{1,64}$")
 _TEXT_CALLS = (
     ("uuid", "nvmlDeviceGetUUID"),
     ("serial", "nvmlDeviceGetSerial"),

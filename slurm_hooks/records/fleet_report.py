@@ -17,10 +17,10 @@ from __future__ import annotations
 import heapq
 import json
 import os
-import re
 import time
 from typing import Any, Dict, Iterable, Iterator, List, Optional, Tuple
 
+from ..core.lazyre import lazy_compile
 from ..core.structs import Struct, field
 from .build import ERROR_FIELDS, RECORD_SCHEMA, rank_key
 from .header_check import header_problem
@@ -29,7 +29,7 @@ from .signing import UNSIGNED, VERIFIED, Verifier
 
 SUM_FIELDS = ERROR_FIELDS + ("xids", "sxids", "throttle_s", "leftover_processes", "energy_j")
 WORST_JOBS = 3  # per node, the jobs to look at first
-_RELATIVE = re.compile(r"^(\d+(?:\.\d+)?)([smhdw])$")
+_RELATIVE = lazy_compile(r"^(\d+(?:\.\d+)?)([smhdw])$")
 _UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 
 
