@@ -188,6 +188,40 @@ def test_an_interpreter_without_ctypes_loses_the_clock_bound_not_the_snapshot(mo
     assert counters.wall_clock_error() is None
 
 
+@pytest.mark.parametrize("garbage", [-1.0, 1e13, "0.004", True])
+def test_a_clock_bound_no_kernel_reports_is_not_a_good_clock(tmp_path, garbage):
+    """The bound is absent on records of older versions; when present it is what adjtimex said, at
+    most 16 s. A value no kernel reports (a struct read with the wrong layout, a hand-edited
+    record) read as 'no bound given', and the node's times were ordered as if synchronised."""
+    one_failure(tmp_path)
+    late = epilog_record("gpu-a", 4242, [(T, XID79)], clock_offset=-9.0, clock_error=garbage)
+    write(tmp_path, late)
+    fleet = aggregate([str(tmp_path)], verifier=Verifier(KEY))
+    (job,) = fleet.lineups
+    assert (job.verdict, job.causal) == ("ambiguous", None)
+    assert totals(fleet)["gpu-b"] == (2, 0) and totals(fleet)["gpu-c"] == (1, 0)  # unproven
+
+
+def test_a_maxerror_no_kernel_reports_is_read_as_unsynchronised(monkeypatch):
+    """adjtimex read through a struct timex of the wrong layout (an ABI we did not expect) finds
+    another field where maxerror should be. A negative one became 0 s, a perfect clock."""
+    import ctypes
+
+    from slurm_hooks.records import counters
+
+    class FakeLibc:
+        def __init__(self, maxerror):
+            self.maxerror = maxerror
+
+        def adjtimex(self, timex_ref):
+            timex_ref._obj.maxerror = self.maxerror
+            return 0  # TIME_OK, status 0: synchronised
+
+    for maxerror, expected in [(-7, 16.0), (17_000_000, 16.0), (4_000, 0.004)]:
+        monkeypatch.setattr(ctypes, "CDLL", lambda *a, m=maxerror, **k: FakeLibc(m))
+        assert counters.wall_clock_error() == expected, maxerror
+
+
 def test_a_node_with_a_cause_of_its_own_keeps_its_consequences_counted(tmp_path):
     one_failure(tmp_path, **{"gpu-b": [(T + 3.0, XID94), (T + 3.2, XID45_A)]})
     fleet = aggregate([str(tmp_path)], verifier=Verifier(KEY))

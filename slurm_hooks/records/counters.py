@@ -203,7 +203,9 @@ def wall_clock_error() -> Optional[float]:
         return None
     if state == TIME_ERROR or timex.status & STA_UNSYNC:
         return UNSYNCED_ERROR_S
-    return round(max(0, timex.maxerror) / 1e6, 6)
+    if not 0 <= timex.maxerror <= UNSYNCED_ERROR_S * 1e6:  # the kernel caps it there: another
+        return UNSYNCED_ERROR_S  # field read as maxerror (a struct layout we did not expect)
+    return round(timex.maxerror / 1e6, 6)
 
 
 def read_kernel_log(host: Host) -> KmsgView:
