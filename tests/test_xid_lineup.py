@@ -462,3 +462,22 @@ def test_a_requeued_attempt_where_only_this_node_logged_xids_keeps_the_job_count
     assert pattern_site("102", "bob", 20).exit_code == ExitCode.OK
     out = pattern_site("103", "carol", 30)
     assert out.exit_code == ExitCode.NODE_BROKEN and pattern_site.backend.nodes["node1"].is_drained
+
+
+def test_an_attempt_whose_record_does_not_verify_keeps_the_job_counted(pattern_site):
+    """As above, but node1's record of the requeued attempt does not verify (written unsigned while
+    the key could not be read, or put there by anyone who can write the shared directory). Records
+    that do not verify were left out of node1's attempts, and the verified victim attempt alone
+    cleared the job: what cannot be proven must keep the job counted."""
+    from slurm_hooks.result import ExitCode
+
+    victim_job(pattern_site.records, 101)
+    alone = epilog_record("node1", 101, [(T + 30.0, XID43)])
+    alone["job"]["restart_count"] = 1
+    path = os.path.join(str(pattern_site.records), "node1", "101.r1.json")
+    with open(path, "wb") as handle:
+        handle.write(encode_record(alone, None, "node1", "101.r1.json"))
+    assert pattern_site("101", "alice", 10).exit_code == ExitCode.OK
+    assert pattern_site("102", "bob", 20).exit_code == ExitCode.OK
+    out = pattern_site("103", "carol", 30)
+    assert out.exit_code == ExitCode.NODE_BROKEN and pattern_site.backend.nodes["node1"].is_drained

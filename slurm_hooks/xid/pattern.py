@@ -227,11 +227,10 @@ def victim_jobs(config: Any, node: str, jobs: Sequence[str]) -> set:
             own = [_verified_row(p, verifier) for p in find_records([top], job, node)]
         except (ValueError, OSError):
             continue
-        own = [row for row in own if row is not None]
+        if not own or None in own:  # a record of this node's that does not verify proves nothing
+            continue
         entries = [xid_lineup.entries_of(row[2]) for row in own]
-        if not own or not all(
-            e and xid_lineup.NodeXids(node, e).only_consequences() for e in entries
-        ):
+        if not all(e and xid_lineup.NodeXids(node, e).only_consequences() for e in entries):
             continue
         if node_dirs is None:
             node_dirs = _node_dirs(top, node)
