@@ -481,3 +481,25 @@ def test_an_attempt_whose_record_does_not_verify_keeps_the_job_counted(pattern_s
     assert pattern_site("102", "bob", 20).exit_code == ExitCode.OK
     out = pattern_site("103", "carol", 30)
     assert out.exit_code == ExitCode.NODE_BROKEN and pattern_site.backend.nodes["node1"].is_drained
+
+
+def test_a_records_directory_on_a_hung_file_system_drains_as_before(pattern_site, tmp_path):
+    """The same on a real file system that never answers (tests/doubles/hungfs.py, FUSE): the
+    records lookup is abandoned within [deadline] files and the pattern drains as before."""
+    import time
+
+    from slurm_hooks.result import ExitCode
+    from tests.doubles.hungfs import HungFileSystem, require_fuse
+
+    require_fuse(tmp_path)
+    mount = tmp_path / "hung"
+    mount.mkdir()
+    with HungFileSystem(str(mount)):
+        hung = dict(records_dir=mount / "jobs", files_deadline=1.5)
+        assert pattern_site("101", "alice", 10, **hung).exit_code == ExitCode.OK
+        assert pattern_site("102", "bob", 20, **hung).exit_code == ExitCode.OK
+        started = time.monotonic()
+        out = pattern_site("103", "carol", 30, **hung)
+        seconds = time.monotonic() - started
+    assert out.exit_code == ExitCode.NODE_BROKEN and pattern_site.backend.nodes["node1"].is_drained
+    assert seconds < 1.5 + 1.0, seconds

@@ -157,22 +157,19 @@ def apply(config: Any, job: Any, results: Sequence[Result], now: float) -> List[
                 write_json_atomic(path, history)
             except OSError:
                 pass
-        if judge(history, settings, now):  # the rare path: would drain; are some a victim's?
-            left = budget - (time.monotonic() - started) - LOOKUP_MARGIN_S
-            history = without_victims(history, config, node, left)
         return history
 
     try:
         history, _why = run_isolated(work, budget, "the Xid history")
     except OSError:
         history = None
-    return judge(history or [], settings, now)
+    history = history or []
+    if judge(history, settings, now):  # the rare path: would drain; are some a victim's?
+        history = without_victims(history, config, node, budget - (time.monotonic() - started))
+    return judge(history, settings, now)
 
 
 MAX_JOBS_LOOKED_UP = 8  # the newest jobs of Xid 43 entries looked up per judgement
-# of the [deadline] files budget, kept back from the records lookup so that the history's child
-# still answers after the lookup's child was killed and reaped (isolation.REAP_WAIT_S)
-LOOKUP_MARGIN_S = 0.5
 
 
 def without_victims(
@@ -181,9 +178,11 @@ def without_victims(
     """The history less the Xid 43 entries of jobs whose verified records make this node a victim
     of another node's earlier fault (module docstring); the history itself when nothing is proven.
     The records may sit on a shared file system that stops answering or a directory too large to
-    search in time: the lookup runs in a child of its own for at most `timeout` seconds, and one
-    that does not finish proves nothing -- every entry counts, as it did before the lookup (a
-    hang must never excuse a GPU; killing the history's child with it lost the whole pattern)."""
+    search in time: the lookup runs in a child of its own (of the hook's, not of the history's
+    child: a grandchild stuck on a dead file system would hold that child's pipe open) for at most
+    `timeout` seconds -- what the history's child left of [deadline] files -- and one that does
+    not finish proves nothing: every entry counts, as it did before the lookup (a hang must never
+    excuse a GPU; killing the history's child with it lost the whole pattern)."""
     from ..core.isolation import run_isolated
     from ..records.xid_lineup import CONSEQUENCE_XIDS
 
