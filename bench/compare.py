@@ -5,6 +5,11 @@
     .venv/bin/python bench/compare.py HEAD~3 --runs 200
     .venv/bin/python bench/compare.py 4519b2a --gpus 72 --runs 10        # a 72-GPU node (bench/specs.py)
     .venv/bin/python bench/compare.py 4519b2a --extra-nvme 400 --runs 10 # the example node + 400 NVMe drives
+    .venv/bin/python bench/compare.py ecdf49a --runs 40 --command check system   # another verb
+
+Each round also runs the interpreter floor, `python -s -c pass` of the working tree's install (the
+console script's interpreter, as slurmd starts it), so every median is also given as a multiple
+of the floor measured in the same rounds: the figure issue #26's goals are stated in.
 
 Absolute milliseconds on a shared VM move with its load (this project's 2-core VM has shown the
 same prolog at 130 ms and at 470 ms hours apart); a ratio of runs interleaved one by one does not.
@@ -84,8 +89,13 @@ def config_for(revision: str, config_path: str, base: str) -> str:
 
 
 def compare(
-    revision: str, runs: int, gpus: Optional[int] = None, extra_nvme: Optional[int] = None
+    revision: str,
+    runs: int,
+    gpus: Optional[int] = None,
+    extra_nvme: Optional[int] = None,
+    command: Optional[List[str]] = None,
 ) -> int:
+    verb = command or ["prolog"]
     base = tempfile.mkdtemp(prefix="slurm-hooks-compare-")
     if gpus is not None:
         node = BenchNode.create(specs.gpu_node_spec(gpus))
@@ -95,41 +105,43 @@ def compare(
         )
     try:
         before = make_install(os.path.join(base, "before"), export_revision(revision, base))[1]
-        after = make_install(os.path.join(base, "after"))[1]
+        after_python, after = make_install(os.path.join(base, "after"))
+        floor = [after_python, "-s", "-c", "pass"]
         before_config = config_for(revision, node.config_path, base)
-        times: Dict[str, List[float]] = {"before": [], "after": []}
+        times: Dict[str, List[float]] = {"before": [], "after": [], "floor": []}
         job = 1000
         for i in range(runs + WARMUP):
-            order = (
-                (("before", before), ("after", after))
-                if i % 2
-                else (("after", after), ("before", before))
-            )
-            for (
-                name,
-                hook,
-            ) in order:  # alternate who goes first: neither side always follows the other
+            order = [
+                ("floor", floor),
+                ("before", before + verb),
+                ("after", after + verb),
+            ]
+            order = order[i % 3 :] + order[: i % 3]  # rotate: no side always follows another
+            for name, argv in order:
                 job += 1
-                started = time.perf_counter()
                 env = node.hook_env("prolog", job)
                 if name == "before":
                     env["SLURM_HOOKS_CONFIG"] = before_config
-                done = subprocess.run(hook + ["prolog"], env=env, capture_output=True)
+                started = time.perf_counter()
+                done = subprocess.run(argv, env=env, capture_output=True)
                 if i >= WARMUP:
                     times[name].append(time.perf_counter() - started)
-                if done.returncode != 0:
-                    print(
-                        "%s prolog exited %d: %s"
-                        % (name, done.returncode, done.stderr.decode()[-500:])
-                    )
+                if done.returncode != 0 and verb == ["prolog"]:
+                    print("%s exited %d: %s" % (name, done.returncode, done.stderr.decode()[-500:]))
                     return 1
         bad = [line for line in node.decision_lines() if log_fields(line).get("status") != "OK"]
+        print("command: slurm-hooks %s" % " ".join(verb))
         stats = {name: Stats(values).ms() for name, values in times.items()}
-        for name, label in (("before", revision), ("after", "working tree")):
+        floor_ms = stats["floor"]["median"]
+        for name, label in (
+            ("floor", "python -s -c pass"),
+            ("before", revision),
+            ("after", "working tree"),
+        ):
             st = stats[name]
             print(
-                "%-14s median %6.1f ms  p90 %6.1f ms  p99 %6.1f ms  (%d runs)"
-                % (label, st["median"], st["p90"], st["p99"], st["n"])
+                "%-18s median %6.1f ms (%5.2fx floor)  p90 %6.1f ms  p99 %6.1f ms  (%d runs)"
+                % (label, st["median"], st["median"] / floor_ms, st["p90"], st["p99"], st["n"])
             )
         print(
             "ratio working tree / %s: %.3f (medians)"
@@ -160,8 +172,15 @@ def main(argv: Optional[List[str]] = None) -> int:
     shape.add_argument(
         "--extra-nvme", type=int, metavar="N", help="the example node with N more NVMe drives"
     )
+    parser.add_argument(
+        "--command",
+        nargs="+",
+        metavar="WORD",
+        help="the slurm-hooks arguments to time instead of `prolog` (e.g. check system); its exit "
+        "status is not judged (a check verb exits non-zero on a WARN of the bench node)",
+    )
     args = parser.parse_args(argv)
-    return compare(args.revision, args.runs, args.gpus, args.extra_nvme)
+    return compare(args.revision, args.runs, args.gpus, args.extra_nvme, args.command)
 
 
 if __name__ == "__main__":

@@ -272,13 +272,15 @@ def report(directory: str, topology: Optional[str]) -> Dict[str, Any]:
 
 def evaluate(plan: HarshPlan, data: Dict[str, Any]) -> Dict[str, Any]:
     lead: Dict[str, str] = {}
+    kinds_of: Dict[str, set] = {}
     for s in data["suspects"]:
         lead.setdefault(s["node"], fleet_synth.METRIC_KIND.get(s["metric"], "other"))
+        kinds_of.setdefault(s["node"], set()).add(fleet_synth.METRIC_KIND.get(s["metric"]))
     rows = {}
     for kind in KINDS:
         planted = {n for n, (k, _) in plan.planted.items() if k == kind}
         persistent = {n for n in planted if plan.planted[n][1] >= 1.0}
-        hits = {n for n in planted if lead.get(n) == kind}
+        hits = {n for n in planted if kind in kinds_of.get(n, ())}  # a row of its kind
         rows[kind] = (
             len(hits & persistent),
             len(persistent),

@@ -300,17 +300,55 @@ def _where(func: Callable[..., Any]) -> str:
 REGISTRY = Registry()
 check = REGISTRY.check
 gatherer = REGISTRY.gatherer
-_loaded = False
+_loaded = False  # every built-in module imported
+_site_loaded = False
 
 
-def load_builtin_checks() -> Registry:
-    """Import every built-in check module once (registration happens on import)."""
-    global _loaded
-    if not _loaded:
+def load_builtin_checks(names: Optional[Iterable[str]] = None) -> Registry:
+    """Import every built-in check module once (registration happens on import), and the site checks.
+
+    names (check names or families, as `slurm-hooks check NAME...` takes them): import only the
+    modules holding those checks (check_index.py), for a verb that runs a few: `check system` then
+    skips NVML's bindings, the Xid catalog and the Slurm parsers. The configuration's [checks.*]
+    tables and the gatherers a check asks for load their modules when met (load_checks_for,
+    load_gatherer), so nothing is judged or validated with less than a full load would give."""
+    global _loaded, _site_loaded
+    if names is not None and not _loaded:
+        load_checks_for(REGISTRY, names, families=True)
+    elif not _loaded:
         for module in BUILTIN_CHECK_MODULES:
             importlib.import_module(module)
+        _loaded = True
+    if not _site_loaded:
         importlib.import_module(
             "slurm_hooks.core.plugins"
         ).load_site_checks()  # /etc/slurm-hooks/checks.d/*.py
-        _loaded = True
+        _site_loaded = True
     return REGISTRY
+
+
+def load_checks_for(registry: Registry, names: Iterable[str], families: bool = False) -> None:
+    """Import the built-in modules registering these checks (or, with families, these families)
+    into `registry` when it is the built-in one; names no built-in module holds are left alone
+    (a site check, or a typo the caller reports)."""
+    if registry is not REGISTRY or _loaded:
+        return
+    from .check_index import CHECK_MODULES
+
+    wanted = set(names)
+    for check, module in CHECK_MODULES.items():
+        if check in wanted or (families and check.split(".", 1)[0] in wanted):
+            importlib.import_module(module)
+
+
+def load_gatherer(registry: Registry, name: str) -> Optional[GathererSpec]:
+    """The gatherer `name`, importing its built-in module first if a partial load left it out."""
+    spec = registry.gatherers.get(name)
+    if spec is None and registry is REGISTRY and not _loaded:
+        from .check_index import GATHERER_MODULES
+
+        module = GATHERER_MODULES.get(name)
+        if module is not None:
+            importlib.import_module(module)
+            spec = registry.gatherers.get(name)
+    return spec

@@ -6,6 +6,7 @@ tests/slurmcluster.py, the end-to-end rig in tests/slurm_rig.py, the fault table
 from __future__ import annotations
 
 import os
+import re
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 GPU_BDF = {
@@ -114,3 +115,36 @@ def cli_with_default_config(args, env=None):
 def runs_by_name(report):
     """A `check --json` report's check runs, by check name."""
     return {run["name"]: run for run in report["checks"]}
+
+
+# -- the text exposition format (version 0.0.4), checked line by line ---------------------------
+
+_NAME = r"[a-zA-Z_:][a-zA-Z0-9_:]*"
+_PAIR = r'[a-zA-Z_][a-zA-Z0-9_]*="(?:[^"\\\n]|\\[\\"n])*"'
+_SAMPLE = re.compile(
+    r"^(%s)(\{%s(,%s)*\})? (-?[0-9.]+(?:e[+-]?[0-9]+)?|NaN|\+Inf|-Inf)$" % (_NAME, _PAIR, _PAIR)
+)
+
+
+def assert_exposition(text):
+    """`text` is valid Prometheus text exposition (version 0.0.4), line by line: every line a HELP,
+    a TYPE or a sample of the family just declared; no family twice; no series twice; a final
+    newline (node_exporter's textfile collector refuses a file otherwise); and prometheus_client's
+    parser (lenient) takes it."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    assert text.endswith("\n")
+    families, current, series = set(), None, set()
+    for line in text.splitlines():
+        if line.startswith("# HELP "):
+            current = line.split(" ")[2]
+            assert re.fullmatch(_NAME, current) and current not in families, line
+            families.add(current)
+        elif line.startswith("# TYPE "):
+            assert line.split(" ")[2:] in ([current, "gauge"], [current, "counter"]), line
+        else:
+            match = _SAMPLE.match(line)
+            assert match and match.group(1) == current, line
+            assert line.rsplit(" ", 1)[0] not in series, line
+            series.add(line.rsplit(" ", 1)[0])
+    list(text_string_to_metric_families(text))  # and the reference parser takes it

@@ -614,6 +614,7 @@ def test_cli_table_json_and_prometheus(tmp_path, config, capsys):
     assert lines[1].split() == [
         "NODE",
         "FIGURE",
+        "COST",
         "JOBS",
         "WORST-Z",
         "LATEST:",
@@ -625,7 +626,7 @@ def test_cli_table_json_and_prometheus(tmp_path, config, capsys):
         "FLAGGED",
         "JOBS",
     ]
-    assert lines[2].split()[:7] == ["n03", HW, "10/10", "40.0", "0.2", "vs", "0"]
+    assert lines[2].split()[:8] == ["n03", HW, "20.0%", "10/10", "40.0", "0.2", "vs", "0"]
 
     prom = tmp_path / "textfile" / "stragglers.prom"
     prom.parent.mkdir()
@@ -647,7 +648,10 @@ def test_cli_table_json_and_prometheus(tmp_path, config, capsys):
         "value": 0.2,
         "median": 0.0,
         "peers": 5,
+        "lower_bound": False,
+        "cost": 0.2,  # 20 % of the job in HW slowdown, its peers at 0
     }
+    assert (suspect["cost"], suspect["basis"]) == (0.2, "k-of-m")
     families = {
         f.name: f for f in text_string_to_metric_families(prom.read_text())
     }  # the real parser

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import functools
 import io
 import json
 import math
@@ -24,7 +25,7 @@ from hypothesis import strategies as st
 
 from bench import fleet_synth
 from slurm_hooks.cli import record_verbs
-from slurm_hooks.records import fleet_report, straggler_scan
+from slurm_hooks.records import fleet_report, report_metrics, straggler_scan, xid_lineup
 from slurm_hooks.records.store import encode_record
 from tests.straggler_records import HW, NOW, healthy
 from tests.straggler_records import settings as fleet_settings
@@ -66,6 +67,9 @@ POSITIONS = [
     ("summary", "perf", HW),
     ("summary", "perf", "gpu_power_w.mean"),
     ("summary", "hw_class"),
+    ("summary", "xid_times"),
+    ("summary", "xid_times", 0),
+    ("summary", "xid_times", 0, 1),
     ("end_utc",),
     ("duration_s",),
     ("epilog_snapshot",),
@@ -130,6 +134,7 @@ def odd_record():
     )
     record["summary"]["abnormal"] = ["xids", "drained"]
     record["summary"]["xids"] = 1
+    record["summary"]["xid_times"] = [[79, NOW - 3700, 1, "node"]]  # report --xids lines it up
     record["job"]["restart_count"] = 0
     record["gpus"][0]["nvlink_delta"] = {"3": {"crc_flit": 7}}
     record["gpus"][0]["processes"] = [{"pid": 7, "name": "py", "used_memory_bytes": 1 << 30}]
@@ -176,20 +181,38 @@ def put(record, position, value):
 def write_fleet(directory, odd, layout):
     """The four peers, valid, and the odd record in n09's directory, laid out like the epilog
     writes it ("header": its first line read alone) or as one line of JSON ("whole")."""
-    for i, node in enumerate(PEERS):
-        perf = healthy(random.Random(i))
-        record = fleet_synth.header_record(JOB, "alice", node, NOW - 7200, NOW - 3600, perf)
-        _write(os.path.join(directory, node), record, "header")
+    for node, data in _peer_files():
+        _put(os.path.join(directory, node), data)
     return _write(os.path.join(directory, ODD), odd, layout)
 
 
+@functools.lru_cache(maxsize=1)
+def _peer_files():
+    """(node, bytes) of the four valid peers: the same in every fleet, so encoded once (the grid
+    writes ~1,800 fleets)."""
+    files = []
+    for i, node in enumerate(PEERS):
+        perf = healthy(random.Random(i))
+        record = fleet_synth.header_record(JOB, "alice", node, NOW - 7200, NOW - 3600, perf)
+        if node == PEERS[0]:  # a victim of the odd node's Xid: the job is lined up
+            record["summary"].update(xids=1, xid_times=[[45, NOW - 3698, 1, "job"]])
+        files.append((node, _encode(record, "header")))
+    return tuple(files)
+
+
 def _write(node_dir, record, layout):
+    return _put(node_dir, _encode(record, layout))
+
+
+def _encode(record, layout):
+    if layout == "header" and isinstance(record, dict) and "summary" in record and len(record) > 1:
+        return encode_record(record) if _finite(record) else _encode_loose(record)
+    return (json.dumps(record) + "\n").encode()  # NaN/Infinity as Python writes them
+
+
+def _put(node_dir, data):
     os.makedirs(node_dir, exist_ok=True)
     path = os.path.join(node_dir, JOB + ".json")
-    if layout == "header" and isinstance(record, dict) and "summary" in record and len(record) > 1:
-        data = encode_record(record) if _finite(record) else _encode_loose(record)
-    else:
-        data = (json.dumps(record) + "\n").encode()  # NaN/Infinity as Python writes them
     with open(path, "wb") as handle:
         handle.write(data)
     os.utime(path, (NOW - 3600, NOW - 3600))
@@ -234,6 +257,12 @@ def read_everything(directory, path):
             "report --json",
             lambda: json.dumps(fleet_report.fleet_to_dict(fleet, everything=True), allow_nan=False),
         )
+        run("report --xids", lambda: xid_lineup.render(fleet.lineups, 2.0))
+        run(
+            "report --xids --json",
+            lambda: json.dumps([j.to_dict() for j in fleet.lineups], allow_nan=False),
+        )
+        run("report --xids --prom", lambda: report_metrics.lineup_text(fleet, 2.0, NOW))
         if fleet.records + fleet.unreadable_count != len(PEERS) + 1:
             problems.append("report lost the record")
         if fleet.unreadable_count and not any(name in text for text in fleet.unreadable):
@@ -249,6 +278,7 @@ def read_everything(directory, path):
         run("stragglers table", lambda: straggler_scan.render(scan))
         run("stragglers --json", lambda: json.dumps(straggler_scan.to_dict(scan), allow_nan=False))
         run("stragglers --prom", lambda: straggler_scan.prom_text(scan, NOW))
+        run("stragglers --prom rows", lambda: report_metrics.straggler_rows_text(scan))
         if scan.records + scan.unreadable_count != len(PEERS) + 1:
             problems.append("report --stragglers lost the record")
     for as_json in (

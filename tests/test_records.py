@@ -136,6 +136,9 @@ def test_prolog_to_epilog_round_trip_gives_the_right_deltas(gpu_node, tmp_path, 
     assert ib["mlx5_0:1"]["symbol_error"] == 6 and ib["mlx5_1:1"]["symbol_error"] == 0
     assert rec["events_scope"] == "job" and rec["xid_count"] == 1 and rec["sxid_count"] == 1
     assert [(x["xid"], x["pci"], x["job_gpu"]) for x in rec["xids"]] == [(79, bus0, 0)]
+    # dated from the kernel log's clock read beside the wall clock (report --xids lines them up)
+    assert isinstance(rec["xids"][0]["time"], float)
+    assert rec["summary"]["xid_times"] == [[79, rec["xids"][0]["time"], 1, "node"]]
     assert rec["sxids"][0]["sxid"] == 20034 and rec["sxids"][0]["severity"] == "Fatal"
     assert rec["checks"]["status"] == "FAIL" and rec["checks"]["passed"] == ["system.cpu"]
     assert [r["check"] for r in rec["checks"]["results"]] == ["gpu.memory"]

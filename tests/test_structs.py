@@ -8,7 +8,7 @@ from typing import List
 
 import pytest
 
-from slurm_hooks.core.structs import FrozenError, Struct, field, replace
+from slurm_hooks.core.structs import FrozenError, Struct, TupleRecord, field, replace
 
 
 class Point(Struct):
@@ -119,3 +119,40 @@ def test_copies_and_pickles_round_trip_frozen_structs():
     deep = copy.deepcopy(p)
     deep.tags.append("b")
     assert p.tags == ["a"]
+
+
+class Usage(TupleRecord):
+    blocks: int
+    free: int
+
+
+def test_tuple_records_are_tuples_with_named_fields():
+    """hw/host.FsUsage and the /proc rows (procfs.Mount, LoadAvg, SwapArea) are compared with and
+    unpacked as plain tuples; TupleRecord keeps that without typing.NamedTuple's start-up cost."""
+    import copy
+    import pickle
+
+    u = Usage(10, free=4)
+    assert u == (10, 4) and isinstance(u, tuple) and (u.blocks, u.free) == (10, 4)
+    blocks, free = u
+    assert (blocks, free) == (10, 4) and Usage._fields == ("blocks", "free")
+    assert u._asdict() == {"blocks": 10, "free": 4} and u._replace(free=5) == (10, 5)
+    assert repr(u) == "Usage(blocks=10, free=4)"
+    for clone in (copy.copy(u), copy.deepcopy(u), pickle.loads(pickle.dumps(u))):
+        assert clone == u and type(clone) is Usage
+    assert hash(u) == hash((10, 4))
+    for bad in ((), (1,), (1, 2, 3)):
+        with pytest.raises(TypeError, match="takes 2 arguments"):
+            Usage(*bad)
+    with pytest.raises(TypeError, match="unexpected or repeated"):
+        Usage(1, blocks=2)
+
+
+def test_the_proc_rows_and_fs_usage_define_no_named_tuple():
+    import slurm_hooks.hw.host as host
+    import slurm_hooks.hw.procfs as procfs
+
+    for cls in (host.FsUsage, procfs.Mount, procfs.LoadAvg, procfs.SwapArea):
+        assert issubclass(cls, TupleRecord), cls
+    assert procfs.parse_loadavg("0.34 0.25 0.11 1/84 4512") == (0.34, 0.25, 0.11, 1, 84)
+    assert procfs.parse_loadavg("0.34 0.25 0.11 1/84 4512").total == 84

@@ -129,10 +129,11 @@ def add_live_option(parser) -> None:
     )
 
 
-def load(args) -> "tuple[Registry, Config]":
-    """Registry and config for an admin verb; deprecation warnings go to stderr (hooks log them in health runs)."""
+def load(args, names=None) -> "tuple[Registry, Config]":
+    """Registry and config for an admin verb; deprecation warnings go to stderr (hooks log them in health runs).
+    names: the checks or families the verb runs, when it runs only some (registry.load_builtin_checks)."""
     registry, config = load_registry_and_config(
-        args.config, getattr(args, "root", None), getattr(args, "live", ())
+        args.config, getattr(args, "root", None), getattr(args, "live", ()), names
     )
     for warning in config.warnings:
         print("slurm-hooks: warning: %s" % warning, file=sys.stderr)
@@ -144,7 +145,7 @@ def cmd_check(args) -> int:
     from ..core.runner import run_checks, select_checks
     from ..hw.host import Host
 
-    registry, config = load(args)
+    registry, config = load(args, args.names or None)  # `check system`: only what it runs
     try:
         specs = select_checks(registry, args.context, args.names, args.all_contexts)
     except KeyError as exc:

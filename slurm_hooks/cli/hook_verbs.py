@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import sys
 
+from ..core.lazyre import lazy_compile
 from ..result import ExitCode
 
 
@@ -344,7 +344,7 @@ def _state_denied(config) -> str:
 # (Slurm 22.05 on a host without /etc/slurm/slurm.conf: "fetch_config: DNS SRV lookup failed",
 # "_establish_config_source: failed to fetch config", "fatal: Could not establish a configuration
 # source"), or a SLURM_CONF that names no file ("Unable to process configuration file")
-_NO_SLURM_CONFIG = re.compile(
+_NO_SLURM_CONFIG = lazy_compile(
     r"Could not establish a configuration source|Unable to process configuration file"
 )
 

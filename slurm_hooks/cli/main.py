@@ -29,7 +29,48 @@ VERB_MODULES = (
 )
 
 
-def build_parser() -> argparse.ArgumentParser:
+# Which module adds each verb (tests/test_cli_verbs.py compares it with the parsers the modules add):
+# an admin verb builds only its own module's parsers. Building all six (21 parsers, their imports,
+# and argparse's gettext look-up for each message) was ~25 ms of `slurm-hooks check system`, twice
+# what its checks take. Help, a bare command line and an unknown verb still build them all.
+VERB_OWNERS = {
+    "check": "slurm_hooks.cli.check_verbs",
+    "capture": "slurm_hooks.cli.check_verbs",
+    "baseline": "slurm_hooks.cli.check_verbs",
+    "list": "slurm_hooks.cli.check_verbs",
+    "config": "slurm_hooks.cli.check_verbs",
+    "explain": "slurm_hooks.cli.xid_verbs",
+    "xid": "slurm_hooks.cli.xid_verbs",
+    "prolog": "slurm_hooks.cli.hook_verbs",
+    "epilog": "slurm_hooks.cli.hook_verbs",
+    "health": "slurm_hooks.cli.hook_verbs",
+    "drain": "slurm_hooks.cli.hook_verbs",
+    "resume": "slurm_hooks.cli.hook_verbs",
+    "status": "slurm_hooks.cli.hook_verbs",
+    "record": "slurm_hooks.cli.record_verbs",
+    "report": "slurm_hooks.cli.record_verbs",
+    "mode": "slurm_hooks.cli.mode_verbs",
+    "qualify": "slurm_hooks.cli.qualify_verbs",
+}
+
+
+def verb_of(argv: List[str]) -> Optional[str]:
+    """The verb of a command line (the first word after the global options), or None."""
+    words = list(argv)
+    while words:
+        word = words.pop(0)
+        if word == "--config":
+            if words:
+                words.pop(0)
+            continue
+        if word.startswith("--config="):
+            continue
+        return None if word.startswith("-") else word
+    return None
+
+
+def build_parser(verb: Optional[str] = None) -> argparse.ArgumentParser:
+    """The command line parser; with a known verb, only the parsers of the module that adds it."""
     from .. import __version__
     from .parser import Parser
 
@@ -43,7 +84,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="config file (default /etc/slurm-hooks/config.toml plus conf.d/*.toml beside it)",
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
-    for name in VERB_MODULES:
+    owner = VERB_OWNERS.get(verb or "")
+    for name in (owner,) if owner else VERB_MODULES:
         try:
             module = importlib.import_module(name)
         except ImportError as exc:  # a verb group not present in this build
@@ -84,17 +126,70 @@ def parse_hook_args(argv: List[str]) -> Optional[Dict[str, Optional[str]]]:
     return values if values["context"] else None
 
 
+_CHECK_FLAGS = {
+    "--json": "json",
+    "-v": "verbose",
+    "--verbose": "verbose",
+    "--all-contexts": "all_contexts",
+}
+
+
+def parse_check_args(argv: List[str]) -> Optional[SimpleNamespace]:
+    """`[--config FILE] check [NAME...] [--json] [-v] [--all-contexts]` parsed without argparse.
+
+    The form a cron job or a health-check wrapper runs every few minutes (`slurm-hooks check system`,
+    NHC's place): argparse, its gettext and locale and the parsers of the verb cost ~8 ms of a
+    ~50 ms run. The result has every attribute the full parser gives (tests/test_cli_verbs.py
+    compares them); anything else (--context, --root, --deadline, --live, help, abbreviations, a
+    mistake) returns None and goes through argparse, which also words the errors.
+    """
+    words = list(argv)
+    config = None
+    while words and words[0].startswith("--config"):
+        name, eq, value = words.pop(0).partition("=")
+        if name != "--config":
+            return None
+        if not eq:
+            if not words or words[0].startswith("-"):
+                return None
+            value = words.pop(0)
+        config = value
+    if not words or words.pop(0) != "check":
+        return None
+    values = dict(json=False, verbose=False, all_contexts=False)
+    names = []
+    for word in words:
+        if word in _CHECK_FLAGS:
+            values[_CHECK_FLAGS[word]] = True
+        elif word.startswith("-") or not word:
+            return None
+        else:
+            names.append(word)
+    return SimpleNamespace(
+        config=config,
+        command="check",
+        names=names,
+        context="manual",
+        root=None,
+        deadline=None,
+        live=[],
+        **values,
+    )
+
+
 def run() -> None:
     """The console script's entry point (/usr/bin/slurm-hooks): main() on sys.argv, then exit.
 
     A hook verb leaves through os._exit once its logs and std streams are flushed: interpreter
     teardown (finalizing every module and object) cost ~6 ms of each prolog on 2 cores (8 %,
     bench/results.md), and a hook has nothing left to clean up: its check process is reaped, its
-    files are written and closed. Admin verbs exit normally.
+    files are written and closed. So does `check` in its cron form (parse_check_args: it printed its
+    report, writes no file, and NVML needs no nvmlShutdown at exit: the driver releases a process's
+    handles when it ends). Other admin verbs exit normally.
     """
     argv = sys.argv[1:]
     code = main(argv)
-    if parse_hook_args(argv) is None:
+    if parse_hook_args(argv) is None and parse_check_args(argv) is None:
         sys.exit(code)
     _exit_now(code)
 
@@ -120,7 +215,13 @@ def main(argv: Optional[List[str]] = None) -> int:
         from .hook_verbs import cmd_hook
 
         return _finish(cmd_hook, SimpleNamespace(**hook_args))
-    parser = build_parser()
+    check_args = parse_check_args(argv)
+    if check_args is not None:
+        from .check_verbs import cmd_check
+
+        check_args.handler = cmd_check
+        return _finish(cmd_check, check_args)
+    parser = build_parser(verb_of(argv))
     args = parser.parse_args(argv)
     handler = getattr(args, "handler", None)
     if handler is None:

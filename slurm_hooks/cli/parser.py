@@ -8,14 +8,54 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import Dict
 
 from ..result import ExitCode
+
+_translated: Dict[str, str] = {}
+_gettext = argparse._
+
+
+def _remembered_gettext(message: str) -> str:
+    """argparse's gettext, asked once per message. gettext finds no catalogue for argparse's messages
+    on most nodes and does not remember that, so each of the ~25 messages met while building one
+    verb's parsers re-read the locale variables and stat()ed the catalogue paths again (~3 ms of
+    every admin verb). The translation is the same for the life of the process."""
+    found = _translated.get(message)
+    if found is None:
+        found = _translated[message] = _gettext(message)
+    return found
+
+
+argparse._ = _remembered_gettext  # type: ignore[attr-defined]  # argparse's own `from gettext import gettext as _`
 
 
 class Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # argparse would exit 2, which means FAIL to Nagios
         self.print_usage(sys.stderr)
         self.exit(ExitCode.UNKNOWN, "%s: error: %s\n" % (self.prog, message))
+
+    def _get_formatter(self) -> argparse.HelpFormatter:
+        # argparse sizes its formatter with shutil.get_terminal_size, and shutil imports bz2, lzma
+        # and zlib (~2.5 ms of every admin verb, which builds a formatter for each subparser's prog
+        # whether or not help is printed): the same width, found the way shutil finds it
+        return self.formatter_class(prog=self.prog, width=terminal_width() - 2)
+
+
+def terminal_width() -> int:
+    """$COLUMNS, else the terminal of stdout, else 80: what shutil.get_terminal_size(...).columns gives."""
+    import os
+
+    try:
+        columns = int(os.environ["COLUMNS"])
+    except (KeyError, ValueError):
+        columns = 0
+    if columns <= 0:
+        try:
+            columns = os.get_terminal_size(sys.__stdout__.fileno()).columns
+        except (AttributeError, ValueError, OSError):
+            columns = 0
+    return columns or 80
 
 
 def add_run_options(parser: argparse.ArgumentParser) -> None:

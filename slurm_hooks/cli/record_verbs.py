@@ -90,6 +90,12 @@ def add_parsers(sub) -> None:
         action="store_true",
         help="list the nodes Slurm shows drained by us as lemons, held for RMA (docs/slurm.md)",
     )
+    report.add_argument(
+        "--xids",
+        action="store_true",
+        help="line up each multi-node job's Xids by time: the node whose fault came first, and "
+        "the victims' Xids not counted against them (--prom FILE: as metrics; docs/records.md)",
+    )
     report.set_defaults(handler=cmd_report)
 
 
@@ -191,10 +197,15 @@ def cmd_report(args) -> int:
         from .lemon_verbs import cmd_lemons
 
         return cmd_lemons(args)
+    if getattr(args, "xids", False):
+        from .lineup_verbs import cmd_xid_lineup
+
+        return cmd_xid_lineup(args)
     if args.stragglers or args.prom or args.drain:
         from .straggler_verbs import cmd_stragglers
 
         return cmd_stragglers(args)
+    from . import lineup_verbs
     from .readable import refuse_unreadable
 
     paths = _directories(args, args.paths)
@@ -204,6 +215,7 @@ def cmd_report(args) -> int:
     try:
         if args.job:
             rows, problems = job_view(paths, args.job, _verifier(args))
+            lineups = lineup_verbs.job_lineups(rows, args)
             if args.json:
                 json.dump(
                     {
@@ -211,6 +223,7 @@ def cmd_report(args) -> int:
                         "job": args.job,
                         "nodes": rows,
                         "unreadable": problems,
+                        "xid_lineup": [j.to_dict() for j in lineups],
                     },
                     sys.stdout,
                     indent=2,
@@ -218,8 +231,14 @@ def cmd_report(args) -> int:
                 sys.stdout.write("\n")
             else:
                 sys.stdout.write(render_job(args.job, rows, problems))
+                sys.stdout.write(lineup_verbs.job_lineup_text(lineups, args))
             return ExitCode.FOUND if any(row.get("abnormal") for row in rows) else ExitCode.OK
-        fleet = aggregate(paths, parse_since(args.since), verifier=_verifier(args))
+        fleet = aggregate(
+            paths,
+            parse_since(args.since),
+            verifier=_verifier(args),
+            xid_tolerance=lineup_verbs.xid_tolerance(args),
+        )
     except (ReportError, ValueError) as exc:
         return _error(str(exc))
     from ..qualify import latest
@@ -354,11 +373,12 @@ def _event_lines(record: Dict[str, Any]) -> List[str]:
     suffix = "" if scope == "job" else " (no prolog position: whole boot shown)"
     for event in _objects(record.get("xids")):
         lines.append(
-            "  Xid %s on %s%s: %s -> %s/%s%s"
+            "  Xid %s on %s%s%s: %s -> %s/%s%s"
             % (
                 event.get("xid"),
                 event.get("pci"),
                 " (gpu %s)" % (event["job_gpu"],) if event.get("job_gpu") is not None else "",
+                " at %s" % _when(event["time"]) if event.get("time") is not None else "",
                 event.get("text"),
                 event.get("status"),
                 event.get("action"),

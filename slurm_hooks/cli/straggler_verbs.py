@@ -63,8 +63,11 @@ def cmd_stragglers(args) -> ExitCode:
             outcomes = {}
             for row in drains:
                 outcomes[row.outcome] = outcomes.get(row.outcome, 0) + 1
+        from ..records.report_metrics import straggler_rows_text
+
+        text = fleet.prom_text(result, time.time(), outcomes) + straggler_rows_text(result)
         try:
-            fleet.write_prom(args.prom, fleet.prom_text(result, time.time(), outcomes))
+            fleet.write_prom(args.prom, text)
         except OSError as exc:
             return _error("--prom %s: not written: %s" % (args.prom, exc.strerror or exc))
     if args.json:

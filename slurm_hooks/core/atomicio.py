@@ -21,9 +21,11 @@ import stat
 import time
 from typing import Any, Callable, Iterator, List, Optional, Tuple
 
+from .lazyre import lazy_compile
+
 _serial = itertools.count()
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | getattr(os, "O_CLOEXEC", 0)
-TEMP_NAME = re.compile(r"^\.(.+)\.[0-9]+\.[0-9]+\.tmp$")  # ".<final name>.<pid>.<serial>.tmp"
+TEMP_NAME = lazy_compile(r"^\.(.+)\.[0-9]+\.[0-9]+\.tmp$")  # ".<final name>.<pid>.<serial>.tmp"
 
 
 class UnsafePath(OSError):

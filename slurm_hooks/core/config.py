@@ -14,7 +14,16 @@ import os
 import re
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from ..registry import CONTEXTS, CheckSpec, Deprecated, Param, Params, Registry, load_builtin_checks
+from ..registry import (
+    CONTEXTS,
+    CheckSpec,
+    Deprecated,
+    Param,
+    Params,
+    Registry,
+    load_builtin_checks,
+    load_checks_for,
+)
 from .config_files import (
     INSECURE_OVERRIDE_ENV,
     ConfigError,
@@ -22,6 +31,7 @@ from .config_files import (
     config_files,
     parse_toml,
 )
+from .lazyre import lazy_compile
 from .sections import Settings, typed_settings
 from .structs import Struct, field
 
@@ -94,9 +104,11 @@ def _straggler_figures(values: List[str]) -> Optional[str]:
     )
 
 
-_WORD = re.compile(r"^[A-Za-z_]{1,40}$")
-_COUNTER = re.compile(r"^[A-Za-z0-9_]{1,64}$")
-_USER = re.compile(r"^([a-z_][a-z0-9_.-]{0,31}\$?|[0-9]{1,10})$")  # useradd's NAME_REGEX, or a uid
+_WORD = lazy_compile(r"^[A-Za-z_]{1,40}$")
+_COUNTER = lazy_compile(r"^[A-Za-z0-9_]{1,64}$")
+_USER = lazy_compile(
+    r"^([a-z_][a-z0-9_.-]{0,31}\$?|[0-9]{1,10})$"
+)  # useradd's NAME_REGEX, or a uid
 
 
 def _words(pattern: "re.Pattern[str]", what: str) -> Callable[[Any], Optional[str]]:
@@ -447,6 +459,12 @@ SECTIONS: Dict[str, Dict[str, Setting]] = {
             "them with (same file on every node; missing = unsigned, report only)",
             check=_optional_path,
         ),
+        "xid_clock_tolerance_s": _seconds(
+            2.0,
+            "report --xids: two nodes' Xids closer in time than this are in no known order "
+            "(node clocks and kernel-log times differ by up to seconds): 'ambiguous', none blamed",
+            600,
+        ),
     },
     "metrics": {
         "textfile_dir": Setting(
@@ -669,11 +687,17 @@ def load_config(
         _merge(merged, data, origin, file, ())
     if extra:
         _merge(merged, dict(extra), origin, "<command line>", ())
+    if isinstance(merged.get("checks"), Mapping):  # a partial registry (check NAME) learns these
+        load_checks_for(registry, merged["checks"])
     return validate(registry, merged, origin, tuple(files))
 
 
-def load_registry_and_config(config_path, root=None, live=()) -> Tuple[Registry, Config]:
+def load_registry_and_config(
+    config_path, root=None, live=(), names=None
+) -> Tuple[Registry, Config]:
     """Registry and validated config; `root` (--root) must be an existing directory (else ConfigError: exit 3).
+    names: only the checks (or families) a verb will run, and those the configuration names
+    (registry.load_builtin_checks); None: every check.
 
     Nothing inside the root's tree (a capture anyone can craft) may be a configuration file or the
     site-checks directory: data never chooses code (hw/replay.py, DESIGN.md principle 19).
@@ -682,7 +706,7 @@ def load_registry_and_config(config_path, root=None, live=()) -> Tuple[Registry,
     from .plugins import site_checks_dir
 
     refuse_code_from_tree(root, config_path, site_checks_dir())
-    registry = load_builtin_checks()
+    registry = load_builtin_checks(names)
     extra: Dict[str, Any] = {}
     if root:
         if not os.path.isdir(root):
@@ -844,7 +868,7 @@ def _drain_budget_warnings(settings: Mapping[str, Any], where) -> List[str]:
     service (and Slurm may drain it as "Prolog error" instead). A warning, not an error: an error
     makes every hook fail open (no checks at all), and the prolog/epilog limit is slurm.conf's
     PrologEpilogTimeout, which a site may have raised."""
-    from ..slurm.drainer import slurm_budget
+    from ..slurm.budget import slurm_budget  # not drainer: the happy path loads no Slurm client
 
     budget = slurm_budget(settings)
     out = []
@@ -968,7 +992,7 @@ def _validate_drain_reasons(drain: Mapping[str, Any], where) -> None:
     """A prefix the reason cleaner would change, or a length that cuts into it, makes our own drains
     unrecognisable (never resumed, not counted by the breaker): refuse them here, not at drain time."""
     from ..result import Action, Result, Status
-    from ..slurm import policy
+    from ..slurm import reasons as policy  # policy.py re-exports these; reasons.py alone is lighter
 
     prefix = drain["reason_prefix"]
     label = "%s: [drain] reason_prefix" % where("drain", "reason_prefix")

@@ -21,6 +21,8 @@ import re
 import sys
 from typing import Any, Mapping
 
+from .lazyre import lazy_compile
+
 LOGGER_NAME = "slurm_hooks.decisions"
 SYSLOG_SOCKET = "/dev/log"  # where syslog(3) sends; without it (containers) syslog is skipped
 
@@ -95,7 +97,7 @@ MAX_VALUE = 1024  # characters of one value in a decision line
 # C0/C1 controls, the backslash itself, Unicode format characters that change how text reads (soft
 # hyphen, Arabic letter mark, bidi marks/embeddings/overrides/isolates, zero-width and invisible
 # operators, BOM, interlinear annotations, tag characters) and lone surrogates
-_UNSAFE = re.compile(
+_UNSAFE = lazy_compile(
     "[\\\\\x00-\x1f\x7f-\x9f\u00ad\u061c\u180e\u200b-\u200f\u2028-\u202e\u2060-\u206f"
     "\ufeff\ufff9-\ufffb\ud800-\udfff\U000e0000-\U000e007f]"
 )

@@ -18,10 +18,11 @@ import os
 import re
 from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 
+from .lazyre import lazy_compile
 from .structs import Struct
 
 MAX_LOG_BYTES = 256 << 20  # one (uncompressed) log file read at most: a log is weeks of decisions
-_FIELD = re.compile(r'(?:^|\s)([a-z_]+)=("[^"]*"|\S*)')
+_FIELD = lazy_compile(r'(?:^|\s)([a-z_]+)=("[^"]*"|\S*)')
 _LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 from collections import Counter
 from typing import Any, Dict, List, Optional, TextIO
@@ -67,6 +66,8 @@ def node_name(root: str = "/") -> Optional[str]:
 
 
 def write_json(report: RunReport, stream: TextIO, root: str = "/") -> None:
+    import json  # only for --json: the table needs none of it
+
     json.dump(report_to_dict(report, root), stream, indent=2, sort_keys=False)
     stream.write("\n")
 
@@ -137,6 +138,8 @@ def _other_findings(run, head) -> List[str]:
 
 
 def _detail_lines(run) -> List[str]:
+    import json  # --verbose only
+
     lines = []
     for result in run.results:
         lines.append(

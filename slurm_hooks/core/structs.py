@@ -163,3 +163,63 @@ def replace(obj: Struct, **changes: Any) -> Any:
     values = {name: getattr(obj, name) for name in obj._fields}
     values.update(changes)
     return type(obj)(**values)
+
+
+class TupleRecord(tuple):
+    """A tuple with named fields, declared like typing.NamedTuple, for values that must stay tuples
+    (compared with and unpacked as plain tuples, e.g. FsUsage and the /proc parsers' rows).
+
+        class LoadAvg(TupleRecord):
+            one: float
+            running: int
+
+    Why not typing.NamedTuple: with `from __future__ import annotations` it turns every field's
+    annotation into a ForwardRef and compiles it, and collections.namedtuple eval()s a __new__;
+    host.py's one NamedTuple cost ~2 ms of every prolog's start-up. Here the annotations are only
+    read for their names. No defaults (none is used).
+    """
+
+    __slots__ = ()
+    _fields: Tuple[str, ...] = ()
+
+    def __init_subclass__(cls, **kwargs: Any):
+        super().__init_subclass__(**kwargs)
+        cls._fields = tuple(cls.__dict__.get("__annotations__", {}))
+        for index, name in enumerate(cls._fields):
+            setattr(cls, name, property(_item_getter(index), doc="field %d" % index))
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> Any:
+        fields = cls._fields
+        if kwargs:
+            if len(args) > len(fields):
+                raise TypeError("%s takes %d arguments" % (cls.__name__, len(fields)))
+            values = dict(zip(fields, args))
+            for name, value in kwargs.items():
+                if name not in fields or name in values:
+                    raise TypeError("%s: unexpected or repeated argument %r" % (cls.__name__, name))
+                values[name] = value
+            args = tuple(values.get(name, _MISSING) for name in fields)
+        if len(args) != len(fields) or _MISSING in args:
+            raise TypeError(
+                "%s takes %d arguments (%s)" % (cls.__name__, len(fields), ", ".join(fields))
+            )
+        return tuple.__new__(cls, args)
+
+    def __getnewargs__(self) -> Tuple[Any, ...]:
+        return tuple(self)
+
+    def __repr__(self) -> str:
+        return "%s(%s)" % (
+            type(self).__name__,
+            ", ".join("%s=%r" % pair for pair in zip(self._fields, self)),
+        )
+
+    def _asdict(self) -> Dict[str, Any]:
+        return dict(zip(self._fields, self))
+
+    def _replace(self, **changes: Any) -> Any:
+        return type(self)(**dict(self._asdict(), **changes))
+
+
+def _item_getter(index: int) -> Callable[[Any], Any]:
+    return lambda self: tuple.__getitem__(self, index)

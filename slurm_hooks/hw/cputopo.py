@@ -19,15 +19,15 @@ lists -> /proc/cpuinfo's physical id/core id, else the topology ids, else one co
 
 from __future__ import annotations
 
-import re
 from typing import Dict, FrozenSet, Iterable, List, Optional, Tuple
 
+from ..core.lazyre import lazy_compile
 from ..core.structs import Struct
 from .host import Host, HostError, ParseError, parse_cpulist, parse_cpumask
 from .procfs import parse_cpuinfo_processors, parse_cpuinfo_topology
 
 CPU_DIR = "/sys/devices/system/cpu"
-_CPU_ENTRY = re.compile(r"^cpu[0-9]+$")
+_CPU_ENTRY = lazy_compile(r"^cpu[0-9]+$")
 THREAD_LISTS = (
     "core_cpus_list",
     "thread_siblings_list",

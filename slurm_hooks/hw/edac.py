@@ -16,17 +16,17 @@ integer; a file that is not one raises ParseError naming it.
 
 from __future__ import annotations
 
-import re
 from typing import List, Optional, Tuple
 
+from ..core.lazyre import lazy_compile
 from ..core.structs import Struct
 from .host import Host
 
 EDAC_MC = "/sys/devices/system/edac/mc"
-_MC = re.compile(r"^mc[0-9]+$")
-_DIMM = re.compile(r"^(dimm|rank)[0-9]+$")
-_CSROW = re.compile(r"^csrow[0-9]+$")
-_CHANNEL_CE = re.compile(r"^ch([0-9]+)_ce_count$")
+_MC = lazy_compile(r"^mc[0-9]+$")
+_DIMM = lazy_compile(r"^(dimm|rank)[0-9]+$")
+_CSROW = lazy_compile(r"^csrow[0-9]+$")
+_CHANNEL_CE = lazy_compile(r"^ch([0-9]+)_ce_count$")
 
 
 class Dimm(Struct):

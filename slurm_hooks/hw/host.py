@@ -18,8 +18,9 @@ import fnmatch
 import os
 import posixpath
 import stat
-from typing import Any, Dict, List, NamedTuple, Optional, Set, Tuple
+from typing import Any, Dict, List, Optional, Set, Tuple
 
+from ..core.structs import TupleRecord
 from .fileio import CHUNK as _CHUNK
 from .fileio import file_kind, statvfs_entry
 from .fileio import read_fd as _read_fd
@@ -61,7 +62,7 @@ class ParseError(HostError):
         self.expected = expected
 
 
-class FsUsage(NamedTuple):
+class FsUsage(TupleRecord):
     """The statvfs(2) fields the checks use (os.statvfs_result has the same names)."""
 
     f_blocks: int

@@ -20,11 +20,12 @@ import re
 import struct
 from typing import Dict, Iterable, List, Optional, Tuple
 
+from ..core.lazyre import lazy_compile
 from ..core.structs import Struct, field
 from .host import Host, HostError, ParseError, parse_cpulist
 
 PCI_DEVICES = "/sys/bus/pci/devices"
-_BDF = re.compile(r"^[0-9a-f]{4,8}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
+_BDF = lazy_compile(r"^[0-9a-f]{4,8}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
 
 # PCI Express capability: device/port type in bits 7:4 of the capabilities register.
 CAP_ID_EXP = 0x10

@@ -5,8 +5,9 @@ Each raises host.ParseError naming the source path when the text is not what the
 
 from __future__ import annotations
 
-from typing import Dict, List, NamedTuple, Tuple
+from typing import Dict, List, Tuple
 
+from ..core.structs import TupleRecord
 from .host import ParseError
 
 
@@ -31,7 +32,7 @@ def parse_meminfo(text: str, source: str = "/proc/meminfo") -> Dict[str, int]:
     return values
 
 
-class LoadAvg(NamedTuple):
+class LoadAvg(TupleRecord):  # not typing.NamedTuple: start-up cost (core/structs.py)
     one: float
     five: float
     fifteen: float
@@ -49,7 +50,7 @@ def parse_loadavg(text: str, source: str = "/proc/loadavg") -> LoadAvg:
         raise ParseError(source, text, "'<1m> <5m> <15m> <running>/<total> <lastpid>'") from None
 
 
-class Mount(NamedTuple):
+class Mount(TupleRecord):
     device: str
     mountpoint: str
     fstype: str
@@ -87,7 +88,7 @@ def _unescape(field: str) -> str:
     return "".join(out)
 
 
-class SwapArea(NamedTuple):
+class SwapArea(TupleRecord):
     name: str
     size_kb: int
     used_kb: int

@@ -19,8 +19,9 @@ not text, and changing them would change the verdicts.
 from __future__ import annotations
 
 import posixpath
-import re
 from typing import Any, Dict, Iterable, Optional, Tuple
+
+from ..core.lazyre import lazy_compile
 
 NEVER = (
     "environ",
@@ -39,13 +40,13 @@ REDACTED = b"<redacted>"
 # Linear time: the lookbehind lets a key start only where a token starts, and a key is at most 128
 # characters (a pattern that let any position start a key and searched it for a secret word took
 # 20 s on 10 KB without separators)
-_ASSIGNMENT = re.compile(rb"(?<![A-Za-z0-9_.\-])([A-Za-z0-9_.\-]{1,128})[\"']?[ \t]*[=:][ \t]*")
+_ASSIGNMENT = lazy_compile(rb"(?<![A-Za-z0-9_.\-])([A-Za-z0-9_.\-]{1,128})[\"']?[ \t]*[=:][ \t]*")
 # a quoted value (backslash escapes inside: JSON's "a\"b c"), else everything up to the next
 # whitespace: a quote inside an unquoted value is part of the secret (StoragePass=ab"cd kept "cd)
-_VALUE = re.compile(rb"\"(?:[^\"\\\n]|\\.)*\"|'(?:[^'\\\n]|\\.)*'|\S+")
+_VALUE = lazy_compile(rb"\"(?:[^\"\\\n]|\\.)*\"|'(?:[^'\\\n]|\\.)*'|\S+")
 # the password of a URL's user information (RFC 3986 "scheme://user:password@host"), whatever its key:
 # JobCompLoc=http://slurm:s3cr3t@elastic:9200 names no secret in its key
-_URL_PASSWORD = re.compile(
+_URL_PASSWORD = lazy_compile(
     rb"([A-Za-z][A-Za-z0-9+.\-]{0,31}://[^\s/:@\"']{0,64}:)[^\s/@\"']{1,128}(?=@)"
 )
 _SECRET_SUFFIXES = (

@@ -11,11 +11,15 @@ one that does not answer in time is TIMEOUT (UNKNOWN, never a drain).
 from __future__ import annotations
 
 import os
-import signal
-import subprocess
-from typing import List, Optional, Sequence
+from typing import TYPE_CHECKING, List, Optional, Sequence
 
 from ..core.structs import Struct
+
+if TYPE_CHECKING:
+    import subprocess
+
+# subprocess (with signal, selectors and locale: ~3 ms) is imported by run_tool, not here: the
+# prolog and epilog load this module with the checks that may run a tool, and never run one.
 
 SEARCH_PATH = ("/usr/sbin", "/usr/bin", "/sbin", "/bin", "/usr/local/sbin", "/usr/local/bin")
 MAX_OUTPUT = 4 << 20
@@ -52,6 +56,8 @@ def run_tool(command: str, args: Sequence[str], timeout: float) -> ToolRun:
             argv,
             error="%s: not installed (looked in %s)" % (command, ":".join(SEARCH_PATH)),
         )
+    import subprocess
+
     env = {"PATH": ":".join(SEARCH_PATH), "LC_ALL": "C", "LANG": "C"}
     try:
         proc = subprocess.Popen(
@@ -81,6 +87,9 @@ def run_tool(command: str, args: Sequence[str], timeout: float) -> ToolRun:
 
 
 def _kill_group(proc: "subprocess.Popen[bytes]") -> None:
+    import signal
+    import subprocess
+
     try:
         os.killpg(proc.pid, signal.SIGKILL)
     except OSError:

@@ -9,6 +9,7 @@ import json
 import re
 from typing import Any, Dict, List, Optional, Tuple
 
+from ..core.lazyre import lazy_compile
 from ..core.structs import Struct, field
 from . import ParseError
 
@@ -123,9 +124,9 @@ def _json_gpus(result: Dict[str, Any]) -> List[int]:
     return [int(i) for i in re.findall(r"\d+", ids)]
 
 
-_CATEGORY = re.compile(r"^[|+]-+\s+([A-Za-z][A-Za-z ]*?)\s+-+[+|]")
-_GPU_3X = re.compile(r"^(Pass|Fail|Warn|Skip)\s*-\s*GPU:\s*(\d+)$", re.I)
-_GPU_4X = re.compile(r"^GPU\s*(\d+):\s*(Pass|Fail|Warn|Skip|Not Run)$", re.I)
+_CATEGORY = lazy_compile(r"^[|+]-+\s+([A-Za-z][A-Za-z ]*?)\s+-+[+|]")
+_GPU_3X = lazy_compile(r"^(Pass|Fail|Warn|Skip)\s*-\s*GPU:\s*(\d+)$", re.I)
+_GPU_4X = lazy_compile(r"^GPU\s*(\d+):\s*(Pass|Fail|Warn|Skip|Not Run)$", re.I)
 _NOTE_ROWS = ("warning", "info", "error")
 
 

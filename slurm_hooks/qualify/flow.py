@@ -15,11 +15,12 @@ import re
 import time
 from typing import Any, Dict, List, Mapping, Optional, Set, Tuple
 
+from ..core.lazyre import lazy_compile
 from ..hw.host import Host
 from ..result import ExitCode, Status
 from . import judge, levels, record, tools
 
-RATE = re.compile(r"^\s*([0-9]+(\.[0-9]+)?)\s*Gb/sec")
+RATE = lazy_compile(r"^\s*([0-9]+(\.[0-9]+)?)\s*Gb/sec")
 VERDICT_EXIT = {"pass": ExitCode.OK, "fail": ExitCode.FAIL, "not qualified": ExitCode.UNKNOWN}
 
 

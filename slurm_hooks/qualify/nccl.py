@@ -6,22 +6,22 @@ Samples: tests/captures/diag/nccl-*.
 
 from __future__ import annotations
 
-import re
 from typing import List, Optional
 
+from ..core.lazyre import lazy_compile
 from ..core.structs import Struct, field
 from . import ParseError
 
-_MPI_PREFIX = re.compile(r"^\[\d+,\d+\]<std(out|err)>:")
+_MPI_PREFIX = lazy_compile(r"^\[\d+,\d+\]<std(out|err)>:")
 _NUM = r"[0-9]+(?:\.[0-9]+)?(?:e[+-]?[0-9]+)?"
-_ROW = re.compile(
+_ROW = lazy_compile(
     r"^\s*(\d+)\s+(\d+)\s+(\w+)\s+(\w+)\s+(?:(-?\d+)\s+)?"
     r"(%s)\s+(%s)\s+(%s)\s+(\S+)\s+(%s)\s+(%s)\s+(%s)\s+(\S+)\s*$" % ((_NUM,) * 3 + (_NUM,) * 3)
 )
-_OOB = re.compile(r"^#\s*Out of bounds values\s*:\s*(\d+)\s+(OK|FAILED)")
-_AVG = re.compile(r"^#\s*Avg bus bandwidth\s*:\s*(%s)" % _NUM)
-_WARN = re.compile(r"NCCL WARN (.*)$")
-_RANK = re.compile(r"^#\s+Rank\s+(\d+).*? on\s+(\S+) device\s+(\d+) \[[^\]]*\] (.+?)\s*$")
+_OOB = lazy_compile(r"^#\s*Out of bounds values\s*:\s*(\d+)\s+(OK|FAILED)")
+_AVG = lazy_compile(r"^#\s*Avg bus bandwidth\s*:\s*(%s)" % _NUM)
+_WARN = lazy_compile(r"NCCL WARN (.*)$")
+_RANK = lazy_compile(r"^#\s+Rank\s+(\d+).*? on\s+(\S+) device\s+(\d+) \[[^\]]*\] (.+?)\s*$")
 
 
 class NcclRow(Struct):

@@ -6,21 +6,21 @@ mismatch). Samples: tests/captures/diag/nvbandwidth-* (v0.2 to v0.8).
 
 from __future__ import annotations
 
-import re
 import statistics
 from typing import Dict, List, Optional, Tuple
 
+from ..core.lazyre import lazy_compile
 from ..core.structs import Struct, field
 from . import ParseError
 
-_RUNNING = re.compile(r"^Running (\w+)\.$")
-_TITLE = re.compile(r"^(memcpy|memory latency) .*\((GB/s|ns)\)$")
-_HEADER = re.compile(r"^\s*\d+(\s+\d+)*\s*$")
-_ROW = re.compile(r"^\s*(\d+)((\s+(N/A|[0-9]+(\.[0-9]+)?))+)\s*$")
-_SUM = re.compile(r"^SUM (\w+) ([0-9]+(\.[0-9]+)?)$")
-_DEVICE = re.compile(r"^Device (\d+): (.+?)(\s+\([0-9a-fA-F:.]+\))?$")
-_VERSION = re.compile(r"^nvbandwidth Version: (\S+)")
-_ERROR = re.compile(
+_RUNNING = lazy_compile(r"^Running (\w+)\.$")
+_TITLE = lazy_compile(r"^(memcpy|memory latency) .*\((GB/s|ns)\)$")
+_HEADER = lazy_compile(r"^\s*\d+(\s+\d+)*\s*$")
+_ROW = lazy_compile(r"^\s*(\d+)((\s+(N/A|[0-9]+(\.[0-9]+)?))+)\s*$")
+_SUM = lazy_compile(r"^SUM (\w+) ([0-9]+(\.[0-9]+)?)$")
+_DEVICE = lazy_compile(r"^Device (\d+): (.+?)(\s+\([0-9a-fA-F:.]+\))?$")
+_VERSION = lazy_compile(r"^nvbandwidth Version: (\S+)")
+_ERROR = lazy_compile(
     r"ASSERT|Invalid value|CUDA error|CUDA_ERROR|[Ee]rror:|terminate called|Segmentation"
 )
 

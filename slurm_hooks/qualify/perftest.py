@@ -5,17 +5,17 @@ BW average[MB/sec] MsgRate[Mpps]" (Gb/sec with --report_gbits), the device, link
 
 from __future__ import annotations
 
-import re
 from typing import List, Optional
 
+from ..core.lazyre import lazy_compile
 from ..core.structs import Struct, field
 from . import ParseError
 
-_HEADER = re.compile(r"#bytes\s+#iterations\s+BW peak\[(MB|Gb)/sec\]\s+BW average\[(MB|Gb)/sec\]")
-_ROW = re.compile(r"^\s*(\d+)\s+(\d+)\s+([0-9.]+)\s+([0-9.]+)\s+([0-9.]+)\s*$")
-_DEVICE = re.compile(r"Device\s+:\s+(\S+)")
-_LINK = re.compile(r"Link type\s+:\s+(\S+)")
-_CUDA = re.compile(r"device name = \[(.+)\]")
+_HEADER = lazy_compile(r"#bytes\s+#iterations\s+BW peak\[(MB|Gb)/sec\]\s+BW average\[(MB|Gb)/sec\]")
+_ROW = lazy_compile(r"^\s*(\d+)\s+(\d+)\s+([0-9.]+)\s+([0-9.]+)\s+([0-9.]+)\s*$")
+_DEVICE = lazy_compile(r"Device\s+:\s+(\S+)")
+_LINK = lazy_compile(r"Link type\s+:\s+(\S+)")
+_CUDA = lazy_compile(r"device name = \[(.+)\]")
 # perftest's MB is 10^6 bytes: 24056 MB/s on an HDR (200 Gb/s) port is 192 Gb/s, under the line rate
 MB_TO_GBIT = 8.0 / 1000.0
 

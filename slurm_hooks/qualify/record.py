@@ -11,17 +11,17 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import stat
 import statistics
 import time
 from typing import Any, Dict, List, Optional, Set, Tuple
 
 from ..core import atomicio
+from ..core.lazyre import lazy_compile
 from ..records.store import RECORD_DIR_MODE, RECORD_MODE, safe_name
 
 SUFFIX = ".qualify"
-NAME = re.compile(r"^\d{8}T\d{6}Z(-\d+)?\.qualify$")
+NAME = lazy_compile(r"^\d{8}T\d{6}Z(-\d+)?\.qualify$")
 
 
 def _order(name: str) -> Tuple[str, int]:

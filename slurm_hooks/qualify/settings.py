@@ -5,8 +5,9 @@ a typo in a class table or a port must stop the load with the key named, not sil
 from __future__ import annotations
 
 import math
-import re
 from typing import Any, Optional
+
+from ..core.lazyre import lazy_compile
 
 # [qualify.classes."<model> x<count>"] keys: floors a node of that class must reach
 CLASS_KEYS = {
@@ -16,8 +17,8 @@ CLASS_KEYS = {
     "min_d2d_gbs": "nvbandwidth device_to_device_memcpy_read_ce of every GPU pair, GB/s",
     "min_ib_fraction": "ib_write_bw as a fraction of the port's link rate (0 < f <= 1; default 0.8)",
 }
-_CLASS_NAME = re.compile(r"^.{1,200} x[0-9]{1,3}$")
-_PORT = re.compile(r"^[A-Za-z0-9_.-]{1,64}:\d{1,3}(=gpu\d{1,3})?$")
+_CLASS_NAME = lazy_compile(r"^.{1,200} x[0-9]{1,3}$")
+_PORT = lazy_compile(r"^[A-Za-z0-9_.-]{1,64}:\d{1,3}(=gpu\d{1,3})?$")
 
 
 def check_classes(value: Any) -> Optional[str]:

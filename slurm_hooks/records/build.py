@@ -69,6 +69,9 @@ def build_record(
         cpu_window((before or {}).get("cpu"), (after or {}).get("cpu")) if comparable else None
     )
     record.update(_kernel_events(before, after, comparable, record["gpus"]))
+    record["clock_max_error_s"] = (after or {}).get(
+        "clock_max_error_s"
+    )  # counters.wall_clock_error
     record["checks"] = _checks(report)
     record["decision"] = _decision(decision, enacted)
     record["timings"] = {
@@ -143,6 +146,9 @@ def _ib_entries(before, after, comparable: bool) -> List[Dict[str, Any]]:
             untrusted = ib_counter_trust.judge(start_traffic[port], end_traffic[port])
             if untrusted:  # saturated or cleared: perf reports the figure as unmeasurable
                 entry["traffic_untrusted"] = untrusted
+                bounds = ib_counter_trust.lower_bounds(start_traffic[port], end_traffic[port])
+                if bounds:  # what it surely counted: perf's lower bound on the stall rate
+                    entry["traffic_lower_bound"] = bounds
         out.append(entry)
     return out
 
@@ -166,6 +172,7 @@ def _kernel_events(before, after, comparable: bool, gpus: List[Dict[str, Any]]) 
     scope = "job" if since is not None else "boot"
     xids, sxids = scan_all(lines, since_seq=since)
     by_bus = {g["bus_id"]: g["index"] for g in gpus if g.get("bus_id")}
+    dated = _kernel_time(after)
     xid_rows = []
     for event, cls in zip(xids[:MAX_EVENTS], classify_all(xids[:MAX_EVENTS])):
         xid_rows.append(
@@ -174,6 +181,7 @@ def _kernel_events(before, after, comparable: bool, gpus: List[Dict[str, Any]]) 
                 "pci": event.pci,
                 "job_gpu": by_bus.get(event.pci),
                 "seq": event.seq,
+                "time": dated(event.usec),
                 "pid": event.pid,
                 "text": event.text[:200],
                 "status": cls.status,
@@ -204,6 +212,28 @@ def _kernel_events(before, after, comparable: bool, gpus: List[Dict[str, Any]]) 
         "xids": xid_rows,
         "sxids": sxid_rows,
     }
+
+
+# printk's clock and CLOCK_MONOTONIC_RAW start at slightly different moments of the boot: a record
+# stamped up to this much after the clock was read is still this boot's (dated a little late)
+KERNEL_CLOCK_SLACK_S = 60.0
+
+
+def _kernel_time(after: Dict[str, Any]):
+    """A function: a kernel log record's `usec` -> its wall-clock time (Unix seconds, ms), from the
+    epilog snapshot's wall time and kernel-log clock read together (counters.kernel_log_clock);
+    None without them (a snapshot of an older version) or for a record without a time. Good to
+    the node's NTP offset plus the drift between the two clocks since the Xid (docs/records.md,
+    "One job's Xids, lined up")."""
+    wall, kernel = after.get("time"), after.get("kernel_clock_s")
+    known = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (wall, kernel))
+
+    def dated(usec: Optional[int]) -> Optional[float]:
+        if not known or usec is None or usec < 0 or usec / 1e6 > kernel + KERNEL_CLOCK_SLACK_S:
+            return None  # well after the clock was read: not this boot's record, or a bad clock
+        return round(wall - (kernel - usec / 1e6), 3)
+
+    return dated
 
 
 _QUIET = (Status.OK, Status.SKIP)  # a record lists these by check name only
@@ -291,6 +321,10 @@ def summarize(record: Dict[str, Any], leftover_memory_bytes: int) -> Dict[str, A
     scoped = record.get("events_scope") == "job"
     summary["xids"] = (record.get("xid_count") or 0) if scoped else 0
     summary["sxids"] = (record.get("sxid_count") or 0) if scoped else 0
+    if summary["xids"]:  # in the header: report --xids lines up a job's nodes by it
+        summary["xid_times"] = xid_times(record.get("xids") or [], summary["xids"])
+        if record.get("clock_max_error_s") is not None:  # how far those times may be off
+            summary["xid_clock_error_s"] = record["clock_max_error_s"]
     summary["leftover_processes"] = sum(len(g.get("processes") or []) for g in gpus)
     summary["leftover_memory_bytes"] = sum(g.get("memory_used_bytes") or 0 for g in gpus)
     summary["pending_repair"] = any(v for g in gpus for v in (g.get("flags") or {}).values())
@@ -305,6 +339,31 @@ def summarize(record: Dict[str, Any], leftover_memory_bytes: int) -> Dict[str, A
     if untrusted:  # in the header: report --stragglers names what it could not score, and why
         summary["perf_untrusted"] = untrusted
     return summary
+
+
+MAX_XID_CODES = 16  # distinct Xid codes a summary dates (a record lists up to MAX_EVENTS events)
+
+
+def xid_times(rows: List[Dict[str, Any]], count: int) -> List[List[Any]]:
+    """[[xid, first time or None, events, blame of the first], ...] by first time: the job's Xids
+    per code in the summary (the header the reports read alone). Events beyond the record's list
+    (count > the rows) appear as one [null, null, n, null] entry: nothing is known of them."""
+    codes: Dict[int, List[Any]] = {}
+    for row in rows:
+        xid, when = row.get("xid"), row.get("time")
+        entry = codes.get(xid)
+        if entry is None:
+            codes[xid] = [xid, when, 1, row.get("blame")]
+            continue
+        entry[2] += 1
+        if when is not None and (entry[1] is None or when < entry[1]):
+            entry[1], entry[3] = when, row.get("blame")
+    ordered = sorted(codes.values(), key=lambda e: (e[1] is None, e[1] or 0.0, e[0]))
+    out = ordered[:MAX_XID_CODES]
+    unlisted = count - sum(e[2] for e in out)
+    if unlisted > 0:
+        out.append([None, None, unlisted, None])
+    return out
 
 
 def _abnormal(

@@ -41,10 +41,10 @@ epilog's deltas are a key-by-key difference (`deltas`). NVML calls may hang; sto
 
 from __future__ import annotations
 
-import re
 import time
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
+from ..core.lazyre import lazy_compile
 from ..hw import nvml
 from ..hw.cpustat import read_cpu_times
 from ..hw.host import Host, HostError
@@ -86,7 +86,7 @@ IB_PERF_COUNTERS = ("port_xmit_wait", "port_xmit_data", "port_rcv_data")
 GPU_BUDGET_S = (
     2.0  # seconds before a GPU that does not answer is given up (store.py passes its own)
 )
-_COUNTER_NAME = re.compile(r"^[A-Za-z0-9_]{1,64}$")
+_COUNTER_NAME = lazy_compile(r"^[A-Za-z0-9_]{1,64}$")
 _TEXT_CALLS = (
     ("uuid", "nvmlDeviceGetUUID"),
     ("serial", "nvmlDeviceGetSerial"),
@@ -114,6 +114,11 @@ def take(
     """
     started = time.monotonic()
     snap: Dict[str, Any] = {"schema": SNAPSHOT_SCHEMA, "time": round(clock(), 3), "notes": []}
+    snap["kernel_clock_s"] = round(kernel_log_clock(), 6)  # with "time": dates the Xids (build.py)
+    if (
+        processes
+    ):  # the epilog's snapshot, the one that dates the job's Xids (ctypes: not in prologs)
+        snap["clock_max_error_s"] = wall_clock_error()
     snap["boot_id"], snap["kmsg_seq"] = kernel_log_position(host, snap["notes"], kernel_log)
     snap["ib"], snap["ib_perf"] = _split_ib(
         read_ib_counters(host, _with_perf(ib_counters), snap["notes"]), ib_counters
@@ -143,6 +148,64 @@ def kernel_log_position(
             notes.append("kernel log unreadable: %s" % exc)
             return boot_id, None
     return boot_id, seen.last_seq
+
+
+def kernel_log_clock() -> float:
+    """Seconds on the clock the kernel log stamps its records with (printk's local_clock, the
+    `usec` of a /dev/kmsg record), read beside the wall clock so the epilog can date each Xid:
+    wall time of an Xid = snapshot time - (this - the record's usec / 1e6). CLOCK_MONOTONIC_RAW
+    runs at the same uncorrected hardware rate as printk's clock (x86 TSC, arm64 arch timer);
+    CLOCK_MONOTONIC is slewed by NTP, which over weeks of uptime adds seconds. Neither counts
+    suspended time, nor does the kernel log. Where RAW is missing, the monotonic clock."""
+    raw = getattr(time, "CLOCK_MONOTONIC_RAW", None)
+    if raw is not None:
+        try:
+            return time.clock_gettime(raw)
+        except OSError:
+            pass
+    return time.monotonic()
+
+
+STA_UNSYNC = 0x0040  # <linux/timex.h>: the kernel's clock is not synchronised (no NTP/PTP daemon)
+TIME_ERROR = 5  # adjtimex's answer for an unsynchronised clock
+UNSYNCED_ERROR_S = 16.0  # NTP_PHASE_LIMIT: the maxerror an unsynchronised kernel clock reports
+
+
+def wall_clock_error() -> Optional[float]:
+    """The kernel's bound on this node's wall-clock error, in seconds: adjtimex(2) read-only
+    (modes 0; `chronyc tracking`, `adjtimex --print`), its maxerror as the NTP/PTP daemon keeps it;
+    16 s when the clock is not synchronised; None where it cannot be asked (not Linux, or an
+    interpreter built without ctypes: the snapshot goes on without the bound). report --xids does
+    not order a node's Xids by a clock whose error exceeds its tolerance."""
+    try:
+        import ctypes
+    except ImportError:
+        return None
+
+    class Timex(ctypes.Structure):  # struct timex up to `status`; the rest is room for the kernel
+        _fields_ = [
+            ("modes", ctypes.c_uint),
+            ("offset", ctypes.c_long),
+            ("freq", ctypes.c_long),
+            ("maxerror", ctypes.c_long),
+            ("esterror", ctypes.c_long),
+            ("status", ctypes.c_int),
+            ("rest", ctypes.c_char * 256),
+        ]
+
+    try:
+        adjtimex = ctypes.CDLL(None, use_errno=True).adjtimex
+    except (OSError, AttributeError):
+        return None
+    timex = Timex()
+    state = adjtimex(ctypes.byref(timex))
+    if state < 0:
+        return None
+    if state == TIME_ERROR or timex.status & STA_UNSYNC:
+        return UNSYNCED_ERROR_S
+    if not 0 <= timex.maxerror <= UNSYNCED_ERROR_S * 1e6:  # the kernel caps it there: another
+        return UNSYNCED_ERROR_S  # field read as maxerror (a struct layout we did not expect)
+    return round(timex.maxerror / 1e6, 6)
 
 
 def read_kernel_log(host: Host) -> KmsgView:

@@ -28,19 +28,19 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 import time
 from typing import Callable, Iterable, List, Optional
 
 from ..core import atomicio, locks, logs
+from ..core.lazyre import lazy_compile
 
 FILE_MODE, DIR_MODE = 0o644, 0o755
 LOCK_TIMEOUT_S = 2.0
 STALE_TEMP_S = 3600
 RECENT_S = 120.0
 CGROUP_ROOT = "/sys/fs/cgroup"
-_GPU_FILE = re.compile(r"^[0-9]{1,4}(\.[0-9]{1,4})?$")  # "3", or a MIG instance "3.1"
-_TEMP = re.compile(
+_GPU_FILE = lazy_compile(r"^[0-9]{1,4}(\.[0-9]{1,4})?$")  # "3", or a MIG instance "3.1"
+_TEMP = lazy_compile(
     r"^\.[0-9]{1,4}(\.[0-9]{1,4})?\.[0-9]+\.[0-9]+\.tmp$"
 )  # atomicio's temp files of them
 

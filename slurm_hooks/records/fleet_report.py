@@ -17,10 +17,10 @@ from __future__ import annotations
 import heapq
 import json
 import os
-import re
 import time
 from typing import Any, Dict, Iterable, Iterator, List, Optional, Tuple
 
+from ..core.lazyre import lazy_compile
 from ..core.structs import Struct, field
 from .build import ERROR_FIELDS, RECORD_SCHEMA, rank_key
 from .header_check import header_problem
@@ -29,7 +29,7 @@ from .signing import UNSIGNED, VERIFIED, Verifier
 
 SUM_FIELDS = ERROR_FIELDS + ("xids", "sxids", "throttle_s", "leftover_processes", "energy_j")
 WORST_JOBS = 3  # per node, the jobs to look at first
-_RELATIVE = re.compile(r"^(\d+(?:\.\d+)?)([smhdw])$")
+_RELATIVE = lazy_compile(r"^(\d+(?:\.\d+)?)([smhdw])$")
 _UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 
 
@@ -46,6 +46,9 @@ class NodeTotals(Struct, frozen=False):
     last_end: float = 0.0
     sums: Dict[str, float] = field(default_factory=lambda: dict.fromkeys(SUM_FIELDS, 0))
     reasons: Dict[str, int] = field(default_factory=dict)  # abnormal reason -> jobs
+    sympathetic_xids: int = (
+        0  # Xids of jobs another node's fault explains: not in sums (xid_lineup)
+    )
     worst: List[Tuple[Tuple[float, ...], str]] = field(
         default_factory=list
     )  # min-heap of (rank, job id)
@@ -85,6 +88,7 @@ class NodeTotals(Struct, frozen=False):
             "totals": sums,
             "reasons": dict(sorted(self.reasons.items())),
             "worst_jobs": [job for _, job in sorted(self.worst, reverse=True)],
+            "sympathetic_xids": self.sympathetic_xids,
         }
 
 
@@ -100,6 +104,7 @@ class Fleet(Struct, frozen=False):
     unverified_count: int = 0
     not_verified: str = "no records key given"  # "" when a key verified every record counted
     seconds: float = 0.0
+    lineups: List[Any] = field(default_factory=list)  # xid_lineup.JobLineup, jobs with Xids
 
     def ranked(self) -> List[NodeTotals]:
         return sorted(self.nodes.values(), key=lambda n: (_descending(n.rank()), n.node))
@@ -231,13 +236,17 @@ def aggregate(
     since: Optional[float] = None,
     max_listed_errors: int = 10,
     verifier: Optional[Verifier] = None,
+    xid_tolerance: float = 2.0,
 ) -> Fleet:
     """Per-node totals. verifier: the records key (signing.py); with one, records that do not verify
-    are left out and named; without, every record counts and the fleet says it is unverified."""
+    are left out and named; without, every record counts and the fleet says it is unverified.
+    Records with Xids are counted last, once their jobs are lined up (xid_lineup.py): a victim's
+    Xids that another node's earlier fault explains are not counted against it."""
     fleet = Fleet()
     verifier = verifier or Verifier(None, "no records key given")
     fleet.not_verified = verifier.why_not
     started = time.monotonic()
+    with_xids: List[Tuple[str, str, float, Dict[str, Any]]] = []
     for path in record_files(paths, since, fleet):
         try:
             record, line = checked_header(path)
@@ -257,13 +266,39 @@ def aggregate(
             fleet.skipped_old += 1
             continue
         node = str(record.get("node") or os.path.basename(os.path.dirname(path)))
-        totals = fleet.nodes.get(node)
-        if totals is None:
-            totals = fleet.nodes[node] = NodeTotals(node)
-        totals.add(job_label(record.get("job")), end, record["summary"])
         fleet.records += 1
+        if record["summary"].get("xids"):
+            with_xids.append((job_label(record.get("job")), node, end, record["summary"]))
+            continue
+        _totals(fleet, node).add(job_label(record.get("job")), end, record["summary"])
+    _add_lined_up(fleet, with_xids, xid_tolerance, verifier.key is not None)
     fleet.seconds = time.monotonic() - started
     return fleet
+
+
+def _totals(fleet: Fleet, node: str) -> NodeTotals:
+    totals = fleet.nodes.get(node)
+    if totals is None:
+        totals = fleet.nodes[node] = NodeTotals(node)
+    return totals
+
+
+def _add_lined_up(
+    fleet: Fleet,
+    rows: List[Tuple[str, str, float, Dict[str, Any]]],
+    tolerance: float,
+    trusted: bool,
+) -> None:
+    """Count the records with Xids, less what their job's line-up excuses (xid_lineup.py)."""
+    from . import xid_lineup
+
+    fleet.lineups = xid_lineup.line_up_all(((j, n, s) for j, n, _e, s in rows), tolerance, trusted)
+    excused = {(j.job, node): count for j in fleet.lineups for node, count in j.excused.items()}
+    for job, node, end, summary in rows:
+        count = excused.pop((job, node), 0)  # once: a node's copy of the same record counts whole
+        totals = _totals(fleet, node)
+        totals.add(job, end, xid_lineup.excused_summary(summary, count))
+        totals.sympathetic_xids += count
 
 
 def job_view(
@@ -346,6 +381,12 @@ def render_fleet(fleet: Fleet, top: int = 20, everything: bool = False) -> str:
             % fleet.unverified_count
         )
         lines.extend("  unverified: %s" % text for text in fleet.unverified)
+    excused = [n for n in fleet.nodes.values() if n.sympathetic_xids]
+    if excused:
+        lines.append(
+            "  %d Xid(s) on %d node(s) not counted: another node's fault came first (--xids)"
+            % (sum(n.sympathetic_xids for n in excused), len(excused))
+        )
     if not ranked:
         lines.append("no node had anything abnormal")
         return "\n".join(lines) + "\n"

@@ -25,6 +25,15 @@ Now each traffic counter of each port is judged:
 
 and a figure built from such a counter (the worst port's xmit wait, the sum of the ports' bytes)
 is reported as unmeasurable with the reason, never computed from the ports that are left.
+
+What such a counter still proves (issue 30, round 3): it counted at least so many ticks inside the
+job. One that reached the maximum during the job counted max - start; one cleared during the job
+counted at least its epilog value after the clear, within the job's time. So the stall rate was at
+least that many ticks over the job's wall time: a LOWER BOUND (`lower_bounds`; perf makes
+`ib_xmit_wait_per_s.lower_bound` of it). A counter at the maximum at both snapshots proves
+nothing (it may have stopped before the job began). The report scores a bound only upwards, against
+each peer's least known rate (stall_bounds: its measured figure or its own bound), so a bound can make a
+node a suspect when even its least possible stall rate is far above its peers', never clear it.
 """
 
 from __future__ import annotations
@@ -66,6 +75,27 @@ def judge(before: Mapping[str, object], after: Mapping[str, object]) -> Dict[str
                 COUNTER_32BIT_MAX,
                 start,
             )
+    return out
+
+
+def lower_bounds(before: Mapping[str, object], after: Mapping[str, object]) -> Dict[str, int]:
+    """{counter: ticks it surely counted during the job} for one port's untrusted counters (judge):
+    max - start for one that reached the maximum during the job, the epilog value for one cleared
+    during it (counted since the clear, which was inside the job); none for a counter stuck at the
+    maximum at both snapshots, or for a bound of 0."""
+    out: Dict[str, int] = {}
+    for name, end in after.items():
+        start = before.get(name)
+        if type(start) is not int or type(end) is not int:
+            continue
+        if end < start:
+            bound = end  # cleared: at least what it counted after the clear
+        elif end == COUNTER_32BIT_MAX and start < end:
+            bound = end - start  # hit the maximum: at least what it counted up to it
+        else:
+            continue
+        if 0 < bound <= COUNTER_32BIT_MAX:
+            out[name] = bound
     return out
 
 

@@ -39,6 +39,7 @@ from typing import Any, Dict, Mapping, Optional, Sequence
 
 from ..core import atomicio, locks, logs
 from ..core.atomicio import read_json, write_json_atomic
+from ..core.lazyre import lazy_compile
 from ..result import ExitCode, Status
 from ..slurm.policy import NEW_DRAINS, Outcome
 
@@ -47,7 +48,7 @@ STATE_NAME = "metrics-state.json"
 LOCK_TIMEOUT_S = 2.0
 STALE_TEMP_S = 3600
 # ours (atomicio) and prometheus_client.write_to_textfile's "<path>.<pid>.<thread id>" of older releases
-_TEMP_NAMES = re.compile(
+_TEMP_NAMES = lazy_compile(
     r"^(\.%s\.[0-9]+\.[0-9]+\.tmp|%s\.[0-9]+\.[0-9]+)$"
     % (re.escape(TEXTFILE_NAME), re.escape(TEXTFILE_NAME))
 )

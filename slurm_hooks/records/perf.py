@@ -176,6 +176,8 @@ def _infiniband(
     ):
         if key in untrusted:
             missing[key] = untrusted[key]
+            if key == WAIT:
+                _wait_lower_bound(ports, wall, perf)
         elif values:
             perf[key] = make(values)
         else:
@@ -184,6 +186,27 @@ def _infiniband(
                 if ports
                 else "no InfiniBand port"
             )
+
+
+WAIT = "ib_xmit_wait_per_s"
+WAIT_LOWER_BOUND = WAIT + ".lower_bound"  # ib_counter_trust.lower_bounds; scored by straggler_scan
+
+
+def _wait_lower_bound(ports: List[Dict[str, Any]], wall: float, perf: Perf) -> None:
+    """The least the worst port's stall rate can have been when a port's port_xmit_wait cannot be
+    trusted: per port its measured delta or the ticks it surely counted (lower_bounds), the worst
+    over ports, over the job's wall time. Absent when no port proves anything."""
+    best = 0
+    for port in ports:
+        untrusted = (port.get("traffic_untrusted") or {}).get("port_xmit_wait")
+        if untrusted:
+            ticks = (port.get("traffic_lower_bound") or {}).get("port_xmit_wait")
+        else:
+            ticks = (port.get("traffic") or {}).get("port_xmit_wait")
+        if type(ticks) is int and ticks > best:
+            best = ticks
+    if best > 0 and wall > 0:
+        perf[WAIT_LOWER_BOUND] = best / wall
 
 
 def ib_traffic(before: Dict[str, int], after: Dict[str, int]) -> Dict[str, int]:

@@ -26,9 +26,10 @@ from __future__ import annotations
 import hashlib
 import hmac
 import os
-import re
 import stat
 from typing import Optional, Tuple
+
+from ..core.lazyre import lazy_compile
 
 MIN_KEY_BYTES = 32
 MAX_KEY_BYTES = 4096
@@ -38,7 +39,7 @@ DOMAIN = b"slurm-hooks.record-mac/1\n"
 _MAC_OPEN, _MAC_CLOSE, _HASH_OPEN = b',"mac":"', b'",\n', b',"body_sha256":"'
 _MAC_TAIL_LEN = len(_MAC_OPEN) + 64 + len(_MAC_CLOSE)
 _HASH_TAIL_LEN = len(_HASH_OPEN) + 64 + 1
-_HEX = re.compile(rb"^[0-9a-f]{64}$")
+_HEX = lazy_compile(rb"^[0-9a-f]{64}$")
 VERIFIED, UNSIGNED, BAD_MAC, BAD_BODY = "verified", "unsigned", "bad MAC", "body changed"
 
 

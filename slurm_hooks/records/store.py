@@ -32,7 +32,6 @@ from __future__ import annotations
 import errno
 import logging
 import os
-import re
 import stat
 import time
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
@@ -40,6 +39,7 @@ from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
 from ..core import atomicio, logs
 from ..core.atomicio import read_json, write_json_atomic
 from ..core.config import Config
+from ..core.lazyre import lazy_compile
 from ..core.runner import JobContext
 from ..registry import JOB_CONTEXTS
 
@@ -53,11 +53,11 @@ RECORD_MODE, RECORD_DIR_MODE = (
 )  # readable by the directory's group (setgid dir: admins)
 STALE_TEMP_S = 3600  # a temp file this old was left by a writer killed mid-write
 GPU_SHARE = 0.6  # of [records] snapshot_timeout: after it a GPU whose NVML calls hang is given up (the rest stand)
-_SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
-RECORD_NAME = re.compile(
+_SAFE_NAME = lazy_compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+RECORD_NAME = lazy_compile(
     r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}\.json$"
 )  # <job id>.json: what retention may remove
-OUR_TEMP = re.compile(r"^\..+\.tmp$")  # atomicio's temp files (".<name>.<pid>.<n>.tmp")
+OUR_TEMP = lazy_compile(r"^\..+\.tmp$")  # atomicio's temp files (".<name>.<pid>.<n>.tmp")
 
 
 def _log(log: Optional[logging.Logger]) -> logging.Logger:

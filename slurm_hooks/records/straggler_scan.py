@@ -30,7 +30,15 @@ import time
 from typing import Any, Deque, Dict, Iterable, Iterator, List, Optional, Set, Tuple
 
 from ..core.structs import Struct, field
-from . import blind_spots, rate_test, signing, slowness, stragglers, topology_groups
+from . import (
+    blind_spots,
+    rate_test,
+    signing,
+    slowness,
+    stall_bounds,
+    stragglers,
+    topology_groups,
+)
 from .build import RECORD_SCHEMA
 from .names import job_label
 
@@ -81,6 +89,9 @@ class StragglerScan(Struct, frozen=False):
     blind: blind_spots.BlindSpots = field(default_factory=blind_spots.BlindSpots)
     leaf_of: Optional[Dict[str, str]] = None  # node -> leaf switch ([fleet] topology_conf)
     rates: rate_test.FlagRates = field(default_factory=rate_test.FlagRates)
+    grouped: Optional[Tuple[Any, ...]] = (
+        None  # _grouped, (leaf_of, _grouped()) once the scan is done
+    )
 
     def skip(self, why: str, count: int = 1) -> None:
         self.skipped[why] = self.skipped.get(why, 0) + count
@@ -121,15 +132,14 @@ class StragglerScan(Struct, frozen=False):
         return topology_groups.group_rows(rows, self.windows, self.leaf_of)
 
     def rate_suspects(self) -> List[stragglers.Suspect]:
-        """Flagged far more often than the fleet over the whole window (rate_test), not already
-        a k-of-m suspect, not under a suspect switch on the figure: reported, never drained."""
-        kept, switches, under = self._grouped()
-        found = self.rates.suspects(self.k, kept + under)
-        blamed = {(n, w.metric) for w in switches for n in w.nodes}
-        found = [s for s in found if (s.node, s.metric) not in blamed]
-        leaves = topology_groups.suspect_leaves(switches, self.saturating()[1])
-        found = topology_groups.split_under(found, self.leaf_of, leaves)[0]
-        return sorted(found, key=lambda s: (-s.flagged / s.window, s.node, s.metric))
+        """The suspects (node suspects, drained like them) found by the rate test (rate_test): a
+        node flagged far more often than the fleet over the whole window, not a k-of-m suspect."""
+        return [s for s in self.suspects() if s.basis == "rate"]
+
+    def odd_not_slow(self) -> List[stragglers.Suspect]:
+        """Would-be suspects whose flags cost their jobs nothing (slowness.costly): reported, never
+        a suspect (a leaky GPU at its power cap while the node runs at full power)."""
+        return self._grouped()[3]
 
     def under_switch(self) -> List[stragglers.Suspect]:
         """Node suspects under a leaf already suspected on their figure: the switch's, not drained."""
@@ -138,14 +148,39 @@ class StragglerScan(Struct, frozen=False):
     def _grouped(
         self,
     ) -> Tuple[
-        List[stragglers.Suspect], List[topology_groups.SwitchSuspect], List[stragglers.Suspect]
+        List[stragglers.Suspect],
+        List[topology_groups.SwitchSuspect],
+        List[stragglers.Suspect],
+        List[stragglers.Suspect],
     ]:
+        """(node suspects by cost, switch suspects, suspects under a suspect switch, odd but not
+        slow). Computed once per pass: windows do not change after the scan."""
+        if self.grouped is not None and self.grouped[0] is self.leaf_of:
+            return self.grouped[1]
         found = [s for window in self.windows.values() for s in window.suspects(self.k)]
-        found.sort(key=lambda s: (-s.flagged, -s.worst_z, s.node, s.metric))
+        explained: Dict[str, List[str]] = {}  # figure -> nodes under a leaf suspected on it
+        leaves = [
+            (w.switch, w.metric)
+            for w in topology_groups.blame(found, self.windows, self.leaf_of)[1]
+        ]
+        leaves += [(row["switch"], row["metric"]) for row in self.saturating()[1]]
+        for name, metric in leaves:
+            explained.setdefault(metric, []).extend(
+                n for n, leaf in (self.leaf_of or {}).items() if leaf == name
+            )
+        found += self.rates.suspects(self.k, found, windows=self.windows, explained=explained)
+        costly = {id(s) for s in found if slowness.costly(s, self.rates.flags_of(s.node, s.metric))}
+        odd = [s for s in found if id(s) not in costly]
+        found = [s for s in found if id(s) in costly]
+        found.sort(key=_by_cost)
         kept, switches = topology_groups.blame(found, self.windows, self.leaf_of)
         leaves = topology_groups.suspect_leaves(switches, self.saturating()[1])
         kept, under = topology_groups.split_under(kept, self.leaf_of, leaves)
-        return kept, switches, under
+        self.grouped = (self.leaf_of, (kept, switches, under, odd))  # again if leaf_of is set
+        return kept, switches, under, odd
+
+
+_by_cost = stragglers.by_cost  # suspects ordered by what they cost their jobs (issue 30)
 
 
 # -- listing -------------------------------------------------------------------------------------
@@ -463,7 +498,8 @@ def parse(
     hw = hw if isinstance(hw, str) and len(hw) <= 512 else None
     row = stragglers.figures_row(perf)
     untrusted = blind_spots.untrusted_of(summary)
-    return ("ok", job_label(job), (row, float(start), float(end), user, boot, hw, untrusted))
+    bound = stall_bounds.bound_of(perf) if untrusted else None  # a saturated counter's least rate
+    return ("ok", job_label(job), (row, float(start), float(end), user, boot, hw, untrusted, bound))
 
 
 def _close(job: OpenJob, result: StragglerScan, fleet: Dict[str, Any]) -> None:
@@ -503,6 +539,17 @@ def _close(job: OpenJob, result: StragglerScan, fleet: Dict[str, Any]) -> None:
         slowness.keep_costly(
             names, [job.entries[n][0] for n in names], flags
         )  # oddity is not slowness
+        bounded: Set[str] = set()
+        tried: Set[str] = set()
+        if any(job.entries[n][7] is not None for n in names):
+            bounded, tried = stall_bounds.flag_bounds(
+                names,
+                [job.entries[n][0] for n in names],
+                [job.entries[n][7] for n in names],
+                flags,
+                fleet["min_job_nodes"],
+                fleet["z_threshold"],
+            )
         scored = True
         every = sum(1 << i for i in metrics)  # the figures scored in this job
         for node in names:
@@ -517,6 +564,13 @@ def _close(job: OpenJob, result: StragglerScan, fleet: Dict[str, Any]) -> None:
                         bits &= ~(1 << i)
             if None in row or job.entries[node][6]:  # what this node could not be judged on
                 result.blind.add(node, job.entries[node][6], every & ~bits, metrics)
+            # a scored bound is a scored job on the figure, flagged or not: in the k-of-m window
+            # as in the rate test. Counting only the flagged ones made a node whose counter is
+            # always cleared or saturated a suspect on any 3 flags of the report window (3 of
+            # 3: the jobs between them never counted), a node with a measured counter on 3 of
+            # its last 10 jobs (red team, round 3)
+            if node in tried:
+                bits |= stall_bounds.BIT
             mark = stragglers.JobMark(
                 job.job_id, ends[len(ends) // 2], len(names), user, tuple(flags[node]), start, bits
             )
@@ -538,6 +592,8 @@ def suspect_to_dict(suspect: stragglers.Suspect) -> Dict[str, Any]:
         "kind": suspect.kind,
         "flagged": suspect.flagged,
         "window": suspect.window,
+        "basis": suspect.basis,
+        "cost": suspect.cost,
         "users": suspect.users,
         "worst_z": suspect.worst_z,
         "evidence": [
@@ -549,6 +605,8 @@ def suspect_to_dict(suspect: stragglers.Suspect) -> Dict[str, Any]:
                 "value": flag.value,
                 "median": flag.median,
                 "peers": flag.peers,
+                "lower_bound": flag.bound,  # value is the least it can have been (stall_bounds)
+                "cost": flag.cost,
             }
             for mark, flag in suspect.evidence
         ],
@@ -586,6 +644,7 @@ def to_dict(result: StragglerScan, top: Optional[int] = None) -> Dict[str, Any]:
         "switch_suspects": [w.to_dict() for w in result.switches()] + result.saturating()[1],
         "under_switch": [suspect_to_dict(s) for s in result.under_switch()],
         "rate_suspects": [suspect_to_dict(s) for s in result.rate_suspects()],
+        "odd_not_slow": [suspect_to_dict(s) for s in result.odd_not_slow()],
         "saturating": result.saturating()[0],
     }
 
@@ -644,6 +703,7 @@ def render(result: StragglerScan, top: int = 20) -> str:
     lines.extend(topology_groups.render(result.switches(), top))
     lines.extend(topology_groups.render_under(result.under_switch(), result.leaf_of, top))
     lines.extend(rate_test.render(result.rate_suspects(), top))
+    lines.extend(_render_odd(result.odd_not_slow(), top))
     lines.extend(blind_spots.render_saturating(*result.saturating(), top=top))
     if not suspects:
         lines.append("no straggler suspects")
@@ -652,6 +712,7 @@ def render(result: StragglerScan, top: int = 20) -> str:
         (
             "NODE",
             "FIGURE",
+            "COST",
             "JOBS",
             "WORST-Z",
             "LATEST: VALUE VS JOB MEDIAN",
@@ -665,9 +726,10 @@ def render(result: StragglerScan, top: int = 20) -> str:
             (
                 s.node,
                 s.metric,
-                "%d/%d" % (s.flagged, s.window),
+                _cost_text(s.cost),
+                "%d/%d%s" % (s.flagged, s.window, " rate" if s.basis == "rate" else ""),
                 "%.1f" % s.worst_z,
-                "%s vs %s" % (_num(flag.value), _num(flag.median)),
+                "%s%s vs %s" % (">= " if flag.bound else "", _num(flag.value), _num(flag.median)),
                 str(s.users),
                 ",".join(m.job for m, _ in s.evidence[-6:])
                 + (",..." if len(s.evidence) > 6 else ""),
@@ -678,6 +740,23 @@ def render(result: StragglerScan, top: int = 20) -> str:
     if len(suspects) > top:
         lines.append("... %d more (--top N, --json)" % (len(suspects) - top))
     return "\n".join(lines) + "\n"
+
+
+def _cost_text(cost: Optional[float]) -> str:
+    """A suspect's estimated cost as a share of its jobs' time ("?": its figure gives no time)."""
+    return "?" if cost is None else "%.1f%%" % (100 * cost)
+
+
+def _render_odd(odd: List[stragglers.Suspect], top: int) -> List[str]:
+    if not odd:
+        return []
+    lines = ["odd but not slow (their flags cost their jobs nothing; never drained for it):"]
+    for s in odd[:top]:
+        lines.append(
+            "  %s %s: %d of %d jobs, worst z %.1f, cost %s"
+            % (s.node, s.metric, s.flagged, s.window, s.worst_z, _cost_text(s.cost))
+        )
+    return lines
 
 
 def _num(value: float) -> str:

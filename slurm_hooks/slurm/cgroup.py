@@ -20,14 +20,14 @@ A process: /proc/<pid>/status ``Cpus_allowed_list`` (`taskset -cp PID`) and /pro
 
 from __future__ import annotations
 
-import re
 from typing import FrozenSet, List, Optional, Tuple
 
+from ..core.lazyre import lazy_compile
 from ..core.structs import Struct
 from ..hw.host import Host, parse_cpulist
 
 CGROUP_ROOT = "/sys/fs/cgroup"
-_JOB_ID = re.compile(r"^[0-9]{1,10}$")
+_JOB_ID = lazy_compile(r"^[0-9]{1,10}$")
 
 
 class JobCpuset(Struct):

@@ -29,6 +29,7 @@ import subprocess
 import time
 from typing import Any, Callable, List, Optional, Sequence, Tuple
 
+from ..core.lazyre import lazy_compile
 from .errors import (
     InvalidNodeState,
     NodeNotFound,
@@ -42,7 +43,7 @@ from .node_state import NodeInfo, parse_nodes, parse_state
 # ---------------------------------------------------------------------------------------------
 # validation
 
-_NODE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}\Z")
+_NODE_NAME = lazy_compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}\Z")
 MAX_REASON = 512
 
 
@@ -69,16 +70,18 @@ def check_reason(reason: str) -> str:
 # ---------------------------------------------------------------------------------------------
 # error classification shared by both backends
 
-_NOT_FOUND = re.compile(r"Invalid node name specified|\bNode '?\S+?'? (?:not found|does not exist)")
-_INVALID_STATE = re.compile(r"Invalid node state (?:specified|transition)")
-_TRANSIENT = re.compile(
+_NOT_FOUND = lazy_compile(
+    r"Invalid node name specified|\bNode '?\S+?'? (?:not found|does not exist)"
+)
+_INVALID_STATE = lazy_compile(r"Invalid node state (?:specified|transition)")
+_TRANSIENT = lazy_compile(
     r"Unable to contact slurm controller|Socket timed out|Connection refused|Connection timed out|"
     r"Zero Bytes were transmitted|Communication connection failure|Communication send failure|"
     r"Communication receive failure|Transport endpoint|standby mode|Resource temporarily unavailable|"
     r"slurmctld is busy|Slurm temporarily unable",
     re.I,
 )
-_NO_AUTH = re.compile(r"[Mm]unge|authentication", re.I)
+_NO_AUTH = lazy_compile(r"[Mm]unge|authentication", re.I)
 # slurm_errno.h: SLURM_COMMUNICATIONS_{CONNECTION,SEND,RECEIVE}_ERROR, SLURMCTLD_COMMUNICATIONS_* (1800-1805:
 # what pyslurm 25.11 raises when slurmctld is down, 1800), SOCKET_IMPL_TIMEOUT (a hung slurmctld), ZERO_BYTES
 _TRANSIENT_ERRNO = {1001, 1002, 1003, 1800, 1801, 1802, 1803, 1804, 1805, 5004, 5005}
@@ -727,7 +730,7 @@ class SlurmClient:
 # ---------------------------------------------------------------------------------------------
 # hostlists (admin verbs)
 
-_HOSTLIST_CHARS = re.compile(r"[A-Za-z0-9][A-Za-z0-9._,\[\]-]*\Z")
+_HOSTLIST_CHARS = lazy_compile(r"[A-Za-z0-9][A-Za-z0-9._,\[\]-]*\Z")
 
 
 def expand_hostlist(

@@ -28,6 +28,7 @@ import re
 import stat
 from typing import Callable, Dict, List, Optional, Tuple
 
+from ..core.lazyre import lazy_compile
 from ..hw.host import HostError, ParseError
 
 MAX_DEPTH = 8  # nested includes; real sites use one or two levels
@@ -37,13 +38,13 @@ MAX_BYTES = 4 << 20  # all files together; a 4,000-node slurm.conf is ~400 KB
 # (path, at most this many bytes) -> the file's bytes, None if it does not exist; raises HostError
 Reader = Callable[[str, int], Optional[bytes]]
 
-_KEY_VALUE = re.compile(
+_KEY_VALUE = lazy_compile(
     r'[ \t\r\f\v]*([A-Za-z0-9_.]+)[ \t\r\f\v]*([-*+/]?)=[ \t\r\f\v]*(?:"([^"]*)"|(\S+))(?=\s|$)'
 )
 
 
 # a line made only of Key=Value words (no quotes, no blanks around '='): split() reads it right
-_PLAIN_LINE = re.compile(r'\s*(?:[A-Za-z0-9_.]+[-*+/]?=[^\s"]\S*(?:\s+|\Z))*\Z')
+_PLAIN_LINE = lazy_compile(r'\s*(?:[A-Za-z0-9_.]+[-*+/]?=[^\s"]\S*(?:\s+|\Z))*\Z')
 
 
 class ConfLine:

@@ -32,16 +32,12 @@ from typing import Any, Iterable, List, Mapping, Optional, Sequence
 
 from ..core.structs import Struct
 from . import breaker, policy
+from .budget import SETTLE_S, slurm_budget  # noqa: F401 (slurm_budget: drainer.slurm_budget callers)
 from .client import SlurmClient
 from .errors import InvalidNodeState, SlurmClientMissing, SlurmError, SlurmUnavailable
 from .node_state import NodeInfo
 from .policy import Outcome
 
-# slurmctld stamps a reason with time(NULL) (whole seconds) under its node write lock. One second
-# after our drain request returned, its clock has passed our drain's second, so any drain not yet
-# visible will get a later time and sort after ours. 0.1 s covers clock rate differences (NTP slews
-# at most 0.5 ms/s) and scheduling; see docs/slurm.md.
-SETTLE_S = 1.1
 RESUMED_REASON = "resumed by slurm-hooks: %s passed"
 UNDONE_REASON = "drain undone by the slurm-hooks circuit breaker"
 ADMIN_RESUMED_REASON = "resumed by an admin with slurm-hooks resume"
@@ -69,14 +65,6 @@ def make_client(settings: Mapping[str, Mapping[str, Any]]) -> SlurmClient:
         attempts=drain["attempts"],
         bin_dir=drain.get("slurm_bin_dir", ""),
     )
-
-
-def slurm_budget(settings: Mapping[str, Mapping[str, Any]], backoff: float = 0.5) -> float:
-    """Seconds one hook may spend on Slurm for a drain or resume, lock wait included: the documented
-    `timeout x attempts + backoff` of one call, plus the breaker's settle wait."""
-    drain = settings["drain"]
-    attempts = int(drain["attempts"])
-    return float(drain["timeout"]) * attempts + backoff * (2 ** (attempts - 1) - 1) + SETTLE_S
 
 
 # ---------------------------------------------------------------------------------------------

@@ -17,6 +17,7 @@ from __future__ import annotations
 import re
 from typing import Dict, FrozenSet, Iterable, List, Mapping, Optional, Tuple
 
+from ..core.lazyre import lazy_compile
 from ..core.structs import Struct, field
 from ..hw.host import ParseError, parse_cpulist
 from . import conffile
@@ -134,12 +135,12 @@ def _expand_one(item: str, source: str, whole: str) -> List[str]:
 
 # A line of slurmd's own log (`slurmd -G` prints to stderr): "[2026-10-09T06:49:39.052] " and/or
 # "slurmd: " (or "slurmd-<name>: "), then a log level word for debug/verbose/error messages.
-_SLURMD_LOG = re.compile(
+_SLURMD_LOG = lazy_compile(
     r"^\s*(?:\[\d{4}-\d\d-\d\dT[\d:.]+(?:Z|[+-][\d:]+)?\]\s*(?:slurmd(?:-\S+)?:\s*)?"
     r"|slurmd(?:-\S+)?:\s*)"
     r"(?:(?:debug\d?|verbose|info|error|warning|fatal):\s*)?"
 )
-_GRES_RECORD = re.compile(r"^\s*Gres\s+(?=[A-Za-z]+=)")
+_GRES_RECORD = lazy_compile(r"^\s*Gres\s+(?=[A-Za-z]+=)")
 
 # keys whose value is device files: File=, its alias Files=, and MultipleFiles= (one GRES, several files)
 _FILE_KEYS = ("file", "files", "multiplefiles")

@@ -14,17 +14,17 @@ bounded (MAX_USER characters, the rest marked as cut).
 
 from __future__ import annotations
 
-import re
 from typing import Mapping, Optional, Tuple
 
+from ..core.lazyre import lazy_compile
 from ..core.runner import JobContext
 
 MAX_GPUS = 1024
 MAX_USER = 256  # characters of SLURM_JOB_USER kept; longer names are cut and marked
-_JOB_ID = re.compile(r"^[1-9][0-9]{0,9}$")
-_NODE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
-_RESTARTS = re.compile(r"^[0-9]{1,5}$")  # a uint16 in Slurm
-_INDEX_LIST = re.compile(r"^[0-9]{1,4}(-[0-9]{1,4})?(,[0-9]{1,4}(-[0-9]{1,4})?)*$")
+_JOB_ID = lazy_compile(r"^[1-9][0-9]{0,9}$")
+_NODE = lazy_compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+_RESTARTS = lazy_compile(r"^[0-9]{1,5}$")  # a uint16 in Slurm
+_INDEX_LIST = lazy_compile(r"^[0-9]{1,4}(-[0-9]{1,4})?(,[0-9]{1,4}(-[0-9]{1,4})?)*$")
 
 
 class JobEnvError(ValueError):

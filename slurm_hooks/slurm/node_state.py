@@ -11,10 +11,10 @@ or admin wrote, newlines and ``Key=`` text included.
 from __future__ import annotations
 
 import calendar
-import re
 import time
 from typing import FrozenSet, List, Optional, Tuple
 
+from ..core.lazyre import lazy_compile
 from ..core.structs import Struct, field
 from .errors import SlurmParseError
 
@@ -100,7 +100,7 @@ _SUFFIX_FLAGS = {
     "^": "REBOOT_ISSUED",
     "-": "PLANNED",
 }
-_STATE_CHARS = re.compile(r"[A-Za-z_+*~#%!$@^-]+\Z")
+_STATE_CHARS = lazy_compile(r"[A-Za-z_+*~#%!$@^-]+\Z")
 POWER_FLAGS = frozenset({"POWER_DOWN", "POWERED_DOWN", "POWERING_DOWN", "POWERING_UP", "POWER_UP"})
 
 
@@ -196,14 +196,14 @@ class NodeInfo(Struct):
         return self.state in BASE_STATES and self.flags <= KNOWN_FLAGS
 
 
-_KEY = re.compile(r"(?:^|(?<=\s))([A-Za-z][A-Za-z0-9_]*)=")
-_STATE_KEY = re.compile(r"(?:^|\s)State=")
-_REASON_KEY = re.compile(r"(?:^|\s)Reason=")
-_REASON_STAMP = re.compile(r"\s*\[([^\]\s@]+)@(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)\]")
+_KEY = lazy_compile(r"(?:^|(?<=\s))([A-Za-z][A-Za-z0-9_]*)=")
+_STATE_KEY = lazy_compile(r"(?:^|\s)State=")
+_REASON_KEY = lazy_compile(r"(?:^|\s)Reason=")
+_REASON_STAMP = lazy_compile(r"\s*\[([^\]\s@]+)@(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)\]")
 # what scontrol prints after the Reason (src/api/node_info.c, 22.05 to 26.05), each after one space;
 # any field name is accepted after the stamp, so a field a later release adds there ends the reason too
-_TRAILING = re.compile(r"\s(?:Comment|Extra|InstanceId|InstanceType|ReservationName)=")
-_ANY_KEY = re.compile(r"\s[A-Z][A-Za-z0-9_]*=")
+_TRAILING = lazy_compile(r"\s(?:Comment|Extra|InstanceId|InstanceType|ReservationName)=")
+_ANY_KEY = lazy_compile(r"\s[A-Z][A-Za-z0-9_]*=")
 # scontrol -o prints each further line of a multi-line reason after " " + 7 spaces
 _CONTINUATION = " " * 8
 

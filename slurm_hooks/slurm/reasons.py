@@ -17,6 +17,7 @@ from __future__ import annotations
 import re
 from typing import List, Optional, Sequence, Tuple
 
+from ..core.lazyre import lazy_compile
 from ..core.structs import Struct
 from ..result import Action, Result
 
@@ -30,7 +31,7 @@ REFINABLE_REASONS = ("Prolog error", "Epilog error", "Prolog/Epilog failure")
 LEGACY_PREFIX = "slurm-hooks:"
 
 
-_UNSAFE = re.compile(r"[^A-Za-z0-9 .,:;_=+/@%()\[\]<>#|-]")
+_UNSAFE = lazy_compile(r"[^A-Za-z0-9 .,:;_=+/@%()\[\]<>#|-]")
 
 
 def sanitize(text: str) -> str:

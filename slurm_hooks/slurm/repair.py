@@ -17,16 +17,16 @@ drain history.
 from __future__ import annotations
 
 import os
-import re
 import subprocess
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
+from ..core.lazyre import lazy_compile
 from ..result import Action
 from .errors import SlurmError
 from .node_state import NodeInfo
 
 RESET_TIMEOUT_S = 15.0  # nvidia-smi -r takes seconds; a health run has 60 s in all
-_NVIDIA_DEV = re.compile(r"/dev/nvidia\d+\Z")
+_NVIDIA_DEV = lazy_compile(r"/dev/nvidia\d+\Z")
 _JOB_STATES = ("ALLOCATED", "MIXED")
 
 

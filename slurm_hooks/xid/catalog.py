@@ -19,6 +19,7 @@ import os
 import re
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple, Union
 
+from ..core.lazyre import lazy_compile
 from ..core.structs import Struct
 from ..result import Action, Blame, Status
 from .kmsg import SxidEvent, XidEvent
@@ -235,7 +236,7 @@ def load_catalog() -> XidCatalog:
 # --------------------------------------------------------------------------------------------
 
 _OVERRIDE_KEYS = ("status", "action", "blame", "reason")
-_XID_KEY_RE = re.compile(r"\A[1-9][0-9]{0,4}\Z")  # 1..99999 as the driver prints it
+_XID_KEY_RE = lazy_compile(r"\A[1-9][0-9]{0,4}\Z")  # 1..99999 as the driver prints it
 
 
 def validate_overrides(overrides: Optional[Mapping[Any, Any]]) -> Dict[int, Dict[str, str]]:
@@ -314,9 +315,9 @@ def _c(
 
 # Xid 74 register bits the catalog says can be ignored / are threshold notices (register index -> bits).
 _NVLINK_BENIGN_BITS = {0: {0, 23, 30}, 4: {20, 23, 26, 29}}
-_HEX_TUPLE_RE = re.compile(r"\(\s*(0x[0-9a-fA-F]{1,16}(?:\s*,?\s*0x[0-9a-fA-F]{1,16}){1,8})\s*\)")
-_NVL5_SEV_RE = re.compile(r"\b(Nonfatal|Non-fatal|Fatal)\b", re.I)
-_XID154_RE = re.compile(r"\bto 0x[0-9a-fA-F]{1,8} \(([^()]{1,40})\)")
+_HEX_TUPLE_RE = lazy_compile(r"\(\s*(0x[0-9a-fA-F]{1,16}(?:\s*,?\s*0x[0-9a-fA-F]{1,16}){1,8})\s*\)")
+_NVL5_SEV_RE = lazy_compile(r"\b(Nonfatal|Non-fatal|Fatal)\b", re.I)
+_XID154_RE = lazy_compile(r"\bto 0x[0-9a-fA-F]{1,8} \(([^()]{1,40})\)")
 _XID154_ACTIONS = {
     "none": ("OK", "none", "node"),
     "drain p2p": ("FAIL", "drain", "node"),

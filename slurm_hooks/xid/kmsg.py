@@ -61,6 +61,7 @@ from __future__ import annotations
 import re
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
+from ..core.lazyre import lazy_compile
 from ..core.structs import Struct, field
 
 __all__ = [
@@ -235,39 +236,39 @@ class SxidLine(Struct):
 # --------------------------------------------------------------------------------------------
 
 # /dev/kmsg: "6,1234,5678901,-;message" (some tools show the priority as "<6>").
-_KMSG_RE = re.compile(r"^<?(\d{1,4})>?,(\d{1,20}),(\d{1,20}),([^,;]*)(?:,[^;]*)?;(.*)$", re.S)
+_KMSG_RE = lazy_compile(r"^<?(\d{1,4})>?,(\d{1,20}),(\d{1,20}),([^,;]*)(?:,[^;]*)?;(.*)$", re.S)
 # dmesg: "[12345.678901] message" (also "[    1.000000]").
-_DMESG_RE = re.compile(r"^\[\s*(\d{1,12})\.(\d{1,9})\]\s?(.*)$", re.S)
+_DMESG_RE = lazy_compile(r"^\[\s*(\d{1,12})\.(\d{1,9})\]\s?(.*)$", re.S)
 # dmesg -T: "[Wed Dec  2 10:00:00 2026] message" (strftime "%a %b %e %H:%M:%S %Y": the day and month
 # names are LC_TIME's, "[mer. déc.  2 ...]" in French, so any two words are accepted).
-_DMESG_T_RE = re.compile(
+_DMESG_T_RE = lazy_compile(
     r"^\[(\S{1,16} \S{1,16} +\d{1,2} \d{2}:\d{2}:\d{2} \d{4})\]\s?(.*)$",
     re.S,
 )
 # dmesg --time-format iso: "2025-01-25T10:34:54,859532+00:00 message"
-_DMESG_ISO_RE = re.compile(
+_DMESG_ISO_RE = lazy_compile(
     r"^(\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:[.,]\d{1,9})?(?:Z|[+-]\d{2}:?\d{2})?) (.*)$", re.S
 )
 # dmesg -r: "<4>[12345.678901] message" (raw syslog priority in front)
-_DMESG_RAW_RE = re.compile(r"^<(\d{1,4})>(.*)$", re.S)
+_DMESG_RAW_RE = lazy_compile(r"^<(\d{1,4})>(.*)$", re.S)
 # dmesg -x: "kern  :warn  : [12345.678901] message"
-_DMESG_X_RE = re.compile(r"^([a-z][a-z0-9]{2,7}) {0,8}:([a-z]{3,6}) {0,8}: (.*)$", re.S)
+_DMESG_X_RE = lazy_compile(r"^([a-z][a-z0-9]{2,7}) {0,8}:([a-z]{3,6}) {0,8}: (.*)$", re.S)
 # The caller id a CONFIG_PRINTK_CALLER kernel prints after the time (kernel/printk/printk.c
 # print_caller(): "[%6s]" of "T<pid>" or "C<cpu>"): "[  130.456250] [ T1946] NVRM: Xid ...".
-_CALLER_RE = re.compile(r"^\[ {0,9}[TC]\d{1,10}\] ?(.*)$", re.S)
+_CALLER_RE = lazy_compile(r"^\[ {0,9}[TC]\d{1,10}\] ?(.*)$", re.S)
 # journalctl -k / syslog: "Dec 02 10:00:00 host kernel: message", "2026-12-02T10:00:00+0000 host kernel: ...";
 # --no-hostname drops the host word. The month is LC_TIME's abbreviation ("kwi 15", "Okt 06",
 # "12月 02"): any word, so no month table decides whether a line is read.
-_JOURNAL_RE = re.compile(
+_JOURNAL_RE = lazy_compile(
     r"^(\S{1,24} {1,2}\d{1,2} \d{2}:\d{2}:\d{2}(?:\.\d{1,9})?"
     r"|\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(?:[.,]\d{1,9})?(?:Z|[+-]\d{2}:?\d{2})?)"
     r"(?: (\S{1,255}))? kernel: ?(.*)$",
     re.S,
 )
 # "host kernel: " after a monotonic timestamp (journalctl -o short-monotonic), "kernel: " with --no-hostname.
-_HOST_KERNEL_RE = re.compile(r"^(?:(\S{1,255}) )?kernel: ?(.*)$", re.S)
+_HOST_KERNEL_RE = lazy_compile(r"^(?:(\S{1,255}) )?kernel: ?(.*)$", re.S)
 # A pasted line with the date and host trimmed: "kernel: NVRM: Xid ...".
-_BARE_KERNEL_RE = re.compile(r"^kernel: ?(.*)$", re.S)
+_BARE_KERNEL_RE = lazy_compile(r"^kernel: ?(.*)$", re.S)
 
 
 def _clean(line: Any) -> Optional[str]:
@@ -433,7 +434,7 @@ def from_driver(record: KmsgRecord) -> bool:
     return record.facility is None or record.facility == KERNEL_FACILITY
 
 
-_PCI_RE = re.compile(
+_PCI_RE = lazy_compile(
     r"^(?:PCI:)?(?:([0-9a-fA-F]{1,8}):)?([0-9a-fA-F]{1,2}):([0-9a-fA-F]{1,2})(?:\.([0-7]))?$"
 )
 
@@ -465,7 +466,7 @@ _ADDR = r"(?:PCI:)?[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}(?:\.[0-7])?"
 # then the text. The MIG attribution is the driver's (open-gpu-kernel-modules,
 # src/nvidia/src/kernel/gpu/rc/kernel_rc.c): "(PCI:%04x:%02x:%02x GPU-I:%02u GPU-CI:%02u)" or
 # "(PCI:%04x:%02x:%02x GPU-I:%02u)".
-_XID_RE = re.compile(
+_XID_RE = lazy_compile(
     r"NVRM: Xid \((" + _ADDR + r")(?: GPU-I:(\d{1,5})(?: GPU-CI:(\d{1,5}))?)?\): ?(\d{1,5})"
     r"(?:,\s*|\s+|$)"
     r"(?:pid=\s*'?([^,\s']{0,32})'?(?:,\s*|\s+|$))?"
@@ -476,7 +477,7 @@ _XID_RE = re.compile(
 
 # A /dev/kmsg record holding an Xid message, in one match (the hooks' hot path): priority, seq, usec,
 # then the message and the same groups as _XID_RE.
-_KMSG_XID_RE = re.compile(
+_KMSG_XID_RE = lazy_compile(
     r"<?(\d{1,4})>?,(\d{1,20}),(\d{1,20}),[^;]*;(" + _XID_RE.pattern + ")", re.S
 )
 
@@ -612,16 +613,16 @@ def parse_xid(line: Union[str, bytes]) -> Optional[XidEvent]:
 
 
 # "nvidia-nvswitch0: SXid (PCI:0000:05:00.0): 20034, Fatal, Link 14 LTSSM Fault Up"
-_SXID_RE = re.compile(
+_SXID_RE = lazy_compile(
     r"nvidia-nvswitch(\d{1,4}): SXid \((" + _ADDR + r")\): (\d{1,6}), ?(.*)$", re.S
 )
-_SEV_RE = re.compile(r"^(Fatal|Non-fatal|Nonfatal|Non fatal)\b,?\s*(.*)$", re.S | re.I)
-_SEVERITY_LINE_RE = re.compile(
+_SEV_RE = lazy_compile(r"^(Fatal|Non-fatal|Nonfatal|Non fatal)\b,?\s*(.*)$", re.S | re.I)
+_SEVERITY_LINE_RE = lazy_compile(
     r"^Severity (\d{1,3}) Engine instance (\d{1,5}) Sub-engine instance (\d{1,5})\s*$"
 )
-_DATA_LINE_RE = re.compile(r"^Data \{([^{}]{0,400})\}")
-_WORD_RE = re.compile(r"0x([0-9a-fA-F]{1,16})")
-_LINK_RE = re.compile(r"\bLink (\d{1,4})\b")
+_DATA_LINE_RE = lazy_compile(r"^Data \{([^{}]{0,400})\}")
+_WORD_RE = lazy_compile(r"0x([0-9a-fA-F]{1,16})")
+_LINK_RE = lazy_compile(r"\bLink (\d{1,4})\b")
 #: NVSWITCH_ERROR_SEVERITY_NONFATAL = 0, NVSWITCH_ERROR_SEVERITY_FATAL = 1 (ctrl_dev_nvswitch.h)
 SEVERITY_LEVELS = {0: "Non-fatal", 1: "Fatal"}
 

@@ -13,11 +13,21 @@ summary is the evidence ('Xid 13,43 in 3 jobs of 2 users within 7 d: jobs 101,10
 like any node-broken finding (breaker, observe mode, lemon rules). It is not a registered check, so
 no health run proves it passing: an admin clears the drain. The happy path (no such Xid) reads and
 writes nothing.
+
+Xid 43 is also what a node's GPUs log when another node's fault kills a multi-node job and its
+processes here are torn down (records/xid_lineup.py). Before a GPU is judged to fail, the jobs of
+its Xid 43 entries are looked up in the records ([records] dir, shared by the nodes): a job whose
+records, verified with the records key, show this node's Xids all following another node's earlier
+cause (the line-up of `report --xids`) is a victim's, and its entries leave the count. Without a
+key, a shared records directory, or this node's own record of the job, or when the lookup does not
+finish within what is left of [deadline] files (a hung or huge records directory), nothing is
+proven and every entry counts as before.
 """
 
 from __future__ import annotations
 
 import os
+import time
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from ..result import Action, Blame, Result, Status
@@ -123,7 +133,10 @@ def apply(config: Any, job: Any, results: Sequence[Result], now: float) -> List[
 
     path = os.path.join(config.get("paths", "state_dir"), HISTORY_FILE)
     boot = boot_id(config.get("general", "root"))
+    node = job.node_name or os.uname().nodename.split(".")[0]  # as hooks.node_name names it
     window = float(settings["days"]) * 86400.0
+    budget = float(config.get("deadline", "files"))
+    started = time.monotonic()
 
     def work() -> List[Dict[str, Any]]:
         try:
@@ -147,7 +160,119 @@ def apply(config: Any, job: Any, results: Sequence[Result], now: float) -> List[
         return history
 
     try:
-        history, _why = run_isolated(work, config.get("deadline", "files"), "the Xid history")
+        history, _why = run_isolated(work, budget, "the Xid history")
     except OSError:
         history = None
-    return judge(history or [], settings, now)
+    history = history or []
+    if judge(history, settings, now):  # the rare path: would drain; are some a victim's?
+        history = without_victims(history, config, node, budget - (time.monotonic() - started))
+    return judge(history, settings, now)
+
+
+MAX_JOBS_LOOKED_UP = 8  # the newest jobs of Xid 43 entries looked up per judgement
+
+
+def without_victims(
+    history: List[Dict[str, Any]], config: Any, node: str, timeout: float
+) -> List[Dict[str, Any]]:
+    """The history less the Xid 43 entries of jobs whose verified records make this node a victim
+    of another node's earlier fault (module docstring); the history itself when nothing is proven.
+    The records may sit on a shared file system that stops answering or a directory too large to
+    search in time: the lookup runs in a child of its own (of the hook's, not of the history's
+    child: a grandchild stuck on a dead file system would hold that child's pipe open) for at most
+    `timeout` seconds -- what the history's child left of [deadline] files -- and one that does
+    not finish proves nothing: every entry counts, as it did before the lookup (a hang must never
+    excuse a GPU; killing the history's child with it lost the whole pattern)."""
+    from ..core.isolation import run_isolated
+    from ..records.xid_lineup import CONSEQUENCE_XIDS
+
+    newest: Dict[str, float] = {}
+    for e in history:
+        if e.get("job") and e.get("xid") in CONSEQUENCE_XIDS:
+            newest[str(e["job"])] = max(newest.get(str(e["job"]), 0.0), float(e["time"]))
+    jobs = sorted(newest, key=lambda j: newest[j])[-MAX_JOBS_LOOKED_UP:]
+    cleared: set = set()
+    if jobs and timeout > 0:
+        found, _why = run_isolated(
+            lambda: sorted(victim_jobs(config, node, jobs)), timeout, "the records lookup"
+        )
+        cleared = set(found) if isinstance(found, list) else set()
+    return [
+        e
+        for e in history
+        if not (str(e.get("job")) in cleared and e.get("xid") in CONSEQUENCE_XIDS)
+    ]
+
+
+def victim_jobs(config: Any, node: str, jobs: Sequence[str]) -> set:
+    """The jobs among `jobs` in every attempt of which the records ([records] dir, verified with
+    [records] key_file) excuse this node's Xids. This node's own records are read first: a job
+    where it logged a cause of its own costs no more. Then, per attempt, one name is tried in each
+    node directory (listed once): a few thousand stat calls on a large shared directory, within
+    the [deadline] files budget the caller runs this in."""
+    from ..records import signing, xid_lineup
+    from ..records.names import record_name, restart_count
+    from ..records.store import find_records
+
+    verifier = signing.Verifier.from_file(config.settings.records.key_file)
+    if verifier.key is None:
+        return set()
+    tolerance = config.settings.records.xid_clock_tolerance_s
+    top = config.settings.records.dir
+    node_dirs: Optional[List[str]] = None
+    cleared = set()
+    for job in jobs:
+        try:
+            own = [_verified_row(p, verifier) for p in find_records([top], job, node)]
+        except (ValueError, OSError):
+            continue
+        if not own or None in own:  # a record of this node's that does not verify proves nothing
+            continue
+        entries = [xid_lineup.entries_of(row[2]) for row in own]
+        if not all(e and xid_lineup.NodeXids(node, e).only_consequences() for e in entries):
+            continue
+        if node_dirs is None:
+            node_dirs = _node_dirs(top, node)
+        attempts = {restart_count(row[3]) for row in own}
+        rows = [row[:3] for row in own]
+        for attempt in sorted(attempts):
+            name = record_name(job, attempt)
+            for directory in node_dirs:
+                row = _verified_row(os.path.join(directory, name), verifier)
+                if row is not None:
+                    rows.append(row[:3])
+        lineups = xid_lineup.line_up_all(rows, tolerance, True)
+        excused = {j.job for j in lineups if j.excused.get(node)}
+        # every attempt of this node's is lined up and excused: an attempt where it logged Xids
+        # alone (no other node's record) has no line-up, and nothing explains its Xids
+        if all(row[0] in excused for row in own):
+            cleared.add(job)
+    return cleared
+
+
+def _node_dirs(top: str, node: str) -> List[str]:
+    try:
+        with os.scandir(top) as entries:
+            return sorted(
+                e.path
+                for e in entries
+                if e.name != node and not e.name.startswith(".") and e.is_dir(follow_symlinks=False)
+            )
+    except OSError:
+        return []
+
+
+def _verified_row(path: str, verifier: Any) -> Optional[Tuple[str, str, Dict[str, Any], Any]]:
+    """(job label, writer's node, summary, job) of a record the key verifies; None otherwise."""
+    from ..records import signing
+    from ..records.fleet_report import checked_header
+    from ..records.names import job_label
+
+    try:
+        record, line = checked_header(path)
+    except ValueError:
+        return None  # absent, unreadable, or not a record
+    if verifier.line(line, path) != signing.VERIFIED:
+        return None
+    writer = os.path.basename(os.path.dirname(path))  # the name the MAC vouches for
+    return job_label(record.get("job")), writer, record["summary"], record.get("job")

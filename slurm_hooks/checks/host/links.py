@@ -14,9 +14,9 @@ those counters are left out.
 
 from __future__ import annotations
 
-import re
 from typing import Dict, List, Optional, Tuple
 
+from ...core.lazyre import lazy_compile
 from ...core.structs import Struct
 from ...hw import counter_window
 from ...hw.host import HostError
@@ -31,7 +31,7 @@ COUNTERS = {
     "link_error_recovery": 255,
     "symbol_error": 65535,
 }  # name -> saturation
-_NO_PMA = re.compile(r"^N/A\b")
+_NO_PMA = lazy_compile(r"^N/A\b")
 
 
 class IbCounters(Struct):

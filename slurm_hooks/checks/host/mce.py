@@ -18,9 +18,9 @@ stays until the node reboots, so everything here is WARN by default.
 
 from __future__ import annotations
 
-import re
 from typing import List, Tuple
 
+from ...core.lazyre import lazy_compile
 from ...core.structs import Struct
 from ...hw.host import HostError
 from ...registry import Param, check, gatherer
@@ -30,10 +30,10 @@ from . import common
 
 NAME = "host.mce"
 KMSG = "/dev/kmsg"
-_BANK = re.compile(
+_BANK = lazy_compile(
     r"\[Hardware Error\]: CPU (\d+): Machine Check(?: Exception)?: [0-9a-fA-F]+ Bank (\d+): ([0-9a-fA-F]{1,16})\b"
 )
-_MEMORY_FAILURE = re.compile(r"^Memory failure: (0x[0-9a-fA-F]+): (.*)")
+_MEMORY_FAILURE = lazy_compile(r"^Memory failure: (0x[0-9a-fA-F]+): (.*)")
 VAL, OVER, UC, PCC = 1 << 63, 1 << 62, 1 << 61, 1 << 57
 
 

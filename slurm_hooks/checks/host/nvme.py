@@ -19,6 +19,7 @@ import json
 import re
 from typing import Any, Dict, List, Optional, Tuple
 
+from ...core.lazyre import lazy_compile
 from ...core.structs import Struct
 from ...hw import counter_window, tools
 from ...registry import Param, check, gatherer
@@ -27,7 +28,7 @@ from . import common
 
 NAME = "host.nvme"
 NVME_CLASS = "/sys/class/nvme"
-_CONTROLLER = re.compile(r"^nvme[0-9]+$")
+_CONTROLLER = lazy_compile(r"^nvme[0-9]+$")
 WARNING_BITS = (
     (0x01, "available spare below its threshold"),
     (0x02, "temperature outside its thresholds"),

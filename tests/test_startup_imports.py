@@ -1,0 +1,103 @@
+"""What a hook's start-up loads (issue #26): the prolog's floor is the interpreter, and each module or
+pattern a hook pulls in whether or not it needs it costs every job on every node.
+
+Each test runs a fresh interpreter (sys.modules and re's cache must start empty) over this checkout.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _run(code: str, env_extra=None) -> dict:
+    env = dict(os.environ, PYTHONPATH=REPO, SLURM_HOOKS_ALLOW_INSECURE_CONFIG="1")
+    env.update(env_extra or {})
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_loading_the_checks_and_the_config_loads_nothing_of_slurms_nor_subprocess(tmp_path):
+    """The happy path talks to no Slurm and runs no tool: config validation's drain-budget warning
+    must not import the Slurm client (with breaker, node_state and calendar: ~5 ms), nor the
+    checks that may run a tool (nvme, ipmitool) subprocess (~3 ms) before they run one."""
+    config = tmp_path / "config.toml"
+    config.write_text('[general]\nmode = "observe"\n')
+    os.chmod(str(config), 0o644)
+    loaded = _run(
+        "import json, sys\n"
+        "from slurm_hooks.core.config import load_registry_and_config\n"
+        "registry, config = load_registry_and_config(%r)\n"
+        "import slurm_hooks.hooks\n"
+        "heavy = ('subprocess', 'calendar', 'slurm_hooks.slurm.drainer', 'slurm_hooks.slurm.client',"
+        " 'slurm_hooks.slurm.breaker')\n"
+        "print(json.dumps({'checks': len(registry.checks), 'warnings': list(config.warnings),"
+        " 'loaded': [m for m in heavy if m in sys.modules]}))" % str(config)
+    )
+    assert loaded["checks"] > 30  # every built-in check module was imported
+    assert loaded["loaded"] == []
+
+
+def test_the_drain_budget_warning_still_comes_without_the_slurm_client(tmp_path):
+    """The budget moved out of drainer.py; the warning it feeds must still be given."""
+    config = tmp_path / "config.toml"
+    config.write_text("[drain]\ntimeout = 30.0\nattempts = 3\n")
+    os.chmod(str(config), 0o644)
+    loaded = _run(
+        "import json, sys\n"
+        "from slurm_hooks.core.config import load_registry_and_config\n"
+        "registry, config = load_registry_and_config(%r)\n"
+        "print(json.dumps({'warnings': list(config.warnings),"
+        " 'client': 'slurm_hooks.slurm.client' in sys.modules}))" % str(config)
+    )
+    assert any("PrologEpilogTimeout" in w for w in loaded["warnings"]), loaded["warnings"]
+    assert loaded["client"] is False
+
+
+def test_importing_the_xid_modules_compiles_no_pattern_until_one_is_used():
+    """xid/kmsg.py and xid/catalog.py hold ~23 patterns for every log format; a prolog reading
+    /dev/kmsg needs two of them. Compiling all at import cost ~5 ms of each start-up."""
+    counts = _run(
+        "import json, re\n"
+        "cached = lambda: len(re._cache) + len(getattr(re, '_cache2', ()))\n"
+        "import slurm_hooks.core.structs, slurm_hooks.result\n"
+        "before = cached()\n"
+        "from slurm_hooks.xid import catalog, kmsg\n"
+        "after_import = cached()\n"
+        "record = kmsg.parse_kmsg_record('4,1234,5678901,-;NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, "
+        "name=python, GPU has fallen off the bus.')\n"
+        "print(json.dumps({'import': after_import - before, 'used': cached() - after_import,"
+        " 'message': record.message if record else None}))"
+    )
+    assert counts["import"] == 0
+    assert counts["used"] >= 1  # the /dev/kmsg pattern, compiled when the line came
+    assert counts["message"].startswith("NVRM: Xid (PCI:0000:3b:00): 79")
+
+
+def test_every_lazy_pattern_compiles():
+    """A pattern compiled on first use would fail only when its first line came (a check's
+    UNKNOWN at 3 a.m.), not at import: compile every module-level one of the package here."""
+    import importlib
+    import pkgutil
+
+    import slurm_hooks
+    from slurm_hooks.core.lazyre import LazyPattern
+
+    found = 0
+    for info in pkgutil.walk_packages(slurm_hooks.__path__, "slurm_hooks."):
+        if info.name.endswith("__main__"):
+            continue
+        module = importlib.import_module(info.name)
+        for name, value in vars(module).items():
+            if isinstance(value, LazyPattern):
+                value.compiled()
+                assert value.match is not None, (info.name, name)
+                found += 1
+    assert found > 80  # every module-level pattern of the package is a LazyPattern
