@@ -30,9 +30,8 @@ from ..slurm import drainer, policy
 from ..slurm.lemon import is_lemon
 from ..slurm.node_state import NodeInfo, parse_fields
 from . import queue
-from .through_slurm import qualify_node, without_our_hold
-
-REPAIR_ACTION = re.compile(r"-> (reboot|reset-gpu)\b")
+from .through_slurm import REBOOT_ACTION as REPAIR_ACTION
+from .through_slurm import down_after_our_reboot, qualify_node, without_our_hold
 
 
 def boot_epoch(node: NodeInfo) -> Optional[int]:
@@ -48,11 +47,19 @@ def boot_epoch(node: NodeInfo) -> Optional[int]:
 def repaired(node: NodeInfo, prefix: str) -> Tuple[bool, str]:
     """(due, why) for a node that may be waiting for its qualification after a repair."""
     owner = policy.read_reason(node.reason, prefix)
-    if not node.is_drained or not owner.automatic or is_lemon(node.reason, prefix):
+    if not (node.is_drained or node.is_down) or not owner.automatic:
         return False, ""
     action = REPAIR_ACTION.search(node.reason or "")
-    if not action:
+    if not action or is_lemon(node.reason, prefix):
         return False, ""
+    if node.is_rebooting:  # Slurm has not rebooted it yet (a BootTime may be an older boot's)
+        return False, "%s for %s; its reboot is still pending (%s)" % (
+            "down" if node.is_down else "drained",
+            action.group(1),
+            node.state_string,
+        )
+    if node.is_down:
+        return _down_after_reboot(node, prefix, action.group(1))
     booted, drained = boot_epoch(node), node.reason_epoch
     if booted is None or drained is None:
         return False, "drained for %s; its boot or drain time is unknown" % action.group(1)
@@ -62,6 +69,24 @@ def repaired(node: NodeInfo, prefix: str) -> Tuple[bool, str]:
         action.group(1),
         _utc(drained),
         _utc(booted),
+    )
+
+
+def _down_after_reboot(node: NodeInfo, prefix: str, action: str) -> Tuple[bool, str]:
+    """A node of ours DOWN: due once Slurm says the reboot it issued is complete (the repair
+    ladder's nextstate=DOWN; Slurm then replaced the reason's time with the completion's, so
+    BootTime cannot be compared with our drain); anything else DOWN (not responding, 'reboot timed
+    out') is waited for."""
+    if not down_after_our_reboot(node, prefix):
+        return False, "down for %s, not after a completed reboot (%s)" % (
+            action,
+            node.state_string,
+        )
+    booted = boot_epoch(node)
+    return True, "down after our reboot for %s: Slurm's 'reboot complete' at %s, booted at %s" % (
+        action,
+        node.reason_time or "?",
+        _utc(booted) if booted is not None else "?",
     )
 
 

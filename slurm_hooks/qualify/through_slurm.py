@@ -34,6 +34,7 @@ from ..result import Action, Result, Status
 from ..slurm import drainer, policy
 from ..slurm.client import SlurmClient, client_env
 from ..slurm.errors import SlurmError
+from ..slurm.lemon import is_lemon
 from ..slurm.policy import Outcome
 from . import tools
 
@@ -42,6 +43,29 @@ LEVEL_MINUTES = {"quick": 30, "standard": 60, "long": 300}
 SLURM_CALL_S = 30.0
 # the node flags our own reservation gives the node (MAINT, a reservation): not someone's state
 OUR_HOLD = frozenset(("MAINTENANCE", "RESERVED"))
+# what slurmctld appends to the reason when a node it rebooted registers again (node_mgr.c,
+# validate_node_specs; 22.05 shows '<reason> : reboot issued : reboot complete', the node DOWN
+# when the reboot's nextstate was DOWN): its own word that the reboot it issued is done
+REBOOT_COMPLETE = " : reboot complete"
+REBOOT_ACTION = re.compile(r"-> (reboot|reset-gpu)\b")
+
+
+def down_after_our_reboot(info, prefix: str) -> bool:
+    """DOWN after a reboot Slurm issued for a drain of ours (the repair ladder's `scontrol reboot
+    nextstate=DOWN`): our automatic reason asking for a repair, Slurm's 'reboot complete' after it,
+    no reboot still pending and a slurmd that answers. An admin's DOWN has their reason: never
+    this. A node we drained again for the qualification (DOWN+DRAIN, the same reason) still is."""
+    reason = (info.reason or "").rstrip()
+    return (
+        info.is_down
+        and not info.is_rebooting
+        and not info.is_not_responding
+        and not info.is_failed
+        and policy.read_reason(reason, prefix).automatic
+        and not is_lemon(reason, prefix)
+        and bool(REBOOT_ACTION.search(reason))
+        and reason.endswith(REBOOT_COMPLETE)
+    )
 
 
 class Interrupted(Exception):
@@ -104,8 +128,9 @@ def qualify_node(
         out["reason"] = "cannot read %s from Slurm: %s" % (node, exc)
         return out
     out["slurm_calls"] += 1
-    held = without_our_hold(settings)
-    refused = why_not(info, held, prefix) if confirm is None else why_not_idle(info, held)
+    rebooted = confirm is None and down_after_our_reboot(info, prefix)
+    held = without_our_hold(settings, rebooted)
+    refused = why_not(info, held, prefix, rebooted) if confirm is None else why_not_idle(info, held)
     if refused:
         out["reason"] = "refused: %s is %s" % (node, refused)
         return out
@@ -141,6 +166,8 @@ def qualify_node(
             return out
         created = True
         out["reservation"] = name
+        if rebooted and not _drain_for_the_job(client, info, out):
+            return out
         if confirm is None:
             lifted = drainer.resume(client, node, held, by_admin=True)
             out["slurm_calls"] += 2
@@ -174,16 +201,21 @@ def qualify_node(
                 signal.signal(sig, handler)
 
 
-def why_not(info, settings: Mapping[str, Mapping[str, Any]], prefix: str) -> Optional[str]:
+def why_not(
+    info, settings: Mapping[str, Mapping[str, Any]], prefix: str, rebooted: bool = False
+) -> Optional[str]:
     """Why this node may not be qualified now (None: it may), as every drain of ours decides it
     (drainer's leave-alone rule: FAIL, a skip state such as DOWN, a state we do not know), then:
     only a node drained by us (an admin's drain is theirs) whose jobs have ended (a reservation
-    with IGNORE_JOBS would otherwise wait for them while holding the node)."""
+    with IGNORE_JOBS would otherwise wait for them while holding the node). `rebooted`: the node
+    is DOWN after our reboot (down_after_our_reboot; settings without DOWN): not drained yet."""
     leave_alone = drainer.leave_alone(info, settings["drain"]["skip_states"])
     if leave_alone:
         return leave_alone
     if info.is_not_responding:  # no slurmd answers: the job would wait for it, holding the node
         return "not responding (%s)" % info.state_string
+    if rebooted:
+        return None
     if not info.is_drained:
         return "in service (drain it first: slurm-hooks drain --node %s --reason ...)" % info.name
     if not policy.is_ours(info.reason, prefix):
@@ -193,14 +225,37 @@ def why_not(info, settings: Mapping[str, Mapping[str, Any]], prefix: str) -> Opt
     return None
 
 
-def without_our_hold(settings: Mapping[str, Mapping[str, Any]]) -> Dict[str, Any]:
+def without_our_hold(
+    settings: Mapping[str, Mapping[str, Any]], rebooted: bool = False
+) -> Dict[str, Any]:
     """The settings with the flags our own reservation gives the node (OUR_HOLD) taken out of
-    [drain] skip_states: while we hold the node, MAINT is ours, not a state to respect."""
+    [drain] skip_states: while we hold the node, MAINT is ours, not a state to respect. With
+    `rebooted` (down_after_our_reboot) DOWN too: that DOWN is our repair's, ours to lift."""
+    ours = OUR_HOLD | {"DOWN"} if rebooted else OUR_HOLD
     held = dict(settings, drain=dict(settings["drain"]))
     held["drain"]["skip_states"] = [
-        s for s in settings["drain"]["skip_states"] if s.upper() not in OUR_HOLD
+        s for s in settings["drain"]["skip_states"] if s.upper() not in ours
     ]
     return held
+
+
+def _drain_for_the_job(client, info, out: Dict[str, Any]) -> bool:
+    """DOWN after our reboot -> DOWN+DRAIN with the same reason (still out of service, still due
+    if we stop here), so that drainer.resume lifts it as any drain of ours: Slurm's RESUME takes
+    a DOWN+DRAIN node to IDLE (22.05, tests/test_qualify_due_slurm.py), inside our reservation."""
+    if info.is_drained:
+        return True
+    try:
+        client.drain(info.name, info.reason.rstrip())
+    except (SlurmError, ValueError) as exc:
+        out["reason"] = "could not drain %s (DOWN after our reboot) for the job: %s" % (
+            info.name,
+            exc,
+        )
+        return False
+    finally:
+        out["slurm_calls"] += 1
+    return True
 
 
 def why_not_idle(info, settings: Mapping[str, Mapping[str, Any]]) -> Optional[str]:
