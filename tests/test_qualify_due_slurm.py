@@ -194,3 +194,21 @@ def test_an_admins_down_is_never_touched(ctld, fake, tmp_path, clean):
     done = through_slurm.qualify_node(client, "node1", "quick", config, command, str(tmp_path), env)
     assert done["reason"].startswith("refused: node1 is DOWN"), done
     assert client.show_node("node1").reason == why
+
+
+def test_an_unknown_outcome_after_our_reboot_leaves_the_node_out_of_service(
+    ctld, fake, tmp_path, clean
+):
+    config = settings(tmp_path, reboot=True, next_state="DOWN")
+    client = SlurmClient(backend=ScontrolBackend(env=ctld.env, timeout=20.0))
+    reboot_by_the_ladder(ctld, client, config)
+    come_back(ctld, client)
+    _command, env = job_setup(ctld, fake, tmp_path)
+    done = due.run_due(client, config, "quick", ["/bin/false"], str(tmp_path), env)
+    assert [(d["node"], d["verdict"]) for d in done["due"]] == [("node1", "not qualified")], done
+    node = client.show_node("node1")
+    assert node.is_drained, node  # not a fail, but not back in service either
+    assert node.reason.startswith("sh:qualify: the qualification job printed no result"), node
+    assert through_slurm.RESERVATION_PREFIX not in ctld.run(
+        "scontrol", "show", "reservation", check=False
+    )
