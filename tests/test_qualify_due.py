@@ -9,7 +9,7 @@ import re
 
 import pytest
 
-from slurm_hooks.qualify import due, through_slurm
+from slurm_hooks.qualify import due, rebooted, through_slurm
 from slurm_hooks.slurm.node_state import parse_node_line
 
 CAPTURES = os.path.join(os.path.dirname(__file__), "captures", "slurm", "22.05.8")
@@ -36,7 +36,7 @@ def test_down_after_our_completed_reboot_is_due(name):
     ok, why = due.repaired(node, "sh:")
     assert ok, why
     assert why.startswith("down after our reboot for reboot: Slurm's 'reboot complete' at 2026-")
-    assert through_slurm.down_after_our_reboot(node, "sh:")
+    assert rebooted.down_after_our_reboot(node, "sh:")
     assert [d["node"] for d in due.pick([node], {}, "sh:")[0]] == ["node1"]
 
 
@@ -59,7 +59,7 @@ def test_a_reboot_that_timed_out_or_a_silent_node_is_waited_for():
     assert not ok and why.startswith("down for reboot, not after a completed reboot"), why
     silent = capture("show-node-down-after-reboot.txt", State="DOWN+NOT_RESPONDING")
     assert not due.repaired(silent, "sh:")[0]
-    assert not through_slurm.down_after_our_reboot(silent, "sh:")
+    assert not rebooted.down_after_our_reboot(silent, "sh:")
 
 
 @pytest.mark.parametrize(
@@ -74,7 +74,7 @@ def test_a_down_node_that_is_not_our_repair_is_never_due(reason):
     node = capture("show-node-down-after-reboot.txt", Reason=reason)
     assert node.reason == reason
     assert due.repaired(node, "sh:") == (False, "")
-    assert not through_slurm.down_after_our_reboot(node, "sh:")
+    assert not rebooted.down_after_our_reboot(node, "sh:")
     assert through_slurm.why_not(node, through_slurm.without_our_hold(settings()), "sh:") == "DOWN"
 
 

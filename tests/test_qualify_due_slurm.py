@@ -156,6 +156,8 @@ def test_a_node_down_after_our_reboot_is_due_qualified_and_returned_on_a_pass(
     ], done
     outcome = done["due"][0]
     assert outcome["enacted"] == "resumed" and outcome["reservation_deleted"] is True, outcome
+    assert outcome["slurm_calls"] <= 9, outcome  # a drained node's 7 + our drain (+ a retry)
+    print("slurm calls, passing qualification after our reboot:", outcome["slurm_calls"])
     state = ctld.node_state("node1")
     assert "DOWN" not in state and "DRAIN" not in state, state  # back in service
     assert through_slurm.RESERVATION_PREFIX not in ctld.run(

@@ -6,7 +6,11 @@ Due are:
   that asks for a repair (`-> reboot` or `-> reset-gpu` in the reason, slurm/reasons.py) and
   rebooted since (Slurm's BootTime later than the reason's time): the repair ladder's reboot
   (slurm/repair.py) or an admin's. Pass resumes the node, anything else drains it again
-  (through_slurm.qualify_node). A reset-gpu done on the node without a reboot is not seen from here
+  (through_slurm.qualify_node). Also repaired: DOWN after the ladder's reboot with [repair]
+  next_state = "DOWN" (Slurm's reason '<ours> : reboot issued : reboot complete', its time the
+  completion's: rebooted.down_after_our_reboot); qualify_node drains it, then proceeds as for
+  a drained node. A reboot still pending (REBOOT_REQUESTED/ISSUED) is waited for.
+  A reset-gpu done on the node without a reboot is not seen from here
   (its record is the node's own state file): `qualify --node` it.
 - **straggler suspects** queued by `report --stragglers --drain` with [fleet] confirm_with =
   "qualify" (qualify/queue.py), once idle: held by the reservation alone (they are in service).
@@ -14,7 +18,7 @@ Due are:
   test and figure AND the straggler figure, as a fleet.straggler drain (an admin clears it, as any
   straggler drain); a pass leaves them in service and is remembered (queue.settle); not qualified
   (a tool missing, the job died) leaves them in service, still queued: unknown is not a fail.
-Nodes running jobs, drained by someone else, DOWN, FAIL, in an admin's reservation are skipped with
+Nodes running jobs, drained by someone else, DOWN (but after our reboot), FAIL, in an admin's reservation are skipped with
 the reason (qualify_node's etiquette) and looked at again by the next run.
 """
 
@@ -30,8 +34,9 @@ from ..slurm import drainer, policy
 from ..slurm.lemon import is_lemon
 from ..slurm.node_state import NodeInfo, parse_fields
 from . import queue
-from .through_slurm import REBOOT_ACTION as REPAIR_ACTION
-from .through_slurm import down_after_our_reboot, qualify_node, without_our_hold
+from .rebooted import REBOOT_ACTION as REPAIR_ACTION
+from .rebooted import down_after_our_reboot
+from .through_slurm import qualify_node, without_our_hold
 
 
 def boot_epoch(node: NodeInfo) -> Optional[int]:

@@ -8,6 +8,8 @@ in a maintenance reservation of ours, its outcome enacted through the drain libr
    the node from now on.
 3. Our own drain is lifted (drainer.resume, by_admin: only a drain carrying our prefix): a drained
    node takes no job at all, not even in a reservation. The reservation keeps the node to us.
+   A node DOWN after our own reboot (down_after_our_reboot) is drained first with its reason
+   (DOWN+DRAIN), then lifted the same way (RESUME takes it to IDLE).
 4. `sbatch --wait --reservation=R --nodelist=<node> --exclusive` of a script that execs
    `slurm-hooks qualify --json`: visible in squeue/sacct; its exit code is the verdict.
 5. pass: the node stays resumed. Anything else (fail, not qualified, the job failed or was killed,
@@ -34,38 +36,15 @@ from ..result import Action, Result, Status
 from ..slurm import drainer, policy
 from ..slurm.client import SlurmClient, client_env
 from ..slurm.errors import SlurmError
-from ..slurm.lemon import is_lemon
 from ..slurm.policy import Outcome
 from . import tools
+from .rebooted import down_after_our_reboot
 
 RESERVATION_PREFIX = "slurm-hooks-qualify-"
 LEVEL_MINUTES = {"quick": 30, "standard": 60, "long": 300}
 SLURM_CALL_S = 30.0
 # the node flags our own reservation gives the node (MAINT, a reservation): not someone's state
 OUR_HOLD = frozenset(("MAINTENANCE", "RESERVED"))
-# what slurmctld appends to the reason when a node it rebooted registers again (node_mgr.c,
-# validate_node_specs; 22.05 shows '<reason> : reboot issued : reboot complete', the node DOWN
-# when the reboot's nextstate was DOWN): its own word that the reboot it issued is done
-REBOOT_COMPLETE = " : reboot complete"
-REBOOT_ACTION = re.compile(r"-> (reboot|reset-gpu)\b")
-
-
-def down_after_our_reboot(info, prefix: str) -> bool:
-    """DOWN after a reboot Slurm issued for a drain of ours (the repair ladder's `scontrol reboot
-    nextstate=DOWN`): our automatic reason asking for a repair, Slurm's 'reboot complete' after it,
-    no reboot still pending and a slurmd that answers. An admin's DOWN has their reason: never
-    this. A node we drained again for the qualification (DOWN+DRAIN, the same reason) still is."""
-    reason = (info.reason or "").rstrip()
-    return (
-        info.is_down
-        and not info.is_rebooting
-        and not info.is_not_responding
-        and not info.is_failed
-        and policy.read_reason(reason, prefix).automatic
-        and not is_lemon(reason, prefix)
-        and bool(REBOOT_ACTION.search(reason))
-        and reason.endswith(REBOOT_COMPLETE)
-    )
 
 
 class Interrupted(Exception):
