@@ -156,7 +156,7 @@ def test_a_node_down_after_our_reboot_is_due_qualified_and_returned_on_a_pass(
     ], done
     outcome = done["due"][0]
     assert outcome["enacted"] == "resumed" and outcome["reservation_deleted"] is True, outcome
-    assert outcome["slurm_calls"] <= 9, outcome  # a drained node's 7 + our drain (+ a retry)
+    assert outcome["slurm_calls"] <= 10, outcome  # a drained node's 7 + a read + our drain
     print("slurm calls, passing qualification after our reboot:", outcome["slurm_calls"])
     state = ctld.node_state("node1")
     assert "DOWN" not in state and "DRAIN" not in state, state  # back in service
@@ -214,3 +214,30 @@ def test_an_unknown_outcome_after_our_reboot_leaves_the_node_out_of_service(
     assert through_slurm.RESERVATION_PREFIX not in ctld.run(
         "scontrol", "show", "reservation", check=False
     )
+
+
+def test_an_admins_down_set_while_we_prepare_is_not_overwritten(
+    ctld, fake, tmp_path, clean, monkeypatch
+):
+    """The admin sets their own DOWN while we hold the node, before our drain for the job (played
+    right after our reservation is created): the node keeps the admin's reason and state."""
+    config = settings(tmp_path, reboot=True, next_state="DOWN")
+    client = SlurmClient(backend=ScontrolBackend(env=ctld.env, timeout=20.0))
+    reboot_by_the_ladder(ctld, client, config)
+    come_back(ctld, client)
+    admins = "admin: pulling node1 for a PSU swap"
+    real_slurm = through_slurm._slurm
+
+    def slurm(argv, env, timeout_s=through_slurm.SLURM_CALL_S):
+        ran = real_slurm(argv, env, timeout_s)
+        if list(argv[:3]) == ["scontrol", "create", "reservation"]:
+            ctld.scontrol("update", "NodeName=node1", "State=DOWN", "Reason=" + admins)
+        return ran
+
+    monkeypatch.setattr(through_slurm, "_slurm", slurm)
+    command, env = job_setup(ctld, fake, tmp_path)
+    done = through_slurm.qualify_node(client, "node1", "quick", config, command, str(tmp_path), env)
+    assert done["verdict"] == "not qualified" and "changed since it was read" in done["reason"]
+    assert done["reservation_deleted"] is True and "job_id" not in done, done
+    node = client.show_node("node1")
+    assert node.state_string == "DOWN" and node.reason == admins, node

@@ -225,6 +225,36 @@ def _drain_for_the_job(client, info, out: Dict[str, Any]) -> bool:
     if info.is_drained:
         return True
     try:
+        # read again right before: an admin's DOWN set since our first read must not be overwritten
+        now = client.show_node(info.name)
+        out["slurm_calls"] += 1
+        if (now.reason, now.reason_time, now.flags) != (info.reason, info.reason_time, info.flags):
+            out["reason"] = "refused: %s changed since it was read (%s: %s)" % (
+                info.name,
+                now.state_string,
+                now.reason,
+            )
+            return False
+        out["slurm_calls"] += 1
+        client.drain(info.name, info.reason.rstrip())
+    except (SlurmError, ValueError) as exc:
+        out["reason"] = "could not drain %s (DOWN after our reboot) for the job: %s" % (
+            info.name,
+            exc,
+        )
+        return False
+    return True
+    try:
+        # read again right before: an admin's DOWN set since our first read must not be overwritten
+        now = client.show_node(info.name)
+        out["slurm_calls"] += 1
+        if now.reason != info.reason or now.reason_time != info.reason_time or now.is_drained:
+            out["reason"] = "refused: %s changed since it was read (%s: %s)" % (
+                info.name,
+                now.state_string,
+                now.reason,
+            )
+            return False
         client.drain(info.name, info.reason.rstrip())
     except (SlurmError, ValueError) as exc:
         out["reason"] = "could not drain %s (DOWN after our reboot) for the job: %s" % (
