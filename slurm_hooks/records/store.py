@@ -174,7 +174,7 @@ def _prolog(
             return None, None
         if job.restart_count is not None:  # the attempt this prolog belongs to (names.attempt_of)
             snap = dict(snap, restart_count=job.restart_count)
-        write_json_atomic(path, snap, mode=0o600)
+        write_json_atomic(path, snap, mode=0o600, compact=True)  # read back by the epilog only
         prune_snapshots(
             os.path.dirname(path), config.get("records", "snapshot_max_age_days") * 86400.0
         )
