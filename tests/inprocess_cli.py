@@ -8,6 +8,10 @@ something else:
 - hook verbs (prolog, epilog, ...): they fork, set signal handlers and leave through os._exit;
 - `--live nvml`: the fake libnvidia-ml.so.1 is found through LD_LIBRARY_PATH when the process
   starts, which this process did long ago.
+A verb that leaves a check thread stuck would end the process (check_verbs.finish: os._exit);
+here it is an error instead, and only for threads the verb started: a hung-check test run
+earlier in this worker may have left its own stuck thread behind, which is no business of this
+command (finish would otherwise kill the xdist worker for it).
 Each verb keeps at least one subprocess test elsewhere, so the console entry point stays tested.
 """
 
@@ -18,6 +22,7 @@ import logging
 import os
 import subprocess
 import sys
+import threading
 from typing import Dict, List, Optional
 
 from tests.helpers import REPO
@@ -31,6 +36,7 @@ def cli_in_process(
 ) -> "subprocess.CompletedProcess[str]":
     """main(args) with os.environ replaced by `env` (default: unchanged), cwd, and stdin text;
     its exit code (argparse's SystemExit included), stdout and stderr as a CompletedProcess."""
+    from slurm_hooks.cli import check_verbs
     from slurm_hooks.cli import main as cli_main
     from slurm_hooks.core import logs
 
@@ -48,6 +54,8 @@ def cli_in_process(
     decisions = logging.getLogger(logs.LOGGER_NAME)
     saved_handlers = list(decisions.handlers)
     saved_logger = (decisions.level, decisions.propagate)
+    saved_finish = check_verbs.finish
+    check_verbs.finish = _finish_without_exit(set(threading.enumerate()))
     if env is not None:
         os.environ.clear()
         os.environ.update(env)
@@ -61,6 +69,7 @@ def cli_in_process(
         out.flush()
         err.flush()
     finally:
+        check_verbs.finish = saved_finish
         sys.stdin, sys.stdout, sys.stderr = saved_streams
         os.chdir(saved_cwd)
         os.environ.clear()
@@ -79,3 +88,20 @@ def cli_in_process(
         out.buffer.getvalue().decode("utf-8"),
         err.buffer.getvalue().decode("utf-8", "backslashreplace"),
     )
+
+
+def _finish_without_exit(before):
+    """check_verbs.finish for this process: the exit code, after the check threads this command
+    started have ended (a few seconds for one winding down); one still stuck is an error."""
+
+    def finish(code: int) -> int:
+        for thread in threading.enumerate():
+            if thread not in before and thread.name.startswith(("check:", "bounded:")):
+                thread.join(5.0)
+                if thread.is_alive():
+                    raise RuntimeError(
+                        "thread %s is stuck: run this command as a subprocess" % thread.name
+                    )
+        return code
+
+    return finish
