@@ -247,14 +247,18 @@ def test_contents_conffiles_and_modes(debs, tmp_path):
     # the straggler report's timer (an admin host's job) is shipped, neither enabled nor started by install:
     # the only `enable` re-creates the symlinks of a timer the admin had enabled before an upgrade
     units = {p.rsplit("/", 1)[-1]: p for p in entries if "/systemd/system/slurm-hooks" in p}
-    assert sorted(units) == ["slurm-hooks-stragglers.service", "slurm-hooks-stragglers.timer"], (
-        units
-    )
+    assert sorted(units) == [
+        "slurm-hooks-qualify.service",
+        "slurm-hooks-qualify.timer",
+        "slurm-hooks-stragglers.service",
+        "slurm-hooks-stragglers.timer",
+    ], units
     assert all(entries[p] == "-rw-r--r--" for p in units.values())
     assert "deb-systemd-invoke" not in postinst and "systemctl" not in postinst
     assert (
         "if deb-systemd-helper --quiet was-enabled 'slurm-hooks-stragglers.timer'; then" in postinst
     )
+    assert "if deb-systemd-helper --quiet was-enabled 'slurm-hooks-qualify.timer'; then" in postinst
     postrm = (tmp_path / "control" / "postrm").read_text()
     assert "rm -rf /var" not in postrm and "mountpoint -q" in postrm  # never across a mount
 

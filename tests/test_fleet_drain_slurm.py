@@ -61,7 +61,7 @@ class Site:
         self.config.write_text(
             '[general]\n%s\n[paths]\nstate_dir = "%s"\nlog_file = ""\nsyslog = false\n'
             '[records]\nkey_file = "%s"\n'  # the records are signed with it (straggler_records)
-            '[drain]\nbackend = "scontrol"\n[fleet]\ndrain = true\n%s'
+            '[drain]\nbackend = "scontrol"\n[fleet]\ndrain = true\nconfirm_with = "none"\n%s'
             % (
                 'mode = "%s"' % ("observe" if "observe" in extra else "enforce"),
                 self.state_dir,
@@ -211,6 +211,7 @@ def test_a_drain_appearing_after_the_listing_is_kept_too(site, cluster):
     settings = default_settings()
     settings["paths"]["state_dir"] = str(site.state_dir)
     settings["fleet"]["drain"] = True
+    settings["fleet"]["confirm_with"] = "none"  # the drain itself is what this tests
     client = SlurmClient(backend=ScontrolBackend(env=cluster.env))
     listing = client.list_nodes
 
@@ -375,6 +376,7 @@ def test_a_drain_whose_breaker_recount_failed_is_recounted_by_the_next_run(site,
     settings = default_settings()
     settings["paths"]["state_dir"] = str(site.state_dir)
     settings["fleet"]["drain"] = True
+    settings["fleet"]["confirm_with"] = "none"  # the drain itself is what this tests
     client = SlurmClient(backend=ScontrolBackend(env=cluster.env))
     listing, calls = client.list_nodes, []
 

@@ -44,6 +44,19 @@ def node():
     built.cleanup()
 
 
+@pytest.fixture(autouse=True)
+def quick_loopback_settle(monkeypatch):
+    """The real ib_write_bw server needs its 0.5 s to listen before the client starts; the stand-in
+    server answers without waiting for a client, so the pairs here are started 0.05 s apart (the
+    module ran ~14 s of settle sleeps). The server still runs beside the client and is joined."""
+    real = tools.run_pair
+
+    def run_pair(server, client, timeout_s, env=None, settle_s=0.5):
+        return real(server, client, timeout_s, env, settle_s=min(settle_s, 0.05))
+
+    monkeypatch.setattr(tools, "run_pair", run_pair)
+
+
 def standin_env(**extra: str) -> dict:
     env = {k: v for k, v in os.environ.items() if not k.startswith("QUALIFY_STANDIN_")}
     env["PATH"] = STANDINS + os.pathsep + "/usr/bin:/bin"

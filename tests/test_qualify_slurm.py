@@ -24,7 +24,8 @@ STANDINS = os.path.join(os.path.dirname(__file__), "qualify_standins")
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
     require_slurm()
-    c = SlurmCluster(tmp_path_factory.mktemp("qualify-slurm"), nodes=("node1",))
+    # node2 and node3 have no slurmd (DOWN): the hostlist test's nodes that must be refused
+    c = SlurmCluster(tmp_path_factory.mktemp("qualify-slurm"), nodes=("node1", "node2", "node3"))
     c.start()
     yield c
     c.stop()
@@ -49,7 +50,19 @@ def settings():
     return out
 
 
+def wait_responding(cluster, timeout=60.0):
+    """node1's slurmd answers slurmctld: after a slurmctld restart, or a ping round of the
+    slurmd-less node2/node3, it can show NOT_RESPONDING for a while, and a qualification refuses a
+    node that does not respond (the job would wait for it)."""
+    import time
+
+    deadline = time.time() + timeout
+    while "NOT_RESPONDING" in cluster.node_state("node1") and time.time() < deadline:
+        time.sleep(1)
+
+
 def setup(cluster, fake, tmp_path, fault="", tool_mode=None):
+    wait_responding(cluster)
     config = tmp_path / "config.toml"
     config.write_text(
         '[general]\nroot = "%s"\n[records]\ndir = "%s"\n[qualify]\nib_ports = ["mlx5_0:1"]\n'
@@ -86,7 +99,7 @@ def clean(cluster):
         if "ReservationName=" + through_slurm.RESERVATION_PREFIX in line:
             name = line.split("ReservationName=")[1].split()[0]
             cluster.run("scontrol", "delete", "ReservationName=" + name, check=False)
-    cluster.scontrol("update", "NodeName=node1", "State=RESUME", check=False)
+    cluster.scontrol("update", "NodeName=node[1-3]", "State=RESUME", check=False)
 
 
 def test_a_passing_node_returns_and_the_reservation_goes(cluster, fake, tmp_path, clean):
@@ -130,10 +143,11 @@ def test_an_admins_drain_and_an_in_service_node_are_refused_untouched(
     assert done["reason"].startswith("refused: node1 is drained by someone else")
     assert "Reason=admin: new cable" in reason(cluster)
     cluster.scontrol("update", "NodeName=node1", "State=RESUME")
+    wait_responding(cluster)
     done = through_slurm.qualify_node(
         client, "node1", "quick", settings(), command, str(tmp_path), env
     )
-    assert done["reason"].startswith("refused: node1 is in service")
+    assert done["reason"].startswith("refused: node1 is in service"), done
     assert through_slurm.RESERVATION_PREFIX not in reservations(cluster)
 
 
@@ -198,3 +212,296 @@ def test_a_reservation_left_by_a_crashed_admin_host_is_swept(cluster, fake, tmp_
     )
     assert done["stale_reservations_deleted"] == [stale] and done["verdict"] == "pass", done
     assert through_slurm.RESERVATION_PREFIX not in reservations(cluster)
+
+
+def test_a_hostlist_is_qualified_node_by_node_and_exits_by_the_worst(
+    cluster, fake, tmp_path, clean
+):
+    import json
+    import subprocess
+
+    _client, command, env = setup(cluster, fake, tmp_path)
+    drain_ours(cluster)
+    ours = "slurm-hooks: gpu.memory: gpu:3 row-remap pending -> reset-gpu"
+    cluster.scontrol("update", "NodeName=node2", "State=DRAIN", "Reason=" + ours)  # and DOWN
+    cluster.scontrol("update", "NodeName=node3", "State=DRAIN", "Reason=admin: new cable")
+    done = subprocess.run(
+        command
+        + ["--node", "node[1-3]", "--level", "quick", "--json", "--work-dir", str(tmp_path)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert done.returncode == 1, done.stdout + done.stderr  # the worst: two refusals
+    doc = json.loads(done.stdout)
+    assert doc["schema"] == "slurm-hooks.qualify-nodes/1" and doc["exit_code"] == 1
+    assert doc["swept"]["deleted"] == [] and "error" not in doc["swept"]  # the run began with it
+    nodes = {n["node"]: n for n in doc["nodes"]}
+    assert [n["node"] for n in doc["nodes"]] == ["node1", "node2", "node3"]
+    assert nodes["node1"]["verdict"] == "pass" and nodes["node1"]["enacted"] == "resumed", nodes
+    assert nodes["node1"]["exit_code"] == 0
+    # no slurmd answers for node2 and node3: DOWN, or not responding yet after an earlier test's
+    # resume (idle*: before this was refused, the job waited for the node, holding it)
+    for name in ("node2", "node3"):
+        assert nodes[name]["reason"].startswith(
+            ("refused: %s is DOWN" % name, "refused: %s is not responding" % name)
+        ), nodes[name]
+    assert "DRAIN" not in cluster.node_state("node1")
+    assert "Reason=admin: new cable" in cluster.show_node_line("node3")
+    assert ours in cluster.show_node_line("node2")
+    assert through_slurm.RESERVATION_PREFIX not in reservations(cluster)
+    print("slurm calls, hostlist of 3:", sum(n["slurm_calls"] for n in doc["nodes"]))
+
+
+def create_reservation(cluster, name, node="node1"):
+    cluster.scontrol(
+        "create",
+        "reservation",
+        "ReservationName=" + name,
+        "Nodes=" + node,
+        "StartTime=now",
+        "Duration=30",
+        "Users=root",
+        "Flags=MAINT,IGNORE_JOBS",
+    )
+
+
+def test_the_sweep_deletes_only_our_stale_reservations(cluster, fake, tmp_path, clean):
+    """Ours and over: deleted (the node its dead run left in service is drained again first).
+    Ours and maybe running, an admin's, one with our prefix but not our shape: kept untouched."""
+    import json
+    import subprocess
+    import time
+
+    _client, command, env = setup(cluster, fake, tmp_path)
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    host = through_slurm.owner_host()
+    now = time.time()
+    stamp = through_slurm.reservation_name("node1", now=now - 60)
+    owner_gone = "%s+quick+%d+%s" % (stamp, dead.pid, host)
+    too_old = through_slurm.reservation_name("node2", now=now - 6 * 3600)
+    running = "%s+quick+%d+%s" % (
+        through_slurm.reservation_name("node2", now=now - 60),
+        os.getpid(),
+        "another-host",
+    )
+    admins = "maint-node3"
+    lookalike = through_slurm.RESERVATION_PREFIX + "node3-by-hand"
+    for name, node in (
+        (owner_gone, "node1"),
+        (too_old, "node2"),
+        (running, "node2"),
+        (admins, "node3"),
+        (lookalike, "node3"),
+    ):
+        create_reservation(cluster, name, node)
+    # node2 (its run is past its bound): drained; node1: its run died after lifting our drain
+    # (in service, held by the reservation only)
+    cluster.scontrol("update", "NodeName=node2", "State=DRAIN", "Reason=admin: waiting for RMA")
+    assert "DRAIN" not in cluster.node_state("node1")
+    done = subprocess.run(
+        command + ["--sweep", "--json"], env=env, capture_output=True, text=True, timeout=120
+    )
+    try:
+        assert done.returncode == 0, done.stdout + done.stderr
+        doc = json.loads(done.stdout)
+        deleted = {d["name"]: d for d in doc["deleted"]}
+        assert set(deleted) == {owner_gone, too_old}, doc
+        assert "owner (pid %d on %s) is gone" % (dead.pid, host) in deleted[owner_gone]["why"]
+        assert "past its longest level's bound" in deleted[too_old]["why"]
+        assert deleted[owner_gone]["node_action"].startswith("drained: sh:qualify: ")
+        assert deleted[too_old]["node_action"].startswith("left as it is (")  # DOWN or drained
+        assert "Reason=admin: waiting for RMA" in cluster.show_node_line("node2")
+        assert {k["name"] for k in doc["kept"]} == {running, lookalike}
+        listed = reservations(cluster)
+        assert owner_gone not in listed and too_old not in listed
+        assert running in listed and admins in listed and lookalike in listed
+        # never released on an unknown outcome: drained again, by us, naming the run
+        assert "DRAIN" in cluster.node_state("node1")
+        assert "ended without a verdict" in cluster.show_node_line("node1")
+        print("slurm calls, sweep of 5 reservations:", doc["slurm_calls"])
+    finally:
+        for name in (running, admins, lookalike):
+            cluster.run("scontrol", "delete", "ReservationName=" + name, check=False)
+
+
+def test_an_admins_maintenance_reservation_is_refused_and_ours_is_not_an_obstacle(
+    cluster, fake, tmp_path, clean
+):
+    """The node's MAINT flag cannot tell an admin's maintenance from our own reservation: an
+    active reservation of someone else holding the node refuses it, untouched; ours (stale, on
+    the same node) is swept and the MAINT flag it left does not stop the qualification."""
+    import time
+
+    client, command, env = setup(cluster, fake, tmp_path)
+    drain_ours(cluster)
+    create_reservation(cluster, "maint-by-admin", "node[1-2]")
+    try:
+        done = through_slurm.qualify_node(
+            client, "node1", "quick", settings(), command, str(tmp_path), env
+        )
+        assert (
+            done["reason"] == "refused: node1 is in the reservation maint-by-admin of someone else"
+        )
+        assert "maint-by-admin" in reservations(cluster) and "DRAIN" in cluster.node_state("node1")
+    finally:
+        cluster.run("scontrol", "delete", "ReservationName=maint-by-admin", check=False)
+    stale = through_slurm.reservation_name("node1", now=time.time() - 60, level="quick")
+    create_reservation(cluster, stale)
+    deadline = time.time() + 90  # slurmctld sets MAINT on the node at its next reservation pass
+    while "MAINT" not in cluster.node_state("node1") and time.time() < deadline:
+        time.sleep(1)
+    assert "MAINT" in cluster.node_state("node1")
+    done = through_slurm.qualify_node(
+        client, "node1", "quick", settings(), command, str(tmp_path), env
+    )
+    assert done["verdict"] == "pass" and done["stale_reservations_deleted"] == [stale], done
+    assert through_slurm.RESERVATION_PREFIX not in reservations(cluster)
+
+
+def write_queue(state_dir, node="node1"):
+    import json
+    import time
+
+    os.makedirs(str(state_dir), exist_ok=True)
+    straggler = (
+        "sh:fleet.straggler: throttle_frac.hw_slowdown 0.2 vs 0 of its job peers (higher is "
+        "worse), 12 of its last 10 jobs, worst z 41 (job 111) -> drain"
+    )
+    entry = {"time": time.time(), "metric": "throttle_frac.hw_slowdown", "straggler": straggler}
+    (state_dir / "qualify-queue.json").write_text(
+        json.dumps({"queued": {node: entry}, "passed": {}})
+    )
+
+
+def due_run(cluster, fake, tmp_path, fault=""):
+    import json
+    import subprocess
+
+    _client, command, env = setup(cluster, fake, tmp_path, fault=fault)
+    config = tmp_path / "config.toml"
+    config.write_text(
+        config.read_text().replace("[general]\n", '[general]\nmode = "enforce"\n')
+        + '[paths]\nstate_dir = "%s"\nlog_file = ""\nsyslog = false\n'
+        '[drain]\nbackend = "scontrol"\n' % (tmp_path / "state")
+    )
+    done = subprocess.run(
+        command + ["--due", "--level", "quick", "--json"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    return done, json.loads(done.stdout or "null")
+
+
+def test_a_queued_straggler_that_fails_its_qualification_is_drained_with_both_figures(
+    cluster, fake, tmp_path, clean
+):
+    write_queue(tmp_path / "state")
+    done, doc = due_run(cluster, fake, tmp_path, fault="x8_link=3")
+    assert done.returncode == 2, done.stdout + done.stderr  # a finding: the node is drained
+    (node,) = doc["due"]
+    assert (node["node"], node["kind"], node["verdict"]) == ("node1", "straggler", "fail")
+    assert node["enacted"].startswith("drained: "), node
+    line = cluster.show_node_line("node1")
+    assert "DRAIN" in cluster.node_state("node1")
+    assert "Reason=sh:fleet.straggler: qualify nvbandwidth: nvbandwidth GPU 3 h2d 13.2" in line
+    assert "straggler throttle_frac.hw_slowdown 0.2 vs 0" in line
+    assert through_slurm.RESERVATION_PREFIX not in reservations(cluster)
+    queued = (tmp_path / "state" / "qualify-queue.json").read_text()
+    assert '"queued": {}' in queued
+    print("slurm calls, --due of a failing straggler:", node["slurm_calls"])
+
+
+def test_a_queued_straggler_that_passes_stays_in_service_and_is_remembered(
+    cluster, fake, tmp_path, clean
+):
+    import json
+
+    write_queue(tmp_path / "state")
+    drain_ours(cluster, "slurm-hooks: gpu.count: gpu:0 GPU 0 fell off the bus -> reboot")
+    cluster.scontrol("update", "NodeName=node1", "State=RESUME")  # in service (idle) again
+    done, doc = due_run(cluster, fake, tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    (node,) = doc["due"]
+    assert node["verdict"] == "pass" and node["enacted"].startswith("left in service"), node
+    assert "DRAIN" not in cluster.node_state("node1")
+    saved = json.loads((tmp_path / "state" / "qualify-queue.json").read_text())
+    assert saved["queued"] == {} and "node1" in saved["passed"]
+    assert through_slurm.RESERVATION_PREFIX not in reservations(cluster)
+    print("slurm calls, --due of a passing straggler:", node["slurm_calls"])
+    # drained by us for a reboot that has not happened: not due, said so
+    drain_ours(cluster, "slurm-hooks: gpu.count: gpu:0 GPU 0 fell off the bus -> reboot")
+    done, doc = due_run(cluster, fake, tmp_path)
+    assert done.returncode == 0 and doc["due"] == [], done.stdout + done.stderr
+    assert {
+        "node": "node1",
+        "kind": "repaired",
+        "why": "drained for reboot, not rebooted since",
+    } in (doc["waiting"])
+
+
+@pytest.mark.parametrize("fault", ["", "x8_link=3"])
+def test_a_slurmctld_restart_mid_run_leaves_no_reservation_and_the_node_as_it_should_be(
+    cluster, fake, tmp_path, clean, fault
+):
+    """slurmctld restarts while the qualification job runs (the stand-ins take 4 s each): the
+    reservation (state slurmctld keeps across the restart) is deleted, and the node is in service
+    only on a verdict of pass read from the job's own output; any other outcome, an unknown one
+    included (sbatch --wait losing its job), leaves it drained by us."""
+    client, command, env = setup(cluster, fake, tmp_path, fault=fault)
+    env["QUALIFY_STANDIN_DELAY_S"] = "4"
+    drain_ours(cluster)
+    restart = threading.Timer(5.0, cluster.restart_ctld)
+    restart.start()
+    try:
+        done = through_slurm.qualify_node(
+            client, "node1", "quick", settings(), command, str(tmp_path), env
+        )
+    finally:
+        restart.join()
+    assert done["reservation_deleted"] is True, done
+    assert through_slurm.RESERVATION_PREFIX not in reservations(cluster)
+    if fault:
+        assert done["verdict"] != "pass", done
+    if done["verdict"] == "pass":
+        assert done["enacted"] == "resumed" and "DRAIN" not in cluster.node_state("node1")
+    else:
+        assert done["enacted"].startswith("drained: sh:qualify: "), done
+        assert "DRAIN" in cluster.node_state("node1")
+        assert "Reason=sh:qualify: " in cluster.show_node_line("node1")
+    print("after a slurmctld restart (%s):" % (fault or "healthy"), done["verdict"], done["reason"])
+
+
+def test_slurmctld_down_across_the_end_of_the_job_never_releases_the_node(
+    cluster, fake, tmp_path, clean
+):
+    """slurmctld stops while the job runs and comes back 25 s later, after the job's end: whatever
+    sbatch --wait makes of it, the reservation is gone once slurmctld answers again (by this run, or
+    by the sweep of the next one), and the node is in service only on a pass."""
+    from slurm_hooks.qualify import sweep
+
+    client, command, env = setup(cluster, fake, tmp_path, fault="x8_link=3")
+    env["QUALIFY_STANDIN_DELAY_S"] = "3"
+    drain_ours(cluster)
+    stop = threading.Timer(5.0, cluster.stop_ctld)
+    start = threading.Timer(30.0, cluster.start_ctld)
+    stop.start()
+    start.start()
+    try:
+        done = through_slurm.qualify_node(
+            client, "node1", "quick", settings(), command, str(tmp_path), env
+        )
+    finally:
+        stop.join()
+        start.join()
+    print("slurmctld down across the job's end:", done)
+    if not done.get("reservation_deleted"):
+        swept = sweep.sweep(client, settings(), dict(cluster.env), alive=lambda pid: False)
+        assert [d["node"] for d in swept["deleted"]] == ["node1"], swept
+    assert through_slurm.RESERVATION_PREFIX not in reservations(cluster)
+    assert done["verdict"] != "pass"
+    assert "DRAIN" in cluster.node_state("node1"), cluster.show_node_line("node1")

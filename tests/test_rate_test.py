@@ -100,3 +100,18 @@ def test_a_clean_run_after_a_reboot_is_a_repair_only_when_the_nodes_rate_makes_i
     assert not rate_test._repaired(window, 10, 200, 0)  # slow in 1 of 20: 4 clean is chance
     window.reboot_at = 120  # 81 clean jobs since
     assert rate_test._repaired(window, 10, 200, 0)
+
+
+def test_a_rate_suspect_flagged_only_in_one_users_jobs_is_not_drained(tmp_path):
+    """Red team, round 3: the rate test is a suspect path that drains; [fleet] drain_min_users
+    still holds for it (one user can make a node look slow in its own jobs)."""
+    from slurm_hooks.slurm import straggler_drain
+
+    d = str(tmp_path / "jobs")
+    # write_jobs gives job j to user j % 3: slow only in user0's jobs, twice in the last 10
+    write_jobs(d, jobs=40, nodes=6, slow="n03", slow_in=lambda j: j % 6 == 0)
+    result = straggler_scan.scan([d], settings(window_days=30.0), now=NOW)
+    (found,) = result.suspects()
+    assert (found.basis, found.users, found.flagged) == ("rate", 1, 7)
+    wanted, (row,) = straggler_drain.choose([found], settings(drain=True), {})
+    assert wanted == [] and row.outcome == "too-little-evidence" and "1 user(s)" in row.message

@@ -378,6 +378,8 @@ def test_file_list(built, target):
         "/etc/logrotate.d/slurm-hooks",
         "/var/lib/slurm-hooks",
         "/var/log/slurm-hooks",
+        "/usr/lib/systemd/system/slurm-hooks-qualify.service",
+        "/usr/lib/systemd/system/slurm-hooks-qualify.timer",
         "/usr/lib/systemd/system/slurm-hooks-stragglers.service",
         "/usr/lib/systemd/system/slurm-hooks-stragglers.timer",
     }
@@ -431,6 +433,8 @@ def test_the_straggler_timer_is_shipped_disabled(built, files):
     on erase the timer is stopped (what %systemd_preun does)."""
     units = sorted(p for p in files if p.startswith("/usr/lib/systemd/system/"))
     assert units == [
+        "/usr/lib/systemd/system/slurm-hooks-qualify.service",
+        "/usr/lib/systemd/system/slurm-hooks-qualify.timer",
         "/usr/lib/systemd/system/slurm-hooks-stragglers.service",
         "/usr/lib/systemd/system/slurm-hooks-stragglers.timer",
     ]
@@ -441,6 +445,7 @@ def test_the_straggler_timer_is_shipped_disabled(built, files):
     )
     assert (
         "disable --now slurm-hooks-stragglers.timer" in scripts
+        and "disable --now slurm-hooks-qualify.timer" in scripts
         and "preuninstall scriptlet" in scripts
     )
 

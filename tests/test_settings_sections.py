@@ -129,3 +129,28 @@ def test_the_salvaged_settings_of_a_refused_config_are_typed(tmp_path, monkeypat
     assert salvaged.deadline.files == SECTIONS["deadline"]["files"].default
     broken = tmp_path / "missing" / "config.toml"
     assert salvage_settings(str(broken)).paths.state_dir == SECTIONS["paths"]["state_dir"].default
+
+
+def test_settings_pickle_and_come_back_typed(defaults):
+    """sections.py says copy and pickle rebuild a section whole; pickle could not find a generated
+    class by name (PicklingError), so a Config could never be sent to a worker process."""
+    import pickle
+
+    back = pickle.loads(pickle.dumps(defaults.settings))
+    assert back == defaults.settings and type(back.drain) is type(defaults.settings.drain)
+    assert back.drain.timeout == defaults.settings.drain.timeout
+
+
+def test_a_list_changed_through_one_config_does_not_leak_into_the_next():
+    """A list value of a config built from the defaults was the schema's default object itself:
+    one caller's append changed [drain] skip_states of every Config built after it in the process
+    (and the default README's reference shows)."""
+    first = validate(Registry(), {})
+    default = SECTIONS["drain"]["skip_states"].default
+    before = list(default)
+    try:
+        first.settings.drain.skip_states.append("IDLE")
+        assert validate(Registry(), {}).settings.drain.skip_states == before
+        assert salvage_settings("/nonexistent/config.toml").drain.skip_states == before
+    finally:
+        default[:] = before

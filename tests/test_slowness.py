@@ -106,3 +106,31 @@ def test_suspects_are_ordered_by_their_cost_not_their_z(tmp_path):
     found = result.suspects()
     assert [(s.node, s.cost) for s in found] == [("n05", 0.3), ("n02", 0.1)]
     assert found[0].worst_z < found[1].worst_z  # the z alone would rank them the other way
+
+
+def test_the_fleet_drains_the_costliest_suspect_first_not_the_one_with_most_flags(tmp_path):
+    """Red team, round 3 (issue 30: rank and drain by cost): choose() ordered by flag count and
+    z, so a rate suspect (its count covers the whole report window, here 12 flags at a 4 % power
+    cost) took the one drain [fleet] max_drained allows before a node losing 25 % of its jobs'
+    time in HW slowdown."""
+    from slurm_hooks.records import stragglers
+    from slurm_hooks.slurm import straggler_drain
+
+    def suspect(node, metric, flags, cost, z, basis):
+        evidence = tuple(
+            (
+                stragglers.JobMark(str(100 + j), NOW - j, 6, "user%d" % (j % 3), start=NOW - j),
+                stragglers.Flag(metric, z, 0.0, 0.0, 5, cost=cost),
+            )
+            for j in range(flags)
+        )
+        return stragglers.Suspect(node, metric, flags, 40, evidence, 3, basis=basis)
+
+    costly = suspect("n01", HW, 4, 0.25, 20.0, "k-of-m")
+    frequent = suspect("n02", "gpu_power_w.mean", 12, 0.04, 40.0, "rate")
+    unknown = suspect("n03", "ib_xmit_wait_per_s", 12, None, 60.0, "rate")
+    fleet_settings = settings(drain=True)
+    wanted, rows = straggler_drain.choose([unknown, frequent, costly], fleet_settings, {})
+    assert [s.node for s in wanted] == ["n01", "n02", "n03"] and rows == []
+    # the report lists them in the same order
+    assert sorted([unknown, frequent, costly], key=straggler_scan._by_cost) == wanted

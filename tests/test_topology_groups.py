@@ -186,3 +186,25 @@ def test_a_leaf_whose_nodes_saturate_their_counters_is_the_switch(tmp_path):
     assert result.suspects() == [] and [s.node for s in result.under_switch()] == ["n14"]
     assert "n14 ib_xmit_wait_per_s: under s1" in straggler_scan.render(result)
     assert "s1 ib_xmit_wait_per_s: 6 of its 8 nodes saturate" in straggler_scan.render(result)
+
+
+def test_broken_gpus_under_one_small_leaf_stay_node_suspects(tmp_path):
+    """Red team, round 3: a leaf switch stalls its nodes' fabric (or, a hot rack, heats their
+    GPUs); it does not put a GPU in HW slowdown. Three such nodes of an 8-node leaf (a small
+    cluster under one switch) were the switch's suspect, none a node suspect: none drained, and
+    left out of the fleet's flag rate."""
+    d = str(tmp_path / "jobs")
+    rng = random.Random(7)
+    names = ["n%02d" % i for i in range(8)]
+    broken = {"n01", "n04", "n06"}
+    for j in range(12):
+        end = NOW - (12 - j) * 3600
+        for node in names:
+            figures = healthy(rng)
+            if node in broken:
+                figures["throttle_frac.hw_slowdown"] = rng.uniform(0.15, 0.25)
+            write(d, node, 100 + j, figures, end, user="user%d" % (j % 3))
+    result = straggler_scan.scan([d], settings(), now=NOW)
+    result.leaf_of = topology_conf.parse("topology.conf", "SwitchName=s0 Nodes=n[00-07]\n").leaf_of
+    assert {s.node for s in result.suspects()} == broken and not result.switches()
+    assert result.under_switch() == []

@@ -20,6 +20,7 @@ from slurm_hooks.records.fleet_report import aggregate
 from slurm_hooks.records.signing import Verifier
 from slurm_hooks.records.store import encode_record
 from tests.helpers import assert_exposition, cli_with_default_config, default_settings
+from tests.inprocess_cli import cli_in_process
 from tests.straggler_records import KEY, write_key
 
 # NVIDIA/NVSentinel issue #155, comment by lalitadithya, 2025-10-25: the line their fleet logs when a
@@ -176,6 +177,52 @@ def test_the_epilog_records_the_kernels_bound_on_its_clock_error():
     assert record["clock_max_error_s"] == 0.25 and record["summary"]["xid_clock_error_s"] == 0.25
 
 
+def test_an_interpreter_without_ctypes_loses_the_clock_bound_not_the_snapshot(monkeypatch):
+    """ctypes is an optional part of CPython (_ctypes needs libffi; minimal and distroless builds
+    leave it out). Its ImportError went up through counters.take, and the epilog's whole snapshot
+    -- counters, Xid lines -- was lost for a clock bound the record can do without."""
+    import sys
+
+    from slurm_hooks.records import counters
+
+    monkeypatch.setitem(sys.modules, "ctypes", None)  # `import ctypes` raises ImportError
+    assert counters.wall_clock_error() is None
+
+
+@pytest.mark.parametrize("garbage", [-1.0, 1e13, "0.004", True])
+def test_a_clock_bound_no_kernel_reports_is_not_a_good_clock(tmp_path, garbage):
+    """The bound is absent on records of older versions; when present it is what adjtimex said, at
+    most 16 s. A value no kernel reports (a struct read with the wrong layout, a hand-edited
+    record) read as 'no bound given', and the node's times were ordered as if synchronised."""
+    one_failure(tmp_path)
+    late = epilog_record("gpu-a", 4242, [(T, XID79)], clock_offset=-9.0, clock_error=garbage)
+    write(tmp_path, late)
+    fleet = aggregate([str(tmp_path)], verifier=Verifier(KEY))
+    (job,) = fleet.lineups
+    assert (job.verdict, job.causal) == ("ambiguous", None)
+    assert totals(fleet)["gpu-b"] == (2, 0) and totals(fleet)["gpu-c"] == (1, 0)  # unproven
+
+
+def test_a_maxerror_no_kernel_reports_is_read_as_unsynchronised(monkeypatch):
+    """adjtimex read through a struct timex of the wrong layout (an ABI we did not expect) finds
+    another field where maxerror should be. A negative one became 0 s, a perfect clock."""
+    import ctypes
+
+    from slurm_hooks.records import counters
+
+    class FakeLibc:
+        def __init__(self, maxerror):
+            self.maxerror = maxerror
+
+        def adjtimex(self, timex_ref):
+            timex_ref._obj.maxerror = self.maxerror
+            return 0  # TIME_OK, status 0: synchronised
+
+    for maxerror, expected in [(-7, 16.0), (17_000_000, 16.0), (4_000, 0.004)]:
+        monkeypatch.setattr(ctypes, "CDLL", lambda *a, m=maxerror, **k: FakeLibc(m))
+        assert counters.wall_clock_error() == expected, maxerror
+
+
 def test_a_node_with_a_cause_of_its_own_keeps_its_consequences_counted(tmp_path):
     one_failure(tmp_path, **{"gpu-b": [(T + 3.0, XID94), (T + 3.2, XID45_A)]})
     fleet = aggregate([str(tmp_path)], verifier=Verifier(KEY))
@@ -259,9 +306,11 @@ def _config(tmp_path, key=True):
 
 
 def test_report_xids_prints_the_line_up_and_its_metrics(tmp_path):
+    insecure_ok = dict(os.environ, SLURM_HOOKS_ALLOW_INSECURE_CONFIG="1")
     one_failure(tmp_path / "records")
     prom = tmp_path / "xids.prom"
     config = _config(tmp_path)
+    # the first as a child (the console entry point), the others in this process (inprocess_cli.py)
     run = cli_with_default_config(["--config", config, "report", "--xids", "--prom", str(prom)])
     assert run.returncode == 1, run.stderr  # FOUND: a node blamed
     assert "job 4242: first cause Xid 79 on gpu-a" in run.stdout
@@ -274,16 +323,18 @@ def test_report_xids_prints_the_line_up_and_its_metrics(tmp_path):
     )
     assert 'slurm_hooks_fleet_xid_sympathetic{node="gpu-b"} 2.0' in text
     data = json.loads(
-        cli_with_default_config(["--config", config, "report", "--xids", "--json"]).stdout
+        cli_in_process(["--config", config, "report", "--xids", "--json"], env=insecure_ok).stdout
     )
     assert data["schema"] == "slurm-hooks.xid-lineup/1"
     assert data["jobs"][0]["causal_node"] == "gpu-a" and data["jobs"][0]["excused"] == {
         "gpu-b": 2,
         "gpu-c": 1,
     }
-    one = cli_with_default_config(["--config", config, "report", "--job", "4242"])
+    one = cli_in_process(["--config", config, "report", "--job", "4242"], env=insecure_ok)
     assert "job 4242: first cause Xid 79 on gpu-a" in one.stdout, one.stderr
-    plain = json.loads(cli_with_default_config(["--config", config, "report", "--json"]).stdout)
+    plain = json.loads(
+        cli_in_process(["--config", config, "report", "--json"], env=insecure_ok).stdout
+    )
     ranked = {n["node"]: n for n in plain["ranking"]}
     assert "gpu-b" not in ranked and ranked["gpu-a"]["totals"]["xids"] == 1
 
@@ -322,16 +373,17 @@ def pattern_site(tmp_path, monkeypatch):
     backend = cluster()
     records = tmp_path / "records"
 
-    def run(job, user, seq, key=True):
+    def run(job, user, seq, key=True, records_dir=None, files_deadline=5.0):
         seen.append(seq)
         config = validate(
             reg,
             {
                 "general": {"mode": "enforce"},
+                "deadline": {"files": files_deadline},
                 "paths": {"state_dir": str(tmp_path / "state"), "log_file": "", "syslog": False},
                 "records": {
                     "enabled": False,  # the records below stand for the epilogs' own
-                    "dir": str(records),
+                    "dir": str(records_dir or records),
                     "key_file": write_key(tmp_path / "records.key") if key else "",
                 },
             },
@@ -368,3 +420,91 @@ def test_without_the_key_or_the_records_the_pattern_drains_as_before(pattern_sit
     assert pattern_site("102", "bob", 20, key=False).exit_code == ExitCode.OK  # no record at all
     out = pattern_site("103", "carol", 30, key=False)
     assert out.exit_code == ExitCode.NODE_BROKEN and pattern_site.backend.nodes["node1"].is_drained
+
+
+def test_a_hung_records_lookup_drains_as_before_and_in_time(pattern_site, monkeypatch):
+    """The records directory is shared (NFS, Lustre) and may stop answering: the victim lookup then
+    never returns (stood in by a lookup that sleeps; a FUSE file system that never answers would
+    leave this test's forked children in uninterruptible sleep holding the FUSE device open).
+    Nothing is proven, so the GPU's pattern counts as before and drains, within [deadline] files.
+    It used to run in the same bounded child as the Xid history: the hang killed both and the
+    pattern was lost, so a hung records file system excused a failing GPU."""
+    import time
+
+    from slurm_hooks.result import ExitCode
+    from slurm_hooks.xid import pattern
+
+    def never_answers(config, node, jobs):
+        time.sleep(3600)
+
+    monkeypatch.setattr(pattern, "victim_jobs", never_answers)
+    hung = dict(files_deadline=1.5)
+    assert pattern_site("101", "alice", 10, **hung).exit_code == ExitCode.OK
+    assert pattern_site("102", "bob", 20, **hung).exit_code == ExitCode.OK
+    started = time.monotonic()
+    out = pattern_site("103", "carol", 30, **hung)
+    seconds = time.monotonic() - started
+    assert out.exit_code == ExitCode.NODE_BROKEN and pattern_site.backend.nodes["node1"].is_drained
+    assert seconds < 1.5 + 1.0, seconds  # the hung lookup costs the files budget, once
+
+
+def test_a_requeued_attempt_where_only_this_node_logged_xids_keeps_the_job_counted(pattern_site):
+    """Job 101's first run: node1 a victim of node2's fault. Slurm requeues it (SLURM_JOB_RESTART_
+    COUNT 1, record 101.r1.json) and in that attempt node1 logs Xid 43 alone: nobody else's fault
+    explains it. The job is excused only when every attempt of node1's is; the lone attempt was
+    skipped (a line-up needs two nodes) and the whole job was cleared, so three jobs of three users
+    did not drain."""
+    from slurm_hooks.result import ExitCode
+
+    victim_job(pattern_site.records, 101)
+    alone = epilog_record("node1", 101, [(T + 30.0, XID43)])
+    alone["job"]["restart_count"] = 1
+    path = os.path.join(str(pattern_site.records), "node1", "101.r1.json")
+    with open(path, "wb") as handle:
+        handle.write(encode_record(alone, KEY, "node1", "101.r1.json"))
+    assert pattern_site("101", "alice", 10).exit_code == ExitCode.OK
+    assert pattern_site("101", "alice", 11).exit_code == ExitCode.OK  # the requeued run's epilog
+    assert pattern_site("102", "bob", 20).exit_code == ExitCode.OK
+    out = pattern_site("103", "carol", 30)
+    assert out.exit_code == ExitCode.NODE_BROKEN and pattern_site.backend.nodes["node1"].is_drained
+
+
+def test_an_attempt_whose_record_does_not_verify_keeps_the_job_counted(pattern_site):
+    """As above, but node1's record of the requeued attempt does not verify (written unsigned while
+    the key could not be read, or put there by anyone who can write the shared directory). Records
+    that do not verify were left out of node1's attempts, and the verified victim attempt alone
+    cleared the job: what cannot be proven must keep the job counted."""
+    from slurm_hooks.result import ExitCode
+
+    victim_job(pattern_site.records, 101)
+    alone = epilog_record("node1", 101, [(T + 30.0, XID43)])
+    alone["job"]["restart_count"] = 1
+    path = os.path.join(str(pattern_site.records), "node1", "101.r1.json")
+    with open(path, "wb") as handle:
+        handle.write(encode_record(alone, None, "node1", "101.r1.json"))
+    assert pattern_site("101", "alice", 10).exit_code == ExitCode.OK
+    assert pattern_site("102", "bob", 20).exit_code == ExitCode.OK
+    out = pattern_site("103", "carol", 30)
+    assert out.exit_code == ExitCode.NODE_BROKEN and pattern_site.backend.nodes["node1"].is_drained
+
+
+def test_a_records_directory_on_a_hung_file_system_drains_as_before(pattern_site, tmp_path):
+    """The same on a real file system that never answers (tests/doubles/hungfs.py, FUSE): the
+    records lookup is abandoned within [deadline] files and the pattern drains as before."""
+    import time
+
+    from slurm_hooks.result import ExitCode
+    from tests.doubles.hungfs import HungFileSystem, require_fuse
+
+    require_fuse(tmp_path)
+    mount = tmp_path / "hung"
+    mount.mkdir()
+    with HungFileSystem(str(mount)):
+        hung = dict(records_dir=mount / "jobs", files_deadline=1.5)
+        assert pattern_site("101", "alice", 10, **hung).exit_code == ExitCode.OK
+        assert pattern_site("102", "bob", 20, **hung).exit_code == ExitCode.OK
+        started = time.monotonic()
+        out = pattern_site("103", "carol", 30, **hung)
+        seconds = time.monotonic() - started
+    assert out.exit_code == ExitCode.NODE_BROKEN and pattern_site.backend.nodes["node1"].is_drained
+    assert seconds < 1.5 + 1.0, seconds

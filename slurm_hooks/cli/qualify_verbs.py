@@ -32,8 +32,9 @@ def add_parsers(sub) -> None:
     )
     qualify.add_argument(
         "--node",
-        metavar="NODE",
-        help="from an admin host: qualify NODE (drained by us) as a Slurm job in a maintenance "
+        metavar="NODES",
+        help="from an admin host: qualify NODES (a node or a hostlist such as gpu[01-04,07], "
+        "each drained by us), one after another, each as a Slurm job in a maintenance "
         "reservation of ours; pass resumes it, anything else drains it again with the reason",
     )
     qualify.add_argument(
@@ -47,6 +48,20 @@ def add_parsers(sub) -> None:
         action="store_true",
         help="show the latest qualification of every node under [records] dir (runs nothing)",
     )
+    qualify.add_argument(
+        "--sweep",
+        action="store_true",
+        help="from an admin host: delete the reservations of ours whose qualification is over "
+        "(past its level's bound, or its owner process gone); done at the start of every "
+        "--node and --due run too",
+    )
+    qualify.add_argument(
+        "--due",
+        action="store_true",
+        help="from an admin host (slurm-hooks-qualify.timer): qualify the nodes due: drained by "
+        "us for reboot/reset-gpu and rebooted since, and straggler suspects queued by "
+        "report --stragglers --drain ([fleet] confirm_with), once idle",
+    )
     qualify.set_defaults(handler=cmd_qualify)
 
 
@@ -59,7 +74,11 @@ def cmd_qualify(args) -> int:
     _registry, config = load(args)
     if args.list:
         return list_records(args, config)
-    if args.node:
+    if args.due:
+        return qualify_due(args, config)
+    if args.sweep and args.node is None:
+        return sweep_only(args, config)
+    if args.node is not None:  # '--node ""' is a usage error, not this node
         return qualify_through_slurm(args, config)
     settings = config.settings["qualify"]
     root = config.get("general", "root")
@@ -91,7 +110,52 @@ def cmd_qualify(args) -> int:
 def qualify_through_slurm(args, config) -> int:
     import os
 
-    from ..qualify.through_slurm import qualify_node
+    from ..qualify.batch import exit_code, expand_nodes, qualify_nodes
+    from ..slurm.drainer import make_client
+
+    try:
+        nodes = expand_nodes(args.node)
+    except ValueError as exc:  # not a hostlist, too many names, a name that is a path
+        print("slurm-hooks: qualify --node: %s" % exc, file=sys.stderr)
+        return ExitCode.UNKNOWN
+    command = [sys.executable, "-m", "slurm_hooks"]
+    if args.config:
+        command += ["--config", os.path.abspath(args.config)]
+    command.append("qualify")
+    level = args.level or config.settings["qualify"]["level"]
+    work_dir = args.work_dir or config.get("paths", "state_dir")
+    os.makedirs(work_dir, mode=0o700, exist_ok=True)
+    client = make_client(config.settings)
+    swept = sweep_reservations(client, config)
+    outcomes = qualify_nodes(client, nodes, level, config.settings, command, work_dir)
+    for done in outcomes:
+        done["exit_code"] = int(exit_code(done))
+    code = max(done["exit_code"] for done in outcomes)
+    if args.json:
+        doc = {"schema": "slurm-hooks.qualify-nodes/1", "level": level, "exit_code": code}
+        doc["nodes"], doc["swept"] = outcomes, swept
+        json.dump(doc, sys.stdout, indent=2, sort_keys=True)
+        sys.stdout.write("\n")
+        return code
+    for done in outcomes:
+        print(
+            "qualify %s on %s: %s: %s"
+            % (level, done["node"], done["verdict"].upper(), done.get("reason", ""))
+        )
+        for key in ("job_id", "reservation", "enacted", "reservation_deleted", "slurm_calls"):
+            if key in done:
+                print("  %s: %s" % (key, done[key]))
+    return code
+
+
+def qualify_due(args, config) -> int:
+    """Exit 0: every due node passed or was skipped (with its reason; the next run looks again);
+    2: a qualification failed (the node is drained: a finding); 3: not qualified, or the nodes or
+    the queue could not be read."""
+    import os
+
+    from ..qualify.batch import exit_code
+    from ..qualify.due import run_due
     from ..slurm.drainer import make_client
 
     command = [sys.executable, "-m", "slurm_hooks"]
@@ -101,27 +165,77 @@ def qualify_through_slurm(args, config) -> int:
     level = args.level or config.settings["qualify"]["level"]
     work_dir = args.work_dir or config.get("paths", "state_dir")
     os.makedirs(work_dir, mode=0o700, exist_ok=True)
-    try:
-        done = qualify_node(
-            make_client(config.settings), args.node, level, config.settings, command, work_dir
-        )
-    except ValueError as exc:  # a node name that is not one (a hostlist, a path)
-        print("slurm-hooks: qualify --node: %s" % exc, file=sys.stderr)
-        return ExitCode.UNKNOWN
+    client = make_client(config.settings)
+    swept = sweep_reservations(client, config)
+    done = run_due(client, config.settings, level, command, work_dir)
+    codes = [ExitCode.UNKNOWN] if done.get("error") else [ExitCode.OK]
+    for node in done["due"]:
+        node["exit_code"] = int(exit_code(node))
+        codes.append(ExitCode.OK if node["exit_code"] == ExitCode.REFUSED else node["exit_code"])
+    code = max(codes)
     if args.json:
-        json.dump(done, sys.stdout, indent=2, sort_keys=True)
+        doc = dict(done, schema="slurm-hooks.qualify-due/1", level=level, exit_code=code)
+        doc["swept"] = swept
+        json.dump(doc, sys.stdout, indent=2, sort_keys=True)
+        sys.stdout.write("\n")
+        return code
+    if done.get("error"):
+        print("slurm-hooks: qualify --due: %s" % done["error"], file=sys.stderr)
+    if not done["due"]:
+        print("no node is due for qualification")
+    for node in done["due"]:
+        print(
+            "qualify %s on %s (%s: %s): %s: %s"
+            % (
+                level,
+                node["node"],
+                node["kind"],
+                node["due"],
+                node["verdict"].upper(),
+                node.get("reason", ""),
+            )
+        )
+        if node.get("enacted"):
+            print("  enacted: %s" % node["enacted"])
+    for node in done["waiting"]:
+        print("not due: %s (%s): %s" % (node["node"], node["kind"], node["why"]))
+    return code
+
+
+def sweep_reservations(client, config) -> dict:
+    """The stale-reservation sweep (qualify/sweep.py) at the start of a run; what it deleted is
+    said on stderr (the run's own output stays one document)."""
+    from ..qualify.sweep import sweep
+    from ..slurm.client import client_env
+
+    swept = sweep(client, config.settings, client_env(None))
+    for gone in swept["deleted"]:
+        print(
+            "slurm-hooks: qualify: deleted the stale reservation %s (%s); node %s %s"
+            % (gone["name"], gone["why"], gone["node"], gone["node_action"]),
+            file=sys.stderr,
+        )
+    if swept.get("error"):
+        print("slurm-hooks: qualify: sweep: %s" % swept["error"], file=sys.stderr)
+    return swept
+
+
+def sweep_only(args, config) -> int:
+    """`qualify --sweep`: 0 when the reservations could be listed (whatever was deleted), 3 not."""
+    from ..slurm.drainer import make_client
+
+    swept = sweep_reservations(make_client(config.settings), config)
+    if args.json:
+        json.dump(dict(swept, schema="slurm-hooks.qualify-sweep/1"), sys.stdout, indent=2)
         sys.stdout.write("\n")
     else:
         print(
-            "qualify %s on %s: %s: %s"
-            % (level, args.node, done["verdict"].upper(), done.get("reason", ""))
+            "%d stale reservation(s) of ours deleted, %d kept"
+            % (len(swept["deleted"]), len(swept["kept"]))
         )
-        for key in ("job_id", "reservation", "enacted", "reservation_deleted", "slurm_calls"):
-            if key in done:
-                print("  %s: %s" % (key, done[key]))
-    if done.get("reason", "").startswith("refused"):
-        return ExitCode.REFUSED
-    return {"pass": ExitCode.OK, "fail": ExitCode.FAIL}.get(done["verdict"], ExitCode.UNKNOWN)
+        for kept in swept["kept"]:
+            print("  kept %s: %s" % (kept["name"], kept["why"]))
+    return ExitCode.UNKNOWN if swept.get("error") else ExitCode.OK
 
 
 def list_records(args, config) -> int:
@@ -159,6 +273,22 @@ def list_records(args, config) -> int:
             % (row["node"], row["when"], row["level"], row["verdict"], row["class"], row["reason"])
         )
     return ExitCode.OK
+
+
+def qualification_rows(args, paths) -> list:
+    """Each node's latest qualification under the report's PATHs (qualify/latest.py), trusting the
+    writers [fleet] trusted_writers names; with a configuration that cannot be read, root's and
+    ours only (a report of given PATHs needs no configuration)."""
+    from ..core.config import ConfigError
+    from ..qualify import latest
+    from .check_verbs import load
+
+    try:
+        _registry, config = load(args)
+        trusted = trusted_writers(config)
+    except ConfigError:
+        trusted = {0}
+    return latest.rows(paths, trusted)
 
 
 def trusted_writers(config) -> "set[int]":

@@ -169,10 +169,9 @@ def cmd_record_show(args) -> int:
             # a body of a shape no version wrote (the header is checked above): name the file
             return _error("%s: cannot show this record: %s: %s" % (path, type(exc).__name__, exc))
     if args.json:
-        json.dump(
-            [r for _, r in records] if len(records) > 1 else records[0][1], sys.stdout, indent=2
-        )
-        sys.stdout.write("\n")
+        shown_json = [r for _, r in records] if len(records) > 1 else records[0][1]
+        # one write, not json.dump's one per token (~1,000 for a record)
+        sys.stdout.write(json.dumps(shown_json, indent=2) + "\n")
         return ExitCode.OK
     sys.stdout.write("\n".join(shown))
     return ExitCode.OK
@@ -241,13 +240,22 @@ def cmd_report(args) -> int:
         )
     except (ReportError, ValueError) as exc:
         return _error(str(exc))
+    from ..qualify import latest
+    from .qualify_verbs import qualification_rows
+
+    qualified = qualification_rows(args, paths)
     if args.json:
-        json.dump(fleet_to_dict(fleet, args.top, args.all), sys.stdout, indent=2)
+        doc = fleet_to_dict(fleet, args.top, args.all)
+        doc["qualifications"] = qualified
+        json.dump(doc, sys.stdout, indent=2)
         sys.stdout.write("\n")
     else:
         sys.stdout.write(render_fleet(fleet, args.top, args.all))
-    # nodes with abnormal jobs are what the report is for: say so to a script (docs/cli.md)
-    return ExitCode.FOUND if any(n.abnormal_jobs for n in fleet.nodes.values()) else ExitCode.OK
+        sys.stdout.write("".join(line + "\n" for line in latest.render(qualified)))
+    # nodes with abnormal jobs, or whose latest qualification did not pass, are what the report
+    # is for: say so to a script (docs/cli.md)
+    abnormal = any(n.abnormal_jobs for n in fleet.nodes.values())
+    return ExitCode.FOUND if abnormal or latest.needs_a_look(qualified) else ExitCode.OK
 
 
 # -- one record, readably -----------------------------------------------------------------------

@@ -578,6 +578,15 @@ SECTIONS: Dict[str, Dict[str, Setting]] = {
             minimum=0,
             maximum=10000,
         ),
+        "confirm_with": Setting(
+            str,
+            "qualify",
+            'what a suspect --drain would drain gets first: "qualify" queues it for '
+            "`slurm-hooks qualify --due` (qualified when idle; drained only on a failed "
+            'qualification, with its figure and the straggler\'s: docs/qualify.md); "none" '
+            "drains on the statistics alone",
+            ("qualify", "none"),
+        ),
     },
     "qualify": {
         "level": Setting(

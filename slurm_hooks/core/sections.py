@@ -7,15 +7,16 @@ edit; tests/test_settings_sections.py holds the two together (every key an attri
 schema's type and default). The values are those core/config.py validate() accepted from
 /etc/slurm-hooks/config.toml and its drop-ins (or the defaults).
 
-    config.settings.drain.max_nodes          # a typo raises AttributeError naming [drain] and the key
-    config.settings["drain"]["max_nodes"]    # the string lookups of before work as they did
-    config.get("drain", "max_nodes")
-    help(type(config.settings.drain))        # what [drain] holds: key, type, default, what it means
+    config.settings.breaker.max_nodes        # a typo raises AttributeError naming [breaker] and the key
+    config.settings["breaker"]["max_nodes"]  # the string lookups of before work as they did
+    config.get("breaker", "max_nodes")
+    help(type(config.settings.breaker))      # what [breaker] holds: key, type, default, what it means
 
 A section object (and the settings object holding them) is a read-only dict: json, dict(...),
 `**`, .items() and comparisons with plain dicts work as before, assignment raises TypeError. A
 configuration is validated once, as a whole; changing a value means a new Config (structs.replace,
-as hw/capture.py does). Lists and tables inside are the validated values, not copies.
+as hw/capture.py does). Lists and tables inside are copies the Config owns (still mutable: a
+change stays in that Config, never in the schema's defaults or another Config).
 
 Dict subclasses, not Structs: every caller that takes `settings` as a mapping (and the tests that
 build one by hand) keeps working unchanged. Nothing here imports core/config.py (it imports us).
@@ -80,6 +81,9 @@ class Section(ReadOnlyDict):
     def _label(self) -> str:
         return "[%s]" % self._section
 
+    def __reduce__(self) -> Tuple[Any, ...]:  # pickle finds a generated class through the schema
+        return (_section_again, (self._section, tuple(self._schema), dict(self)))
+
     @classmethod
     def defaults(cls) -> Section:
         """The section with every key at the schema's default."""
@@ -104,6 +108,20 @@ class Settings(ReadOnlyDict):
 
 
 _CLASSES: Dict[Tuple[str, Tuple[str, ...]], type] = {}
+
+
+def _section_again(name: str, keys: Tuple[str, ...], values: Dict[str, Any]) -> Section:
+    """A pickled [name] section rebuilt: its class is generated, not a name pickle can look up.
+    The class generated for the same schema when this process has it (a forked worker always
+    does), else a bare Section of that name (attributes and lookups alike, without the help)."""
+    cls = _CLASSES.get((name, keys))
+    if cls is None:
+        cls = type(
+            "%sSection" % "".join(part.title() for part in name.split("_")),
+            (Section,),
+            {"__slots__": (), "__module__": __name__, "_section": name},
+        )
+    return cls(values)
 
 
 def section_class(name: str, schema: Mapping[str, Any]) -> type:
@@ -133,6 +151,15 @@ def section_class(name: str, schema: Mapping[str, Any]) -> type:
     return cls
 
 
+def _own(value: Any) -> Any:
+    """A copy of the lists and tables in `value` (not copy.deepcopy: one import less per hook)."""
+    if isinstance(value, list):
+        return [_own(item) for item in value]
+    if isinstance(value, dict):
+        return {key: _own(item) for key, item in value.items()}
+    return value
+
+
 def typed_settings(
     values: Mapping[str, Mapping[str, Any]], schema: Mapping[str, Mapping[str, Any]]
 ) -> Settings:
@@ -144,7 +171,11 @@ def typed_settings(
     for name, table in values.items():
         if name in schema and isinstance(table, Mapping):
             cls = section_class(name, schema[name])
-            sections[name] = table if type(table) is cls else cls(table)
+            # each Config owns its lists and tables: they are often the schema's default objects,
+            # and one caller's change would leak into every Config built after it
+            sections[name] = (
+                table if type(table) is cls else cls({k: _own(v) for k, v in table.items()})
+            )
         else:
             sections[name] = table
     return Settings(sections)

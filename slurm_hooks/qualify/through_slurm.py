@@ -27,7 +27,7 @@ import shlex
 import signal
 import threading
 import time
-from typing import Any, Dict, List, Mapping, Optional, Sequence
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from ..records.store import safe_name
 from ..result import Action, Result, Status
@@ -40,6 +40,8 @@ from . import tools
 RESERVATION_PREFIX = "slurm-hooks-qualify-"
 LEVEL_MINUTES = {"quick": 30, "standard": 60, "long": 300}
 SLURM_CALL_S = 30.0
+# the node flags our own reservation gives the node (MAINT, a reservation): not someone's state
+OUR_HOLD = frozenset(("MAINTENANCE", "RESERVED"))
 
 
 class Interrupted(Exception):
@@ -50,9 +52,21 @@ def _on_signal(signum, _frame):
     raise Interrupted("interrupted by %s" % signal.Signals(signum).name)
 
 
-def reservation_name(node: str, now: Optional[float] = None) -> str:
+def reservation_name(node: str, now: Optional[float] = None, level: Optional[str] = None) -> str:
+    """slurm-hooks-qualify-<node>-<UTC time>, and with `level` the run's owner after it
+    (+<level>+<pid>+<host>): what the stale-reservation sweep judges (qualify/sweep.py)."""
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(time.time() if now is None else now))
-    return "%s%s-%s" % (RESERVATION_PREFIX, node, stamp)
+    name = "%s%s-%s" % (RESERVATION_PREFIX, node, stamp)
+    if level is None:
+        return name
+    return "%s+%s+%d+%s" % (name, level, os.getpid(), owner_host())
+
+
+def owner_host() -> str:
+    """This host as a reservation name records it: the short name, at most 64 characters."""
+    import socket
+
+    return socket.gethostname().split(".")[0][:64] or "localhost"
 
 
 def _slurm(
@@ -69,8 +83,12 @@ def qualify_node(
     command: List[str],
     work_dir: str,
     env: Optional[Dict[str, str]] = None,
+    confirm: Optional[Callable[[Dict[str, Any]], str]] = None,
 ) -> Dict[str, Any]:
-    """Qualify one node through Slurm; a dict of what happened (verdict, reason, enacted, job)."""
+    """Qualify one node through Slurm; a dict of what happened (verdict, reason, enacted, job).
+    With `confirm` (qualify/due.py: a straggler suspect in service), the node must be in service
+    and idle; it is held by the reservation alone (no drain to lift) and confirm(out) enacts the
+    verdict; an interrupted run leaves it in service as it was."""
     safe_name(node, "node name")  # ValueError: it names a file below work_dir
     env = client_env(env)
     prefix = settings["drain"]["reason_prefix"]
@@ -80,20 +98,22 @@ def qualify_node(
         "verdict": "not qualified",
         "slurm_calls": 0,
     }
-    info = client.show_node(node)
-    out["slurm_calls"] += 1
-    if info.is_failed or not info.is_drained or not policy.is_ours(info.reason, prefix):
-        out["reason"] = "refused: %s is %s" % (
-            node,
-            "FAIL"
-            if info.is_failed
-            else "drained by someone else (%s)" % info.reason
-            if info.is_drained
-            else "in service (drain it first: slurm-hooks drain --node %s --reason ...)" % node,
-        )
+    try:
+        info = client.show_node(node)
+    except SlurmError as exc:
+        out["reason"] = "cannot read %s from Slurm: %s" % (node, exc)
         return out
-    out["stale_reservations_deleted"] = _sweep(node, env, out)
-    name = reservation_name(node)
+    out["slurm_calls"] += 1
+    held = without_our_hold(settings)
+    refused = why_not(info, held, prefix) if confirm is None else why_not_idle(info, held)
+    if refused:
+        out["reason"] = "refused: %s is %s" % (node, refused)
+        return out
+    out["stale_reservations_deleted"], foreign = _sweep(node, env, out)
+    if foreign:
+        out["reason"] = "refused: %s is in the reservation %s of someone else" % (node, foreign)
+        return out
+    name = reservation_name(node, level=level)
     previous = (
         {s: signal.signal(s, _on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
         if threading.current_thread() is threading.main_thread()  # signal() only works there
@@ -121,16 +141,19 @@ def qualify_node(
             return out
         created = True
         out["reservation"] = name
-        lifted = drainer.resume(client, node, settings, by_admin=True)
-        out["slurm_calls"] += 2
-        if lifted.outcome is not Outcome.RESUMED:
-            out["reason"] = "could not lift our drain for the job: %s" % lifted.message
-            return out
-        resumed = True
+        if confirm is None:
+            lifted = drainer.resume(client, node, held, by_admin=True)
+            out["slurm_calls"] += 2
+            if lifted.outcome is not Outcome.RESUMED:
+                out["reason"] = "could not lift our drain for the job: %s" % lifted.message
+                return out
+            resumed = True
         job = _run_job(name, node, level, command, work_dir, env)
         out["slurm_calls"] += 1
         out.update(job)
-        if out["verdict"] == "pass":
+        if confirm is not None:
+            out["enacted"] = confirm(out)
+        elif out["verdict"] == "pass":
             out["enacted"] = "resumed"
         else:
             out["enacted"] = _drain_back(client, node, out, prefix, settings)
@@ -151,16 +174,78 @@ def qualify_node(
                 signal.signal(sig, handler)
 
 
-def _sweep(node: str, env: Dict[str, str], out: Dict[str, Any]) -> List[str]:
+def why_not(info, settings: Mapping[str, Mapping[str, Any]], prefix: str) -> Optional[str]:
+    """Why this node may not be qualified now (None: it may), as every drain of ours decides it
+    (drainer's leave-alone rule: FAIL, a skip state such as DOWN, a state we do not know), then:
+    only a node drained by us (an admin's drain is theirs) whose jobs have ended (a reservation
+    with IGNORE_JOBS would otherwise wait for them while holding the node)."""
+    leave_alone = drainer.leave_alone(info, settings["drain"]["skip_states"])
+    if leave_alone:
+        return leave_alone
+    if info.is_not_responding:  # no slurmd answers: the job would wait for it, holding the node
+        return "not responding (%s)" % info.state_string
+    if not info.is_drained:
+        return "in service (drain it first: slurm-hooks drain --node %s --reason ...)" % info.name
+    if not policy.is_ours(info.reason, prefix):
+        return "drained by someone else (%s)" % info.reason
+    if info.is_draining:
+        return "still running jobs (%s): qualify it once they end" % info.state_string
+    return None
+
+
+def without_our_hold(settings: Mapping[str, Mapping[str, Any]]) -> Dict[str, Any]:
+    """The settings with the flags our own reservation gives the node (OUR_HOLD) taken out of
+    [drain] skip_states: while we hold the node, MAINT is ours, not a state to respect."""
+    held = dict(settings, drain=dict(settings["drain"]))
+    held["drain"]["skip_states"] = [
+        s for s in settings["drain"]["skip_states"] if s.upper() not in OUR_HOLD
+    ]
+    return held
+
+
+def why_not_idle(info, settings: Mapping[str, Mapping[str, Any]]) -> Optional[str]:
+    """For a suspect to confirm: why it may not be qualified now (None: it may): as why_not, but
+    the node must be in service (a drain is someone's decision already) and idle."""
+    leave_alone = drainer.leave_alone(info, settings["drain"]["skip_states"])
+    if leave_alone:
+        return leave_alone
+    if info.is_not_responding:  # no slurmd answers: the job would wait for it, holding the node
+        return "not responding (%s)" % info.state_string
+    if info.is_drained:
+        return "drained (%s): not a suspect to confirm now" % (info.reason or "no reason")
+    if info.state in ("ALLOCATED", "MIXED") or "COMPLETING" in info.flags:
+        return "running jobs (%s): qualified when idle" % info.state_string
+    return None
+
+
+def _sweep(node: str, env: Dict[str, str], out: Dict[str, Any]) -> Tuple[List[str], str]:
     """Delete reservations of ours for this node left by a qualification that died with its host
     (SIGKILL, power). Safe here: the node is drained by us, and a qualification in progress would
-    have lifted that drain (a second `qualify --node` of a node in progress is refused before this)."""
+    have lifted that drain (a second `qualify --node` of a node in progress is refused before this).
+    Also the name of an active reservation of someone else that holds the node ('' if none): an
+    admin's maintenance is theirs, as their drain is (the node's MAINT flag alone cannot tell
+    theirs from ours)."""
+    from ..hw.host import HostError
+    from ..slurm.gres import expand_hostlist
+
     run = _slurm(["scontrol", "-o", "show", "reservation"], env)
     out["slurm_calls"] += 1
-    stale = re.findall(
-        r"ReservationName=(%s%s-\d{8}T\d{6}Z)\s" % (RESERVATION_PREFIX, re.escape(node)), run.output
+    ours = re.compile(
+        r"%s%s-\d{8}T\d{6}Z(\+\S+)?$" % (re.escape(RESERVATION_PREFIX), re.escape(node))
     )
-    return [name for name in stale if _delete_reservation(name, env, out)]
+    stale, foreign = [], ""
+    for line in run.output.splitlines():
+        fields = dict(re.findall(r"(?:^|\s)(ReservationName|Nodes|State)=(\S*)", line))
+        name = fields.get("ReservationName", "")
+        if ours.match(name):
+            stale.append(name)
+        elif name and not foreign and fields.get("State") == "ACTIVE":
+            try:
+                if node in expand_hostlist(fields.get("Nodes", ""), "reservation " + name):
+                    foreign = name
+            except HostError:  # a node list we cannot read: not known to hold it
+                pass
+    return [name for name in stale if _delete_reservation(name, env, out)], foreign
 
 
 def _delete_reservation(name: str, env: Dict[str, str], out: Dict[str, Any]) -> bool:

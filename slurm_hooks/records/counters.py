@@ -174,9 +174,13 @@ UNSYNCED_ERROR_S = 16.0  # NTP_PHASE_LIMIT: the maxerror an unsynchronised kerne
 def wall_clock_error() -> Optional[float]:
     """The kernel's bound on this node's wall-clock error, in seconds: adjtimex(2) read-only
     (modes 0; `chronyc tracking`, `adjtimex --print`), its maxerror as the NTP/PTP daemon keeps it;
-    16 s when the clock is not synchronised; None where it cannot be asked (not Linux). report
-    --xids does not order a node's Xids by a clock whose error exceeds its tolerance."""
-    import ctypes
+    16 s when the clock is not synchronised; None where it cannot be asked (not Linux, or an
+    interpreter built without ctypes: the snapshot goes on without the bound). report --xids does
+    not order a node's Xids by a clock whose error exceeds its tolerance."""
+    try:
+        import ctypes
+    except ImportError:
+        return None
 
     class Timex(ctypes.Structure):  # struct timex up to `status`; the rest is room for the kernel
         _fields_ = [
@@ -199,7 +203,9 @@ def wall_clock_error() -> Optional[float]:
         return None
     if state == TIME_ERROR or timex.status & STA_UNSYNC:
         return UNSYNCED_ERROR_S
-    return round(max(0, timex.maxerror) / 1e6, 6)
+    if not 0 <= timex.maxerror <= UNSYNCED_ERROR_S * 1e6:  # the kernel caps it there: another
+        return UNSYNCED_ERROR_S  # field read as maxerror (a struct layout we did not expect)
+    return round(timex.maxerror / 1e6, 6)
 
 
 def read_kernel_log(host: Host) -> KmsgView:

@@ -31,8 +31,8 @@ job. One that reached the maximum during the job counted max - start; one cleare
 counted at least its epilog value after the clear, within the job's time. So the stall rate was at
 least that many ticks over the job's wall time: a LOWER BOUND (`lower_bounds`; perf makes
 `ib_xmit_wait_per_s.lower_bound` of it). A counter at the maximum at both snapshots proves
-nothing (it may have stopped before the job began). The report scores a bound only upwards and
-only against the measured figures of the node's peers (straggler_scan), so a bound can make a
+nothing (it may have stopped before the job began). The report scores a bound only upwards, against
+each peer's least known rate (stall_bounds: its measured figure or its own bound), so a bound can make a
 node a suspect when even its least possible stall rate is far above its peers', never clear it.
 """
 

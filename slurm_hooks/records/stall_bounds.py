@@ -24,15 +24,16 @@ whose bound is 4x its peers' least rates. Measured on healthy harsh fleets (docs
 no false suspect from it; a fabric-wide stall (a degraded leaf) raises every peer alike and is
 then the switch's (topology_groups).
 A bound is only ever scored upwards: even the least the node can have stalled is far above its
-peers. A bound below that proves nothing either way, so the job does not count as scored in the
-node's window (no clean job pushes its evidence out); for the rate test (rate_test) it is a trial
-like a measured job, flagged or not: counting only the flagged bounds as trials made the fleet's
-flag rate on the figure 0.37 on the harsh fleet, and no intermittent stall stood out against it.
+peers. A scored bound below that is a job that did not flag the node, as a measured one: in the
+k-of-m window (when it was not, a node whose counter is cleared in every job became a suspect on
+any 3 flags of the report window, "3 of 3") and for the rate test (rate_test), flagged or not:
+counting only the flagged bounds as trials made the fleet's flag rate on the figure 0.37 on the
+harsh fleet, and no intermittent stall stood out against it. An intermittent stall that a small
+bound (a counter cleared late in the job) hides from the k-of-m window is the rate test's.
 """
 
 from __future__ import annotations
 
-import math
 from typing import Dict, List, Optional, Sequence, Set, Tuple
 
 from . import stragglers
@@ -48,10 +49,12 @@ def bound_of(perf: Dict[str, object]) -> Optional[float]:
     """The record's lower bound, when its measured figure is absent and the bound is a finite
     positive number (anything else in a record is not believed)."""
     value = perf.get(BOUND_FIGURE)
-    if FIGURE in perf or type(value) not in (float, int) or isinstance(value, bool):
+    # stragglers._number: a finite float, or an int that has one (float() of a 400-digit int in
+    # a crafted record raised OverflowError and stopped the whole report)
+    if FIGURE in perf or not stragglers._number(value):
         return None
     value = float(value)  # type: ignore[arg-type]
-    return value if math.isfinite(value) and value > 0 else None
+    return value if value > 0 else None
 
 
 def flag_bounds(

@@ -180,18 +180,7 @@ class StragglerScan(Struct, frozen=False):
         return kept, switches, under, odd
 
 
-def _by_cost(suspect: stragglers.Suspect) -> Tuple[Any, ...]:
-    """Suspects ordered by what they cost their jobs (Suspect.cost, highest first; unknown after
-    the known), then by evidence: oddity is not slowness (issue 30)."""
-    cost = suspect.cost
-    return (
-        cost is None,
-        -(cost or 0.0),
-        -suspect.flagged,
-        -suspect.worst_z,
-        suspect.node,
-        suspect.metric,
-    )
+_by_cost = stragglers.by_cost  # suspects ordered by what they cost their jobs (issue 30)
 
 
 # -- listing -------------------------------------------------------------------------------------
@@ -575,14 +564,18 @@ def _close(job: OpenJob, result: StragglerScan, fleet: Dict[str, Any]) -> None:
                         bits &= ~(1 << i)
             if None in row or job.entries[node][6]:  # what this node could not be judged on
                 result.blind.add(node, job.entries[node][6], every & ~bits, metrics)
-            if node in bounded:  # its least possible stall rate stood out: scored on it
+            # a scored bound is a scored job on the figure, flagged or not: in the k-of-m window
+            # as in the rate test. Counting only the flagged ones made a node whose counter is
+            # always cleared or saturated a suspect on any 3 flags of the report window (3 of
+            # 3: the jobs between them never counted), a node with a measured counter on 3 of
+            # its last 10 jobs (red team, round 3)
+            if node in tried:
                 bits |= stall_bounds.BIT
             mark = stragglers.JobMark(
                 job.job_id, ends[len(ends) // 2], len(names), user, tuple(flags[node]), start, bits
             )
             window.add(mark, job.entries[node][4])
-            # the whole report window: rate_test (a scored bound is a trial there, flagged or not)
-            result.rates.add(node, mark, bits | stall_bounds.BIT if node in tried else bits)
+            result.rates.add(node, mark)  # the whole report window: rate_test
             result.node_jobs += 1
     result.jobs_scored += scored
 

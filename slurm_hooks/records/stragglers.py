@@ -370,6 +370,21 @@ class Suspect(Struct):
         return max(flag.z for _, flag in self.evidence)
 
 
+def by_cost(suspect: Suspect) -> Tuple[object, ...]:
+    """Sort key: what a suspect costs its jobs (Suspect.cost, highest first; unknown after the
+    known), then its evidence. The report lists and the fleet drains in this order (issue 30: rank
+    and drain by the cost to the job, not by z or flag counts alone)."""
+    cost = suspect.cost
+    return (
+        cost is None,
+        -(cost or 0.0),
+        -suspect.flagged,
+        -suspect.worst_z,
+        suspect.node,
+        suspect.metric,
+    )
+
+
 _BIT_INDICES: Dict[int, Tuple[int, ...]] = {}  # bitmask -> its set bits (a fleet has few masks)
 PRUNE_RUNS = 64  # a node's runs + flagged jobs before old ones are dropped (NodeWindow)
 

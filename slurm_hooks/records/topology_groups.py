@@ -11,7 +11,8 @@ block). Rule, per leaf and figure: the leaf's suspects S among its nodes scored 
 the leaf is the suspect when |S| >= 2 and |S| >= CONCENTRATED x N (half of them), or when |S| >=
 FEW_SUSPECTS (3) under a leaf of at most SMALL_LEAF (8) scored nodes. Then the leaf gets one row
 with its nodes, and **none** of those nodes stays a node suspect for that figure (nothing drains
-them for it); their suspects on other figures stand. A node under no leaf of the file is judged
+them for it); their suspects on other figures stand. Only SWITCH_FIGURES are grouped: what a
+leaf can cause (the fabric's figures, and thermal throttling for a hot rack). A node under no leaf of the file is judged
 alone, as before.
 """
 
@@ -25,6 +26,12 @@ CONCENTRATED = 0.5  # share of the leaf's scored nodes that makes the leaf the s
 FEW_SUSPECTS = 3  # ... or this many suspects under a small leaf
 SMALL_LEAF = 8
 MIN_SUSPECTS = 2  # one suspect is a node, never a switch
+# What a leaf can do to every node under it: stall or starve their fabric, and (a hot rack under
+# one leaf) heat their GPUs. Not a GPU's HW slowdown, power, PCIe or NVLink errors, nor a CPU:
+# three broken GPUs in one 8-node leaf were "the switch's" and none of them was drained (red team)
+SWITCH_FIGURES = frozenset(
+    [m.name for m in stragglers.METRICS if m.kind == "fabric"] + ["throttle_frac.thermal"]
+)
 
 
 class SwitchSuspect:
@@ -75,7 +82,7 @@ def blame(
     grouped: Dict[Tuple[str, str], List[stragglers.Suspect]] = {}
     for suspect in suspects:
         leaf = leaf_of.get(suspect.node)
-        if leaf is not None:
+        if leaf is not None and suspect.metric in SWITCH_FIGURES:
             grouped.setdefault((leaf, suspect.metric), []).append(suspect)
     if not any(len(group) >= MIN_SUSPECTS for group in grouped.values()):
         return list(suspects), []

@@ -45,6 +45,8 @@ from ..core.structs import Struct, field
 # investigatory column says "IGNORE (sympathetic)", follow an uncorrectable memory error of the
 # same GPU: on their node they are that GPU's fault, so in a line-up across nodes they are causes.
 CONSEQUENCE_XIDS = frozenset({43, 45})
+# NTP_PHASE_LIMIT: the kernel caps adjtimex's maxerror at 16 s (an unsynchronised clock reports it)
+MAX_CLOCK_ERROR_S = 16.0
 MAX_CODES = 64  # entries of one summary's xid_times read (the writer keeps 16 and one "more")
 
 Entry = Tuple[Optional[int], Optional[float], int, Optional[str]]  # xid, first time, count, blame
@@ -217,9 +219,11 @@ def line_up_all(
             if not _count(count) or not count:
                 continue
             entries = ((None, None, count, None),)
-        error = summary.get("xid_clock_error_s")
-        error = float(error) if _number(error) else None
-        if error is not None and error > tolerance:  # its times cannot be ordered: undated
+        given = summary.get("xid_clock_error_s")
+        error = float(given) if _number(given) and given <= MAX_CLOCK_ERROR_S else None
+        # its times cannot be ordered: undated. A bound no kernel reports (not a number, negative,
+        # beyond the kernel's cap) is no good clock either; only an absent one means "not asked"
+        if (error is not None and error > tolerance) or (given is not None and error is None):
             entries = tuple((e[0], None, e[2], e[3]) for e in entries)
         by_job.setdefault(job, {}).setdefault(node, NodeXids(node, entries, error))
     return [

@@ -78,6 +78,11 @@ def _same_drain(node: NodeInfo, entry: Optional[Mapping[str, Any]]) -> bool:
     return not entry.get("reason_time") or entry.get("reason_time") == node.reason_time
 
 
+def leave_alone(node: NodeInfo, skip_states: Iterable[str]) -> Optional[str]:
+    """Why no action of ours may touch this node (None: one may); qualify/through_slurm.py too."""
+    return _leave_alone(node, skip_states)
+
+
 def _leave_alone(node: NodeInfo, skip_states: Iterable[str]) -> Optional[str]:
     """Why we must not touch this node (None: we may)."""
     if not node.known_state:

@@ -10,7 +10,7 @@ Rules on top of the library's (docs/records.md "Acting on suspects"):
 - only a node that is not drained at all: Slurm's own "Prolog error" is not refined (that drain is
   the node's hooks' to explain), an admin's or another slurm-hooks drain is left as it is;
 - only on evidence from at least [fleet] drain_min_users users (one user's jobs can make a node
-  look slow on purpose), at most [fleet] max_drains_per_run nodes per run, worst first (the others
+  look slow on purpose), at most [fleet] max_drains_per_run nodes per run, costliest first (the others
   get a row saying so), and never on a [fleet] report_only figure;
 - what clears a straggler drain is an admin: `slurm-hooks resume NODE` (or scontrol). A node's
   health run never resumes it: its own checks passing proves nothing about being slower than its
@@ -29,7 +29,7 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from ..core import atomicio, locks, logs
 from ..core.structs import Struct
-from ..records.stragglers import METRIC_BY_NAME, Suspect
+from ..records.stragglers import METRIC_BY_NAME, Suspect, by_cost
 from ..result import Action, Result, Status
 from . import policy
 from .policy import Outcome
@@ -98,7 +98,7 @@ def choose(
     suspects: List[Suspect], fleet: Mapping[str, Any], state: Mapping[str, Any]
 ) -> Tuple[List[Suspect], List[FleetDrain]]:
     """The suspects worth draining: one per node (its worst figure), on fresh evidence from enough
-    users, worst first (not yet cut to max_drains_per_run: nodes Slurm already holds come out first);
+    users, costliest first (stragglers.by_cost) (not yet cut to max_drains_per_run: nodes Slurm already holds come out first);
     and a row for each node left out for too little evidence."""
     drains = state.get("drains") or {}
     best: Dict[str, Suspect] = {}
@@ -146,7 +146,10 @@ def choose(
         if suspect.node not in best:
             best[suspect.node] = suspect
     rows = [row for node, row in sorted(short.items()) if node not in best]
-    return sorted(best.values(), key=lambda s: (-s.flagged, -s.worst_z, s.node)), rows
+    # by cost, as the report ranks them: a rate suspect's flag count covers the whole report
+    # window (not m jobs), so ordering by flags let it, or a costless figure, take the only drain
+    # ([fleet] max_drained) before a node losing a quarter of its jobs' time
+    return sorted(best.values(), key=by_cost), rows
 
 
 def _held(node) -> Optional[str]:
@@ -315,6 +318,12 @@ def enact(
             chosen = chosen[:cap]
             for suspect in chosen:
                 reason = reason_for(suspect, prefix, length)
+                if fleet["confirm_with"] == "qualify":  # proof before a drain (qualify/queue.py)
+                    from ..qualify import queue
+
+                    outcome, message = queue.offer(settings, suspect, reason, fresh)
+                    rows.append(FleetDrain(suspect.node, suspect.metric, outcome, message))
+                    continue
                 client.set_budget(drainer.slurm_budget(settings))
                 entry = (state.get("drains") or {}).get(suspect.node)
                 try:

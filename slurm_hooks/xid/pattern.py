@@ -19,13 +19,15 @@ processes here are torn down (records/xid_lineup.py). Before a GPU is judged to 
 its Xid 43 entries are looked up in the records ([records] dir, shared by the nodes): a job whose
 records, verified with the records key, show this node's Xids all following another node's earlier
 cause (the line-up of `report --xids`) is a victim's, and its entries leave the count. Without a
-key, a shared records directory, or this node's own record of the job, nothing is proven and every
-entry counts as before.
+key, a shared records directory, or this node's own record of the job, or when the lookup does not
+finish within what is left of [deadline] files (a hung or huge records directory), nothing is
+proven and every entry counts as before.
 """
 
 from __future__ import annotations
 
 import os
+import time
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from ..result import Action, Blame, Result, Status
@@ -133,6 +135,8 @@ def apply(config: Any, job: Any, results: Sequence[Result], now: float) -> List[
     boot = boot_id(config.get("general", "root"))
     node = job.node_name or os.uname().nodename.split(".")[0]  # as hooks.node_name names it
     window = float(settings["days"]) * 86400.0
+    budget = float(config.get("deadline", "files"))
+    started = time.monotonic()
 
     def work() -> List[Dict[str, Any]]:
         try:
@@ -153,23 +157,33 @@ def apply(config: Any, job: Any, results: Sequence[Result], now: float) -> List[
                 write_json_atomic(path, history)
             except OSError:
                 pass
-        if judge(history, settings, now):  # the rare path: would drain; are some a victim's?
-            history = without_victims(history, config, node)
         return history
 
     try:
-        history, _why = run_isolated(work, config.get("deadline", "files"), "the Xid history")
+        history, _why = run_isolated(work, budget, "the Xid history")
     except OSError:
         history = None
-    return judge(history or [], settings, now)
+    history = history or []
+    if judge(history, settings, now):  # the rare path: would drain; are some a victim's?
+        history = without_victims(history, config, node, budget - (time.monotonic() - started))
+    return judge(history, settings, now)
 
 
 MAX_JOBS_LOOKED_UP = 8  # the newest jobs of Xid 43 entries looked up per judgement
 
 
-def without_victims(history: List[Dict[str, Any]], config: Any, node: str) -> List[Dict[str, Any]]:
+def without_victims(
+    history: List[Dict[str, Any]], config: Any, node: str, timeout: float
+) -> List[Dict[str, Any]]:
     """The history less the Xid 43 entries of jobs whose verified records make this node a victim
-    of another node's earlier fault (module docstring); the history itself when nothing is proven."""
+    of another node's earlier fault (module docstring); the history itself when nothing is proven.
+    The records may sit on a shared file system that stops answering or a directory too large to
+    search in time: the lookup runs in a child of its own (of the hook's, not of the history's
+    child: a grandchild stuck on a dead file system would hold that child's pipe open) for at most
+    `timeout` seconds -- what the history's child left of [deadline] files -- and one that does
+    not finish proves nothing: every entry counts, as it did before the lookup (a hang must never
+    excuse a GPU; killing the history's child with it lost the whole pattern)."""
+    from ..core.isolation import run_isolated
     from ..records.xid_lineup import CONSEQUENCE_XIDS
 
     newest: Dict[str, float] = {}
@@ -177,7 +191,12 @@ def without_victims(history: List[Dict[str, Any]], config: Any, node: str) -> Li
         if e.get("job") and e.get("xid") in CONSEQUENCE_XIDS:
             newest[str(e["job"])] = max(newest.get(str(e["job"]), 0.0), float(e["time"]))
     jobs = sorted(newest, key=lambda j: newest[j])[-MAX_JOBS_LOOKED_UP:]
-    cleared = victim_jobs(config, node, jobs) if jobs else set()
+    cleared: set = set()
+    if jobs and timeout > 0:
+        found, _why = run_isolated(
+            lambda: sorted(victim_jobs(config, node, jobs)), timeout, "the records lookup"
+        )
+        cleared = set(found) if isinstance(found, list) else set()
     return [
         e
         for e in history
@@ -207,11 +226,10 @@ def victim_jobs(config: Any, node: str, jobs: Sequence[str]) -> set:
             own = [_verified_row(p, verifier) for p in find_records([top], job, node)]
         except (ValueError, OSError):
             continue
-        own = [row for row in own if row is not None]
+        if not own or None in own:  # a record of this node's that does not verify proves nothing
+            continue
         entries = [xid_lineup.entries_of(row[2]) for row in own]
-        if not own or not all(
-            e and xid_lineup.NodeXids(node, e).only_consequences() for e in entries
-        ):
+        if not all(e and xid_lineup.NodeXids(node, e).only_consequences() for e in entries):
             continue
         if node_dirs is None:
             node_dirs = _node_dirs(top, node)
@@ -224,8 +242,10 @@ def victim_jobs(config: Any, node: str, jobs: Sequence[str]) -> set:
                 if row is not None:
                     rows.append(row[:3])
         lineups = xid_lineup.line_up_all(rows, tolerance, True)
-        mine = [j for j in lineups if node in {n.node for n in j.nodes}]
-        if mine and all(j.excused.get(node) for j in mine):
+        excused = {j.job for j in lineups if j.excused.get(node)}
+        # every attempt of this node's is lined up and excused: an attempt where it logged Xids
+        # alone (no other node's record) has no line-up, and nothing explains its Xids
+        if all(row[0] in excused for row in own):
             cleared.add(job)
     return cleared
 

@@ -51,6 +51,10 @@ class HungFileSystem:
         if not os.path.exists("/dev/fuse"):
             raise FuseUnavailable("/dev/fuse does not exist (modprobe fuse)")
         self.fd = os.open("/dev/fuse", os.O_RDWR)
+        # a process forked while the mount is up (the hook's bounded children, run in-process by a
+        # test) would keep the connection open: __exit__'s close would then not abort it, and a
+        # child stuck on the mount would sleep uninterruptibly forever. Forks do not keep it.
+        os.register_at_fork(after_in_child=self._close_in_child)
         options = "fd=%d,rootmode=40000,user_id=0,group_id=0,allow_other" % self.fd
         if (
             _libc().mount(
@@ -64,6 +68,14 @@ class HungFileSystem:
         self._thread = threading.Thread(target=self._serve, name="hungfs", daemon=True)
         self._thread.start()
         return self
+
+    def _close_in_child(self) -> None:
+        if self.fd >= 0:
+            try:
+                os.close(self.fd)
+            except OSError:
+                pass
+            self.fd = -1
 
     def _serve(self) -> None:
         while not self._stop.is_set():

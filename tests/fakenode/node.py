@@ -8,7 +8,7 @@ import tempfile
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Union
 
-from . import fakenvml, nvmlstate, pci
+from . import fakenvml, image, nvmlstate, pci
 from .fsutil import Tree
 from .procfs import write_procfs
 from .spec import load_spec
@@ -220,15 +220,25 @@ def build_node(
             raise FileExistsError(
                 "%s already contains a node tree (%s/); use an empty directory" % (root, sub)
             )
+    use_lib = spec["nvml"]["library"] if with_library is None else with_library
+    lib_dir = root / FAKE_DIR / "lib"
+    state_path = lib_dir / fakenvml.STATE_NAME
+    lib_path = lib_dir / fakenvml.SONAME if use_lib else None
+    key = image.spec_key(spec, use_lib)
+    earlier = image.lookup(key)
+    if earlier is not None:  # this spec was built before: its bytes again (image.py)
+        tree, paths = earlier
+        tree.write_to(str(root))
+        return FakeNode(root, spec, lib_path, state_path, dict(paths))
     root.mkdir(parents=True, exist_ok=True)
     t = Tree(root)
     devs = pci.topology(spec)
     paths = write_sysfs(t, spec, devs)
     write_procfs(t, spec)
-    lib_dir = root / FAKE_DIR / "lib"
     lib_dir.mkdir(parents=True, exist_ok=True)
-    state_path = lib_dir / fakenvml.STATE_NAME
     nvmlstate.write_state(state_path, nvmlstate.state_lines(spec))
-    use_lib = spec["nvml"]["library"] if with_library is None else with_library
-    lib_path = fakenvml.install_library(lib_dir) if use_lib else None
+    if use_lib:
+        fakenvml.install_library(lib_dir)
+    if image.wanted(key):
+        image.keep(key, str(root), paths)
     return FakeNode(root, spec, lib_path, state_path, paths)

@@ -174,6 +174,15 @@ def _cpus(t: Tree, spec: Dict[str, Any]) -> None:
     for i in online:
         by_core.setdefault(loc[i][:2], []).append(i)
     pkg = {s: [i for i in online if loc[i][0] == s] for s in range(c["sockets"])}
+    # (list, mask) text per group of CPUs: a socket's is the same for each of its ~100 CPUs
+    group_text: Dict[tuple, tuple] = {}
+
+    def texts(cpus: List[int]) -> tuple:
+        key = tuple(cpus)
+        if key not in group_text:
+            group_text[key] = (format_cpulist(cpus), pci.cpumask(cpus, possible))
+        return group_text[key]
+
     for i in range(n):
         if i:
             t.write("%s/cpu%d/online" % (base, i), 1 if i in up else 0)
@@ -189,9 +198,10 @@ def _cpus(t: Tree, spec: Dict[str, Any]) -> None:
             (("thread_siblings", "core_cpus"), by_core[(sock, core)]),
             (("core_siblings", "package_cpus", "die_cpus"), pkg[sock]),
         ):
+            as_list, as_mask = texts(cpus)
             for name in names:
-                t.write("%s/%s_list" % (top, name), format_cpulist(cpus))
-                t.write("%s/%s" % (top, name), pci.cpumask(cpus, possible))
+                t.write("%s/%s_list" % (top, name), as_list)
+                t.write("%s/%s" % (top, name), as_mask)
 
 
 def _numa(t: Tree, spec: Dict[str, Any]) -> None:

@@ -10,6 +10,8 @@ Put this directory first on PATH. Environment:
                            (#wrong > 0), dcgm_fail (DCGM's sm_stress fails, level 3),
                            dcgm_fail_memory (DCGM's memory plugin fails, level 2)
   QUALIFY_STANDIN_LOG      a file each stand-in appends its argv to
+  QUALIFY_STANDIN_DELAY_S  seconds each stand-in takes before its output (the real tools take
+                           minutes: a run long enough for something to happen during it)
 dcgmi replays only the categories its -r level runs (Deployment 1, Hardware and Integration 2,
 Stress 3), as DCGM does.
 """
@@ -180,6 +182,7 @@ def main(tool: str, argv) -> int:
     if log:
         with open(log, "a", encoding="utf-8") as handle:
             handle.write(json.dumps([tool] + list(argv)) + "\n")
+    time.sleep(float(os.environ.get("QUALIFY_STANDIN_DELAY_S") or 0))
     mode = os.environ.get("QUALIFY_STANDIN_" + tool.upper(), "")
     code = misbehave(mode)
     if code >= 0:

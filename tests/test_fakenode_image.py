@@ -1,0 +1,121 @@
+"""The third and later fake nodes of one spec are written from a kept image (tests/fakenode/image.py):
+each must be the node the builder makes, file for file, and a node of its own."""
+
+from __future__ import annotations
+
+import os
+import stat
+
+import pytest
+
+from tests.fakenode import FakeNode, image, node
+
+SPECS = [  # a DGX with what the builder makes of overrides (an offline CPU loses its topology)
+    ("cpu-only", None),
+    ("dgx-h100", {"gpu": {3: {"remapped_rows": {"pending": True}}}, "cpu": {"offline": "5,7"}}),
+]
+
+
+def tree(root):
+    """{relative path: ('d', mode) | ('l', target) | ('f', mode, bytes)} of everything under root."""
+    found = {}
+    for directory, dirs, files in os.walk(str(root)):
+        for name in dirs + files:
+            path = os.path.join(directory, name)
+            info = os.lstat(path)
+            rel = os.path.relpath(path, str(root))
+            if stat.S_ISLNK(info.st_mode):
+                found[rel] = ("l", os.readlink(path))
+            elif stat.S_ISDIR(info.st_mode):
+                found[rel] = ("d", stat.S_IMODE(info.st_mode))
+            else:
+                with open(path, "rb") as handle:
+                    found[rel] = ("f", stat.S_IMODE(info.st_mode), handle.read())
+    return found
+
+
+def build_without_images(monkeypatch, spec, overrides):
+    """A node from the builder itself: no image is looked up or kept."""
+    with monkeypatch.context() as patch:
+        patch.setattr(image, "lookup", lambda key: None)
+        patch.setattr(image, "wanted", lambda key: False)
+        return FakeNode.build_temp(spec, overrides)
+
+
+@pytest.fixture
+def fresh_images(monkeypatch):
+    """An empty image store, so this test sees the first, second and third build of a spec."""
+    monkeypatch.setattr(image, "_seen", type(image._seen)())
+    monkeypatch.setattr(image, "_images", type(image._images)())
+
+
+@pytest.mark.parametrize("spec,overrides", SPECS, ids=["cpu-only", "dgx-h100-overridden"])
+def test_a_node_from_the_image_is_the_node_the_builder_makes(
+    fresh_images, monkeypatch, spec, overrides
+):
+    nodes = []
+    try:
+        reference = build_without_images(monkeypatch, spec, overrides)
+        nodes.append(reference)
+        for _ in range(3):  # built, built and kept, written from the image
+            nodes.append(FakeNode.build_temp(spec, overrides))
+        assert len(image._images) == 1, "the second build keeps an image"
+        want = tree(reference.root)
+        for built in nodes[1:]:
+            assert tree(built.root) == want
+            assert built.pci_paths == reference.pci_paths
+            assert built.spec == reference.spec
+            assert built.env.keys() == reference.env.keys()
+            assert (built.lib_path is None) == (reference.lib_path is None)
+            assert os.path.relpath(str(built.state_path), str(built.root)) == os.path.relpath(
+                str(reference.state_path), str(reference.root)
+            )
+    finally:
+        for built in nodes:
+            built.cleanup()
+
+
+def test_nodes_from_one_image_share_nothing(fresh_images):
+    nodes = [FakeNode.build_temp("cpu-only") for _ in range(4)]
+    try:
+        third, fourth = nodes[2], nodes[3]
+        loadavg = fourth.path("/proc/loadavg").read_text()
+        third.write("/proc/loadavg", "99.0 99.0 99.0 1/1 1")
+        third.set_state("driver_loaded", 0)
+        third.path("/sys/devices/system/cpu/online").unlink()
+        assert fourth.path("/proc/loadavg").read_text() == loadavg
+        assert fourth.state()["driver_loaded"] == "1"
+        assert fourth.path("/sys/devices/system/cpu/online").is_file()
+        fifth = FakeNode.build_temp("cpu-only")
+        nodes.append(fifth)
+        assert fifth.path("/proc/loadavg").read_text() == loadavg
+        assert fifth.path("/sys/devices/system/cpu/online").is_file()
+    finally:
+        for built in nodes:
+            built.cleanup()
+
+
+def test_an_image_is_never_used_for_another_spec(fresh_images, monkeypatch):
+    """Overrides that differ from a kept spec in one value get a node built for them."""
+    overrides = {"cpu": {"offline": "3"}}
+    nodes = [FakeNode.build_temp("cpu-only") for _ in range(3)]
+    try:
+        nodes.append(build_without_images(monkeypatch, "cpu-only", overrides))
+        for _ in range(3):
+            nodes.append(FakeNode.build_temp("cpu-only", overrides))
+        plain, want = tree(nodes[2].root), tree(nodes[3].root)
+        assert plain != want
+        for built in nodes[4:]:
+            assert tree(built.root) == want
+            assert built.path("/sys/devices/system/cpu/offline").read_text() == "3\n"
+    finally:
+        for built in nodes:
+            built.cleanup()
+
+
+def test_a_changed_library_source_is_another_key(monkeypatch, tmp_path):
+    spec = node.load_spec("cpu-only")
+    before = image.spec_key(spec, True)
+    assert image.spec_key(spec, False) != before
+    monkeypatch.setenv("CC", "clang")
+    assert image.spec_key(spec, True) != before
