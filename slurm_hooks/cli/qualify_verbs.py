@@ -107,17 +107,14 @@ def cmd_qualify(args) -> int:
     return flow.VERDICT_EXIT.get(result["verdict"], ExitCode.UNKNOWN)
 
 
-def qualify_through_slurm(args, config) -> int:
+def _through_slurm_setup(args, config):
+    """What a run through Slurm needs, for --node and --due alike: the command the job runs (this
+    interpreter, this config), the level, the work directory (made 0700), a Slurm client, and the
+    stale reservations swept first."""
     import os
 
-    from ..qualify.batch import exit_code, expand_nodes, qualify_nodes
     from ..slurm.drainer import make_client
 
-    try:
-        nodes = expand_nodes(args.node)
-    except ValueError as exc:  # not a hostlist, too many names, a name that is a path
-        print("slurm-hooks: qualify --node: %s" % exc, file=sys.stderr)
-        return ExitCode.UNKNOWN
     command = [sys.executable, "-m", "slurm_hooks"]
     if args.config:
         command += ["--config", os.path.abspath(args.config)]
@@ -126,7 +123,19 @@ def qualify_through_slurm(args, config) -> int:
     work_dir = args.work_dir or config.get("paths", "state_dir")
     os.makedirs(work_dir, mode=0o700, exist_ok=True)
     client = make_client(config.settings)
-    swept = sweep_reservations(client, config)
+    return command, level, work_dir, client, sweep_reservations(client, config)
+
+
+def qualify_through_slurm(args, config) -> int:
+
+    from ..qualify.batch import exit_code, expand_nodes, qualify_nodes
+
+    try:
+        nodes = expand_nodes(args.node)
+    except ValueError as exc:  # not a hostlist, too many names, a name that is a path
+        print("slurm-hooks: qualify --node: %s" % exc, file=sys.stderr)
+        return ExitCode.UNKNOWN
+    command, level, work_dir, client, swept = _through_slurm_setup(args, config)
     outcomes = qualify_nodes(client, nodes, level, config.settings, command, work_dir)
     for done in outcomes:
         done["exit_code"] = int(exit_code(done))
@@ -152,21 +161,11 @@ def qualify_due(args, config) -> int:
     """Exit 0: every due node passed or was skipped (with its reason; the next run looks again);
     2: a qualification failed (the node is drained: a finding); 3: not qualified, or the nodes or
     the queue could not be read."""
-    import os
 
     from ..qualify.batch import exit_code
     from ..qualify.due import run_due
-    from ..slurm.drainer import make_client
 
-    command = [sys.executable, "-m", "slurm_hooks"]
-    if args.config:
-        command += ["--config", os.path.abspath(args.config)]
-    command.append("qualify")
-    level = args.level or config.settings["qualify"]["level"]
-    work_dir = args.work_dir or config.get("paths", "state_dir")
-    os.makedirs(work_dir, mode=0o700, exist_ok=True)
-    client = make_client(config.settings)
-    swept = sweep_reservations(client, config)
+    command, level, work_dir, client, swept = _through_slurm_setup(args, config)
     done = run_due(client, config.settings, level, command, work_dir)
     codes = [ExitCode.UNKNOWN] if done.get("error") else [ExitCode.OK]
     for node in done["due"]:

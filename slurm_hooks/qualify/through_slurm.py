@@ -244,27 +244,6 @@ def _drain_for_the_job(client, info, out: Dict[str, Any]) -> bool:
         )
         return False
     return True
-    try:
-        # read again right before: an admin's DOWN set since our first read must not be overwritten
-        now = client.show_node(info.name)
-        out["slurm_calls"] += 1
-        if now.reason != info.reason or now.reason_time != info.reason_time or now.is_drained:
-            out["reason"] = "refused: %s changed since it was read (%s: %s)" % (
-                info.name,
-                now.state_string,
-                now.reason,
-            )
-            return False
-        client.drain(info.name, info.reason.rstrip())
-    except (SlurmError, ValueError) as exc:
-        out["reason"] = "could not drain %s (DOWN after our reboot) for the job: %s" % (
-            info.name,
-            exc,
-        )
-        return False
-    finally:
-        out["slurm_calls"] += 1
-    return True
 
 
 def why_not_idle(info, settings: Mapping[str, Mapping[str, Any]]) -> Optional[str]:
