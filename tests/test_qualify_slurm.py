@@ -505,3 +505,52 @@ def test_slurmctld_down_across_the_end_of_the_job_never_releases_the_node(
     assert through_slurm.RESERVATION_PREFIX not in reservations(cluster)
     assert done["verdict"] != "pass"
     assert "DRAIN" in cluster.node_state("node1"), cluster.show_node_line("node1")
+
+
+def test_a_job_cancelled_before_it_ran_never_releases_the_node_on_an_old_pass(
+    cluster, fake, tmp_path, clean
+):
+    """A passing run leaves its output (qualify-node1.out, a pass) in the work dir. The node is
+    drained again, and the next qualification's job is cancelled while it waits (the partition is
+    down, an admin's scancel): `sbatch --wait` exits 0 for a job that never ran (Slurm's sbatch.c
+    _job_wait: WIFEXITED of the exit code 0 of a never-started job), so the old pass must not be
+    read as this job's verdict."""
+    import time
+
+    client, command, env = setup(cluster, fake, tmp_path)
+    drain_ours(cluster)
+    first = through_slurm.qualify_node(
+        client, "node1", "quick", settings(), command, str(tmp_path), env
+    )
+    assert first["verdict"] == "pass", first
+    assert (tmp_path / "qualify-node1.out").exists()
+    drain_ours(cluster)
+    cluster.scontrol("update", "PartitionName=debug", "State=DOWN")
+    box = []
+    runner = threading.Thread(
+        target=lambda: box.append(
+            through_slurm.qualify_node(
+                client, "node1", "quick", settings(), command, str(tmp_path), env
+            )
+        )
+    )
+    runner.start()
+    try:
+        deadline = time.time() + 30
+        while time.time() < deadline:
+            pending = cluster.run(
+                "squeue", "-h", "-t", "PENDING", "-n", "slurm-hooks-qualify", "-o", "%i"
+            ).split()
+            if pending:
+                cluster.run("scancel", *pending)
+                break
+            time.sleep(0.3)
+        runner.join(60)
+    finally:
+        cluster.scontrol("update", "PartitionName=debug", "State=UP")
+    assert pending, "the job never showed as pending"
+    done = box[0]
+    print("a job cancelled before it ran:", done)
+    assert done["verdict"] != "pass", done
+    assert "DRAIN" in cluster.node_state("node1"), cluster.show_node_line("node1")
+    assert done["reservation_deleted"] is True

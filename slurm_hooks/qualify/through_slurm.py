@@ -294,6 +294,12 @@ def _run_job(name, node, level, command, work_dir, env) -> Dict[str, Any]:
     line = " ".join(shlex.quote(a) for a in command + ["--level", level, "--json"])
     _write_new(script, "#!/bin/sh\nexec %s\n" % line, 0o700)  # the only shell: sbatch's script
     output = os.path.join(work_dir, "qualify-%s.out" % node)
+    errors = output[: -len(".out")] + ".err"
+    for earlier in (output, errors):  # an earlier run's pass must never be read as this job's
+        try:
+            os.unlink(earlier)
+        except FileNotFoundError:
+            pass
     minutes = LEVEL_MINUTES[level]
     run = _slurm(
         [
@@ -306,7 +312,7 @@ def _run_job(name, node, level, command, work_dir, env) -> Dict[str, Any]:
             "--exclusive",
             "--time=%d" % minutes,
             "--output=" + output,
-            "--error=" + output[: -len(".out")] + ".err",  # warnings apart from the JSON
+            "--error=" + errors,  # warnings apart from the JSON
             script,
         ],
         env,
@@ -323,9 +329,12 @@ def _run_job(name, node, level, command, work_dir, env) -> Dict[str, Any]:
     except ValueError:
         record = None
     if isinstance(record, dict) and record.get("verdict") in ("pass", "fail", "not qualified"):
-        job["verdict"], job["reason"] = record["verdict"], record.get("reason", "")
-        if run.rc not in (0, 2, 3) and job["verdict"] == "pass":
-            job["verdict"], job["reason"] = "not qualified", "the job exited %s" % run.rc
+        job["verdict"], job["reason"] = record["verdict"], str(record.get("reason", ""))
+        # a pass only with the job's exit code 0 (sbatch --wait gives the job's; a job that never
+        # ran exits 0 there too, but then printed nothing: its earlier output was removed above)
+        if job["verdict"] == "pass" and run.rc != 0:
+            job["verdict"] = "not qualified"
+            job["reason"] = "the job printed a pass but %s" % run.how_it_ended()
     else:
         job["verdict"] = "not qualified"
         job["reason"] = "the qualification job printed no result (%s): %s" % (
