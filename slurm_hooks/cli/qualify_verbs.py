@@ -110,7 +110,7 @@ def cmd_qualify(args) -> int:
 def qualify_through_slurm(args, config) -> int:
     import os
 
-    from ..qualify.batch import exit_code, expand_nodes, qualify_nodes
+    from ..qualify.batch import check_work_dir, exit_code, expand_nodes, qualify_nodes
     from ..slurm.drainer import make_client
 
     try:
@@ -125,6 +125,11 @@ def qualify_through_slurm(args, config) -> int:
     level = args.level or config.settings["qualify"]["level"]
     work_dir = args.work_dir or config.get("paths", "state_dir")
     os.makedirs(work_dir, mode=0o700, exist_ok=True)
+    try:
+        check_work_dir(work_dir)
+    except (OSError, ValueError) as exc:  # nothing is held yet
+        print("slurm-hooks: qualify: %s" % exc, file=sys.stderr)
+        return ExitCode.UNKNOWN
     client = make_client(config.settings)
     swept = sweep_reservations(client, config)
     outcomes = qualify_nodes(client, nodes, level, config.settings, command, work_dir)
@@ -154,7 +159,7 @@ def qualify_due(args, config) -> int:
     the queue could not be read."""
     import os
 
-    from ..qualify.batch import exit_code
+    from ..qualify.batch import check_work_dir, exit_code
     from ..qualify.due import run_due
     from ..slurm.drainer import make_client
 
@@ -165,6 +170,11 @@ def qualify_due(args, config) -> int:
     level = args.level or config.settings["qualify"]["level"]
     work_dir = args.work_dir or config.get("paths", "state_dir")
     os.makedirs(work_dir, mode=0o700, exist_ok=True)
+    try:
+        check_work_dir(work_dir)
+    except (OSError, ValueError) as exc:  # nothing is held yet
+        print("slurm-hooks: qualify: %s" % exc, file=sys.stderr)
+        return ExitCode.UNKNOWN
     client = make_client(config.settings)
     swept = sweep_reservations(client, config)
     done = run_due(client, config.settings, level, command, work_dir)
