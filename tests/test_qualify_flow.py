@@ -371,3 +371,35 @@ def test_the_job_script_is_never_written_through_a_planted_symlink(tmp_path):
     assert through_slurm._read_ours(str(tmp_path / "out")) == ""
     with pytest.raises(ValueError):
         through_slurm.qualify_node(None, "../n1", "quick", {}, [], str(tmp_path))
+
+
+@pytest.mark.parametrize("mode, owner", [(0o777, None), (0o775, None), (0o755, 65534)])
+def test_a_tool_planted_where_a_user_can_write_is_never_run(
+    node, tmp_path, monkeypatch, mode, owner
+):
+    """A user plants a dcgmi that prints a clean diagnostic (the stand-in's, which passes) in a
+    PATH directory they can write, or own, ahead of the real ones: the qualification runs as root
+    and believes the tool's figures, so that tool is not run; the test is UNKNOWN (not qualified,
+    never a pass and never a drain on a user's say), naming the place."""
+    planted = tmp_path / "planted"
+    planted.mkdir()
+    for tool in ("dcgmi", "nvbandwidth", "all_reduce_perf", "ib_write_bw"):
+        os.symlink(os.path.join(STANDINS, tool), planted / tool)
+    planted.chmod(mode)
+    if owner is not None:
+        os.chown(str(planted), owner, -1)
+    env = dict(standin_env(), PATH=str(planted) + os.pathsep + "/usr/bin:/bin")
+    result = qualify(node, "quick", env=env)
+    assert result["verdict"] == "not qualified", result
+    assert set(statuses(result).values()) == {"UNKNOWN"}, result["tests"]
+    assert "dcgmi not run: %s" % planted in result["reason"], result["reason"]
+    for tool in ("dcgmi", "nvbandwidth"):  # a relative PATH entry ('.', the job's work dir)
+        os.symlink(os.path.join(STANDINS, tool), tmp_path / tool)
+    monkeypatch.chdir(tmp_path)
+    relative = tools.run(["dcgmi", "diag", "-r", "1"], 10.0, dict(env, PATH="."))
+    assert relative.refused and not relative.found, relative
+
+
+def test_a_tool_in_a_safe_place_still_runs():
+    run = tools.run([sys.executable, "-c", "print('ok')"], 10.0)
+    assert run.found and run.rc == 0 and run.output.strip() == "ok"

@@ -39,6 +39,9 @@ def judge(
     port_rate_gbits: Optional[float] = None,
 ) -> Outcome:
     out = Outcome(test.name, test.tool, Status.OK, "", seconds=round(run.seconds, 3))
+    if run.refused:  # a tool someone else could have planted: neither run nor skipped
+        out.status, out.summary = Status.UNKNOWN, run.refused
+        return out
     if not run.found:
         out.status, out.summary = Status.SKIP, "%s is not installed" % test.tool
         return out
