@@ -554,3 +554,35 @@ def test_a_job_cancelled_before_it_ran_never_releases_the_node_on_an_old_pass(
     assert done["verdict"] != "pass", done
     assert "DRAIN" in cluster.node_state("node1"), cluster.show_node_line("node1")
     assert done["reservation_deleted"] is True
+
+
+def test_a_module_planted_in_the_jobs_directory_never_runs_as_the_qualification(
+    cluster, fake, tmp_path, clean
+):
+    """The admin runs the installed `slurm-hooks qualify --node` from a directory a user can write
+    (/tmp; and where the submit directory is missing on the node, Slurm runs the job in /tmp). A
+    user left a `slurm_hooks` package there that prints a pass and exits 0: `python -m` puts the
+    working directory first on sys.path, so the job ran it, as root, and the node came back. The
+    node fails its real qualification here (x8_link=3), so it must stay drained."""
+    import subprocess
+
+    _client, command, env = setup(cluster, fake, tmp_path, fault="x8_link=3")
+    drain_ours(cluster)
+    shared = tmp_path / "shared"
+    (shared / "slurm_hooks").mkdir(parents=True)
+    forged = '{"verdict": "pass", "reason": "planted", "node": "node1"}'
+    (shared / "slurm_hooks" / "__init__.py").write_text("")
+    (shared / "slurm_hooks" / "__main__.py").write_text("print(%r)\n" % forged)
+    installed = os.path.join(os.path.dirname(sys.executable), "slurm-hooks")
+    done = subprocess.run(
+        [installed] + command[3:] + ["--node", "node1", "--work-dir", str(tmp_path / "work")],
+        env=env,
+        cwd=str(shared),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    print(done.stdout, done.stderr)
+    assert "planted" not in done.stdout
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "DRAIN" in cluster.node_state("node1"), cluster.show_node_line("node1")

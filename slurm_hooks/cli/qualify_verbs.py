@@ -118,7 +118,7 @@ def qualify_through_slurm(args, config) -> int:
     except ValueError as exc:  # not a hostlist, too many names, a name that is a path
         print("slurm-hooks: qualify --node: %s" % exc, file=sys.stderr)
         return ExitCode.UNKNOWN
-    command = [sys.executable, "-m", "slurm_hooks"]
+    command = job_command()
     if args.config:
         command += ["--config", os.path.abspath(args.config)]
     command.append("qualify")
@@ -163,7 +163,7 @@ def qualify_due(args, config) -> int:
     from ..qualify.due import run_due
     from ..slurm.drainer import make_client
 
-    command = [sys.executable, "-m", "slurm_hooks"]
+    command = job_command()
     if args.config:
         command += ["--config", os.path.abspath(args.config)]
     command.append("qualify")
@@ -210,6 +210,14 @@ def qualify_due(args, config) -> int:
     for node in done["waiting"]:
         print("not due: %s (%s): %s" % (node["node"], node["kind"], node["why"]))
     return code
+
+
+def job_command() -> list:
+    """How the qualification job starts us on the node: this Python in isolated mode (-I). Plain
+    `python -m` puts the job's working directory first on sys.path (the admin's directory, or /tmp
+    where Slurm finds it missing on the node), where a user could leave a `slurm_hooks` package
+    that runs as root and prints a pass; -I also ignores PYTHONPATH and the user site."""
+    return [sys.executable, "-I", "-m", "slurm_hooks"]
 
 
 def sweep_reservations(client, config) -> dict:

@@ -310,6 +310,7 @@ def _run_job(name, node, level, command, work_dir, env) -> Dict[str, Any]:
             "--reservation=" + name,
             "--nodelist=" + node,
             "--exclusive",
+            "--chdir=" + work_dir,  # not the admin's directory (the job's Python runs with -I too)
             "--time=%d" % minutes,
             "--output=" + output,
             "--error=" + errors,  # warnings apart from the JSON
