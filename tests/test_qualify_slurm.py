@@ -586,3 +586,30 @@ def test_a_module_planted_in_the_jobs_directory_never_runs_as_the_qualification(
     assert "planted" not in done.stdout
     assert done.returncode == 2, done.stdout + done.stderr
     assert "DRAIN" in cluster.node_state("node1"), cluster.show_node_line("node1")
+
+
+def test_a_live_run_of_another_host_on_the_same_node_is_not_swept_from_under_it(
+    cluster, fake, tmp_path, clean
+):
+    """Two admins qualify node1 at once, from two hosts: the other run's reservation (its owner on
+    another host, started a minute ago: it may still be running) is not deleted by ours (that would
+    cancel its job through _delete_reservation's scancel); ours is refused, the node untouched."""
+    import time
+
+    client, command, env = setup(cluster, fake, tmp_path)
+    drain_ours(cluster)
+    other = "%s+quick+%d+%s" % (
+        through_slurm.reservation_name("node1", now=time.time() - 60),
+        os.getpid(),
+        "another-host",
+    )
+    create_reservation(cluster, other)
+    try:
+        done = through_slurm.qualify_node(
+            client, "node1", "quick", settings(), command, str(tmp_path), env
+        )
+        assert other in reservations(cluster), done
+        assert done["reason"] == "refused: node1 is being qualified by %s" % other, done
+        assert "DRAIN" in cluster.node_state("node1")
+    finally:
+        cluster.run("scontrol", "delete", "ReservationName=" + other, check=False)

@@ -109,7 +109,10 @@ def qualify_node(
     if refused:
         out["reason"] = "refused: %s is %s" % (node, refused)
         return out
-    out["stale_reservations_deleted"], foreign = _sweep(node, env, out)
+    out["stale_reservations_deleted"], foreign, live = _sweep(node, env, out)
+    if live:  # another run of ours (another host, another admin) holds it: not ours to take
+        out["reason"] = "refused: %s is being qualified by %s" % (node, live)
+        return out
     if foreign:
         out["reason"] = "refused: %s is in the reservation %s of someone else" % (node, foreign)
         return out
@@ -218,34 +221,45 @@ def why_not_idle(info, settings: Mapping[str, Mapping[str, Any]]) -> Optional[st
     return None
 
 
-def _sweep(node: str, env: Dict[str, str], out: Dict[str, Any]) -> Tuple[List[str], str]:
+def _sweep(node: str, env: Dict[str, str], out: Dict[str, Any]) -> Tuple[List[str], str, str]:
     """Delete reservations of ours for this node left by a qualification that died with its host
     (SIGKILL, power). Safe here: the node is drained by us, and a qualification in progress would
     have lifted that drain (a second `qualify --node` of a node in progress is refused before this).
     Also the name of an active reservation of someone else that holds the node ('' if none): an
     admin's maintenance is theirs, as their drain is (the node's MAINT flag alone cannot tell
-    theirs from ours)."""
+    theirs from ours). And the name of a reservation of ours whose run may still be going
+    (sweep.why_stale: its owner on another host, or alive here, within its bound): never deleted
+    (that would scancel its job), the node refused."""
     from ..hw.host import HostError
     from ..slurm.gres import expand_hostlist
+    from .sweep import parse_name, why_stale
+
+    now, here = time.time(), owner_host()
 
     run = _slurm(["scontrol", "-o", "show", "reservation"], env)
     out["slurm_calls"] += 1
     ours = re.compile(
         r"%s%s-\d{8}T\d{6}Z(\+\S+)?$" % (re.escape(RESERVATION_PREFIX), re.escape(node))
     )
-    stale, foreign = [], ""
+    stale, foreign, live = [], "", ""
     for line in run.output.splitlines():
         fields = dict(re.findall(r"(?:^|\s)(ReservationName|Nodes|State)=(\S*)", line))
         name = fields.get("ReservationName", "")
         if ours.match(name):
-            stale.append(name)
+            parsed = parse_name(name)
+            if parsed is not None and why_stale(parsed, now, here) is None:
+                live = live or name
+            else:
+                stale.append(name)
         elif name and not foreign and fields.get("State") == "ACTIVE":
             try:
                 if node in expand_hostlist(fields.get("Nodes", ""), "reservation " + name):
                     foreign = name
             except HostError:  # a node list we cannot read: not known to hold it
                 pass
-    return [name for name in stale if _delete_reservation(name, env, out)], foreign
+    if live:
+        return [], foreign, live
+    return [name for name in stale if _delete_reservation(name, env, out)], foreign, live
 
 
 def _delete_reservation(name: str, env: Dict[str, str], out: Dict[str, Any]) -> bool:
