@@ -613,3 +613,34 @@ def test_a_live_run_of_another_host_on_the_same_node_is_not_swept_from_under_it(
         assert "DRAIN" in cluster.node_state("node1")
     finally:
         cluster.run("scontrol", "delete", "ReservationName=" + other, check=False)
+
+
+def test_a_failed_node_that_cannot_be_drained_back_stays_held_by_the_reservation(
+    cluster, fake, tmp_path, clean
+):
+    """The node fails its qualification, and slurmctld does not take the drain back (a timeout on
+    that one call; it answers again right after): deleting the reservation then would put a node
+    that just failed back in service. The reservation stays and holds it; the sweep, once this run
+    is gone, drains it and only then deletes it."""
+    from slurm_hooks.qualify import sweep
+    from slurm_hooks.slurm.errors import SlurmUnavailable
+
+    client, command, env = setup(cluster, fake, tmp_path, fault="x8_link=3")
+    drain_ours(cluster)
+
+    class DrainTimesOut(ScontrolBackend):
+        def drain(self, name, reason):
+            raise SlurmUnavailable("scontrol update timed out after 5.0 s")
+
+    flaky = SlurmClient(backend=DrainTimesOut(env=cluster.env))
+    done = through_slurm.qualify_node(
+        flaky, "node1", "quick", settings(), command, str(tmp_path), env
+    )
+    assert done["verdict"] == "fail", done
+    assert done["enacted"].startswith("drain back FAILED"), done
+    assert done["reservation_deleted"] is False, done
+    assert done["reservation"] in reservations(cluster)  # the node takes no job meanwhile
+    swept = sweep.sweep(client, settings(), dict(cluster.env), alive=lambda pid: False)
+    assert [d["node"] for d in swept["deleted"]] == ["node1"], swept
+    assert "DRAIN" in cluster.node_state("node1"), cluster.show_node_line("node1")
+    assert through_slurm.RESERVATION_PREFIX not in reservations(cluster)

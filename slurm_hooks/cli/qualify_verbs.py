@@ -147,7 +147,14 @@ def qualify_through_slurm(args, config) -> int:
             "qualify %s on %s: %s: %s"
             % (level, done["node"], done["verdict"].upper(), done.get("reason", ""))
         )
-        for key in ("job_id", "reservation", "enacted", "reservation_deleted", "slurm_calls"):
+        for key in (
+            "job_id",
+            "reservation",
+            "enacted",
+            "reservation_deleted",
+            "reservation_kept",
+            "slurm_calls",
+        ):
             if key in done:
                 print("  %s: %s" % (key, done[key]))
     return code

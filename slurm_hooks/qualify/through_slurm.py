@@ -42,6 +42,7 @@ LEVEL_MINUTES = {"quick": 30, "standard": 60, "long": 300}
 SLURM_CALL_S = 30.0
 # the node flags our own reservation gives the node (MAINT, a reservation): not someone's state
 OUR_HOLD = frozenset(("MAINTENANCE", "RESERVED"))
+DRAIN_BACK_FAILED = "drain back FAILED"
 
 
 class Interrupted(Exception):
@@ -170,7 +171,12 @@ def qualify_node(
         try:
             if resumed and not enacted:  # interrupted between our resume and the verdict
                 out["enacted"] = _drain_back(client, node, out, prefix, settings)
-            if created:
+            if created and str(out.get("enacted", "")).startswith(DRAIN_BACK_FAILED):
+                # deleting it would put a node we could not drain back in service: it holds the
+                # node until the sweep (our pid gone, or past its bound) drains it, then deletes it
+                out["reservation_deleted"] = False
+                out["reservation_kept"] = "holds the node until the sweep drains it"
+            elif created:
                 out["reservation_deleted"] = _delete_reservation(name, env, out)
         finally:
             for sig, handler in previous.items():
@@ -370,5 +376,5 @@ def _drain_back(client, node, out, prefix, settings) -> str:
     try:
         client.drain(node, reason)
     except SlurmError as exc:
-        return "drain back FAILED (%s): the node is in service unqualified" % exc
+        return "%s (%s): the node is in service unqualified" % (DRAIN_BACK_FAILED, exc)
     return "drained: %s" % reason
