@@ -531,8 +531,8 @@ def speed(records: int, runs: int, seed: int = 3, signed: bool = False) -> Dict[
                 cwd=REPO,
             )
             walls.append(time.monotonic() - began)
-            if done.returncode != 0:
-                raise SystemExit("report failed: %s" % done.stderr[-2000:])
+            if done.returncode not in (0, 1):  # 1 (FOUND): the planted nodes are suspects
+                raise SystemExit("report failed (%d): %s" % (done.returncode, done.stderr[-2000:]))
             answer = json.loads(done.stdout)
             read = answer["records"]
             if answer["verified"] != signed or answer["unverified"]:

@@ -9,6 +9,7 @@ import subprocess
 import sys
 
 from tests.helpers import REPO
+from tests.inprocess_cli import cli_in_process
 
 CLI = [sys.executable, "-m", "slurm_hooks"]
 
@@ -21,7 +22,9 @@ def _run(args, env=None):
 
 
 def test_list_json_names_every_check_with_its_parameters():
-    human = _run(["list"]).stdout.splitlines()
+    human = cli_in_process(
+        ["list"], env=dict(os.environ, SLURM_HOOKS_ALLOW_INSECURE_CONFIG="1")
+    ).stdout.splitlines()  # tests/inprocess_cli.py
     proc = _run(["list", "--json"])
     doc = json.loads(proc.stdout)
     assert proc.returncode == 0 and doc["schema"] == "slurm-hooks.list/1"
@@ -45,7 +48,10 @@ def test_config_check_json_valid_and_invalid(tmp_path):
     assert count["enabled"] is True and count["params"]["expected"] == 8
     bad = tmp_path / "bad.toml"
     bad.write_text('[checks."gpu.count"]\nexpectd = 8\n')
-    proc = _run(["--config", str(bad), "config", "check", "--json"])
+    proc = cli_in_process(
+        ["--config", str(bad), "config", "check", "--json"],
+        env=dict(os.environ, SLURM_HOOKS_ALLOW_INSECURE_CONFIG="1"),
+    )
     doc = json.loads(proc.stdout)
     assert proc.returncode == 3 and doc["valid"] is False
     assert "expectd" in doc["error"] and str(bad) in doc["error"]

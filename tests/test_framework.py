@@ -211,20 +211,28 @@ REFUSED_AT_LOAD = [  # issue 14: each of these was reported "configuration is va
 
 @pytest.mark.parametrize("text, expected", REFUSED_AT_LOAD)
 def test_config_check_refuses_bad_values_naming_file_and_key(tmp_path, text, expected):
-    """Through the real `slurm-hooks config check`: exit 3, one line naming the file, section, key and value."""
+    """Through the real `slurm-hooks config check` (in this process, tests/inprocess_cli.py; the
+    first table also as a child, the console entry point): exit 3, one line naming the file,
+    section, key and value."""
     import subprocess
     import sys
+
+    from tests.inprocess_cli import cli_in_process
 
     main = tmp_path / "config.toml"
     main.write_text(text)
     env = dict(os.environ, SLURM_HOOKS_ALLOW_INSECURE_CONFIG="1", SLURM_HOOKS_CHECKS_DIR="")
-    proc = subprocess.run(
-        [sys.executable, "-m", "slurm_hooks", "--config", str(main), "config", "check"],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=60,
-    )
+    argv = ["--config", str(main), "config", "check"]
+    if text == REFUSED_AT_LOAD[0][0]:
+        proc = subprocess.run(
+            [sys.executable, "-m", "slurm_hooks"] + argv,
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=60,
+        )
+    else:
+        proc = cli_in_process(argv, env=env)
     assert proc.returncode == 3, (text, proc.stdout, proc.stderr)
     assert "configuration is valid" not in proc.stderr and "Traceback" not in proc.stderr
     assert str(main) in proc.stderr and expected in proc.stderr, (expected, proc.stderr)
@@ -267,16 +275,14 @@ def test_prefix_and_length_that_keep_our_drains_recognisable_load(registry):
 
 
 def test_deadline_inf_on_the_command_line_is_a_usage_error():
-    import subprocess
-    import sys
+    """In this process (tests/inprocess_cli.py): argparse refuses the value before anything runs."""
+    from tests.inprocess_cli import cli_in_process
 
     for value in ("inf", "nan", "-1", "0", "1e9"):
-        proc = subprocess.run(
-            [sys.executable, "-m", "slurm_hooks", "check", "system.load", "--deadline", value],
-            capture_output=True,
-            text=True,
-            timeout=60,
+        proc = cli_in_process(
+            ["check", "system.load", "--deadline", value],
             env=dict(os.environ, SLURM_HOOKS_CHECKS_DIR=""),
+            cwd=os.getcwd(),
         )
         assert (
             proc.returncode == 3 and "--deadline" in proc.stderr and "Traceback" not in proc.stderr

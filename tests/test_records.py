@@ -497,6 +497,11 @@ def test_a_hook_reads_the_kernel_log_once_and_its_snapshot_agrees(
     assert why == "" and snap is not None
     if context == "prolog":  # stored by the check child too, under [deadline] files
         assert gathered[2]["state"] == "done" and os.path.exists(gathered[2]["path"])
+        # the parent is sent only the GPU indices of a snapshot the child stored; the file has it all
+        assert snap == {"gpus": [{"index": g["index"]} for g in snap["gpus"]]}
+        with open(gathered[2]["path"]) as handle:
+            snap = json.load(handle)
+        assert [g["index"] for g in snap["gpus"]] == [g["index"] for g in gathered[0]["gpus"]]
     assert snap["kmsg_seq"] == int(newest.split(",")[1]) and snap["boot_id"] == BOOT_ID
     if context == "epilog":
         assert snap["xid_lines"] == [xid_record]

@@ -17,6 +17,7 @@ from slurm_hooks.records import fleet_report as report
 from slurm_hooks.records import store as records
 from slurm_hooks.records.build import build_record
 from slurm_hooks.registry import load_builtin_checks
+from tests.inprocess_cli import cli_in_process
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 NOW = 1_700_000_000.0
@@ -242,7 +243,11 @@ def test_job_view_lists_the_abnormal_nodes_of_one_job(tmp_path):
     assert "no prolog snapshot (no deltas) on: gpu03" in text
 
 
-def cli(*argv):
+def cli(*argv, child=False):
+    """`slurm-hooks ARGV`: in this process (tests/inprocess_cli.py) unless child, the console
+    entry point, which the first `report` and `record show` below still go through."""
+    if not child:
+        return cli_in_process(list(argv), env=dict(os.environ, PYTHONPATH=REPO))
     return subprocess.run(
         [sys.executable, "-m", "slurm_hooks"] + list(argv),
         capture_output=True,
@@ -254,7 +259,7 @@ def cli(*argv):
 
 
 def test_cli_report_and_record_show(fleet_dir):
-    out = cli("report", fleet_dir, "--json")
+    out = cli("report", fleet_dir, "--json", child=True)
     assert out.returncode == 1, out.stderr  # ExitCode.FOUND: nodes with abnormal jobs
     data = json.loads(out.stdout)
     assert data["records"] == 8 and [n["node"] for n in data["ranking"]] == [
@@ -265,7 +270,7 @@ def test_cli_report_and_record_show(fleet_dir):
     text = cli("report", fleet_dir, "--top", "2").stdout
     assert text.splitlines()[0].startswith("8 records from 4 nodes") and "node-a" in text
     assert "... 1 more nodes" in text
-    shown = cli("record", "show", "1", "--dir", fleet_dir)
+    shown = cli("record", "show", "1", "--dir", fleet_dir, child=True)
     assert shown.returncode == 0, shown.stderr
     assert "job 1 on node-a (user alice, GPUs 0,1)" in shown.stdout
     assert (

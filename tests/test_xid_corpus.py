@@ -30,6 +30,7 @@ from slurm_hooks.xid.catalog import classify, explain, load_catalog, validate_ov
 from slurm_hooks.xid.kmsg import XidEvent, parse_kmsg_record, parse_xid, scan
 from tests.fakenode.procfs import xid_message
 from tests.helpers import REPO
+from tests.inprocess_cli import cli_in_process
 
 CORPUS = Path(__file__).parent / "captures" / "kernel-log" / "lines.toml"
 LINES = toml_loads(CORPUS.read_text(encoding="utf-8"))["line"]
@@ -119,10 +120,16 @@ def test_xid_message_matches_nvidias_published_line():
     )
 
 
-def _xid_cli(text: str, tmp_path, *args: str) -> subprocess.CompletedProcess:
+def _xid_cli(text: str, tmp_path, *args: str, child: bool = False) -> subprocess.CompletedProcess:
+    """`slurm-hooks xid - ARGS` on text; in this process (tests/inprocess_cli.py) unless child."""
     config = tmp_path / "config.toml"
     config.write_text("")
     env = dict(os.environ, SLURM_HOOKS_CONFIG=str(config), SLURM_HOOKS_ALLOW_INSECURE_CONFIG="1")
+    if not child:
+        proc = cli_in_process(["xid", "-"] + list(args), env=env, stdin=text)
+        return subprocess.CompletedProcess(
+            proc.args, proc.returncode, proc.stdout.encode("utf-8"), proc.stderr.encode("utf-8")
+        )
     return subprocess.run(
         [sys.executable, "-m", "slurm_hooks", "xid", "-"] + list(args),
         input=text.encode("utf-8"),
@@ -135,7 +142,7 @@ def _xid_cli(text: str, tmp_path, *args: str) -> subprocess.CompletedProcess:
 
 def test_slurm_hooks_xid_shows_the_partition(tmp_path):
     text = "[  130.456250] [ T1946] %s\nkwi 15 07:56:59 kernel: %s\n" % (MIG13, LINES[0]["text"])
-    [row13, row94] = json.loads(_xid_cli(text, tmp_path, "--json").stdout)
+    [row13, row94] = json.loads(_xid_cli(text, tmp_path, "--json", child=True).stdout)
     assert (row13["code"], row13["pci"], row13["gpu_instance"], row13["compute_instance"]) == (
         13,
         "0000:01:00.0",

@@ -20,6 +20,7 @@ from slurm_hooks.records.fleet_report import aggregate
 from slurm_hooks.records.signing import Verifier
 from slurm_hooks.records.store import encode_record
 from tests.helpers import assert_exposition, cli_with_default_config, default_settings
+from tests.inprocess_cli import cli_in_process
 from tests.straggler_records import KEY, write_key
 
 # NVIDIA/NVSentinel issue #155, comment by lalitadithya, 2025-10-25: the line their fleet logs when a
@@ -305,9 +306,11 @@ def _config(tmp_path, key=True):
 
 
 def test_report_xids_prints_the_line_up_and_its_metrics(tmp_path):
+    insecure_ok = dict(os.environ, SLURM_HOOKS_ALLOW_INSECURE_CONFIG="1")
     one_failure(tmp_path / "records")
     prom = tmp_path / "xids.prom"
     config = _config(tmp_path)
+    # the first as a child (the console entry point), the others in this process (inprocess_cli.py)
     run = cli_with_default_config(["--config", config, "report", "--xids", "--prom", str(prom)])
     assert run.returncode == 1, run.stderr  # FOUND: a node blamed
     assert "job 4242: first cause Xid 79 on gpu-a" in run.stdout
@@ -320,16 +323,18 @@ def test_report_xids_prints_the_line_up_and_its_metrics(tmp_path):
     )
     assert 'slurm_hooks_fleet_xid_sympathetic{node="gpu-b"} 2.0' in text
     data = json.loads(
-        cli_with_default_config(["--config", config, "report", "--xids", "--json"]).stdout
+        cli_in_process(["--config", config, "report", "--xids", "--json"], env=insecure_ok).stdout
     )
     assert data["schema"] == "slurm-hooks.xid-lineup/1"
     assert data["jobs"][0]["causal_node"] == "gpu-a" and data["jobs"][0]["excused"] == {
         "gpu-b": 2,
         "gpu-c": 1,
     }
-    one = cli_with_default_config(["--config", config, "report", "--job", "4242"])
+    one = cli_in_process(["--config", config, "report", "--job", "4242"], env=insecure_ok)
     assert "job 4242: first cause Xid 79 on gpu-a" in one.stdout, one.stderr
-    plain = json.loads(cli_with_default_config(["--config", config, "report", "--json"]).stdout)
+    plain = json.loads(
+        cli_in_process(["--config", config, "report", "--json"], env=insecure_ok).stdout
+    )
     ranked = {n["node"]: n for n in plain["ranking"]}
     assert "gpu-b" not in ranked and ranked["gpu-a"]["totals"]["xids"] == 1
 

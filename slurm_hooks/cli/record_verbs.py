@@ -169,10 +169,9 @@ def cmd_record_show(args) -> int:
             # a body of a shape no version wrote (the header is checked above): name the file
             return _error("%s: cannot show this record: %s: %s" % (path, type(exc).__name__, exc))
     if args.json:
-        json.dump(
-            [r for _, r in records] if len(records) > 1 else records[0][1], sys.stdout, indent=2
-        )
-        sys.stdout.write("\n")
+        shown_json = [r for _, r in records] if len(records) > 1 else records[0][1]
+        # one write, not json.dump's one per token (~1,000 for a record)
+        sys.stdout.write(json.dumps(shown_json, indent=2) + "\n")
         return ExitCode.OK
     sys.stdout.write("\n".join(shown))
     return ExitCode.OK

@@ -100,8 +100,15 @@ def _discard(fd: int, tmp: str, dir_fd: int) -> None:
         pass
 
 
-def write_json_atomic(path: str, value: Any, mode: int = 0o600) -> None:
-    write_atomic(path, (json.dumps(value, indent=1, sort_keys=True) + "\n").encode("utf-8"), mode)
+def write_json_atomic(path: str, value: Any, mode: int = 0o600, compact: bool = False) -> None:
+    """`value` as JSON in `path`, replaced atomically. Indented for the files an admin reads;
+    `compact` for large machine-read ones (the prolog's start snapshot, ~100 kB on an 8-GPU node):
+    without indent, json uses its C encoder, ~5x faster than the Python one indent needs."""
+    if compact:
+        text = json.dumps(value, sort_keys=True, separators=(",", ":"))
+    else:
+        text = json.dumps(value, indent=1, sort_keys=True)
+    write_atomic(path, (text + "\n").encode("utf-8"), mode)
 
 
 def read_json(path: str, default: Any = None) -> Any:

@@ -6,7 +6,11 @@ Due are:
   that asks for a repair (`-> reboot` or `-> reset-gpu` in the reason, slurm/reasons.py) and
   rebooted since (Slurm's BootTime later than the reason's time): the repair ladder's reboot
   (slurm/repair.py) or an admin's. Pass resumes the node, anything else drains it again
-  (through_slurm.qualify_node). A reset-gpu done on the node without a reboot is not seen from here
+  (through_slurm.qualify_node). Also repaired: DOWN after the ladder's reboot with [repair]
+  next_state = "DOWN" (Slurm's reason '<ours> : reboot issued : reboot complete', its time the
+  completion's: rebooted.down_after_our_reboot); qualify_node drains it, then proceeds as for
+  a drained node. A reboot still pending (REBOOT_REQUESTED/ISSUED) is waited for.
+  A reset-gpu done on the node without a reboot is not seen from here
   (its record is the node's own state file): `qualify --node` it.
 - **straggler suspects** queued by `report --stragglers --drain` with [fleet] confirm_with =
   "qualify" (qualify/queue.py), once idle: held by the reservation alone (they are in service).
@@ -14,7 +18,7 @@ Due are:
   test and figure AND the straggler figure, as a fleet.straggler drain (an admin clears it, as any
   straggler drain); a pass leaves them in service and is remembered (queue.settle); not qualified
   (a tool missing, the job died) leaves them in service, still queued: unknown is not a fail.
-Nodes running jobs, drained by someone else, DOWN, FAIL, in an admin's reservation are skipped with
+Nodes running jobs, drained by someone else, DOWN (but after our reboot), FAIL, in an admin's reservation are skipped with
 the reason (qualify_node's etiquette) and looked at again by the next run.
 """
 
@@ -30,9 +34,9 @@ from ..slurm import drainer, policy
 from ..slurm.lemon import is_lemon
 from ..slurm.node_state import NodeInfo, parse_fields
 from . import queue
+from .rebooted import REBOOT_ACTION as REPAIR_ACTION
+from .rebooted import down_after_our_reboot
 from .through_slurm import qualify_node, without_our_hold
-
-REPAIR_ACTION = re.compile(r"-> (reboot|reset-gpu)\b")
 
 
 def boot_epoch(node: NodeInfo) -> Optional[int]:
@@ -48,11 +52,19 @@ def boot_epoch(node: NodeInfo) -> Optional[int]:
 def repaired(node: NodeInfo, prefix: str) -> Tuple[bool, str]:
     """(due, why) for a node that may be waiting for its qualification after a repair."""
     owner = policy.read_reason(node.reason, prefix)
-    if not node.is_drained or not owner.automatic or is_lemon(node.reason, prefix):
+    if not (node.is_drained or node.is_down) or not owner.automatic:
         return False, ""
     action = REPAIR_ACTION.search(node.reason or "")
-    if not action:
+    if not action or is_lemon(node.reason, prefix):
         return False, ""
+    if node.is_rebooting:  # Slurm has not rebooted it yet (a BootTime may be an older boot's)
+        return False, "%s for %s; its reboot is still pending (%s)" % (
+            "down" if node.is_down else "drained",
+            action.group(1),
+            node.state_string,
+        )
+    if node.is_down:
+        return _down_after_reboot(node, prefix, action.group(1))
     booted, drained = boot_epoch(node), node.reason_epoch
     if booted is None or drained is None:
         return False, "drained for %s; its boot or drain time is unknown" % action.group(1)
@@ -62,6 +74,24 @@ def repaired(node: NodeInfo, prefix: str) -> Tuple[bool, str]:
         action.group(1),
         _utc(drained),
         _utc(booted),
+    )
+
+
+def _down_after_reboot(node: NodeInfo, prefix: str, action: str) -> Tuple[bool, str]:
+    """A node of ours DOWN: due once Slurm says the reboot it issued is complete (the repair
+    ladder's nextstate=DOWN; Slurm then replaced the reason's time with the completion's, so
+    BootTime cannot be compared with our drain); anything else DOWN (not responding, 'reboot timed
+    out') is waited for."""
+    if not down_after_our_reboot(node, prefix):
+        return False, "down for %s, not after a completed reboot (%s)" % (
+            action,
+            node.state_string,
+        )
+    booted = boot_epoch(node)
+    return True, "down after our reboot for %s: Slurm's 'reboot complete' at %s, booted at %s" % (
+        action,
+        node.reason_time or "?",
+        _utc(booted) if booted is not None else "?",
     )
 
 

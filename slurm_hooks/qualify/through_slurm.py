@@ -8,6 +8,8 @@ in a maintenance reservation of ours, its outcome enacted through the drain libr
    the node from now on.
 3. Our own drain is lifted (drainer.resume, by_admin: only a drain carrying our prefix): a drained
    node takes no job at all, not even in a reservation. The reservation keeps the node to us.
+   A node DOWN after our own reboot (down_after_our_reboot) is drained first with its reason
+   (DOWN+DRAIN), then lifted the same way (RESUME takes it to IDLE).
 4. `sbatch --wait --reservation=R --nodelist=<node> --exclusive` of a script that execs
    `slurm-hooks qualify --json`: visible in squeue/sacct; its exit code is the verdict.
 5. pass: the node stays resumed. Anything else (fail, not qualified, the job failed or was killed,
@@ -36,6 +38,7 @@ from ..slurm.client import SlurmClient, client_env
 from ..slurm.errors import SlurmError
 from ..slurm.policy import Outcome
 from . import tools
+from .rebooted import down_after_our_reboot
 
 RESERVATION_PREFIX = "slurm-hooks-qualify-"
 LEVEL_MINUTES = {"quick": 30, "standard": 60, "long": 300}
@@ -105,8 +108,9 @@ def qualify_node(
         out["reason"] = "cannot read %s from Slurm: %s" % (node, exc)
         return out
     out["slurm_calls"] += 1
-    held = without_our_hold(settings)
-    refused = why_not(info, held, prefix) if confirm is None else why_not_idle(info, held)
+    rebooted = confirm is None and down_after_our_reboot(info, prefix)
+    held = without_our_hold(settings, rebooted)
+    refused = why_not(info, held, prefix, rebooted) if confirm is None else why_not_idle(info, held)
     if refused:
         out["reason"] = "refused: %s is %s" % (node, refused)
         return out
@@ -145,6 +149,8 @@ def qualify_node(
             return out
         created = True
         out["reservation"] = name
+        if rebooted and not _drain_for_the_job(client, info, out):
+            return out
         if confirm is None:
             lifted = drainer.resume(client, node, held, by_admin=True)
             out["slurm_calls"] += 2
@@ -183,16 +189,21 @@ def qualify_node(
                 signal.signal(sig, handler)
 
 
-def why_not(info, settings: Mapping[str, Mapping[str, Any]], prefix: str) -> Optional[str]:
+def why_not(
+    info, settings: Mapping[str, Mapping[str, Any]], prefix: str, rebooted: bool = False
+) -> Optional[str]:
     """Why this node may not be qualified now (None: it may), as every drain of ours decides it
     (drainer's leave-alone rule: FAIL, a skip state such as DOWN, a state we do not know), then:
     only a node drained by us (an admin's drain is theirs) whose jobs have ended (a reservation
-    with IGNORE_JOBS would otherwise wait for them while holding the node)."""
+    with IGNORE_JOBS would otherwise wait for them while holding the node). `rebooted`: the node
+    is DOWN after our reboot (down_after_our_reboot; settings without DOWN): not drained yet."""
     leave_alone = drainer.leave_alone(info, settings["drain"]["skip_states"])
     if leave_alone:
         return leave_alone
     if info.is_not_responding:  # no slurmd answers: the job would wait for it, holding the node
         return "not responding (%s)" % info.state_string
+    if rebooted:
+        return None
     if not info.is_drained:
         return "in service (drain it first: slurm-hooks drain --node %s --reason ...)" % info.name
     if not policy.is_ours(info.reason, prefix):
@@ -202,14 +213,67 @@ def why_not(info, settings: Mapping[str, Mapping[str, Any]], prefix: str) -> Opt
     return None
 
 
-def without_our_hold(settings: Mapping[str, Mapping[str, Any]]) -> Dict[str, Any]:
+def without_our_hold(
+    settings: Mapping[str, Mapping[str, Any]], rebooted: bool = False
+) -> Dict[str, Any]:
     """The settings with the flags our own reservation gives the node (OUR_HOLD) taken out of
-    [drain] skip_states: while we hold the node, MAINT is ours, not a state to respect."""
+    [drain] skip_states: while we hold the node, MAINT is ours, not a state to respect. With
+    `rebooted` (down_after_our_reboot) DOWN too: that DOWN is our repair's, ours to lift."""
+    ours = OUR_HOLD | {"DOWN"} if rebooted else OUR_HOLD
     held = dict(settings, drain=dict(settings["drain"]))
     held["drain"]["skip_states"] = [
-        s for s in settings["drain"]["skip_states"] if s.upper() not in OUR_HOLD
+        s for s in settings["drain"]["skip_states"] if s.upper() not in ours
     ]
     return held
+
+
+def _drain_for_the_job(client, info, out: Dict[str, Any]) -> bool:
+    """DOWN after our reboot -> DOWN+DRAIN with the same reason (still out of service, still due
+    if we stop here), so that drainer.resume lifts it as any drain of ours: Slurm's RESUME takes
+    a DOWN+DRAIN node to IDLE (22.05, tests/test_qualify_due_slurm.py), inside our reservation."""
+    if info.is_drained:
+        return True
+    try:
+        # read again right before: an admin's DOWN set since our first read must not be overwritten
+        now = client.show_node(info.name)
+        out["slurm_calls"] += 1
+        if (now.reason, now.reason_time, now.flags) != (info.reason, info.reason_time, info.flags):
+            out["reason"] = "refused: %s changed since it was read (%s: %s)" % (
+                info.name,
+                now.state_string,
+                now.reason,
+            )
+            return False
+        out["slurm_calls"] += 1
+        client.drain(info.name, info.reason.rstrip())
+    except (SlurmError, ValueError) as exc:
+        out["reason"] = "could not drain %s (DOWN after our reboot) for the job: %s" % (
+            info.name,
+            exc,
+        )
+        return False
+    return True
+    try:
+        # read again right before: an admin's DOWN set since our first read must not be overwritten
+        now = client.show_node(info.name)
+        out["slurm_calls"] += 1
+        if now.reason != info.reason or now.reason_time != info.reason_time or now.is_drained:
+            out["reason"] = "refused: %s changed since it was read (%s: %s)" % (
+                info.name,
+                now.state_string,
+                now.reason,
+            )
+            return False
+        client.drain(info.name, info.reason.rstrip())
+    except (SlurmError, ValueError) as exc:
+        out["reason"] = "could not drain %s (DOWN after our reboot) for the job: %s" % (
+            info.name,
+            exc,
+        )
+        return False
+    finally:
+        out["slurm_calls"] += 1
+    return True
 
 
 def why_not_idle(info, settings: Mapping[str, Mapping[str, Any]]) -> Optional[str]:

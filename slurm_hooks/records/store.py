@@ -174,7 +174,7 @@ def _prolog(
             return None, None
         if job.restart_count is not None:  # the attempt this prolog belongs to (names.attempt_of)
             snap = dict(snap, restart_count=job.restart_count)
-        write_json_atomic(path, snap, mode=0o600)
+        write_json_atomic(path, snap, mode=0o600, compact=True)  # read back by the epilog only
         prune_snapshots(
             os.path.dirname(path), config.get("records", "snapshot_max_age_days") * 86400.0
         )
@@ -461,10 +461,14 @@ def _attempts(directory: str, job_id: str) -> List[str]:
     from .names import MAX_COPIES, PROBED_RESTARTS, record_name
 
     found = []
+    prefix = os.path.join(directory, "")  # joined once: ~18 names are tried per node directory
     for attempt in range(PROBED_RESTARTS + 1):
         for copy in range(1, MAX_COPIES + 1):
-            path = os.path.join(directory, record_name(job_id, attempt, copy))
-            if not os.path.isfile(path):
+            path = prefix + record_name(job_id, attempt, copy)
+            try:  # os.path.isfile, without its wrapper
+                if not stat.S_ISREG(os.stat(path).st_mode):
+                    break
+            except (OSError, ValueError):
                 break
             found.append(path)
     return found
