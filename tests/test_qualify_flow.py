@@ -403,3 +403,16 @@ def test_a_tool_planted_where_a_user_can_write_is_never_run(
 def test_a_tool_in_a_safe_place_still_runs():
     run = tools.run([sys.executable, "-c", "print('ok')"], 10.0)
     assert run.found and run.rc == 0 and run.output.strip() == "ok"
+
+
+def test_a_gpu_nvbandwidth_did_not_measure_is_never_a_pass(node):
+    """The driver lists 8 GPUs (/proc/driver/nvidia/gpus) but nvbandwidth measured 3 (the stored
+    superbench GH200 capture's host-to-device matrix): a GPU CUDA no longer sees (fallen off the bus, hidden by a
+    CUDA_VISIBLE_DEVICES the job inherited) was never tested, so the test is not a pass; UNKNOWN,
+    not FAIL (the job's environment can hide it too)."""
+    env = standin_env(nvbandwidth="nvbandwidth-v0.6-gh200-superbench.txt")
+    result = qualify(node, "quick", env=env)
+    (test,) = [t for t in result["tests"] if t["tool"] == "nvbandwidth"]
+    assert test["status"] == "UNKNOWN", test
+    assert "h2d measured 3 of the node's 8 GPUs" in test["summary"], test
+    assert result["verdict"] == "not qualified"
