@@ -371,3 +371,48 @@ def test_the_job_script_is_never_written_through_a_planted_symlink(tmp_path):
     assert through_slurm._read_ours(str(tmp_path / "out")) == ""
     with pytest.raises(ValueError):
         through_slurm.qualify_node(None, "../n1", "quick", {}, [], str(tmp_path))
+
+
+@pytest.mark.parametrize("mode, owner", [(0o777, None), (0o775, None), (0o755, 65534)])
+def test_a_tool_planted_where_a_user_can_write_is_never_run(
+    node, tmp_path, monkeypatch, mode, owner
+):
+    """A user plants a dcgmi that prints a clean diagnostic (the stand-in's, which passes) in a
+    PATH directory they can write, or own, ahead of the real ones: the qualification runs as root
+    and believes the tool's figures, so that tool is not run; the test is UNKNOWN (not qualified,
+    never a pass and never a drain on a user's say), naming the place."""
+    planted = tmp_path / "planted"
+    planted.mkdir()
+    for tool in ("dcgmi", "nvbandwidth", "all_reduce_perf", "ib_write_bw"):
+        os.symlink(os.path.join(STANDINS, tool), planted / tool)
+    planted.chmod(mode)
+    if owner is not None:
+        os.chown(str(planted), owner, -1)
+    env = dict(standin_env(), PATH=str(planted) + os.pathsep + "/usr/bin:/bin")
+    result = qualify(node, "quick", env=env)
+    assert result["verdict"] == "not qualified", result
+    assert set(statuses(result).values()) == {"UNKNOWN"}, result["tests"]
+    assert "dcgmi not run: %s" % planted in result["reason"], result["reason"]
+    for tool in ("dcgmi", "nvbandwidth"):  # a relative PATH entry ('.', the job's work dir)
+        os.symlink(os.path.join(STANDINS, tool), tmp_path / tool)
+    monkeypatch.chdir(tmp_path)
+    relative = tools.run(["dcgmi", "diag", "-r", "1"], 10.0, dict(env, PATH="."))
+    assert relative.refused and not relative.found, relative
+
+
+def test_a_tool_in_a_safe_place_still_runs():
+    run = tools.run([sys.executable, "-c", "print('ok')"], 10.0)
+    assert run.found and run.rc == 0 and run.output.strip() == "ok"
+
+
+def test_a_gpu_nvbandwidth_did_not_measure_is_never_a_pass(node):
+    """The driver lists 8 GPUs (/proc/driver/nvidia/gpus) but nvbandwidth measured 3 (the stored
+    superbench GH200 capture's host-to-device matrix): a GPU CUDA no longer sees (fallen off the bus, hidden by a
+    CUDA_VISIBLE_DEVICES the job inherited) was never tested, so the test is not a pass; UNKNOWN,
+    not FAIL (the job's environment can hide it too)."""
+    env = standin_env(nvbandwidth="nvbandwidth-v0.6-gh200-superbench.txt")
+    result = qualify(node, "quick", env=env)
+    (test,) = [t for t in result["tests"] if t["tool"] == "nvbandwidth"]
+    assert test["status"] == "UNKNOWN", test
+    assert "h2d measured 3 of the node's 8 GPUs" in test["summary"], test
+    assert result["verdict"] == "not qualified"

@@ -120,3 +120,22 @@ def test_a_reused_pid_of_another_program_is_not_our_owner():
             proc.kill()
             proc.wait()
     assert not sweep.owner_alive(ours.pid)  # reaped: gone
+
+
+@pytest.mark.parametrize("verb", [["--node", "node1"], ["--due"]])
+@pytest.mark.parametrize(
+    "mode, owner", [(0o777, None), (0o1777, None), (0o770, None), (0o700, 65534)]
+)
+def test_a_work_dir_others_can_write_is_refused_before_any_slurm_call(tmp_path, verb, mode, owner):
+    """The job's script (run as us, root) and its output (read as the verdict) live in the work
+    dir: a user who can write there could swap the script or forge a pass. Such a dir (or one of
+    another owner) is refused, naming it, before anything is held."""
+    work = tmp_path / "work"
+    work.mkdir()
+    work.chmod(mode)
+    if owner is not None:
+        os.chown(str(work), owner, -1)
+    done = cli_with_default_config(["qualify"] + verb + ["--work-dir", str(work)])
+    assert done.returncode == ExitCode.UNKNOWN, done.stdout + done.stderr
+    assert "work dir %s" % work in done.stderr, done.stderr
+    assert "qualify" in done.stderr and "slurm_calls" not in done.stdout

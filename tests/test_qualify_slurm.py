@@ -505,3 +505,142 @@ def test_slurmctld_down_across_the_end_of_the_job_never_releases_the_node(
     assert through_slurm.RESERVATION_PREFIX not in reservations(cluster)
     assert done["verdict"] != "pass"
     assert "DRAIN" in cluster.node_state("node1"), cluster.show_node_line("node1")
+
+
+def test_a_job_cancelled_before_it_ran_never_releases_the_node_on_an_old_pass(
+    cluster, fake, tmp_path, clean
+):
+    """A passing run leaves its output (qualify-node1.out, a pass) in the work dir. The node is
+    drained again, and the next qualification's job is cancelled while it waits (the partition is
+    down, an admin's scancel): `sbatch --wait` exits 0 for a job that never ran (Slurm's sbatch.c
+    _job_wait: WIFEXITED of the exit code 0 of a never-started job), so the old pass must not be
+    read as this job's verdict."""
+    import time
+
+    client, command, env = setup(cluster, fake, tmp_path)
+    drain_ours(cluster)
+    first = through_slurm.qualify_node(
+        client, "node1", "quick", settings(), command, str(tmp_path), env
+    )
+    assert first["verdict"] == "pass", first
+    assert (tmp_path / "qualify-node1.out").exists()
+    drain_ours(cluster)
+    cluster.scontrol("update", "PartitionName=debug", "State=DOWN")
+    box = []
+    runner = threading.Thread(
+        target=lambda: box.append(
+            through_slurm.qualify_node(
+                client, "node1", "quick", settings(), command, str(tmp_path), env
+            )
+        )
+    )
+    runner.start()
+    try:
+        deadline = time.time() + 30
+        while time.time() < deadline:
+            pending = cluster.run(
+                "squeue", "-h", "-t", "PENDING", "-n", "slurm-hooks-qualify", "-o", "%i"
+            ).split()
+            if pending:
+                cluster.run("scancel", *pending)
+                break
+            time.sleep(0.3)
+        runner.join(60)
+    finally:
+        cluster.scontrol("update", "PartitionName=debug", "State=UP")
+    assert pending, "the job never showed as pending"
+    done = box[0]
+    print("a job cancelled before it ran:", done)
+    assert done["verdict"] != "pass", done
+    assert "DRAIN" in cluster.node_state("node1"), cluster.show_node_line("node1")
+    assert done["reservation_deleted"] is True
+
+
+def test_a_module_planted_in_the_jobs_directory_never_runs_as_the_qualification(
+    cluster, fake, tmp_path, clean
+):
+    """The admin runs the installed `slurm-hooks qualify --node` from a directory a user can write
+    (/tmp; and where the submit directory is missing on the node, Slurm runs the job in /tmp). A
+    user left a `slurm_hooks` package there that prints a pass and exits 0: `python -m` puts the
+    working directory first on sys.path, so the job ran it, as root, and the node came back. The
+    node fails its real qualification here (x8_link=3), so it must stay drained."""
+    import subprocess
+
+    _client, command, env = setup(cluster, fake, tmp_path, fault="x8_link=3")
+    drain_ours(cluster)
+    shared = tmp_path / "shared"
+    (shared / "slurm_hooks").mkdir(parents=True)
+    forged = '{"verdict": "pass", "reason": "planted", "node": "node1"}'
+    (shared / "slurm_hooks" / "__init__.py").write_text("")
+    (shared / "slurm_hooks" / "__main__.py").write_text("print(%r)\n" % forged)
+    installed = os.path.join(os.path.dirname(sys.executable), "slurm-hooks")
+    done = subprocess.run(
+        [installed] + command[3:] + ["--node", "node1", "--work-dir", str(tmp_path / "work")],
+        env=env,
+        cwd=str(shared),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    print(done.stdout, done.stderr)
+    assert "planted" not in done.stdout
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "DRAIN" in cluster.node_state("node1"), cluster.show_node_line("node1")
+
+
+def test_a_live_run_of_another_host_on_the_same_node_is_not_swept_from_under_it(
+    cluster, fake, tmp_path, clean
+):
+    """Two admins qualify node1 at once, from two hosts: the other run's reservation (its owner on
+    another host, started a minute ago: it may still be running) is not deleted by ours (that would
+    cancel its job through _delete_reservation's scancel); ours is refused, the node untouched."""
+    import time
+
+    client, command, env = setup(cluster, fake, tmp_path)
+    drain_ours(cluster)
+    other = "%s+quick+%d+%s" % (
+        through_slurm.reservation_name("node1", now=time.time() - 60),
+        os.getpid(),
+        "another-host",
+    )
+    create_reservation(cluster, other)
+    try:
+        done = through_slurm.qualify_node(
+            client, "node1", "quick", settings(), command, str(tmp_path), env
+        )
+        assert other in reservations(cluster), done
+        assert done["reason"] == "refused: node1 is being qualified by %s" % other, done
+        assert "DRAIN" in cluster.node_state("node1")
+    finally:
+        cluster.run("scontrol", "delete", "ReservationName=" + other, check=False)
+
+
+def test_a_failed_node_that_cannot_be_drained_back_stays_held_by_the_reservation(
+    cluster, fake, tmp_path, clean
+):
+    """The node fails its qualification, and slurmctld does not take the drain back (a timeout on
+    that one call; it answers again right after): deleting the reservation then would put a node
+    that just failed back in service. The reservation stays and holds it; the sweep, once this run
+    is gone, drains it and only then deletes it."""
+    from slurm_hooks.qualify import sweep
+    from slurm_hooks.slurm.errors import SlurmUnavailable
+
+    client, command, env = setup(cluster, fake, tmp_path, fault="x8_link=3")
+    drain_ours(cluster)
+
+    class DrainTimesOut(ScontrolBackend):
+        def drain(self, name, reason):
+            raise SlurmUnavailable("scontrol update timed out after 5.0 s")
+
+    flaky = SlurmClient(backend=DrainTimesOut(env=cluster.env))
+    done = through_slurm.qualify_node(
+        flaky, "node1", "quick", settings(), command, str(tmp_path), env
+    )
+    assert done["verdict"] == "fail", done
+    assert done["enacted"].startswith("drain back FAILED"), done
+    assert done["reservation_deleted"] is False, done
+    assert done["reservation"] in reservations(cluster)  # the node takes no job meanwhile
+    swept = sweep.sweep(client, settings(), dict(cluster.env), alive=lambda pid: False)
+    assert [d["node"] for d in swept["deleted"]] == ["node1"], swept
+    assert "DRAIN" in cluster.node_state("node1"), cluster.show_node_line("node1")
+    assert through_slurm.RESERVATION_PREFIX not in reservations(cluster)

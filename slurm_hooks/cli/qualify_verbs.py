@@ -109,19 +109,26 @@ def cmd_qualify(args) -> int:
 
 def _through_slurm_setup(args, config):
     """What a run through Slurm needs, for --node and --due alike: the command the job runs (this
-    interpreter, this config), the level, the work directory (made 0700), a Slurm client, and the
-    stale reservations swept first."""
+    interpreter, isolated; this config), the level, the work directory (made 0700 and checked:
+    no one else may write it or a directory above it), a Slurm client, and the stale reservations
+    swept first. None (said on stderr) when the work directory is unsafe: nothing is held yet."""
     import os
 
+    from ..qualify.batch import check_work_dir
     from ..slurm.drainer import make_client
 
-    command = [sys.executable, "-m", "slurm_hooks"]
+    command = job_command()
     if args.config:
         command += ["--config", os.path.abspath(args.config)]
     command.append("qualify")
     level = args.level or config.settings["qualify"]["level"]
     work_dir = args.work_dir or config.get("paths", "state_dir")
     os.makedirs(work_dir, mode=0o700, exist_ok=True)
+    try:
+        check_work_dir(work_dir)
+    except (OSError, ValueError) as exc:
+        print("slurm-hooks: qualify: %s" % exc, file=sys.stderr)
+        return None
     client = make_client(config.settings)
     return command, level, work_dir, client, sweep_reservations(client, config)
 
@@ -135,7 +142,10 @@ def qualify_through_slurm(args, config) -> int:
     except ValueError as exc:  # not a hostlist, too many names, a name that is a path
         print("slurm-hooks: qualify --node: %s" % exc, file=sys.stderr)
         return ExitCode.UNKNOWN
-    command, level, work_dir, client, swept = _through_slurm_setup(args, config)
+    ready = _through_slurm_setup(args, config)
+    if ready is None:
+        return ExitCode.UNKNOWN
+    command, level, work_dir, client, swept = ready
     outcomes = qualify_nodes(client, nodes, level, config.settings, command, work_dir)
     for done in outcomes:
         done["exit_code"] = int(exit_code(done))
@@ -151,7 +161,14 @@ def qualify_through_slurm(args, config) -> int:
             "qualify %s on %s: %s: %s"
             % (level, done["node"], done["verdict"].upper(), done.get("reason", ""))
         )
-        for key in ("job_id", "reservation", "enacted", "reservation_deleted", "slurm_calls"):
+        for key in (
+            "job_id",
+            "reservation",
+            "enacted",
+            "reservation_deleted",
+            "reservation_kept",
+            "slurm_calls",
+        ):
             if key in done:
                 print("  %s: %s" % (key, done[key]))
     return code
@@ -165,7 +182,10 @@ def qualify_due(args, config) -> int:
     from ..qualify.batch import exit_code
     from ..qualify.due import run_due
 
-    command, level, work_dir, client, swept = _through_slurm_setup(args, config)
+    ready = _through_slurm_setup(args, config)
+    if ready is None:
+        return ExitCode.UNKNOWN
+    command, level, work_dir, client, swept = ready
     done = run_due(client, config.settings, level, command, work_dir)
     codes = [ExitCode.UNKNOWN] if done.get("error") else [ExitCode.OK]
     for node in done["due"]:
@@ -199,6 +219,14 @@ def qualify_due(args, config) -> int:
     for node in done["waiting"]:
         print("not due: %s (%s): %s" % (node["node"], node["kind"], node["why"]))
     return code
+
+
+def job_command() -> list:
+    """How the qualification job starts us on the node: this Python in isolated mode (-I). Plain
+    `python -m` puts the job's working directory first on sys.path (the admin's directory, or /tmp
+    where Slurm finds it missing on the node), where a user could leave a `slurm_hooks` package
+    that runs as root and prints a pass; -I also ignores PYTHONPATH and the user site."""
+    return [sys.executable, "-I", "-m", "slurm_hooks"]
 
 
 def sweep_reservations(client, config) -> dict:

@@ -39,6 +39,9 @@ def judge(
     port_rate_gbits: Optional[float] = None,
 ) -> Outcome:
     out = Outcome(test.name, test.tool, Status.OK, "", seconds=round(run.seconds, 3))
+    if run.refused:  # a tool someone else could have planted: neither run nor skipped
+        out.status, out.summary = Status.UNKNOWN, run.refused
+        return out
     if not run.found:
         out.status, out.summary = Status.SKIP, "%s is not installed" % test.tool
         return out
@@ -112,6 +115,7 @@ def _nvbandwidth(
         return
     problems: List[str] = []
     parts: List[str] = []
+    unmeasured: List[str] = []
     for testcase in test.figures:
         matrix = report.matrices.get(testcase)
         if matrix is None:
@@ -120,6 +124,12 @@ def _nvbandwidth(
         if not per_gpu:
             continue
         short = SHORT.get(testcase, testcase)
+        # every GPU the driver lists has a host transfer: one CUDA did not show nvbandwidth (off
+        # the bus, or hidden by an inherited CUDA_VISIBLE_DEVICES) was never tested
+        if test.gpus and "GPU(row)" not in matrix.title and len(per_gpu) < test.gpus:
+            unmeasured.append(
+                "%s measured %d of the node's %d GPUs" % (short, len(per_gpu), test.gpus)
+            )
         median = statistics.median(per_gpu.values())
         worst_gpu = min(per_gpu, key=lambda g: per_gpu[g])
         worst = per_gpu[worst_gpu]
@@ -139,6 +149,8 @@ def _nvbandwidth(
                 )
     if problems:
         _fail(out, "nvbandwidth " + "; ".join(problems[:3]))
+    elif unmeasured:  # not a fail: the job's environment can hide a GPU too
+        out.status, out.summary = Status.UNKNOWN, "nvbandwidth " + "; ".join(unmeasured)
     elif not parts:
         _fail(out, "nvbandwidth printed none of %s" % ", ".join(test.figures))
     else:

@@ -27,6 +27,7 @@ class Test(Struct):
     timeout_s: float
     server_argv: Tuple[str, ...] = ()  # a loopback pair: started first, the client is argv
     figures: Tuple[str, ...] = field(default_factory=tuple)  # nvbandwidth testcases judged
+    gpus: int = 0  # the GPUs the driver lists: each must be measured (nvbandwidth); 0 unknown
 
 
 H2D, D2H, D2D = (
@@ -65,6 +66,7 @@ def tests_for(level: str, gpus: int, ib_ports: List[Tuple[str, int, Optional[int
             ("nvbandwidth",) + (("-t",) + nvb if nvb else ()),
             600.0 if level != "long" else 1800.0,
             figures=nvb or (H2D, D2H, D2D),
+            gpus=gpus,
         ),
         Test("nccl", "all_reduce_perf", ("all_reduce_perf",) + nccl + ("-g", count), nccl_s),
     ]

@@ -45,6 +45,7 @@ LEVEL_MINUTES = {"quick": 30, "standard": 60, "long": 300}
 SLURM_CALL_S = 30.0
 # the node flags our own reservation gives the node (MAINT, a reservation): not someone's state
 OUR_HOLD = frozenset(("MAINTENANCE", "RESERVED"))
+DRAIN_BACK_FAILED = "drain back FAILED"
 
 
 class Interrupted(Exception):
@@ -113,7 +114,10 @@ def qualify_node(
     if refused:
         out["reason"] = "refused: %s is %s" % (node, refused)
         return out
-    out["stale_reservations_deleted"], foreign = _sweep(node, env, out)
+    out["stale_reservations_deleted"], foreign, live = _sweep(node, env, out)
+    if live:  # another run of ours (another host, another admin) holds it: not ours to take
+        out["reason"] = "refused: %s is being qualified by %s" % (node, live)
+        return out
     if foreign:
         out["reason"] = "refused: %s is in the reservation %s of someone else" % (node, foreign)
         return out
@@ -173,7 +177,12 @@ def qualify_node(
         try:
             if resumed and not enacted:  # interrupted between our resume and the verdict
                 out["enacted"] = _drain_back(client, node, out, prefix, settings)
-            if created:
+            if created and str(out.get("enacted", "")).startswith(DRAIN_BACK_FAILED):
+                # deleting it would put a node we could not drain back in service: it holds the
+                # node until the sweep (our pid gone, or past its bound) drains it, then deletes it
+                out["reservation_deleted"] = False
+                out["reservation_kept"] = "holds the node until the sweep drains it"
+            elif created:
                 out["reservation_deleted"] = _delete_reservation(name, env, out)
         finally:
             for sig, handler in previous.items():
@@ -261,34 +270,45 @@ def why_not_idle(info, settings: Mapping[str, Mapping[str, Any]]) -> Optional[st
     return None
 
 
-def _sweep(node: str, env: Dict[str, str], out: Dict[str, Any]) -> Tuple[List[str], str]:
+def _sweep(node: str, env: Dict[str, str], out: Dict[str, Any]) -> Tuple[List[str], str, str]:
     """Delete reservations of ours for this node left by a qualification that died with its host
     (SIGKILL, power). Safe here: the node is drained by us, and a qualification in progress would
     have lifted that drain (a second `qualify --node` of a node in progress is refused before this).
     Also the name of an active reservation of someone else that holds the node ('' if none): an
     admin's maintenance is theirs, as their drain is (the node's MAINT flag alone cannot tell
-    theirs from ours)."""
+    theirs from ours). And the name of a reservation of ours whose run may still be going
+    (sweep.why_stale: its owner on another host, or alive here, within its bound): never deleted
+    (that would scancel its job), the node refused."""
     from ..hw.host import HostError
     from ..slurm.gres import expand_hostlist
+    from .sweep import parse_name, why_stale
+
+    now, here = time.time(), owner_host()
 
     run = _slurm(["scontrol", "-o", "show", "reservation"], env)
     out["slurm_calls"] += 1
     ours = re.compile(
         r"%s%s-\d{8}T\d{6}Z(\+\S+)?$" % (re.escape(RESERVATION_PREFIX), re.escape(node))
     )
-    stale, foreign = [], ""
+    stale, foreign, live = [], "", ""
     for line in run.output.splitlines():
         fields = dict(re.findall(r"(?:^|\s)(ReservationName|Nodes|State)=(\S*)", line))
         name = fields.get("ReservationName", "")
         if ours.match(name):
-            stale.append(name)
+            parsed = parse_name(name)
+            if parsed is not None and why_stale(parsed, now, here) is None:
+                live = live or name
+            else:
+                stale.append(name)
         elif name and not foreign and fields.get("State") == "ACTIVE":
             try:
                 if node in expand_hostlist(fields.get("Nodes", ""), "reservation " + name):
                     foreign = name
             except HostError:  # a node list we cannot read: not known to hold it
                 pass
-    return [name for name in stale if _delete_reservation(name, env, out)], foreign
+    if live:
+        return [], foreign, live
+    return [name for name in stale if _delete_reservation(name, env, out)], foreign, live
 
 
 def _delete_reservation(name: str, env: Dict[str, str], out: Dict[str, Any]) -> bool:
@@ -337,6 +357,12 @@ def _run_job(name, node, level, command, work_dir, env) -> Dict[str, Any]:
     line = " ".join(shlex.quote(a) for a in command + ["--level", level, "--json"])
     _write_new(script, "#!/bin/sh\nexec %s\n" % line, 0o700)  # the only shell: sbatch's script
     output = os.path.join(work_dir, "qualify-%s.out" % node)
+    errors = output[: -len(".out")] + ".err"
+    for earlier in (output, errors):  # an earlier run's pass must never be read as this job's
+        try:
+            os.unlink(earlier)
+        except FileNotFoundError:
+            pass
     minutes = LEVEL_MINUTES[level]
     run = _slurm(
         [
@@ -347,9 +373,10 @@ def _run_job(name, node, level, command, work_dir, env) -> Dict[str, Any]:
             "--reservation=" + name,
             "--nodelist=" + node,
             "--exclusive",
+            "--chdir=" + work_dir,  # not the admin's directory (the job's Python runs with -I too)
             "--time=%d" % minutes,
             "--output=" + output,
-            "--error=" + output[: -len(".out")] + ".err",  # warnings apart from the JSON
+            "--error=" + errors,  # warnings apart from the JSON
             script,
         ],
         env,
@@ -366,9 +393,12 @@ def _run_job(name, node, level, command, work_dir, env) -> Dict[str, Any]:
     except ValueError:
         record = None
     if isinstance(record, dict) and record.get("verdict") in ("pass", "fail", "not qualified"):
-        job["verdict"], job["reason"] = record["verdict"], record.get("reason", "")
-        if run.rc not in (0, 2, 3) and job["verdict"] == "pass":
-            job["verdict"], job["reason"] = "not qualified", "the job exited %s" % run.rc
+        job["verdict"], job["reason"] = record["verdict"], str(record.get("reason", ""))
+        # a pass only with the job's exit code 0 (sbatch --wait gives the job's; a job that never
+        # ran exits 0 there too, but then printed nothing: its earlier output was removed above)
+        if job["verdict"] == "pass" and run.rc != 0:
+            job["verdict"] = "not qualified"
+            job["reason"] = "the job printed a pass but %s" % run.how_it_ended()
     else:
         job["verdict"] = "not qualified"
         job["reason"] = "the qualification job printed no result (%s): %s" % (
@@ -389,5 +419,5 @@ def _drain_back(client, node, out, prefix, settings) -> str:
     try:
         client.drain(node, reason)
     except SlurmError as exc:
-        return "drain back FAILED (%s): the node is in service unqualified" % exc
+        return "%s (%s): the node is in service unqualified" % (DRAIN_BACK_FAILED, exc)
     return "drained: %s" % reason

@@ -34,12 +34,15 @@ class ToolRun(Struct, frozen=False):
     output: str = ""
     truncated: bool = False
     seconds: float = 0.0
+    refused: str = ""  # found only where someone else could have put it (unsafe_place): not run
 
     def tail(self, lines: int = 8, width: int = 400) -> str:
         text = "\n".join(self.output.rstrip().splitlines()[-lines:])
         return text[-width:]
 
     def how_it_ended(self) -> str:
+        if self.refused:
+            return self.refused
         if not self.found:
             return "%s is not installed" % self.argv[0]
         if self.timed_out:
@@ -58,6 +61,43 @@ def find(tool: str, path: Optional[str] = None) -> Optional[str]:
     return shutil.which(tool, path=path)
 
 
+def unsafe_place(executable: str) -> str:
+    """Why an executable we would run (as root, and believe the figures of) could be someone
+    else's: '' when it and every directory above it is owned by root or us and writable by no one
+    else (a sticky directory above it excepted, as /tmp). A PATH entry a user can write (a relative
+    one, '.', a group-writable /opt/tools) would otherwise let them plant a tool that prints a
+    pass; the job's PATH is the submitting admin's (sbatch exports it)."""
+    if not os.path.isabs(executable):
+        return "%s is not an absolute path (a relative PATH entry)" % executable
+    # the path as found (a symlink in a writable directory can be swapped) and what it points to
+    return _chain(os.path.normpath(executable)) or _chain(os.path.realpath(executable))
+
+
+def _chain(path: str) -> str:
+    import stat
+
+    trusted = (0, os.geteuid())
+    current, first = path, True
+    while True:
+        try:
+            info = os.lstat(current)
+        except OSError as exc:
+            return "%s: %s" % (current, exc)
+        if info.st_uid not in trusted:
+            return "%s is owned by uid %d, not root or us" % (current, info.st_uid)
+        writable = info.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
+        if (
+            writable
+            and not stat.S_ISLNK(info.st_mode)  # a symlink's own mode means nothing
+            and (first or not info.st_mode & stat.S_ISVTX)
+        ):
+            return "%s is writable by others (mode %04o)" % (current, info.st_mode & 0o7777)
+        parent = os.path.dirname(current)
+        if parent == current:
+            return ""
+        current, first = parent, False
+
+
 def run(
     argv: Sequence[str],
     timeout_s: float,
@@ -69,6 +109,9 @@ def run(
     executable = find(argv[0], path)
     if executable is None:
         return ToolRun(argv, False)
+    unsafe = unsafe_place(executable)
+    if unsafe:
+        return ToolRun(argv, False, refused="%s not run: %s" % (argv[0], unsafe))
     start = time.monotonic()
     try:
         proc = subprocess.Popen(
