@@ -372,7 +372,11 @@ def _run_job(name, node, level, command, work_dir, env) -> Dict[str, Any]:
             "--job-name=slurm-hooks-qualify",
             "--reservation=" + name,
             "--nodelist=" + node,
+            # all CPUs and every GRES of the node (sbatch(1) of 22.05 and 25.11: an exclusive job
+            # is allocated all GRES, so ConstrainDevices shows the job every GPU), and all its
+            # memory: the tools' pinned buffers must not meet a cgroup's default memory limit
             "--exclusive",
+            "--mem=0",
             "--chdir=" + work_dir,  # not the admin's directory (the job's Python runs with -I too)
             "--time=%d" % minutes,
             "--output=" + output,
