@@ -35,8 +35,14 @@ def ctld(slurm_cluster_factory, tmp_path_factory):
     program = base / "reboot.sh"
     program.write_text("#!/bin/sh\ndate +%%s >> %s\n" % marker)
     program.chmod(0o755)
+    # ReturnToService=1 (the rig's default is 2, and a later line wins: parse_config.c "specified
+    # more than once, latest value used"): with 2, any later registration of a DOWN node returns it
+    # to service (node_mgr.c validate_node_specs), so the DOWN our nextstate=DOWN reboot leaves
+    # can turn IDLE before we read it; 26.05 re-registers often enough to show it (CI, sid)
     cluster = slurm_cluster_factory(
-        "due", nodes=("node1",), extra_conf="RebootProgram=%s\nResumeTimeout=60" % program
+        "due",
+        nodes=("node1",),
+        extra_conf="RebootProgram=%s\nResumeTimeout=60\nReturnToService=1" % program,
     )
     cluster.marker = marker
     return cluster
