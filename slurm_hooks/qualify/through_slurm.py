@@ -39,9 +39,13 @@ from ..slurm.errors import SlurmError
 from ..slurm.policy import Outcome
 from . import tools
 from .rebooted import down_after_our_reboot
+from .reservation_names import (  # noqa: F401 (re-exported: through_slurm.reservation_name)
+    LEVEL_MINUTES,
+    RESERVATION_PREFIX,
+    owner_host,
+    reservation_name,
+)
 
-RESERVATION_PREFIX = "slurm-hooks-qualify-"
-LEVEL_MINUTES = {"quick": 30, "standard": 60, "long": 300}
 SLURM_CALL_S = 30.0
 # the node flags our own reservation gives the node (MAINT, a reservation): not someone's state
 OUR_HOLD = frozenset(("MAINTENANCE", "RESERVED"))
@@ -54,23 +58,6 @@ class Interrupted(Exception):
 
 def _on_signal(signum, _frame):
     raise Interrupted("interrupted by %s" % signal.Signals(signum).name)
-
-
-def reservation_name(node: str, now: Optional[float] = None, level: Optional[str] = None) -> str:
-    """slurm-hooks-qualify-<node>-<UTC time>, and with `level` the run's owner after it
-    (+<level>+<pid>+<host>): what the stale-reservation sweep judges (qualify/sweep.py)."""
-    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(time.time() if now is None else now))
-    name = "%s%s-%s" % (RESERVATION_PREFIX, node, stamp)
-    if level is None:
-        return name
-    return "%s+%s+%d+%s" % (name, level, os.getpid(), owner_host())
-
-
-def owner_host() -> str:
-    """This host as a reservation name records it: the short name, at most 64 characters."""
-    import socket
-
-    return socket.gethostname().split(".")[0][:64] or "localhost"
 
 
 def _slurm(
@@ -281,7 +268,7 @@ def _sweep(node: str, env: Dict[str, str], out: Dict[str, Any]) -> Tuple[List[st
     (that would scancel its job), the node refused."""
     from ..hw.host import HostError
     from ..slurm.gres import expand_hostlist
-    from .sweep import parse_name, why_stale
+    from .reservation_names import parse_name, why_stale
 
     now, here = time.time(), owner_host()
 
