@@ -700,3 +700,33 @@ def test_a_state_directory_swapped_for_a_symlink_after_resolution_is_not_followe
     results = run(registry, node, ["host.edac"], {"paths": {"state_dir": "/var/lib/slurm-hooks"}})
     assert [r.status for r in results] == [Status.FAIL]  # the UE is judged all the same
     assert os.listdir(str(outside)) == []
+
+
+def test_a_history_another_user_planted_neither_drains_nor_hides(registry, fake_node, tmp_path, at):
+    """A state directory others can write (a typo'd [paths] state_dir under /tmp, a shared one):
+    a user plants host-edac.json saying the DIMM had 0 corrected errors an hour ago on this boot.
+    Believed, the since-boot count of 40 became 40 in the last hour and failed the node (drained
+    with ce_status = "fail"); a file that is not ours is read as no history, and replaced."""
+    node = fake_node()
+    os.makedirs(str(node.path("/var/lib/slurm-hooks")), exist_ok=True)
+    history = str(node.path("/var/lib/slurm-hooks/host-edac.json"))
+    config = {
+        "paths": {"state_dir": "/var/lib/slurm-hooks"},
+        "checks": {"host.edac": {"ce_status": "fail"}},
+    }
+    at(T0)
+    run(registry, node, ["host.edac"], config)
+    with open(history) as handle:
+        series = json.load(handle)["series"]
+    key = sorted(series)[0]
+    boot = series[key][-1][1]
+    os.unlink(history)
+    with open(history, "w") as handle:
+        json.dump({"version": 1, "series": {key: [[T0 - HOUR, boot, 0]]}}, handle)
+    os.chown(history, 4242, 4242)
+    mc, dimm = key.split("/")
+    _set_ce(node, mc, dimm, 40)
+    at(T0 + 60)
+    results = run(registry, node, ["host.edac"], config)
+    assert _bad(results) == [], [r.summary for r in results]
+    assert os.stat(history).st_uid == os.geteuid()  # replaced by our own history

@@ -126,7 +126,7 @@ def read_json(path: str, default: Any = None) -> Any:
 _READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
 
 
-def read_ours(path: str, limit: int) -> Optional[bytes]:
+def read_ours(path: str, limit: int, dir_fd: Optional[int] = None) -> Optional[bytes]:
     """Up to `limit` bytes of a state file we wrote; None when it is missing.
 
     What these files say decides actions (which drain is ours to lift, which GPU hung before), so a
@@ -134,9 +134,13 @@ def read_ours(path: str, limit: int) -> Optional[bytes]:
     (not a symbolic link, a FIFO that would block, a device) with one name, owned by us or by root,
     and writable by no one else. Our writers make exactly that (write_atomic: 0600 or 0644, our uid). Anything
     else raises ValueError naming the file and why; callers treat it as unreadable (state unknown,
-    history started again), never as content."""
+    history started again), never as content. With `dir_fd`, the file is basename(path) in that
+    directory (a directory opened without following symlinks) and `path` only names it."""
     try:
-        fd = os.open(path, _READ_FLAGS)
+        if dir_fd is None:
+            fd = os.open(path, _READ_FLAGS)
+        else:
+            fd = os.open(os.path.basename(path), _READ_FLAGS, dir_fd=dir_fd)
     except FileNotFoundError:
         return None
     except OSError as exc:

@@ -25,11 +25,10 @@ from __future__ import annotations
 import errno
 import json
 import os
-import stat
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from ..core import locks
-from ..core.atomicio import open_dir, write_atomic_at
+from ..core.atomicio import open_dir, read_ours, write_atomic_at
 from ..core.structs import Struct
 
 VERSION = 1
@@ -170,25 +169,14 @@ def _unchanged(
 
 
 def _read_json_file(path: str, dir_fd: int):
-    """The JSON in `path` (None when missing), opened without following a symlink and only when it
-    is a regular file: the history's name in a tree under --root is the tree's (a symlink to a live
-    node's file read that file; a FIFO blocked the check until its timeout). ValueError otherwise."""
-    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
-    try:
-        fd = os.open(os.path.basename(path), flags, dir_fd=dir_fd)
-    except FileNotFoundError:
+    """The JSON in `path` (None when missing), read only as we write it (atomicio.read_ours): not
+    through a symlink (in a tree under --root, one to a live node's file read that file), not a FIFO
+    (it blocked the check until its timeout), and not a file another user could have written: a
+    history planted in a state directory others can write (a value of 0 an hour ago) made the
+    current since-boot count a rate and drained a healthy node, or hid a real one. ValueError otherwise."""
+    raw = read_ours(path, MAX_BYTES + 1, dir_fd=dir_fd)
+    if raw is None:
         return None
-    except OSError as exc:
-        if exc.errno == errno.ELOOP:
-            raise ValueError("%s: a symlink, not a history file" % path) from None
-        raise
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise ValueError("%s: not a regular file" % path)
-        with os.fdopen(os.dup(fd), "rb") as handle:
-            raw = handle.read(MAX_BYTES + 1)
-    finally:
-        os.close(fd)
     if len(raw) > MAX_BYTES:
         raise ValueError("%s: larger than %d bytes" % (path, MAX_BYTES))
     try:
