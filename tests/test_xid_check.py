@@ -257,6 +257,22 @@ def test_corrupt_ack_file_is_treated_as_empty(registry, node, ack, note):
     assert any(note in n for n in result.details["notes"]), result.details
 
 
+def test_an_ack_file_another_user_wrote_excuses_nothing(registry, node):
+    """An ack excuses a real fault. One planted by another user (a state directory others can
+    write), acknowledging this boot's Xid 79, is not believed: the Xid fails the check."""
+    ack = {"schema": xc.ACK_SCHEMA, "acks": [{"boot_id": BOOT, "seq": 100, "code": 79}]}
+    root = node(X79, ack=ack)
+    planted = os.path.join(root, STATE.lstrip("/"), "xid-ack.json")
+    os.chown(planted, 4242, 4242)
+    [result] = run(registry, root)
+    assert result.status is Status.FAIL, result.summary
+    assert any("owned by uid 4242" in n for n in result.details["notes"]), result.details
+    os.chown(planted, os.geteuid(), os.getegid())
+    os.chmod(planted, 0o666)  # ours, but anyone could have rewritten it
+    [result] = run(registry, root)
+    assert result.status is Status.FAIL, result.summary
+
+
 def test_unreadable_ack_file_and_missing_boot_id(registry, node, tmp_path):
     root = node(X79)
     os.makedirs(os.path.join(root, STATE.lstrip("/"), "xid-ack.json"))  # a directory: read fails

@@ -370,3 +370,21 @@ def test_help_says_a_reboot_clears_xids(config):
     proc = cli_child(["xid", "--help"], config())
     assert proc.returncode == 0 and "A reboot clears them anyway" in proc.stdout
     assert "explain" in cli(["--help"], config()).stdout
+
+
+def test_an_ack_file_another_user_planted_is_not_carried_into_ours(config, live):
+    """`xid ack` merges the acks already in the file. A file another user planted there (acking
+    Xid 13, seq 101) must not be rewritten as root's own when the admin acknowledges seq 100."""
+    conf = config()
+    path = ack_file(live)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w") as handle:
+        json.dump({"acks": [{"boot_id": BOOT, "seq": 101}]}, handle)
+    os.chown(path, 4242, 4242)
+    proc = cli(["xid", "ack", "--seq", "100", "--root", live], conf)
+    assert proc.returncode == 0, proc.stderr
+    assert "owned by uid 4242" in proc.stderr
+    assert [a["seq"] for a in json.loads(open(path).read())["acks"]] == [100]
+    assert os.stat(path).st_uid == os.geteuid()
+    code, results = check_json(live, conf, "xid.events")
+    assert [r["status"] for r in results] == ["WARN"]  # Xid 13 still counts

@@ -30,6 +30,7 @@ from typing import (
     Tuple,
 )
 
+from ..core.atomicio import read_ours
 from ..core.structs import Struct, field
 from ..hw.host import HostError
 from ..registry import CONTEXTS, Deprecated, Param, check, gatherer
@@ -129,10 +130,13 @@ def read_kernel_log(ctx) -> KernelLog:
     boot_id = (host.read_text(BOOT_ID, default="") or "").strip() or None
     path = ack_path(ctx.config.get("paths", "state_dir"))
     notes: List[str] = []
-    try:
-        text = host.read_text(path, default=None)
+    try:  # an ack excuses an Xid: believed only from a file we wrote (atomicio.read_ours), so a
+        # user who can write the state directory cannot plant one that acknowledges a real fault
+        raw = read_ours(host.real(path), 1 << 20)
+        text = None if raw is None else raw.decode("utf-8", errors="replace")
     except (
         HostError,
+        OSError,
         ValueError,
     ) as exc:  # unreadable, or a relative state_dir: never hide an Xid over it
         text = None

@@ -385,7 +385,7 @@ def write_acks(path: str, boot_id: str, events: List[Any]) -> None:
     import time
 
     from ..checks.xid import ACK_SCHEMA, parse_acks
-    from ..core.atomicio import write_json_atomic
+    from ..core.atomicio import read_ours, write_json_atomic
     from ..core.locks import locked
 
     directory = os.path.dirname(path)
@@ -393,12 +393,14 @@ def write_acks(path: str, boot_id: str, events: List[Any]) -> None:
     with locked(
         directory, None, directory=True
     ):  # two admins acking at once must not lose an entry
-        try:
-            with open(path, encoding="utf-8", errors="replace") as handle:
-                text: Optional[str] = handle.read(1 << 20)
-        except FileNotFoundError:
-            text = None
-        entries, problem = parse_acks(text)
+        try:  # entries kept from a file another user planted would be rewritten as root's own
+            raw = read_ours(path, 1 << 20)
+            text: Optional[str] = None if raw is None else raw.decode("utf-8", errors="replace")
+            problem = None
+        except ValueError as exc:
+            text, problem = None, str(exc)
+        entries, parse_problem = parse_acks(text)
+        problem = problem or parse_problem
         if problem:
             print("slurm-hooks: note: %s: %s; rewriting it" % (path, problem), file=sys.stderr)
         keep = [e for e in entries if e["boot_id"] == boot_id]
