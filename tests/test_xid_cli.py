@@ -388,3 +388,24 @@ def test_an_ack_file_another_user_planted_is_not_carried_into_ours(config, live)
     assert os.stat(path).st_uid == os.geteuid()
     code, results = check_json(live, conf, "xid.events")
     assert [r["status"] for r in results] == ["WARN"]  # Xid 13 still counts
+
+
+def test_ack_gives_up_on_a_directory_lock_a_user_holds(config, live, monkeypatch):
+    """flock needs only a descriptor, and any user may open a readable directory: one holding the
+    state directory's lock kept `xid ack` waiting for ever. It gives up, names the file, writes nothing."""
+    import fcntl
+
+    from slurm_hooks.cli import xid_verbs
+
+    monkeypatch.setattr(xid_verbs, "ACK_LOCK_TIMEOUT_S", 0.2)
+    conf = config()
+    directory = os.path.dirname(ack_file(live))
+    os.makedirs(directory, exist_ok=True)
+    holder = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fcntl.flock(holder, fcntl.LOCK_EX)
+        proc = cli(["xid", "ack", "--seq", "100", "--root", live], conf)
+    finally:
+        os.close(holder)
+    assert proc.returncode != 0 and "xid-ack.json" in proc.stderr, proc
+    assert not os.path.exists(ack_file(live))

@@ -14,6 +14,9 @@ from typing import Any, Dict, List, Optional, Tuple
 from ..result import ExitCode
 
 MAX_INPUT = 64 << 20  # bytes read from a log file or stdin
+# `xid ack` waits this long for another ack's directory lock: any user who can read the state
+# directory can flock it, and without a limit that held the admin's command for ever
+ACK_LOCK_TIMEOUT_S = 10.0
 
 XID_DESCRIPTION = """\
 Classify NVIDIA Xid and NVSwitch SXid lines with the packaged catalog, one line per event (or a
@@ -391,7 +394,7 @@ def write_acks(path: str, boot_id: str, events: List[Any]) -> None:
     directory = os.path.dirname(path)
     os.makedirs(directory, mode=0o755, exist_ok=True)
     with locked(
-        directory, None, directory=True
+        directory, ACK_LOCK_TIMEOUT_S, directory=True
     ):  # two admins acking at once must not lose an entry
         try:  # entries kept from a file another user planted would be rewritten as root's own
             raw = read_ours(path, 1 << 20)
