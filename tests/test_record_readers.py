@@ -358,3 +358,40 @@ def test_report_names_a_record_whose_summary_is_not_an_object(tmp_path, capsys):
     out = capsys.readouterr().out
     assert out.startswith("4 records from 4 nodes (0 older ones skipped, 1 unreadable)")
     assert "unreadable: %s: its summary is 0, not an object" % path in out
+
+
+def test_a_fifo_in_a_records_directory_is_refused_not_waited_on(tmp_path):
+    """A records directory users can write (a shared one often is): a FIFO named like a record held
+    `report` (and report --stragglers, and the epilog's Xid line-up lookup) in open() for ever.
+    Each reader refuses it at once with a ValueError naming the file."""
+    import threading
+
+    node_dir = tmp_path / "records" / "node1"
+    node_dir.mkdir(parents=True)
+    fifo = str(node_dir / "4242.json")
+    os.mkfifo(fifo)
+    readers = {
+        "fleet_report.read_head": fleet_report.read_head,
+        "fleet_report.load_record": fleet_report.load_record,
+        "straggler_scan.read_head": straggler_scan.read_head,
+    }
+    outcomes = {}
+    blocked = []
+
+    def attempt(name, reader):
+        try:
+            reader(fifo)
+            outcomes[name] = "read"
+        except ValueError as exc:
+            outcomes[name] = str(exc)
+
+    for name, reader in readers.items():
+        thread = threading.Thread(target=attempt, args=(name, reader), daemon=True)
+        thread.start()
+        thread.join(5)
+        if thread.is_alive():  # release the blocked open() so the thread can end
+            blocked.append(name)
+            os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+    assert blocked == [], blocked
+    assert sorted(outcomes) == sorted(readers), outcomes
+    assert all(fifo in why and "regular file" in why for why in outcomes.values()), outcomes

@@ -14,9 +14,11 @@ are counted ("no_deltas") but add nothing to the error totals.
 
 from __future__ import annotations
 
+import errno
 import heapq
 import json
 import os
+import stat
 import time
 from typing import Any, Dict, Iterable, Iterator, List, Optional, Tuple
 
@@ -173,6 +175,21 @@ def _walk(directory: str, since: Optional[float], fleet: Optional[Fleet]) -> Ite
                 yield entry.path
 
 
+def open_record(path: str):
+    """`path` opened for reading (binary), only when it is a regular file: a FIFO named x.json in a
+    records directory users can write held `report` in open() for ever; it is refused at once
+    (opened non-blocking, then checked), as is a device. OSError otherwise."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(errno.EINVAL, "not a regular file", path)
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
 def read_header(path: str) -> Dict[str, Any]:
     """The record's first line (schema, job, node, times, summary: records.HEADER_KEYS), parsed alone;
     the whole record when the file is not laid out that way. Parsing ~0.5 KB instead of the whole
@@ -183,7 +200,7 @@ def read_header(path: str) -> Dict[str, Any]:
 def read_head(path: str) -> Tuple[Dict[str, Any], bytes]:
     """(read_header's answer, the first line it parsed: b"" when it read the whole record)."""
     try:
-        with open(path, "rb") as handle:
+        with open_record(path) as handle:
             first = handle.readline(1 << 16)
             if first.endswith(b",\n"):
                 try:
@@ -204,7 +221,7 @@ def read_head(path: str) -> Tuple[Dict[str, Any], bytes]:
 def load_record(path: str) -> Dict[str, Any]:
     """One record; ValueError naming the file when it is not a slurm-hooks job record."""
     try:
-        with open(path, "rb") as handle:
+        with open_record(path) as handle:
             data = json.loads(handle.read(16 << 20))
     except OSError as exc:
         raise ValueError("%s: unreadable: %s" % (path, exc.strerror or exc)) from None

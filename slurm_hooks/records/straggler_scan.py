@@ -23,6 +23,7 @@ and nothing may be drained on it (cli/straggler_verbs.py).
 from __future__ import annotations
 
 import collections
+import errno
 import json
 import os
 import stat
@@ -431,8 +432,10 @@ def read_head(path: str) -> Tuple[Dict[str, Any], bytes]:
     the report reads 100,000 of them); the line is b"" when the record is not laid out that way.
     Never through a symlink. ValueError naming the file."""
     try:
-        fd = os.open(path, _OPEN_FLAGS)
+        fd = os.open(path, _OPEN_FLAGS | os.O_NONBLOCK)  # a FIFO must not block the scan in open()
         try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise OSError(errno.EINVAL, "not a regular file")
             head = os.read(fd, HEAD_BYTES)
         finally:
             os.close(fd)
