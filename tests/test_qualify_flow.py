@@ -416,3 +416,29 @@ def test_a_gpu_nvbandwidth_did_not_measure_is_never_a_pass(node):
     assert test["status"] == "UNKNOWN", test
     assert "h2d measured 3 of the node's 8 GPUs" in test["summary"], test
     assert result["verdict"] == "not qualified"
+
+
+def test_a_library_planted_where_a_user_can_write_is_never_loaded(node, tmp_path, monkeypatch):
+    """The tool sits in a safe place, but the admin's environment (exported by sbatch to the job)
+    names a library directory a user can write in LD_LIBRARY_PATH, or a preload there: a planted
+    libnccl/libcudart would run as root inside the tool and print a pass. Not run: UNKNOWN, not
+    qualified, naming the variable. A trailing ':' (the work dir the tool runs in) and a missing
+    directory under a safe one are fine."""
+    shared = tmp_path / "shared-lib"
+    shared.mkdir()
+    shared.chmod(0o777)
+    (shared / "libplanted.so").write_bytes(b"")
+    env = dict(standin_env(), LD_LIBRARY_PATH="/usr/lib:%s" % shared)
+    result = qualify(node, "quick", env=env)
+    assert result["verdict"] == "not qualified", result
+    assert set(statuses(result).values()) == {"UNKNOWN"}, result["tests"]
+    assert "LD_LIBRARY_PATH entry %r" % str(shared) in result["reason"], result["reason"]
+    preload = dict(standin_env(), LD_PRELOAD=str(shared / "libplanted.so"))
+    refused = tools.run([sys.executable, "-c", "print('ok')"], 10.0, preload)
+    assert refused.refused and "LD_PRELOAD" in refused.refused, refused
+    safe = tmp_path / "safe"
+    safe.mkdir(mode=0o755)
+    monkeypatch.chdir(str(safe))
+    fine = dict(os.environ, LD_LIBRARY_PATH="/usr/lib:%s/gone/lib:" % safe)
+    ran = tools.run([sys.executable, "-c", "print('ok')"], 10.0, fine)
+    assert ran.found and ran.rc == 0 and not ran.refused, ran

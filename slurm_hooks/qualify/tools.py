@@ -73,6 +73,32 @@ def unsafe_place(executable: str) -> str:
     return _chain(os.path.normpath(executable)) or _chain(os.path.realpath(executable))
 
 
+# the dynamic loader's variables (ld.so(8)): a library they name is loaded into the tool, as root
+LOADER_LISTS = (("LD_PRELOAD", " :"), ("LD_AUDIT", ":"), ("LD_LIBRARY_PATH", ":;"))
+
+
+def unsafe_loader_env(env: Dict[str, str]) -> str:
+    """Why the loader would load a library someone else could have put there: '' when every entry of
+    LD_PRELOAD, LD_AUDIT and LD_LIBRARY_PATH (the submitting admin's, exported by sbatch like PATH)
+    passes unsafe_place. A library directory a user can write (a module's group-writable /opt/lib,
+    a home directory) let them plant a libcudart or libnccl that runs as root and prints a pass,
+    though the tool itself sits in a safe place. An empty or relative entry is the directory the
+    tool runs in (the checked work dir); an entry that does not exist is judged by the nearest
+    directory above it that does (only its writers could make it)."""
+    for name, separators in LOADER_LISTS:
+        text = env.get(name, "")
+        for separator in separators[1:]:
+            text = text.replace(separator, separators[0])
+        for entry in text.split(separators[0]):
+            place = os.path.abspath(entry or ".")
+            while not os.path.lexists(place) and os.path.dirname(place) != place:
+                place = os.path.dirname(place)
+            why = unsafe_place(place)
+            if why:
+                return "%s entry %r: %s" % (name, entry, why)
+    return ""
+
+
 def _chain(path: str) -> str:
     import stat
 
@@ -109,7 +135,7 @@ def run(
     executable = find(argv[0], path)
     if executable is None:
         return ToolRun(argv, False)
-    unsafe = unsafe_place(executable)
+    unsafe = unsafe_place(executable) or unsafe_loader_env(env if env is not None else os.environ)
     if unsafe:
         return ToolRun(argv, False, refused="%s not run: %s" % (argv[0], unsafe))
     start = time.monotonic()
