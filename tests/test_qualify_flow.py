@@ -442,3 +442,30 @@ def test_a_library_planted_where_a_user_can_write_is_never_loaded(node, tmp_path
     fine = dict(os.environ, LD_LIBRARY_PATH="/usr/lib:%s/gone/lib:" % safe)
     ran = tools.run([sys.executable, "-c", "print('ok')"], 10.0, fine)
     assert ran.found and ran.rc == 0 and not ran.refused, ran
+
+
+def test_a_peers_directory_renamed_to_the_judged_nodes_name_still_counts(node, tmp_path):
+    """Someone who can write the records directory (without the sticky bit, renames are theirs)
+    renames peer p3's directory to n1, the node about to be judged: judged by directory name, p3
+    was taken for n1's own record and left out, two peers were too few for a median, and the slow
+    n1 passed. A record is its writer's node's, wherever its directory was moved."""
+    records_dir = str(tmp_path)
+    for peer, busbw in (("p1", 160.0), ("p2", 150.0), ("p3", 155.0)):
+        record.write(
+            records_dir,
+            peer,
+            {
+                "schema": record.SCHEMA,
+                "node": peer,
+                "started": 1.0e9,
+                "class": H100,
+                "level": "standard",
+                "verdict": "pass",
+                "tests": [{"name": "nccl", "figures": {"nccl.busbw": busbw}}],
+            },
+        )
+    os.rename(os.path.join(records_dir, "p3"), os.path.join(records_dir, "n1"))
+    result = qualify(node, "standard", records_dir=records_dir)
+    assert result["verdict"] == "fail", result["reason"]
+    assert "median 155.0 (3 peers)" in result["reason"], result["reason"]
+    assert sorted(record.latest_by_node(records_dir)) == ["p1", "p2", "p3"]

@@ -96,7 +96,10 @@ def latest_by_node(
     directory: str, trusted: Optional[Set[int]] = None
 ) -> Dict[str, Tuple[str, Dict[str, Any]]]:
     """node -> (path, record) of its newest qualification record under DIR (owned by a `trusted`
-    uid, root, us or DIR's owner, when `trusted` is given)."""
+    uid, root, us or DIR's owner, when `trusted` is given). The node is the one the record names
+    (its writer's `node`; the directory's name only for a record without one): a directory name is
+    whatever someone who can write DIR renamed it to, and a peer's directory renamed to the judged
+    node's name left the peer out of the class median (too few peers: a slow node passed)."""
     if trusted is not None:
         try:
             trusted = set(trusted) | {0, os.geteuid(), os.stat(directory).st_uid}
@@ -119,9 +122,18 @@ def latest_by_node(
         for name in reversed(names):
             record = read(os.path.join(directory, node, name), trusted)
             if record is not None:
-                out[node] = (os.path.join(directory, node, name), record)
+                named = record.get("node")
+                owner = named if isinstance(named, str) and named else node
+                if owner not in out or _started(record) > _started(out[owner][1]):
+                    out[owner] = (os.path.join(directory, node, name), record)
                 break
     return out
+
+
+def _started(record: Dict[str, Any]) -> float:
+    started = record.get("started")
+    ok = isinstance(started, (int, float)) and not isinstance(started, bool)
+    return float(started) if ok else 0.0
 
 
 def class_medians(
