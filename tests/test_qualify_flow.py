@@ -436,6 +436,8 @@ def test_a_library_planted_where_a_user_can_write_is_never_loaded(node, tmp_path
     preload = dict(standin_env(), LD_PRELOAD=str(shared / "libplanted.so"))
     refused = tools.run([sys.executable, "-c", "print('ok')"], 10.0, preload)
     assert refused.refused and "LD_PRELOAD" in refused.refused, refused
+    origin = dict(standin_env(), LD_LIBRARY_PATH="$ORIGIN/../lib")  # beside the tool: not judged
+    assert tools.run([sys.executable, "-c", "print('ok')"], 10.0, origin).refused
     safe = tmp_path / "safe"
     safe.mkdir(mode=0o755)
     monkeypatch.chdir(str(safe))

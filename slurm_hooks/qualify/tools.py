@@ -90,6 +90,10 @@ def unsafe_loader_env(env: Dict[str, str]) -> str:
         for separator in separators[1:]:
             text = text.replace(separator, separators[0])
         for entry in text.split(separators[0]):
+            if (
+                "$" in entry
+            ):  # $ORIGIN, $LIB, $PLATFORM: ld.so expands them, we cannot judge the place
+                return "%s entry %r: names a place ld.so works out at run time" % (name, entry)
             place = os.path.abspath(entry or ".")
             while not os.path.lexists(place) and os.path.dirname(place) != place:
                 place = os.path.dirname(place)
