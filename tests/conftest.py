@@ -147,3 +147,18 @@ def gpu_node(fake_node):
         pass
     fakenvml.unload_from_pynvml()
     nvml.reset_sessions()
+
+
+@pytest.fixture(autouse=True)
+def _in_process_cli_never_ends_the_run(monkeypatch):
+    """Many tests call cli.main.main() in this process. Its check_verbs.finish leaves with
+    os._exit(code) while any check thread is alive, and a hung-check test run earlier leaves one
+    stuck: the whole pytest run then ended there, with exit status 0 and no summary (seen with
+    tests/test_xid_check.py before tests/test_record_readers.py). Here finish waits for the threads
+    the command started and raises for one still stuck (tests/inprocess_cli.py's rule)."""
+    import threading
+
+    from slurm_hooks.cli import check_verbs
+    from tests.inprocess_cli import _finish_without_exit
+
+    monkeypatch.setattr(check_verbs, "finish", _finish_without_exit(set(threading.enumerate())))
