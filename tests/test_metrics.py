@@ -356,3 +356,28 @@ def test_a_lock_held_by_a_hung_hook_costs_bounded_time(tmp_path, monkeypatch, ca
         and "event=dcgm-mapping-not-written" in caplog.text
     )
     assert caplog.text.count("lock held by another process") == 2
+
+
+def test_a_fifo_or_a_foreign_file_in_the_mapping_directory_never_holds_the_prolog(tmp_path):
+    """A mapping directory others can write: a FIFO named after GPU 0 held add_job in open() (the
+    prolog's mapping step until its deadline, the directory lock with it); a file another user
+    wrote listing jobs is not kept. Both are replaced by our own file naming this job."""
+    import threading
+
+    directory = tmp_path / "dcgm"
+    directory.mkdir()
+    os.mkfifo(str(directory / "0"))
+    (directory / "1").write_text("999\n")
+    os.chown(str(directory / "1"), 4242, 4242)
+    done = []
+    worker = threading.Thread(
+        target=lambda: done.append(dcgm_mapping.add_job(str(directory), "101", [0, 1])),
+        daemon=True,
+    )
+    worker.start()
+    worker.join(5)
+    if worker.is_alive():  # let the blocked open() go so the thread ends
+        os.close(os.open(str(directory / "0"), os.O_WRONLY | os.O_NONBLOCK))
+    assert done, "add_job blocked on a FIFO"
+    assert (directory / "0").read_text() == "101\n" and (directory / "1").read_text() == "101\n"
+    assert os.stat(str(directory / "1")).st_uid == os.geteuid()

@@ -158,14 +158,13 @@ def _mtime(dir_fd: int, name: str) -> float:
 
 
 def _read_jobs(dir_fd: int, name: str) -> List[str]:
+    """The jobs in a GPU's file, read only as we write it (atomicio.read_ours): a FIFO there held
+    the hook's mapping step in open() until its deadline, every job, with the directory's lock
+    held; a file another user wrote is not ours to keep (it is replaced)."""
     try:
-        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0), dir_fd=dir_fd)
-    except FileNotFoundError:
+        raw = atomicio.read_ours(name, 1 << 16, dir_fd=dir_fd) or b""
+    except ValueError:
         return []
-    try:
-        raw = os.read(fd, 1 << 16)
-    finally:
-        os.close(fd)
     return [line.strip() for line in raw.decode("utf-8", "replace").splitlines() if line.strip()]
 
 
