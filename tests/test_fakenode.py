@@ -791,3 +791,22 @@ def test_pci_domains_wider_than_16_bits():
         ]  # NVML_DEVICE_PCI_BUS_ID_FMT "%08X:%02X:%02X.0"
     finally:
         node.cleanup()
+
+
+def test_cleanup_removes_the_tree_and_nothing_a_symlink_in_it_points_at(tmp_path):
+    """cleanup() walks the tree itself (fsutil.remove_tree): a symlink to outside is removed, not
+    followed, and a directory a test left read-only or a fifo still goes."""
+    from tests.fakenode import FakeNode
+
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "keep").write_text("kept")
+    node = FakeNode.build_temp("cpu-only")
+    os.symlink(str(outside), str(node.path("/sys/escape")))
+    os.mkfifo(str(node.path("/dev/fifo")))
+    locked = node.path("/sys/locked")
+    (locked / "inner").mkdir(parents=True)
+    locked.chmod(0o500)
+    node.cleanup()
+    assert not node.root.exists()
+    assert (outside / "keep").read_text() == "kept"

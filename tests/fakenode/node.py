@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Union
 
 from . import fakenvml, image, nvmlstate, pci
-from .fsutil import Tree
+from .fsutil import Tree, remove_tree
 from .procfs import write_procfs
 from .spec import load_spec
 from .sysfs import write_sysfs
@@ -73,7 +73,7 @@ class FakeNode:
 
     def cleanup(self) -> None:
         """Remove the whole tree (only for nodes from build_temp or your own temp dirs)."""
-        shutil.rmtree(str(self.root), ignore_errors=True)
+        remove_tree(str(self.root))
 
     # ---------------------------------------------------------------- paths and environments
 
