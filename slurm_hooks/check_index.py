@@ -77,6 +77,7 @@ GATHERER_MODULES = {
     "system.swap": "slurm_hooks.checks.system",
     "topology.iommu": "slurm_hooks.checks.topology",
     "topology.pcie": "slurm_hooks.checks.topology",
+    "topology.pcie_sysfs": "slurm_hooks.checks.topology",
     "xid.gpus": "slurm_hooks.checks.xid",
     "xid.log": "slurm_hooks.checks.xid",
 }

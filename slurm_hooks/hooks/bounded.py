@@ -11,7 +11,7 @@ its path (event=step-abandoned) and counted in the metrics.
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Any, Dict, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, Optional, Sequence, Tuple
 
 from ..core import logs
 from ..core.config import Config
@@ -94,6 +94,7 @@ def run_isolated_checks(
     context: str,
     job: JobContext,
     extra_names: Sequence[str] = (),
+    while_waiting: Optional[Callable[[], Any]] = None,
 ) -> Tuple[RunReport, Any]:
     """Run the context's checks (plus extra_names) in a forked child, bounded by the deadline.
 
@@ -103,8 +104,10 @@ def run_isolated_checks(
     it there, in a thread bounded by [deadline] files: the default prolog then needs no child of
     its own for its files. Returns (report, [snapshot or None, why(, stored)] or None); None when
     the child died, and records/store.py then takes the snapshot in a child of its own. `stored`:
-    {"state": "done" | "running" (abandoned), "path": ...}.
+    {"state": "done" | "running" (abandoned), "path": ...}. `while_waiting` runs in this process
+    once the child is started (isolation.run_isolated).
     """
+    from ..core import prefetch
     from ..core.isolation import run_isolated
     from ..hw.host import Host
     from ..records.store import wanted as records_wanted
@@ -123,7 +126,15 @@ def run_isolated_checks(
     def work() -> Dict[str, Any]:
         host = Host(root)
         gather = GatherContext(registry, host, config, job)
-        report = run_checks(registry, config, host, context, specs, job=job, gather=gather)
+        # the sysfs/procfs gatherers are read by a helper process on another core meanwhile
+        # (core/prefetch.py); forked now, before this process starts any thread
+        needs = (n for s in specs if config.check(s.name).enabled for n in s.needs)
+        gather.prefetch = prefetch.Prefetch.start(gather, prefetch.wanted(needs))
+        try:
+            report = run_checks(registry, config, host, context, specs, job=job, gather=gather)
+        finally:
+            if gather.prefetch is not None:
+                gather.prefetch.stop()
         gathered = None
         if snapshot_s:
             kernel_log = getattr(
@@ -137,7 +148,9 @@ def run_isolated_checks(
                 gathered[0] = {"gpus": [{"index": g["index"]} for g in gathered[0].get("gpus", [])]}
         return {"report": report_to_dict(report, root), "snapshot": gathered}
 
-    data, why = run_isolated(work, deadline + snapshot_s + store_s + ISOLATION_GRACE_S)
+    data, why = run_isolated(
+        work, deadline + snapshot_s + store_s + ISOLATION_GRACE_S, while_waiting=while_waiting
+    )
     if data is not None:
         return report_from_dict(data["report"]), data["snapshot"]
     crashed = Result(
@@ -197,7 +210,8 @@ def _store_bounded(
         path = config.settings.paths.state_dir
     worker = threading.Thread(
         target=store_prolog_snapshot,
-        args=(config, job, tuple(gathered[:2])),
+        # this process was forked before the hook set its logger up: its own, made if it logs
+        args=(config, job, tuple(gathered[:2]), logs.LazyLogger(config.settings)),
         name="bounded:snapshot-file",
         daemon=True,
     )
