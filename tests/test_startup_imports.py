@@ -151,3 +151,25 @@ print(json.dumps({"code": outcome.exit_code, "at_fork": at_fork}))
     assert out["at_fork"][:1] == [False], out  # the check process's fork: logging not yet loaded
     log = (tmp_path / "hooks.log").read_text()
     assert "context=prolog job=42" in log and "decision=pass" in log, log
+
+
+def test_a_hook_runs_without_the_cyclic_garbage_collector_and_an_admin_verb_with_it():
+    """A hook's process lives a fraction of a second: the collector's heap walks (~40 per prolog) are
+    time the job waits for, and its few cycles go with the process. Admin verbs keep it."""
+    code = (
+        "import gc, json, sys\n"
+        "from slurm_hooks.cli import main\n"
+        "seen = []\n"
+        "main.main = lambda argv: seen.append(gc.isenabled()) or 0\n"
+        "main._exit_now = lambda code: (print(json.dumps(seen)), sys.stdout.flush())\n"
+        "for argv in (['prolog'], ['--config', 'x.toml', 'epilog'], ['check', 'system'],"
+        " ['status']):\n"
+        "    gc.enable()\n"
+        "    sys.argv = ['slurm-hooks'] + argv\n"
+        "    try:\n"
+        "        main.run()\n"
+        "    except SystemExit:\n"
+        "        pass\n"
+        "print(json.dumps(seen))\n"
+    )
+    assert _run(code) == [False, False, False, True]
