@@ -30,9 +30,11 @@ import threading
 import time
 from typing import Any, Dict, Iterable, List, Optional, Tuple
 
-# What the helper reads, in the order the prolog's checks first ask for them; each is a sysfs or
-# procfs gatherer that costs ~1 ms or more on the example node (docs/performance.md, round 5).
+# What the helper reads, in the order the prolog's checks first ask for them (the kernel log first:
+# the counter snapshot, started with the checks, takes its position from it); each is a sysfs or
+# procfs gatherer that costs ~1 ms or more on the example node, or is cheaper to send than to read.
 PREFETCHED = (
+    "xid.log",
     "pci.devices",
     "gpudirect.state",
     "topology.pcie_sysfs",
@@ -41,7 +43,6 @@ PREFETCHED = (
     "system.cpuinfo",
     "system.cpu_places",
     "numa.sysctl",
-    "xid.log",
 )
 # Which gatherers a gatherer asks for (checks declare theirs in `needs`, gatherers do not): what is
 # read ahead for the checks of a run. A name missing here costs only time, never a result.

@@ -130,17 +130,20 @@ def run_isolated_checks(
         # (core/prefetch.py); forked now, before this process starts any thread
         needs = (n for s in specs if config.check(s.name).enabled for n in s.needs)
         gather.prefetch = prefetch.Prefetch.start(gather, prefetch.wanted(needs))
+        snapshot = None
+        if snapshot_s:  # taken while the checks run: its NVML calls leave the GIL to them
+            reads_kmsg = any("xid.log" in prefetch.wanted(s.needs) for s in specs)
+            snapshot = _snapshot_start(
+                config, job, context == "epilog", lambda: _kernel_log(gather, reads_kmsg)
+            )
         try:
             report = run_checks(registry, config, host, context, specs, job=job, gather=gather)
         finally:
             if gather.prefetch is not None:
                 gather.prefetch.stop()
         gathered = None
-        if snapshot_s:
-            kernel_log = getattr(
-                gather.peek("xid.log"), "kmsg", None
-            )  # /dev/kmsg read once per hook
-            gathered = _snapshot_bounded(config, job, context == "epilog", snapshot_s, kernel_log)
+        if snapshot is not None:
+            gathered = _snapshot_finish(snapshot, snapshot_s)
             if store_s and gathered[0] is not None:
                 gathered.append(_store_bounded(config, job, gathered, store_s))
                 # stored here: the parent needs only its GPU indices (store.steps, dcgm-exporter
@@ -169,14 +172,25 @@ def run_isolated_checks(
     ), None
 
 
-def _snapshot_bounded(
+def _kernel_log(gather: GatherContext, reads_kmsg: bool) -> Optional[KmsgView]:
+    """The Xid checks' read of /dev/kmsg when they run (one read per hook), else None: the snapshot
+    then reads it itself."""
+    if not reads_kmsg:
+        return None
+    try:
+        return getattr(gather.get("xid.log"), "kmsg", None)
+    except Exception:  # noqa: BLE001  (xid.events reports an unreadable log; the snapshot reads it)
+        return None
+
+
+def _snapshot_start(
     config: Config,
     job: JobContext,
     epilog: bool,
-    timeout: float,
-    kernel_log: Optional[KmsgView] = None,
-) -> Optional[list]:
-    """store.take_snapshot in a thread of the check child, abandoned after `timeout` (NVML can hang)."""
+    kernel_log: Callable[[], Optional[KmsgView]],
+) -> Tuple[Any, list, float]:
+    """store.take_snapshot in a thread of the check child, started with the checks (NVML can hang:
+    _snapshot_finish waits for it a bounded time)."""
     import threading
 
     from ..records.store import take_snapshot
@@ -185,12 +199,19 @@ def _snapshot_bounded(
 
     def take() -> None:
         try:
-            box.append([take_snapshot(config, job, epilog, kernel_log), ""])
+            box.append([take_snapshot(config, job, epilog, kernel_log()), ""])
         except Exception as exc:  # recorded as the reason the record has no snapshot
             box.append([None, "snapshot failed: %r" % exc])
 
     worker = threading.Thread(target=take, name="check:snapshot", daemon=True)
     worker.start()
+    return worker, box, time.monotonic()
+
+
+def _snapshot_finish(snapshot: Tuple[Any, list, float], timeout: float) -> list:
+    """The snapshot, or why there is none: waited for until `timeout` after the checks ended (it ran
+    alongside them before), so the child's bound is what it was when it was taken after them."""
+    worker, box, _started = snapshot
     worker.join(timeout)
     return box[0] if box else [None, "snapshot did not finish within %.3gs" % timeout]
 
