@@ -302,3 +302,38 @@ def is_drained(state: str) -> bool:
 
 def report(name: str, seconds: float) -> None:
     print("\n[e2e timing] %s: %.2fs" % (name, seconds))
+
+
+# ------------------------------------------------------------------------------------------------
+# Pieces of the repair and qualification modules (test_repair_slurm, test_qualify_slurm,
+# test_qualify_due_slurm): one cluster whose reboots are played, one fake node the stand-ins fit.
+
+# The replayed ib_write_bw output (tests/qualify_standins) was measured on a 200 Gb/s HDR port: the
+# fake node's port must run at that rate for a healthy run to pass.
+QUALIFY_NODE_OVERRIDES = {"nic": {"mlx5_0": {"ports": {1: {"rate": "200 Gb/sec (4X HDR)"}}}}}
+
+
+def reboot_standin_cluster(slurm_cluster_factory, base: Path, name: str) -> SlurmCluster:
+    """A one-node cluster (node1) whose RebootProgram only appends the time to base/rebooted
+    (`cluster.marker`): the test host cannot reboot; the tests play the machine coming back."""
+    marker = base / "rebooted"
+    program = base / "reboot.sh"
+    program.write_text("#!/bin/sh\ndate +%%s >> %s\n" % marker)
+    program.chmod(0o755)
+    cluster = slurm_cluster_factory(
+        name, nodes=("node1",), extra_conf="RebootProgram=%s\nResumeTimeout=60" % program
+    )
+    cluster.marker = marker
+    return cluster
+
+
+def qualification_fake_node():
+    """The dgx-h100 fake node the qualification stand-ins fit (a module fixture's body: yields it,
+    then removes it)."""
+    from tests.fakenode import FakeNode
+
+    built = FakeNode.build_temp("dgx-h100", overrides=QUALIFY_NODE_OVERRIDES)
+    try:
+        yield built
+    finally:
+        built.cleanup()

@@ -107,6 +107,28 @@ def test_same_text_later_is_not_our_drain(rig):
     assert out.enacted.outcome is Outcome.NOT_OURS and rig.node().is_drained
 
 
+def test_a_state_file_someone_else_wrote_never_lifts_an_admins_drain(rig):
+    """The state file says which drain is ours to lift. One planted by another user (a state
+    directory others can write: a typo'd [paths] state_dir under /tmp), naming an admin's drain
+    with its exact reason and time, is not believed: the health run asks Slurm, whose reason is
+    not ours, and the admin's drain stays."""
+    import os
+
+    rig.run("prolog", "node")
+    planted = rig.state()
+    rig.backend.clock += 5
+    rig.backend.admin_resume("node1")
+    rig.backend.admin_drain("node1", "DIMM B3 replaced, burn-in pending")
+    node = rig.node()
+    planted["drained"].update(reason=node.reason, reason_time=node.reason_time)
+    rig.state_file.write_text(json.dumps(planted))
+    os.chown(str(rig.state_file), 4242, 4242)
+    out = rig.run("health", "ok")
+    assert rig.node().is_drained and rig.node().reason == "DIMM B3 replaced, burn-in pending", (
+        out.enacted
+    )
+
+
 def test_our_resume_leaves_nothing_that_reads_as_ours_on_2411(rig):
     """24.11 with accounting_storage/none keeps the Reason after RESUME; slurmctld's own later drain
     then shows it. Our RESUME carries its own reason, so what is kept is not ours."""

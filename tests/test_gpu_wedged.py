@@ -214,15 +214,21 @@ def test_most_gpus_hung_is_the_driver_and_never_drains(nvml_node, run_gpu_checks
     assert not run_gpu_checks.state_file.exists()
 
 
-def test_a_hung_state_directory_makes_a_hang_a_first_one(nvml_node, run_gpu_checks):
-    """The memory cannot be read (a FIFO where the file should be: open() never returns): the hang counts
-    as a first one, UNKNOWN, with the reason - never a FAIL without the earlier run on record."""
+def test_a_hung_state_directory_makes_a_hang_a_first_one(nvml_node, run_gpu_checks, tmp_path):
+    """The memory cannot be read (the state directory's file system stops answering, a FUSE mount
+    that never replies): the hang counts as a first one, UNKNOWN, with the reason - never a FAIL
+    without the earlier run on record."""
+    from tests.doubles.hungfs import HungFileSystem, require_fuse
+
+    require_fuse(tmp_path)
     node = nvml_node("dgx-h100")
     node.inject_hang("nvmlDeviceGetName", 3)
     run_gpu_checks(node)
-    run_gpu_checks.state_file.unlink()
-    os.mkfifo(str(run_gpu_checks.state_file))
-    results, _, seconds = run_gpu_checks(node)
+    assert (
+        run_gpu_checks.state_file.exists()
+    )  # the first hang is on record, then the mount hides it
+    with HungFileSystem(str(run_gpu_checks.state_file.parent)):
+        results, _, seconds = run_gpu_checks(node)
     [count] = results["gpu.count"]
     assert (count.status, count.details.get("runs")) == (Status.UNKNOWN, 1), count
     assert "did not answer within" in count.details.get("memory", ""), (
@@ -230,6 +236,50 @@ def test_a_hung_state_directory_makes_a_hang_a_first_one(nvml_node, run_gpu_chec
         count.summary,
     )
     assert seconds < IDENTIFY_S + wedged.HISTORY_WAIT_S + 2.5
+
+
+def test_a_memory_someone_else_could_write_is_not_believed(nvml_node, run_gpu_checks):
+    """A FIFO where the file should be (once a hang: open() never returned), a file of another
+    owner, one others may write, a symbolic link: none is read as the memory (a planted second
+    'hung run' would fail a GPU on its first hang). The hang counts as a first one, without waiting."""
+    node = nvml_node("dgx-h100")
+    node.inject_hang("nvmlDeviceGetName", 3)
+    run_gpu_checks(node)
+    memory = run_gpu_checks.state_file
+    planted = (
+        memory.read_bytes()
+    )  # a true record of one hung run: believed, it would make this a second
+    elsewhere = memory.parent / "elsewhere.json"
+    elsewhere.write_bytes(planted)
+    elsewhere.chmod(0o600)
+
+    def fifo():
+        os.mkfifo(str(memory))
+
+    def other_owner():
+        memory.write_bytes(planted)
+        os.chown(str(memory), 4242, 4242)
+
+    def others_write():
+        memory.write_bytes(planted)
+        memory.chmod(0o666)
+
+    def symlink():
+        memory.symlink_to(elsewhere)
+
+    for plant, why in (
+        (fifo, "not a regular file"),
+        (other_owner, "owned by uid 4242"),
+        (others_write, "lets others write it"),
+        (symlink, "a symbolic link"),
+    ):
+        memory.unlink()
+        plant()
+        results, _, seconds = run_gpu_checks(node)
+        [count] = results["gpu.count"]
+        assert (count.status, count.details.get("runs")) == (Status.UNKNOWN, 1), (why, count)
+        assert why in count.details.get("memory", ""), (why, dict(count.details))
+        assert seconds < IDENTIFY_S + 2.5, (why, seconds)
 
 
 # -- the memory's rule, on its own -----------------------------------------------------------------

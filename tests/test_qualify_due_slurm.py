@@ -17,11 +17,12 @@ import time
 
 import pytest
 
-from slurm_hooks.core.config import SECTIONS
 from slurm_hooks.qualify import due, through_slurm
 from slurm_hooks.result import Action
 from slurm_hooks.slurm import drainer, repair
 from slurm_hooks.slurm.client import ScontrolBackend, SlurmClient
+from tests.helpers import default_settings
+from tests.slurm_rig import qualification_fake_node, reboot_standin_cluster
 
 pytestmark = pytest.mark.slurm
 REASON = "sh:gpu.xid g0: gpu:0 Xid 79 fell off the bus -> reboot"
@@ -30,27 +31,14 @@ STANDINS = os.path.join(os.path.dirname(__file__), "qualify_standins")
 
 @pytest.fixture(scope="module")
 def ctld(slurm_cluster_factory, tmp_path_factory):
-    base = tmp_path_factory.mktemp("due-reboot")
-    marker = base / "rebooted"
-    program = base / "reboot.sh"
-    program.write_text("#!/bin/sh\ndate +%%s >> %s\n" % marker)
-    program.chmod(0o755)
-    cluster = slurm_cluster_factory(
-        "due", nodes=("node1",), extra_conf="RebootProgram=%s\nResumeTimeout=60" % program
+    return reboot_standin_cluster(
+        slurm_cluster_factory, tmp_path_factory.mktemp("due-reboot"), "due"
     )
-    cluster.marker = marker
-    return cluster
 
 
 @pytest.fixture(scope="module")
-def fake(tmp_path_factory):
-    from tests.fakenode import FakeNode
-
-    built = FakeNode.build_temp(
-        "dgx-h100", overrides={"nic": {"mlx5_0": {"ports": {1: {"rate": "200 Gb/sec (4X HDR)"}}}}}
-    )
-    yield built
-    built.cleanup()
+def fake():
+    yield from qualification_fake_node()
 
 
 @pytest.fixture
@@ -66,12 +54,8 @@ def clean(ctld):
 
 
 def settings(tmp_path, **repair_values):
-    values = {s: {k: v.default for k, v in schema.items()} for s, schema in SECTIONS.items()}
-    values["general"]["mode"] = "enforce"
-    values["paths"]["state_dir"] = str(tmp_path / "state")
-    os.makedirs(values["paths"]["state_dir"], exist_ok=True)
-    values["repair"].update(repair_values)
-    return values
+    os.makedirs(str(tmp_path / "state"), exist_ok=True)
+    return default_settings(paths={"state_dir": str(tmp_path / "state")}, repair=repair_values)
 
 
 def wait_for(ctld, ok, timeout=60.0):

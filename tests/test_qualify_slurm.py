@@ -12,9 +12,10 @@ import threading
 
 import pytest
 
-from slurm_hooks.core.config import SECTIONS
 from slurm_hooks.qualify import reservation_names, through_slurm
 from slurm_hooks.slurm.client import ScontrolBackend, SlurmClient
+from tests.helpers import default_settings
+from tests.slurm_rig import qualification_fake_node
 from tests.slurmcluster import SlurmCluster, require_slurm
 
 pytestmark = pytest.mark.slurm
@@ -33,22 +34,12 @@ def cluster(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def fake(tmp_path_factory):
-    from tests.fakenode import FakeNode
-
-    built = FakeNode.build_temp(
-        "dgx-h100", overrides={"nic": {"mlx5_0": {"ports": {1: {"rate": "200 Gb/sec (4X HDR)"}}}}}
-    )
-    yield built
-    built.cleanup()
+def fake():
+    yield from qualification_fake_node()
 
 
 def settings():
-    out = {
-        section: {k: s.default for k, s in schema.items()} for section, schema in SECTIONS.items()
-    }
-    out["general"]["mode"] = "enforce"
-    return out
+    return default_settings()
 
 
 def wait_responding(cluster, timeout=60.0):

@@ -9,34 +9,25 @@ import time
 
 import pytest
 
-from slurm_hooks.core.config import SECTIONS
 from slurm_hooks.result import Action
 from slurm_hooks.slurm import drainer, repair
 from slurm_hooks.slurm.client import ScontrolBackend, SlurmClient, slurm_version
+from tests.helpers import default_settings
+from tests.slurm_rig import reboot_standin_cluster
 
 pytestmark = pytest.mark.slurm
 REASON = "sh:gpu.xid g0: gpu:0 Xid 79 fell off the bus -> reboot"
 
 
 def settings(**repair_values):
-    values = {s: {k: v.default for k, v in schema.items()} for s, schema in SECTIONS.items()}
-    values["general"]["mode"] = "enforce"
-    values["repair"].update(repair_values)
-    return values
+    return default_settings(repair=repair_values)
 
 
 @pytest.fixture(scope="module")
 def ctld(slurm_cluster_factory, tmp_path_factory):
-    base = tmp_path_factory.mktemp("reboot")
-    marker = base / "rebooted"
-    program = base / "reboot.sh"
-    program.write_text("#!/bin/sh\ndate +%%s >> %s\n" % marker)
-    program.chmod(0o755)
-    cluster = slurm_cluster_factory(
-        "repair", nodes=("node1",), extra_conf="RebootProgram=%s\nResumeTimeout=60" % program
+    return reboot_standin_cluster(
+        slurm_cluster_factory, tmp_path_factory.mktemp("reboot"), "repair"
     )
-    cluster.marker = marker
-    return cluster
 
 
 def ladder(ctld, next_state):

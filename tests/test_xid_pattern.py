@@ -64,6 +64,7 @@ def site(tmp_path, monkeypatch):
         return run_hook(context, reg, config, env, client=SlurmClient(backend))
 
     run.backend = backend
+    run.registry = reg
     return run
 
 
@@ -102,3 +103,25 @@ def test_one_xid_seen_by_many_jobs_counts_once(site):
         # the same event (seq 7) reported by every later hook: one job's, not three
         assert site(job, user, [[31, 7]]).exit_code == ExitCode.OK
     assert not site.backend.nodes["node1"].is_drained
+
+
+def test_a_failing_pattern_step_leaves_the_epilog_judged_by_its_checks(site, monkeypatch, capsys):
+    """The pattern step is an addition to the epilog: its own bug (here: apply raises) is logged
+    and the run's other findings still drain, as they would without it."""
+    from slurm_hooks.xid import pattern
+
+    @site.registry.check(name="gpu.fell_off", contexts=("epilog",), timeout=2)
+    def fell_off(params):
+        """stand-in: a GPU gone from the bus"""
+        return Result("gpu.fell_off", Status.FAIL, "GPU 3 fell off the bus", component=GPU)
+
+    def broken(*args, **kwargs):
+        raise KeyError("seq")
+
+    monkeypatch.setattr(pattern, "apply", broken)
+    out = site("501", "alice", [[13, 1]])
+    node = site.backend.nodes["node1"]
+    assert out.exit_code == ExitCode.NODE_BROKEN and node.is_drained, out.decision
+    assert "gpu.fell_off" in node.reason and "xid.pattern" not in node.reason, node.reason
+    said = capsys.readouterr().err
+    assert "event=xid-pattern-failed error=KeyError('seq')" in said, said

@@ -43,7 +43,7 @@ def cmd_xid_lineup(args) -> int:
         return _error(str(exc))
     if args.prom:
         from ..records import report_metrics
-        from ..records.straggler_scan import write_prom
+        from ..records.straggler_output import write_prom
 
         try:
             write_prom(args.prom, report_metrics.lineup_text(fleet, tolerance, time.time()))

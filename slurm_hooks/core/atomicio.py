@@ -112,16 +112,66 @@ def write_json_atomic(path: str, value: Any, mode: int = 0o600, compact: bool = 
 
 
 def read_json(path: str, default: Any = None) -> Any:
-    """The JSON in path; `default` when it is missing. A corrupt file raises ValueError naming it."""
-    try:
-        with open(path, "rb") as handle:
-            raw = handle.read(16 << 20)
-    except FileNotFoundError:
+    """The JSON in path; `default` when it is missing. A corrupt or untrusted file (read_ours)
+    raises ValueError naming it."""
+    raw = read_ours(path, 16 << 20)
+    if raw is None:
         return default
     try:
         return json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, ValueError) as exc:
         raise ValueError("%s: corrupt JSON: %s" % (path, exc)) from None
+
+
+_READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
+
+
+def read_ours(path: str, limit: int) -> Optional[bytes]:
+    """Up to `limit` bytes of a state file we wrote; None when it is missing.
+
+    What these files say decides actions (which drain is ours to lift, which GPU hung before), so a
+    file anyone else could have written is not believed: the last component must be a regular file
+    (not a symbolic link, a FIFO that would block, a device) with one name, owned by us or by root,
+    and writable by no one else. Our writers make exactly that (write_atomic: 0600 or 0644, our uid). Anything
+    else raises ValueError naming the file and why; callers treat it as unreadable (state unknown,
+    history started again), never as content."""
+    try:
+        fd = os.open(path, _READ_FLAGS)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise ValueError("%s: a symbolic link, not a file we wrote: not read" % path) from None
+        raise
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise ValueError("%s: not a regular file: not read" % path)
+        if info.st_uid not in (os.geteuid(), 0):
+            raise ValueError(
+                "%s: owned by uid %d, not by us (uid %d) or root: not read"
+                % (path, info.st_uid, os.geteuid())
+            )
+        if info.st_nlink != 1:  # a second name: a hard link someone made to another file of root's
+            raise ValueError(
+                "%s: has %d links, not the one we made: not read" % (path, info.st_nlink)
+            )
+        if info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+            raise ValueError(
+                "%s: mode %04o lets others write it: not read" % (path, stat.S_IMODE(info.st_mode))
+            )
+        os.set_blocking(fd, True)
+        chunks = []
+        left = limit
+        while left > 0:
+            chunk = os.read(fd, min(left, 1 << 20))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            left -= len(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
 
 
 # -- directories by file descriptor ----------------------------------------------------------

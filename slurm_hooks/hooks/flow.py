@@ -104,7 +104,7 @@ def run_hook(
     )
     log = logger()
     if context == "epilog":  # the Xids a job's epilog sees first happened during that job
-        _xid_pattern(config, job, report)
+        _xid_pattern(config, job, report, log)
     decision = policy.decide(report.results(), config.settings)
     draining = decision.verdict is policy.Verdict.DRAIN
     if (
@@ -144,13 +144,27 @@ def run_hook(
     return HookResult(code, report, decision, enacted, calls)
 
 
-def _xid_pattern(config: Config, job: JobContext, report: RunReport) -> None:
+def _xid_pattern(config: Config, job: JobContext, report: RunReport, log) -> None:
     """Application Xids repeating on one GPU across jobs and users (xid/pattern.py) join the run's
-    results as a node-broken xid.pattern finding; nothing is read without such Xids."""
+    results as a node-broken xid.pattern finding; nothing is read without such Xids. A bug of this
+    step (its history file, the records lookup) is logged and leaves the run as its checks judged
+    it: the step may add a finding, never take the epilog's others away."""
     from ..core.runner import CheckRun
     from ..xid import pattern
 
-    found = pattern.apply(config, job, report.results(), time.time())
+    try:
+        found = pattern.apply(config, job, report.results(), time.time())
+    except Exception as exc:  # noqa: BLE001  (our bug: the checks' findings still stand)
+        log.error(
+            logs.kv(
+                context="epilog",
+                job=job.job_id,
+                event="xid-pattern-failed",
+                error=repr(exc),
+                decision="judged without xid.pattern",
+            )
+        )
+        return
     if found:
         report.runs.append(CheckRun(pattern.CHECK, found, 0.0))
 

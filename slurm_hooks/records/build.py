@@ -288,6 +288,8 @@ _SUM_KEYS = {  # summary field -> delta counters summed over the job's GPUs
     "pcie_replays": ("pcie.replay",),
 }
 ERROR_FIELDS = tuple(_SUM_KEYS) + ("ib_errors",)
+# what `report` adds up per node (fleet_report folds them, fleet_output shows them)
+SUM_FIELDS = ERROR_FIELDS + ("xids", "sxids", "throttle_s", "leftover_processes", "energy_j")
 
 
 def _held_down_ns(delta: Dict[str, int]) -> int:

@@ -382,9 +382,10 @@ def _remember(
 
 def _read(path: str) -> Tuple[Any, str]:
     try:
-        with open(path, "rb") as handle:
-            raw = handle.read(MAX_BYTES + 1)
-    except FileNotFoundError:
+        raw = atomicio.read_ours(path, MAX_BYTES + 1)
+    except ValueError as exc:  # not a file we wrote: its word is not taken
+        return None, "%s: started again" % exc
+    if raw is None:
         return None, ""
     if len(raw) > MAX_BYTES:
         return None, "%s is larger than %d bytes: started again" % (path, MAX_BYTES)
