@@ -14,6 +14,7 @@ from slurm_hooks.core.config import validate
 from slurm_hooks.core.isolation import run_isolated
 from slurm_hooks.core.runner import GatherContext, JobContext
 from slurm_hooks.core.structs import replace
+from slurm_hooks.hw import nvml
 from slurm_hooks.hw.host import Host
 from slurm_hooks.registry import GathererSpec
 from tests.helpers import fake_node_config
@@ -148,11 +149,18 @@ def test_the_helper_never_asks_nvml(on_node, registry, monkeypatch, tmp_path):
     real = registry.gatherers["host.edac"].func
 
     def asks_nvml(ctx):
+        outcome = []
         try:
             ctx.get("gpu.selection")
-            outcome = "ran"
+            outcome.append("ran")
         except LookupError:
-            outcome = "refused"
+            outcome.append("refused")
+        try:
+            nvml.session(ctx.config.get("nvml", "library"))
+            outcome.append("opened")
+        except LookupError:
+            outcome.append("refused")
+        outcome = ",".join(outcome)
         with open(str(asked), "a") as handle:
             handle.write("%d %s\n" % (os.getpid(), outcome))
         return real(ctx)
@@ -166,4 +174,4 @@ def test_the_helper_never_asks_nvml(on_node, registry, monkeypatch, tmp_path):
     finally:
         _reap(helper)
     lines = asked.read_text().split()
-    assert lines == [lines[0], "refused"] and int(lines[0]) != os.getpid()
+    assert lines == [lines[0], "refused,refused"] and int(lines[0]) != os.getpid()

@@ -10,8 +10,8 @@ The check process takes a value from there when a check first asks for it (runne
 the two run on two cores at once.
 
 Nothing here may change a result, only where a value is computed:
-- the helper never touches NVML: a gatherer that asks for a `gpu.*` one is refused there, and from
-  then on the helper hands back nothing (everything is computed in the check process as before);
+- the helper never touches NVML: a gatherer that asks for a `gpu.*` one, or for an NVML session, is
+  refused there, and from then on the helper hands back nothing (the check process computes it);
 - a gatherer that raised, a value that does not pickle, a helper that died: the check process
   computes that gatherer itself, as it did before this module existed, so an error carries its
   own traceback and a hung read hangs in the check process's own check thread, where the runner's
@@ -174,6 +174,13 @@ def _serve(gather: Any, names: List[str], fd: int) -> None:
     it to `fd` as a frame; after the first refusal (NVML asked for) or a value that does not pickle,
     hand back nothing more."""
     gather.refuse_prefix = NVML_PREFIX
+    from ..hw import nvml
+
+    def no_nvml_here(*_args: Any, **_kwargs: Any) -> Any:
+        gather.refused = True
+        raise LookupError("NVML is not asked from the sysfs helper process")
+
+    nvml.session = no_nvml_here  # this process's copy only: whatever a gatherer calls, no NVML here
     for name in names:
         value: Optional[Tuple[Any]] = None
         try:
