@@ -3,7 +3,8 @@
 Regenerate with `tools/update_check_index.py` (tests/test_check_index.py fails when it is stale).
 `slurm-hooks check NAME...` imports only the modules holding the checks it runs, the checks the
 configuration names, and the gatherers they ask for (registry.load_checks_for): `check system`
-need not import NVML's bindings, the Xid catalog or the Slurm parsers (issue #26).
+need not import NVML's bindings, the Xid catalog or the Slurm parsers (issue #26). CHECK_CONTEXTS
+(comma-separated) lets the prolog and the epilog import only the modules of their own checks.
 """
 
 CHECK_MODULES = {
@@ -77,6 +78,46 @@ GATHERER_MODULES = {
     "system.swap": "slurm_hooks.checks.system",
     "topology.iommu": "slurm_hooks.checks.topology",
     "topology.pcie": "slurm_hooks.checks.topology",
+    "topology.pcie_sysfs": "slurm_hooks.checks.topology",
     "xid.gpus": "slurm_hooks.checks.xid",
     "xid.log": "slurm_hooks.checks.xid",
+}
+
+CHECK_CONTEXTS = {
+    "gpu.clocks": "prolog,epilog,health,manual",
+    "gpu.count": "prolog,epilog,health,manual",
+    "gpu.driver": "prolog,epilog,health,manual",
+    "gpu.ecc": "prolog,epilog,health,manual",
+    "gpu.leftovers": "prolog",
+    "gpu.nvlink": "prolog,epilog,health,manual",
+    "gpu.pcie": "prolog,epilog,health,manual",
+    "gpu.power": "prolog,epilog,health,manual",
+    "gpu.recovery": "prolog,epilog,health,manual",
+    "gpu.remap": "prolog,epilog,health,manual",
+    "gpu.thermal": "prolog,epilog,health,manual",
+    "gpudirect.hca": "prolog,health,manual",
+    "gpudirect.rdma": "prolog,health,manual",
+    "gpudirect.storage": "prolog,health,manual",
+    "host.bmc": "health,manual",
+    "host.edac": "prolog,health,manual",
+    "host.ib_links": "prolog,health,manual",
+    "host.mce": "health,manual",
+    "host.nvme": "health,manual",
+    "numa.gres-affinity": "prolog,health,manual",
+    "numa.housekeeping": "prolog,health,manual",
+    "numa.job-affinity": "prolog,manual",
+    "numa.sysctl": "prolog,health,manual",
+    "system.cpu": "prolog,epilog,health,manual",
+    "system.filesystems": "prolog,epilog,health,manual",
+    "system.kernel": "prolog,epilog,health,manual",
+    "system.load": "prolog,health,manual",
+    "system.memory": "prolog,epilog,health,manual",
+    "system.processes": "prolog,epilog,health,manual",
+    "system.swap": "prolog,epilog,health,manual",
+    "topology.acs": "prolog,health,manual",
+    "topology.gpu-nic": "prolog,health,manual",
+    "topology.gpu-nvme": "prolog,health,manual",
+    "topology.iommu": "prolog,health,manual",
+    "xid.events": "prolog,epilog,health,manual",
+    "xid.sxid": "prolog,epilog,health,manual",
 }

@@ -114,3 +114,40 @@ def test_a_partial_load_still_validates_every_table_of_the_config(tmp_path):
     fine = _run(_config(tmp_path, '[checks."gpu.count"]\nexpected = 8\n'), ["check", "system"])
     assert fine["code"] in (0, 1), fine  # OK, or WARN where this machine is loaded
     assert "slurm_hooks.checks.gpu.inventory" in fine["loaded"]
+
+
+HOOK = (
+    "import json, sys\n"
+    "from types import SimpleNamespace\n"
+    "import importlib\n"
+    "fail_open = importlib.import_module('slurm_hooks.hooks.fail_open')\n"
+    "seen = {}\n"
+    "def run_hook(context, registry, config, env, node=None):\n"
+    "    seen['checks'] = [s.name for s in registry.for_context(context)]\n"
+    "    seen['modules'] = sorted(m for m in sys.modules if m.startswith('slurm_hooks.checks.'))\n"
+    "    return SimpleNamespace(exit_code=0)\n"
+    "fail_open.run_hook = run_hook\n"
+    "assert fail_open.main_hook(%r, None, {}) == 0\n"
+    "from slurm_hooks.registry import load_builtin_checks\n"
+    "seen['full'] = [s.name for s in load_builtin_checks().for_context(%r)]\n"
+    "sys.stderr.write('\\nSEEN ' + json.dumps(seen))\n"
+)
+
+
+def _hook_load(tmp_path, context: str) -> dict:
+    done = _slurm_hooks(_config(tmp_path), HOOK % (context, context))
+    assert done.returncode == 0, done.stderr[-2000:]
+    return json.loads(done.stderr.rsplit("\nSEEN ", 1)[1])
+
+
+def test_a_prolog_and_an_epilog_import_only_their_own_checks_and_miss_none(tmp_path):
+    """The job hooks import the modules of their context's checks (check_index.CHECK_CONTEXTS): not the
+    health-only BMC, MCE and NVMe checks (~2 ms of every job's start), and every check a full load
+    would run in that context still runs. The health mode loads all: it re-runs remembered checks."""
+    for context in ("prolog", "epilog"):
+        seen = _hook_load(tmp_path, context)
+        assert seen["checks"] == seen["full"] and len(seen["checks"]) > 10, (context, seen)
+        assert "slurm_hooks.checks.host.bmc" not in seen["modules"], (context, seen["modules"])
+    health = _hook_load(tmp_path, "health")
+    assert "slurm_hooks.checks.host.bmc" in health["modules"]
+    assert health["checks"] == health["full"]

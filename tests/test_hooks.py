@@ -357,6 +357,19 @@ def test_prolog_then_epilog_leaves_a_job_record(setup):
     assert not (tmp / "state" / "snapshots" / "42.json").exists()  # consumed by the epilog
 
 
+def test_what_the_check_process_logs_reaches_the_log_file(setup):
+    """The check process is forked before the hook sets its logger up (that overlaps the checks):
+    a problem it logs, here the start snapshot it cannot write, still reaches the log file."""
+    reg, config, verdict, tmp = setup
+    (tmp / "state").mkdir()
+    (tmp / "state" / "snapshots").write_text("a file where the snapshot directory should be")
+    outcome = run_hook("prolog", reg, config(), JOB_ENV, client=SlurmClient(cluster()))
+    assert outcome.exit_code == 0
+    log = (tmp / "log" / "hooks.log").read_text()
+    assert "event=snapshot-not-written job=42" in log, log
+    assert "context=prolog job=42" in log
+
+
 def test_decisions_reach_syslog_with_their_priority(monkeypatch):
     import logging
     import syslog

@@ -474,13 +474,17 @@ def test_a_hook_reads_the_kernel_log_once_and_its_snapshot_agrees(
     xid_record = node.add_kmsg(xid_line)
     node.add_kmsg("mlx5_core 0000:3b:00.0: Port module event: module 0, Cable plugged")
     newest = node.add_kmsg("eth0: link up")
-    reads = []
+    reads = tmp_path / "kmsg-reads"  # a file: the sysfs helper process (core/prefetch.py) reads it
     read_kmsg = Host.read_kmsg
+
+    def counted(self, *args, **kw):
+        with open(str(reads), "a") as handle:
+            handle.write("read by %d\n" % os.getpid())
+        return read_kmsg(self, *args, **kw)
+
+    monkeypatch.setattr(Host, "read_kmsg", counted)
     monkeypatch.setattr(
-        Host, "read_kmsg", lambda self, *args, **kw: reads.append(1) or read_kmsg(self, *args, **kw)
-    )
-    monkeypatch.setattr(
-        isolation, "run_isolated", lambda work, timeout: (json.loads(json.dumps(work())), "")
+        isolation, "run_isolated", lambda work, timeout, **_: (json.loads(json.dumps(work())), "")
     )
     data = {
         "general": {"root": str(node.root)},
@@ -505,7 +509,7 @@ def test_a_hook_reads_the_kernel_log_once_and_its_snapshot_agrees(
     assert snap["kmsg_seq"] == int(newest.split(",")[1]) and snap["boot_id"] == BOOT_ID
     if context == "epilog":
         assert snap["xid_lines"] == [xid_record]
-    assert len(reads) == 1
+    assert len(reads.read_text().splitlines()) == 1
     assert {run.name for run in report.runs if run.name.startswith("xid.")} == {
         "xid.events",
         "xid.sxid",
@@ -516,6 +520,47 @@ def test_a_hook_reads_the_kernel_log_once_and_its_snapshot_agrees(
 
 OTHER_UID = 4321
 as_root = pytest.mark.skipif(os.geteuid() != 0, reason="files of another uid need root")
+
+
+def test_the_counter_snapshot_is_taken_while_the_checks_run(tmp_path, monkeypatch):
+    """The snapshot's NVML calls leave the GIL, so it runs alongside the checks, not after them: a
+    check that waits for the snapshot to begin sees it begin (before: it began once every check had
+    ended, and this check gave up). The check process's time bounds are unchanged."""
+    import threading
+
+    from slurm_hooks import hooks
+    from slurm_hooks.core import isolation
+    from slurm_hooks.registry import Registry
+
+    registry = Registry()
+    began = threading.Event()
+    take = records.take_snapshot
+
+    def take_snapshot(*args, **kwargs):
+        began.set()
+        return take(*args, **kwargs)
+
+    monkeypatch.setattr(records, "take_snapshot", take_snapshot)
+
+    @registry.check(name="demo.waits", contexts=("prolog",), timeout=2.0)
+    def waits(params):
+        """demo"""
+        if began.wait(1.5):
+            return Result("demo.waits", Status.OK, "the snapshot runs alongside")
+        return Result("demo.waits", Status.WARN, "no snapshot while the checks ran")
+
+    monkeypatch.setattr(
+        isolation, "run_isolated", lambda work, timeout, **_: (json.loads(json.dumps(work())), "")
+    )
+    data = {
+        "paths": {"state_dir": str(tmp_path / "state"), "log_file": "", "syslog": False},
+        "records": {"dir": str(tmp_path / "jobs"), "snapshot_timeout": 2.0},
+    }
+    report, gathered = hooks.run_isolated_checks(
+        registry, validate(registry, data), "prolog", job_from_env(ENV)
+    )
+    assert [r.summary for r in report.results()] == ["the snapshot runs alongside"]
+    assert gathered is not None and len(gathered) >= 2  # (snapshot or None, why[, stored])
 
 
 def _world_writable_records(tmp_path):

@@ -101,3 +101,75 @@ def test_every_lazy_pattern_compiles():
                 assert value.match is not None, (info.name, name)
                 found += 1
     assert found > 80  # every module-level pattern of the package is a LazyPattern
+
+
+def test_the_prolog_sets_its_logger_up_while_its_check_process_runs(tmp_path):
+    """`logging` (with traceback, linecache, tokenize: ~5 ms on 2 cores) is not imported before the
+    check process is forked: the hook's process imports it and opens its log file meanwhile, and
+    the decision line still reaches the log file."""
+    code = """
+import json, os, sys
+from slurm_hooks.core.config import validate
+from slurm_hooks.hooks import run_hook
+from slurm_hooks.registry import Registry
+from slurm_hooks.result import Result, Status
+
+reg = Registry()
+
+@reg.check(name="demo.ok", contexts=("prolog",), timeout=2)
+def demo(params):
+    '''demo'''
+    return Result("demo.ok", Status.OK, "fine")
+
+base = sys.argv[1]
+config = validate(reg, {"general": {"mode": "enforce"}, "paths": {"state_dir": base + "/state",
+    "log_file": base + "/hooks.log", "syslog": False}, "records": {"dir": base + "/jobs"}})
+env = {"SLURM_JOB_ID": "42", "SLURM_JOB_USER": "alice", "SLURMD_NODENAME": "node1"}
+at_fork = []
+real_fork = os.fork
+def fork():
+    loaded = "logging" in sys.modules
+    pid = real_fork()
+    if pid:
+        at_fork.append(loaded)
+    return pid
+os.fork = fork
+outcome = run_hook("prolog", reg, config, env)
+print(json.dumps({"code": outcome.exit_code, "at_fork": at_fork}))
+"""
+    env = dict(os.environ, PYTHONPATH=REPO)
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(tmp_path)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    assert out["code"] == 0
+    assert out["at_fork"][:1] == [False], out  # the check process's fork: logging not yet loaded
+    log = (tmp_path / "hooks.log").read_text()
+    assert "context=prolog job=42" in log and "decision=pass" in log, log
+
+
+def test_a_hook_runs_without_the_cyclic_garbage_collector_and_an_admin_verb_with_it():
+    """A hook's process lives a fraction of a second: the collector's heap walks (~40 per prolog) are
+    time the job waits for, and its few cycles go with the process. Admin verbs keep it."""
+    code = (
+        "import gc, json, sys\n"
+        "from slurm_hooks.cli import main\n"
+        "seen = []\n"
+        "main.main = lambda argv: seen.append(gc.isenabled()) or 0\n"
+        "main._exit_now = lambda code: (print(json.dumps(seen)), sys.stdout.flush())\n"
+        "for argv in (['prolog'], ['--config', 'x.toml', 'epilog'], ['check', 'system'],"
+        " ['status']):\n"
+        "    gc.enable()\n"
+        "    sys.argv = ['slurm-hooks'] + argv\n"
+        "    try:\n"
+        "        main.run()\n"
+        "    except SystemExit:\n"
+        "        pass\n"
+        "print(json.dumps(seen))\n"
+    )
+    assert _run(code) == [False, False, False, True]

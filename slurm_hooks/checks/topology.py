@@ -73,8 +73,21 @@ class Topology(Struct):
         )
 
 
-@gatherer("topology.pcie")
-def read_topology(ctx) -> Topology:
+class PcieSysfs(Struct):
+    """The sysfs half of topology.pcie: no NVML, so it can be read in the check process's sysfs helper
+    (core/prefetch.py) while NVML is being asked about the GPUs."""
+
+    gpu_bdfs: Tuple[str, ...]
+    nics: Tuple[Tuple[str, str, str], ...]  # (hca, bdf, link layer) of the HCAs in the tree
+    nvmes: Tuple[Tuple[str, str], ...]  # (name, bdf) of the NVMe controllers in the tree
+    tree: PciTree
+    gpu_minors: Dict[str, int]
+    virtualization: str
+    nvidia_fs: bool
+
+
+@gatherer("topology.pcie_sysfs")
+def read_pcie_sysfs(ctx) -> PcieSysfs:
     host = ctx.host
     gpu_bdfs = sorted(d.bdf for d in ctx.get("pci.devices") if d.is_nvidia_gpu)
     nic_bdfs = [
@@ -87,9 +100,29 @@ def read_topology(ctx) -> Topology:
     ]
     endpoints = gpu_bdfs + [bdf for _, bdf in nic_bdfs + nvme_bdfs if bdf]
     tree = pcie.read_pci_tree(host, locality_for=endpoints)
-    nvml_index, nvml_levels, nvml_error = _nvml_view(ctx, gpu_bdfs)
+    nics = []
+    for hca, bdf in nic_bdfs:
+        if bdf in tree.nodes:
+            layer = host.read_text("/sys/class/infiniband/%s/ports/1/link_layer" % hca, default="")
+            nics.append((hca, bdf, layer.strip()))
+    return PcieSysfs(
+        tuple(gpu_bdfs),
+        tuple(nics),
+        tuple((name, bdf) for name, bdf in nvme_bdfs if bdf in tree.nodes),
+        tree,
+        {bdf: _gpu_minor(host, bdf) for bdf in gpu_bdfs},
+        detect_virtualization(host),
+        host.isdir("/sys/module/nvidia_fs"),
+    )
+
+
+@gatherer("topology.pcie")
+def read_topology(ctx) -> Topology:
+    sysfs = ctx.get("topology.pcie_sysfs")
+    tree = sysfs.tree
+    nvml_index, nvml_levels, nvml_error = _nvml_view(ctx, list(sysfs.gpu_bdfs))
     gpus = []
-    for bdf in gpu_bdfs:
+    for bdf in sysfs.gpu_bdfs:
         index = nvml_index.get(bdf)
         gpus.append(
             Endpoint(
@@ -97,22 +130,16 @@ def read_topology(ctx) -> Topology:
                 "GPU%d" % index if index is not None else "GPU@" + bdf,
                 bdf,
                 index,
-                _gpu_minor(host, bdf),
+                sysfs.gpu_minors[bdf],
             )
         )
-    nics = []
-    for hca, bdf in nic_bdfs:
-        if bdf in tree.nodes:
-            layer = host.read_text("/sys/class/infiniband/%s/ports/1/link_layer" % hca, default="")
-            nics.append(Endpoint("nic", hca, bdf, link_layer=layer.strip()))
-    nvmes = [Endpoint("nvme", name, bdf) for name, bdf in nvme_bdfs if bdf in tree.nodes]
     return Topology(
         tree,
         tuple(g for g in gpus if g.bdf in tree.nodes),
-        tuple(nics),
-        tuple(nvmes),
-        detect_virtualization(host),
-        host.isdir("/sys/module/nvidia_fs"),
+        tuple(Endpoint("nic", hca, bdf, link_layer=layer) for hca, bdf, layer in sysfs.nics),
+        tuple(Endpoint("nvme", name, bdf) for name, bdf in sysfs.nvmes),
+        sysfs.virtualization,
+        sysfs.nvidia_fs,
         nvml_levels,
         nvml_error,
     )

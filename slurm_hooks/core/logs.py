@@ -15,13 +15,19 @@ differently from what it holds.
 
 from __future__ import annotations
 
-import logging
 import os
-import re
 import sys
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
 from .lazyre import lazy_compile
+
+if TYPE_CHECKING:
+    import logging
+    import re
+
+# `logging` (with traceback, linecache, tokenize, string, weakref: ~5 ms on 2 cores) is imported by
+# setup() and decision_logger(), not with this module: the prolog's process sets its logger up while
+# its forked check process runs (hooks/bounded.py), off the path the job waits on.
 
 LOGGER_NAME = "slurm_hooks.decisions"
 SYSLOG_SOCKET = "/dev/log"  # where syslog(3) sends; without it (containers) syslog is skipped
@@ -31,6 +37,8 @@ def setup(
     settings: Mapping[str, Mapping[str, Any]], stderr: bool = True, create_dirs: bool = True
 ) -> logging.Logger:
     """The decision logger: syslog, the log file (its directory made unless create_dirs is false), stderr."""
+    import logging
+
     logger = logging.getLogger(LOGGER_NAME)
     for handler in list(logger.handlers):
         logger.removeHandler(handler)
@@ -39,7 +47,7 @@ def setup(
     logger.propagate = False
     paths = settings["paths"]
     if paths["syslog"] and os.path.exists(SYSLOG_SOCKET):
-        handler = SyslogHandler()
+        handler = _syslog_handler_class()()
         handler.setFormatter(logging.Formatter("%(levelname)s %(message)s"))
         logger.addHandler(handler)
     if paths["log_file"]:
@@ -60,37 +68,86 @@ def setup(
     return logger
 
 
-class SyslogHandler(logging.Handler):
-    """Records to syslog/journald through the C library's syslog(3) (`journalctl -t slurm-hooks`).
+def decision_logger() -> logging.Logger:
+    """The decision logger as setup() left it (for code that was given none)."""
+    import logging
 
-    Not logging.handlers.SysLogHandler: that one pulls in the socket machinery, which the prolog
-    would import before every job, and syslog(3) already knows /dev/log and reconnects on its own.
+    return logging.getLogger(LOGGER_NAME)
+
+
+class LazyLogger:
+    """The decision logger, set up (setup(settings)) at the first call or the first attribute used.
+
+    The prolog's process calls it while its forked check process runs (hooks/bounded.py), so the
+    `logging` import and the log file's opening overlap the checks; the check process, forked
+    before that, sets up its own the same way the first time it has something to log.
     """
 
-    _PRIORITIES = {
-        "CRITICAL": 2,
-        "ERROR": 3,
-        "WARNING": 4,
-        "INFO": 6,
-        "DEBUG": 7,
-    }  # LOG_CRIT .. LOG_DEBUG
+    def __init__(self, settings: Mapping[str, Mapping[str, Any]]):
+        self.settings = settings
+        self.logger: Any = None
 
-    def __init__(self) -> None:
-        super().__init__()
-        import syslog
+    def __call__(self) -> logging.Logger:
+        if self.logger is None:
+            self.logger = setup(self.settings)
+        return self.logger
 
-        self._syslog = syslog
-        syslog.openlog("slurm-hooks", syslog.LOG_PID, syslog.LOG_DAEMON)
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self(), name)
 
-    def emit(self, record: logging.LogRecord) -> None:
-        try:
-            # syslog(3) takes a C string: a NUL would raise (and the line be lost), a lone surrogate
-            # would not encode; kv() escapes both already, this covers any other message
-            text = self.format(record).replace("\x00", "\\x00")
-            text = text.encode("utf-8", "backslashreplace").decode("utf-8")
-            self._syslog.syslog(self._PRIORITIES.get(record.levelname, 6), text)
-        except Exception:  # logging must never break a hook
-            self.handleError(record)
+
+_SYSLOG_HANDLER: list = []
+
+
+def __getattr__(name: str) -> Any:  # PEP 562: logs.SyslogHandler, defined on first use
+    if name == "SyslogHandler":
+        return _syslog_handler_class()
+    raise AttributeError("module %r has no attribute %r" % (__name__, name))
+
+
+def _syslog_handler_class() -> type:
+    """SyslogHandler, made once: it subclasses logging.Handler, and logging loads only when needed."""
+    if not _SYSLOG_HANDLER:
+        _SYSLOG_HANDLER.append(_define_syslog_handler())
+    return _SYSLOG_HANDLER[0]
+
+
+def _define_syslog_handler() -> type:
+    import logging
+
+    class SyslogHandler(logging.Handler):
+        """Records to syslog/journald through the C library's syslog(3) (`journalctl -t slurm-hooks`).
+
+        Not logging.handlers.SysLogHandler: that one pulls in the socket machinery, which the prolog
+        would import before every job, and syslog(3) already knows /dev/log and reconnects on its own.
+        """
+
+        _PRIORITIES = {
+            "CRITICAL": 2,
+            "ERROR": 3,
+            "WARNING": 4,
+            "INFO": 6,
+            "DEBUG": 7,
+        }  # LOG_CRIT .. LOG_DEBUG
+
+        def __init__(self) -> None:
+            super().__init__()
+            import syslog
+
+            self._syslog = syslog
+            syslog.openlog("slurm-hooks", syslog.LOG_PID, syslog.LOG_DAEMON)
+
+        def emit(self, record: logging.LogRecord) -> None:
+            try:
+                # syslog(3) takes a C string: a NUL would raise (and the line be lost), a lone surrogate
+                # would not encode; kv() escapes both already, this covers any other message
+                text = self.format(record).replace("\x00", "\\x00")
+                text = text.encode("utf-8", "backslashreplace").decode("utf-8")
+                self._syslog.syslog(self._PRIORITIES.get(record.levelname, 6), text)
+            except Exception:  # logging must never break a hook
+                self.handleError(record)
+
+    return SyslogHandler
 
 
 MAX_VALUE = 1024  # characters of one value in a decision line

@@ -46,15 +46,25 @@ class GatherContext:
         self._cache: Dict[str, Tuple[bool, Any]] = {}
         self._locks: Dict[str, threading.Lock] = {}
         self._guard = threading.Lock()
+        self.prefetch: Any = None  # core/prefetch.Prefetch: values read by the sysfs helper process
+        self.refuse_prefix = ""  # in that helper: gatherers it must not run (NVML's)
+        self.refused = False
 
     def get(self, name: str) -> Any:
         if name == "job":
             return self.job
         if name == "settings":
             return self.config.settings
+        if self.refuse_prefix and name.startswith(self.refuse_prefix):
+            self.refused = True
+            raise LookupError("gatherer %r is not run in the sysfs helper process" % name)
         with self._guard:
             lock = self._locks.setdefault(name, threading.Lock())
         with lock:  # a hung gatherer holds its lock: later checks needing it time out too
+            if name not in self._cache and self.prefetch is not None:
+                fetched = self.prefetch.take(name)
+                if fetched is not None:
+                    self._cache[name] = (True, fetched[0])
             if name not in self._cache:
                 spec = self.registry.gatherers.get(name) or load_gatherer(self.registry, name)
                 if spec is None:

@@ -11,7 +11,7 @@ its path (event=step-abandoned) and counted in the metrics.
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Any, Dict, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, Optional, Sequence, Tuple
 
 from ..core import logs
 from ..core.config import Config
@@ -94,6 +94,7 @@ def run_isolated_checks(
     context: str,
     job: JobContext,
     extra_names: Sequence[str] = (),
+    while_waiting: Optional[Callable[[], Any]] = None,
 ) -> Tuple[RunReport, Any]:
     """Run the context's checks (plus extra_names) in a forked child, bounded by the deadline.
 
@@ -103,8 +104,10 @@ def run_isolated_checks(
     it there, in a thread bounded by [deadline] files: the default prolog then needs no child of
     its own for its files. Returns (report, [snapshot or None, why(, stored)] or None); None when
     the child died, and records/store.py then takes the snapshot in a child of its own. `stored`:
-    {"state": "done" | "running" (abandoned), "path": ...}.
+    {"state": "done" | "running" (abandoned), "path": ...}. `while_waiting` runs in this process
+    once the child is started (isolation.run_isolated).
     """
+    from ..core import prefetch
     from ..core.isolation import run_isolated
     from ..hw.host import Host
     from ..records.store import wanted as records_wanted
@@ -123,13 +126,24 @@ def run_isolated_checks(
     def work() -> Dict[str, Any]:
         host = Host(root)
         gather = GatherContext(registry, host, config, job)
-        report = run_checks(registry, config, host, context, specs, job=job, gather=gather)
+        # the sysfs/procfs gatherers are read by a helper process on another core meanwhile
+        # (core/prefetch.py); forked now, before this process starts any thread
+        needs = (n for s in specs if config.check(s.name).enabled for n in s.needs)
+        gather.prefetch = prefetch.Prefetch.start(gather, prefetch.wanted(needs))
+        snapshot = None
+        if snapshot_s:  # taken while the checks run: its NVML calls leave the GIL to them
+            reads_kmsg = any("xid.log" in prefetch.wanted(s.needs) for s in specs)
+            snapshot = _snapshot_start(
+                config, job, context == "epilog", lambda: _kernel_log(gather, reads_kmsg)
+            )
+        try:
+            report = run_checks(registry, config, host, context, specs, job=job, gather=gather)
+        finally:
+            if gather.prefetch is not None:
+                gather.prefetch.stop()
         gathered = None
-        if snapshot_s:
-            kernel_log = getattr(
-                gather.peek("xid.log"), "kmsg", None
-            )  # /dev/kmsg read once per hook
-            gathered = _snapshot_bounded(config, job, context == "epilog", snapshot_s, kernel_log)
+        if snapshot is not None:
+            gathered = _snapshot_finish(snapshot, snapshot_s)
             if store_s and gathered[0] is not None:
                 gathered.append(_store_bounded(config, job, gathered, store_s))
                 # stored here: the parent needs only its GPU indices (store.steps, dcgm-exporter
@@ -137,7 +151,9 @@ def run_isolated_checks(
                 gathered[0] = {"gpus": [{"index": g["index"]} for g in gathered[0].get("gpus", [])]}
         return {"report": report_to_dict(report, root), "snapshot": gathered}
 
-    data, why = run_isolated(work, deadline + snapshot_s + store_s + ISOLATION_GRACE_S)
+    data, why = run_isolated(
+        work, deadline + snapshot_s + store_s + ISOLATION_GRACE_S, while_waiting=while_waiting
+    )
     if data is not None:
         return report_from_dict(data["report"]), data["snapshot"]
     crashed = Result(
@@ -156,14 +172,25 @@ def run_isolated_checks(
     ), None
 
 
-def _snapshot_bounded(
+def _kernel_log(gather: GatherContext, reads_kmsg: bool) -> Optional[KmsgView]:
+    """The Xid checks' read of /dev/kmsg when they run (one read per hook), else None: the snapshot
+    then reads it itself."""
+    if not reads_kmsg:
+        return None
+    try:
+        return getattr(gather.get("xid.log"), "kmsg", None)
+    except Exception:  # noqa: BLE001  (xid.events reports an unreadable log; the snapshot reads it)
+        return None
+
+
+def _snapshot_start(
     config: Config,
     job: JobContext,
     epilog: bool,
-    timeout: float,
-    kernel_log: Optional[KmsgView] = None,
-) -> Optional[list]:
-    """store.take_snapshot in a thread of the check child, abandoned after `timeout` (NVML can hang)."""
+    kernel_log: Callable[[], Optional[KmsgView]],
+) -> Tuple[Any, list, float]:
+    """store.take_snapshot in a thread of the check child, started with the checks (NVML can hang:
+    _snapshot_finish waits for it a bounded time)."""
     import threading
 
     from ..records.store import take_snapshot
@@ -172,12 +199,19 @@ def _snapshot_bounded(
 
     def take() -> None:
         try:
-            box.append([take_snapshot(config, job, epilog, kernel_log), ""])
+            box.append([take_snapshot(config, job, epilog, kernel_log()), ""])
         except Exception as exc:  # recorded as the reason the record has no snapshot
             box.append([None, "snapshot failed: %r" % exc])
 
     worker = threading.Thread(target=take, name="check:snapshot", daemon=True)
     worker.start()
+    return worker, box, time.monotonic()
+
+
+def _snapshot_finish(snapshot: Tuple[Any, list, float], timeout: float) -> list:
+    """The snapshot, or why there is none: waited for until `timeout` after the checks ended (it ran
+    alongside them before), so the child's bound is what it was when it was taken after them."""
+    worker, box, _started = snapshot
     worker.join(timeout)
     return box[0] if box else [None, "snapshot did not finish within %.3gs" % timeout]
 
@@ -197,7 +231,8 @@ def _store_bounded(
         path = config.settings.paths.state_dir
     worker = threading.Thread(
         target=store_prolog_snapshot,
-        args=(config, job, tuple(gathered[:2])),
+        # this process was forked before the hook set its logger up: its own, made if it logs
+        args=(config, job, tuple(gathered[:2]), logs.LazyLogger(config.settings)),
         name="bounded:snapshot-file",
         daemon=True,
     )

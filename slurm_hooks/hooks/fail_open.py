@@ -7,10 +7,11 @@ drains a node: fail_open logs one CRITICAL line and exits 0, and the job runs un
 from __future__ import annotations
 
 import sys
-from typing import Mapping, Optional
+from typing import List, Mapping, Optional
 
 from ..core import logs
 from ..core.config import ConfigError
+from ..registry import JOB_CONTEXTS
 from ..result import ExitCode
 from .flow import run_hook
 
@@ -85,7 +86,7 @@ def main_hook(
     from ..core.config import load_registry_and_config
 
     try:
-        registry, config = load_registry_and_config(config_path, root)
+        registry, config = load_registry_and_config(config_path, root, names=_own_checks(context))
     except ConfigError as exc:
         return fail_open(context, exc, config_path, env)
     except (
@@ -102,3 +103,15 @@ def main_hook(
 
         traceback.print_exc()
         return fail_open(context, exc, config_path, env, event="internal-error")
+
+
+def _own_checks(context: str) -> Optional[List[str]]:
+    """The built-in checks a prolog or epilog runs (check_index.CHECK_CONTEXTS): only their modules
+    are imported (the health-only BMC, MCE and NVMe checks: ~2 ms of every job's start), plus those
+    the configuration names and the site checks, as for `check NAME`. None (every module) for the
+    health mode: it also re-runs the checks of a drain it remembers, whatever their context."""
+    if context not in JOB_CONTEXTS:
+        return None
+    from ..check_index import CHECK_CONTEXTS
+
+    return [name for name, contexts in CHECK_CONTEXTS.items() if context in contexts.split(",")]

@@ -64,11 +64,11 @@ def run_hook(
     node: Optional[str] = None,
     client=None,
 ) -> HookResult:
-    log = logs.setup(config.settings)
+    logger = logs.LazyLogger(config.settings)
     try:
         job = job_from_env(env, require_job=context in JOB_CONTEXTS)
     except JobEnvError as exc:
-        log.critical(
+        logger().critical(
             logs.kv(context=context, event="bad-job-environment", error=exc, decision="fail-open")
         )
         return HookResult(0)
@@ -76,12 +76,13 @@ def run_hook(
     if (
         context == "health"
     ):  # deprecated spellings still work; say how to write them, every few minutes at most
+        log = logger()
         for warning in config.warnings:
             log.warning(
                 logs.kv(context=context, node=name, event="config-deprecated", detail=warning)
             )
     if context == "prolog" and opted_out(env, config):
-        log.warning(logs.kv(context=context, job=job.job_id, node=name, event="job-opted-out"))
+        logger().warning(logs.kv(context=context, job=job.job_id, node=name, event="job-opted-out"))
         return HookResult(0)
     # Only health needs the state before its checks; a prolog/epilog reads it when it drains (the happy
     # path reads nothing, so it pays no bounded child for it, nor loads state.py).
@@ -90,16 +91,18 @@ def run_hook(
     if context == "health":
         from .state import read_state
 
-        state, known = read_state(config, log)
+        state, known = read_state(config, logger())
     remembered = [
         c
         for entry in (state.get("drained"), state.get("pending"))
         if entry
         for c in entry.get("checks", [])
     ]
+    # the logger (and the logging module) is set up while the check process runs, not before it
     report, gathered = run_isolated_checks(
-        registry, config, context, job, remembered if context == "health" else ()
+        registry, config, context, job, remembered if context == "health" else (), logger
     )
+    log = logger()
     if context == "epilog":  # the Xids a job's epilog sees first happened during that job
         _xid_pattern(config, job, report, log)
     decision = policy.decide(report.results(), config.settings)

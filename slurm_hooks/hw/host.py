@@ -91,6 +91,10 @@ class Host:
         self.root = os.path.abspath(root)
         self._live = self.root == "/"
         self._dir_cache: Dict[str, str] = {}
+        # resolved paths already found not to be links: a link's target shares its directories with
+        # its siblings' (/sys/bus/pci/devices/* -> ../../../devices/pci0000:00/0000:00:01.0/...), so
+        # each is lstat'ed once per run, not once per link through it (the directory cache's rule)
+        self._not_links: Set[str] = set()
         # pids(): the real /proc, and under a root the pids whose entry is a real directory
         self._proc_scan: Optional[Tuple[str, Optional[Set[int]]]] = None
         self._pid_open_flags = os.O_RDONLY | os.O_CLOEXEC
@@ -174,8 +178,12 @@ class Host:
                 current = posixpath.dirname(current)
                 continue
             candidate = current + "/" + part if current != "/" else "/" + part
+            if candidate in self._not_links:
+                current = candidate
+                continue
             real = candidate if self._live else self.root + candidate
             if not os.path.islink(real):
+                self._not_links.add(candidate)
                 current = candidate
                 continue
             hops += 1

@@ -14,14 +14,11 @@ Data comes from libnvidia-ml.so.1 (the driver's library; `nvidia-smi -q` reads t
 from __future__ import annotations
 
 import ctypes
-import logging
 import threading
 from typing import Any, Callable, Dict, Mapping, Optional, Sequence, Tuple
 
 from ..core.structs import Struct
 from ..result import Action, Blame, Status
-
-log = logging.getLogger(__name__)
 
 # NVML return codes (nvml.h nvmlReturn_t; the same numbers pynvml exposes as NVML_ERROR_*).
 UNINITIALIZED, INVALID_ARGUMENT, NOT_SUPPORTED, NO_PERMISSION = 1, 2, 3, 4
@@ -476,7 +473,9 @@ class NvmlSession:
     def _log_missing(self, function: str) -> None:
         if function not in self._missing_logged:
             self._missing_logged.add(function)
-            log.warning(
+            import logging  # only here: the prolog's process imports it after forking its checks
+
+            logging.getLogger(__name__).warning(
                 "NVML function %s is not available on this driver; checks using it report UNKNOWN",
                 function,
             )

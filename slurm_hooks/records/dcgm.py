@@ -26,13 +26,15 @@ a hook.
 
 from __future__ import annotations
 
-import logging
 import os
 import time
-from typing import Callable, Iterable, List, Optional
+from typing import TYPE_CHECKING, Callable, Iterable, List, Optional
 
 from ..core import atomicio, locks, logs
 from ..core.lazyre import lazy_compile
+
+if TYPE_CHECKING:
+    import logging
 
 FILE_MODE, DIR_MODE = 0o644, 0o755
 LOCK_TIMEOUT_S = 2.0
@@ -126,7 +128,7 @@ def on_prolog(
         alive = job_liveness(config.get("general", "root"))
         add_job(directory, job.job_id, gpus, alive if alive is not None else (lambda _job: False))
     except OSError as exc:
-        (log or logging.getLogger(logs.LOGGER_NAME)).error(
+        (log or logs.decision_logger()).error(
             logs.kv(event="dcgm-mapping-not-written", job=job.job_id, path=directory, error=exc)
         )
 
@@ -138,7 +140,7 @@ def on_epilog(config, job, log: Optional[logging.Logger] = None) -> None:
     try:
         remove_job(directory, job.job_id)
     except OSError as exc:
-        (log or logging.getLogger(logs.LOGGER_NAME)).error(
+        (log or logs.decision_logger()).error(
             logs.kv(event="dcgm-mapping-not-removed", job=job.job_id, path=directory, error=exc)
         )
 

@@ -31,17 +31,19 @@ are logged and never stop a hook.
 
 from __future__ import annotations
 
-import logging
 import os
 import re
 import time
-from typing import Any, Dict, Mapping, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Dict, Mapping, Optional, Sequence
 
 from ..core import atomicio, locks, logs
 from ..core.atomicio import read_json, write_json_atomic
 from ..core.lazyre import lazy_compile
 from ..result import ExitCode, Status
 from ..slurm.policy import NEW_DRAINS, Outcome
+
+if TYPE_CHECKING:
+    import logging
 
 TEXTFILE_NAME = "slurm_hooks.prom"
 STATE_NAME = "metrics-state.json"
@@ -67,7 +69,7 @@ def write_textfile(
     directory = config.get("metrics", "textfile_dir")
     if not directory:
         return None
-    log = log or logging.getLogger(logs.LOGGER_NAME)
+    log = log or logs.decision_logger()
     when = time.time() if now is None else now
     return _write(
         config.settings, lambda state: update_state(state, context, report, enacted, when), log
@@ -96,7 +98,7 @@ def write_config_error(
         }
         return state
 
-    return _write(settings, fold, log or logging.getLogger(logs.LOGGER_NAME))
+    return _write(settings, fold, log or logs.decision_logger())
 
 
 def count_abandoned(
@@ -114,7 +116,7 @@ def count_abandoned(
             counts[name] = int(counts.get(name, 0)) + 1
         return state
 
-    return _write(settings, fold, log or logging.getLogger(logs.LOGGER_NAME))
+    return _write(settings, fold, log or logs.decision_logger())
 
 
 def _write(settings: Mapping[str, Mapping[str, Any]], fold, log: logging.Logger) -> Optional[str]:

@@ -30,7 +30,6 @@ record, marked "prolog_snapshot": "missing" and without deltas.
 from __future__ import annotations
 
 import errno
-import logging
 import os
 import stat
 import time
@@ -44,6 +43,8 @@ from ..core.runner import JobContext
 from ..registry import JOB_CONTEXTS
 
 if TYPE_CHECKING:
+    import logging
+
     from ..xid.kmsg import KmsgView
 
 SNAPSHOT_DIR = "snapshots"
@@ -61,7 +62,7 @@ OUR_TEMP = lazy_compile(r"^\..+\.tmp$")  # atomicio's temp files (".<name>.<pid>
 
 
 def _log(log: Optional[logging.Logger]) -> logging.Logger:
-    return log or logging.getLogger(logs.LOGGER_NAME)
+    return log or logs.decision_logger()
 
 
 def safe_name(value: Optional[str], what: str) -> str:
