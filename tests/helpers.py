@@ -148,3 +148,27 @@ def assert_exposition(text):
             assert line.rsplit(" ", 1)[0] not in series, line
             series.add(line.rsplit(" ", 1)[0])
     list(text_string_to_metric_families(text))  # and the reference parser takes it
+
+
+# The start of a script run in a fresh interpreter (`python -c SCRIPT BASE`): one passing prolog
+# check, a config under BASE, a job's environment; the test appends what it runs and prints.
+# Fresh, because the test reads which modules a hook loads, and pytest has loaded them all.
+DEMO_PROLOG_SCRIPT = """
+import json, os, sys
+from slurm_hooks.core.config import validate
+from slurm_hooks.hooks import run_hook
+from slurm_hooks.registry import Registry
+from slurm_hooks.result import Result, Status
+
+reg = Registry()
+
+@reg.check(name="demo.ok", contexts=("prolog",), timeout=2)
+def demo(params):
+    '''demo'''
+    return Result("demo.ok", Status.OK, "fine")
+
+base = sys.argv[1]
+config = validate(reg, {"general": {"mode": "enforce"}, "paths": {"state_dir": base + "/state",
+    "log_file": base + "/hooks.log", "syslog": False}, "records": {"dir": base + "/jobs"}})
+env = {"SLURM_JOB_ID": "42", "SLURM_JOB_USER": "alice", "SLURMD_NODENAME": "node1"}
+"""

@@ -15,7 +15,7 @@ from slurm_hooks.slurm.client import SlurmClient
 from slurm_hooks.slurm.drainer import Outcome
 from slurm_hooks.slurm.node_state import NodeInfo
 from tests.doubles.memory_slurm import REASON, cluster
-from tests.helpers import abort_on_purpose, enforcing
+from tests.helpers import DEMO_PROLOG_SCRIPT, abort_on_purpose, enforcing
 
 JOB_ENV = {
     "SLURM_JOB_ID": "42",
@@ -421,27 +421,13 @@ def test_a_healthy_prolog_loads_neither_the_state_nor_the_drain_modules(tmp_path
     import subprocess
     import sys
 
-    code = """
-import json, sys
-from slurm_hooks.core.config import validate
-from slurm_hooks.hooks import run_hook
-from slurm_hooks.registry import Registry
-from slurm_hooks.result import Result, Status
-
-reg = Registry()
-
-@reg.check(name="demo.ok", contexts=("prolog",), timeout=2)
-def demo(params):
-    '''demo'''
-    return Result("demo.ok", Status.OK, "fine")
-
-base = sys.argv[1]
-config = validate(reg, {"general": {"mode": "enforce"}, "paths": {"state_dir": base + "/state",
-    "log_file": base + "/hooks.log", "syslog": False}, "records": {"dir": base + "/jobs"}})
-env = {"SLURM_JOB_ID": "42", "SLURM_JOB_USER": "alice", "SLURMD_NODENAME": "node1"}
+    code = (
+        DEMO_PROLOG_SCRIPT
+        + """
 outcome = run_hook("prolog", reg, config, env)
 print(json.dumps([outcome.exit_code, sorted(m for m in sys.modules if m.startswith("slurm_hooks"))]))
 """
+    )
     out = subprocess.run(
         [sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, check=True
     ).stdout

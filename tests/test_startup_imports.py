@@ -11,6 +11,8 @@ import os
 import subprocess
 import sys
 
+from tests.helpers import DEMO_PROLOG_SCRIPT
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -107,24 +109,9 @@ def test_the_prolog_sets_its_logger_up_while_its_check_process_runs(tmp_path):
     """`logging` (with traceback, linecache, tokenize: ~5 ms on 2 cores) is not imported before the
     check process is forked: the hook's process imports it and opens its log file meanwhile, and
     the decision line still reaches the log file."""
-    code = """
-import json, os, sys
-from slurm_hooks.core.config import validate
-from slurm_hooks.hooks import run_hook
-from slurm_hooks.registry import Registry
-from slurm_hooks.result import Result, Status
-
-reg = Registry()
-
-@reg.check(name="demo.ok", contexts=("prolog",), timeout=2)
-def demo(params):
-    '''demo'''
-    return Result("demo.ok", Status.OK, "fine")
-
-base = sys.argv[1]
-config = validate(reg, {"general": {"mode": "enforce"}, "paths": {"state_dir": base + "/state",
-    "log_file": base + "/hooks.log", "syslog": False}, "records": {"dir": base + "/jobs"}})
-env = {"SLURM_JOB_ID": "42", "SLURM_JOB_USER": "alice", "SLURMD_NODENAME": "node1"}
+    code = (
+        DEMO_PROLOG_SCRIPT
+        + """
 at_fork = []
 real_fork = os.fork
 def fork():
@@ -137,6 +124,7 @@ os.fork = fork
 outcome = run_hook("prolog", reg, config, env)
 print(json.dumps({"code": outcome.exit_code, "at_fork": at_fork}))
 """
+    )
     env = dict(os.environ, PYTHONPATH=REPO)
     done = subprocess.run(
         [sys.executable, "-c", code, str(tmp_path)],
