@@ -230,20 +230,28 @@ def test_output_is_bounded():
     assert len(run.output) < 1000 + tools.TAIL_BYTES + 100
 
 
-def test_records_and_the_fleet_median(node, tmp_path):
-    records_dir = str(tmp_path)
+def write_peer_passes(records_dir, node_named=False):
+    """Standard-level passes of three H100 peers (NCCL busbw 160, 150, 155: median 155);
+    `node_named`: each record names its node and start, as qualify's own records do."""
     for peer, busbw in (("p1", 160.0), ("p2", 150.0), ("p3", 155.0)):
+        named = {"node": peer, "started": 1.0e9} if node_named else {}
         record.write(
             records_dir,
             peer,
-            {
-                "schema": record.SCHEMA,
-                "class": H100,
-                "level": "standard",
-                "verdict": "pass",
-                "tests": [{"name": "nccl", "figures": {"nccl.busbw": busbw}}],
-            },
+            dict(
+                named,
+                schema=record.SCHEMA,
+                level="standard",
+                verdict="pass",
+                tests=[{"name": "nccl", "figures": {"nccl.busbw": busbw}}],
+                **{"class": H100},
+            ),
         )
+
+
+def test_records_and_the_fleet_median(node, tmp_path):
+    records_dir = str(tmp_path)
+    write_peer_passes(records_dir)
     result = qualify(node, "standard", records_dir=records_dir)
     assert result["verdict"] == "fail"
     assert "nccl.busbw 96.5 < 85%% of the %s median 155.0 (3 peers)" % H100 in result["reason"]
@@ -452,20 +460,7 @@ def test_a_peers_directory_renamed_to_the_judged_nodes_name_still_counts(node, t
     was taken for n1's own record and left out, two peers were too few for a median, and the slow
     n1 passed. A record is its writer's node's, wherever its directory was moved."""
     records_dir = str(tmp_path)
-    for peer, busbw in (("p1", 160.0), ("p2", 150.0), ("p3", 155.0)):
-        record.write(
-            records_dir,
-            peer,
-            {
-                "schema": record.SCHEMA,
-                "node": peer,
-                "started": 1.0e9,
-                "class": H100,
-                "level": "standard",
-                "verdict": "pass",
-                "tests": [{"name": "nccl", "figures": {"nccl.busbw": busbw}}],
-            },
-        )
+    write_peer_passes(records_dir, node_named=True)
     os.rename(os.path.join(records_dir, "p3"), os.path.join(records_dir, "n1"))
     result = qualify(node, "standard", records_dir=records_dir)
     assert result["verdict"] == "fail", result["reason"]
