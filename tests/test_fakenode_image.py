@@ -1,14 +1,17 @@
-"""The third and later fake nodes of one spec are written from a kept image (tests/fakenode/image.py):
-each must be the node the builder makes, file for file, and a node of its own."""
+"""The third and later fake nodes of one spec are written from a kept image (tests/fakenode/image.py),
+and a later run's first ones from the image kept on disk (tests/fakenode/diskimage.py): each must be
+the node the builder makes, file for file, and a node of its own."""
 
 from __future__ import annotations
 
+import marshal
 import os
 import stat
+import zlib
 
 import pytest
 
-from tests.fakenode import FakeNode, image, node
+from tests.fakenode import FakeNode, diskimage, image, node
 
 SPECS = [  # a DGX with what the builder makes of overrides (an offline CPU loses its topology)
     ("cpu-only", None),
@@ -44,9 +47,26 @@ def build_without_images(monkeypatch, spec, overrides):
 
 @pytest.fixture
 def fresh_images(monkeypatch):
-    """An empty image store, so this test sees the first, second and third build of a spec."""
+    """An empty image store and no disk images, so this test sees the first, second and third
+    build of a spec."""
     monkeypatch.setattr(image, "_seen", type(image._seen)())
     monkeypatch.setattr(image, "_images", type(image._images)())
+    monkeypatch.setattr(diskimage, "_directory", "")
+
+
+@pytest.fixture
+def disk_images(monkeypatch, tmp_path):
+    """An empty image store in memory and an empty image directory; returns a function that
+    starts a new run (memory forgotten, the directory kept)."""
+    monkeypatch.setattr(diskimage, "_directory", str(tmp_path / "images"))
+    os.mkdir(str(tmp_path / "images"), 0o700)
+
+    def new_run():
+        monkeypatch.setattr(image, "_seen", type(image._seen)())
+        monkeypatch.setattr(image, "_images", type(image._images)())
+
+    new_run()
+    return new_run
 
 
 @pytest.mark.parametrize("spec,overrides", SPECS, ids=["cpu-only", "dgx-h100-overridden"])
@@ -119,3 +139,80 @@ def test_a_changed_library_source_is_another_key(monkeypatch, tmp_path):
     assert image.spec_key(spec, False) != before
     monkeypatch.setenv("CC", "clang")
     assert image.spec_key(spec, True) != before
+
+
+@pytest.mark.parametrize("spec,overrides", SPECS, ids=["cpu-only", "dgx-h100-overridden"])
+def test_a_later_runs_first_node_comes_from_disk_and_is_the_builders(
+    disk_images, monkeypatch, spec, overrides
+):
+    nodes = []
+    try:
+        reference = build_without_images(monkeypatch, spec, overrides)
+        nodes.append(reference)
+        nodes.append(FakeNode.build_temp(spec, overrides))  # built, and its image kept on disk
+        assert len(os.listdir(diskimage.directory())) == 1
+        disk_images()
+        with monkeypatch.context() as patch:  # the builder must not run for this one
+            patch.setattr(node, "write_sysfs", None)
+            nodes.append(FakeNode.build_temp(spec, overrides))
+        want = tree(reference.root)
+        for built in nodes[1:]:
+            assert tree(built.root) == want
+            assert built.pci_paths == reference.pci_paths
+    finally:
+        for built in nodes:
+            built.cleanup()
+
+
+def kept_file(spec):
+    key = image.spec_key(node.load_spec(spec), node.load_spec(spec)["nvml"]["library"])
+    return os.path.join(diskimage.directory(), diskimage.file_name(key))
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        lambda blob: blob[: len(blob) // 2],
+        lambda blob: b"not an image",
+        lambda blob: zlib.compress(marshal.dumps((1, ["../escape"], [], [], {}))),
+        lambda blob: zlib.compress(marshal.dumps((2,) + marshal.loads(zlib.decompress(blob))[1:])),
+    ],
+    ids=["truncated", "garbage", "path-leaving-the-root", "another-format"],
+)
+def test_a_damaged_disk_image_is_ignored_and_the_node_built(disk_images, monkeypatch, damage):
+    first = FakeNode.build_temp("cpu-only")
+    nodes = [first]
+    try:
+        path = kept_file("cpu-only")
+        with open(path, "rb") as handle:
+            blob = handle.read()
+        with open(path, "wb") as handle:
+            handle.write(damage(blob))
+        disk_images()
+        built = []
+        real = node.write_sysfs
+        monkeypatch.setattr(node, "write_sysfs", lambda *a: built.append(1) or real(*a))
+        nodes.append(FakeNode.build_temp("cpu-only"))
+        assert built, "the damaged image was used"
+        assert tree(nodes[1].root) == tree(first.root)
+        assert not os.path.exists(os.path.join(str(nodes[1].root), "..", "escape"))
+    finally:
+        for each in nodes:
+            each.cleanup()
+
+
+def test_an_image_with_another_library_is_not_used(disk_images, monkeypatch):
+    """A new gcc or nvml.h compiles another library: the image holding the old one is stale."""
+    first = FakeNode.build_temp("dgx-h100")
+    first.cleanup()
+    key = image.spec_key(first.spec, True)
+    disk_images()
+    assert diskimage.load(key) is not None
+    monkeypatch.setattr(diskimage, "_library_now", lambda: b"another library")
+    assert diskimage.load(key) is None
+
+
+def test_an_edited_builder_names_another_image(monkeypatch):
+    before = diskimage.file_name("some key")
+    monkeypatch.setattr(diskimage, "_builder_digest", "0" * 64)
+    assert diskimage.file_name("some key") != before

@@ -7,6 +7,10 @@ builds write its bytes back: the same directories, file contents, modes and syml
 builder wrote, nothing shared between two nodes, so a test can still change its node freely.
 The key is the resolved spec (and the library's source), not the builder's code: a test that patches
 the builder itself (none does) would have to set `lookup` to return None, as test_fakenode_image does.
+
+Images are also kept on disk between runs (diskimage.py, in a directory only this user can write),
+under a name that adds the builder's own source: most of the fast tier's ~150 specs are built once
+or twice per worker, and a later run writes them all from there instead of building them again.
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ import os
 import stat
 from typing import Any, Dict, List, Optional, Tuple
 
-from . import fakenvml
+from . import diskimage, fakenvml
 
 # distinct specs whose image is kept (a DGX image is ~0.7 MB); the least recently built goes first
 MAX_IMAGES = 32
@@ -97,20 +101,35 @@ def spec_key(spec: Dict[str, Any], with_library: bool) -> str:
 
 
 def lookup(key: str) -> Optional[Tuple[TreeImage, Dict[str, str]]]:
-    """The image and PCI paths of an earlier build of this key, or None; counts the build."""
+    """The image and PCI paths of an earlier build of this key (this process's, else one kept on
+    disk by an earlier run), or None; counts the build."""
     _seen[key] += 1
     found = _images.get(key)
     if found is not None:
         _images.move_to_end(key)
-    return found
+        return found
+    loaded = diskimage.load(key)
+    if loaded is None:
+        return None
+    image = TreeImage()
+    image.dirs, image.files, image.links = loaded[0], loaded[1], loaded[2]
+    _remember(key, (image, loaded[3]))
+    return image, loaded[3]
 
 
 def wanted(key: str) -> bool:
-    """Whether a tree just built for key should be kept: the second build of a spec, not the first."""
-    return _seen[key] >= 2 and key not in _images
+    """Whether a tree just built for key should be kept: the second build of a spec, or the first
+    when it can go to disk for the next run."""
+    return key not in _images and (_seen[key] >= 2 or diskimage.enabled())
 
 
 def keep(key: str, root: str, pci_paths: Dict[str, str]) -> None:
-    _images[key] = (TreeImage.take(root), dict(pci_paths))
+    image = TreeImage.take(root)
+    _remember(key, (image, dict(pci_paths)))
+    diskimage.save(key, image.dirs, image.files, image.links, dict(pci_paths))
+
+
+def _remember(key: str, entry: Tuple[TreeImage, Dict[str, str]]) -> None:
+    _images[key] = entry
     while len(_images) > MAX_IMAGES:
         _images.popitem(last=False)
