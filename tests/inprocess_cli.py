@@ -6,8 +6,10 @@ spawned ~200 of them, most for verbs that only read files and print. Such verbs 
 answer here. What cannot run here, and is refused so that a test does not silently test
 something else:
 - hook verbs (prolog, epilog, ...): they fork, set signal handlers and leave through os._exit;
-- `--live nvml`: the fake libnvidia-ml.so.1 is found through LD_LIBRARY_PATH when the process
-  starts, which this process did long ago.
+- `--live nvml`, unless the caller names the fake node (`nvml_node=`): a child finds the fake
+  libnvidia-ml.so.1 through LD_LIBRARY_PATH when it starts, which this process did long ago; here
+  pynvml is pointed at that node's library for the command (as the nvml_node fixture does for the
+  checks), and a test about finding the library keeps its child.
 A verb that leaves a check thread stuck would end the process (check_verbs.finish: os._exit);
 here it is an error instead, and only for threads the verb started: a hung-check test run
 earlier in this worker may have left its own stuck thread behind, which is no business of this
@@ -23,7 +25,8 @@ import os
 import subprocess
 import sys
 import threading
-from typing import Dict, List, Optional
+from contextlib import contextmanager
+from typing import Any, Dict, Iterator, List, Optional
 
 from tests.helpers import REPO
 
@@ -33,18 +36,31 @@ def cli_in_process(
     env: Optional[Dict[str, str]] = None,
     stdin: Optional[str] = None,
     cwd: str = REPO,
+    nvml_node: Any = None,
 ) -> "subprocess.CompletedProcess[str]":
     """main(args) with os.environ replaced by `env` (default: unchanged), cwd, and stdin text;
-    its exit code (argparse's SystemExit included), stdout and stderr as a CompletedProcess."""
-    from slurm_hooks.cli import check_verbs
+    its exit code (argparse's SystemExit included), stdout and stderr as a CompletedProcess.
+    nvml_node: the FakeNode whose library `--live nvml` reads (pynvml reset before and after)."""
     from slurm_hooks.cli import main as cli_main
-    from slurm_hooks.core import logs
 
     args = [str(a) for a in args]
     if cli_main.parse_hook_args(args) is not None:
         raise ValueError("a hook verb runs as a subprocess: %r" % args)
-    if "nvml" in args and "--live" in args:
+    if "nvml" in args and "--live" in args and nvml_node is None:
         raise ValueError("--live nvml needs a fresh process (LD_LIBRARY_PATH): %r" % args)
+    if nvml_node is None:
+        return _main_in_process(args, env, stdin, cwd)
+    with _library_of(nvml_node):
+        return _main_in_process(args, env, stdin, cwd)
+
+
+def _main_in_process(
+    args: List[str], env: Optional[Dict[str, str]], stdin: Optional[str], cwd: str
+) -> "subprocess.CompletedProcess[str]":
+    from slurm_hooks.cli import check_verbs
+    from slurm_hooks.cli import main as cli_main
+    from slurm_hooks.core import logs
+
     out = io.TextIOWrapper(io.BytesIO(), encoding="utf-8", newline="")
     err = io.TextIOWrapper(io.BytesIO(), encoding="utf-8", newline="", errors="backslashreplace")
     given = io.TextIOWrapper(io.BytesIO((stdin or "").encode("utf-8")), encoding="utf-8")
@@ -105,3 +121,26 @@ def _finish_without_exit(before):
         return code
 
     return finish
+
+
+@contextmanager
+def _library_of(node: Any) -> Iterator[None]:
+    """The real pynvml on node's fake library, with no NVML session before or after."""
+    import pynvml
+
+    from slurm_hooks.hw import nvml
+    from tests.fakenode import fakenvml
+
+    fakenvml.unload_from_pynvml()
+    nvml.reset_sessions()
+    if node.lib_path is not None:  # else pynvml looks for libnvidia-ml.so.1 as the child would
+        node.load_into_pynvml()
+    try:
+        yield
+    finally:
+        try:
+            pynvml.nvmlShutdown()
+        except pynvml.NVMLError:
+            pass
+        fakenvml.unload_from_pynvml()
+        nvml.reset_sessions()

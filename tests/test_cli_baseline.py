@@ -1,5 +1,6 @@
 """`slurm-hooks baseline`: a known-good node's values as config, loadable unchanged, that every check passes
-on that node and that catches the faults the defaults cannot (a slower slot, SMT turned off)."""
+on that node and that catches the faults the defaults cannot (a slower slot, SMT turned off).
+The first test runs its commands as `python -m slurm_hooks` children; the others in this process."""
 
 from __future__ import annotations
 
@@ -11,13 +12,18 @@ import pytest
 
 from tests.captures import unpack
 from tests.helpers import REPO
+from tests.inprocess_cli import cli_in_process
 
 CLI = [sys.executable, "-m", "slurm_hooks"]
 
 
-def _run(args, env=None, **kwargs):
+def _run(args, env=None, node=None, child=False):
+    """The command in this process (tests/inprocess_cli.py; `--live nvml` reads node's library),
+    or with child=True as `python -m slurm_hooks`, as the first test runs every verb it uses."""
+    if not child:
+        return cli_in_process(args, env=env, nvml_node=node if "--live" in args else None)
     return subprocess.run(
-        CLI + args, capture_output=True, text=True, cwd=REPO, env=env, timeout=120, **kwargs
+        CLI + args, capture_output=True, text=True, cwd=REPO, env=env, timeout=120
     )
 
 
@@ -29,30 +35,35 @@ def _env(node=None):
     return env
 
 
-def _baseline(node, tmp_path):
+def _baseline(node, tmp_path, child=False):
     out = tmp_path / "baseline.toml"
     proc = _run(
-        ["baseline", "--root", str(node.root), "--live", "nvml", "-o", str(out)], _env(node)
+        ["baseline", "--root", str(node.root), "--live", "nvml", "-o", str(out)],
+        _env(node),
+        node,
+        child,
     )
     assert proc.returncode == 0, proc.stderr
     return out
 
 
-def _check(node, config, *names):
+def _check(node, config, *names, child=False):
     proc = _run(
         ["--config", str(config), "check", "--json", "--all-contexts", "--root", str(node.root)]
         + ["--live", "nvml"]
         + list(names),
         _env(node),
+        node,
+        child,
     )
     return proc.returncode, json.loads(proc.stdout)
 
 
 def test_baseline_of_a_good_node_loads_and_every_check_passes_on_it(fake_node, tmp_path):
     node = fake_node("dgx-h100")
-    config = _baseline(node, tmp_path)
+    config = _baseline(node, tmp_path, child=True)
     text = config.read_text()
-    loaded = _run(["--config", str(config), "config", "check"], _env())
+    loaded = _run(["--config", str(config), "config", "check"], _env(), child=True)
     assert loaded.returncode == 0, loaded.stderr
     effective = loaded.stdout
     for line in (  # the values the fake node's spec sets, now in the effective config
@@ -67,7 +78,7 @@ def test_baseline_of_a_good_node_loads_and_every_check_passes_on_it(fake_node, t
     ):
         assert line in effective, (line, text)
     assert '"mlx5_0", "mlx5_1"' in text and "mlx5_9" in text
-    code, report = _check(node, config)
+    code, report = _check(node, config, child=True)
     bad = [(c["name"], c["status"]) for c in report["checks"] if c["status"] not in ("OK", "SKIP")]
     assert code == 0 and bad == [], bad
 
@@ -167,7 +178,7 @@ def test_a_fault_no_baseline_can_express_is_listed_and_exits_1(fake_node, tmp_pa
     node = fake_node("dgx-h100", {"gpu": {1: {"pcie": {"width": 8}}}})
     out = tmp_path / "baseline.toml"
     proc = _run(
-        ["baseline", "--root", str(node.root), "--live", "nvml", "-o", str(out)], _env(node)
+        ["baseline", "--root", str(node.root), "--live", "nvml", "-o", str(out)], _env(node), node
     )
     assert proc.returncode == 1 and "did not pass every check" in proc.stderr
     head = out.read_text().split("\n[", 1)[0]

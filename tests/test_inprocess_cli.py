@@ -3,6 +3,7 @@ ends the process for a thread some earlier test left stuck."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -60,3 +61,36 @@ def test_what_needs_a_fresh_process_is_refused(env):
         with pytest.raises(ValueError):
             cli_in_process(argv, env=env)
     assert os.environ.get("SLURM_HOOKS_CONFIG") != env["SLURM_HOOKS_CONFIG"]  # restored
+
+
+def test_live_nvml_on_a_named_fake_node_answers_as_its_child(fake_node):
+    """With the node named, pynvml reads that node's library here as the child finds it through
+    LD_LIBRARY_PATH: the same report, timings aside; and an NVML fault planted on the node shows."""
+    node = fake_node("dgx-h100")
+    env = dict(node.subprocess_env(), SLURM_HOOKS_ALLOW_INSECURE_CONFIG="1")
+    argv = ["check", "--json", "gpu", "--root", str(node.root), "--live", "nvml"]
+
+    def report(proc):
+        assert proc.returncode in (0, 1, 2), proc.stderr
+        return [
+            {key: value for key, value in check.items() if key != "duration_s"}
+            for check in json.loads(proc.stdout)["checks"]
+        ]
+
+    codes = []
+    for planted in (None, "nvmlDeviceGetEccMode"):
+        if planted:
+            node.inject_fault(planted, 5)
+        child = subprocess.run(
+            [sys.executable, "-m", "slurm_hooks"] + argv,
+            capture_output=True,
+            text=True,
+            cwd=REPO,
+            env=env,
+            timeout=60,
+        )
+        here = cli_in_process(argv, env=env, nvml_node=node)
+        assert here.returncode == child.returncode
+        assert report(here) == report(child)
+        codes.append(here.returncode)
+    assert codes[0] == 0 and codes[1] != 0, codes  # the fault planted in the library counted
