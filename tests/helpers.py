@@ -89,9 +89,10 @@ def run_on_node(registry, node, names, config=None, job=None, context="manual"):
     return report.results()
 
 
-def cli_with_default_config(args, env=None):
-    """`python -m slurm_hooks ARGS` with the built-in defaults (an empty config file), whatever
-    /etc/slurm-hooks holds on this machine (tests/test_capture*.py)."""
+def cli_with_default_config(args, env=None, child=False):
+    """`slurm-hooks ARGS` with the built-in defaults (an empty config file), whatever
+    /etc/slurm-hooks holds on this machine (tests/test_capture*.py): in this process
+    (tests/inprocess_cli.py), or with child=True as `python -m slurm_hooks`."""
     import subprocess
     import sys
     import tempfile
@@ -102,6 +103,10 @@ def cli_with_default_config(args, env=None):
             SLURM_HOOKS_ALLOW_INSECURE_CONFIG="1",
             SLURM_HOOKS_CONFIG=empty.name,
         )
+        if not child:
+            from tests.inprocess_cli import cli_in_process
+
+            return cli_in_process(list(args), env=full)
         return subprocess.run(
             [sys.executable, "-m", "slurm_hooks"] + list(args),
             capture_output=True,

@@ -68,8 +68,10 @@ def captured_fake(tmp_path_factory):
     )
     base = tmp_path_factory.mktemp("capture")
     out = str(base / "fake.tar.gz")
-    proc = cli(
-        ["capture", out, "--root", str(node.root), "--live", "nvml"], env=node.subprocess_env()
+    proc = cli(  # a child: capture's subprocess test, its library found as an admin's run finds it
+        ["capture", out, "--root", str(node.root), "--live", "nvml"],
+        env=node.subprocess_env(),
+        child=True,
     )
     assert proc.returncode == 0, proc.stderr
     root = unpack(out, str(base / "unpacked"))
