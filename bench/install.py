@@ -1,8 +1,9 @@
 """A throw-away regular (non-editable) install of this checkout, laid out the way the RPM installs it.
 
-The development venv holds slurm-hooks as an *editable* install: every interpreter start there runs
-setuptools' editable finder from a .pth file (~8 ms: pathlib, importlib.util, urllib), which no
-node pays. The latency figures are the product's claims, so they are measured on what nodes run:
+The development venv holds slurm-hooks as an *editable* install: a .pth path line to the checkout
+(pyproject's package-dir; before it, setuptools' editable finder, ~8-13 ms of pathlib, fnmatch and
+re in every interpreter start, which no node pays), and the checkout's other top-level folders on
+sys.path. The latency figures are the product's claims, so they are measured on what nodes run:
 the package in a site-packages directory and a console script like the one the spec writes
 (`#!python -s`, import, call). Dependencies (nvidia-ml-py, ...) come from the development
 venv through a plain .pth path line, which adds that directory without running its .pth files.

@@ -9,8 +9,8 @@ Everything runs against fake nodes (tests/fakenode: sysfs/procfs tree + fake lib
 in a temp dir (tmpfs when available), with the default configuration except: observe mode, state/log/
 records paths in the temp dir, syslog off. The hooks run as slurmd runs them: a console script
 `#!python -s` over a regular (non-editable) install of this checkout made in a temp venv, the layout
-the RPM installs (bench/install.py: the dev venv's editable finder costs every start ~8 ms that no
-node pays), no arguments, slurmd's job variables, no PATH.
+the RPM installs (bench/install.py: not the dev venv's editable install of the whole checkout),
+no arguments, slurmd's job variables, no PATH.
 Needs gcc and the `[test]` extra (nvidia-nvml-dev), like the tests; the drain-path Slurm figures use
 a real slurmctld (tests/slurmcluster.py) when Slurm is installed and we are root, else the in-memory
 backend. NVML figures are the fake library's: a real driver's nvmlInit and calls cost more.
@@ -100,9 +100,7 @@ class Bench:
     def __init__(self, mode: str):
         self.mode, self.cfg = mode, MODES[mode]
         self.install_dir = tempfile.mkdtemp(prefix="slurm-hooks-bench-install-")
-        self.python, self.hook = make_install(
-            self.install_dir
-        )  # what nodes run: no editable finder
+        self.python, self.hook = make_install(self.install_dir)  # what nodes run: a regular install
         self.job_id = 1000
         self.sections: List[Section] = []
         self.failures: List[str] = []
