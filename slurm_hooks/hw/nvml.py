@@ -318,6 +318,9 @@ _VALUE_MEMBERS = {
 }
 
 
+FIELD_VALUE_MEMBERS = _VALUE_MEMBERS  # for readers of raw nvmlDeviceGetFieldValues entries
+
+
 class NvmlSession:
     """One NVML initialisation per process; `call` wraps every pynvml function."""
 

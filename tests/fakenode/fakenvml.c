@@ -1199,6 +1199,44 @@ static int clock_event_field(int idx, nvmlFieldValue_t *f) {
     return 1;
 }
 
+/*
+ * NVLink error counters of one link as field values (NVML_FI_DEV_NVLINK_<counter>_ERROR_COUNT_L<n>): the
+ * numbers nvmlDeviceGetNvLinkErrorCounter answers for that link and counter. nvml.h numbers links 0-5
+ * and 6-11 of the first four counters in two runs each, and the ECC data counter's links 0-11 in one;
+ * it has no per-link ids past link 11. The entry's nvmlReturn is what the per-link call would return
+ * (NOT_SUPPORTED without NVLinks); nvlink.error_fields.supported = 0 makes every one of them
+ * NOT_SUPPORTED, as a driver that serves the counters only through the per-link call.
+ * Returns 1 when the field is one of them.
+ */
+_Static_assert(NVML_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_L5 == NVML_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_L0 + 5, "run");
+_Static_assert(NVML_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_L11 == NVML_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_L6 + 5, "run");
+_Static_assert(NVML_FI_DEV_NVLINK_ECC_DATA_ERROR_COUNT_L11 == NVML_FI_DEV_NVLINK_ECC_DATA_ERROR_COUNT_L0 + 11, "run");
+static int nvlink_error_field(int idx, nvmlFieldValue_t *f) {
+    static const struct {
+        unsigned int first_id, first_link, links;
+        const char *counter;
+    } runs[] = {
+        {NVML_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_L0, 0, 6, "replay"},
+        {NVML_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_L6, 6, 6, "replay"},
+        {NVML_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_L0, 0, 6, "recovery"},
+        {NVML_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_L6, 6, 6, "recovery"},
+        {NVML_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_L0, 0, 6, "crc_flit"},
+        {NVML_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_L6, 6, 6, "crc_flit"},
+        {NVML_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_L0, 0, 6, "crc_data"},
+        {NVML_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_L6, 6, 6, "crc_data"},
+        {NVML_FI_DEV_NVLINK_ECC_DATA_ERROR_COUNT_L0, 0, 12, "ecc_data"},
+    };
+    for (size_t i = 0; i < sizeof runs / sizeof runs[0]; i++) {
+        if (f->fieldId < runs[i].first_id || f->fieldId >= runs[i].first_id + runs[i].links) continue;
+        unsigned int link = runs[i].first_link + (f->fieldId - runs[i].first_id);
+        nvmlReturn_t r = G(idx, 1, "nvlink.error_fields.supported") ? link_ok(idx, link) : NVML_ERROR_NOT_SUPPORTED;
+        f->nvmlReturn = r;
+        f->value.ullVal = r == NVML_SUCCESS ? G(idx, 0, "nvlink.links.%u.errors.%s", link, runs[i].counter) : 0;
+        return 1;
+    }
+    return 0;
+}
+
 nvmlReturn_t nvmlDeviceGetFieldValues(nvmlDevice_t device, int valuesCount, nvmlFieldValue_t *values) {
     DEV_ENTER("nvmlDeviceGetFieldValues", device);
     NEED(values);
@@ -1233,6 +1271,7 @@ nvmlReturn_t nvmlDeviceGetFieldValues(nvmlDevice_t device, int valuesCount, nvml
         }
 #endif
         if (!v && clock_event_field(idx, f)) continue;
+        if (!v && nvlink_error_field(idx, f)) continue;
         if (!v) {
             f->nvmlReturn = NVML_ERROR_NOT_SUPPORTED;
             f->value.ullVal = 0;
