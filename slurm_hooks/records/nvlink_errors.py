@@ -43,6 +43,19 @@ def error_field_id(counter: str, link: int) -> Optional[int]:
     return None
 
 
+def _fields_by_link() -> Dict[int, List[Tuple[str, int]]]:
+    """Per link nvml.h numbers: [(counter, field id)] in NVLINK_COUNTERS order."""
+    out: Dict[int, List[Tuple[str, int]]] = {}
+    for name in NVLINK_COUNTERS:
+        for first_link, first_id, links in ERROR_FIELD_RUNS[name]:
+            for link in range(first_link, first_link + links):
+                out.setdefault(link, []).append((name, first_id + link - first_link))
+    return out
+
+
+_FIELDS_BY_LINK = _fields_by_link()
+
+
 def read(session: nvml.NvmlSession, handle: Any, gpu: Dict[str, Any]) -> None:
     """gpu["nvlink"][link] = {counter: value} per active link, gpu["counters"]["nvlink.<counter>"] = their
     sums. An NvmlError that stops the link probe or a per-link read propagates after the links read
@@ -90,9 +103,7 @@ def _batched(
     wanted = [
         ((link, name), field_id)
         for link in links
-        for name in NVLINK_COUNTERS
-        for field_id in (error_field_id(name, link),)
-        if field_id is not None
+        for name, field_id in _FIELDS_BY_LINK.get(link, ())
     ]
     if not wanted:
         return {}
@@ -104,17 +115,15 @@ def _batched(
     except (nvml.NvmlError, TypeError):  # TypeError: a pynvml that takes bare field ids only
         return {}
     out: Dict[Tuple[int, str], int] = {}
-    for (key, field_id), entry in zip(wanted, entries):
-        value = _entry_value(entry)
-        if value is not None and entry.fieldId == field_id:
+    for (key, _), entry in zip(wanted, entries):
+        if entry.nvmlReturn != 0:  # NOT_SUPPORTED and the like: the per-link call answers instead
+            continue
+        member = _INTEGER_MEMBERS.get(entry.valueType)
+        value = getattr(entry.value, member) if member else None
+        if isinstance(value, int) and value >= 0:
             out[key] = value
     return out
 
 
-def _entry_value(entry: Any) -> Optional[int]:
-    """The entry's value as an int; None unless it answered SUCCESS with an integer type."""
-    member = nvml.FIELD_VALUE_MEMBERS.get(entry.valueType)
-    if entry.nvmlReturn != 0 or member is None or member == "dVal":
-        return None
-    value = getattr(entry.value, member)
-    return int(value) if isinstance(value, int) and value >= 0 else None
+# nvmlValueType_t -> nvmlValue_t member, integer types only (a counter in a double is not taken)
+_INTEGER_MEMBERS = {k: v for k, v in nvml.FIELD_VALUE_MEMBERS.items() if v != "dVal"}
