@@ -124,6 +124,9 @@ def run_isolated_checks(
     store_s = config.settings.deadline.files if snapshot_s and context == "prolog" else 0.0
 
     def work() -> Dict[str, Any]:
+        from ..hw import nvml
+
+        nvml.share_within_run()  # this process is one run: checks and snapshot ask NVML once
         host = Host(root)
         gather = GatherContext(registry, host, config, job)
         # the sysfs/procfs gatherers are read by a helper process on another core meanwhile

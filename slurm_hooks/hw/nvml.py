@@ -378,6 +378,16 @@ class NvmlSession:
 
     def call(self, function: str, *args: Any, **kwargs: Any) -> Any:
         """Call pynvml.<function>(*args), turning NVMLError into NvmlError with the reviewed outcome."""
+        if _shared is not None and function in SHARED_WITHIN_RUN and not kwargs:
+            key = (self.library, function) + tuple(_argument_key(a) for a in args)
+            if key in _shared:
+                return _shared[key]
+            value = self._call(function, *args)
+            _shared[key] = value  # an answer only: an error is asked again by the next caller
+            return value
+        return self._call(function, *args, **kwargs)
+
+    def _call(self, function: str, *args: Any, **kwargs: Any) -> Any:
         lib = self.pynvml
         fn: Optional[Callable[..., Any]] = getattr(lib, function, None)
         if fn is None:
@@ -482,6 +492,40 @@ class NvmlSession:
                 "NVML function %s is not available on this driver; checks using it report UNKNOWN",
                 function,
             )
+
+
+# Queries whose answer one hook run may share between its checks and its counter snapshot (the check
+# process asks each twice or three times per GPU, from different threads): what identifies a GPU
+# (fixed while the driver is loaded) and whether a link is up, read by the NVLink check and by the
+# snapshot milliseconds apart, now one reading for both. Shared only inside the hook's check
+# process (share_within_run), which lives for one run; never in a process that asks again later.
+SHARED_WITHIN_RUN = frozenset(
+    {
+        "nvmlDeviceGetHandleByIndex",
+        "nvmlDeviceGetMinorNumber",
+        "nvmlDeviceGetUUID",
+        "nvmlDeviceGetName",
+        "nvmlDeviceGetPciInfo",
+        "nvmlDeviceGetNvLinkState",
+        "nvmlDeviceGetPersistenceMode",  # an admin's setting (nvidia-smi -pm), read by two checks
+    }
+)
+_shared: Optional[Dict[Tuple[Any, ...], Any]] = None
+
+
+def share_within_run() -> None:
+    """From now on this process answers SHARED_WITHIN_RUN queries it has already made from memory
+    (the hook's check process, for the rest of its life)."""
+    global _shared
+    _shared = {}
+
+
+def _argument_key(value: Any) -> Any:
+    """A device handle by the address it points at (each nvmlDeviceGetHandleByIndex makes a new
+    ctypes object for the same device); anything else as it is."""
+    if isinstance(value, ctypes._Pointer):
+        return bytes(value)  # the pointer's own bytes: its address, ~1 µs cheaper than a cast
+    return value
 
 
 _sessions: Dict[str, NvmlSession] = {}

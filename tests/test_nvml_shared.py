@@ -1,0 +1,108 @@
+"""Answers shared within one hook run (nvml.share_within_run, the check process's): what identifies a GPU,
+its persistence mode and its link states are asked once for the checks and the counter snapshot."""
+
+from __future__ import annotations
+
+import collections
+
+import pytest
+
+from slurm_hooks.hw import nvml
+from slurm_hooks.hw.host import Host
+from slurm_hooks.records import counters
+from tests.helpers import run_on_node
+
+
+@pytest.fixture
+def sharing(monkeypatch):
+    """share_within_run for this test only (the module's memory is put back afterwards)."""
+    monkeypatch.setattr(nvml, "_shared", None)
+    nvml.share_within_run()
+
+
+@pytest.fixture
+def library_calls(monkeypatch):
+    """{function: calls that reached pynvml}."""
+    calls = collections.Counter()
+    real = nvml.NvmlSession._call
+
+    def counted(self, function, *args, **kwargs):
+        calls[function] += 1
+        return real(self, function, *args, **kwargs)
+
+    monkeypatch.setattr(nvml.NvmlSession, "_call", counted)
+    return calls
+
+
+def link_state(node, gpu, link):
+    session = nvml.session()
+    return session.call(
+        "nvmlDeviceGetNvLinkState", session.call("nvmlDeviceGetHandleByIndex", gpu), link
+    )
+
+
+def test_a_shared_link_state_is_read_once_per_device_and_link(gpu_node, sharing, library_calls):
+    assert link_state(gpu_node, 1, 5) == 1
+    gpu_node.set_states({"gpu.1.nvlink.links.5.state": 0, "gpu.2.nvlink.links.5.state": 0})
+    # a new handle object for the same device: the same reading
+    assert link_state(gpu_node, 1, 5) == 1
+    assert link_state(gpu_node, 2, 5) == 0 and link_state(gpu_node, 1, 6) == 1  # others are asked
+    assert library_calls["nvmlDeviceGetNvLinkState"] == 3
+    assert library_calls["nvmlDeviceGetHandleByIndex"] == 2
+
+
+def test_without_sharing_every_call_reaches_the_library(gpu_node, library_calls):
+    assert link_state(gpu_node, 1, 5) == 1
+    gpu_node.set_states({"gpu.1.nvlink.links.5.state": 0})
+    assert link_state(gpu_node, 1, 5) == 0
+    assert library_calls["nvmlDeviceGetNvLinkState"] == 2
+
+
+def test_an_error_and_a_counter_are_never_shared(gpu_node, sharing, library_calls):
+    session = nvml.session()
+    handle = session.call("nvmlDeviceGetHandleByIndex", 0)
+    gpu_node.inject_fault("nvmlDeviceGetNvLinkState", 0, 15)
+    with pytest.raises(nvml.NvmlError):
+        session.call("nvmlDeviceGetNvLinkState", handle, 3)
+    gpu_node.clear_faults()
+    assert session.call("nvmlDeviceGetNvLinkState", handle, 3) == 1  # asked again, answered
+    gpu_node.set_states({"gpu.0.pcie.replay_counter": 4})
+    assert session.call("nvmlDeviceGetPcieReplayCounter", handle) == 4
+    gpu_node.set_states({"gpu.0.pcie.replay_counter": 5})
+    assert session.call("nvmlDeviceGetPcieReplayCounter", handle) == 5
+    assert library_calls["nvmlDeviceGetNvLinkState"] == 2
+
+
+def test_checks_and_snapshot_give_the_same_results_with_fewer_calls(
+    registry, gpu_node, monkeypatch, library_calls
+):
+    """The NVLink check and the snapshot as one prolog's check process runs them: same results and
+    records with the answers shared, each link's state read once instead of twice."""
+    gpu_node.set_states({"gpu.3.nvlink.links.5.state": 0, "gpu.3.nvlink.links.5.errors.replay": 2})
+
+    def one_run():
+        results = run_on_node(registry, gpu_node, ["gpu"])
+        snap = counters.take(Host(str(gpu_node.root)), "", gpus=None)
+        return (
+            [(r.check, r.status, r.summary, r.component) for r in results],
+            [
+                {k: v for k, v in g.items() if k not in ("counters", "flags")}
+                | {"counters": {k: v for k, v in g["counters"].items() if "energy" not in k}}
+                for g in snap["gpus"]
+            ],
+        )
+
+    alone = one_run()
+    calls_alone = dict(library_calls)
+    library_calls.clear()
+    monkeypatch.setattr(nvml, "_shared", None)
+    nvml.share_within_run()
+    shared = one_run()
+    assert shared == alone
+    assert any("inactive: 5" in summary for _, _, summary, _ in alone[0])
+    assert calls_alone["nvmlDeviceGetNvLinkState"] == 8 * 18 + 8 * 19
+    assert library_calls["nvmlDeviceGetNvLinkState"] == 8 * 19  # the probe past the last link too
+    assert (
+        library_calls["nvmlDeviceGetPersistenceMode"] < calls_alone["nvmlDeviceGetPersistenceMode"]
+    )
+    assert library_calls["nvmlDeviceGetUUID"] < calls_alone["nvmlDeviceGetUUID"]
