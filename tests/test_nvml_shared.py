@@ -4,13 +4,17 @@ its persistence mode and its link states are asked once for the checks and the c
 from __future__ import annotations
 
 import collections
+import os
+import subprocess
+import sys
 
 import pytest
 
+from bench.nodeenv import BenchNode
 from slurm_hooks.hw import nvml
 from slurm_hooks.hw.host import Host
 from slurm_hooks.records import counters
-from tests.helpers import run_on_node
+from tests.helpers import REPO, run_on_node
 
 
 @pytest.fixture
@@ -106,3 +110,39 @@ def test_checks_and_snapshot_give_the_same_results_with_fewer_calls(
         library_calls["nvmlDeviceGetPersistenceMode"] < calls_alone["nvmlDeviceGetPersistenceMode"]
     )
     assert library_calls["nvmlDeviceGetUUID"] < calls_alone["nvmlDeviceGetUUID"]
+
+
+def test_one_prolog_asks_nvml_each_shared_question_once(tmp_path):
+    """The real prolog on the 8-GPU fake node (18 NVLinks per GPU), every NVML call counted by the fake
+    library ($FAKE_NVML_CALL_LOG, every process of the hook): link states once per GPU and link (plus
+    the probe past the last one), the error counters of links 0-11 in one field-values call per GPU
+    and only links 12-17 per link, each GPU's handle, minor and UUID asked once."""
+    node = BenchNode.create("dgx-h100")
+    try:
+        log = tmp_path / "nvml-calls"
+        env = dict(
+            node.hook_env("prolog", 4242),
+            FAKE_NVML_CALL_LOG=str(log),
+            PATH=os.environ.get("PATH", "/usr/bin:/bin"),
+            PYTHONPATH=REPO,
+        )
+        done = subprocess.run(
+            [sys.executable, "-m", "slurm_hooks", "prolog"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert done.returncode == 0, done.stderr
+        assert "status=OK" in node.decision_lines()[-1]
+    finally:
+        node.cleanup()
+    calls = collections.Counter(log.read_text().split())
+    assert calls["nvmlDeviceGetNvLinkErrorCounter"] == 8 * 6 * 5
+    # two threads asking the same question at the same moment both ask: a few more than once each,
+    # never the unshared count (checks 8 x 18 + snapshot 8 x 19 link states; 2 or 3 per GPU below)
+    assert 8 * 19 <= calls["nvmlDeviceGetNvLinkState"] < 8 * 19 + 8 * 18 // 2
+    assert 8 <= calls["nvmlDeviceGetMinorNumber"] < 8 * 2
+    for asked_twice_before in ("nvmlDeviceGetUUID", "nvmlDeviceGetName"):
+        assert 8 <= calls[asked_twice_before] < 8 * 2 - 4, asked_twice_before
+    assert sum(calls.values()) < 1000, calls.most_common(10)

@@ -21,6 +21,7 @@
 #include <nvml.h>
 
 #include <ctype.h>
+#include <fcntl.h>
 #include <dlfcn.h>
 #include <pthread.h>
 #include <stdarg.h>
@@ -244,7 +245,27 @@ static nvmlReturn_t inject(const char *fn, const char *base, int gpu) {
     return (nvmlReturn_t)to_ull(injected("fault", fn, base, gpu), NVML_SUCCESS);
 }
 
+/* $FAKE_NVML_CALL_LOG: every call's base name appended to that file, one line each (O_APPEND: the
+ * processes of one hook share it), so a test can count what a whole prolog asked NVML. */
+static int g_call_log = -1;
+static pthread_once_t g_call_log_once = PTHREAD_ONCE_INIT;
+
+static void open_call_log(void) {
+    const char *path = getenv("FAKE_NVML_CALL_LOG");
+    if (path && *path) g_call_log = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0600);
+}
+
+static void log_call(const char *base) {
+    pthread_once(&g_call_log_once, open_call_log);
+    if (g_call_log < 0) return;
+    char line[128];
+    int n = snprintf(line, sizeof line, "%s\n", base);
+    if (n > 0 && (size_t)n < sizeof line && write(g_call_log, line, (size_t)n) < 0) {
+    }
+}
+
 static nvmlReturn_t enter_sys(const char *fn, const char *base) {
+    log_call(base);
     if (refresh() != 0 || !g_init_refs) return NVML_ERROR_UNINITIALIZED;
     return inject(fn, base, -1);
 }
@@ -257,6 +278,7 @@ static int dev_index(nvmlDevice_t d) {
 }
 
 static nvmlReturn_t enter_dev(const char *fn, const char *base, nvmlDevice_t d, int *idx) {
+    log_call(base);
     if (refresh() != 0 || !g_init_refs) return NVML_ERROR_UNINITIALIZED;
     *idx = dev_index(d);
     if (*idx < 0) return NVML_ERROR_INVALID_ARGUMENT;
