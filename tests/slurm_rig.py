@@ -315,13 +315,20 @@ QUALIFY_NODE_OVERRIDES = {"nic": {"mlx5_0": {"ports": {1: {"rate": "200 Gb/sec (
 
 def reboot_standin_cluster(slurm_cluster_factory, base: Path, name: str) -> SlurmCluster:
     """A one-node cluster (node1) whose RebootProgram only appends the time to base/rebooted
-    (`cluster.marker`): the test host cannot reboot; the tests play the machine coming back."""
+    (`cluster.marker`): the test host cannot reboot; the tests play the machine coming back.
+
+    ReturnToService=1, as a site that relies on nextstate=DOWN sets it: with 2, Slurm returns the
+    rebooted node's DOWN (and an admin's) to service at any later registration, and 26.05 did so
+    between our steps in CI (twice: the test saw IDLE with no reason, nothing of ours had run)."""
     marker = base / "rebooted"
     program = base / "reboot.sh"
     program.write_text("#!/bin/sh\ndate +%%s >> %s\n" % marker)
     program.chmod(0o755)
     cluster = slurm_cluster_factory(
-        name, nodes=("node1",), extra_conf="RebootProgram=%s\nResumeTimeout=60" % program
+        name,
+        nodes=("node1",),
+        extra_conf="RebootProgram=%s\nResumeTimeout=60" % program,
+        return_to_service=1,
     )
     cluster.marker = marker
     return cluster

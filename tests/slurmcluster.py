@@ -308,6 +308,7 @@ class SlurmCluster:
         startup_timeout: float = 15.0,
         with_slurmd: bool = True,
         slurmd_timeout: int = 30,
+        return_to_service: int = 2,
     ) -> None:
         if not nodes:
             raise ValueError("need at least one node")
@@ -325,6 +326,10 @@ class SlurmCluster:
         self.startup_timeout = startup_timeout
         self.with_slurmd = with_slurmd
         self.slurmd_timeout = slurmd_timeout  # 0: slurmctld never marks a silent node DOWN
+        # 2 (the default here): any DOWN node returns at its next registration, so a restarted
+        # slurmd is back at once; 1: only a node DOWN for "Not responding" does (node_mgr.c
+        # validate_node_specs), so a DOWN an admin or a reboot's nextstate=DOWN set holds
+        self.return_to_service = return_to_service
         self.ctld_port, self.slurmd_port, self.dead_port = free_ports(3)
         self.etc, self.log, self.run_dir = self.base / "etc", self.base / "log", self.base / "run"
         self.state_dir, self.dev, self.out = (
@@ -387,7 +392,7 @@ class SlurmCluster:
             "SchedulerType=sched/backfill",
             "SchedulerParameters=bf_interval=1",
             "MpiDefault=none",
-            "ReturnToService=2",
+            "ReturnToService=%d" % self.return_to_service,
             "SlurmctldTimeout=30",
             "SlurmdTimeout=%d" % self.slurmd_timeout,
             "MessageTimeout=%d" % self.message_timeout,

@@ -115,3 +115,29 @@ def test_a_history_that_cannot_be_read_is_unknown_and_never_overwritten(weeks, m
     assert history_file.read_text() == before
     log = (weeks.state_file.parent.parent / "hooks.log").read_text()
     assert "event=drain-history-not-updated" in log
+
+
+def test_a_state_directory_others_can_write_is_not_believed(weeks):
+    """A user who can write [paths] state_dir (an admin's chmod 777, a typo'd path under a shared
+    directory) can delete our drain history or put an older one of ours back: read_ours believes
+    each file, since we wrote it. So the whole directory counts as lost (core/dir_trust.py): the
+    third drain in 30 days judges no lemon on it, the history is not rewritten, no repair rung is
+    climbed, and the hook's log names the directory. Before, the history there was believed."""
+    reason, health = fail_and_repair(weeks, 0)
+    reason, health = fail_and_repair(weeks, 1)
+    state_dir = weeks.state_file.parent
+    history_file = state_dir / "drain-history.json"
+    before = history_file.read_text()
+    state_dir.chmod(0o777)
+    weeks.at(2)
+    done = weeks.run("prolog", "node")
+    assert done.exit_code == ExitCode.NODE_BROKEN and weeks.node().is_drained
+    assert "lemon" not in weeks.node().reason, weeks.node().reason
+    assert history_file.read_text() == before
+    log = (state_dir.parent / "hooks.log").read_text()
+    assert "event=state-dir-untrusted" in log and "is writable by others (mode 0777)" in log, log
+    weeks.run("health", "ok")
+    state_dir.chmod(0o700)  # the admin's fix: believed again; the next drain is the third on record
+    weeks.at(3)
+    weeks.run("prolog", "node")
+    assert lemon.is_lemon(weeks.node().reason, "sh:"), weeks.node().reason

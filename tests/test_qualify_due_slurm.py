@@ -108,6 +108,11 @@ def reboot_by_the_ladder(ctld, client, config):
     return client.show_node("node1")
 
 
+def slurmd_start_time(ctld) -> str:
+    shown = ctld.run("scontrol", "-o", "show", "node", "node1")
+    return shown.split("SlurmdStartTime=")[1].split()[0]
+
+
 def come_back(ctld, client):
     """The machine boots again: slurmd restarts reporting a new boot (-b)."""
     time.sleep(1.1)  # BootTime has a resolution of one second: after the reboot request
@@ -116,12 +121,20 @@ def come_back(ctld, client):
     ctld.slurmd = ctld._spawn("slurmd", ["-D", "-b", "-N", "node1"])
     wait_for(ctld, lambda state: "REBOOT" not in state and "NOT_RESPONDING" not in state)
     back = client.show_node("node1")
-    if not back.is_down and not back.reason:
-        # the rig's ReturnToService=2: Slurm returns a DOWN node to service at any later
-        # registration (node_mgr.c), and 26.05 can re-register between our reboot's completion
-        # and this read (CI, sid, once in two runs): the node is back in service with no reason,
-        # nothing of ours is left to qualify (docs/qualify.md: ReturnToService)
-        pytest.skip("Slurm returned the rebooted node to service itself (ReturnToService=2)")
+    # The boot is done; slurmd goes on reporting that one boot time, which a slurmd left running
+    # with -b does not: 26.05 took its next registration, a second after our resume, for another
+    # reboot ("Node node1 unexpectedly rebooted", node_mgr.c; ReturnToService!=2) and set the
+    # node DOWN under the qualification job. A plain restart reports the host's real boot time.
+    started = slurmd_start_time(ctld)
+    time.sleep(1.1)  # SlurmdStartTime has a resolution of one second
+    ctld.slurmd.terminate()
+    ctld.slurmd.wait(timeout=30)
+    ctld.slurmd = ctld._spawn("slurmd", ["-D", "-N", "node1"])
+    deadline = time.monotonic() + 30
+    while slurmd_start_time(ctld) == started and time.monotonic() < deadline:
+        time.sleep(0.3)
+    assert slurmd_start_time(ctld) != started, "slurmd did not register again"
+    # the rig runs ReturnToService=1 (slurm_rig.reboot_standin_cluster): the DOWN holds
     return back
 
 
@@ -228,11 +241,6 @@ def test_an_admins_down_set_while_we_prepare_is_not_overwritten(
     monkeypatch.setattr(through_slurm, "_slurm", slurm)
     command, env = job_setup(ctld, fake, tmp_path)
     done = through_slurm.qualify_node(client, "node1", "quick", config, command, str(tmp_path), env)
-    if "in service" in done.get("reason", "") and not client.show_node("node1").is_down:
-        # the rig's ReturnToService=2: Slurm returns a DOWN node to service at any later
-        # registration (node_mgr.c), and 26.05 re-registered before our read (CI, sid); the
-        # scenario did not happen, and nothing of ours ran (docs/qualify.md: ReturnToService)
-        pytest.skip("Slurm returned the rebooted node to service itself (ReturnToService=2)")
     assert done["verdict"] == "not qualified" and "changed since it was read" in done["reason"]
     assert done["reservation_deleted"] is True and "job_id" not in done, done
     node = client.show_node("node1")

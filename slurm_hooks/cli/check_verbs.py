@@ -321,7 +321,27 @@ def directory_warnings(config: Config) -> "list[str]":
                 "[metrics] %s = %r does not exist: the hooks would create it, but only %s is "
                 "read (a typo?)" % (key, path, reader)
             )
+    found.extend(state_dir_warnings(config))
     return found
+
+
+def state_dir_warnings(config: Config) -> "list[str]":
+    """[paths] state_dir someone else could change (core/dir_trust.py): the hooks treat it as lost
+    (state rebuilt from Slurm, no drain history believed, no repair rung climbed), so say it here."""
+    from ..core.dir_trust import untrusted_because
+
+    path = config.get("paths", "state_dir")
+    try:
+        why = untrusted_because(path)
+    except OSError as exc:
+        why = "cannot be checked: %s" % exc
+    if not why:
+        return []
+    return [
+        "[paths] state_dir = %r: %s; until then the hooks believe nothing in it (node state "
+        "rebuilt from Slurm, drain history unknown: no lemon judged, no repair rung climbed)"
+        % (path, why)
+    ]
 
 
 def _config_json(args) -> int:

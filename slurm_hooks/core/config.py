@@ -384,7 +384,8 @@ SECTIONS: Dict[str, Dict[str, Setting]] = {
         "state_dir": Setting(
             str,
             "/var/lib/slurm-hooks",
-            "local state: pending drains, prolog snapshots",
+            "local state: our drains, prolog snapshots, drain history; only root may write it and "
+            "the directories above it, else nothing in it is believed (config check says why)",
             check=_path,
         ),
         "log_file": Setting(

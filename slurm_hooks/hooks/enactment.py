@@ -63,7 +63,9 @@ def enact(
                     node_drained=True,
                 )
             else:
-                decision, judged = _judge_lemon(config, decision, notes.get("unanswered", False))
+                decision, judged = _judge_lemon(
+                    config, decision, notes.get("unanswered", False) or "untrusted" in notes
+                )
                 enacted = drainer.drain(
                     client,
                     name,
@@ -83,11 +85,13 @@ def enact(
 
 
 def _judge_lemon(
-    config: Config, decision: policy.Decision, state_dir_hung: bool = False
+    config: Config, decision: policy.Decision, history_unbelievable: bool = False
 ) -> Tuple[policy.Decision, dict]:
     """The drain's reason, asking for RMA when this node is a lemon (slurm/lemon.py). When the state
     directory did not answer this run (the state read was abandoned), the history there is not read
-    a second time: a hung directory costs [deadline] files once for reading, not once per file."""
+    a second time: a hung directory costs [deadline] files once for reading, not once per file. A
+    directory others can write (state.read_state) is not read either: its history could have been
+    emptied, so it is unknown, and no repair rung is climbed on it."""
     from ..core.structs import replace
     from ..slurm import lemon
 
@@ -97,7 +101,7 @@ def _judge_lemon(
         decision.checks,
         decision.reason,
         len(decision.findings) - 1,
-        read=not state_dir_hung,
+        read=not history_unbelievable,
     )
     return (replace(decision, reason=judged["reason"]) if judged["why"] else decision), judged
 

@@ -35,13 +35,20 @@ def read_state(
     that never answers costs that much, once, and the hook goes on without what it remembers.
 
     known is False when the file is missing, unreadable or did not answer: what we drained is then
-    unknown here, and the health mode rebuilds it from Slurm (one call)."""
+    unknown here, and the health mode rebuilds it from Slurm (one call). It is also False when
+    someone else could change the state directory (core/dir_trust.py: they could delete or put
+    back our own files): the hook then goes on as with a lost state, logs why, and notes
+    ["untrusted"] so the drain history there is not believed either (enactment.py)."""
+    from ..core.dir_trust import untrusted_because
     from ..core.isolation import run_isolated
 
     path = state_path(config)
 
     def read() -> Dict[str, Any]:
         try:
+            why = untrusted_because(os.path.dirname(path))
+            if why:
+                return {"untrusted": why}
             return {"state": read_json(path, default=None)}
         except (OSError, ValueError) as exc:
             return {"error": str(exc)}
@@ -50,6 +57,11 @@ def read_state(
         answer, why = run_isolated(read, config.settings.deadline.files, "reading the state file")
     except OSError as exc:  # no process left to fork (EAGAIN, ENOMEM): go on without the state
         answer, why = None, "cannot start the reader: %s" % exc
+    if answer is not None and "untrusted" in answer:
+        log.error(logs.kv(event="state-dir-untrusted", path=path, error=answer["untrusted"]))
+        if notes is not None:
+            notes["untrusted"] = answer["untrusted"]
+        return {}, False
     if answer is None or "error" in answer:
         log.error(logs.kv(event="state-unreadable", path=path, error=why or answer["error"]))
         if notes is not None:  # the state directory did not answer: later reads there are skipped

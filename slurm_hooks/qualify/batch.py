@@ -4,7 +4,6 @@ qualify_node, each with its own etiquette); the run exits by its worst node."""
 
 from __future__ import annotations
 
-import os
 import signal
 import threading
 from typing import Any, Dict, List, Mapping, Optional, Sequence
@@ -33,32 +32,12 @@ def expand_nodes(text: str) -> List[str]:
 def check_work_dir(path: str) -> None:
     """The job's script (run as us: root) and its output (read back as the verdict) live in the
     work dir, so a user who can write there, or rename a directory above it, could swap the script
-    or forge a pass: ValueError naming the directory unless it and every directory above it is
-    owned by root or us and writable by no one else (a sticky one above it, such as /tmp, is
-    fine: there only the owner may rename)."""
-    import stat
+    or forge a pass: ValueError naming the directory at fault unless core/dir_trust.py trusts it."""
+    from ..core.dir_trust import untrusted_because
 
-    trusted = (0, os.geteuid())
-    leaf = os.path.realpath(path)
-    current = leaf
-    while True:
-        info = os.stat(current)
-        if not stat.S_ISDIR(info.st_mode):
-            raise ValueError("work dir %s: %s is not a directory" % (path, current))
-        if info.st_uid not in trusted:
-            raise ValueError(
-                "work dir %s: %s is owned by uid %d, not root or us" % (path, current, info.st_uid)
-            )
-        others_write = info.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
-        if others_write and (current == leaf or not info.st_mode & stat.S_ISVTX):
-            raise ValueError(
-                "work dir %s: %s is writable by others (mode %04o): chmod go-w, or another "
-                "--work-dir" % (path, current, info.st_mode & 0o7777)
-            )
-        parent = os.path.dirname(current)
-        if parent == current:
-            return
-        current = parent
+    why = untrusted_because(path)
+    if why:
+        raise ValueError("work dir %s: %s, or another --work-dir" % (path, why))
 
 
 def qualify_nodes(
