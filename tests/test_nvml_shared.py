@@ -18,10 +18,10 @@ from tests.helpers import REPO, run_on_node
 
 
 @pytest.fixture
-def sharing(monkeypatch):
-    """share_within_run for this test only (the module's memory is put back afterwards)."""
-    monkeypatch.setattr(nvml, "_shared", None)
-    nvml.share_within_run()
+def sharing():
+    """share_within_run around this test."""
+    with nvml.share_within_run():
+        yield
 
 
 @pytest.fixture
@@ -62,6 +62,18 @@ def test_without_sharing_every_call_reaches_the_library(gpu_node, library_calls)
     assert library_calls["nvmlDeviceGetNvLinkState"] == 2
 
 
+def test_nothing_is_shared_once_the_run_is_over(gpu_node, library_calls):
+    """A run made in this process (a test, or a caller that runs the check process's work inline)
+    leaves nothing behind: the next run asks again."""
+    with nvml.share_within_run():
+        assert link_state(gpu_node, 1, 5) == 1
+        assert link_state(gpu_node, 1, 5) == 1
+    gpu_node.set_states({"gpu.1.nvlink.links.5.state": 0})
+    assert nvml._shared is None
+    assert link_state(gpu_node, 1, 5) == 0
+    assert library_calls["nvmlDeviceGetNvLinkState"] == 2
+
+
 def test_an_error_and_a_counter_are_never_shared(gpu_node, sharing, library_calls):
     session = nvml.session()
     handle = session.call("nvmlDeviceGetHandleByIndex", 0)
@@ -78,7 +90,7 @@ def test_an_error_and_a_counter_are_never_shared(gpu_node, sharing, library_call
 
 
 def test_checks_and_snapshot_give_the_same_results_with_fewer_calls(
-    registry, gpu_node, monkeypatch, library_calls
+    registry, gpu_node, library_calls
 ):
     """The NVLink check and the snapshot as one prolog's check process runs them: same results and
     records with the answers shared, each link's state read once instead of twice."""
@@ -99,9 +111,8 @@ def test_checks_and_snapshot_give_the_same_results_with_fewer_calls(
     alone = one_run()
     calls_alone = dict(library_calls)
     library_calls.clear()
-    monkeypatch.setattr(nvml, "_shared", None)
-    nvml.share_within_run()
-    shared = one_run()
+    with nvml.share_within_run():
+        shared = one_run()
     assert shared == alone
     assert any("inactive: 5" in summary for _, _, summary, _ in alone[0])
     assert calls_alone["nvmlDeviceGetNvLinkState"] == 8 * 18 + 8 * 19

@@ -126,7 +126,10 @@ def run_isolated_checks(
     def work() -> Dict[str, Any]:
         from ..hw import nvml
 
-        nvml.share_within_run()  # this process is one run: checks and snapshot ask NVML once
+        with nvml.share_within_run():  # one run: its checks and its snapshot ask NVML once
+            return run()
+
+    def run() -> Dict[str, Any]:
         host = Host(root)
         gather = GatherContext(registry, host, config, job)
         # the sysfs/procfs gatherers are read by a helper process on another core meanwhile

@@ -497,8 +497,8 @@ class NvmlSession:
 # Queries whose answer one hook run may share between its checks and its counter snapshot (the check
 # process asks each twice or three times per GPU, from different threads): what identifies a GPU
 # (fixed while the driver is loaded) and whether a link is up, read by the NVLink check and by the
-# snapshot milliseconds apart, now one reading for both. Shared only inside the hook's check
-# process (share_within_run), which lives for one run; never in a process that asks again later.
+# snapshot milliseconds apart, now one reading for both. Shared only while the hook's check
+# process runs its checks and snapshot (share_within_run), never from one run to the next.
 SHARED_WITHIN_RUN = frozenset(
     {
         "nvmlDeviceGetHandleByIndex",
@@ -513,11 +513,18 @@ SHARED_WITHIN_RUN = frozenset(
 _shared: Optional[Dict[Tuple[Any, ...], Any]] = None
 
 
-def share_within_run() -> None:
-    """From now on this process answers SHARED_WITHIN_RUN queries it has already made from memory
-    (the hook's check process, for the rest of its life)."""
-    global _shared
-    _shared = {}
+class share_within_run:  # noqa: N801  (used as a function: `with nvml.share_within_run():`)
+    """While this context lasts, SHARED_WITHIN_RUN queries this process has already made are answered
+    from memory (the hook's check process, around its run: hooks/bounded.py). The memory goes with
+    the context, so nothing is shared with a later run, even one in the same process."""
+
+    def __enter__(self) -> None:
+        global _shared
+        self.previous, _shared = _shared, {}
+
+    def __exit__(self, *_exc: Any) -> None:
+        global _shared
+        _shared = self.previous
 
 
 def _argument_key(value: Any) -> Any:
