@@ -175,3 +175,22 @@ def test_the_helper_never_asks_nvml(on_node, registry, monkeypatch, tmp_path):
         _reap(helper)
     lines = asked.read_text().split()
     assert lines == [lines[0], "refused,refused"] and int(lines[0]) != os.getpid()
+
+
+def test_the_helper_reads_every_value_without_waiting_for_the_check_process(on_node):
+    """The example node's values (~350 kB, more than a default 64 kB pipe) all fit in the helper's
+    pipe: the helper finishes its list and exits while no check has asked for anything yet, so the
+    values the last checks ask for are ready when they do."""
+    names = list(prefetch.PREFETCHED)
+    helper = prefetch.Prefetch.start(on_node(), names)
+    try:
+        end = time.monotonic() + 10
+        finished = False
+        while time.monotonic() < end and not finished:
+            finished = os.waitpid(helper.pid, os.WNOHANG)[0] != 0
+            time.sleep(0.01)
+        assert finished, "the helper is still writing: its pipe is full"
+        fetched = {name: helper.take(name) for name in names}
+        assert all(value is not None for value in fetched.values())
+    finally:
+        helper.stop()

@@ -62,6 +62,10 @@ NVML_PREFIX = "gpu."  # gatherers that ask NVML (gpu.inventory and everything bu
 STALL_S = 0.25  # the longest wait for the helper after its last value before it is given up
 _LENGTH = 4  # bytes of each frame's length prefix
 _MAX_FD = 1 << 20  # os.closerange's end (Linux closes the range in one close_range(2) call)
+PIPE_BYTES = 1 << 20  # the helper's pipe (_widen): every value of a large node without a wait
+_F_SETPIPE_SZ = (
+    1031  # <linux/fcntl.h> F_LINUX_SPECIFIC_BASE + 7; fcntl.F_SETPIPE_SZ from Python 3.10
+)
 
 
 class NotHere(LookupError):
@@ -102,6 +106,7 @@ class Prefetch:
             return None
         try:
             read_fd, write_fd = os.pipe()
+            _widen(write_fd)
             pid = os.fork()
         except OSError:
             return None
@@ -167,6 +172,24 @@ class Prefetch:
                 continue
             self.values[name] = value
             self.last = time.monotonic()
+
+
+def _widen(fd: int) -> None:
+    """Make the pipe hold PIPE_BYTES, so the helper never waits for the check process to read.
+
+    The check process reads the pipe only when a check asks for a value, and only up to that value;
+    the helper's values for the 8-GPU example node are ~350 kB (topology.pcie_sysfs ~130 kB,
+    system.cpuinfo ~210 kB for its 224 CPUs), and with Linux's default 64 kB pipe it sat ~30 ms
+    blocked in write(2) after the PCIe tree until a check drained it, so the values behind it (the
+    CPU and NUMA ones) came late. F_SETPIPE_SZ (Linux >= 2.6.35) is refused above
+    /proc/sys/fs/pipe-max-size (1 MiB by default) for a user without CAP_SYS_RESOURCE, or past the
+    user's pipe-user-pages limits: then the pipe keeps its size and the helper waits as before."""
+    try:
+        import fcntl
+
+        fcntl.fcntl(fd, getattr(fcntl, "F_SETPIPE_SZ", _F_SETPIPE_SZ), PIPE_BYTES)
+    except (OSError, ImportError):
+        pass
 
 
 def _serve(gather: Any, names: List[str], fd: int) -> None:

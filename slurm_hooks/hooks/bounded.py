@@ -124,6 +124,12 @@ def run_isolated_checks(
     store_s = config.settings.deadline.files if snapshot_s and context == "prolog" else 0.0
 
     def work() -> Dict[str, Any]:
+        from ..hw import nvml
+
+        with nvml.share_within_run():  # one run: its checks and its snapshot ask NVML once
+            return run()
+
+    def run() -> Dict[str, Any]:
         host = Host(root)
         gather = GatherContext(registry, host, config, job)
         # the sysfs/procfs gatherers are read by a helper process on another core meanwhile

@@ -318,6 +318,9 @@ _VALUE_MEMBERS = {
 }
 
 
+FIELD_VALUE_MEMBERS = _VALUE_MEMBERS  # for readers of raw nvmlDeviceGetFieldValues entries
+
+
 class NvmlSession:
     """One NVML initialisation per process; `call` wraps every pynvml function."""
 
@@ -375,6 +378,16 @@ class NvmlSession:
 
     def call(self, function: str, *args: Any, **kwargs: Any) -> Any:
         """Call pynvml.<function>(*args), turning NVMLError into NvmlError with the reviewed outcome."""
+        if _shared is not None and function in SHARED_WITHIN_RUN and not kwargs:
+            key = (self.library, function) + tuple(_argument_key(a) for a in args)
+            if key in _shared:
+                return _shared[key]
+            value = self._call(function, *args)
+            _shared[key] = value  # an answer only: an error is asked again by the next caller
+            return value
+        return self._call(function, *args, **kwargs)
+
+    def _call(self, function: str, *args: Any, **kwargs: Any) -> Any:
         lib = self.pynvml
         fn: Optional[Callable[..., Any]] = getattr(lib, function, None)
         if fn is None:
@@ -479,6 +492,47 @@ class NvmlSession:
                 "NVML function %s is not available on this driver; checks using it report UNKNOWN",
                 function,
             )
+
+
+# Queries whose answer one hook run may share between its checks and its counter snapshot (the check
+# process asks each twice or three times per GPU, from different threads): what identifies a GPU
+# (fixed while the driver is loaded) and whether a link is up, read by the NVLink check and by the
+# snapshot milliseconds apart, now one reading for both. Shared only while the hook's check
+# process runs its checks and snapshot (share_within_run), never from one run to the next.
+SHARED_WITHIN_RUN = frozenset(
+    {
+        "nvmlDeviceGetHandleByIndex",
+        "nvmlDeviceGetMinorNumber",
+        "nvmlDeviceGetUUID",
+        "nvmlDeviceGetName",
+        "nvmlDeviceGetPciInfo",
+        "nvmlDeviceGetNvLinkState",
+        "nvmlDeviceGetPersistenceMode",  # an admin's setting (nvidia-smi -pm), read by two checks
+    }
+)
+_shared: Optional[Dict[Tuple[Any, ...], Any]] = None
+
+
+class share_within_run:  # noqa: N801  (used as a function: `with nvml.share_within_run():`)
+    """While this context lasts, SHARED_WITHIN_RUN queries this process has already made are answered
+    from memory (the hook's check process, around its run: hooks/bounded.py). The memory goes with
+    the context, so nothing is shared with a later run, even one in the same process."""
+
+    def __enter__(self) -> None:
+        global _shared
+        self.previous, _shared = _shared, {}
+
+    def __exit__(self, *_exc: Any) -> None:
+        global _shared
+        _shared = self.previous
+
+
+def _argument_key(value: Any) -> Any:
+    """A device handle by the address it points at (each nvmlDeviceGetHandleByIndex makes a new
+    ctypes object for the same device); anything else as it is."""
+    if isinstance(value, ctypes._Pointer):
+        return bytes(value)  # the pointer's own bytes: its address, ~1 µs cheaper than a cast
+    return value
 
 
 _sessions: Dict[str, NvmlSession] = {}

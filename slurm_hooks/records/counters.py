@@ -9,7 +9,8 @@ recorded under ``unavailable``, never guessed):
 - Retired pages (pre-Ampere GPUs): nvmlDeviceGetRetiredPages, nvmlDeviceGetRetiredPagesPendingStatus
   (`nvidia-smi -q -d PAGE_RETIREMENT`).
 - NVLink error counters per active link (replay, recovery, CRC flit/data, ECC data):
-  nvmlDeviceGetNvLinkState + nvmlDeviceGetNvLinkErrorCounter (`nvidia-smi nvlink -e`).
+  nvmlDeviceGetNvLinkState, then one nvmlDeviceGetFieldValues per GPU with per-link
+  nvmlDeviceGetNvLinkErrorCounter calls where fields are missing (nvlink_errors.py; `nvidia-smi nvlink -e`).
 - PCIe replay counter: nvmlDeviceGetPcieReplayCounter (`nvidia-smi -q -d PCIE`, "Replays Since Reset").
 - Time the clocks were held down, per reason (power, thermal, sync boost, board limit, low utilisation,
   reliability), in ns: nvmlDeviceGetViolationStatus (`nvidia-smi -q -d PERFORMANCE`); plus the newer
@@ -49,19 +50,13 @@ from ..hw import nvml
 from ..hw.cpustat import read_cpu_times
 from ..hw.host import Host, HostError
 from ..xid.kmsg import KmsgView, view
+from . import nvlink_errors
+from .nvlink_errors import MAX_NVLINKS, NVLINK_COUNTERS  # noqa: F401 (their old home)
 
 SNAPSHOT_SCHEMA = "slurm-hooks.snapshot/1"
 KMSG = "/dev/kmsg"
 BOOT_ID = "/proc/sys/kernel/random/boot_id"
 IB_ROOT = "/sys/class/infiniband"
-MAX_NVLINKS = 36  # NVML_NVLINK_MAX_LINKS in current nvml.h; probing stops at the first invalid link
-NVLINK_COUNTERS = (
-    "replay",
-    "recovery",
-    "crc_flit",
-    "crc_data",
-    "ecc_data",
-)  # nvmlNvLinkErrorCounter_t 0..4
 # nvmlPerfPolicyType_t 0..5, the order nvml.h gives them
 VIOLATION_POLICIES = (
     "power",
@@ -429,29 +424,6 @@ def _read_pcie(session, handle, gpu) -> None:
     gpu["counters"]["pcie.replay"] = int(session.call("nvmlDeviceGetPcieReplayCounter", handle))
 
 
-def _read_nvlink(session, handle, gpu) -> None:
-    """Per active link; totals are their sums. Probing ends at INVALID_ARGUMENT (past the last link)."""
-    totals = dict.fromkeys(NVLINK_COUNTERS, 0)
-    for link in range(MAX_NVLINKS):
-        try:
-            active = session.call("nvmlDeviceGetNvLinkState", handle, link)
-        except nvml.NvmlError as exc:
-            if exc.code == nvml.INVALID_ARGUMENT and link > 0:
-                break
-            raise
-        if not active:
-            continue
-        values = {
-            name: int(session.call("nvmlDeviceGetNvLinkErrorCounter", handle, link, code))
-            for code, name in enumerate(NVLINK_COUNTERS)
-        }
-        gpu["nvlink"][str(link)] = values
-        for name, value in values.items():
-            totals[name] += value
-    for name, value in totals.items():
-        gpu["counters"]["nvlink.%s" % name] = value
-
-
 def _read_violations(session, handle, gpu) -> None:
     for code, name in enumerate(VIOLATION_POLICIES):
         try:
@@ -486,7 +458,7 @@ _COUNTER_GROUPS = (
     ("remapped_rows", _read_remapped_rows),
     ("retired_pages", _read_retired_pages),
     ("pcie", _read_pcie),
-    ("nvlink", _read_nvlink),
+    ("nvlink", nvlink_errors.read),
     ("violation", _read_violations),
     ("clock_events", _read_clock_event_fields),
     ("energy", _read_energy),

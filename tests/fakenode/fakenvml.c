@@ -21,6 +21,7 @@
 #include <nvml.h>
 
 #include <ctype.h>
+#include <fcntl.h>
 #include <dlfcn.h>
 #include <pthread.h>
 #include <stdarg.h>
@@ -244,7 +245,27 @@ static nvmlReturn_t inject(const char *fn, const char *base, int gpu) {
     return (nvmlReturn_t)to_ull(injected("fault", fn, base, gpu), NVML_SUCCESS);
 }
 
+/* $FAKE_NVML_CALL_LOG: every call's base name appended to that file, one line each (O_APPEND: the
+ * processes of one hook share it), so a test can count what a whole prolog asked NVML. */
+static int g_call_log = -1;
+static pthread_once_t g_call_log_once = PTHREAD_ONCE_INIT;
+
+static void open_call_log(void) {
+    const char *path = getenv("FAKE_NVML_CALL_LOG");
+    if (path && *path) g_call_log = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0600);
+}
+
+static void log_call(const char *base) {
+    pthread_once(&g_call_log_once, open_call_log);
+    if (g_call_log < 0) return;
+    char line[128];
+    int n = snprintf(line, sizeof line, "%s\n", base);
+    if (n > 0 && (size_t)n < sizeof line && write(g_call_log, line, (size_t)n) < 0) {
+    }
+}
+
 static nvmlReturn_t enter_sys(const char *fn, const char *base) {
+    log_call(base);
     if (refresh() != 0 || !g_init_refs) return NVML_ERROR_UNINITIALIZED;
     return inject(fn, base, -1);
 }
@@ -257,6 +278,7 @@ static int dev_index(nvmlDevice_t d) {
 }
 
 static nvmlReturn_t enter_dev(const char *fn, const char *base, nvmlDevice_t d, int *idx) {
+    log_call(base);
     if (refresh() != 0 || !g_init_refs) return NVML_ERROR_UNINITIALIZED;
     *idx = dev_index(d);
     if (*idx < 0) return NVML_ERROR_INVALID_ARGUMENT;
@@ -1199,6 +1221,44 @@ static int clock_event_field(int idx, nvmlFieldValue_t *f) {
     return 1;
 }
 
+/*
+ * NVLink error counters of one link as field values (NVML_FI_DEV_NVLINK_<counter>_ERROR_COUNT_L<n>): the
+ * numbers nvmlDeviceGetNvLinkErrorCounter answers for that link and counter. nvml.h numbers links 0-5
+ * and 6-11 of the first four counters in two runs each, and the ECC data counter's links 0-11 in one;
+ * it has no per-link ids past link 11. The entry's nvmlReturn is what the per-link call would return
+ * (NOT_SUPPORTED without NVLinks); nvlink.error_fields.supported = 0 makes every one of them
+ * NOT_SUPPORTED, as a driver that serves the counters only through the per-link call.
+ * Returns 1 when the field is one of them.
+ */
+_Static_assert(NVML_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_L5 == NVML_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_L0 + 5, "run");
+_Static_assert(NVML_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_L11 == NVML_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_L6 + 5, "run");
+_Static_assert(NVML_FI_DEV_NVLINK_ECC_DATA_ERROR_COUNT_L11 == NVML_FI_DEV_NVLINK_ECC_DATA_ERROR_COUNT_L0 + 11, "run");
+static int nvlink_error_field(int idx, nvmlFieldValue_t *f) {
+    static const struct {
+        unsigned int first_id, first_link, links;
+        const char *counter;
+    } runs[] = {
+        {NVML_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_L0, 0, 6, "replay"},
+        {NVML_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_L6, 6, 6, "replay"},
+        {NVML_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_L0, 0, 6, "recovery"},
+        {NVML_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_L6, 6, 6, "recovery"},
+        {NVML_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_L0, 0, 6, "crc_flit"},
+        {NVML_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_L6, 6, 6, "crc_flit"},
+        {NVML_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_L0, 0, 6, "crc_data"},
+        {NVML_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_L6, 6, 6, "crc_data"},
+        {NVML_FI_DEV_NVLINK_ECC_DATA_ERROR_COUNT_L0, 0, 12, "ecc_data"},
+    };
+    for (size_t i = 0; i < sizeof runs / sizeof runs[0]; i++) {
+        if (f->fieldId < runs[i].first_id || f->fieldId >= runs[i].first_id + runs[i].links) continue;
+        unsigned int link = runs[i].first_link + (f->fieldId - runs[i].first_id);
+        nvmlReturn_t r = G(idx, 1, "nvlink.error_fields.supported") ? link_ok(idx, link) : NVML_ERROR_NOT_SUPPORTED;
+        f->nvmlReturn = r;
+        f->value.ullVal = r == NVML_SUCCESS ? G(idx, 0, "nvlink.links.%u.errors.%s", link, runs[i].counter) : 0;
+        return 1;
+    }
+    return 0;
+}
+
 nvmlReturn_t nvmlDeviceGetFieldValues(nvmlDevice_t device, int valuesCount, nvmlFieldValue_t *values) {
     DEV_ENTER("nvmlDeviceGetFieldValues", device);
     NEED(values);
@@ -1233,6 +1293,7 @@ nvmlReturn_t nvmlDeviceGetFieldValues(nvmlDevice_t device, int valuesCount, nvml
         }
 #endif
         if (!v && clock_event_field(idx, f)) continue;
+        if (!v && nvlink_error_field(idx, f)) continue;
         if (!v) {
             f->nvmlReturn = NVML_ERROR_NOT_SUPPORTED;
             f->value.ullVal = 0;
