@@ -96,3 +96,53 @@ def test_config_check_names_a_state_dir_others_can_write(tmp_path):
     made.chmod(0o700)
     again = cli_in_process(command, env=env)
     assert "state_dir" not in again.stderr, again.stderr
+
+
+def test_a_link_another_user_owns_in_a_sticky_directory_is_not(tmp_path):
+    """In /tmp-like directories a link's owner may delete it and put another in its place: a state
+    dir reached through it leads wherever that user says next time, whatever it leads to now."""
+    target = make(tmp_path, 0o700)
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o1777)
+    link = shared / "slurm-hooks"
+    link.symlink_to(target)
+    os.lchown(str(link), 65534, -1)
+    assert untrusted_because(str(link)) == (
+        "%s is a symbolic link owned by uid 65534, not by root or us (uid %d)"
+        % (link, os.geteuid())
+    )
+    os.lchown(str(link), 0, -1)  # root's link there: only root may replace it
+    assert untrusted_because(str(link)) is None
+
+
+def test_a_link_in_a_directory_someone_else_owns_is_not(tmp_path):
+    """The owner of the directory holding a link (root's link, via a second root link even) may
+    re-point it: that directory is judged as one the path passes through."""
+    target = make(tmp_path, 0o700)
+    home = tmp_path / "home"
+    home.mkdir(mode=0o755)
+    (home / "hooks").symlink_to(target)
+    os.chown(str(home), 65534, -1)
+    entry = tmp_path / "entry"
+    entry.symlink_to(home / "hooks")
+    assert untrusted_because(
+        str(entry)
+    ) == "%s is owned by uid 65534, not by root or us (uid %d)" % (
+        home,
+        os.geteuid(),
+    )
+    os.chown(str(home), 0, -1)
+    assert untrusted_because(str(entry)) is None
+
+
+def test_relative_links_and_dot_dot_are_followed_as_the_kernel_does(tmp_path):
+    target = make(tmp_path, 0o777)
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a" / "up").symlink_to("..")
+    assert untrusted_because(str(tmp_path / "a" / "up" / "state")).startswith(
+        "%s is writable by others" % target
+    )
+    loop = tmp_path / "loop"
+    loop.symlink_to("loop")
+    assert "too many levels of symbolic links" in untrusted_because(str(loop))
