@@ -157,3 +157,42 @@ def test_one_prolog_asks_nvml_each_shared_question_once(tmp_path):
     for asked_twice_before in ("nvmlDeviceGetUUID", "nvmlDeviceGetName"):
         assert 8 <= calls[asked_twice_before] < 8 * 2 - 4, asked_twice_before
     assert sum(calls.values()) < 1000, calls.most_common(10)
+
+
+def test_an_answer_that_comes_back_after_its_run_is_not_kept_for_the_next(monkeypatch):
+    """A check thread whose NVML call hangs past the run (its deadline passed, the run went on and
+    ended) gets its answer late: it must land in its own run's memory, not in the next run's (a
+    reading from before as the new run's), and must not fail because the run's memory is gone."""
+    import threading
+
+    released = threading.Event()
+    asked = collections.Counter()
+
+    def slow_call(self, function, *args, **kwargs):
+        asked[function] += 1
+        if asked[function] == 1:
+            released.wait(10)
+            return "late answer"
+        return "fresh answer"
+
+    monkeypatch.setattr(nvml.NvmlSession, "_call", slow_call)
+    session = nvml.NvmlSession("late-answer-library")
+    outcome = {}
+
+    def check_thread():
+        try:
+            outcome["value"] = session.call("nvmlDeviceGetPersistenceMode", 3)
+        except Exception as exc:  # what the thread would die with
+            outcome["error"] = exc
+
+    with nvml.share_within_run():
+        hung = threading.Thread(target=check_thread, daemon=True)
+        hung.start()
+        while not asked["nvmlDeviceGetPersistenceMode"]:
+            released.wait(0.001)
+    with nvml.share_within_run():  # the next run in this process
+        released.set()
+        hung.join(10)
+        assert outcome == {"value": "late answer"}, outcome
+        assert session.call("nvmlDeviceGetPersistenceMode", 3) == "fresh answer"
+    assert asked["nvmlDeviceGetPersistenceMode"] == 2

@@ -378,12 +378,15 @@ class NvmlSession:
 
     def call(self, function: str, *args: Any, **kwargs: Any) -> Any:
         """Call pynvml.<function>(*args), turning NVMLError into NvmlError with the reviewed outcome."""
-        if _shared is not None and function in SHARED_WITHIN_RUN and not kwargs:
+        # this run's memory, bound once: a call that hangs past the run (a check thread left
+        # behind) stores its late answer there, never in a later run's nor into None
+        shared = _shared
+        if shared is not None and function in SHARED_WITHIN_RUN and not kwargs:
             key = (self.library, function) + tuple(_argument_key(a) for a in args)
-            if key in _shared:
-                return _shared[key]
+            if key in shared:
+                return shared[key]
             value = self._call(function, *args)
-            _shared[key] = value  # an answer only: an error is asked again by the next caller
+            shared[key] = value  # an answer only: an error is asked again by the next caller
             return value
         return self._call(function, *args, **kwargs)
 
