@@ -171,3 +171,30 @@ def test_a_failing_link_probe_records_the_links_before_it(gpu_node):
     gpu1 = counters.take(Host(str(gpu_node.root)), "", gpus=[1])["gpus"][0]
     assert gpu1["unavailable"]["nvlink"] == "GPU_IS_LOST" and "nvlink" not in gpu1
     assert not any(k.startswith("nvlink.") for k in gpu1["counters"])
+
+
+def test_an_entry_that_echoes_another_field_is_not_taken(gpu_node, monkeypatch):
+    """nvmlFieldValue_t carries its fieldId back (nvml.h): an entry answered SUCCESS for a field we
+    did not ask in that place (a driver that reorders or rewrites entries) must not be booked under
+    the link and counter asked there; the per-link call answers for it instead."""
+    import ctypes
+
+    gpu_node.set_states(LINK_VALUES)
+    expected, _ = counted_take(monkeypatch, gpu_node)
+    pynvml = nvml.session().pynvml
+    real = pynvml.nvmlDeviceGetFieldValues
+
+    def reordering_driver(handle, field_ids):
+        entries = real(handle, field_ids)
+        if len(entries) > 1:  # link 0's replay and recovery entries trade places, ids included
+            first, second = bytes(entries[0]), bytes(entries[1])
+            ctypes.memmove(ctypes.addressof(entries[0]), second, len(second))
+            ctypes.memmove(ctypes.addressof(entries[1]), first, len(first))
+        return entries
+
+    monkeypatch.setattr(pynvml, "nvmlDeviceGetFieldValues", reordering_driver)
+    got, calls = counted_take(monkeypatch, gpu_node)
+    assert nvlink_part(got) == nvlink_part(expected)
+    assert got["gpus"][1]["nvlink"]["0"]["replay"] == 3
+    # GPU 0's and 1's links 12-17, and the two traded entries of each GPU
+    assert calls["nvmlDeviceGetNvLinkErrorCounter"] == 2 * 6 * 5 + 2 * 2

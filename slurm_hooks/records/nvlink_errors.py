@@ -99,7 +99,8 @@ def _active_links(
 def _batched(
     session: nvml.NvmlSession, handle: Any, links: List[int]
 ) -> Dict[Tuple[int, str], int]:
-    """{(link, counter): value} for the entries the driver answered with SUCCESS; {} when the call fails."""
+    """{(link, counter): value} for the entries the driver answered with SUCCESS for the field asked
+    there (its fieldId echoed back); {} when the call fails."""
     wanted = [
         ((link, name), field_id)
         for link in links
@@ -115,8 +116,10 @@ def _batched(
     except (nvml.NvmlError, TypeError):  # TypeError: a pynvml that takes bare field ids only
         return {}
     out: Dict[Tuple[int, str], int] = {}
-    for (key, _), entry in zip(wanted, entries):
+    for (key, field_id), entry in zip(wanted, entries):
         if entry.nvmlReturn != 0:  # NOT_SUPPORTED and the like: the per-link call answers instead
+            continue
+        if entry.fieldId != field_id:  # not the field asked in that place: not booked under it
             continue
         member = _INTEGER_MEMBERS.get(entry.valueType)
         value = getattr(entry.value, member) if member else None
