@@ -4,7 +4,6 @@ the ownership check would refuse them, so tests that need that opt in explicitly
 from __future__ import annotations
 
 import os
-import stat
 import sys
 import tempfile
 
@@ -18,18 +17,12 @@ if (
 
 
 def _private_pycache() -> str:
-    """<tmp>/slurm-hooks-test-pyc-<uid>, a directory only this user can write, or "" when what is
-    there is not that (another user's, a symlink, group- or world-writable): its bytecode would run."""
-    path = os.path.join(tempfile.gettempdir(), "slurm-hooks-test-pyc-%d" % os.getuid())
-    try:
-        os.mkdir(path, 0o700)
-    except FileExistsError:
-        pass
-    except OSError:
-        return ""
-    info = os.lstat(path)
-    mine = stat.S_ISDIR(info.st_mode) and info.st_uid == os.getuid()
-    return path if mine and not info.st_mode & 0o022 else ""
+    """<tmp>/slurm-hooks-test-pyc-<uid> when only this user can write it: its bytecode would run."""
+    from tests.helpers import private_directory
+
+    return private_directory(
+        os.path.join(tempfile.gettempdir(), "slurm-hooks-test-pyc-%d" % os.getuid())
+    )
 
 
 # With PYTHONDONTWRITEBYTECODE set, pytest rewrites the asserts of every test module on every run
@@ -150,23 +143,15 @@ def nvml_node(fake_node):
 @pytest.fixture
 def gpu_node(fake_node):
     """A DGX-H100 fake node loaded into this process's pynvml; unloaded afterwards."""
-    import pynvml
-
     from slurm_hooks.hw import nvml
-    from tests.fakenode import fakenvml
-    from tests.helpers import BOOT_ID
+    from tests.helpers import BOOT_ID, release_fake_nvml
 
     node = fake_node("dgx-h100")
     node.write("/proc/sys/kernel/random/boot_id", BOOT_ID)
     node.load_into_pynvml()
     nvml.reset_sessions()
     yield node
-    try:
-        pynvml.nvmlShutdown()
-    except pynvml.NVMLError:
-        pass
-    fakenvml.unload_from_pynvml()
-    nvml.reset_sessions()
+    release_fake_nvml()
 
 
 @pytest.fixture(autouse=True)

@@ -89,12 +89,43 @@ def run_on_node(registry, node, names, config=None, job=None, context="manual"):
     return report.results()
 
 
+def private_directory(path: str) -> str:
+    """path, made 0700 if missing, when it is a directory of this user's that nobody else can write
+    (what is kept there is run or written into test trees as is: test bytecode, fake-node images);
+    "" when what is there is not that (another user's, a symlink, group- or world-writable)."""
+    import stat
+
+    try:
+        os.mkdir(path, 0o700)
+    except FileExistsError:
+        pass
+    except OSError:
+        return ""
+    info = os.lstat(path)
+    mine = stat.S_ISDIR(info.st_mode) and info.st_uid == os.getuid()
+    return path if mine and not info.st_mode & 0o022 else ""
+
+
+def release_fake_nvml() -> None:
+    """End this process's NVML session on a fake library and unload it (pynvml's own state too),
+    so the next test starts with no NVML at all (tests/conftest.py, tests/inprocess_cli.py)."""
+    import pynvml
+
+    from slurm_hooks.hw import nvml
+    from tests.fakenode import fakenvml
+
+    try:
+        pynvml.nvmlShutdown()
+    except pynvml.NVMLError:
+        pass
+    fakenvml.unload_from_pynvml()
+    nvml.reset_sessions()
+
+
 def cli_with_default_config(args, env=None, child=False):
     """`slurm-hooks ARGS` with the built-in defaults (an empty config file), whatever
     /etc/slurm-hooks holds on this machine (tests/test_capture*.py): in this process
     (tests/inprocess_cli.py), or with child=True as `python -m slurm_hooks`."""
-    import subprocess
-    import sys
     import tempfile
 
     with tempfile.NamedTemporaryFile("w", suffix=".toml") as empty:
@@ -107,14 +138,9 @@ def cli_with_default_config(args, env=None, child=False):
             from tests.inprocess_cli import cli_in_process
 
             return cli_in_process(list(args), env=full)
-        return subprocess.run(
-            [sys.executable, "-m", "slurm_hooks"] + list(args),
-            capture_output=True,
-            text=True,
-            cwd=REPO,
-            env=full,
-            timeout=300,
-        )
+        from tests.inprocess_cli import cli_in_child
+
+        return cli_in_child(list(args), env=full, timeout=300)
 
 
 def runs_by_name(report):

@@ -123,13 +123,26 @@ def _finish_without_exit(before):
     return finish
 
 
+def cli_in_child(
+    args: List[str], env: Optional[Dict[str, str]] = None, timeout: float = 60
+) -> "subprocess.CompletedProcess[str]":
+    """`python -m slurm_hooks ARGS` as a child: what cli_in_process is compared with."""
+    return subprocess.run(
+        [sys.executable, "-m", "slurm_hooks"] + list(args),
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env=env,
+        timeout=timeout,
+    )
+
+
 @contextmanager
 def _library_of(node: Any) -> Iterator[None]:
     """The real pynvml on node's fake library, with no NVML session before or after."""
-    import pynvml
-
     from slurm_hooks.hw import nvml
     from tests.fakenode import fakenvml
+    from tests.helpers import release_fake_nvml
 
     fakenvml.unload_from_pynvml()
     nvml.reset_sessions()
@@ -138,9 +151,4 @@ def _library_of(node: Any) -> Iterator[None]:
     try:
         yield
     finally:
-        try:
-            pynvml.nvmlShutdown()
-        except pynvml.NVMLError:
-            pass
-        fakenvml.unload_from_pynvml()
-        nvml.reset_sessions()
+        release_fake_nvml()

@@ -5,14 +5,11 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 import threading
 
 import pytest
 
-from tests.helpers import REPO
-from tests.inprocess_cli import cli_in_process
+from tests.inprocess_cli import cli_in_child, cli_in_process
 
 
 @pytest.fixture
@@ -38,14 +35,7 @@ def test_a_stuck_check_thread_of_an_earlier_test_does_not_end_the_process(env):
 
 def test_the_answer_is_the_childs(env):
     argv = ["explain", "xid", "13", "--json"]
-    child = subprocess.run(
-        [sys.executable, "-m", "slurm_hooks"] + argv,
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        env=env,
-        timeout=60,
-    )
+    child = cli_in_child(argv, env=env)
     here = cli_in_process(argv, env=env)
     assert (here.returncode, here.stdout, here.stderr) == (
         child.returncode,
@@ -81,14 +71,7 @@ def test_live_nvml_on_a_named_fake_node_answers_as_its_child(fake_node):
     for planted in (None, "nvmlDeviceGetEccMode"):
         if planted:
             node.inject_fault(planted, 5)
-        child = subprocess.run(
-            [sys.executable, "-m", "slurm_hooks"] + argv,
-            capture_output=True,
-            text=True,
-            cwd=REPO,
-            env=env,
-            timeout=60,
-        )
+        child = cli_in_child(argv, env=env)
         here = cli_in_process(argv, env=env, nvml_node=node)
         assert here.returncode == child.returncode
         assert report(here) == report(child)

@@ -19,11 +19,12 @@ from __future__ import annotations
 import hashlib
 import marshal
 import os
-import stat
 import tempfile
 import zlib
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
+
+from tests.helpers import private_directory
 
 from . import fakenvml
 
@@ -40,20 +41,6 @@ _libraries: Dict[str, bytes] = {}
 Loaded = Tuple[List[str], List[Tuple[str, bytes, int]], List[Tuple[str, str]], Dict[str, str]]
 
 
-def _private_directory(path: str) -> str:
-    """path, made if missing, when it is a directory of this user's that nobody else can write
-    (an image from it is written into test trees as is); else ""."""
-    try:
-        os.mkdir(path, 0o700)
-    except FileExistsError:
-        pass
-    except OSError:
-        return ""
-    info = os.lstat(path)
-    mine = stat.S_ISDIR(info.st_mode) and info.st_uid == os.getuid()
-    return path if mine and not info.st_mode & 0o022 else ""
-
-
 def directory() -> str:
     global _directory
     if _directory is None:
@@ -62,7 +49,7 @@ def directory() -> str:
             _directory = ""
         else:
             default = "fakenode-images-%d" % os.getuid()
-            _directory = _private_directory(chosen or os.path.join(tempfile.gettempdir(), default))
+            _directory = private_directory(chosen or os.path.join(tempfile.gettempdir(), default))
     return _directory
 
 
