@@ -16,6 +16,8 @@ from typing import Dict, Iterator, List, Optional, Set
 
 import pytest
 
+from tests.source_tree import ParsedFile, parsed
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PACKAGE = "slurm_hooks"
 
@@ -35,17 +37,19 @@ def package_modules(root: str = REPO) -> Dict[str, str]:
     return modules
 
 
-def _runtime_nodes(tree: ast.AST) -> Iterator[ast.AST]:
-    """Every node, except the bodies of `if TYPE_CHECKING:` (typing only, never executed)."""
-    stack = [tree]
-    while stack:
-        node = stack.pop()
-        yield node
-        for child in ast.iter_child_nodes(node):
-            if isinstance(child, ast.If) and _is_type_checking(child.test):
-                stack.extend(child.orelse)
-                continue
-            stack.append(child)
+def _runtime_nodes(source: ParsedFile) -> Iterator[ast.AST]:
+    """The statements that can import (import, from-import, calls), except those inside the body of
+    an `if TYPE_CHECKING:` (typing only, never executed); its else branch runs and counts."""
+    typing_only = {
+        id(inner)
+        for block in source.of_type(ast.If)
+        if _is_type_checking(block.test)
+        for statement in block.body
+        for inner in ast.walk(statement)
+    }
+    for node in source.of_type(ast.Import, ast.ImportFrom, ast.Call):
+        if id(node) not in typing_only:
+            yield node
 
 
 def _is_type_checking(test: ast.AST) -> bool:
@@ -66,9 +70,7 @@ def imports_of(module: str, path: str, modules: Dict[str, str]) -> Set[str]:
         if name and name != module:
             found.add(name)
 
-    with open(path, encoding="utf-8") as handle:
-        tree = ast.parse(handle.read(), path)
-    for node in _runtime_nodes(tree):
+    for node in _runtime_nodes(parsed(path)):
         if isinstance(node, ast.Import):
             for alias in node.names:
                 add(alias.name)

@@ -13,15 +13,13 @@ import ast
 import os
 from typing import Iterator, List, Tuple
 
+from tests.source_tree import parsed, python_files
+
 TESTS = os.path.dirname(os.path.abspath(__file__))
 
 
 def _python_files() -> Iterator[str]:
-    for directory, subdirs, files in os.walk(TESTS):
-        subdirs[:] = [d for d in subdirs if d != "__pycache__" and not d.startswith(".")]
-        for name in sorted(files):
-            if name.endswith(".py"):
-                yield os.path.join(directory, name)
+    return python_files(TESTS)
 
 
 def _local_names() -> set:
@@ -36,10 +34,8 @@ def _local_names() -> set:
 
 
 def _imports(path: str) -> List[Tuple[int, str]]:
-    with open(path, encoding="utf-8") as handle:
-        tree = ast.parse(handle.read(), path)
     found = []
-    for node in ast.walk(tree):
+    for node in parsed(path).of_type(ast.Import, ast.ImportFrom):
         if isinstance(node, ast.Import):
             found += [(node.lineno, alias.name) for alias in node.names]
         elif isinstance(node, ast.ImportFrom) and not node.level and node.module:

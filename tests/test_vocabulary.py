@@ -8,12 +8,12 @@ notices. These tests read the package's source (ast) and fail on such a spelling
 from __future__ import annotations
 
 import ast
-import functools
 import os
 from typing import Iterator, List, Tuple
 
 from slurm_hooks.result import Action, Blame, ExitCode, Status
 from slurm_hooks.slurm.policy import DELIVERED, NEW_DRAINS, UNDELIVERED, Outcome
+from tests.source_tree import ParsedFile, package_files
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PACKAGE = os.path.join(REPO, "slurm_hooks")
@@ -25,22 +25,10 @@ WORDS_OF_OTHERS = {
 }  # also a state-file key and a [general] mode: not only outcomes
 
 
-def _sources() -> Iterator[Tuple[str, ast.AST]]:
-    return iter(_parsed_package())
-
-
-@functools.lru_cache(maxsize=1)
-def _parsed_package() -> Tuple[Tuple[str, ast.AST], ...]:
-    """Parsed once for this module's tests (each only walks the trees): ~0.4 s of CPU a parse."""
-    found = []
-    for directory, subdirs, files in os.walk(PACKAGE):
-        subdirs[:] = [d for d in subdirs if d != "__pycache__"]
-        for name in sorted(files):
-            if name.endswith(".py"):
-                path = os.path.join(directory, name)
-                with open(path, encoding="utf-8") as handle:
-                    found.append((os.path.relpath(path, REPO), ast.parse(handle.read(), path)))
-    return tuple(found)
+def _sources() -> Iterator[Tuple[str, ParsedFile]]:
+    """(path relative to the repository, the parsed module) for every module of the package: parsed
+    once per test process and shared with the other tests that read the source (tests/source_tree.py)."""
+    return ((os.path.relpath(source.path, REPO), source) for source in package_files())
 
 
 def _strings(node: ast.AST) -> List[str]:
@@ -62,10 +50,9 @@ def _enum_value_of(node: ast.AST, attribute: str) -> bool:
 
 
 def _comparisons() -> Iterator[Tuple[str, int, List[ast.AST]]]:
-    for path, tree in _sources():
-        for node in ast.walk(tree):
-            if isinstance(node, ast.Compare):
-                yield path, node.lineno, [node.left] + list(node.comparators)
+    for path, source in _sources():
+        for node in source.of_type(ast.Compare):
+            yield path, node.lineno, [node.left] + list(node.comparators)
 
 
 def test_drain_outcomes_are_compared_as_the_enum():
@@ -96,8 +83,8 @@ def test_no_module_declares_exit_codes_of_its_own():
     is internal to the forked check process and never leaves slurm-hooks), and no bare number in
     a return, sys.exit, os._exit or SystemExit of the command line and the hooks."""
     found = []
-    for path, tree in _sources():
-        for node in ast.walk(tree):
+    for path, source in _sources():
+        for node in source.of_type(ast.Assign, ast.Return, ast.Call):
             if isinstance(node, ast.Assign):
                 names = [t.id for t in node.targets if isinstance(t, ast.Name)]
                 names += [
@@ -180,9 +167,9 @@ def test_contexts_are_spelled_once():
 
     groups = [set(CONTEXTS), set(HOOK_CONTEXTS), set(JOB_CONTEXTS), set(DEFAULT_CONTEXTS)]
     found = []
-    for path, tree in _sources():
-        for node in ast.walk(tree):
-            if isinstance(node, (ast.Tuple, ast.List, ast.Set)) and set(_strings(node)) in groups:
+    for path, source in _sources():
+        for node in source.of_type(ast.Tuple, ast.List, ast.Set):
+            if set(_strings(node)) in groups:
                 if not (
                     path == os.path.join("slurm_hooks", "registry.py")
                     and node.lineno == _line_of_contexts()
@@ -206,8 +193,8 @@ def _line_of_contexts() -> int:
 def _setting_lookups() -> Iterator[Tuple[str, int, str, str]]:
     """(path, line, section, key) of every literal lookup of a setting: config.get("drain", "timeout"),
     settings["drain"]["timeout"], drain["timeout"] after drain = settings["drain"] is not followed."""
-    for path, tree in _sources():
-        for node in ast.walk(tree):
+    for path, source in _sources():
+        for node in source.of_type(ast.Call, ast.Subscript, ast.Attribute):
             if (
                 isinstance(node, ast.Call)
                 and isinstance(node.func, ast.Attribute)
