@@ -33,8 +33,10 @@ _MAX_BYTES = 1 << 20  # a cache file larger than this is not ours to load
 
 
 def directory() -> Optional[str]:
-    """Where root's cache lives, or None: not root, or turned off."""
-    if os.geteuid() != 0:
+    """Where root's cache lives, or None: not root, turned off, or a Python before 3.11, where the
+    'toml' package parses (its version can change under the same interpreter, and the stamp would
+    need an import of it to know: what the cache is there to avoid)."""
+    if os.geteuid() != 0 or sys.version_info < (3, 11):
         return None
     chosen = os.environ.get(CACHE_ENV, DEFAULT_DIR)
     if not chosen or chosen == "off" or not os.path.isabs(chosen):
