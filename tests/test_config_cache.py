@@ -95,3 +95,16 @@ def test_a_date_is_never_cached_and_errors_are_raised_as_before(cached):
     with pytest.raises(config_files.ConfigError, match="invalid TOML"):
         _load(path)
     assert len(parses) == 2
+
+
+def test_a_bug_in_the_cache_is_never_a_configuration_error(cached, monkeypatch):
+    """Anything the cache raises (here: the trust check) parses as before, both ways."""
+    path, _cache, parses = cached
+    from slurm_hooks.core import dir_trust
+
+    def broken(_path):
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(dir_trust, "untrusted_because", broken)
+    assert _load(path).get("deadline", "prolog") == 20
+    assert len(parses) == 1

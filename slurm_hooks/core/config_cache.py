@@ -45,7 +45,15 @@ def directory() -> Optional[str]:
 
 
 def load() -> Dict[bytes, Any]:
-    """{file bytes: parsed table} from root's cache; {} on any doubt."""
+    """{file bytes: parsed table} from root's cache; {} on any doubt. Never raises: a bug here must
+    not turn into a configuration error (the hook would fail open and skip its checks)."""
+    try:
+        return _load()
+    except Exception:  # noqa: BLE001  (parse as before)
+        return {}
+
+
+def _load() -> Dict[bytes, Any]:
     where = directory()
     if where is None:
         return {}
@@ -91,6 +99,13 @@ def parsed(raw: bytes, cached: Dict[bytes, Any], parse: Callable[[], Any]) -> An
 
 def store(tables: Dict[bytes, Any]) -> None:
     """Keep `tables` ({bytes: parsed table} of this load's files) for the next hook; silent on failure."""
+    try:
+        _store(tables)
+    except Exception:  # noqa: BLE001  (no cache this time: the configuration is parsed already)
+        pass
+
+
+def _store(tables: Dict[bytes, Any]) -> None:
     where = directory()
     if where is None:
         return
