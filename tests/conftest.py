@@ -56,6 +56,11 @@ def _tmpfs_with_room(path: str) -> bool:
 if "PYTEST_DEBUG_TEMPROOT" not in os.environ and _tmpfs_with_room(TMPFS_TEMPROOT):
     os.environ["PYTEST_DEBUG_TEMPROOT"] = TMPFS_TEMPROOT
 
+# root's parsed-configuration cache (core/config_cache.py) is off for the suite, which runs as root
+# here: no test writes /run/slurm-hooks, nor sees a table another test's run left there; the
+# cache's own tests name a directory of their own
+os.environ["SLURM_HOOKS_CONFIG_CACHE"] = "off"
+
 
 def pytest_collection_finish(session):
     sys.pycache_prefix, sys.dont_write_bytecode = _BYTECODE_SETTINGS

@@ -72,6 +72,12 @@ def test_compare_runs_a_revision_against_the_working_tree():
     assert re.search(r"^ratio working tree / HEAD: [0-9.]+ \(medians\)$", proc.stdout, re.M), (
         proc.stdout
     )
+    assert re.search(  # the CPU time of both sides' process trees, and its ratio
+        r"^CPU of the process tree, medians: floor [0-9.]+ ms, HEAD [0-9.]+ ms, working tree "
+        r"[0-9.]+ ms, ratio [0-9.]+$",
+        proc.stdout,
+        re.M,
+    ), proc.stdout
 
 
 def test_compare_refuses_a_revision_that_does_not_exist():

@@ -443,3 +443,35 @@ print(json.dumps([outcome.exit_code, sorted(m for m in sys.modules if m.startswi
         "slurm_hooks.slurm.repair",
     }  # (slurm.drainer is loaded anyway: core/config.py's budget warning takes slurm_budget from it)
     assert not unwanted & set(loaded), sorted(unwanted & set(loaded))
+
+
+def test_the_decision_logger_is_set_up_without_importing_traceback(tmp_path):
+    """Round 7: `logging` is imported with a stand-in for `traceback` (~3.4 ms of its imports), which
+    loads the real module the first time logging prints an exception: a healthy prolog's log line
+    needs none, and a logged exception still carries its traceback. A fresh interpreter, so no other
+    test has imported either."""
+    import subprocess
+    import sys
+
+    code = """
+import json, sys
+from slurm_hooks.core import logs
+settings = {"general": {"log_level": "info"},
+            "paths": {"syslog": False, "log_file": sys.argv[1] + "/hook.log"}}
+log = logs.setup(settings, stderr=False)
+log.info("decision")
+before = "traceback" in sys.modules
+try:
+    raise ValueError("boom")
+except ValueError:
+    log.exception("failed")
+import traceback
+print(json.dumps([before, "traceback" in sys.modules, hasattr(traceback, "print_exception")]))
+"""
+    out = subprocess.run(
+        [sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, check=True
+    ).stdout
+    assert json.loads(out.strip().splitlines()[-1]) == [False, True, True]
+    text = (tmp_path / "hook.log").read_text()
+    assert "INFO decision" in text and "Traceback (most recent call last)" in text
+    assert 'File "<string>", line 10' in text and "ValueError: boom" in text

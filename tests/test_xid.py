@@ -1021,3 +1021,23 @@ def test_kmsg_view_keeps_the_newest_sequence_number_and_the_xid_lines():
         records[2],
     )  # message lines only, oldest first
     assert view([]).last_seq is None and view(["junk"]).xid_lines == ()
+
+
+def test_a_window_without_events_does_not_load_the_catalog(monkeypatch):
+    """Round 7: the packaged catalog (~3 ms of JSON and rows) is read only when there is an Xid to
+    classify; a node without Xids (every prolog's case) never reads it, and one Xid still does."""
+    loads = []
+    real = X.XidCatalog
+
+    def counting(*args, **kwargs):
+        loads.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(X, "XidCatalog", counting)
+    monkeypatch.setattr(X, "_CATALOG", None)
+    assert X.classify_all([], {}) == []
+    assert loads == []
+    with pytest.raises(ValueError):  # the overrides are still validated without events
+        X.classify_all([], {"79": {"status": "BOGUS"}})
+    [cls] = X.classify_all([ev(79)], {})
+    assert loads == [1] and cls.status == "FAIL"

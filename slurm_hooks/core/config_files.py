@@ -36,11 +36,20 @@ def config_files(path: Optional[str] = None) -> Tuple[List[str], bool]:
 
 def parse_toml(file: str) -> Dict[str, Any]:
     """The TOML table in `file`; ConfigError naming the file when it cannot be read, is not UTF-8 or not TOML."""
+    return parse_bytes(file, read_bytes(file))
+
+
+def read_bytes(file: str) -> bytes:
+    """What `file` holds; ConfigError naming it when it cannot be read."""
     try:
         with open(file, "rb") as handle:
-            raw = handle.read()
+            return handle.read()
     except OSError as exc:
         raise ConfigError("%s: cannot read: %s" % (file, exc.strerror or exc)) from None
+
+
+def parse_bytes(file: str, raw: bytes) -> Dict[str, Any]:
+    """The TOML table in `raw`, read from `file`; ConfigError naming it when not UTF-8 or not TOML."""
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:

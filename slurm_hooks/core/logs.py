@@ -15,8 +15,10 @@ differently from what it holds.
 
 from __future__ import annotations
 
+import importlib
 import os
 import sys
+from types import ModuleType
 from typing import TYPE_CHECKING, Any, Mapping
 
 from .lazyre import lazy_compile
@@ -37,7 +39,7 @@ def setup(
     settings: Mapping[str, Mapping[str, Any]], stderr: bool = True, create_dirs: bool = True
 ) -> logging.Logger:
     """The decision logger: syslog, the log file (its directory made unless create_dirs is false), stderr."""
-    import logging
+    logging = import_logging()
 
     logger = logging.getLogger(LOGGER_NAME)
     for handler in list(logger.handlers):
@@ -70,9 +72,42 @@ def setup(
 
 def decision_logger() -> logging.Logger:
     """The decision logger as setup() left it (for code that was given none)."""
-    import logging
+    logging = import_logging()
 
     return logging.getLogger(LOGGER_NAME)
+
+
+def import_logging() -> ModuleType:
+    """`logging`, imported without `traceback` (and the linecache, tokenize and textwrap it imports:
+    ~3.4 ms of the 6 of `import logging`, paid by every hook while its check process runs, when
+    both cores are already busy: round 7 of issue 29). logging imports traceback at its top but uses
+    it only to print an exception or a stack (Formatter.formatException, Handler.handleError,
+    stack_info); while it imports, `traceback` is a stand-in that imports the real module the first
+    time one of its names is asked for, and then answers with the real one's. The stand-in leaves
+    sys.modules right after, so every later `import traceback` gets the real module."""
+    if "logging" in sys.modules or "traceback" in sys.modules:
+        import logging
+
+        return logging
+    stand_in = _LoadedOnUse("traceback", "slurm-hooks stand-in: the real traceback loads on use")
+    sys.modules["traceback"] = stand_in
+    try:
+        import logging
+    finally:
+        if sys.modules.get("traceback") is stand_in:
+            del sys.modules["traceback"]
+    return logging
+
+
+class _LoadedOnUse(ModuleType):
+    """A module's stand-in: any attribute asked for imports the real module and answers with its own."""
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__"):  # copy, pickle and import machinery probing: not a use
+            raise AttributeError(name)
+        if sys.modules.get(self.__name__) is self:
+            del sys.modules[self.__name__]
+        return getattr(importlib.import_module(self.__name__), name)
 
 
 class LazyLogger:
@@ -113,7 +148,7 @@ def _syslog_handler_class() -> type:
 
 
 def _define_syslog_handler() -> type:
-    import logging
+    logging = import_logging()
 
     class SyslogHandler(logging.Handler):
         """Records to syslog/journald through the C library's syslog(3) (`journalctl -t slurm-hooks`).
