@@ -82,6 +82,9 @@ class BenchNode:
             "LD_LIBRARY_PATH": self.node.env["LD_LIBRARY_PATH"],
             "FAKE_NVML_STATE": self.node.env["FAKE_NVML_STATE"],
             "LANG": "C.UTF-8",
+            # root's parsed-configuration cache (core/config_cache.py) is measured as a node has it,
+            # warm after the first hook, but kept in this bench's directory, not the host's /run
+            "SLURM_HOOKS_CONFIG_CACHE": os.path.join(self.var, "run"),
         }
         if os.geteuid() != 0:  # a non-root run cannot own the config as root
             env["SLURM_HOOKS_ALLOW_INSECURE_CONFIG"] = "1"

@@ -82,6 +82,10 @@ class Rig:
         exports = {
             "SLURM_HOOKS_CONFIG": str(self.config_path),
             "SLURM_HOOKS_ALLOW_INSECURE_CONFIG": "1",  # tmp_path is not a root-only directory tree
+            # slurmd runs the hook as root with an environment of its own making: without this,
+            # root's parsed-configuration cache (core/config_cache.py) would be written to the
+            # host's /run/slurm-hooks by every test's prolog
+            "SLURM_HOOKS_CONFIG_CACHE": "off",
             "LD_LIBRARY_PATH": self.fake.env["LD_LIBRARY_PATH"],
             "FAKE_NVML_STATE": self.fake.env["FAKE_NVML_STATE"],
             "SLURM_CONF": str(conf_path),  # HealthCheckProgram gets no SLURM_CONF from slurmd

@@ -74,6 +74,7 @@ class Site:
         env = dict(
             self.cluster.env,
             SLURM_HOOKS_ALLOW_INSECURE_CONFIG="1",
+            SLURM_HOOKS_CONFIG_CACHE="off",  # run by slurmd as root: no cache in the host's /run
             SLURM_HOOKS_CONFIG=str(self.config),
             PYTHONPATH=REPO,
         )
