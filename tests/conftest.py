@@ -57,6 +57,13 @@ if "PYTEST_DEBUG_TEMPROOT" not in os.environ and _tmpfs_with_room(TMPFS_TEMPROOT
     os.environ["PYTEST_DEBUG_TEMPROOT"] = TMPFS_TEMPROOT
 
 
+def pytest_sessionfinish(session):
+    """The fake nodes this process kept for reuse (tests/fakenode/pool.py) go with the session."""
+    from tests.fakenode import pool
+
+    pool.empty()
+
+
 def pytest_collection_finish(session):
     sys.pycache_prefix, sys.dont_write_bytecode = _BYTECODE_SETTINGS
 
