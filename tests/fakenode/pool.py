@@ -237,7 +237,7 @@ class Pool:
         if not self.idle:
             return None
         same = [t for t in self.idle if t.key == key]
-        tree = same[-1] if same else self.idle[-1]
+        tree = same[-1] if same else min(self.idle, key=lambda t: _differing(t.image, tree_image))
         self.idle.remove(tree)
         root = tempfile.mkdtemp(prefix="fakenode-", dir=directory)
         try:
@@ -365,6 +365,13 @@ def _remove_entry(path: str) -> None:
             os.unlink(path)
     except FileNotFoundError:
         pass
+
+
+def _differing(old_image: Any, new_image: Any) -> int:
+    """How many files turning old_image into new_image writes or removes (which idle tree to take)."""
+    old, new = _index(old_image), _index(new_image)
+    changed = sum(1 for rel, content in old.files.items() if new.files.get(rel) != content)
+    return changed + sum(1 for rel in new.files if rel not in old.files)
 
 
 class _Index:
