@@ -59,9 +59,9 @@ if "PYTEST_DEBUG_TEMPROOT" not in os.environ and _tmpfs_with_room(TMPFS_TEMPROOT
 
 def pytest_sessionfinish(session):
     """The fake nodes this process kept for reuse (tests/fakenode/pool.py) go with the session."""
-    from tests.fakenode import pool
-
-    pool.empty()
+    pool = sys.modules.get("tests.fakenode.pool")  # not imported: no fake node was made
+    if pool is not None:
+        pool.empty()
 
 
 def pytest_collection_finish(session):

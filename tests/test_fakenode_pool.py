@@ -260,6 +260,25 @@ def test_specs_in_turn_each_get_the_builders_node(own_pool):
             node.cleanup()
 
 
+def test_a_tree_made_into_a_very_different_spec_is_its_builders_node(own_pool, monkeypatch):
+    """Past MAX_DIFFERING a node is written from its image instead; here every tree is taken, and
+    the pool looks at its own events every 50 writes (a DGX into a CPU-only node and back is
+    thousands of writes and removals, each an event or three, and the kernel queues 16,384)."""
+    monkeypatch.setattr(pool, "MAX_DIFFERING", 100.0)
+    monkeypatch.setattr(pool, "CHECK_EVERY", 50)
+    first = FakeNode.build_temp("dgx-h100")
+    kept = followed(own_pool, first)
+    first.write("/proc/loadavg", "9.99 9.99 9.99 1/1 1")
+    first.cleanup()
+    for spec in ("cpu-only", "dgx-h100"):
+        node = FakeNode.build_temp(spec)
+        try:
+            assert followed(own_pool, node) is kept
+            assert tree(node.root) == builders_tree(spec)
+        finally:
+            node.cleanup()
+
+
 def test_nodes_held_together_are_distinct_and_each_the_builders(own_pool):
     for node in [FakeNode.build_temp("dgx-h100") for _ in range(3)]:
         node.write("/proc/loadavg", "9.99 9.99 9.99 1/1 1")

@@ -43,11 +43,15 @@ ENV = "FAKENODE_POOL"
 # idle trees kept per process: a DGX tree is ~25 MB of tmpfs; tests that hold several nodes at
 # once are rare, and a spec's own tree (the usual next request) is almost always among the last few
 MAX_POOLED = 3
+# a tree is made into another spec's node when at most this share of its files differ: past it,
+# removing and writing them costs more than writing the node from its image
+MAX_DIFFERING = 0.25
+# _turn_into looks at the events it caused every so many writes, before they fill the queue
+CHECK_EVERY = 1000
 
 # <sys/inotify.h>
 IN_MODIFY = 0x2
 IN_ATTRIB = 0x4
-IN_CLOSE_WRITE = 0x8
 IN_MOVED_FROM = 0x40
 IN_MOVED_TO = 0x80
 IN_CREATE = 0x100
@@ -62,12 +66,12 @@ IN_DONT_FOLLOW = 0x02000000
 IN_ISDIR = 0x40000000
 IN_NONBLOCK = os.O_NONBLOCK
 IN_CLOEXEC = 0o2000000
-# every change to an entry or a directory; reads (IN_ACCESS, IN_OPEN, IN_CLOSE_NOWRITE) are left
-# out: the checks under test read the whole tree and would fill the queue
+# every change to an entry or a directory (a write, truncate or fallocate is an IN_MODIFY). Left
+# out: reads (IN_ACCESS, IN_OPEN, IN_CLOSE_NOWRITE), as the checks under test read the whole tree,
+# and IN_CLOSE_WRITE, which only doubles IN_MODIFY (the queue holds 16,384 events by default)
 WATCHED = (
     IN_MODIFY
     | IN_ATTRIB
-    | IN_CLOSE_WRITE
     | IN_MOVED_FROM
     | IN_MOVED_TO
     | IN_CREATE
@@ -237,7 +241,15 @@ class Pool:
         if not self.idle:
             return None
         same = [t for t in self.idle if t.key == key]
-        tree = same[-1] if same else min(self.idle, key=lambda t: _differing(t.image, tree_image))
+        if same:
+            tree = same[-1]
+        else:
+            differing, best = min(
+                (_differing(t.image, tree_image), i) for i, t in enumerate(self.idle)
+            )
+            if differing > len(tree_image.files) * MAX_DIFFERING:
+                return None  # written from its image costs less; the idle trees stay for theirs
+            tree = self.idle[best]
         self.idle.remove(tree)
         root = tempfile.mkdtemp(prefix="fakenode-", dir=directory)
         try:
@@ -248,21 +260,24 @@ class Pool:
             return None
         tree.root = os.path.realpath(root)
         try:
-            expected = self._turn_into(tree, tree_image)
+            self._check_own_events(tree, self._turn_into(tree, tree_image))
         except OSError:
             tree.broken = True
-            expected = set()
-        for other, mask, rel, name in self._dispatch():
-            if other is not tree:  # a node the running test holds as well
-                _record(other, mask, rel, name)
-            elif not _ours(mask, rel, name, expected):
-                tree.broken = True
         if tree.broken:
             self._discard(tree)
             return None
         tree.image, tree.key, tree.dirty = tree_image, key, set()
         self.active[tree.root] = tree
         return tree.root
+
+    def _check_own_events(self, tree: Tree, expected: Set[str]) -> None:
+        """tree is broken unless every event on it so far is one of the pool's own writes
+        (expected: the paths written or removed so far)."""
+        for other, mask, rel, name in self._dispatch():
+            if other is not tree:  # a node the running test holds as well
+                _record(other, mask, rel, name)
+            elif not _ours(mask, rel, name, expected):
+                tree.broken = True
 
     def _turn_into(self, tree: Tree, target: Any) -> Set[str]:
         """Write the difference between tree.image (less tree.dirty) and target under tree.root;
@@ -287,9 +302,11 @@ class Pool:
                 for rel, target_path in old.links.items()
                 if rel not in tree.dirty and new.links.get(rel) != target_path
             ]
-        for rel in stale_files + stale_links:
-            os.unlink(base + rel)
         touched.update(stale_files, stale_links)
+        for done, rel in enumerate(stale_files + stale_links, 1):
+            os.unlink(base + rel)
+            if done % CHECK_EVERY == 0:
+                self._check_own_events(tree, touched)
         gone_dirs = [rel for rel in old.dirs if rel not in new.dir_set]
         for rel in reversed(gone_dirs):  # children before parents
             os.rmdir(base + rel)
@@ -304,12 +321,14 @@ class Pool:
 
         for rel, data, mode in target.files:
             if rel in absent or rel not in old.files:
-                write_file(base + rel, data, mode)
                 touched.add(rel)
+                write_file(base + rel, data, mode)
+                if len(touched) % CHECK_EVERY == 0:
+                    self._check_own_events(tree, touched)
         for rel, target_path in target.links:
             if rel in absent or rel not in old.links:
-                os.symlink(target_path, base + rel)
                 touched.add(rel)
+                os.symlink(target_path, base + rel)
         return touched
 
     def _discard(self, tree: Tree) -> None:
