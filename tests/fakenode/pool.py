@@ -43,8 +43,8 @@ ENV = "FAKENODE_POOL"
 # idle trees kept per process: a DGX tree is ~25 MB of tmpfs; tests that hold several nodes at
 # once are rare, and a spec's own tree (the usual next request) is almost always among the last few
 MAX_POOLED = 3
-# a tree is made into another spec's node when at most this share of its files differ: past it,
-# removing and writing them costs more than writing the node from its image
+# a tree is made into another spec's node when at most this share of its files differ, or when the
+# pool is full: past it, turning a tree costs more than writing the node from its image
 MAX_DIFFERING = 0.25
 # _turn_into looks at the events it caused every so many writes, before they fill the queue
 CHECK_EVERY = 1000
@@ -247,8 +247,11 @@ class Pool:
             differing, best = min(
                 (_differing(t.image, tree_image), i) for i, t in enumerate(self.idle)
             )
-            if differing > len(tree_image.files) * MAX_DIFFERING:
-                return None  # written from its image costs less; the idle trees stay for theirs
+            if differing > len(tree_image.files) * MAX_DIFFERING and len(self.idle) < MAX_POOLED:
+                # written from its image costs less, and the idle trees stay for their specs; with
+                # the pool full, one of them would be removed at the next release anyway, and
+                # turning a tree costs at most what removing one and writing another does
+                return None
             tree = self.idle[best]
         self.idle.remove(tree)
         root = tempfile.mkdtemp(prefix="fakenode-", dir=directory)
