@@ -62,6 +62,13 @@ if "PYTEST_DEBUG_TEMPROOT" not in os.environ and _tmpfs_with_room(TMPFS_TEMPROOT
 os.environ["SLURM_HOOKS_CONFIG_CACHE"] = "off"
 
 
+def pytest_sessionfinish(session):
+    """The fake nodes this process kept for reuse (tests/fakenode/pool.py) go with the session."""
+    pool = sys.modules.get("tests.fakenode.pool")  # not imported: no fake node was made
+    if pool is not None:
+        pool.empty()
+
+
 def pytest_collection_finish(session):
     sys.pycache_prefix, sys.dont_write_bytecode = _BYTECODE_SETTINGS
 

@@ -810,3 +810,23 @@ def test_cleanup_removes_the_tree_and_nothing_a_symlink_in_it_points_at(tmp_path
     node.cleanup()
     assert not node.root.exists()
     assert (outside / "keep").read_text() == "kept"
+
+
+def test_a_resolved_spec_is_remembered_as_a_copy_and_by_its_text(tmp_path):
+    """load_spec keeps what it resolved from a file (tests/fakenode/spec.py): each call gets a spec
+    of its own, equal to a fresh resolution, and an edited file is resolved again."""
+    from tests.fakenode import spec as spec_module
+
+    overrides = {"gpu": {3: {"remapped_rows": {"pending": True}}}}
+    first = load_spec("dgx-h100", overrides)
+    first["gpu"][3]["name"] = "changed by a test"
+    again = load_spec("dgx-h100", overrides)
+    assert again["gpu"][3]["name"] != "changed by a test"
+    path = spec_module.find_spec("dgx-h100")
+    uncached = spec_module._load(spec_module._toml_loads(path.read_text()), str(path), overrides)
+    assert again == uncached and repr(again) == repr(uncached)
+    edited = tmp_path / "edited.toml"
+    edited.write_text(path.read_text())
+    assert load_spec(str(edited))["node"]["hostname"] == load_spec("dgx-h100")["node"]["hostname"]
+    edited.write_text(path.read_text().replace('hostname = "', 'hostname = "x', 1))
+    assert load_spec(str(edited))["node"]["hostname"].startswith("x")

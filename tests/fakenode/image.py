@@ -64,18 +64,22 @@ class TreeImage:
         base = root + "/"
         for rel in self.dirs:
             os.mkdir(base + rel)
-        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL
         for rel, data, mode in self.files:
-            fd = os.open(base + rel, flags, mode)
-            try:
-                if data:
-                    os.write(fd, data)
-            finally:
-                os.close(fd)
-            if mode & ~0o644:  # os.open's mode passes through the umask; a chmod makes it exact
-                os.chmod(base + rel, mode)
+            write_file(base + rel, data, mode)
         for rel, target in self.links:
             os.symlink(target, base + rel)
+
+
+def write_file(path: str, data: bytes, mode: int) -> None:
+    """Create one file of an image (it must not exist): its bytes and its mode."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
+    try:
+        if data:
+            os.write(fd, data)
+    finally:
+        os.close(fd)
+    if mode & ~0o644:  # os.open's mode passes through the umask; a chmod makes it exact
+        os.chmod(path, mode)
 
 
 _seen: "collections.Counter[str]" = collections.Counter()
@@ -123,10 +127,11 @@ def wanted(key: str) -> bool:
     return key not in _images and (_seen[key] >= 2 or diskimage.enabled())
 
 
-def keep(key: str, root: str, pci_paths: Dict[str, str]) -> None:
+def keep(key: str, root: str, pci_paths: Dict[str, str]) -> TreeImage:
     image = TreeImage.take(root)
     _remember(key, (image, dict(pci_paths)))
     diskimage.save(key, image.dirs, image.files, image.links, dict(pci_paths))
+    return image
 
 
 def _remember(key: str, entry: Tuple[TreeImage, Dict[str, str]]) -> None:

@@ -6,9 +6,9 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Union
+from typing import Any, Dict, List, Optional, Tuple, Union
 
-from . import fakenvml, image, nvmlstate, pci
+from . import fakenvml, image, nvmlstate, pci, pool
 from .fsutil import Tree, remove_tree
 from .procfs import write_procfs
 from .spec import load_spec
@@ -39,6 +39,8 @@ class FakeNode:
         self.lib_path = lib_path
         self.state_path = state_path
         self.pci_paths = pci_paths
+        # the image (image.py) this node's tree was written as, when there is one: the pool's record
+        self._image: Optional[image.TreeImage] = None
         self.env = {
             "LD_LIBRARY_PATH": str(self.lib_dir),
             "FAKE_NVML_STATE": str(state_path),
@@ -64,15 +66,37 @@ class FakeNode:
         overrides: Optional[Dict[str, Any]] = None,
     ) -> "FakeNode":
         """Build into a fresh temp dir on tmpfs when available (see fast_tmpdir); call cleanup() when done."""
+        resolved = load_spec(spec, overrides)
+        use_lib = resolved["nvml"]["library"]
+        key = image.spec_key(resolved, use_lib)
+        earlier = image.lookup(key)
+        kept = pool.pool()
+        if kept is not None and earlier is not None:  # a released tree made into this node
+            root = kept.take(key, earlier[0], fast_tmpdir())
+            if root is not None:
+                node = cls(Path(root), resolved, *_node_paths(Path(root), use_lib, earlier[1]))
+                node._image = earlier[0]
+                return node
         d = tempfile.mkdtemp(prefix="fakenode-", dir=fast_tmpdir())
         try:
-            return cls.build(spec, d, overrides)
+            node = _write_node(resolved, Path(d).resolve(), use_lib, key, earlier)
         except BaseException:
             shutil.rmtree(d, ignore_errors=True)
             raise
+        if kept is not None and node._image is not None:
+            kept.follow(str(node.root), node._image, key)
+        return node
 
-    def cleanup(self) -> None:
-        """Remove the whole tree (only for nodes from build_temp or your own temp dirs)."""
+    def cleanup(self, reuse: bool = True) -> None:
+        """Remove the whole tree (only for nodes from build_temp or your own temp dirs). A node
+        from build_temp goes to this process's pool instead (pool.py), which sees what the test
+        changed; reuse=False removes it all the same (a test that changed it in a way the pool
+        cannot see: a hard link made outside the tree, a shared mmap)."""
+        kept = pool.pool()
+        if kept is not None and (kept.release(str(self.root)) if reuse else False):
+            return
+        if kept is not None and not reuse:
+            kept.forget(str(self.root))
         remove_tree(str(self.root))
 
     # ---------------------------------------------------------------- paths and environments
@@ -215,21 +239,45 @@ def build_node(
     ``with_library``: override spec.nvml.library (False skips gcc entirely; the state file is still written).
     """
     root = Path(root_dir).resolve()
+    use_lib = spec["nvml"]["library"] if with_library is None else with_library
+    key = image.spec_key(spec, use_lib)
+    return _write_node(spec, root, use_lib, key, image.lookup(key))
+
+
+def _node_paths(
+    root: Path, use_lib: bool, pci_paths: Dict[str, str]
+) -> Tuple[Optional[Path], Path, Dict[str, str]]:
+    """FakeNode's lib_path, state_path and pci_paths for a tree at root."""
+    lib_dir = root / FAKE_DIR / "lib"
+    return (
+        (lib_dir / fakenvml.SONAME if use_lib else None),
+        lib_dir / fakenvml.STATE_NAME,
+        dict(pci_paths),
+    )
+
+
+def _write_node(
+    spec: Dict[str, Any],
+    root: Path,
+    use_lib: bool,
+    key: str,
+    earlier: Optional[Tuple[image.TreeImage, Dict[str, str]]],
+) -> FakeNode:
+    """The tree for spec under root: from an earlier build's image (image.lookup), else built."""
     for sub in ("sys", "proc", "dev"):
         if (root / sub).exists():
             raise FileExistsError(
                 "%s already contains a node tree (%s/); use an empty directory" % (root, sub)
             )
-    use_lib = spec["nvml"]["library"] if with_library is None else with_library
     lib_dir = root / FAKE_DIR / "lib"
     state_path = lib_dir / fakenvml.STATE_NAME
     lib_path = lib_dir / fakenvml.SONAME if use_lib else None
-    key = image.spec_key(spec, use_lib)
-    earlier = image.lookup(key)
     if earlier is not None:  # this spec was built before: its bytes again (image.py)
         tree, paths = earlier
         tree.write_to(str(root))
-        return FakeNode(root, spec, lib_path, state_path, dict(paths))
+        node = FakeNode(root, spec, lib_path, state_path, dict(paths))
+        node._image = tree
+        return node
     root.mkdir(parents=True, exist_ok=True)
     t = Tree(root)
     devs = pci.topology(spec)
@@ -239,6 +287,7 @@ def build_node(
     nvmlstate.write_state(state_path, nvmlstate.state_lines(spec))
     if use_lib:
         fakenvml.install_library(lib_dir)
+    node = FakeNode(root, spec, lib_path, state_path, paths)
     if image.wanted(key):
-        image.keep(key, str(root), paths)
-    return FakeNode(root, spec, lib_path, state_path, paths)
+        node._image = image.keep(key, str(root), paths)
+    return node
