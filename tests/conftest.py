@@ -167,6 +167,22 @@ def gpu_node(fake_node):
 
 
 @pytest.fixture(autouse=True)
+def _slurm_conf_stays_the_tests_own(monkeypatch):
+    """SLURM_CONF as it was before each test. The pyslurm backend sets it in this process for
+    `import pyslurm` (slurm/client.py: os.environ.setdefault, right for a hook that ends after its
+    run); a test that reached it left it pointing at its tmp_path's slurm.conf, and a later test of
+    the same worker then read a file that no longer existed (tests/test_cli_status.py exiting 3
+    after test_slurm_client.py's pyslurm import test). The value is handed to monkeypatch as its
+    first record, so its undo, which runs after every other teardown of the test, ends on it."""
+    before = os.environ.get("SLURM_CONF")
+    if before is None:
+        monkeypatch.setenv("SLURM_CONF", "")
+        monkeypatch.delenv("SLURM_CONF")
+    else:
+        monkeypatch.setenv("SLURM_CONF", before)
+
+
+@pytest.fixture(autouse=True)
 def _in_process_cli_never_ends_the_run(monkeypatch):
     """Many tests call cli.main.main() in this process. Its check_verbs.finish leaves with
     os._exit(code) while any check thread is alive, and a hung-check test run earlier leaves one
