@@ -189,6 +189,18 @@ def test_a_reused_tree_is_the_builders_node_whatever_the_test_before_changed(
         second.cleanup()
 
 
+def next_dgx_node_is_the_builders(own_pool, kept, reused):
+    """The next DGX node is the builder's, made from the kept tree (reused) or not."""
+    second = FakeNode.build_temp("dgx-h100")
+    try:
+        assert (followed(own_pool, second) is kept) is reused
+        if not reused:
+            assert not os.path.exists(kept.root)  # removed, not left in the pool
+        assert tree(second.root) == builders_tree("dgx-h100")
+    finally:
+        second.cleanup()
+
+
 def chmod_a_directory(node):
     os.chmod(str(node.path("/proc/sys")), 0o700)
 
@@ -215,13 +227,7 @@ def test_a_tree_whose_directories_changed_is_never_handed_out(own_pool, change):
     kept = followed(own_pool, first)
     DISCARDED[change](first)
     first.cleanup()
-    second = FakeNode.build_temp("dgx-h100")
-    try:
-        assert followed(own_pool, second) is not kept
-        assert not os.path.exists(kept.root)  # removed, not left in the pool
-        assert tree(second.root) == builders_tree("dgx-h100")
-    finally:
-        second.cleanup()
+    next_dgx_node_is_the_builders(own_pool, kept, reused=False)
 
 
 def test_a_write_after_release_is_repaired(own_pool):
@@ -231,12 +237,7 @@ def test_a_write_after_release_is_repaired(own_pool):
     with open(str(first.path("/proc/uptime")), "r+b") as late:
         first.cleanup()
         late.write(b"999999.99 1.00\n")
-    second = FakeNode.build_temp("dgx-h100")
-    try:
-        assert followed(own_pool, second) is kept
-        assert tree(second.root) == builders_tree("dgx-h100")
-    finally:
-        second.cleanup()
+    next_dgx_node_is_the_builders(own_pool, kept, reused=True)
 
 
 def test_a_queue_overflow_discards_every_tree(own_pool):
