@@ -45,6 +45,11 @@ class FakeNode:
             "LD_LIBRARY_PATH": str(self.lib_dir),
             "FAKE_NVML_STATE": str(state_path),
             "FAKENODE_ROOT": str(root),
+            # root's parsed-configuration cache (slurm_hooks/core/config_cache.py) stays off for a
+            # hook run on a fake node, as in the suite (conftest): tests that give a hook the
+            # environment slurmd would (this one plus the job's) otherwise wrote the host's
+            # /run/slurm-hooks (test_mode's fresh-install prolog did, as root)
+            "SLURM_HOOKS_CONFIG_CACHE": "off",
         }
 
     @classmethod
