@@ -98,10 +98,11 @@ class FakeNode:
         changed; reuse=False removes it all the same (a test that changed it in a way the pool
         cannot see: a hard link made outside the tree, a shared mmap)."""
         kept = pool.pool()
-        if kept is not None and (kept.release(str(self.root)) if reuse else False):
-            return
-        if kept is not None and not reuse:
-            kept.forget(str(self.root))
+        if kept is not None:
+            if reuse and kept.release(str(self.root)):
+                return
+            if not reuse:
+                kept.forget(str(self.root))
         remove_tree(str(self.root))
 
     # ---------------------------------------------------------------- paths and environments
@@ -274,9 +275,8 @@ def _write_node(
             raise FileExistsError(
                 "%s already contains a node tree (%s/); use an empty directory" % (root, sub)
             )
-    lib_dir = root / FAKE_DIR / "lib"
-    state_path = lib_dir / fakenvml.STATE_NAME
-    lib_path = lib_dir / fakenvml.SONAME if use_lib else None
+    lib_path, state_path, _ = _node_paths(root, use_lib, {})
+    lib_dir = state_path.parent
     if earlier is not None:  # this spec was built before: its bytes again (image.py)
         tree, paths = earlier
         tree.write_to(str(root))
