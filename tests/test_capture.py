@@ -286,6 +286,13 @@ def test_slurm_conf_behind_a_symlink_of_another_name_is_redacted(tmp_path):
         # kernel-parameters.txt) and ordinary slurm.conf keys
         (b"BOOT_IMAGE=/vmlinuz-6.8 iommu.passthrough=1 quiet", None),
         (b"AccountingStorageType=accounting_storage/slurmdbd", None),
+        # a real H200 node's kernel log (tests/captures/device/h200-vm): a mitigation, not a secret
+        (
+            b"6,118,118659,-;Speculative Store Bypass: Mitigation: Speculative Store Bypass disabled",
+            None,
+        ),
+        (b"ldap_bypass_password=x", b"ldap_bypass_password=<redacted>"),
+        (b"StorageBypassPass=x", b"StorageBypassPass=<redacted>"),
         (b"\x01\x00key=value\x00\x10", None),  # binary (PCI config space): left as read
     ],
 )
