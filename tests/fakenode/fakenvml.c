@@ -25,6 +25,7 @@
 #include <dlfcn.h>
 #include <pthread.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -575,6 +576,26 @@ nvmlReturn_t nvmlDeviceGetPciInfo_v3(nvmlDevice_t device, nvmlPciInfo_t *pci) {
              sizeof pci->busIdLegacy);
     pci->pciDeviceId = pci_device_id(idx);
     pci->pciSubSystemId = (unsigned int)G(idx, 0x16C110DE, "pci_subsystem_id");
+    return NVML_SUCCESS;
+}
+
+/* The legacy entry points the real library still exports (nvml.h declares them under
+ * NVML_NO_UNVERSIONED_FUNC_DEFS; libnvidia-ml 580.159.04 exports nvmlDeviceGetPciInfo, seen in
+ * tests/captures/device/h200-vm/nvml-calls.json). _v2 has today's layout. The first version's
+ * struct is a prefix of it: the 16-byte bus id, domain, bus, device, the two ids, then 16 reserved
+ * bytes in place of the 32-byte busId; an old caller's buffer is only that long, so only that is written. */
+nvmlReturn_t nvmlDeviceGetPciInfo_v2(nvmlDevice_t device, nvmlPciInfo_t *pci) {
+    return nvmlDeviceGetPciInfo_v3(device, pci);
+}
+
+nvmlReturn_t nvmlDeviceGetPciInfo(nvmlDevice_t device, nvmlPciInfo_t *pci) {
+    nvmlPciInfo_t full;
+    if (!pci) return NVML_ERROR_INVALID_ARGUMENT;
+    nvmlReturn_t r = nvmlDeviceGetPciInfo_v3(device, &full);
+    if (r != NVML_SUCCESS) return r;
+    size_t prefix = offsetof(nvmlPciInfo_t, busId);
+    memcpy(pci, &full, prefix);
+    memset((char *)pci + prefix, 0, 16);
     return NVML_SUCCESS;
 }
 
@@ -1254,6 +1275,8 @@ static int nvlink_error_field(int idx, nvmlFieldValue_t *f) {
         nvmlReturn_t r = G(idx, 1, "nvlink.error_fields.supported") ? link_ok(idx, link) : NVML_ERROR_NOT_SUPPORTED;
         f->nvmlReturn = r;
         f->value.ullVal = r == NVML_SUCCESS ? G(idx, 0, "nvlink.links.%u.errors.%s", link, runs[i].counter) : 0;
+        /* a refused entry keeps valueType 0 (double), as the 580 driver leaves it (h200-vm's answers) */
+        if (r != NVML_SUCCESS) f->valueType = NVML_VALUE_TYPE_DOUBLE;
         return 1;
     }
     return 0;
@@ -1281,8 +1304,12 @@ nvmlReturn_t nvmlDeviceGetFieldValues(nvmlDevice_t device, int valuesCount, nvml
 #endif
 #ifdef NVML_FI_DEV_NVLINK_LINK_COUNT
         if (!v && f->fieldId == NVML_FI_DEV_NVLINK_LINK_COUNT) {
+            /* a GPU without NVLink (a PCIe H200 on 580.159.04, tests/captures/device/h200-vm) answers
+             * NOT_SUPPORTED for the count, not 0; the value type is set either way */
             f->valueType = NVML_VALUE_TYPE_UNSIGNED_INT;
-            f->value.uiVal = (unsigned int)G(idx, 0, "nvlink.count");
+            unsigned int count = (unsigned int)G(idx, 0, "nvlink.count");
+            f->nvmlReturn = count ? NVML_SUCCESS : NVML_ERROR_NOT_SUPPORTED;
+            f->value.uiVal = count;
             continue;
         }
 #endif
