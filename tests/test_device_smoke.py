@@ -23,7 +23,16 @@ def test_device_smoke_writes_every_fixture_against_the_library_it_finds(fake_nod
     env["SLURM_HOOKS_CONFIG"] = str(tmp_path / "none.toml")
     (tmp_path / "none.toml").write_text("[paths]\nstate_dir = %r\nlog_file = ''\n" % str(tmp_path))
     done = subprocess.run(
-        [sys.executable, "tools/device_smoke.py", "--out", str(out), "--root", str(node.root)],
+        [
+            sys.executable,
+            "tools/device_smoke.py",
+            "--out",
+            str(out),
+            "--root",
+            str(node.root),
+            "--prolog-runs",
+            "2",
+        ],
         cwd=REPO,
         env=env,
         capture_output=True,
@@ -49,3 +58,22 @@ def test_device_smoke_writes_every_fixture_against_the_library_it_finds(fake_nod
     # the multi-argument getters get their arguments: an answer, not a TypeError of ours
     temperature = functions["nvmlDeviceGetTemperature"]["per_gpu"][0]
     assert "value" in temperature, temperature
+    # the getters asked with several argument sets (DRAM and SRAM counters, as checks/gpu/memory.py)
+    by_args = functions["nvmlDeviceGetMemoryErrorCounter"]["per_gpu_by_args"]
+    assert set(by_args) == {"(1, 1, 2)", "(1, 1, 7)"}, by_args
+    assert all("value" in answer for answers in by_args.values() for answer in answers), by_args
+    # every field id we ask, with the id the driver echoed and its own return
+    fields = functions["nvmlDeviceGetFieldValues"]["per_gpu"][0]["fields"]
+    assert fields["FI_DEV_NVLINK_LINK_COUNT"] == {
+        "asked": 91,
+        "fieldId": 91,
+        "nvmlReturn": 0,
+        "valueType": 1,
+        "value": 18,
+    }
+    assert all(f["asked"] == f["fieldId"] for f in fields.values()), fields
+    # the prolog as slurmd runs it, timed against the interpreter floor, every run judged OK
+    timing = json.loads((out / "prolog-timing.json").read_text())
+    assert timing["prolog_exit_codes"] == [0], timing
+    assert timing["gpus"] == 8 and timing["runs"] == 2
+    assert timing["ratio_wall"] > 1 and "decision=pass" in timing["last_stderr"], timing

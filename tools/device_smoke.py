@@ -12,12 +12,18 @@ In DIR (each step bounded; a step that fails or hangs is recorded, never a stop)
 - nvml-calls.json   every NVML function slurm_hooks names, against the real library: is it in
                     pynvml, does libnvidia-ml export it, and for the per-GPU getters that take only a
                     handle, what each GPU answers (value or NVML error name), each call bounded
+- prolog-timing.json  with --prolog-runs N: `slurm-hooks prolog` as slurmd runs it for a job holding
+                    every GPU (observe mode, state and log in a temporary folder), interleaved with
+                    the interpreter floor `python -s -c pass`: medians of wall and CPU, and the ratio
+                    issue 29 states its goal in, measured on the real driver
 - summary.json      what ran, exit codes, seconds, versions
 
-Bounds: capture 60 s, check 60 s, qualify 240 s, the NVML probe 60 s (5 s a call): 7 minutes
-with every step hung, about a minute on a healthy 8-GPU node with DCGM. The device machine reaches no network: carry the two pure-Python dependencies with the tree
-(`pip install --target .devicepy nvidia-ml-py toml` here, then run with PYTHONPATH=.:.devicepy and
-carry [".devicepy"]). It changes nothing on the GPU: only getters are called (no set*, no reset,
+Bounds: capture 60 s, check 60 s, qualify 240 s, the NVML probe 90 s (5 s a call), each prolog
+run 60 s: 8 minutes with every step hung and no --prolog-runs; 8 s on the H200 machine lent on
+2026-12-04 (tests/captures/device/h200-vm). The device machine reaches no network; its image has
+Python 3.12 and nvidia-ml-py. Elsewhere carry the two pure-Python dependencies with the tree
+(`pip install --target .devicepy nvidia-ml-py toml` here, then PYTHONPATH=.:.devicepy and carry
+[".devicepy"]). It changes nothing on the GPU: only getters are called (no set*, no reset,
 no clear*). --root and LD_LIBRARY_PATH run it on the fake node (tests/test_device_smoke.py).
 """
 
@@ -44,15 +50,16 @@ PROBE_DEADLINE_S = (
 )
 # the getters that need more than the handle, with the arguments our checks pass (nvml.h's enums:
 # sensor 0 = GPU, link 0, NVML_MEMORY_ERROR_TYPE_UNCORRECTED = 1, NVML_AGGREGATE_ECC = 1,
-# NVML_CLOCK_GRAPHICS = 0, NVML_PERF_POLICY_POWER = 0, NVML_TEMPERATURE_THRESHOLD_SLOWDOWN = 1);
-# still only reads
-EXTRA_ARGS = {
+# NVML_MEMORY_LOCATION_DRAM = 2 and _SRAM = 7 (checks/gpu/memory.py asks both), NVML_CLOCK_GRAPHICS = 0,
+# NVML_PERF_POLICY_POWER = 0, NVML_TEMPERATURE_THRESHOLD_SLOWDOWN = 1); still only reads. A list
+# holds several argument sets, each recorded under its arguments (per_gpu_by_args).
+EXTRA_ARGS: Dict[str, Any] = {
     "nvmlDeviceGetTemperature": (0,),
     "nvmlDeviceGetTemperatureThreshold": (1,),
     "nvmlDeviceGetNvLinkState": (0,),
     "nvmlDeviceGetNvLinkErrorCounter": (0, 0),
-    "nvmlDeviceGetTotalEccErrors": (1, 1),
-    "nvmlDeviceGetMemoryErrorCounter": (1, 1, 0),
+    "nvmlDeviceGetTotalEccErrors": [(1, 1), (1, 0), (0, 0)],
+    "nvmlDeviceGetMemoryErrorCounter": [(1, 1, 2), (1, 1, 7)],
     "nvmlDeviceGetRetiredPages": (0,),
     "nvmlDeviceGetRetiredPages_v2": (0,),
     "nvmlDeviceGetApplicationsClock": (0,),
@@ -126,12 +133,59 @@ def probe_nvml(names: List[str]) -> Dict[str, Any]:
         function = getattr(pynvml, name, None)
         if function is not None and name.startswith("nvmlSystemGet"):
             entry["system"] = _plain(bounded(function))
+        elif name == "nvmlDeviceGetFieldValues" and function is not None:
+            entry["per_gpu"] = [_field_values(function, h) for h in handles]
         elif function is not None:
             extra = EXTRA_ARGS.get(name, ())
-            entry["per_gpu"] = [_plain(bounded(function, h, *extra)) for h in handles]
+            if isinstance(extra, list):
+                entry["per_gpu_by_args"] = {
+                    repr(args): [_plain(bounded(function, h, *args)) for h in handles]
+                    for args in extra
+                }
+            else:
+                entry["per_gpu"] = [_plain(bounded(function, h, *extra)) for h in handles]
         out["functions"][name] = entry
     bounded(pynvml.nvmlShutdown)
     return out
+
+
+def field_ids() -> Dict[str, int]:
+    """The nvmlDeviceGetFieldValues ids slurm_hooks asks for: hw/nvml.py's FI_* constants by name,
+    and records/nvlink_errors.py's per-link error counters for link 0."""
+    from slurm_hooks.hw import nvml
+    from slurm_hooks.records import nvlink_errors
+
+    ids = {
+        name: value
+        for name, value in vars(nvml).items()
+        if name.startswith("FI_") and isinstance(value, int)
+    }
+    for counter in nvlink_errors.NVLINK_COUNTERS:
+        ids["nvlink.%s.L0" % counter] = nvlink_errors.error_field_id(counter, 0)
+    return ids
+
+
+def _field_values(function, handle) -> Dict[str, Any]:
+    """Each field id's own answer: nvmlReturn, valueType, the value's member for that type,
+    and the fieldId the driver echoed (NvmlSession.field_values trusts the order)."""
+    ids = field_ids()
+    answer = bounded(function, handle, list(ids.values()))
+    raw = answer.pop("raw", None)
+    if raw is None:
+        return answer
+    from slurm_hooks.hw.nvml import FIELD_VALUE_MEMBERS
+
+    entries = {}
+    for (name, asked), value in zip(ids.items(), raw):
+        member = FIELD_VALUE_MEMBERS.get(value.valueType)
+        entries[name] = {
+            "asked": asked,
+            "fieldId": value.fieldId,
+            "nvmlReturn": value.nvmlReturn,
+            "valueType": value.valueType,
+            "value": getattr(value.value, member) if member and value.nvmlReturn == 0 else None,
+        }
+    return {"seconds": answer.get("seconds"), "fields": entries}
 
 
 def _plain(answer: Dict[str, Any]) -> Dict[str, Any]:
@@ -147,6 +201,90 @@ def _exported(library: Optional[ctypes.CDLL], name: str) -> Optional[bool]:
         return True
     except AttributeError:
         return False
+
+
+def prolog_timing(runs: int, gpus: int, root: Optional[str]) -> Dict[str, Any]:
+    """`slurm-hooks prolog` for a job holding all `gpus` GPUs, as slurmd starts it (its environment,
+    no PATH), in observe mode with state, log, records and the parsed-config cache in a temporary
+    folder, interleaved run by run with the interpreter floor; 2 warm-up rounds not counted."""
+    import resource
+    import shutil
+    import statistics
+    import tempfile
+
+    base = tempfile.mkdtemp(prefix="slurm-hooks-smoke-")
+    os.chmod(base, 0o755)  # the config's ownership check wants no group/world-writable folder
+    config = os.path.join(base, "config.toml")
+    general = 'mode = "observe"\n'
+    if root:
+        general += 'root = %s\nroot_live_sources = ["nvml"]\n' % json.dumps(root)
+    with open(config, "w") as handle:
+        handle.write(
+            "[general]\n%s\n[paths]\nstate_dir = %s\nlog_file = %s\nsyslog = false\n\n"
+            "[records]\ndir = %s\n"
+            % (
+                general,
+                json.dumps(os.path.join(base, "state")),
+                json.dumps(os.path.join(base, "hooks.log")),
+                json.dumps(os.path.join(base, "jobs")),
+            )
+        )
+    listed = ",".join(str(i) for i in range(gpus))
+    env = {
+        "SLURM_HOOKS_CONFIG": config,
+        "SLURM_HOOKS_CONFIG_CACHE": os.path.join(base, "run"),
+        "LANG": "C.UTF-8",
+        "SLURM_JOB_USER": "alice",
+        "SLURM_JOB_UID": "1000",
+        "SLURMD_NODENAME": "node1",
+        "SLURM_JOB_GPUS": listed,
+        "CUDA_VISIBLE_DEVICES": listed,
+        "SLURM_SCRIPT_CONTEXT": "prolog_slurmd",
+    }
+    for carried in ("PYTHONPATH", "LD_LIBRARY_PATH", "FAKE_NVML_STATE"):  # our tree, a fake node
+        if carried in os.environ:
+            env[carried] = os.environ[carried]
+    if os.geteuid() != 0:
+        env["SLURM_HOOKS_ALLOW_INSECURE_CONFIG"] = "1"
+    samples: Dict[str, List[float]] = {"prolog": [], "floor": [], "prolog_cpu": [], "floor_cpu": []}
+    codes = set()
+    last = None
+    commands = {"prolog": CLI + ["prolog"], "floor": [sys.executable, "-s", "-c", "pass"]}
+    for round_number in range(runs + 2):
+        for name, argv in commands.items():
+            env["SLURM_JOB_ID"] = str(1000 + round_number)
+            cpu_before = resource.getrusage(resource.RUSAGE_CHILDREN)
+            started = time.perf_counter()
+            done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60)
+            wall = time.perf_counter() - started
+            cpu_after = resource.getrusage(resource.RUSAGE_CHILDREN)
+            cpu = (cpu_after.ru_utime - cpu_before.ru_utime) + (
+                cpu_after.ru_stime - cpu_before.ru_stime
+            )
+            if round_number < 2:
+                continue
+            samples[name].append(wall)
+            samples[name + "_cpu"].append(cpu)
+            if name == "prolog":
+                codes.add(done.returncode)
+                last = done
+    medians = {name: round(statistics.median(values), 4) for name, values in samples.items()}
+    log_tail = ""
+    if os.path.exists(os.path.join(base, "hooks.log")):
+        with open(os.path.join(base, "hooks.log"), errors="replace") as handle:
+            log_tail = handle.read()[-3000:]
+    shutil.rmtree(base, ignore_errors=True)
+    return {
+        "runs": runs,
+        "gpus": gpus,
+        "medians_s": medians,
+        "ratio_wall": round(medians["prolog"] / medians["floor"], 2),
+        "ratio_cpu": round(medians["prolog_cpu"] / max(medians["floor_cpu"], 1e-6), 2),
+        "prolog_exit_codes": sorted(codes),
+        "last_stdout": last.stdout[-2000:] if last else "",
+        "last_stderr": last.stderr[-2000:] if last else "",
+        "log_tail": log_tail,
+    }
 
 
 def step(name: str, argv: List[str], out_dir: str, stdout_file: Optional[str], timeout: float):
@@ -175,6 +313,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--out", required=True, help="folder for the fixtures (the run's $OUT)")
     parser.add_argument("--level", default="quick", choices=("quick", "standard", "long"))
     parser.add_argument("--root", help="a fake or captured tree (tests): --root/--live nvml")
+    parser.add_argument(
+        "--prolog-runs", type=int, default=0, help="time the prolog N times (prolog-timing.json)"
+    )
     args = parser.parse_args(argv)
     os.makedirs(args.out, exist_ok=True)
     root = ["--root", args.root] if args.root else []
@@ -206,6 +347,19 @@ def main(argv: Optional[List[str]] = None) -> int:
         "names": len(names),
         "seconds": round(time.monotonic() - calls_started, 2),
     }
+    if args.prolog_runs > 0:
+        timing_started = time.monotonic()
+        gpus = int(calls.get("count", {}).get("value", 0) or 0)
+        try:
+            timing = prolog_timing(args.prolog_runs, gpus, args.root)
+        except Exception as exc:  # recorded; the fixtures above still count
+            timing = {"error": "%s: %s" % (type(exc).__name__, exc)}
+        with open(os.path.join(args.out, "prolog-timing.json"), "w") as handle:
+            json.dump(timing, handle, indent=1, sort_keys=True)
+        steps["prolog-timing"] = {
+            "seconds": round(time.monotonic() - timing_started, 2),
+            "ratio_wall": timing.get("ratio_wall"),
+        }
     summary["seconds"] = round(time.monotonic() - started, 2)
     with open(os.path.join(args.out, "summary.json"), "w") as handle:
         json.dump(summary, handle, indent=1, sort_keys=True)
