@@ -3,6 +3,7 @@
     python -m tests.captures.build REPO=GIT_DIR ... [NAME ...]
     e.g. python -m tests.captures.build open-mpi/hwloc=/src/hwloc util-linux/util-linux=/src/util-linux \
              jaypipes/ghw=/src/ghw
+    python -m tests.captures.build --live h200-vm OUT.tar.xz   # on a machine a session was lent
 
 Each source archive is taken at the manifest's commit (`git show COMMIT:PATH`), unpacked, and
 every check plus the corpus fact readers run on it with a recording Host: the capture keeps
@@ -76,13 +77,42 @@ def build(name: str, entry: Dict, repos: Dict[str, str]) -> str:
     return "%s: %d entries, %d bytes" % (name, len(entries), os.path.getsize(archive(name)))
 
 
+def build_live(name: str, out: str, root: str = "/") -> str:
+    """On the machine itself (a device run, tools/device_smoke.py's neighbour): what every check
+    and facts() read under the corpus configuration of manifest entry `name`, archived as the
+    other <name>.tar.xz are. Its absent list is what this machine really lacks, which a
+    `slurm-hooks capture` (default configuration, no fact readers) cannot say. The stripping check
+    of build() has nothing to compare with here: the machine is the full tree."""
+    config = validate(load_builtin_checks(), corpus_config(manifest()[name]))
+    log = ReadLog()
+    found = verdicts(root, config, log)
+    entries, redactions = capture.plan(root, log)
+    absent = "".join(path + "\n" for path in sorted(log.missing)).encode()
+    capture.write_archive(out, name, entries, {ABSENT: absent}, mtime=MTIME)
+    not_ok = [v for v in found if v[1] not in ("OK", "SKIP")]
+    return "%s: %d entries, %d absent, redactions %s, not OK/SKIP: %s" % (
+        out,
+        len(entries),
+        len(log.missing),
+        redactions,
+        not_ok,
+    )
+
+
 def main(argv: List[str]) -> int:
+    if argv[:1] == ["--live"]:  # python -m tests.captures.build --live NAME OUT.tar.xz
+        print(build_live(argv[1], argv[2]))
+        return 0
     repos = dict(arg.split("=", 1) for arg in argv if "=" in arg)
     names = [arg for arg in argv if "=" not in arg]
     corpus = manifest()
     for name in names or sorted(corpus):
-        if corpus[name]["source"]["repository"] not in repos:
-            print("%s: skipped (no git dir for %s)" % (name, corpus[name]["source"]["repository"]))
+        source = corpus[name]["source"]
+        if "device" in source:  # its source was the machine: only --live on it rebuilds it
+            print("%s: skipped (built on the machine itself with --live)" % name)
+            continue
+        if source["repository"] not in repos:
+            print("%s: skipped (no git dir for %s)" % (name, source["repository"]))
             continue
         print(build(name, corpus[name], repos))
     return 0
