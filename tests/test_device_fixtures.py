@@ -74,7 +74,7 @@ def _env(tmp_path, base=None):
 
 
 def test_the_capture_replays_to_the_verdicts_the_node_gave_live(tmp_path):
-    with tarfile.open(os.path.join(MACHINE, "capture.tar.gz")) as tar:
+    with tarfile.open(os.path.join(MACHINE, "capture.tar.xz")) as tar:
         extract(tar, str(tmp_path))
     replay = _verdicts(
         _cli(["check", "--all-contexts", "--json", "--root", str(tmp_path / "vm")], _env(tmp_path))
