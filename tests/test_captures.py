@@ -40,11 +40,29 @@ def untimed():
     )
 
 
-def run_all(registry, name, root):
+def run_all(registry, name, root, log=None):
     config = validate(registry, captures.corpus_config(CORPUS[name]))
-    return run_checks(
-        registry, config, Host(root), "manual", registry.sorted_checks(), deadline=600.0
-    )
+    host = Host(root, log=log)
+    report = run_checks(registry, config, host, "manual", registry.sorted_checks(), deadline=600.0)
+    if log is not None:
+        captures.facts(host)  # what test_stated_facts_match reads: recorded too
+    return report
+
+
+@pytest.fixture(scope="module")
+def checked(untimed, unpacked):
+    """Every check run once per capture, with a recording Host: {name: (report, ReadLog)}, shared by
+    the tests that judge the verdicts and the one that judges what was read (a ReadLog only
+    records, so the verdicts are those of a plain Host)."""
+    cache = {}
+
+    def get(name):
+        if name not in cache:
+            log = ReadLog()
+            cache[name] = (run_all(untimed, name, unpacked[name], log), log)
+        return cache[name]
+
+    return get
 
 
 def test_the_corpus_has_the_machines_issue_13_asks_for():
@@ -83,9 +101,9 @@ def test_the_corpus_has_the_machines_issue_13_asks_for():
 
 
 @pytest.mark.parametrize("name", NAMES)
-def test_every_check_on_every_capture(untimed, unpacked, name):
+def test_every_check_on_every_capture(checked, unpacked, name):
     entry, root = CORPUS[name], unpacked[name]
-    report = run_all(untimed, name, root)
+    report, _log = checked(name)
     crashed = [(r.check, r.summary) for r in report.results() if "traceback" in r.details]
     assert not crashed, crashed
     expected_unknown = entry.get("unknown", {})
@@ -162,25 +180,21 @@ def _same_size(mib: float, stated: str) -> bool:
 
 
 @pytest.mark.parametrize("name", NAMES)
-def test_the_corpus_holds_every_file_the_checks_read(untimed, unpacked, name):
+def test_the_corpus_holds_every_file_the_checks_read(checked, unpacked, name):
     """A check that starts reading a file the build stripped would quietly see a poorer machine: every
     path missing now must have been missing from the source too. Otherwise rebuild the corpus
     (python -m tests.captures.build, see tests/captures/README.md)."""
-    log = ReadLog()
-    config = validate(untimed, captures.corpus_config(CORPUS[name]))
-    host = Host(unpacked[name], log=log)
-    run_checks(untimed, config, host, "manual", untimed.sorted_checks(), deadline=600.0)
-    captures.facts(host)
+    _report, log = checked(name)
     stripped = sorted(log.missing - set(captures.absent(unpacked[name])))
     assert not stripped, "read but not in the capture (rebuild tests/captures): %s" % stripped[:10]
 
 
 @pytest.mark.parametrize("name", [n for n in NAMES if "nvidia_gpus" in CORPUS[n]["truth"]])
 def test_gpus_passed_into_a_vm_are_found_and_not_judged_through_this_machines_nvml(
-    untimed, unpacked, name
+    untimed, unpacked, checked, name
 ):
     root = unpacked[name]
-    report = run_all(untimed, name, root)
+    report, _log = checked(name)
     pci = report.results()
     count = next(r for r in pci if r.check == "gpu.count")
     assert count.status is Status.SKIP and "live-only" in count.summary
