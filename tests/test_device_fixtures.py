@@ -22,7 +22,7 @@ import tarfile
 import pytest
 
 from tests.captures import HERE, extract
-from tests.helpers import REPO
+from tests.helpers import REPO, cli_with_default_config
 
 MACHINE = os.path.join(HERE, "device", "h200-vm")
 # checks only the running node answers: under --root they SKIP and say why (capture.json's live_only)
@@ -52,33 +52,18 @@ def _verdicts(report):
     }
 
 
-def _cli(args, env):
-    done = subprocess.run(
-        [sys.executable, "-m", "slurm_hooks"] + args,
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+def _check(args, env=None, child=False):
+    """`check --all-contexts --json ARGS` with the built-in defaults, as the machine ran it (its
+    capture's config.toml says: built-in defaults); the report as a dict."""
+    done = cli_with_default_config(["check", "--all-contexts", "--json"] + args, env, child)
     assert done.returncode in (0, 1, 2), done.stderr
     return json.loads(done.stdout)
-
-
-def _env(tmp_path, base=None):
-    env = dict(base if base is not None else os.environ)
-    config = tmp_path / "none.toml"  # built-in defaults, as the machine ran (capture's config.toml)
-    config.write_text("[paths]\nstate_dir = %r\nlog_file = ''\n" % str(tmp_path))
-    env.update(SLURM_HOOKS_CONFIG=str(config), SLURM_HOOKS_ALLOW_INSECURE_CONFIG="1")
-    return env
 
 
 def test_the_capture_replays_to_the_verdicts_the_node_gave_live(tmp_path):
     with tarfile.open(os.path.join(MACHINE, "capture.tar.xz")) as tar:
         extract(tar, str(tmp_path))
-    replay = _verdicts(
-        _cli(["check", "--all-contexts", "--json", "--root", str(tmp_path / "vm")], _env(tmp_path))
-    )
+    replay = _verdicts(_check(["--root", str(tmp_path / "vm")]))
     live = _verdicts(_load("check.json"))
     assert len(live) >= 30
     compared = 0
@@ -160,12 +145,10 @@ def test_the_fake_h200_answers_nvml_as_the_real_driver_did(fake_answers):
     assert not differences, differences
 
 
-def test_the_checks_on_the_fake_h200_reach_the_real_nodes_gpu_verdicts(fake_answers, tmp_path):
+def test_the_checks_on_the_fake_h200_reach_the_real_nodes_gpu_verdicts(fake_answers):
     node, _answers = fake_answers
-    report = _cli(
-        ["check", "--all-contexts", "--json", "--root", str(node.root), "--live", "nvml"],
-        _env(tmp_path, node.subprocess_env()),
-    )
+    # a process of its own: this worker's pynvml may hold another node's library already
+    report = _check(["--root", str(node.root), "--live", "nvml"], node.subprocess_env(), child=True)
     fake = _verdicts(report)
     real = _verdicts(_load("check.json"))
     gpu = {key: verdict for key, verdict in real.items() if key[0].startswith("gpu.")}
