@@ -28,14 +28,15 @@ class GpuPlace(Struct):
     numa_node: int
     local_cpus: FrozenSet[int]  # sysfs local_cpulist
     nvml_cpus: Optional[FrozenSet[int]] = (
-        None  # nvmlDeviceGetCpuAffinity; None when NVML is unusable
+        None  # nvmlDeviceGetCpuAffinity; None when NVML is unusable or in a hook (not shown)
     )
 
 
 @gatherer("numa.gpus")
 def read_gpu_places(ctx) -> Tuple[GpuPlace, ...]:
     topo: Topology = ctx.get("topology.pcie")
-    nvml_cpus = _nvml_affinity(ctx, topo)
+    # NVML's view is only shown beside sysfs's (details.nvml_cpu_affinity): not read in a hook
+    nvml_cpus = _nvml_affinity(ctx, topo) if ctx.informational_reads else {}
     return tuple(
         GpuPlace(
             g,

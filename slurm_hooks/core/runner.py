@@ -49,6 +49,11 @@ class GatherContext:
         self.prefetch: Any = None  # core/prefetch.Prefetch: values read by the sysfs helper process
         self.refuse_prefix = ""  # in that helper: gatherers it must not run (NVML's)
         self.refused = False
+        # read what only a result's details show (NVML's CPU affinity beside sysfs's); the hooks'
+        # check child turns it off: a hook's details reach no one (policy reads timed_out and
+        # crashed), and on a real driver nvmlDeviceGetCpuAffinity took ~11 ms a GPU
+        # (tests/captures/device/h200-vm/nvml-calls.json)
+        self.informational_reads = True
 
     def get(self, name: str) -> Any:
         if name == "job":

@@ -132,6 +132,7 @@ def run_isolated_checks(
     def run() -> Dict[str, Any]:
         host = Host(root)
         gather = GatherContext(registry, host, config, job)
+        gather.informational_reads = False  # no one reads a hook's details
         # the sysfs/procfs gatherers are read by a helper process on another core meanwhile
         # (core/prefetch.py); forked now, before this process starts any thread
         needs = (n for s in specs if config.check(s.name).enabled for n in s.needs)
