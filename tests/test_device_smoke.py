@@ -32,6 +32,8 @@ def test_device_smoke_writes_every_fixture_against_the_library_it_finds(fake_nod
             str(node.root),
             "--prolog-runs",
             "2",
+            "--compare-tree",  # the same tree: both sides must run, and come out alike
+            REPO,
         ],
         cwd=REPO,
         env=env,
@@ -77,3 +79,4 @@ def test_device_smoke_writes_every_fixture_against_the_library_it_finds(fake_nod
     assert timing["prolog_exit_codes"] == [0], timing
     assert timing["gpus"] == 8 and timing["runs"] == 2
     assert timing["ratio_wall"] > 1 and "decision=pass" in timing["last_stderr"], timing
+    assert timing["compare_tree"] == REPO and 0.2 < timing["vs_compare_cpu"] < 5, timing

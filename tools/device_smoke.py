@@ -15,7 +15,8 @@ In DIR (each step bounded; a step that fails or hangs is recorded, never a stop)
 - prolog-timing.json  with --prolog-runs N: `slurm-hooks prolog` as slurmd runs it for a job holding
                     every GPU (observe mode, state and log in a temporary folder), interleaved with
                     the interpreter floor `python -s -c pass`: medians of wall and CPU, and the ratio
-                    issue 29 states its goal in, measured on the real driver
+                    issue 29 states its goal in, measured on the real driver; with --compare-tree
+                    DIR, another checkout's prolog in the same rounds (vs_compare_wall/_cpu)
 - summary.json      what ran, exit codes, seconds, versions
 
 Bounds: capture 60 s, check 60 s, qualify 240 s, the NVML probe 90 s (5 s a call), each prolog
@@ -203,10 +204,15 @@ def _exported(library: Optional[ctypes.CDLL], name: str) -> Optional[bool]:
         return False
 
 
-def prolog_timing(runs: int, gpus: int, root: Optional[str]) -> Dict[str, Any]:
+def prolog_timing(
+    runs: int, gpus: int, root: Optional[str], compare_tree: Optional[str] = None
+) -> Dict[str, Any]:
     """`slurm-hooks prolog` for a job holding all `gpus` GPUs, as slurmd starts it (its environment,
     no PATH), in observe mode with state, log, records and the parsed-config cache in a temporary
-    folder, interleaved run by run with the interpreter floor; 2 warm-up rounds not counted."""
+    folder, interleaved run by run with the interpreter floor; 2 warm-up rounds not counted.
+    compare_tree: another checkout's root (its slurm_hooks/), run the same way in the same rounds
+    ("compare"), so two revisions are compared on the real driver as bench/compare.py does on the
+    fake node."""
     import resource
     import shutil
     import statistics
@@ -246,16 +252,27 @@ def prolog_timing(runs: int, gpus: int, root: Optional[str]) -> Dict[str, Any]:
             env[carried] = os.environ[carried]
     if os.geteuid() != 0:
         env["SLURM_HOOKS_ALLOW_INSECURE_CONFIG"] = "1"
-    samples: Dict[str, List[float]] = {"prolog": [], "floor": [], "prolog_cpu": [], "floor_cpu": []}
+    # name -> (argv, the tree it imports slurm_hooks from: cwd and first on PYTHONPATH)
+    commands = {
+        "prolog": (CLI + ["prolog"], REPO),
+        "floor": ([sys.executable, "-s", "-c", "pass"], None),
+    }
+    if compare_tree:
+        commands["compare"] = (CLI + ["prolog"], os.path.abspath(compare_tree))
+    samples: Dict[str, List[float]] = {n + s: [] for n in commands for s in ("", "_cpu")}
     codes = set()
     last = None
-    commands = {"prolog": CLI + ["prolog"], "floor": [sys.executable, "-s", "-c", "pass"]}
+    carried_path = env.get("PYTHONPATH", "")
     for round_number in range(runs + 2):
-        for name, argv in commands.items():
+        for name, (argv, tree) in commands.items():
             env["SLURM_JOB_ID"] = str(1000 + round_number)
+            if tree:
+                env["PYTHONPATH"] = os.pathsep.join(p for p in (tree, carried_path) if p)
             cpu_before = resource.getrusage(resource.RUSAGE_CHILDREN)
             started = time.perf_counter()
-            done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60)
+            done = subprocess.run(
+                argv, env=env, capture_output=True, text=True, timeout=60, cwd=tree or REPO
+            )
             wall = time.perf_counter() - started
             cpu_after = resource.getrusage(resource.RUSAGE_CHILDREN)
             cpu = (cpu_after.ru_utime - cpu_before.ru_utime) + (
@@ -265,8 +282,9 @@ def prolog_timing(runs: int, gpus: int, root: Optional[str]) -> Dict[str, Any]:
                 continue
             samples[name].append(wall)
             samples[name + "_cpu"].append(cpu)
-            if name == "prolog":
+            if name != "floor":
                 codes.add(done.returncode)
+            if name == "prolog":
                 last = done
     medians = {name: round(statistics.median(values), 4) for name, values in samples.items()}
     log_tail = ""
@@ -274,7 +292,7 @@ def prolog_timing(runs: int, gpus: int, root: Optional[str]) -> Dict[str, Any]:
         with open(os.path.join(base, "hooks.log"), errors="replace") as handle:
             log_tail = handle.read()[-3000:]
     shutil.rmtree(base, ignore_errors=True)
-    return {
+    out = {
         "runs": runs,
         "gpus": gpus,
         "medians_s": medians,
@@ -285,6 +303,11 @@ def prolog_timing(runs: int, gpus: int, root: Optional[str]) -> Dict[str, Any]:
         "last_stderr": last.stderr[-2000:] if last else "",
         "log_tail": log_tail,
     }
+    if compare_tree:  # this tree against the other, as bench/compare.py prints it
+        out["compare_tree"] = compare_tree
+        out["vs_compare_wall"] = round(medians["prolog"] / medians["compare"], 3)
+        out["vs_compare_cpu"] = round(medians["prolog_cpu"] / max(medians["compare_cpu"], 1e-6), 3)
+    return out
 
 
 def step(name: str, argv: List[str], out_dir: str, stdout_file: Optional[str], timeout: float):
@@ -315,6 +338,10 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--root", help="a fake or captured tree (tests): --root/--live nvml")
     parser.add_argument(
         "--prolog-runs", type=int, default=0, help="time the prolog N times (prolog-timing.json)"
+    )
+    parser.add_argument(
+        "--compare-tree",
+        help="another checkout's root: its prolog timed in the same rounds (vs_compare_*)",
     )
     args = parser.parse_args(argv)
     os.makedirs(args.out, exist_ok=True)
@@ -351,7 +378,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         timing_started = time.monotonic()
         gpus = int(calls.get("count", {}).get("value", 0) or 0)
         try:
-            timing = prolog_timing(args.prolog_runs, gpus, args.root)
+            timing = prolog_timing(args.prolog_runs, gpus, args.root, args.compare_tree)
         except Exception as exc:  # recorded; the fixtures above still count
             timing = {"error": "%s: %s" % (type(exc).__name__, exc)}
         with open(os.path.join(args.out, "prolog-timing.json"), "w") as handle:
