@@ -249,9 +249,25 @@ def munge_ok() -> bool:
 
 
 def ensure_munge(timeout: float = 10.0) -> bool:
-    """Start munged (as the munge user) unless a working one is running. True if we started it."""
+    """Start munged (as the munge user) unless a working one is running. True if we started it.
+
+    The xdist workers' first clusters start at the same moment: each found no munged, and each
+    started one with --force, which takes the socket over, so one run left three munged behind,
+    two on unlinked sockets. The check and the start are done under a flock on MUNGE_RUN (the
+    directory: no lock file left behind), so the workers after the first find its munged."""
     if munge_ok():
         return False
+    from slurm_hooks.core.locks import locked
+
+    with locked(MUNGE_RUN, 3 * timeout, create_dir_mode=0o755, directory=True):
+        if munge_ok():  # another worker, or another suite, started it while this one waited
+            return False
+        _start_munged(timeout)
+    return True
+
+
+def _start_munged(timeout: float) -> None:
+    """Key and run directory as munged wants them, then munged as the munge user, until it answers."""
     import grp
     import pwd
 
@@ -272,7 +288,7 @@ def ensure_munge(timeout: float = 10.0) -> bool:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if munge_ok():
-            return True
+            return
         time.sleep(0.05)
     raise SlurmClusterError(
         "munged did not come up (rc=%s): %s %s" % (res.returncode, res.stdout, res.stderr)

@@ -160,3 +160,39 @@ def test_config_text(monkeypatch, tmp_path):
     assert "Gres=gpu:8" in text and "HealthCheckProgram=/bin/true" in text
     assert text.rstrip().endswith("SchedulerParameters=nohold_on_prolog_fail")
     assert len({c.ctld_port, c.slurmd_port, c.dead_port}) == 3
+
+
+# ----------------------------------------------------------------------------------------------
+# munged
+
+
+def test_workers_starting_clusters_at_once_start_one_munged(monkeypatch, tmp_path):
+    """Four workers' first clusters at the same moment, no munged running: one starts it, the other
+    three wait and find it (each used to start its own with --force: three munged were left behind
+    by one run, two of them on unlinked sockets)."""
+    import threading
+
+    running = threading.Event()
+    starts = []
+
+    def start(timeout):
+        starts.append(threading.get_ident())
+        time.sleep(0.2)  # runuser, munged's start-up
+        running.set()
+
+    monkeypatch.setattr(slurmcluster, "MUNGE_RUN", str(tmp_path / "munge"))
+    monkeypatch.setattr(slurmcluster, "munge_ok", running.is_set)
+    monkeypatch.setattr(slurmcluster, "_start_munged", start)
+    together = threading.Barrier(4)
+    answers = []
+
+    def worker():
+        together.wait()
+        answers.append(slurmcluster.ensure_munge(timeout=5.0))
+
+    threads = [threading.Thread(target=worker) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    assert len(starts) == 1 and sorted(answers) == [False, False, False, True]
