@@ -67,6 +67,15 @@ os.environ["SLURM_HOOKS_CONFIG_CACHE"] = "off"
 os.environ["SLURM_HOOKS_LOCK_DIR"] = "off"
 
 
+def pytest_configure(config):
+    """The munged the Slurm tests start, shared by every cluster of the session (all xdist workers),
+    is stopped when the session ends; one that ran before the session is left running
+    (tests/slurmcluster.py MungedKeeper)."""
+    from tests.slurmcluster import MungedKeeper
+
+    config.pluginmanager.register(MungedKeeper(config), MungedKeeper.name)
+
+
 def pytest_sessionfinish(session):
     """The fake nodes this process kept for reuse (tests/fakenode/pool.py) go with the session."""
     pool = sys.modules.get("tests.fakenode.pool")  # not imported: no fake node was made
