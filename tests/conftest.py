@@ -60,6 +60,20 @@ if "PYTEST_DEBUG_TEMPROOT" not in os.environ and _tmpfs_with_room(TMPFS_TEMPROOT
 # here: no test writes /run/slurm-hooks, nor sees a table another test's run left there; the
 # cache's own tests name a directory of their own
 os.environ["SLURM_HOOKS_CONFIG_CACHE"] = "off"
+# and the drain decision's node lock (slurm/nodelock.py) is taken in each test's own state_dir, not
+# in /run/slurm-hooks: the drain tests, in this process and in the hooks they start (which inherit
+# this environment), left an empty /run/slurm-hooks on the host. Rigs that give a hook slurmd's
+# environment instead of this one set both themselves (tests/slurm_rig.py, tests/prolog_rig.py).
+os.environ["SLURM_HOOKS_LOCK_DIR"] = "off"
+
+
+def pytest_configure(config):
+    """The munged the Slurm tests start, shared by every cluster of the session (all xdist workers),
+    is stopped when the session ends; one that ran before the session is left running
+    (tests/slurmcluster.py MungedKeeper)."""
+    from tests.slurmcluster import MungedKeeper
+
+    config.pluginmanager.register(MungedKeeper(config), MungedKeeper.name)
 
 
 def pytest_sessionfinish(session):

@@ -70,6 +70,7 @@ class Prolog:
             "SLURM_HOOKS_CONFIG": str(self.config),
             "SLURM_HOOKS_ALLOW_INSECURE_CONFIG": "1",
             "SLURM_HOOKS_CONFIG_CACHE": "off",  # slurmd's environment: not the suite's (conftest)
+            "SLURM_HOOKS_LOCK_DIR": "off",  # the node lock in state_dir, not the host's /run
             "SLURM_HOOKS_CHECKS_DIR": "",
             "PYTHONPATH": REPO,
             "LD_LIBRARY_PATH": node.env["LD_LIBRARY_PATH"],

@@ -86,6 +86,8 @@ class Rig:
             # root's parsed-configuration cache (core/config_cache.py) would be written to the
             # host's /run/slurm-hooks by every test's prolog
             "SLURM_HOOKS_CONFIG_CACHE": "off",
+            # and the drain decision's node lock (slurm/nodelock.py) would go there too
+            "SLURM_HOOKS_LOCK_DIR": "off",
             "LD_LIBRARY_PATH": self.fake.env["LD_LIBRARY_PATH"],
             "FAKE_NVML_STATE": self.fake.env["FAKE_NVML_STATE"],
             "SLURM_CONF": str(conf_path),  # HealthCheckProgram gets no SLURM_CONF from slurmd

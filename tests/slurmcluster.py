@@ -40,7 +40,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
 import pytest
 
@@ -49,6 +49,7 @@ DAEMONS = ("slurmctld", "slurmd", "munged")
 CLIENTS = ("scontrol", "sinfo", "squeue", "sbatch", "scancel", "munge", "unmunge")
 MUNGE_KEY = "/etc/munge/munge.key"
 MUNGE_RUN = "/run/munge"
+MUNGE_PID_FILE = os.path.join(MUNGE_RUN, "munged.pid")  # munged's default --pid-file
 _LIVE: "List[SlurmCluster]" = []  # stopped at interpreter exit if a test run dies half way
 
 
@@ -249,9 +250,29 @@ def munge_ok() -> bool:
 
 
 def ensure_munge(timeout: float = 10.0) -> bool:
-    """Start munged (as the munge user) unless a working one is running. True if we started it."""
+    """Start munged (as the munge user) unless a working one is running. True if we started it; its
+    pid then goes to STARTED_MUNGED, for the session to stop it at its end (MungedKeeper).
+
+    The xdist workers' first clusters start at the same moment: each found no munged, and each
+    started one with --force, which takes the socket over, so one run left three munged behind,
+    two on unlinked sockets. The check and the start are done under a flock on MUNGE_RUN (the
+    directory: no lock file left behind), so the workers after the first find its munged."""
     if munge_ok():
         return False
+    from slurm_hooks.core.locks import locked
+
+    with locked(MUNGE_RUN, 3 * timeout, create_dir_mode=0o755, directory=True):
+        if munge_ok():  # another worker, or another suite, started it while this one waited
+            return False
+        _start_munged(timeout)
+    pid = munged_pid()  # its pid file is written before the daemon's parent returns
+    if pid is not None:
+        STARTED_MUNGED.append(pid)
+    return True
+
+
+def _start_munged(timeout: float) -> None:
+    """Key and run directory as munged wants them, then munged as the munge user, until it answers."""
     import grp
     import pwd
 
@@ -272,11 +293,102 @@ def ensure_munge(timeout: float = 10.0) -> bool:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if munge_ok():
-            return True
+            return
         time.sleep(0.05)
     raise SlurmClusterError(
         "munged did not come up (rc=%s): %s %s" % (res.returncode, res.stdout, res.stderr)
     )
+
+
+# The clusters of one session (of all its xdist workers) share one munged: whichever cluster starts
+# first starts it, and no cluster stops it, since the others may still need it. The session stops it
+# at its end when the suite started it, never a munged that was running before the suite.
+STARTED_MUNGED: List[int] = []  # pids of the munged daemons ensure_munge started in this process
+MUNGED_STARTED_KEY = "slurm_hooks_munged_started"  # a worker's report in xdist's workeroutput
+
+
+def munged_pid(pid_file: str = MUNGE_PID_FILE) -> Optional[int]:
+    """The pid of the munged that runs now, from its pid file, or None: no file, or the pid is not a
+    live munged (a stale file: munged removes it when stopped, not when killed)."""
+    try:
+        with open(pid_file) as handle:
+            pid = int(handle.read().strip())
+    except (OSError, ValueError):
+        return None
+    return pid if pid > 0 and _is_live_munged(pid) else None
+
+
+def _is_live_munged(pid: int) -> bool:
+    """/proc/PID/stat names munged and its state is not Z or X (the host's init may never reap it)."""
+    try:
+        with open("/proc/%d/stat" % pid) as handle:
+            stat = handle.read()
+    except OSError:
+        return False
+    head, _, rest = stat.rpartition(")")
+    return head.partition("(")[2] == "munged" and rest.split()[:1] not in (["Z"], ["X"])
+
+
+def munge_to_stop(
+    before: Optional[int], started: Iterable[int], now: Optional[int]
+) -> Optional[int]:
+    """The munged a session stops at its end: the one running now (`now`) when the session's own
+    ensure_munge calls started it (`started`, from every worker) and it is not the one that was
+    running when the session began (`before`); else None. A munged found running, or one another
+    session started meanwhile (a second suite on the same host, which still needs it), is left alone."""
+    if now is None or now == before or now not in set(started):
+        return None
+    return now
+
+
+def stop_munged(pid: int, timeout: float = 5.0) -> bool:
+    """SIGTERM to munged `pid` (it removes its socket and pid file), then wait until it is gone.
+    True when it stopped; False when it could not be signalled or is still running at `timeout`."""
+    try:
+        os.kill(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return True
+    except OSError:
+        return False
+    deadline = time.monotonic() + timeout
+    while _is_live_munged(pid):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.02)
+    return True
+
+
+class MungedKeeper:
+    """pytest plugin (tests/conftest.py registers it) that stops, at the session's end, the munged the
+    session's Slurm tests started. Under xdist each worker reports the pids its ensure_munge calls
+    started (workeroutput) and the controller, after every worker is done, decides and stops; a
+    session without xdist does both itself. What ran before the session is noted when the plugin is
+    registered (pytest_configure: before any worker or test exists)."""
+
+    name = "slurm-hooks-munged"
+
+    def __init__(self, config: Any, pid_file: str = MUNGE_PID_FILE) -> None:
+        self.pid_file = pid_file
+        self.worker = hasattr(config, "workerinput")
+        self.before = None if self.worker else munged_pid(pid_file)
+        self.reported: List[int] = []
+
+    @pytest.hookimpl(optionalhook=True)  # an xdist hook: the controller hears each worker end
+    def pytest_testnodedown(self, node: Any, error: Any) -> None:
+        self.reported.extend(getattr(node, "workeroutput", {}).get(MUNGED_STARTED_KEY, ()))
+
+    # trylast: after the teardown of the session's last fixtures, whose clusters may still use it
+    @pytest.hookimpl(trylast=True)
+    def pytest_sessionfinish(self, session: Any) -> None:
+        if self.worker:
+            session.config.workeroutput[MUNGED_STARTED_KEY] = list(STARTED_MUNGED)
+            return
+        now = munged_pid(self.pid_file)
+        pid = munge_to_stop(self.before, self.reported + STARTED_MUNGED, now)
+        if pid is not None and not stop_munged(pid):
+            sys.stderr.write(
+                "slurm-hooks tests: could not stop munged %d, which they started\n" % pid
+            )
 
 
 # ----------------------------------------------------------------------------------------------
@@ -522,7 +634,8 @@ class SlurmCluster:
             time.sleep(0.01)
 
     def stop(self) -> None:
-        """Cancel jobs, then stop slurmd and slurmctld by pid. munged is left running (shared)."""
+        """Cancel jobs, then stop slurmd and slurmctld by pid. munged is left running: the session's
+        other clusters share it, and the session stops it at its end if it started it (MungedKeeper)."""
         if self.ctld is not None and self.ctld.poll() is None:
             self.sigcont_ctld()
             self._cancel_all_jobs()

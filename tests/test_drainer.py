@@ -585,6 +585,47 @@ def test_node_lock_excludes_other_processes_and_leaves_no_file(tmp_path):
     )
 
 
+def test_the_lock_goes_to_run_unless_the_environment_names_another_directory(tmp_path, monkeypatch):
+    """As installed: /run/slurm-hooks, then state_dir. $SLURM_HOOKS_LOCK_DIR names another directory
+    for the first; "off" (or empty, or a relative path) leaves state_dir alone."""
+    import os
+
+    state = str(tmp_path / "state")
+    monkeypatch.delenv(nodelock.LOCK_DIR_ENV, raising=False)
+    assert nodelock.NodeLock(state, "node1", 1.0).dirs == ("/run/slurm-hooks", state)
+    run = str(tmp_path / "run")
+    monkeypatch.setenv(nodelock.LOCK_DIR_ENV, run)
+    with nodelock.NodeLock(state, "node1", 1.0) as lock:
+        assert lock.acquired and os.path.dirname(lock.path) == run
+    for value in ("off", "", "relative/dir"):
+        monkeypatch.setenv(nodelock.LOCK_DIR_ENV, value)
+        with nodelock.NodeLock(state, "node1", 1.0) as lock:
+            assert lock.dirs == (state,)
+            assert lock.acquired and os.path.dirname(lock.path) == state
+
+
+def test_the_suite_and_the_hooks_it_starts_lock_outside_the_hosts_run(tmp_path):
+    """The suite runs as root: a node lock it takes, in this process or in a hook it starts (which
+    inherits this environment), goes to the test's state_dir, never to the host's /run/slurm-hooks,
+    which the drain tests used to leave behind (tests/conftest.py turns it off)."""
+    import subprocess
+    import sys
+
+    with nodelock.NodeLock(str(tmp_path), "node1", 1.0) as lock:
+        assert lock.acquired and lock.path.startswith(str(tmp_path) + "/")
+    code = (
+        "import sys\n"
+        "from slurm_hooks.slurm import nodelock\n"
+        "with nodelock.NodeLock(sys.argv[1], 'node1', 1.0) as lock:\n"
+        "    print(lock.acquired, lock.path)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["True", str(tmp_path / lock.name)]
+
+
 def test_a_long_summary_never_crashes_the_drain():
     """max_reason_length above what the client takes (a config the loader should refuse, or an older
     one) with a 2000-character summary: the reason is cut to 512, the drain happens."""

@@ -75,6 +75,7 @@ class Site:
             self.cluster.env,
             SLURM_HOOKS_ALLOW_INSECURE_CONFIG="1",
             SLURM_HOOKS_CONFIG_CACHE="off",  # run by slurmd as root: no cache in the host's /run
+            SLURM_HOOKS_LOCK_DIR="off",  # nor the node lock (slurm/nodelock.py): state_dir holds it
             SLURM_HOOKS_CONFIG=str(self.config),
             PYTHONPATH=REPO,
         )

@@ -250,3 +250,81 @@ def test_field_value_reports_its_own_return_code(nvml_node):
     with pytest.raises(nvml.NvmlError) as caught:
         session.field_value(handle, 9999)  # a field this driver does not know
     assert caught.value.code == nvml.NOT_SUPPORTED
+
+
+def _echoing(monkeypatch, session, rewrite):
+    """The fake driver's own nvmlFieldValue_t entries, then `rewrite(entries)` on them in place: a
+    driver that echoes another fieldId than the one asked in an entry's place. The fake library
+    echoes every asked id in order (as 580.159.04 on an H200 does); its state file has no way to
+    make it do otherwise, so the answer is altered between the library and the session."""
+    pynvml = session.pynvml
+    real = pynvml.nvmlDeviceGetFieldValues
+
+    def driver(handle, field_ids):
+        entries = real(handle, field_ids)
+        rewrite(entries)
+        return entries
+
+    monkeypatch.setattr(pynvml, "nvmlDeviceGetFieldValues", driver)
+
+
+def _swap_first_two(entries):
+    """Entries 0 and 1 trade places, ids included (a driver that reorders its answers)."""
+    import ctypes
+
+    first, second = bytes(entries[0]), bytes(entries[1])
+    ctypes.memmove(ctypes.addressof(entries[0]), second, len(second))
+    ctypes.memmove(ctypes.addressof(entries[1]), first, len(first))
+
+
+def _echo_mismatch(error, asked, echoed):
+    assert isinstance(error, nvml.NvmlError) and error.code == nvml.UNKNOWN_ERROR
+    assert error.outcome.status is Status.UNKNOWN  # could not evaluate: never a drain by itself
+    assert "nvmlDeviceGetFieldValues(%d)" % asked in str(error)
+    assert "fieldId %d" % echoed in str(error)
+
+
+def test_field_value_never_takes_an_entry_for_another_field(nvml_node, monkeypatch):
+    """Asked for the recovery action (230), a driver that answers the NVLink count (91) in its place:
+    the count (18) is not returned as a recovery action; the call is an error naming both ids."""
+    node = nvml_node("dgx-h100", {"gpu": {0: {"recovery_action": 2}}})
+    session, handle = _handle(node)
+    link_count = nvml.FI_DEV_NVLINK_LINK_COUNT
+
+    def answer_the_link_count(entries):
+        entries[0].fieldId = link_count
+        entries[0].valueType, entries[0].value.uiVal = 1, 18
+
+    _echoing(monkeypatch, session, answer_the_link_count)
+    with pytest.raises(nvml.NvmlError) as caught:
+        session.field_value(handle, nvml.FI_DEV_GET_GPU_RECOVERY_ACTION)
+    _echo_mismatch(caught.value, nvml.FI_DEV_GET_GPU_RECOVERY_ACTION, link_count)
+
+
+def test_field_values_books_a_misplaced_or_foreign_entry_as_an_error_for_the_id_asked(
+    nvml_node, monkeypatch
+):
+    """Each entry is checked against the id asked at its position: two entries that traded places
+    and one that echoes an id nobody asked are errors for the ids asked there, never values under
+    them; an entry that echoes its own id is still taken."""
+    node = nvml_node("dgx-h100", {"gpu": {0: {"recovery_action": 2, "fields": {"74": 7}}}})
+    session, handle = _handle(node)
+    recovery, links, power = (
+        nvml.FI_DEV_GET_GPU_RECOVERY_ACTION,
+        nvml.FI_DEV_NVLINK_LINK_COUNT,
+        nvml.FI_CLOCKS_EVENT_SW_POWER_CAP,
+    )
+    asked = [recovery, links, power, nvml.FI_CLOCKS_EVENT_SYNC_BOOST]
+    honest = session.field_values(handle, asked)
+    assert honest[recovery] == 2 and honest[power] == 7  # the fake echoes every id in its place
+
+    def misbehave(entries):
+        _swap_first_two(entries)
+        entries[3].fieldId = 9999  # an id nobody asked
+
+    _echoing(monkeypatch, session, misbehave)
+    got = session.field_values(handle, asked)
+    _echo_mismatch(got[recovery], recovery, links)
+    _echo_mismatch(got[links], links, recovery)
+    _echo_mismatch(got[nvml.FI_CLOCKS_EVENT_SYNC_BOOST], nvml.FI_CLOCKS_EVENT_SYNC_BOOST, 9999)
+    assert got[power] == 7

@@ -160,3 +160,150 @@ def test_config_text(monkeypatch, tmp_path):
     assert "Gres=gpu:8" in text and "HealthCheckProgram=/bin/true" in text
     assert text.rstrip().endswith("SchedulerParameters=nohold_on_prolog_fail")
     assert len({c.ctld_port, c.slurmd_port, c.dead_port}) == 3
+
+
+# ----------------------------------------------------------------------------------------------
+# the munged a session started is stopped at its end, never one that ran before it
+
+
+@pytest.mark.parametrize(
+    "before, started, now, stopped",
+    [
+        (None, [], None, None),  # no munged, none started
+        (None, [4242], 4242, 4242),  # none ran before; a worker started this one
+        (None, [], 4242, None),  # started meanwhile, by no cluster of ours (another suite's)
+        (4242, [], 4242, None),  # ran before the session: never stopped
+        (4242, [4242], 4242, None),  # the same, whatever a worker says
+        (17, [4242], 4242, 4242),  # the one before died; ours replaced it
+        (None, [4242], 5151, None),  # ours died; another (not ours) runs now
+        (None, [4242], None, None),  # ours is already gone
+    ],
+)
+def test_munge_to_stop(before, started, now, stopped):
+    assert slurmcluster.munge_to_stop(before, started, now) == stopped
+
+
+def _start_private_munged(directory):
+    """munged in the foreground (this process reaps it: no zombie left under an init that does not)
+    on a socket and pid file of its own under `directory`, never the host's: (Popen, its pid)."""
+    import subprocess
+
+    key = os.path.join(directory, "munge.key")
+    if not os.path.exists(key):
+        with open(key, "wb") as handle:
+            handle.write(os.urandom(1024))
+        os.chmod(key, 0o400)
+    argv = [slurmcluster.find_binary("munged") or "munged", "--foreground"]
+    for option, name in (
+        ("socket", "socket"),
+        ("pid-file", "munged.pid"),
+        ("key-file", "munge.key"),
+        ("seed-file", "munged.seed"),
+        ("log-file", "munged.log"),
+    ):
+        argv.append("--%s=%s" % (option, os.path.join(directory, name)))
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 10
+    pid = None
+    while pid is None and proc.poll() is None and time.monotonic() < deadline:
+        pid = slurmcluster.munged_pid(os.path.join(directory, "munged.pid"))
+        time.sleep(0.01)
+    assert pid == proc.pid, open(os.path.join(directory, "munged.log")).read()
+    return proc
+
+
+def test_the_session_stops_the_munged_it_started_and_leaves_the_one_it_found(monkeypatch):
+    """A real munged (private socket and pid file). Found running when the session began: left
+    running at its end. Started during the session by a worker's cluster: stopped at its end, by the
+    controller, from the worker's report."""
+    import shutil
+    import tempfile
+    import types
+
+    if slurmcluster.find_binary("munged") is None or os.geteuid() != 0:
+        pytest.skip("needs munged and root")
+    monkeypatch.setattr(slurmcluster, "STARTED_MUNGED", [])
+    directory = tempfile.mkdtemp(prefix="slurm-hooks-munged-")
+    os.chmod(directory, 0o755)  # munged wants its socket's directory searchable by all
+    pid_file = os.path.join(directory, "munged.pid")
+    controller = types.SimpleNamespace()
+    started = []
+    try:
+        started.append(_start_private_munged(directory))
+        keeper = slurmcluster.MungedKeeper(controller, pid_file=pid_file)
+        assert not keeper.worker and keeper.before == started[0].pid
+        keeper.pytest_sessionfinish(types.SimpleNamespace(config=controller))
+        assert slurmcluster.munged_pid(pid_file) == started[0].pid  # ran before: still running
+        assert slurmcluster.stop_munged(started[0].pid)
+        assert slurmcluster.munged_pid(pid_file) is None
+
+        keeper = slurmcluster.MungedKeeper(controller, pid_file=pid_file)
+        assert keeper.before is None
+        started.append(_start_private_munged(directory))
+        report = {slurmcluster.MUNGED_STARTED_KEY: [started[1].pid]}
+        keeper.pytest_testnodedown(types.SimpleNamespace(workeroutput=report), None)
+        keeper.pytest_sessionfinish(types.SimpleNamespace(config=controller))
+        assert slurmcluster.munged_pid(pid_file) is None
+        assert started[1].wait(5) == 0  # it ended on SIGTERM, cleanly
+    finally:
+        for proc in started:
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait(5)
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+def test_a_worker_reports_the_munged_it_started_and_stops_none(monkeypatch, request):
+    """An xdist worker only reports (workeroutput); the controller decides once all are done. The
+    suite's conftest registers the plugin, in workers and controller alike."""
+    import types
+
+    registered = request.config.pluginmanager.get_plugin(slurmcluster.MungedKeeper.name)
+    assert isinstance(registered, slurmcluster.MungedKeeper)
+    assert registered.worker == hasattr(request.config, "workerinput")
+
+    def never(pid, timeout=5.0):
+        raise AssertionError("a worker stopped munged %d" % pid)
+
+    monkeypatch.setattr(slurmcluster, "stop_munged", never)
+    monkeypatch.setattr(slurmcluster, "STARTED_MUNGED", [4242])
+    config = types.SimpleNamespace(workerinput={}, workeroutput={})
+    keeper = slurmcluster.MungedKeeper(config)
+    assert keeper.worker and keeper.before is None
+    keeper.pytest_sessionfinish(types.SimpleNamespace(config=config))
+    assert config.workeroutput == {slurmcluster.MUNGED_STARTED_KEY: [4242]}
+
+
+def test_workers_starting_clusters_at_once_start_one_munged(monkeypatch, tmp_path):
+    """Four workers' first clusters at the same moment, no munged running: one starts it, the other
+    three wait and find it (each used to start its own with --force: three munged were left behind
+    by one run, two of them on unlinked sockets). Only the one that started it records it."""
+    import threading
+
+    running = threading.Event()
+    starts = []
+
+    def start(timeout):
+        starts.append(threading.get_ident())
+        time.sleep(0.2)  # runuser, munged's start-up
+        running.set()
+
+    monkeypatch.setattr(slurmcluster, "MUNGE_RUN", str(tmp_path / "munge"))
+    monkeypatch.setattr(slurmcluster, "munge_ok", running.is_set)
+    monkeypatch.setattr(slurmcluster, "_start_munged", start)
+    monkeypatch.setattr(slurmcluster, "munged_pid", lambda pid_file=None: 4242)
+    monkeypatch.setattr(slurmcluster, "STARTED_MUNGED", [])
+    together = threading.Barrier(4)
+    answers = []
+
+    def worker():
+        together.wait()
+        answers.append(slurmcluster.ensure_munge(timeout=5.0))
+
+    threads = [threading.Thread(target=worker) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    assert len(starts) == 1 and sorted(answers) == [False, False, False, True]
+    assert slurmcluster.STARTED_MUNGED == [4242]

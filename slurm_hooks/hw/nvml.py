@@ -321,6 +321,29 @@ _VALUE_MEMBERS = {
 FIELD_VALUE_MEMBERS = _VALUE_MEMBERS  # for readers of raw nvmlDeviceGetFieldValues entries
 
 
+def _field_entry(field_id: int, entry: Any) -> Any:
+    """The nvmlFieldValue_t answered where `field_id` was asked, as a Python number, or the NvmlError
+    that stands for that field: the entry's own nvmlReturn, a value type nvml.h does not define, or
+    a fieldId other than the one asked (the driver echoes the id it answered in each entry; 580.159.04
+    on an H200 echoes every asked id, in order). An entry that echoes another id, whether misplaced
+    or foreign, says nothing about the field asked there and is never taken for it (UNKNOWN_ERROR:
+    could not evaluate); records/nvlink_errors.py checks its own batch the same way."""
+    name = "nvmlDeviceGetFieldValues(%d)" % field_id
+    if entry.fieldId != field_id:
+        return NvmlError(
+            UNKNOWN_ERROR,
+            name,
+            "the driver answered with fieldId %d in the place of field %d"
+            % (entry.fieldId, field_id),
+        )
+    if entry.nvmlReturn != 0:
+        return NvmlError(entry.nvmlReturn, name)
+    member = _VALUE_MEMBERS.get(entry.valueType)
+    if member is None:
+        return NvmlError(UNKNOWN_ERROR, name, "unknown value type %d" % entry.valueType)
+    return getattr(entry.value, member)
+
+
 class NvmlSession:
     """One NVML initialisation per process; `call` wraps every pynvml function."""
 
@@ -432,35 +455,23 @@ class NvmlSession:
         )
 
     def field_value(self, handle: Any, field_id: int) -> Any:
-        """One nvmlDeviceGetFieldValues entry as a Python number; its own nvmlReturn becomes NvmlError."""
-        name = "nvmlDeviceGetFieldValues(%d)" % field_id
+        """One nvmlDeviceGetFieldValues entry as a Python number; its own nvmlReturn, or an entry for
+        another field than the one asked (_field_entry), becomes NvmlError."""
         values = self.call("nvmlDeviceGetFieldValues", handle, [field_id])
-        entry = values[0]
-        if entry.nvmlReturn != 0:
-            raise NvmlError(entry.nvmlReturn, name)
-        member = _VALUE_MEMBERS.get(entry.valueType)
-        if member is None:
-            raise NvmlError(UNKNOWN_ERROR, name, "unknown value type %d" % entry.valueType)
-        return getattr(entry.value, member)
+        value = _field_entry(field_id, values[0])
+        if isinstance(value, NvmlError):
+            raise value
+        return value
 
     def field_values(self, handle: Any, field_ids: Sequence[int]) -> Dict[int, Any]:
         """Several nvmlDeviceGetFieldValues entries in one call: {field id: number, or NvmlError for an entry
-        the driver refused (NOT_SUPPORTED on a driver that predates the field)}. The call itself failing
-        (FUNCTION_NOT_FOUND before R361, GPU_IS_LOST) raises NvmlError."""
+        the driver refused (NOT_SUPPORTED on a driver that predates the field) or answered for another
+        field (_field_entry)}. The call itself failing (FUNCTION_NOT_FOUND before R361, GPU_IS_LOST)
+        raises NvmlError."""
         values = self.call("nvmlDeviceGetFieldValues", handle, list(field_ids))
-        out: Dict[int, Any] = {}
-        for field_id, entry in zip(field_ids, values):
-            name = "nvmlDeviceGetFieldValues(%d)" % field_id
-            member = _VALUE_MEMBERS.get(entry.valueType)
-            if entry.nvmlReturn != 0:
-                out[field_id] = NvmlError(entry.nvmlReturn, name)
-            elif member is None:
-                out[field_id] = NvmlError(
-                    UNKNOWN_ERROR, name, "unknown value type %d" % entry.valueType
-                )
-            else:
-                out[field_id] = getattr(entry.value, member)
-        return out
+        return {
+            field_id: _field_entry(field_id, entry) for field_id, entry in zip(field_ids, values)
+        }
 
     def fabric_info(self, handle: Any) -> Tuple[int, int, int]:
         """(state, status, health_mask) of the GPU's NVLink fabric registration (R550+, NVSwitch systems).

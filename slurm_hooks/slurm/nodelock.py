@@ -4,17 +4,30 @@ Two jobs starting on one node run two prologs at once; both may decide to drain.
 (read, count, drain, re-count) is not atomic in Slurm, so the hooks take this lock around it and
 the second finds the first's fresh record (hooks/enactment.py). flock(2) on a file in /run/slurm-hooks
 (tmpfs: local, never hangs), or in state_dir when /run cannot be used (a non-root test run).
+$SLURM_HOOKS_LOCK_DIR names another directory for /run/slurm-hooks, or with "off" leaves only
+state_dir (the test suite does: its hooks, run as root, never make the host's /run/slurm-hooks).
 """
 
 from __future__ import annotations
 
 import os
 import time
-from typing import Optional
+from typing import Optional, Tuple
 
 from ..core.locks import flock_within
 
 LOCK_DIR = "/run/slurm-hooks"
+LOCK_DIR_ENV = "SLURM_HOOKS_LOCK_DIR"
+
+
+def lock_dirs(state_dir: str) -> Tuple[str, ...]:
+    """The directories the lock is tried in, in order: LOCK_DIR ($SLURM_HOOKS_LOCK_DIR when it names
+    an absolute path), then state_dir; state_dir alone when the variable is "off", empty or relative
+    (as for the parsed-configuration cache's $SLURM_HOOKS_CONFIG_CACHE, core/config_cache.py)."""
+    chosen = os.environ.get(LOCK_DIR_ENV, LOCK_DIR)
+    if not chosen or chosen == "off" or not os.path.isabs(chosen):
+        return (state_dir,)
+    return (chosen, state_dir)
 
 
 class NodeLock:
@@ -33,7 +46,7 @@ class NodeLock:
             :16
         ]
         self.name = "drain-%s.lock" % digest
-        self.dirs = (LOCK_DIR, state_dir)
+        self.dirs = lock_dirs(state_dir)
         self.timeout = timeout
         self.fd = -1
         self.path = ""
