@@ -74,7 +74,6 @@ def test_a_fresh_install_logs_what_it_would_drain_and_report_observed_lists_it(
         SLURM_SCRIPT_CONTEXT="prolog_slurmd",
         PATH="/nonexistent",  # no scontrol: a drain attempt would show as slurm_calls/slurm errors
         PYTHONPATH=REPO,
-        SLURM_HOOKS_LOCK_DIR="off",  # the observed drain's node lock: state_dir, not the host's /run
     )
     done = subprocess.run(
         cli("--config", str(site["config"]), "prolog"), env=env, capture_output=True, text=True

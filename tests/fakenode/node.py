@@ -50,6 +50,8 @@ class FakeNode:
             # environment slurmd would (this one plus the job's) otherwise wrote the host's
             # /run/slurm-hooks (test_mode's fresh-install prolog did, as root)
             "SLURM_HOOKS_CONFIG_CACHE": "off",
+            # and the drain lock goes to the hook's state_dir, not the host's /run (nodelock.py)
+            "SLURM_HOOKS_LOCK_DIR": "off",
         }
 
     @classmethod
