@@ -7,9 +7,15 @@ affected component). The runner combines them (worst wins) and policy decides wh
 from __future__ import annotations
 
 import enum
-from typing import Any, Dict, Iterable, Mapping, Optional
+from collections.abc import Mapping
 
 from .core.structs import Struct, field
+
+TYPE_CHECKING = (
+    False  # typing.TYPE_CHECKING, without importing typing (tests/test_startup_imports.py)
+)
+if TYPE_CHECKING:
+    from typing import Any, Dict, Iterable, Optional
 
 
 class Status(enum.Enum):

@@ -161,3 +161,46 @@ def test_a_hook_runs_without_the_cyclic_garbage_collector_and_an_admin_verb_with
         "print(json.dumps(seen))\n"
     )
     assert _run(code) == [False, False, False, True]
+
+
+def test_no_process_of_a_prolog_imports_typing(tmp_path):
+    """Round 8: `typing` cost ~2.5 ms of CPU before the check process's fork, and only our own modules
+    imported it (`from __future__ import annotations` leaves every annotation unevaluated). A module
+    on the prolog's path imports its annotation names under `if TYPE_CHECKING:`, with
+    `TYPE_CHECKING = False` (mypy and pyright read that name as true). The real prolog on the 8-GPU
+    bench node, under `python -X importtime`: the hook, its check process and the sysfs helper
+    (whose stderr the hook relays) all report their imports."""
+    from bench.nodeenv import BenchNode
+
+    node = BenchNode.create("dgx-h100")
+    try:
+        env = dict(
+            node.hook_env("prolog", 4343),
+            PATH=os.environ.get("PATH", "/usr/bin:/bin"),
+            PYTHONPATH=REPO,
+        )
+        # the first run parses the configuration (tomllib imports typing) and caches it, as a
+        # node's first hook does; the second is every later job's prolog
+        for _run_number in range(2):
+            done = subprocess.run(
+                [sys.executable, "-s", "-X", "importtime", "-m", "slurm_hooks", "prolog"],
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=120,
+            )
+            assert done.returncode == 0, done.stderr[-2000:]
+        assert "status=OK" in node.decision_lines()[-1]
+    finally:
+        node.cleanup()
+    imported = [
+        line.rsplit("|", 1)[1].strip()
+        for line in done.stderr.splitlines()
+        if line.startswith("import time:") and line.count("|") == 2
+    ]
+    assert "slurm_hooks.records.counters" in imported  # the check process's imports are here too
+    assert "pynvml" in imported or "slurm_hooks.hw.pynvml_import" in imported
+    assert "tomllib" not in imported  # the cached configuration was used
+    # importtime names a module once it is imported: its importer is named after it
+    where = imported.index("typing") if "typing" in imported else 0
+    assert "typing" not in imported, imported[where : where + 4]

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import fnmatch
 import re
-from typing import Dict, FrozenSet, List, Optional, Tuple
 
 from ..core.structs import Struct
 from ..hw import nvml
@@ -21,6 +20,12 @@ from ..registry import DEFAULT_CONTEXTS, Param, absolute_path, check, gatherer
 from ..result import Action, Blame, Result, Status
 from ..slurm import cgroup, conffile, gres
 from .topology import Endpoint, Topology
+
+TYPE_CHECKING = (
+    False  # typing.TYPE_CHECKING, without importing typing (tests/test_startup_imports.py)
+)
+if TYPE_CHECKING:
+    from typing import Dict, FrozenSet, List, Optional, Tuple
 
 
 class GpuPlace(Struct):

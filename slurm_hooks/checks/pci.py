@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Tuple
-
 from ..core.structs import Struct
 from ..registry import gatherer
+
+TYPE_CHECKING = (
+    False  # typing.TYPE_CHECKING, without importing typing (tests/test_startup_imports.py)
+)
+if TYPE_CHECKING:
+    from typing import Tuple
 
 PCI_DEVICES = "/sys/bus/pci/devices"
 NVIDIA_VENDOR = 0x10DE

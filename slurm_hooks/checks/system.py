@@ -9,7 +9,6 @@ Where the data comes from: /sys/devices/system/cpu (topology, `lscpu`), /proc/cp
 from __future__ import annotations
 
 import fnmatch
-from typing import FrozenSet, List, Optional, Tuple
 
 from ..core.structs import Struct
 from ..hw.cputopo import CpuLayout, Socket, read_cpu_layout
@@ -26,6 +25,12 @@ from ..hw.procfs import (
 )
 from ..registry import CONTEXTS, DEFAULT_CONTEXTS, Param, absolute_path, check, gatherer
 from ..result import Action, Result, Status
+
+TYPE_CHECKING = (
+    False  # typing.TYPE_CHECKING, without importing typing (tests/test_startup_imports.py)
+)
+if TYPE_CHECKING:
+    from typing import FrozenSet, List, Optional, Tuple
 
 GIB_KB = 1024 * 1024
 ALL = CONTEXTS  # every context

@@ -17,18 +17,7 @@ from __future__ import annotations
 
 import json
 import threading
-from typing import (
-    Any,
-    Callable,
-    Dict,
-    FrozenSet,
-    Iterable,
-    List,
-    Mapping,
-    Optional,
-    Sequence,
-    Tuple,
-)
+from collections.abc import Mapping
 
 from ..core.atomicio import read_ours
 from ..core.structs import Struct, field
@@ -39,6 +28,12 @@ from ..xid import catalog
 from ..xid.kmsg import KmsgView, SxidEvent, XidEvent, gc_paused, scan_all
 from ..xid.kmsg import view as kmsg_view
 from .gpu import inventory as _inventory  # noqa: F401  (registers the gpu.inventory gatherer we map bus ids with)
+
+TYPE_CHECKING = (
+    False  # typing.TYPE_CHECKING, without importing typing (tests/test_startup_imports.py)
+)
+if TYPE_CHECKING:
+    from typing import Any, Callable, Dict, FrozenSet, Iterable, List, Optional, Sequence, Tuple
 
 KMSG = "/dev/kmsg"
 BOOT_ID = "/proc/sys/kernel/random/boot_id"

@@ -12,13 +12,16 @@ import importlib
 import os
 import sys
 from types import SimpleNamespace
-from typing import TYPE_CHECKING, Dict, List, Optional
 
 from ..registry import HOOK_CONTEXTS
 from ..result import ExitCode
 
+TYPE_CHECKING = (
+    False  # typing.TYPE_CHECKING, without importing typing (tests/test_startup_imports.py)
+)
 if TYPE_CHECKING:
     import argparse
+    from typing import Dict, List, Optional
 
 VERB_MODULES = (
     "slurm_hooks.cli.check_verbs",

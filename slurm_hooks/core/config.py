@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 import os
 import re
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+from collections.abc import Mapping
 
 from ..registry import (
     CONTEXTS,
@@ -36,6 +36,12 @@ from .config_files import (
 from .lazyre import lazy_compile
 from .sections import Settings, typed_settings
 from .structs import Struct, field
+
+TYPE_CHECKING = (
+    False  # typing.TYPE_CHECKING, without importing typing (tests/test_startup_imports.py)
+)
+if TYPE_CHECKING:
+    from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 
 class Setting(Struct):

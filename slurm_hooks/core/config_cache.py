@@ -22,8 +22,12 @@ import marshal  # built in: no import cost, unlike pickle; loads only what a tru
 import os
 import stat
 import sys
-from typing import Any, Callable, Dict, Optional
 
+TYPE_CHECKING = (
+    False  # typing.TYPE_CHECKING, without importing typing (tests/test_startup_imports.py)
+)
+if TYPE_CHECKING:
+    from typing import Any, Callable, Dict, Optional
 CACHE_ENV = "SLURM_HOOKS_CONFIG_CACHE"
 DEFAULT_DIR = "/run/slurm-hooks"  # tmpfs: starts empty after each boot
 FILE_NAME = "config-parsed.marshal"

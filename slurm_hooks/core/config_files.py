@@ -13,8 +13,12 @@ import glob
 import os
 import stat
 import sys
-from typing import Any, Dict, List, Optional, Tuple
 
+TYPE_CHECKING = (
+    False  # typing.TYPE_CHECKING, without importing typing (tests/test_startup_imports.py)
+)
+if TYPE_CHECKING:
+    from typing import Any, Dict, List, Optional, Tuple
 DEFAULT_CONFIG = "/etc/slurm-hooks/config.toml"
 INSECURE_OVERRIDE_ENV = "SLURM_HOOKS_ALLOW_INSECURE_CONFIG"
 CONFIG_ENV = "SLURM_HOOKS_CONFIG"

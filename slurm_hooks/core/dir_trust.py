@@ -19,8 +19,12 @@ from __future__ import annotations
 
 import os
 import stat
-from typing import List, Optional, Tuple
 
+TYPE_CHECKING = (
+    False  # typing.TYPE_CHECKING, without importing typing (tests/test_startup_imports.py)
+)
+if TYPE_CHECKING:
+    from typing import List, Optional, Tuple
 _MAX_LINKS = 40  # the kernel's own limit (ELOOP)
 
 

@@ -32,9 +32,14 @@ import signal
 import sys
 import threading
 import time
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from .structs import Struct
+
+TYPE_CHECKING = (
+    False  # typing.TYPE_CHECKING, without importing typing (tests/test_startup_imports.py)
+)
+if TYPE_CHECKING:
+    from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 EXIT_CHILD_ERROR = 70
 REAP_WAIT_S = 0.2  # after SIGKILL: a child in uninterruptible sleep is left to init after this

@@ -12,8 +12,12 @@ start-up before this). A LazyPattern compiles on the first attribute other than 
 from __future__ import annotations
 
 import re
-from typing import Any
 
+TYPE_CHECKING = (
+    False  # typing.TYPE_CHECKING, without importing typing (tests/test_startup_imports.py)
+)
+if TYPE_CHECKING:
+    from typing import Any
 _METHODS = ("match", "search", "fullmatch", "finditer", "findall", "sub", "subn", "split")
 
 

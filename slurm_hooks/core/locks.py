@@ -12,9 +12,14 @@ import errno
 import fcntl
 import os
 import time
-from typing import Optional
 
 from .atomicio import open_dir
+
+TYPE_CHECKING = (
+    False  # typing.TYPE_CHECKING, without importing typing (tests/test_startup_imports.py)
+)
+if TYPE_CHECKING:
+    from typing import Optional
 
 
 class LockTimeout(OSError):

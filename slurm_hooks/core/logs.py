@@ -19,13 +19,16 @@ import importlib
 import os
 import sys
 from types import ModuleType
-from typing import TYPE_CHECKING, Any, Mapping
 
 from .lazyre import lazy_compile
 
+TYPE_CHECKING = (
+    False  # typing.TYPE_CHECKING, without importing typing (tests/test_startup_imports.py)
+)
 if TYPE_CHECKING:
     import logging
     import re
+    from typing import Any, Mapping
 
 # `logging` (with traceback, linecache, tokenize, string, weakref: ~5 ms on 2 cores) is imported by
 # setup() and decision_logger(), not with this module: the prolog's process sets its logger up while

@@ -26,9 +26,14 @@ import os
 import stat
 import sys
 import types
-from typing import List, Optional
 
 from .config_files import INSECURE_OVERRIDE_ENV, ConfigError, check_secure
+
+TYPE_CHECKING = (
+    False  # typing.TYPE_CHECKING, without importing typing (tests/test_startup_imports.py)
+)
+if TYPE_CHECKING:
+    from typing import List, Optional
 
 MAX_SOURCE = 4 << 20  # bytes of one site check file
 

@@ -28,8 +28,12 @@ import select
 import signal
 import threading
 import time
-from typing import Any, Dict, Iterable, List, Optional, Tuple
 
+TYPE_CHECKING = (
+    False  # typing.TYPE_CHECKING, without importing typing (tests/test_startup_imports.py)
+)
+if TYPE_CHECKING:
+    from typing import Any, Dict, Iterable, List, Optional, Tuple
 # What the helper reads, in the order the prolog's checks first ask for them (the kernel log first:
 # the counter snapshot, started with the checks, takes its position from it); each is a sysfs or
 # procfs gatherer that costs ~1 ms or more on the example node, or is cheaper to send than to read.

@@ -4,11 +4,16 @@ from __future__ import annotations
 
 import os
 from collections import Counter
-from typing import Any, Dict, List, Optional, TextIO
 
 from .. import __version__
 from ..result import Status
 from .runner import RunReport
+
+TYPE_CHECKING = (
+    False  # typing.TYPE_CHECKING, without importing typing (tests/test_startup_imports.py)
+)
+if TYPE_CHECKING:
+    from typing import Any, Dict, List, Optional, TextIO
 
 JSON_SCHEMA = "slurm-hooks.check/1"
 _COLOURS = {

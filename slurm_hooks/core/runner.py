@@ -16,13 +16,18 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
 from ..hw.host import Host, HostError
 from ..registry import CheckSpec, Registry, load_gatherer
 from ..result import Blame, Result, Status, worst
 from .config import Config
 from .structs import Struct, field, replace
+
+TYPE_CHECKING = (
+    False  # typing.TYPE_CHECKING, without importing typing (tests/test_startup_imports.py)
+)
+if TYPE_CHECKING:
+    from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
 
 class JobContext(Struct):

@@ -24,8 +24,13 @@ build one by hand) keeps working unchanged. Nothing here imports core/config.py 
 
 from __future__ import annotations
 
-from typing import Any, Dict, Mapping, Tuple
+from collections.abc import Mapping
 
+TYPE_CHECKING = (
+    False  # typing.TYPE_CHECKING, without importing typing (tests/test_startup_imports.py)
+)
+if TYPE_CHECKING:
+    from typing import Any, Dict, Tuple
 # The names a setting can never have: a key spelled like a dict method would read as the method.
 # tests/test_settings_sections.py fails when SECTIONS declares one.
 RESERVED = frozenset(dir(dict)) | {"defaults"}

@@ -21,8 +21,11 @@ __post_init__, InitVar, ClassVar fields, ordering, keyword-only fields.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, Optional, Tuple
-
+TYPE_CHECKING = (
+    False  # typing.TYPE_CHECKING, without importing typing (tests/test_startup_imports.py)
+)
+if TYPE_CHECKING:
+    from typing import Any, Callable, Dict, Optional, Tuple
 _MISSING = object()
 
 

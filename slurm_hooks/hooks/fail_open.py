@@ -7,13 +7,18 @@ drains a node: fail_open logs one CRITICAL line and exits 0, and the job runs un
 from __future__ import annotations
 
 import sys
-from typing import List, Mapping, Optional
 
 from ..core import logs
 from ..core.config import ConfigError
 from ..registry import JOB_CONTEXTS
 from ..result import ExitCode
 from .flow import run_hook
+
+TYPE_CHECKING = (
+    False  # typing.TYPE_CHECKING, without importing typing (tests/test_startup_imports.py)
+)
+if TYPE_CHECKING:
+    from typing import List, Mapping, Optional
 
 
 def fail_open(

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import time
-from typing import TYPE_CHECKING, Any, Dict, Mapping, Optional
 
 from ..core import logs
 from ..core.config import Config
@@ -24,7 +23,12 @@ from ..slurm.jobenv import JobEnvError, job_from_env
 from .bounded import run_bounded, run_isolated_checks
 from .decision_log import log_decision
 
+TYPE_CHECKING = (
+    False  # typing.TYPE_CHECKING, without importing typing (tests/test_startup_imports.py)
+)
 if TYPE_CHECKING:
+    from typing import Any, Dict, Mapping, Optional
+
     from ..slurm import drainer
 
 # state.py and enactment.py (and through it recovery.py, nodelock, lemon and repair) are imported only

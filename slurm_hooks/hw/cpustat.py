@@ -24,10 +24,15 @@ shared node, which only makes `foreign_cpu_frac` smaller (never a false "slow").
 from __future__ import annotations
 
 import os
-from typing import Any, Dict, List, Optional, Tuple
 
 from ..slurm.cgroup import CGROUP_ROOT, find_job_cpuset
 from .host import Host, HostError, format_cpulist
+
+TYPE_CHECKING = (
+    False  # typing.TYPE_CHECKING, without importing typing (tests/test_startup_imports.py)
+)
+if TYPE_CHECKING:
+    from typing import Any, Dict, List, Optional, Tuple
 
 PROC_STAT = "/proc/stat"
 

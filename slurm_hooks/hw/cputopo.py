@@ -19,12 +19,16 @@ lists -> /proc/cpuinfo's physical id/core id, else the topology ids, else one co
 
 from __future__ import annotations
 
-from typing import Dict, FrozenSet, Iterable, List, Optional, Tuple
-
 from ..core.lazyre import lazy_compile
 from ..core.structs import Struct
 from .host import Host, HostError, ParseError, parse_cpulist, parse_cpumask
 from .procfs import parse_cpuinfo_processors, parse_cpuinfo_topology
+
+TYPE_CHECKING = (
+    False  # typing.TYPE_CHECKING, without importing typing (tests/test_startup_imports.py)
+)
+if TYPE_CHECKING:
+    from typing import Dict, FrozenSet, Iterable, List, Optional, Tuple
 
 CPU_DIR = "/sys/devices/system/cpu"
 _CPU_ENTRY = lazy_compile(r"^cpu[0-9]+$")

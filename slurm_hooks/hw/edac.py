@@ -16,11 +16,15 @@ integer; a file that is not one raises ParseError naming it.
 
 from __future__ import annotations
 
-from typing import List, Optional, Tuple
-
 from ..core.lazyre import lazy_compile
 from ..core.structs import Struct
 from .host import Host
+
+TYPE_CHECKING = (
+    False  # typing.TYPE_CHECKING, without importing typing (tests/test_startup_imports.py)
+)
+if TYPE_CHECKING:
+    from typing import List, Optional, Tuple
 
 EDAC_MC = "/sys/devices/system/edac/mc"
 _MC = lazy_compile(r"^mc[0-9]+$")

@@ -15,10 +15,15 @@ from __future__ import annotations
 
 import ctypes
 import threading
-from typing import Any, Callable, Dict, Mapping, Optional, Sequence, Tuple
 
 from ..core.structs import Struct
 from ..result import Action, Blame, Status
+
+TYPE_CHECKING = (
+    False  # typing.TYPE_CHECKING, without importing typing (tests/test_startup_imports.py)
+)
+if TYPE_CHECKING:
+    from typing import Any, Callable, Dict, Mapping, Optional, Sequence, Tuple
 
 # NVML return codes (nvml.h nvmlReturn_t; the same numbers pynvml exposes as NVML_ERROR_*).
 UNINITIALIZED, INVALID_ARGUMENT, NOT_SUPPORTED, NO_PERMISSION = 1, 2, 3, 4

@@ -18,11 +18,16 @@ from __future__ import annotations
 import enum
 import re
 import struct
-from typing import Dict, Iterable, List, Optional, Tuple
 
 from ..core.lazyre import lazy_compile
 from ..core.structs import Struct, field
 from .host import Host, HostError, ParseError, parse_cpulist
+
+TYPE_CHECKING = (
+    False  # typing.TYPE_CHECKING, without importing typing (tests/test_startup_imports.py)
+)
+if TYPE_CHECKING:
+    from typing import Dict, Iterable, List, Optional, Tuple
 
 PCI_DEVICES = "/sys/bus/pci/devices"
 _BDF = lazy_compile(r"^[0-9a-f]{4,8}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")

@@ -5,11 +5,15 @@ Each raises host.ParseError naming the source path when the text is not what the
 
 from __future__ import annotations
 
-from typing import Dict, List, Tuple
-
 from ..core.lazyre import lazy_compile
 from ..core.structs import TupleRecord
 from .host import ParseError
+
+TYPE_CHECKING = (
+    False  # typing.TYPE_CHECKING, without importing typing (tests/test_startup_imports.py)
+)
+if TYPE_CHECKING:
+    from typing import Dict, List, Tuple
 
 
 def parse_meminfo(text: str, source: str = "/proc/meminfo") -> Dict[str, int]:

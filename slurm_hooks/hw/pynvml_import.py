@@ -19,8 +19,12 @@ import importlib
 import os
 import sys
 from types import ModuleType
-from typing import Iterator
 
+TYPE_CHECKING = (
+    False  # typing.TYPE_CHECKING, without importing typing (tests/test_startup_imports.py)
+)
+if TYPE_CHECKING:
+    from typing import Iterator
 VENDOR_DIR = os.path.join(
     os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "_vendor"
 )  # slurm_hooks/_vendor

@@ -28,13 +28,18 @@ from __future__ import annotations
 
 import os
 import time
-from typing import TYPE_CHECKING, Callable, Iterable, List, Optional
 
 from ..core import atomicio, locks, logs
 from ..core.lazyre import lazy_compile
 
+TYPE_CHECKING = (
+    False  # typing.TYPE_CHECKING, without importing typing (tests/test_startup_imports.py)
+)
 if TYPE_CHECKING:
     import logging
+    from typing import Callable, Iterable, List, Optional
+
+    Alive = Callable[[str], bool]  # job id -> still running on this node
 
 FILE_MODE, DIR_MODE = 0o644, 0o755
 LOCK_TIMEOUT_S = 2.0
@@ -45,8 +50,6 @@ _GPU_FILE = lazy_compile(r"^[0-9]{1,4}(\.[0-9]{1,4})?$")  # "3", or a MIG instan
 _TEMP = lazy_compile(
     r"^\.[0-9]{1,4}(\.[0-9]{1,4})?\.[0-9]+\.[0-9]+\.tmp$"
 )  # atomicio's temp files of them
-
-Alive = Callable[[str], bool]  # job id -> still running on this node
 
 
 def add_job(

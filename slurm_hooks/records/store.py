@@ -33,7 +33,6 @@ import errno
 import os
 import stat
 import time
-from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
 
 from ..core import atomicio, logs
 from ..core.atomicio import read_json, write_json_atomic
@@ -42,10 +41,18 @@ from ..core.lazyre import lazy_compile
 from ..core.runner import JobContext
 from ..registry import JOB_CONTEXTS
 
+TYPE_CHECKING = (
+    False  # typing.TYPE_CHECKING, without importing typing (tests/test_startup_imports.py)
+)
 if TYPE_CHECKING:
     import logging
+    from typing import Any, Dict, List, Optional, Tuple
 
     from ..xid.kmsg import KmsgView
+
+    Gathered = Optional[
+        Tuple[Optional[Dict[str, Any]], str]
+    ]  # (snapshot, why not) taken by the caller, or None
 
 SNAPSHOT_DIR = "snapshots"
 RECORD_MODE, RECORD_DIR_MODE = (
@@ -148,10 +155,6 @@ def gather(config: Config, job: JobContext, epilog: bool) -> Tuple[Optional[Dict
 
 
 # -- prolog ------------------------------------------------------------------------------------
-
-Gathered = Optional[
-    Tuple[Optional[Dict[str, Any]], str]
-]  # (snapshot, why not) taken by the caller, or None
 
 
 def prolog_snapshot(

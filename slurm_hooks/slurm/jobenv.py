@@ -14,10 +14,14 @@ bounded (MAX_USER characters, the rest marked as cut).
 
 from __future__ import annotations
 
-from typing import Mapping, Optional, Tuple
-
 from ..core.lazyre import lazy_compile
 from ..core.runner import JobContext
+
+TYPE_CHECKING = (
+    False  # typing.TYPE_CHECKING, without importing typing (tests/test_startup_imports.py)
+)
+if TYPE_CHECKING:
+    from typing import Mapping, Optional, Tuple
 
 MAX_GPUS = 1024
 MAX_USER = 256  # characters of SLURM_JOB_USER kept; longer names are cut and marked

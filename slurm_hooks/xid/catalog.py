@@ -17,12 +17,18 @@ from __future__ import annotations
 import json
 import os
 import re
-from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple, Union
+from collections.abc import Mapping
 
 from ..core.lazyre import lazy_compile
 from ..core.structs import Struct
 from ..result import Action, Blame, Status
 from .kmsg import SxidEvent, XidEvent
+
+TYPE_CHECKING = (
+    False  # typing.TYPE_CHECKING, without importing typing (tests/test_startup_imports.py)
+)
+if TYPE_CHECKING:
+    from typing import Any, Dict, Iterable, List, Optional, Tuple, Union
 
 __all__ = [
     "STATUSES",

@@ -59,10 +59,17 @@ slurm_hooks.xid.catalog's job (catalog, classification, explain).
 from __future__ import annotations
 
 import re
-from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
 from ..core.lazyre import lazy_compile
 from ..core.structs import Struct, field
+
+TYPE_CHECKING = (
+    False  # typing.TYPE_CHECKING, without importing typing (tests/test_startup_imports.py)
+)
+if TYPE_CHECKING:
+    from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple, Union
+
+    _XidFields = Tuple[int, str, Optional[int], Optional[str], str, Optional[int], Optional[int]]
 
 __all__ = [
     "MAX_LINE",
@@ -480,9 +487,6 @@ _XID_RE = lazy_compile(
 _KMSG_XID_RE = lazy_compile(
     r"<?(\d{1,4})>?,(\d{1,20}),(\d{1,20}),[^;]*;(" + _XID_RE.pattern + ")", re.S
 )
-
-
-_XidFields = Tuple[int, str, Optional[int], Optional[str], str, Optional[int], Optional[int]]
 
 
 def _xid_fields(message: str) -> Optional[_XidFields]:

@@ -16,7 +16,6 @@ when minor numbers are unavailable. A Slurm index with no matching GPU is node-b
 from __future__ import annotations
 
 import time
-from typing import Any, Dict, List, Optional, Tuple
 
 from ...core.structs import Struct, field
 from ...hw import nvml
@@ -25,6 +24,12 @@ from ...result import Action, Blame, Result, Status
 from ..pci import PciDevice
 from . import wedged
 from .devices import GpuDevice, HungGpu, identify_all, nvml_text
+
+TYPE_CHECKING = (
+    False  # typing.TYPE_CHECKING, without importing typing (tests/test_startup_imports.py)
+)
+if TYPE_CHECKING:
+    from typing import Any, Dict, List, Optional, Tuple
 
 DRIVER_VERSION_FILE = "/proc/driver/nvidia/version"
 

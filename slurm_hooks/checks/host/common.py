@@ -8,12 +8,17 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Dict, Optional
 
 from ...core import atomicio
 from ...hw import counter_window
 from ...registry import Param
 from ...result import Status
+
+TYPE_CHECKING = (
+    False  # typing.TYPE_CHECKING, without importing typing (tests/test_startup_imports.py)
+)
+if TYPE_CHECKING:
+    from typing import Dict, Optional
 
 clock = time.time
 BOOT_ID = "/proc/sys/kernel/random/boot_id"
