@@ -26,9 +26,7 @@ from ..hw.procfs import (
 from ..registry import CONTEXTS, DEFAULT_CONTEXTS, Param, absolute_path, check, gatherer
 from ..result import Action, Result, Status
 
-TYPE_CHECKING = (
-    False  # typing.TYPE_CHECKING, without importing typing (tests/test_startup_imports.py)
-)
+TYPE_CHECKING = False  # not typing's: no prolog process imports typing (test_startup_imports)
 if TYPE_CHECKING:
     from typing import FrozenSet, List, Optional, Tuple
 

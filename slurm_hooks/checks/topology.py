@@ -18,9 +18,7 @@ from ..registry import DEFAULT_CONTEXTS, Param, check, gatherer
 from ..result import Action, Result, Status
 from .pci import PCI_DEVICES
 
-TYPE_CHECKING = (
-    False  # typing.TYPE_CHECKING, without importing typing (tests/test_startup_imports.py)
-)
+TYPE_CHECKING = False  # not typing's: no prolog process imports typing (test_startup_imports)
 if TYPE_CHECKING:
     from typing import Dict, List, Optional, Tuple
 

@@ -29,9 +29,7 @@ from ..xid.kmsg import KmsgView, SxidEvent, XidEvent, gc_paused, scan_all
 from ..xid.kmsg import view as kmsg_view
 from .gpu import inventory as _inventory  # noqa: F401  (registers the gpu.inventory gatherer we map bus ids with)
 
-TYPE_CHECKING = (
-    False  # typing.TYPE_CHECKING, without importing typing (tests/test_startup_imports.py)
-)
+TYPE_CHECKING = False  # not typing's: no prolog process imports typing (test_startup_imports)
 if TYPE_CHECKING:
     from typing import Any, Callable, Dict, FrozenSet, Iterable, List, Optional, Sequence, Tuple
 

@@ -16,9 +16,7 @@ from types import SimpleNamespace
 from ..registry import HOOK_CONTEXTS
 from ..result import ExitCode
 
-TYPE_CHECKING = (
-    False  # typing.TYPE_CHECKING, without importing typing (tests/test_startup_imports.py)
-)
+TYPE_CHECKING = False  # not typing's: no prolog process imports typing (test_startup_imports)
 if TYPE_CHECKING:
     import argparse
     from typing import Dict, List, Optional

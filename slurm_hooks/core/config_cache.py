@@ -23,9 +23,7 @@ import os
 import stat
 import sys
 
-TYPE_CHECKING = (
-    False  # typing.TYPE_CHECKING, without importing typing (tests/test_startup_imports.py)
-)
+TYPE_CHECKING = False  # not typing's: no prolog process imports typing (test_startup_imports)
 if TYPE_CHECKING:
     from typing import Any, Callable, Dict, Optional
 CACHE_ENV = "SLURM_HOOKS_CONFIG_CACHE"

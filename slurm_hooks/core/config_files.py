@@ -14,9 +14,7 @@ import os
 import stat
 import sys
 
-TYPE_CHECKING = (
-    False  # typing.TYPE_CHECKING, without importing typing (tests/test_startup_imports.py)
-)
+TYPE_CHECKING = False  # not typing's: no prolog process imports typing (test_startup_imports)
 if TYPE_CHECKING:
     from typing import Any, Dict, List, Optional, Tuple
 DEFAULT_CONFIG = "/etc/slurm-hooks/config.toml"

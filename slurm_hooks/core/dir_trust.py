@@ -20,9 +20,7 @@ from __future__ import annotations
 import os
 import stat
 
-TYPE_CHECKING = (
-    False  # typing.TYPE_CHECKING, without importing typing (tests/test_startup_imports.py)
-)
+TYPE_CHECKING = False  # not typing's: no prolog process imports typing (test_startup_imports)
 if TYPE_CHECKING:
     from typing import List, Optional, Tuple
 _MAX_LINKS = 40  # the kernel's own limit (ELOOP)

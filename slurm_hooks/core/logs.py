@@ -22,9 +22,7 @@ from types import ModuleType
 
 from .lazyre import lazy_compile
 
-TYPE_CHECKING = (
-    False  # typing.TYPE_CHECKING, without importing typing (tests/test_startup_imports.py)
-)
+TYPE_CHECKING = False  # not typing's: no prolog process imports typing (test_startup_imports)
 if TYPE_CHECKING:
     import logging
     import re

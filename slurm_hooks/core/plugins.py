@@ -29,9 +29,7 @@ import types
 
 from .config_files import INSECURE_OVERRIDE_ENV, ConfigError, check_secure
 
-TYPE_CHECKING = (
-    False  # typing.TYPE_CHECKING, without importing typing (tests/test_startup_imports.py)
-)
+TYPE_CHECKING = False  # not typing's: no prolog process imports typing (test_startup_imports)
 if TYPE_CHECKING:
     from typing import List, Optional
 

@@ -29,9 +29,7 @@ import signal
 import threading
 import time
 
-TYPE_CHECKING = (
-    False  # typing.TYPE_CHECKING, without importing typing (tests/test_startup_imports.py)
-)
+TYPE_CHECKING = False  # not typing's: no prolog process imports typing (test_startup_imports)
 if TYPE_CHECKING:
     from typing import Any, Dict, Iterable, List, Optional, Tuple
 # What the helper reads, in the order the prolog's checks first ask for them (the kernel log first:

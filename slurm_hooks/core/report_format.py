@@ -9,9 +9,7 @@ from .. import __version__
 from ..result import Status
 from .runner import RunReport
 
-TYPE_CHECKING = (
-    False  # typing.TYPE_CHECKING, without importing typing (tests/test_startup_imports.py)
-)
+TYPE_CHECKING = False  # not typing's: no prolog process imports typing (test_startup_imports)
 if TYPE_CHECKING:
     from typing import Any, Dict, List, Optional, TextIO
 

@@ -26,9 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-TYPE_CHECKING = (
-    False  # typing.TYPE_CHECKING, without importing typing (tests/test_startup_imports.py)
-)
+TYPE_CHECKING = False  # not typing's: no prolog process imports typing (test_startup_imports)
 if TYPE_CHECKING:
     from typing import Any, Dict, Tuple
 # The names a setting can never have: a key spelled like a dict method would read as the method.

@@ -21,9 +21,7 @@ __post_init__, InitVar, ClassVar fields, ordering, keyword-only fields.
 
 from __future__ import annotations
 
-TYPE_CHECKING = (
-    False  # typing.TYPE_CHECKING, without importing typing (tests/test_startup_imports.py)
-)
+TYPE_CHECKING = False  # not typing's: no prolog process imports typing (test_startup_imports)
 if TYPE_CHECKING:
     from typing import Any, Callable, Dict, Optional, Tuple
 _MISSING = object()

@@ -42,9 +42,7 @@ from .bounded import ISOLATION_GRACE_S, run_isolated_checks
 from .fail_open import fail_open, main_hook
 from .flow import OPT_OUT_TOKEN, HookResult, node_name, opted_out, run_hook
 
-TYPE_CHECKING = (
-    False  # typing.TYPE_CHECKING, without importing typing (tests/test_startup_imports.py)
-)
+TYPE_CHECKING = False  # not typing's: no prolog process imports typing (test_startup_imports)
 if TYPE_CHECKING:
     from typing import Any
 

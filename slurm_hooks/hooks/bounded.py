@@ -19,9 +19,7 @@ from ..core.runner import CheckRun, GatherContext, JobContext, RunReport, run_ch
 from ..registry import Registry
 from ..result import Result, Status
 
-TYPE_CHECKING = (
-    False  # typing.TYPE_CHECKING, without importing typing (tests/test_startup_imports.py)
-)
+TYPE_CHECKING = False  # not typing's: no prolog process imports typing (test_startup_imports)
 if TYPE_CHECKING:
     from typing import Any, Callable, Dict, Optional, Sequence, Tuple
 

@@ -11,9 +11,7 @@ from ..core.runner import JobContext, RunReport
 from ..slurm import policy
 from ..slurm.policy import Outcome
 
-TYPE_CHECKING = (
-    False  # typing.TYPE_CHECKING, without importing typing (tests/test_startup_imports.py)
-)
+TYPE_CHECKING = False  # not typing's: no prolog process imports typing (test_startup_imports)
 if TYPE_CHECKING:
     from typing import Optional
 

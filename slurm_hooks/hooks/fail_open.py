@@ -14,9 +14,7 @@ from ..registry import JOB_CONTEXTS
 from ..result import ExitCode
 from .flow import run_hook
 
-TYPE_CHECKING = (
-    False  # typing.TYPE_CHECKING, without importing typing (tests/test_startup_imports.py)
-)
+TYPE_CHECKING = False  # not typing's: no prolog process imports typing (test_startup_imports)
 if TYPE_CHECKING:
     from typing import List, Mapping, Optional
 

@@ -23,9 +23,7 @@ from ..slurm.jobenv import JobEnvError, job_from_env
 from .bounded import run_bounded, run_isolated_checks
 from .decision_log import log_decision
 
-TYPE_CHECKING = (
-    False  # typing.TYPE_CHECKING, without importing typing (tests/test_startup_imports.py)
-)
+TYPE_CHECKING = False  # not typing's: no prolog process imports typing (test_startup_imports)
 if TYPE_CHECKING:
     from typing import Any, Dict, Mapping, Optional
 

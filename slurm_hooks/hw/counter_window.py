@@ -30,9 +30,7 @@ from ..core import locks
 from ..core.atomicio import open_dir, read_ours, write_atomic_at
 from ..core.structs import Struct
 
-TYPE_CHECKING = (
-    False  # typing.TYPE_CHECKING, without importing typing (tests/test_startup_imports.py)
-)
+TYPE_CHECKING = False  # not typing's: no prolog process imports typing (test_startup_imports)
 if TYPE_CHECKING:
     from typing import Dict, List, Optional, Sequence, Tuple
 

@@ -28,9 +28,7 @@ import os
 from ..slurm.cgroup import CGROUP_ROOT, find_job_cpuset
 from .host import Host, HostError, format_cpulist
 
-TYPE_CHECKING = (
-    False  # typing.TYPE_CHECKING, without importing typing (tests/test_startup_imports.py)
-)
+TYPE_CHECKING = False  # not typing's: no prolog process imports typing (test_startup_imports)
 if TYPE_CHECKING:
     from typing import Any, Dict, List, Optional, Tuple
 

@@ -24,9 +24,7 @@ from ..core.structs import Struct
 from .host import Host, HostError, ParseError, parse_cpulist, parse_cpumask
 from .procfs import parse_cpuinfo_processors, parse_cpuinfo_topology
 
-TYPE_CHECKING = (
-    False  # typing.TYPE_CHECKING, without importing typing (tests/test_startup_imports.py)
-)
+TYPE_CHECKING = False  # not typing's: no prolog process imports typing (test_startup_imports)
 if TYPE_CHECKING:
     from typing import Dict, FrozenSet, Iterable, List, Optional, Tuple
 

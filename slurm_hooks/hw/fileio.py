@@ -12,9 +12,7 @@ from __future__ import annotations
 import os
 import stat
 
-TYPE_CHECKING = (
-    False  # typing.TYPE_CHECKING, without importing typing (tests/test_startup_imports.py)
-)
+TYPE_CHECKING = False  # not typing's: no prolog process imports typing (test_startup_imports)
 if TYPE_CHECKING:
     from typing import Any, List, Optional, Sequence, Tuple
 CHUNK = 1 << 16  # one read(2) of a sysfs attribute (<= one page) or a typical procfs file

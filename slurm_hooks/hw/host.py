@@ -26,9 +26,7 @@ from .fileio import read_fd as _read_fd
 from .fileio import read_file as _read_file
 from .fileio import read_log_tail as _read_log_file
 
-TYPE_CHECKING = (
-    False  # typing.TYPE_CHECKING, without importing typing (tests/test_startup_imports.py)
-)
+TYPE_CHECKING = False  # not typing's: no prolog process imports typing (test_startup_imports)
 if TYPE_CHECKING:
     from typing import Any, Dict, List, Optional, Set, Tuple
 

@@ -19,9 +19,7 @@ import threading
 from ..core.structs import Struct
 from ..result import Action, Blame, Status
 
-TYPE_CHECKING = (
-    False  # typing.TYPE_CHECKING, without importing typing (tests/test_startup_imports.py)
-)
+TYPE_CHECKING = False  # not typing's: no prolog process imports typing (test_startup_imports)
 if TYPE_CHECKING:
     from typing import Any, Callable, Dict, Mapping, Optional, Sequence, Tuple
 

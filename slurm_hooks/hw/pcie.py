@@ -23,9 +23,7 @@ from ..core.lazyre import lazy_compile
 from ..core.structs import Struct, field
 from .host import Host, HostError, ParseError, parse_cpulist
 
-TYPE_CHECKING = (
-    False  # typing.TYPE_CHECKING, without importing typing (tests/test_startup_imports.py)
-)
+TYPE_CHECKING = False  # not typing's: no prolog process imports typing (test_startup_imports)
 if TYPE_CHECKING:
     from typing import Dict, Iterable, List, Optional, Tuple
 

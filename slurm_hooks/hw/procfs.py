@@ -9,9 +9,7 @@ from ..core.lazyre import lazy_compile
 from ..core.structs import TupleRecord
 from .host import ParseError
 
-TYPE_CHECKING = (
-    False  # typing.TYPE_CHECKING, without importing typing (tests/test_startup_imports.py)
-)
+TYPE_CHECKING = False  # not typing's: no prolog process imports typing (test_startup_imports)
 if TYPE_CHECKING:
     from typing import Dict, List, Tuple
 

@@ -20,9 +20,7 @@ import os
 import sys
 from types import ModuleType
 
-TYPE_CHECKING = (
-    False  # typing.TYPE_CHECKING, without importing typing (tests/test_startup_imports.py)
-)
+TYPE_CHECKING = False  # not typing's: no prolog process imports typing (test_startup_imports)
 if TYPE_CHECKING:
     from typing import Iterator
 VENDOR_DIR = os.path.join(

@@ -21,9 +21,7 @@ from collections.abc import Mapping
 from ..core.config_files import ConfigError, config_files, toml_loads
 from .host import CAPTURE_DIR, Host, HostError
 
-TYPE_CHECKING = (
-    False  # typing.TYPE_CHECKING, without importing typing (tests/test_startup_imports.py)
-)
+TYPE_CHECKING = False  # not typing's: no prolog process imports typing (test_startup_imports)
 if TYPE_CHECKING:
     from typing import Any, Dict, Iterable, List, Optional, Tuple
 

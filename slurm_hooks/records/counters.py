@@ -52,9 +52,7 @@ from ..xid.kmsg import KmsgView, view
 from . import nvlink_errors
 from .nvlink_errors import MAX_NVLINKS, NVLINK_COUNTERS  # noqa: F401 (their old home)
 
-TYPE_CHECKING = (
-    False  # typing.TYPE_CHECKING, without importing typing (tests/test_startup_imports.py)
-)
+TYPE_CHECKING = False  # not typing's: no prolog process imports typing (test_startup_imports)
 if TYPE_CHECKING:
     from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 

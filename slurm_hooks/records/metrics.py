@@ -41,9 +41,7 @@ from ..core.lazyre import lazy_compile
 from ..result import ExitCode, Status
 from ..slurm.policy import NEW_DRAINS, Outcome
 
-TYPE_CHECKING = (
-    False  # typing.TYPE_CHECKING, without importing typing (tests/test_startup_imports.py)
-)
+TYPE_CHECKING = False  # not typing's: no prolog process imports typing (test_startup_imports)
 if TYPE_CHECKING:
     import logging
     from typing import Any, Dict, Mapping, Optional, Sequence

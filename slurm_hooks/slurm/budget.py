@@ -8,9 +8,7 @@ prolog (the client, the breaker, node_state and `calendar` with it).
 
 from __future__ import annotations
 
-TYPE_CHECKING = (
-    False  # typing.TYPE_CHECKING, without importing typing (tests/test_startup_imports.py)
-)
+TYPE_CHECKING = False  # not typing's: no prolog process imports typing (test_startup_imports)
 if TYPE_CHECKING:
     from typing import Any, Mapping
 # slurmctld stamps a reason with time(NULL) (whole seconds) under its node write lock. One second

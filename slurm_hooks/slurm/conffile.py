@@ -30,9 +30,7 @@ import stat
 from ..core.lazyre import lazy_compile
 from ..hw.host import HostError, ParseError
 
-TYPE_CHECKING = (
-    False  # typing.TYPE_CHECKING, without importing typing (tests/test_startup_imports.py)
-)
+TYPE_CHECKING = False  # not typing's: no prolog process imports typing (test_startup_imports)
 if TYPE_CHECKING:
     from typing import Callable, Dict, List, Optional, Tuple
 

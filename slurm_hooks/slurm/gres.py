@@ -21,9 +21,7 @@ from ..core.structs import Struct, field
 from ..hw.host import ParseError, parse_cpulist
 from . import conffile
 
-TYPE_CHECKING = (
-    False  # typing.TYPE_CHECKING, without importing typing (tests/test_startup_imports.py)
-)
+TYPE_CHECKING = False  # not typing's: no prolog process imports typing (test_startup_imports)
 if TYPE_CHECKING:
     from typing import Dict, FrozenSet, Iterable, List, Mapping, Optional, Tuple
 

@@ -39,9 +39,7 @@ from .reasons import (  # noqa: F401 - the reason's format and reading, used as 
     sanitize,
 )
 
-TYPE_CHECKING = (
-    False  # typing.TYPE_CHECKING, without importing typing (tests/test_startup_imports.py)
-)
+TYPE_CHECKING = False  # not typing's: no prolog process imports typing (test_startup_imports)
 if TYPE_CHECKING:
     from typing import Iterable, List, Mapping, Optional, Sequence, Tuple
 

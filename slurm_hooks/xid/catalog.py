@@ -24,9 +24,7 @@ from ..core.structs import Struct
 from ..result import Action, Blame, Status
 from .kmsg import SxidEvent, XidEvent
 
-TYPE_CHECKING = (
-    False  # typing.TYPE_CHECKING, without importing typing (tests/test_startup_imports.py)
-)
+TYPE_CHECKING = False  # not typing's: no prolog process imports typing (test_startup_imports)
 if TYPE_CHECKING:
     from typing import Any, Dict, Iterable, List, Optional, Tuple, Union
 

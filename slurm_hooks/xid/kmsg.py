@@ -63,9 +63,7 @@ import re
 from ..core.lazyre import lazy_compile
 from ..core.structs import Struct, field
 
-TYPE_CHECKING = (
-    False  # typing.TYPE_CHECKING, without importing typing (tests/test_startup_imports.py)
-)
+TYPE_CHECKING = False  # not typing's: no prolog process imports typing (test_startup_imports)
 if TYPE_CHECKING:
     from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 

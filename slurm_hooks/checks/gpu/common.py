@@ -15,9 +15,7 @@ from ...registry import Param
 from ...result import Action, Blame, Result, Status
 from .inventory import GpuDevice, GpuInventory, GpuSelection
 
-TYPE_CHECKING = (
-    False  # typing.TYPE_CHECKING, without importing typing (tests/test_startup_imports.py)
-)
+TYPE_CHECKING = False  # not typing's: no prolog process imports typing (test_startup_imports)
 if TYPE_CHECKING:
     from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Tuple
 

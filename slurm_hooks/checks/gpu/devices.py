@@ -15,9 +15,7 @@ from ...core.structs import Struct
 from ...hw import nvml
 from ..pci import normalize_bus_id
 
-TYPE_CHECKING = (
-    False  # typing.TYPE_CHECKING, without importing typing (tests/test_startup_imports.py)
-)
+TYPE_CHECKING = False  # not typing's: no prolog process imports typing (test_startup_imports)
 if TYPE_CHECKING:
     from typing import Any, Callable, Dict, List, Optional, Tuple
 

@@ -25,9 +25,7 @@ from ..pci import PciDevice
 from . import wedged
 from .devices import GpuDevice, HungGpu, identify_all, nvml_text
 
-TYPE_CHECKING = (
-    False  # typing.TYPE_CHECKING, without importing typing (tests/test_startup_imports.py)
-)
+TYPE_CHECKING = False  # not typing's: no prolog process imports typing (test_startup_imports)
 if TYPE_CHECKING:
     from typing import Any, Dict, List, Optional, Tuple
 

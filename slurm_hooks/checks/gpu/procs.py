@@ -14,9 +14,7 @@ from ...result import Action, Blame, Result, Status
 from .common import NOT_SUPPORTED_PARAM, GpuReadings, error_result, failed, per_gpu, read_gpus
 from .inventory import GpuDevice, nvml_text
 
-TYPE_CHECKING = (
-    False  # typing.TYPE_CHECKING, without importing typing (tests/test_startup_imports.py)
-)
+TYPE_CHECKING = False  # not typing's: no prolog process imports typing (test_startup_imports)
 if TYPE_CHECKING:
     from typing import Any, List, Mapping, Tuple
 

@@ -37,9 +37,7 @@ from ...hw import nvml
 from ...registry import gatherer
 from ...result import Action, Blame, Result, Status
 
-TYPE_CHECKING = (
-    False  # typing.TYPE_CHECKING, without importing typing (tests/test_startup_imports.py)
-)
+TYPE_CHECKING = False  # not typing's: no prolog process imports typing (test_startup_imports)
 if TYPE_CHECKING:
     from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple
 

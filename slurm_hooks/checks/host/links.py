@@ -22,9 +22,7 @@ from ...registry import DEFAULT_CONTEXTS, Param, check, gatherer
 from ...result import Action, Blame, Result, Status
 from . import common
 
-TYPE_CHECKING = (
-    False  # typing.TYPE_CHECKING, without importing typing (tests/test_startup_imports.py)
-)
+TYPE_CHECKING = False  # not typing's: no prolog process imports typing (test_startup_imports)
 if TYPE_CHECKING:
     from typing import Dict, List, Optional, Tuple
 
