@@ -184,7 +184,7 @@ def _after_decision(
 ) -> None:
     """Snapshot file or record, dcgm-exporter mapping and metrics: bounded, the exit code already decided."""
     from ..core.isolation import Step, StepOutcome
-    from ..records import metrics, store
+    from ..records import store
 
     if gathered is None and store.wanted(
         config, job, context
@@ -211,6 +211,8 @@ def _after_decision(
     if (
         config.settings.metrics.textfile_dir
     ):  # prometheus_client is imported only then, in the child
+        from ..records import metrics  # only then: ~0.4 ms of the prolog's tail, where it waits
+
         steps.append(
             Step(
                 "metrics",

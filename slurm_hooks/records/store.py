@@ -495,7 +495,6 @@ def steps(
     record, and the dcgm-exporter job mapping, as isolation.Steps (name, path, work) that hooks/
     runs in a bounded child. Each step logs its own errors and never raises."""
     from ..core.isolation import Step
-    from . import dcgm
 
     log = _log(log)
     out = []
@@ -516,6 +515,8 @@ def steps(
         # dcgm-exporter names files by NVML index; Slurm's indices are minor numbers (see counters.read_gpus)
         indices = [g["index"] for g in snap["gpus"]] if snap and snap.get("gpus") else None
         if mapping_dir and job.job_id:
+            from . import dcgm  # only with a mapping directory: the prolog's tail waits for imports
+
             out.append(
                 Step(
                     "dcgm-mapping",
@@ -525,6 +526,8 @@ def steps(
             )
     elif context == "epilog":
         if mapping_dir and job.job_id:
+            from . import dcgm
+
             out.append(
                 Step("dcgm-mapping", mapping_dir, lambda: dcgm.on_epilog(config, job, log=log))
             )
