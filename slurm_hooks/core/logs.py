@@ -208,6 +208,15 @@ def _escape(match: "re.Match[str]") -> str:
     )
 
 
+def escape_unsafe(text: str) -> str:
+    """`text` with the characters of _UNSAFE escaped. Printable ASCII without a backslash (a healthy
+    run's every decision line) has none of them: it is returned as it is, without compiling the
+    pattern, whose Unicode ranges cost ~0.7 ms of the prolog's tail (round 8)."""
+    if text.isascii() and text.isprintable() and "\\" not in text:
+        return text
+    return _UNSAFE.sub(_escape, text)
+
+
 def kv(**fields: Any) -> str:
     """key=value pairs, one line: values with spaces are quoted, whitespace flattened, control and
     format characters escaped, long values cut (module docstring)."""
@@ -215,7 +224,7 @@ def kv(**fields: Any) -> str:
     for key, value in fields.items():
         if value is None or value == "":
             continue
-        text = _UNSAFE.sub(_escape, " ".join(str(value).split()))
+        text = escape_unsafe(" ".join(str(value).split()))
         if len(text) > MAX_VALUE:
             text = "%s...(+%d)" % (text[:MAX_VALUE], len(text) - MAX_VALUE)
         if " " in text or "=" in text or '"' in text:
