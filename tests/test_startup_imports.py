@@ -223,3 +223,17 @@ def test_a_decision_line_of_printable_ascii_compiles_no_escaping_pattern():
         'detail="tab here\\x1b[31m"',
         True,
     ]
+
+
+def test_the_console_script_imports_nothing_of_the_package_before_run_turns_the_collector_off():
+    """Round 8: run() turns the cyclic collector off before the package's first import, so that
+    importing what decides the command line (the registry, the result types) triggers no
+    collection either (4 of them, ~0.8 ms of each prolog); an admin verb turns it back on (the test
+    above). The console script imports cli.main and calls run(): that import loads no other module
+    of ours."""
+    loaded = _run(
+        "import json, sys\n"
+        "from slurm_hooks.cli.main import run\n"
+        "print(json.dumps(sorted(m for m in sys.modules if m.startswith('slurm_hooks'))))\n"
+    )
+    assert loaded == ["slurm_hooks", "slurm_hooks.cli", "slurm_hooks.cli.main"]
