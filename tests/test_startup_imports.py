@@ -237,3 +237,51 @@ def test_the_console_script_imports_nothing_of_the_package_before_run_turns_the_
         "print(json.dumps(sorted(m for m in sys.modules if m.startswith('slurm_hooks'))))\n"
     )
     assert loaded == ["slurm_hooks", "slurm_hooks.cli", "slurm_hooks.cli.main"]
+
+
+def test_logging_and_string_are_imported_with_their_patterns_compiled_on_first_use():
+    """Round 8: logs.import_logging (and import_pynvml, which imports string) imports them while
+    re.compile hands the importing thread LazyPatterns: the '{' style's two patterns and
+    string.Template's are compiled only if used, and then work as before."""
+    state = _run(
+        "import json, re, threading\n"
+        "from slurm_hooks.core import lazyre, logs\n"
+        "logging = logs.import_logging()\n"
+        "import string\n"
+        "lazy = {name: 'sub' not in vars(value) for name, value in ("
+        "('fmt_spec', logging.StrFormatStyle.fmt_spec),"
+        " ('field_spec', logging.StrFormatStyle.field_spec),"
+        " ('template', string.Template.pattern))}\n"
+        "kinds = [type(value).__name__ for value in (logging.StrFormatStyle.fmt_spec,"
+        " string.Template.pattern)]\n"
+        "restored = re.compile is lazyre._compile\n"
+        "braces = logging.Formatter('{levelname} {message}', style='{')\n"
+        "record = logging.LogRecord('x', logging.INFO, 'x.py', 1, 'hello', None, None)\n"
+        "try:\n"
+        "    logging.Formatter('{levelname!x}', style='{')\n"
+        "    refused = False\n"
+        "except ValueError:\n"
+        "    refused = True\n"
+        "class Percent(string.Template):\n"
+        "    delimiter = '%'\n"
+        "other = []\n"
+        "with lazyre.compiled_on_use():\n"
+        "    mine = type(re.compile('a+')).__name__\n"
+        "    worker = threading.Thread(target=lambda: other.append(type(re.compile('b+')).__name__))\n"
+        "    worker.start(); worker.join()\n"
+        "print(json.dumps({'lazy': lazy, 'kinds': kinds, 'restored': restored,"
+        " 'braces': braces.format(record), 'refused': refused,"
+        " 'template': string.Template('$a-${b}').substitute(a=1, b=2),"
+        " 'percent': Percent('%a!').substitute(a=3), 'mine': mine, 'other': other}))\n"
+    )
+    assert state == {
+        "lazy": {"fmt_spec": True, "field_spec": True, "template": True},
+        "kinds": ["LazyPattern", "LazyPattern"],
+        "restored": True,
+        "braces": "INFO hello",
+        "refused": True,
+        "template": "1-2",
+        "percent": "3!",
+        "mine": "LazyPattern",
+        "other": ["Pattern"],
+    }

@@ -20,7 +20,7 @@ import os
 import sys
 from types import ModuleType
 
-from .lazyre import lazy_compile
+from .lazyre import compiled_on_use, lazy_compile
 
 TYPE_CHECKING = False  # not typing's: no prolog process imports typing (test_startup_imports)
 if TYPE_CHECKING:
@@ -93,7 +93,8 @@ def import_logging() -> ModuleType:
     stand_in = _LoadedOnUse("traceback", "slurm-hooks stand-in: the real traceback loads on use")
     sys.modules["traceback"] = stand_in
     try:
-        import logging
+        with compiled_on_use():  # logging's and string's module-level patterns: on first use
+            import logging
     finally:
         if sys.modules.get("traceback") is stand_in:
             del sys.modules["traceback"]
