@@ -805,13 +805,17 @@ def _scan_all(
     xids: List[XidEvent] = []
     reports: List[_Report] = []
     open_reports: Dict[Tuple[int, str, int], _Report] = {}
-    kmsg_match, kmsg_xid_match = _KMSG_RE.match, _KMSG_XID_RE.match
+    # bound at the first line past the pre-filter: a log without one (every healthy prolog's)
+    # compiles neither pattern (~0.9 ms of the check process, round 8)
+    kmsg_match = kmsg_xid_match = None
     for line in lines:
         if isinstance(line, str):
             if needle not in line:
                 continue  # cheap pre-filter: every line of the kinds asked for contains it
             if len(line) > MAX_LINE:
                 continue
+            if kmsg_xid_match is None:
+                kmsg_match, kmsg_xid_match = _KMSG_RE.match, _KMSG_XID_RE.match
             x = kmsg_xid_match(line) if want_xid else None
             if x is not None:  # the common case, in one regex call: a /dev/kmsg record of an Xid
                 g = x.groups()  # priority, seq, usec, message, then _XID_RE's groups
