@@ -42,8 +42,10 @@ PREFETCHED = (
     "topology.pcie_sysfs",
     "host.edac",
     "host.ib_links",
-    "system.cpuinfo",
     "system.cpu_places",
+    # system.cpu, not the /proc/cpuinfo it parses (~210 kB for 224 CPUs): the helper reads and parses
+    # the file, the check process gets the models and the layout (round 8: ~1 ms of its CPU)
+    "system.cpu",
     "numa.sysctl",
 )
 # Which gatherers a gatherer asks for (checks declare theirs in `needs`, gatherers do not): what is
@@ -180,10 +182,10 @@ def _widen(fd: int) -> None:
     """Make the pipe hold PIPE_BYTES, so the helper never waits for the check process to read.
 
     The check process reads the pipe only when a check asks for a value, and only up to that value;
-    the helper's values for the 8-GPU example node are ~350 kB (topology.pcie_sysfs ~130 kB,
-    system.cpuinfo ~210 kB for its 224 CPUs), and with Linux's default 64 kB pipe it sat ~30 ms
-    blocked in write(2) after the PCIe tree until a check drained it, so the values behind it (the
-    CPU and NUMA ones) came late. F_SETPIPE_SZ (Linux >= 2.6.35) is refused above
+    the helper's values for the 8-GPU example node were ~350 kB (topology.pcie_sysfs ~130 kB,
+    system.cpuinfo ~210 kB for its 224 CPUs: sent parsed since round 8), and with Linux's default
+    64 kB pipe it sat ~30 ms blocked in write(2) after the PCIe tree until a check drained it, so
+    the values behind it (the CPU and NUMA ones) came late. F_SETPIPE_SZ (Linux >= 2.6.35) is refused above
     /proc/sys/fs/pipe-max-size (1 MiB by default) for a user without CAP_SYS_RESOURCE, or past the
     user's pipe-user-pages limits: then the pipe keeps its size and the helper waits as before."""
     try:
