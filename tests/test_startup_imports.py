@@ -204,6 +204,8 @@ def test_no_process_of_a_prolog_imports_typing(tmp_path):
     # importtime names a module once it is imported: its importer is named after it
     where = imported.index("typing") if "typing" in imported else 0
     assert "typing" not in imported, imported[where : where + 4]
+    # nor the Xid catalog's module: checks/xid.py imports it for an Xid, an SXid or an override
+    assert "slurm_hooks.xid.catalog" not in imported
 
 
 def test_a_decision_line_of_printable_ascii_compiles_no_escaping_pattern():
