@@ -210,6 +210,8 @@ def test_no_process_of_a_prolog_imports_typing(tmp_path):
     assert "slurm_hooks.xid.catalog" not in imported
     # nor glob: the drop-in directories are listed by config_files.names_ending
     assert "glob" not in imported
+    # nor signal (~0.6 ms): isolation.SIGKILL is the number, the module names a signal on demand
+    assert "signal" not in imported
 
 
 def test_a_decision_line_of_printable_ascii_compiles_no_escaping_pattern():
@@ -333,3 +335,13 @@ def test_names_ending_lists_what_glob_listed(tmp_path):
     for listing in (glob.glob, lambda path: names_ending(os.path.dirname(path), ".toml")):
         with pytest.raises(ValueError):  # a NUL in the path: refused alike
             listing(os.path.join(str(tmp_path) + "\x00", "*.toml"))
+
+
+def test_the_kill_signal_is_the_signal_modules():
+    """Round 8: the hooks kill a hung child with isolation.SIGKILL, without importing signal."""
+    import signal
+
+    from slurm_hooks.core import isolation
+
+    assert isolation.SIGKILL == signal.SIGKILL
+    assert isolation._signal_name(int(signal.SIGTERM)) == "SIGTERM"

@@ -25,9 +25,10 @@ from __future__ import annotations
 import _pickle  # the C pickler alone: `pickle` would add ~1 ms of imports to both processes
 import os
 import select
-import signal
 import threading
 import time
+
+from .isolation import SIGKILL
 
 TYPE_CHECKING = False  # not typing's: no prolog process imports typing (test_startup_imports)
 if TYPE_CHECKING:
@@ -146,7 +147,7 @@ class Prefetch:
                 self.ended = True
                 os.close(self.fd)
         try:
-            os.kill(self.pid, signal.SIGKILL)
+            os.kill(self.pid, SIGKILL)
         except OSError:
             pass
         try:
