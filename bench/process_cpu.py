@@ -59,6 +59,7 @@ def inside() -> None:
 
 def main() -> int:
     import argparse  # here, not at the top: the prolog runs this file too (inside), as light as it can
+    import shutil
     import statistics
     import subprocess
     import tempfile
@@ -105,6 +106,7 @@ def main() -> int:
                     rows[name].append(_parse(out))
     finally:
         node.cleanup()
+        shutil.rmtree(scratch, ignore_errors=True)
     print("CPU ms per process (medians of %d alternated pairs)" % args.runs)
     print("%-14s %10s %10s %10s %10s" % ("", "hook fork", "hook after", "hook", "check"))
     for name, values in rows.items():
