@@ -11,9 +11,13 @@ the snapshots it ``needs`` plus its ``params``; it returns a Result or a list of
 from __future__ import annotations
 
 import importlib
-from typing import Any, Callable, Dict, FrozenSet, Iterable, List, Mapping, Optional, Tuple
+from collections.abc import Mapping
 
 from .core.structs import Struct, field
+
+TYPE_CHECKING = False  # not typing's: no prolog process imports typing (test_startup_imports)
+if TYPE_CHECKING:
+    from typing import Any, Callable, Dict, FrozenSet, Iterable, List, Optional, Tuple
 
 CONTEXTS = (
     "prolog",

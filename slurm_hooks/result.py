@@ -7,9 +7,13 @@ affected component). The runner combines them (worst wins) and policy decides wh
 from __future__ import annotations
 
 import enum
-from typing import Any, Dict, Iterable, Mapping, Optional
+from collections.abc import Mapping
 
 from .core.structs import Struct, field
+
+TYPE_CHECKING = False  # not typing's: no prolog process imports typing (test_startup_imports)
+if TYPE_CHECKING:
+    from typing import Any, Dict, Iterable, Optional
 
 
 class Status(enum.Enum):

@@ -475,3 +475,21 @@ def test_healthy_run_uses_a_small_pool():
     assert (
         len(set(names)) <= 3
     )  # no thread per check: they cost more in GIL hand-offs than the checks
+
+
+def test_the_default_drain_reason_settings_pass_the_check_every_hook_now_skips():
+    """Round 8: validate() does not re-check the default [drain] reason_prefix and max_reason_length
+    (their patterns cost ~0.6 ms of every hook); they must pass the full check, and any other
+    value, the prefix or the length alone, is still checked (REFUSED_AT_LOAD above)."""
+    from slurm_hooks.core import config as config_module
+
+    drain = config_module.SECTIONS["drain"]
+    defaults = {
+        "reason_prefix": drain["reason_prefix"].default,
+        "max_reason_length": drain["max_reason_length"].default,
+    }
+    config_module.check_drain_reasons(defaults, lambda *_key: "<defaults>")  # does not raise
+    with pytest.raises(config_module.ConfigError, match="leaves no room after the prefix"):
+        config_module.validate(Registry(), {"drain": {"max_reason_length": 10}})
+    with pytest.raises(config_module.ConfigError, match="would reach Slurm as"):
+        config_module.validate(Registry(), {"drain": {"reason_prefix": 'sh"x:'}})

@@ -672,3 +672,21 @@ def test_parsers_raise_only_parse_errors_naming_the_source(which, text):
         parse(text, source)
     except HostError as exc:
         assert str(exc).startswith(source), str(exc)
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    st.text(
+        st.characters(codec="utf-8")
+        | st.sampled_from("\\\x00\x1f\x7f\x85\u00ad\u200e\u2028\ufeff\U000e0001\ud800")
+    )
+)
+@example("plain ascii, printable")
+@example("back\\slash")
+@example("tab\there")
+def test_the_decision_lines_ascii_fast_path_escapes_what_the_pattern_escapes(text):
+    """Round 8: logs.escape_unsafe returns printable ASCII without a backslash untouched, without
+    compiling _UNSAFE: for every text it must give what the pattern gives."""
+    from slurm_hooks.core import logs
+
+    assert logs.escape_unsafe(text) == logs._UNSAFE.sub(logs._escape, text)

@@ -441,6 +441,10 @@ print(json.dumps([outcome.exit_code, sorted(m for m in sys.modules if m.startswi
         "slurm_hooks.slurm.nodelock",
         "slurm_hooks.slurm.lemon",
         "slurm_hooks.slurm.repair",
+        # round 8: the steps after the decision import them only with a metrics textfile or a
+        # dcgm-exporter mapping directory configured (the prolog's tail, which the job waits for)
+        "slurm_hooks.records.metrics",
+        "slurm_hooks.records.dcgm",
     }  # (slurm.drainer is loaded anyway: core/config.py's budget warning takes slurm_budget from it)
     assert not unwanted & set(loaded), sorted(unwanted & set(loaded))
 

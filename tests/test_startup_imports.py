@@ -11,6 +11,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from tests.helpers import DEMO_PROLOG_SCRIPT
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -161,3 +163,185 @@ def test_a_hook_runs_without_the_cyclic_garbage_collector_and_an_admin_verb_with
         "print(json.dumps(seen))\n"
     )
     assert _run(code) == [False, False, False, True]
+
+
+def test_no_process_of_a_prolog_imports_typing(tmp_path):
+    """Round 8: `typing` cost ~2.5 ms of CPU before the check process's fork, and only our own modules
+    imported it (`from __future__ import annotations` leaves every annotation unevaluated). A module
+    on the prolog's path imports its annotation names under `if TYPE_CHECKING:`, with
+    `TYPE_CHECKING = False` (mypy and pyright read that name as true). The real prolog on the 8-GPU
+    bench node, under `python -X importtime`: the hook, its check process and the sysfs helper
+    (whose stderr the hook relays) all report their imports."""
+    from bench.nodeenv import BenchNode
+
+    node = BenchNode.create("dgx-h100")
+    try:
+        env = dict(
+            node.hook_env("prolog", 4343),
+            PATH=os.environ.get("PATH", "/usr/bin:/bin"),
+            PYTHONPATH=REPO,
+        )
+        # the first run parses the configuration (tomllib imports typing) and caches it, as a
+        # node's first hook does; the second is every later job's prolog
+        for _run_number in range(2):
+            done = subprocess.run(
+                [sys.executable, "-s", "-X", "importtime", "-m", "slurm_hooks", "prolog"],
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=120,
+            )
+            assert done.returncode == 0, done.stderr[-2000:]
+        assert "status=OK" in node.decision_lines()[-1]
+    finally:
+        node.cleanup()
+    imported = [
+        line.rsplit("|", 1)[1].strip()
+        for line in done.stderr.splitlines()
+        if line.startswith("import time:") and line.count("|") == 2
+    ]
+    assert "slurm_hooks.records.counters" in imported  # the check process's imports are here too
+    assert "pynvml" in imported or "slurm_hooks.hw.pynvml_import" in imported
+    assert "tomllib" not in imported  # the cached configuration was used
+    # importtime names a module once it is imported: its importer is named after it
+    where = imported.index("typing") if "typing" in imported else 0
+    assert "typing" not in imported, imported[where : where + 4]
+    # nor the Xid catalog's module: checks/xid.py imports it for an Xid, an SXid or an override
+    assert "slurm_hooks.xid.catalog" not in imported
+    # nor glob: the drop-in directories are listed by config_files.names_ending
+    assert "glob" not in imported
+    # nor signal (~0.6 ms): isolation.SIGKILL is the number, the module names a signal on demand
+    assert "signal" not in imported
+
+
+def test_a_decision_line_of_printable_ascii_compiles_no_escaping_pattern():
+    """Round 8: the pattern that escapes control and format characters in a decision line (~0.7 ms
+    to compile, on the prolog's tail) is compiled only for a value that may hold one of them."""
+    state = _run(
+        "import json\n"
+        "from slurm_hooks.core import logs\n"
+        "line = logs.kv(context='prolog', job=42, node='node1', status='OK', detail='a b=c')\n"
+        "plain = 'sub' in vars(logs._UNSAFE)\n"
+        "escaped = logs.kv(detail='tab\\there\\x1b[31m')\n"
+        "print(json.dumps([line, plain, escaped, 'sub' in vars(logs._UNSAFE)]))\n"
+    )
+    assert state == [
+        'context=prolog job=42 node=node1 status=OK detail="a b=c"',
+        False,
+        'detail="tab here\\x1b[31m"',
+        True,
+    ]
+
+
+def test_the_console_script_imports_nothing_of_the_package_before_run_turns_the_collector_off():
+    """Round 8: run() turns the cyclic collector off before the package's first import, so that
+    importing what decides the command line (the registry, the result types) triggers no
+    collection either (4 of them, ~0.8 ms of each prolog); an admin verb turns it back on (the test
+    above). The console script imports cli.main and calls run(): that import loads no other module
+    of ours."""
+    loaded = _run(
+        "import json, sys\n"
+        "from slurm_hooks.cli.main import run\n"
+        "print(json.dumps(sorted(m for m in sys.modules if m.startswith('slurm_hooks'))))\n"
+    )
+    assert loaded == ["slurm_hooks", "slurm_hooks.cli", "slurm_hooks.cli.main"]
+
+
+def test_logging_and_string_are_imported_with_their_patterns_compiled_on_first_use():
+    """Round 8: logs.import_logging (and import_pynvml, which imports string) imports them while
+    re.compile hands the importing thread LazyPatterns: the '{' style's two patterns and
+    string.Template's are compiled only if used, and then work as before."""
+    state = _run(
+        "import json, re, threading\n"
+        "from slurm_hooks.core import lazyre, logs\n"
+        "logging = logs.import_logging()\n"
+        "import string\n"
+        "lazy = {name: 'sub' not in vars(value) for name, value in ("
+        "('fmt_spec', logging.StrFormatStyle.fmt_spec),"
+        " ('field_spec', logging.StrFormatStyle.field_spec),"
+        " ('template', string.Template.pattern))}\n"
+        "kinds = [type(value).__name__ for value in (logging.StrFormatStyle.fmt_spec,"
+        " string.Template.pattern)]\n"
+        "restored = re.compile is lazyre._compile\n"
+        "braces = logging.Formatter('{levelname} {message}', style='{')\n"
+        "record = logging.LogRecord('x', logging.INFO, 'x.py', 1, 'hello', None, None)\n"
+        "try:\n"
+        "    logging.Formatter('{levelname!x}', style='{')\n"
+        "    refused = False\n"
+        "except ValueError:\n"
+        "    refused = True\n"
+        "class Percent(string.Template):\n"
+        "    delimiter = '%'\n"
+        "other = []\n"
+        "with lazyre.compiled_on_use():\n"
+        "    mine = type(re.compile('a+')).__name__\n"
+        "    worker = threading.Thread(target=lambda: other.append(type(re.compile('b+')).__name__))\n"
+        "    worker.start(); worker.join()\n"
+        "print(json.dumps({'lazy': lazy, 'kinds': kinds, 'restored': restored,"
+        " 'braces': braces.format(record), 'refused': refused,"
+        " 'template': string.Template('$a-${b}').substitute(a=1, b=2),"
+        " 'percent': Percent('%a!').substitute(a=3), 'mine': mine, 'other': other}))\n"
+    )
+    assert state == {
+        "lazy": {"fmt_spec": True, "field_spec": True, "template": True},
+        "kinds": ["LazyPattern", "LazyPattern"],
+        "restored": True,
+        "braces": "INFO hello",
+        "refused": True,
+        "template": "1-2",
+        "percent": "3!",
+        "mine": "LazyPattern",
+        "other": ["Pattern"],
+    }
+
+
+def test_scanning_a_kernel_log_without_xids_compiles_no_xid_pattern():
+    """Round 8: kmsg.scan_all binds its two /dev/kmsg patterns at the first line past its needle, so
+    a healthy node's log (every prolog's case: no line says Xid) compiles neither (~0.9 ms of the
+    check process); the first Xid line still parses."""
+    state = _run(
+        "import json\n"
+        "from slurm_hooks.xid import kmsg\n"
+        "lines = ['6,%d,%d,-;usb 1-1: new device number %d' % (i, i * 1000, i) for i in range(50)]\n"
+        "quiet = kmsg.scan_all(lines)\n"
+        "compiled = [n for n in ('_KMSG_RE', '_KMSG_XID_RE') if 'match' in vars(getattr(kmsg, n))]\n"
+        "xid = '4,51,52000,-;NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, name=python, GPU has fallen off the bus.'\n"
+        "events, _ = kmsg.scan_all(lines + [xid])\n"
+        "print(json.dumps([len(quiet[0]) + len(quiet[1]), compiled,"
+        " [(e.xid, e.pci, e.seq) for e in events]]))\n"
+    )
+    assert state == [0, [], [[79, "0000:3b:00.0", 51]]]
+
+
+def test_names_ending_lists_what_glob_listed(tmp_path):
+    """Round 8: conf.d/*.toml and checks.d/*.py are listed without glob (its import and patterns:
+    ~0.5 ms of every hook): the same paths as glob.glob for every kind of entry."""
+    import glob
+
+    from slurm_hooks.core.config_files import names_ending
+
+    for name in ("a.toml", "b.toml", ".hidden.toml", ".toml", "c.txt", "x.toml.bak", "A.TOML"):
+        (tmp_path / name).write_text("")
+    (tmp_path / "weird [name]*.toml").write_text("")
+    (tmp_path / "line\nbreak.toml").write_text("")
+    (tmp_path / "dir.toml").mkdir()
+    (tmp_path / "broken.toml").symlink_to(tmp_path / "nowhere")
+    (tmp_path / "site.py").write_text("")
+    for suffix in (".toml", ".py"):
+        expected = sorted(glob.glob(os.path.join(str(tmp_path), "*" + suffix)))
+        assert sorted(names_ending(str(tmp_path), suffix)) == expected, suffix
+    for missing in (str(tmp_path / "absent"), str(tmp_path / "a.toml")):
+        assert names_ending(missing, ".toml") == [] == glob.glob(os.path.join(missing, "*.toml"))
+    for listing in (glob.glob, lambda path: names_ending(os.path.dirname(path), ".toml")):
+        with pytest.raises(ValueError):  # a NUL in the path: refused alike
+            listing(os.path.join(str(tmp_path) + "\x00", "*.toml"))
+
+
+def test_the_kill_signal_is_the_signal_modules():
+    """Round 8: the hooks kill a hung child with isolation.SIGKILL, without importing signal."""
+    import signal
+
+    from slurm_hooks.core import isolation
+
+    assert isolation.SIGKILL == signal.SIGKILL
+    assert isolation._signal_name(int(signal.SIGTERM)) == "SIGTERM"

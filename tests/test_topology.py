@@ -328,3 +328,26 @@ def test_numa_minus_one_in_the_fake_driver_too(fake_node):
     assert (
         levels[(7, 4)] == pci.NVML_SYSTEM and levels[(7, 0)] == pci.NVML_SYSTEM
     )  # unknown vs NUMA 1 / NUMA 0
+
+
+def test_a_trees_levels_are_remembered_and_stay_what_path_level_says(fake_node):
+    """Round 8: PciTree.level remembers each pair's answer (the topology checks ask for ~660 paths
+    per prolog); every pair's level is path_level's, asked once or again, and the remembered
+    answers are no field: a tree still equals a fresh read of the same node and pickles as before."""
+    import pickle
+
+    from slurm_hooks.hw import pcie
+    from slurm_hooks.hw.host import Host
+
+    node = fake_node("dgx-h100")
+    tree = pcie.read_pci_tree(Host(str(node.root)))
+    fresh = pcie.read_pci_tree(Host(str(node.root)))
+    ends = sorted(tree.nodes)[:40]
+    for _ in range(2):
+        for a in ends:
+            for b in ends:
+                expected = pcie.path_level(tree.nodes[a], tree.nodes[b], tree.port_type)
+                assert tree.level(a, b) is expected, (a, b)
+    assert tree == fresh and tree.__dict__["_levels"] and "_levels" not in fresh.__dict__
+    again = pickle.loads(pickle.dumps(fresh))
+    assert again == tree and again.level(ends[0], ends[-1]) is tree.level(ends[0], ends[-1])

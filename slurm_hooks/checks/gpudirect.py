@@ -10,7 +10,6 @@ module), /sys/class/infiniband/<hca>/ports/<n>/{state,phys_state,rate,link_layer
 from __future__ import annotations
 
 import re
-from typing import Dict, List, Optional, Tuple
 
 from ..core.structs import Struct
 from ..hw.host import ParseError
@@ -18,6 +17,10 @@ from ..hw.pcie import Level
 from ..registry import DEFAULT_CONTEXTS, Param, check, gatherer
 from ..result import Action, Result, Status
 from .topology import Topology
+
+TYPE_CHECKING = False  # not typing's: no prolog process imports typing (test_startup_imports)
+if TYPE_CHECKING:
+    from typing import Dict, List, Optional, Tuple
 
 PEER_FILES = (
     "/sys/kernel/mm/memory_peers/nv_mem/version",

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import fnmatch
 import re
-from typing import Dict, FrozenSet, List, Optional, Tuple
 
 from ..core.structs import Struct
 from ..hw import nvml
@@ -21,6 +20,10 @@ from ..registry import DEFAULT_CONTEXTS, Param, absolute_path, check, gatherer
 from ..result import Action, Blame, Result, Status
 from ..slurm import cgroup, conffile, gres
 from .topology import Endpoint, Topology
+
+TYPE_CHECKING = False  # not typing's: no prolog process imports typing (test_startup_imports)
+if TYPE_CHECKING:
+    from typing import Dict, FrozenSet, List, Optional, Tuple
 
 
 class GpuPlace(Struct):

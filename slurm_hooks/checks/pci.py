@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Tuple
-
 from ..core.structs import Struct
 from ..registry import gatherer
+
+TYPE_CHECKING = False  # not typing's: no prolog process imports typing (test_startup_imports)
+if TYPE_CHECKING:
+    from typing import Tuple
 
 PCI_DEVICES = "/sys/bus/pci/devices"
 NVIDIA_VENDOR = 0x10DE

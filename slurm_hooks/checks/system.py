@@ -9,7 +9,6 @@ Where the data comes from: /sys/devices/system/cpu (topology, `lscpu`), /proc/cp
 from __future__ import annotations
 
 import fnmatch
-from typing import FrozenSet, List, Optional, Tuple
 
 from ..core.structs import Struct
 from ..hw.cputopo import CpuLayout, Socket, read_cpu_layout
@@ -26,6 +25,10 @@ from ..hw.procfs import (
 )
 from ..registry import CONTEXTS, DEFAULT_CONTEXTS, Param, absolute_path, check, gatherer
 from ..result import Action, Result, Status
+
+TYPE_CHECKING = False  # not typing's: no prolog process imports typing (test_startup_imports)
+if TYPE_CHECKING:
+    from typing import FrozenSet, List, Optional, Tuple
 
 GIB_KB = 1024 * 1024
 ALL = CONTEXTS  # every context

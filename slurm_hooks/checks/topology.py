@@ -10,8 +10,6 @@ from each bridge's config space (`lspci -vvv | grep ACSCtl`), and the IOMMU from
 
 from __future__ import annotations
 
-from typing import Dict, List, Optional, Tuple
-
 from ..core.structs import Struct, field
 from ..hw import nvml, pcie
 from ..hw.host import HostError
@@ -19,6 +17,10 @@ from ..hw.pcie import Level, PciTree
 from ..registry import DEFAULT_CONTEXTS, Param, check, gatherer
 from ..result import Action, Result, Status
 from .pci import PCI_DEVICES
+
+TYPE_CHECKING = False  # not typing's: no prolog process imports typing (test_startup_imports)
+if TYPE_CHECKING:
+    from typing import Dict, List, Optional, Tuple
 
 LEVELS = tuple(level.name for level in Level)
 VM_VENDORS = (

@@ -17,28 +17,29 @@ from __future__ import annotations
 
 import json
 import threading
-from typing import (
-    Any,
-    Callable,
-    Dict,
-    FrozenSet,
-    Iterable,
-    List,
-    Mapping,
-    Optional,
-    Sequence,
-    Tuple,
-)
+from collections.abc import Mapping
 
 from ..core.atomicio import read_ours
 from ..core.structs import Struct, field
 from ..hw.host import HostError
 from ..registry import CONTEXTS, Deprecated, Param, check, gatherer
 from ..result import Action, Blame, Result, Status
-from ..xid import catalog
 from ..xid.kmsg import KmsgView, SxidEvent, XidEvent, gc_paused, scan_all
 from ..xid.kmsg import view as kmsg_view
 from .gpu import inventory as _inventory  # noqa: F401  (registers the gpu.inventory gatherer we map bus ids with)
+
+TYPE_CHECKING = False  # not typing's: no prolog process imports typing (test_startup_imports)
+if TYPE_CHECKING:
+    from typing import Any, Callable, Dict, FrozenSet, Iterable, List, Optional, Sequence, Tuple
+
+
+def _catalog():
+    """slurm_hooks.xid.catalog (its module, its patterns): imported when an Xid, an SXid or an
+    override needs it, so a healthy prolog's processes never import it (round 8)."""
+    from ..xid import catalog
+
+    return catalog
+
 
 KMSG = "/dev/kmsg"
 BOOT_ID = "/proc/sys/kernel/random/boot_id"
@@ -203,7 +204,7 @@ def parse_overrides(entries: Sequence[str], label: str = "overrides") -> Dict[in
         try:
             if not sep or not status.strip():
                 raise ValueError("expected CODE=STATUS[:ACTION], e.g. '79=FAIL:reboot' or '13=OK'")
-            clean = catalog.validate_overrides({code.strip(): spec})
+            clean = _catalog().validate_overrides({code.strip(): spec})
             (number,) = clean
             if clean[number]["status"] == "FAIL" and clean[number].get("action") == "none":
                 raise ValueError(
@@ -249,7 +250,7 @@ def overrides_param(check_name: str, kind: str) -> Callable[[Any], Any]:
                 'expected a table of %s codes, e.g. [checks."%s".overrides] 79 = {status = "FAIL", '
                 'action = "rma"}, got %s %r' % (kind, check_name, type(value).__name__, value)
             )
-        clean = catalog.validate_overrides(value)
+        clean = _catalog().validate_overrides(value)
         for number, spec in clean.items():
             if spec.get("status") == "FAIL" and spec.get("action") == "none":
                 raise ValueError(
@@ -344,7 +345,7 @@ def _xid_event_results(log: KernelLog, gpus: GpuMap, job, params, overrides) -> 
     components: Dict[
         Optional[str], Tuple[bool, Optional[str]]
     ] = {}  # bus id -> (the job's?, component)
-    for event, cls in zip(live, catalog.classify_all(live, overrides)):
+    for event, cls in zip(live, _catalog().classify_all(live, overrides) if live else ()):
         known = components.get(event.pci)
         if known is None:
             index = by_bus.get(event.pci or "")
@@ -410,7 +411,7 @@ def xid_sxid(log: KernelLog, params) -> List[Result]:
     except ValueError as exc:
         return [_bad_params("xid.sxid", exc)]
     live, counts = _live(log.sxids, params.ignore, log.acked)
-    findings = [(_switch_component(e), e, catalog.classify_sxid(e, overrides)) for e in live]
+    findings = [(_switch_component(e), e, _catalog().classify_sxid(e, overrides)) for e in live]
     common = _common_details(log, counts, None)
     results = _group("xid.sxid", findings, "SXid", common)
     return results or [Result("xid.sxid", Status.OK, _ok_summary("SXid", counts), details=common)]

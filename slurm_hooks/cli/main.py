@@ -12,13 +12,11 @@ import importlib
 import os
 import sys
 from types import SimpleNamespace
-from typing import TYPE_CHECKING, Dict, List, Optional
 
-from ..registry import HOOK_CONTEXTS
-from ..result import ExitCode
-
+TYPE_CHECKING = False  # not typing's: no prolog process imports typing (test_startup_imports)
 if TYPE_CHECKING:
     import argparse
+    from typing import Dict, List, Optional
 
 VERB_MODULES = (
     "slurm_hooks.cli.check_verbs",
@@ -108,6 +106,8 @@ def parse_hook_args(argv: List[str]) -> Optional[Dict[str, Optional[str]]]:
     pulls in) costs a few ms of every prolog. Anything else, help and mistakes included, returns
     None and goes through the full parser, which also gives the error messages.
     """
+    from ..registry import HOOK_CONTEXTS  # here, not at the top: run() turns gc off first
+
     values: Dict[str, Optional[str]] = {"config": None, "context": None, "root": None, "node": None}
     words = list(argv)
     while words:
@@ -188,13 +188,16 @@ def run() -> None:
     report, writes no file, and NVML needs no nvmlShutdown at exit: the driver releases a process's
     handles when it ends). Other admin verbs exit normally.
     """
+    # No cyclic garbage collection in a hook's processes (the forked ones inherit it): a run lasts a
+    # fraction of a second and its few cycles go with the process, while the collector traversed
+    # the heap ~40 times per prolog (~5 ms on 2 cores, parent and check process). Off before the
+    # package's first import (this module imports none at its top): the imports that decide what
+    # the command line is made 4 more collections (~0.8 ms); an admin verb turns it back on.
+    gc.disable()
     argv = sys.argv[1:]
     short_lived = parse_hook_args(argv) is not None or parse_check_args(argv) is not None
-    if short_lived:
-        # No cyclic garbage collection in a hook's processes (the forked ones inherit it): a run
-        # lasts a fraction of a second and its few cycles go with the process, while the collector
-        # traversed the heap ~40 times per prolog (~5 ms on 2 cores, parent and check process).
-        gc.disable()
+    if not short_lived:
+        gc.enable()
     code = main(argv)
     if not short_lived:
         sys.exit(code)
@@ -232,6 +235,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     args = parser.parse_args(argv)
     handler = getattr(args, "handler", None)
     if handler is None:
+        from ..result import ExitCode
+
         parser.print_help()
         return ExitCode.UNKNOWN
     return _finish(handler, args)
@@ -241,6 +246,7 @@ def _finish(
     handler, args
 ) -> int:  # args: argparse.Namespace, or a SimpleNamespace from parse_hook_args
     from ..core.config import ConfigError
+    from ..result import ExitCode
     from .check_verbs import finish
 
     try:

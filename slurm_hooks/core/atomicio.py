@@ -19,9 +19,12 @@ import os
 import re
 import stat
 import time
-from typing import Any, Callable, Iterator, List, Optional, Tuple
 
 from .lazyre import lazy_compile
+
+TYPE_CHECKING = False  # not typing's: no prolog process imports typing (test_startup_imports)
+if TYPE_CHECKING:
+    from typing import Any, Callable, Iterator, List, Optional, Tuple
 
 _serial = itertools.count()
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | getattr(os, "O_CLOEXEC", 0)

@@ -22,8 +22,10 @@ import marshal  # built in: no import cost, unlike pickle; loads only what a tru
 import os
 import stat
 import sys
-from typing import Any, Callable, Dict, Optional
 
+TYPE_CHECKING = False  # not typing's: no prolog process imports typing (test_startup_imports)
+if TYPE_CHECKING:
+    from typing import Any, Callable, Dict, Optional
 CACHE_ENV = "SLURM_HOOKS_CONFIG_CACHE"
 DEFAULT_DIR = "/run/slurm-hooks"  # tmpfs: starts empty after each boot
 FILE_NAME = "config-parsed.marshal"

@@ -9,12 +9,13 @@ configuration schema (config -> registry -> plugins would import config again).
 
 from __future__ import annotations
 
-import glob
 import os
 import stat
 import sys
-from typing import Any, Dict, List, Optional, Tuple
 
+TYPE_CHECKING = False  # not typing's: no prolog process imports typing (test_startup_imports)
+if TYPE_CHECKING:
+    from typing import Any, Dict, List, Optional, Tuple
 DEFAULT_CONFIG = "/etc/slurm-hooks/config.toml"
 INSECURE_OVERRIDE_ENV = "SLURM_HOOKS_ALLOW_INSECURE_CONFIG"
 CONFIG_ENV = "SLURM_HOOKS_CONFIG"
@@ -30,8 +31,25 @@ def config_files(path: Optional[str] = None) -> Tuple[List[str], bool]:
     main = explicit or DEFAULT_CONFIG
     dropin_dir = os.path.join(os.path.dirname(main), "conf.d")
     files = [main] if os.path.exists(main) or explicit else []
-    files += sorted(glob.glob(os.path.join(dropin_dir, "*.toml")))
+    files += sorted(names_ending(dropin_dir, ".toml"))
     return files, bool(explicit)
+
+
+def names_ending(directory: str, suffix: str) -> List[str]:
+    """The paths `glob.glob(directory + "/*" + suffix)` gives (for a suffix with no pattern
+    character): every entry whose name ends with `suffix`, hidden ones (a leading '.') left out,
+    none when the directory cannot be listed; unsorted. Without glob's import and the patterns it
+    compiles (~0.5 ms of every hook before its check process's fork, round 8); `directory` is taken
+    as it is written, where glob read '[', '*' and '?' in it as a pattern."""
+    try:
+        names = os.listdir(directory)
+    except OSError:  # (a NUL in the path raises ValueError, as it did through glob)
+        return []
+    return [
+        os.path.join(directory, name)
+        for name in names
+        if name.endswith(suffix) and not name.startswith(".")
+    ]
 
 
 def parse_toml(file: str) -> Dict[str, Any]:

@@ -19,8 +19,10 @@ from __future__ import annotations
 
 import os
 import stat
-from typing import List, Optional, Tuple
 
+TYPE_CHECKING = False  # not typing's: no prolog process imports typing (test_startup_imports)
+if TYPE_CHECKING:
+    from typing import List, Optional, Tuple
 _MAX_LINKS = 40  # the kernel's own limit (ELOOP)
 
 

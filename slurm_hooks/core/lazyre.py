@@ -11,9 +11,15 @@ start-up before this). A LazyPattern compiles on the first attribute other than 
 
 from __future__ import annotations
 
+import contextlib
 import re
-from typing import Any
+import threading
 
+TYPE_CHECKING = False  # not typing's: no prolog process imports typing (test_startup_imports)
+if TYPE_CHECKING:
+    from typing import Any, Iterator
+
+_compile = re.compile  # the real one, whatever re.compile is while compiled_on_use() lasts
 _METHODS = ("match", "search", "fullmatch", "finditer", "findall", "sub", "subn", "split")
 
 
@@ -25,7 +31,7 @@ class LazyPattern:
         self.flags = flags
 
     def compiled(self) -> "re.Pattern[str]":
-        pattern = re.compile(self.pattern, self.flags)
+        pattern = _compile(self.pattern, self.flags)
         for name in _METHODS:
             setattr(self, name, getattr(pattern, name))
         self.groups, self.groupindex = pattern.groups, pattern.groupindex
@@ -42,3 +48,28 @@ class LazyPattern:
 
 def lazy_compile(pattern: str, flags: int = 0) -> LazyPattern:
     return LazyPattern(pattern, flags)
+
+
+@contextlib.contextmanager
+def compiled_on_use() -> Iterator[None]:
+    """While it lasts, re.compile called from this thread returns a LazyPattern (str patterns).
+
+    For importing a standard module whose module-level patterns a hook never uses: `logging`
+    compiles the '{' style's two at import, `string` Template's (pynvml imports string too): ~1 ms
+    of the prolog's process, ~0.35 ms of its check process (round 8). A LazyPattern answers match, search,
+    sub, finditer... as the compiled pattern would, compiling it on the first use. Other threads
+    (a check process runs several) get re.compile's own answer meanwhile."""
+    real = re.compile
+    me = threading.get_ident()
+
+    def compile_on_use(pattern: Any, flags: int = 0) -> Any:
+        if isinstance(pattern, str) and threading.get_ident() == me:
+            return LazyPattern(pattern, flags)
+        return real(pattern, flags)
+
+    re.compile = compile_on_use  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        if re.compile is compile_on_use:
+            re.compile = real

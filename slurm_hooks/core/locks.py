@@ -12,9 +12,12 @@ import errno
 import fcntl
 import os
 import time
-from typing import Optional
 
 from .atomicio import open_dir
+
+TYPE_CHECKING = False  # not typing's: no prolog process imports typing (test_startup_imports)
+if TYPE_CHECKING:
+    from typing import Optional
 
 
 class LockTimeout(OSError):

@@ -21,14 +21,16 @@ SLURM_HOOKS_CHECKS_DIR names another directory; set to the empty string it loads
 
 from __future__ import annotations
 
-import glob
 import os
 import stat
 import sys
 import types
-from typing import List, Optional
 
-from .config_files import INSECURE_OVERRIDE_ENV, ConfigError, check_secure
+from .config_files import INSECURE_OVERRIDE_ENV, ConfigError, check_secure, names_ending
+
+TYPE_CHECKING = False  # not typing's: no prolog process imports typing (test_startup_imports)
+if TYPE_CHECKING:
+    from typing import List, Optional
 
 MAX_SOURCE = 4 << 20  # bytes of one site check file
 
@@ -49,7 +51,7 @@ def site_checks_dir() -> Optional[str]:
 
 def site_check_files(directory: str) -> List[str]:
     """`*.py` in `directory`, sorted by name; hidden files and `_private.py` helpers are left out."""
-    names = sorted(os.path.basename(path) for path in glob.glob(os.path.join(directory, "*.py")))
+    names = sorted(os.path.basename(path) for path in names_ending(directory, ".py"))
     return [os.path.join(directory, name) for name in names if not name.startswith((".", "_"))]
 
 

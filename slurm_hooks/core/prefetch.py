@@ -25,11 +25,14 @@ from __future__ import annotations
 import _pickle  # the C pickler alone: `pickle` would add ~1 ms of imports to both processes
 import os
 import select
-import signal
 import threading
 import time
-from typing import Any, Dict, Iterable, List, Optional, Tuple
 
+from .isolation import SIGKILL
+
+TYPE_CHECKING = False  # not typing's: no prolog process imports typing (test_startup_imports)
+if TYPE_CHECKING:
+    from typing import Any, Dict, Iterable, List, Optional, Tuple
 # What the helper reads, in the order the prolog's checks first ask for them (the kernel log first:
 # the counter snapshot, started with the checks, takes its position from it); each is a sysfs or
 # procfs gatherer that costs ~1 ms or more on the example node, or is cheaper to send than to read.
@@ -40,8 +43,10 @@ PREFETCHED = (
     "topology.pcie_sysfs",
     "host.edac",
     "host.ib_links",
-    "system.cpuinfo",
     "system.cpu_places",
+    # system.cpu, not the /proc/cpuinfo it parses (~210 kB for 224 CPUs): the helper reads and parses
+    # the file, the check process gets the models and the layout (round 8: ~1 ms of its CPU)
+    "system.cpu",
     "numa.sysctl",
 )
 # Which gatherers a gatherer asks for (checks declare theirs in `needs`, gatherers do not): what is
@@ -142,7 +147,7 @@ class Prefetch:
                 self.ended = True
                 os.close(self.fd)
         try:
-            os.kill(self.pid, signal.SIGKILL)
+            os.kill(self.pid, SIGKILL)
         except OSError:
             pass
         try:
@@ -178,10 +183,10 @@ def _widen(fd: int) -> None:
     """Make the pipe hold PIPE_BYTES, so the helper never waits for the check process to read.
 
     The check process reads the pipe only when a check asks for a value, and only up to that value;
-    the helper's values for the 8-GPU example node are ~350 kB (topology.pcie_sysfs ~130 kB,
-    system.cpuinfo ~210 kB for its 224 CPUs), and with Linux's default 64 kB pipe it sat ~30 ms
-    blocked in write(2) after the PCIe tree until a check drained it, so the values behind it (the
-    CPU and NUMA ones) came late. F_SETPIPE_SZ (Linux >= 2.6.35) is refused above
+    the helper's values for the 8-GPU example node were ~350 kB (topology.pcie_sysfs ~130 kB,
+    system.cpuinfo ~210 kB for its 224 CPUs: sent parsed since round 8), and with Linux's default
+    64 kB pipe it sat ~30 ms blocked in write(2) after the PCIe tree until a check drained it, so
+    the values behind it (the CPU and NUMA ones) came late. F_SETPIPE_SZ (Linux >= 2.6.35) is refused above
     /proc/sys/fs/pipe-max-size (1 MiB by default) for a user without CAP_SYS_RESOURCE, or past the
     user's pipe-user-pages limits: then the pipe keeps its size and the helper waits as before."""
     try:

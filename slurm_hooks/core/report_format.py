@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import os
 from collections import Counter
-from typing import Any, Dict, List, Optional, TextIO
 
 from .. import __version__
 from ..result import Status
 from .runner import RunReport
+
+TYPE_CHECKING = False  # not typing's: no prolog process imports typing (test_startup_imports)
+if TYPE_CHECKING:
+    from typing import Any, Dict, List, Optional, TextIO
 
 JSON_SCHEMA = "slurm-hooks.check/1"
 _COLOURS = {

@@ -16,13 +16,16 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
 from ..hw.host import Host, HostError
 from ..registry import CheckSpec, Registry, load_gatherer
 from ..result import Blame, Result, Status, worst
 from .config import Config
 from .structs import Struct, field, replace
+
+TYPE_CHECKING = False  # not typing's: no prolog process imports typing (test_startup_imports)
+if TYPE_CHECKING:
+    from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
 
 class JobContext(Struct):

@@ -24,8 +24,11 @@ build one by hand) keeps working unchanged. Nothing here imports core/config.py 
 
 from __future__ import annotations
 
-from typing import Any, Dict, Mapping, Tuple
+from collections.abc import Mapping
 
+TYPE_CHECKING = False  # not typing's: no prolog process imports typing (test_startup_imports)
+if TYPE_CHECKING:
+    from typing import Any, Dict, Tuple
 # The names a setting can never have: a key spelled like a dict method would read as the method.
 # tests/test_settings_sections.py fails when SECTIONS declares one.
 RESERVED = frozenset(dir(dict)) | {"defaults"}

@@ -21,8 +21,9 @@ __post_init__, InitVar, ClassVar fields, ordering, keyword-only fields.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, Optional, Tuple
-
+TYPE_CHECKING = False  # not typing's: no prolog process imports typing (test_startup_imports)
+if TYPE_CHECKING:
+    from typing import Any, Callable, Dict, Optional, Tuple
 _MISSING = object()
 
 

@@ -38,11 +38,13 @@ state, enactment and recovery only when a run needs them (the names below stay i
 
 from __future__ import annotations
 
-from typing import Any
-
 from .bounded import ISOLATION_GRACE_S, run_isolated_checks
 from .fail_open import fail_open, main_hook
 from .flow import OPT_OUT_TOKEN, HookResult, node_name, opted_out, run_hook
+
+TYPE_CHECKING = False  # not typing's: no prolog process imports typing (test_startup_imports)
+if TYPE_CHECKING:
+    from typing import Any
 
 # name -> the submodule that defines it, imported on first use (PEP 562): the happy path does not load them
 _LOADED_ON_USE = {

@@ -11,7 +11,6 @@ its path (event=step-abandoned) and counted in the metrics.
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Any, Callable, Dict, Optional, Sequence, Tuple
 
 from ..core import logs
 from ..core.config import Config
@@ -20,7 +19,10 @@ from ..core.runner import CheckRun, GatherContext, JobContext, RunReport, run_ch
 from ..registry import Registry
 from ..result import Result, Status
 
+TYPE_CHECKING = False  # not typing's: no prolog process imports typing (test_startup_imports)
 if TYPE_CHECKING:
+    from typing import Any, Callable, Dict, Optional, Sequence, Tuple
+
     from ..xid.kmsg import KmsgView
 
 

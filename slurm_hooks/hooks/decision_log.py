@@ -6,14 +6,15 @@ Its fields come from the run: the job (slurmd's environment), the report (the ch
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Optional
-
 from ..core import logs
 from ..core.runner import JobContext, RunReport
 from ..slurm import policy
 from ..slurm.policy import Outcome
 
+TYPE_CHECKING = False  # not typing's: no prolog process imports typing (test_startup_imports)
 if TYPE_CHECKING:
+    from typing import Optional
+
     from ..slurm import drainer
 
 

@@ -7,13 +7,16 @@ drains a node: fail_open logs one CRITICAL line and exits 0, and the job runs un
 from __future__ import annotations
 
 import sys
-from typing import List, Mapping, Optional
 
 from ..core import logs
 from ..core.config import ConfigError
 from ..registry import JOB_CONTEXTS
 from ..result import ExitCode
 from .flow import run_hook
+
+TYPE_CHECKING = False  # not typing's: no prolog process imports typing (test_startup_imports)
+if TYPE_CHECKING:
+    from typing import List, Mapping, Optional
 
 
 def fail_open(

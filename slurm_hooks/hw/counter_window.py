@@ -25,11 +25,16 @@ from __future__ import annotations
 import errno
 import json
 import os
-from typing import Dict, List, Optional, Sequence, Tuple
 
 from ..core import locks
 from ..core.atomicio import open_dir, read_ours, write_atomic_at
 from ..core.structs import Struct
+
+TYPE_CHECKING = False  # not typing's: no prolog process imports typing (test_startup_imports)
+if TYPE_CHECKING:
+    from typing import Dict, List, Optional, Sequence, Tuple
+
+    Point = Tuple[float, str, int]  # (unix time, boot id, value)
 
 VERSION = 1
 MAX_POINTS = 512  # per series: a counter that changes at every 5-minute health check for 42 hours
@@ -42,7 +47,6 @@ SPAN_FRACTION = 0.25  # see window_increase
 REWRITE_S = (
     600.0  # unchanged counters are written again only after this long (keeps the file fresh)
 )
-Point = Tuple[float, str, int]  # (unix time, boot id, value)
 
 
 class Increase(Struct):

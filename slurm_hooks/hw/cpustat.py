@@ -24,10 +24,13 @@ shared node, which only makes `foreign_cpu_frac` smaller (never a false "slow").
 from __future__ import annotations
 
 import os
-from typing import Any, Dict, List, Optional, Tuple
 
 from ..slurm.cgroup import CGROUP_ROOT, find_job_cpuset
 from .host import Host, HostError, format_cpulist
+
+TYPE_CHECKING = False  # not typing's: no prolog process imports typing (test_startup_imports)
+if TYPE_CHECKING:
+    from typing import Any, Dict, List, Optional, Tuple
 
 PROC_STAT = "/proc/stat"
 

@@ -19,12 +19,14 @@ lists -> /proc/cpuinfo's physical id/core id, else the topology ids, else one co
 
 from __future__ import annotations
 
-from typing import Dict, FrozenSet, Iterable, List, Optional, Tuple
-
 from ..core.lazyre import lazy_compile
 from ..core.structs import Struct
 from .host import Host, HostError, ParseError, parse_cpulist, parse_cpumask
 from .procfs import parse_cpuinfo_processors, parse_cpuinfo_topology
+
+TYPE_CHECKING = False  # not typing's: no prolog process imports typing (test_startup_imports)
+if TYPE_CHECKING:
+    from typing import Dict, FrozenSet, Iterable, List, Optional, Tuple
 
 CPU_DIR = "/sys/devices/system/cpu"
 _CPU_ENTRY = lazy_compile(r"^cpu[0-9]+$")

@@ -16,11 +16,13 @@ integer; a file that is not one raises ParseError naming it.
 
 from __future__ import annotations
 
-from typing import List, Optional, Tuple
-
 from ..core.lazyre import lazy_compile
 from ..core.structs import Struct
 from .host import Host
+
+TYPE_CHECKING = False  # not typing's: no prolog process imports typing (test_startup_imports)
+if TYPE_CHECKING:
+    from typing import List, Optional, Tuple
 
 EDAC_MC = "/sys/devices/system/edac/mc"
 _MC = lazy_compile(r"^mc[0-9]+$")

@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import os
 import stat
-from typing import Any, List, Optional, Sequence, Tuple
 
+TYPE_CHECKING = False  # not typing's: no prolog process imports typing (test_startup_imports)
+if TYPE_CHECKING:
+    from typing import Any, List, Optional, Sequence, Tuple
 CHUNK = 1 << 16  # one read(2) of a sysfs attribute (<= one page) or a typical procfs file
 KMSG_FILE_MAX_BYTES = 32 << 20  # a captured kernel log: 100,000 records of ~300 bytes
 

@@ -18,7 +18,6 @@ import fnmatch
 import os
 import posixpath
 import stat
-from typing import Any, Dict, List, Optional, Set, Tuple
 
 from ..core.structs import TupleRecord
 from .fileio import CHUNK as _CHUNK
@@ -26,6 +25,10 @@ from .fileio import file_kind, statvfs_entry
 from .fileio import read_fd as _read_fd
 from .fileio import read_file as _read_file
 from .fileio import read_log_tail as _read_log_file
+
+TYPE_CHECKING = False  # not typing's: no prolog process imports typing (test_startup_imports)
+if TYPE_CHECKING:
+    from typing import Any, Dict, List, Optional, Set, Tuple
 
 DEFAULT_MAX_BYTES = 1 << 20  # 1 MiB: more than any sysfs/procfs file we read
 _MISSING: Any = object()

@@ -15,10 +15,13 @@ from __future__ import annotations
 
 import ctypes
 import threading
-from typing import Any, Callable, Dict, Mapping, Optional, Sequence, Tuple
 
 from ..core.structs import Struct
 from ..result import Action, Blame, Status
+
+TYPE_CHECKING = False  # not typing's: no prolog process imports typing (test_startup_imports)
+if TYPE_CHECKING:
+    from typing import Any, Callable, Dict, Mapping, Optional, Sequence, Tuple
 
 # NVML return codes (nvml.h nvmlReturn_t; the same numbers pynvml exposes as NVML_ERROR_*).
 UNINITIALIZED, INVALID_ARGUMENT, NOT_SUPPORTED, NO_PERMISSION = 1, 2, 3, 4

@@ -18,11 +18,14 @@ from __future__ import annotations
 import enum
 import re
 import struct
-from typing import Dict, Iterable, List, Optional, Tuple
 
 from ..core.lazyre import lazy_compile
 from ..core.structs import Struct, field
 from .host import Host, HostError, ParseError, parse_cpulist
+
+TYPE_CHECKING = False  # not typing's: no prolog process imports typing (test_startup_imports)
+if TYPE_CHECKING:
+    from typing import Dict, Iterable, List, Optional, Tuple
 
 PCI_DEVICES = "/sys/bus/pci/devices"
 _BDF = lazy_compile(r"^[0-9a-f]{4,8}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
@@ -103,7 +106,17 @@ class PciTree(Struct):
         return self.nodes.get(bdf)
 
     def level(self, a: str, b: str) -> Level:
-        return path_level(self.nodes[a], self.nodes[b], self.port_type)
+        """path_level of the devices a and b, remembered per pair: a tree does not change once read,
+        and the topology checks ask for ~660 paths on the 8-GPU example node, many of them again
+        (their bridges' port types parsed from config space each time: ~1 ms of the check process)."""
+        levels = self.__dict__.get("_levels")
+        if levels is None:
+            levels = {}
+            object.__setattr__(self, "_levels", levels)  # a cache, not a field: not compared
+        level = levels.get((a, b))
+        if level is None:
+            level = levels[(a, b)] = path_level(self.nodes[a], self.nodes[b], self.port_type)
+        return level
 
     def bridges_between(self, a: str, b: str) -> List[str]:
         """Bridges a peer-to-peer transfer between a and b passes (empty across host bridges)."""

@@ -5,11 +5,13 @@ Each raises host.ParseError naming the source path when the text is not what the
 
 from __future__ import annotations
 
-from typing import Dict, List, Tuple
-
 from ..core.lazyre import lazy_compile
 from ..core.structs import TupleRecord
 from .host import ParseError
+
+TYPE_CHECKING = False  # not typing's: no prolog process imports typing (test_startup_imports)
+if TYPE_CHECKING:
+    from typing import Dict, List, Tuple
 
 
 def parse_meminfo(text: str, source: str = "/proc/meminfo") -> Dict[str, int]:

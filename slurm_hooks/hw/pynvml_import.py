@@ -19,8 +19,12 @@ import importlib
 import os
 import sys
 from types import ModuleType
-from typing import Iterator
 
+from ..core.lazyre import compiled_on_use
+
+TYPE_CHECKING = False  # not typing's: no prolog process imports typing (test_startup_imports)
+if TYPE_CHECKING:
+    from typing import Iterator
 VENDOR_DIR = os.path.join(
     os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "_vendor"
 )  # slurm_hooks/_vendor
@@ -32,7 +36,8 @@ def import_pynvml() -> ModuleType:
     Raises ImportError (from the first attempt, which names the missing module) when neither exists;
     nvml.py turns that into "nvidia-ml-py is not installed".
     """
-    with _lazy_ctypes_util():
+    # with `string`'s Template pattern (pynvml imports string, and never uses it) compiled on use
+    with _lazy_ctypes_util(), compiled_on_use():
         try:
             return importlib.import_module("pynvml")
         except ImportError:

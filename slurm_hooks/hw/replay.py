@@ -16,10 +16,14 @@ captured_config_differences() is the comparison.
 from __future__ import annotations
 
 import os
-from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple
+from collections.abc import Mapping
 
 from ..core.config_files import ConfigError, config_files, toml_loads
 from .host import CAPTURE_DIR, Host, HostError
+
+TYPE_CHECKING = False  # not typing's: no prolog process imports typing (test_startup_imports)
+if TYPE_CHECKING:
+    from typing import Any, Dict, Iterable, List, Optional, Tuple
 
 CAPTURED_CONFIG = CAPTURE_DIR + "/config.toml"
 MAX_DIFFERENCES = 40  # lines shown; a crafted config must not flood the terminal

@@ -43,7 +43,6 @@ epilog's deltas are a key-by-key difference (`deltas`). NVML calls may hang; sto
 from __future__ import annotations
 
 import time
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from ..core.lazyre import lazy_compile
 from ..hw import nvml
@@ -52,6 +51,10 @@ from ..hw.host import Host, HostError
 from ..xid.kmsg import KmsgView, view
 from . import nvlink_errors
 from .nvlink_errors import MAX_NVLINKS, NVLINK_COUNTERS  # noqa: F401 (their old home)
+
+TYPE_CHECKING = False  # not typing's: no prolog process imports typing (test_startup_imports)
+if TYPE_CHECKING:
+    from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 SNAPSHOT_SCHEMA = "slurm-hooks.snapshot/1"
 KMSG = "/dev/kmsg"

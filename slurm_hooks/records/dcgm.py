@@ -28,13 +28,16 @@ from __future__ import annotations
 
 import os
 import time
-from typing import TYPE_CHECKING, Callable, Iterable, List, Optional
 
 from ..core import atomicio, locks, logs
 from ..core.lazyre import lazy_compile
 
+TYPE_CHECKING = False  # not typing's: no prolog process imports typing (test_startup_imports)
 if TYPE_CHECKING:
     import logging
+    from typing import Callable, Iterable, List, Optional
+
+    Alive = Callable[[str], bool]  # job id -> still running on this node
 
 FILE_MODE, DIR_MODE = 0o644, 0o755
 LOCK_TIMEOUT_S = 2.0
@@ -45,8 +48,6 @@ _GPU_FILE = lazy_compile(r"^[0-9]{1,4}(\.[0-9]{1,4})?$")  # "3", or a MIG instan
 _TEMP = lazy_compile(
     r"^\.[0-9]{1,4}(\.[0-9]{1,4})?\.[0-9]+\.[0-9]+\.tmp$"
 )  # atomicio's temp files of them
-
-Alive = Callable[[str], bool]  # job id -> still running on this node
 
 
 def add_job(

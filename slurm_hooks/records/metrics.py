@@ -34,7 +34,6 @@ from __future__ import annotations
 import os
 import re
 import time
-from typing import TYPE_CHECKING, Any, Dict, Mapping, Optional, Sequence
 
 from ..core import atomicio, locks, logs
 from ..core.atomicio import read_json, write_json_atomic
@@ -42,8 +41,10 @@ from ..core.lazyre import lazy_compile
 from ..result import ExitCode, Status
 from ..slurm.policy import NEW_DRAINS, Outcome
 
+TYPE_CHECKING = False  # not typing's: no prolog process imports typing (test_startup_imports)
 if TYPE_CHECKING:
     import logging
+    from typing import Any, Dict, Mapping, Optional, Sequence
 
 TEXTFILE_NAME = "slurm_hooks.prom"
 STATE_NAME = "metrics-state.json"

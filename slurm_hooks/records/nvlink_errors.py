@@ -16,9 +16,11 @@ calls for links 12-17.
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional, Tuple
-
 from ..hw import nvml
+
+TYPE_CHECKING = False  # not typing's: no prolog process imports typing (test_startup_imports)
+if TYPE_CHECKING:
+    from typing import Any, Dict, List, Optional, Tuple
 
 MAX_NVLINKS = 36  # NVML_NVLINK_MAX_LINKS in current nvml.h; probing stops at the first invalid link
 # nvmlNvLinkErrorCounter_t 0..4, the codes nvmlDeviceGetNvLinkErrorCounter takes

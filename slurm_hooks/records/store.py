@@ -33,7 +33,6 @@ import errno
 import os
 import stat
 import time
-from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
 
 from ..core import atomicio, logs
 from ..core.atomicio import read_json, write_json_atomic
@@ -42,10 +41,16 @@ from ..core.lazyre import lazy_compile
 from ..core.runner import JobContext
 from ..registry import JOB_CONTEXTS
 
+TYPE_CHECKING = False  # not typing's: no prolog process imports typing (test_startup_imports)
 if TYPE_CHECKING:
     import logging
+    from typing import Any, Dict, List, Optional, Tuple
 
     from ..xid.kmsg import KmsgView
+
+    Gathered = Optional[
+        Tuple[Optional[Dict[str, Any]], str]
+    ]  # (snapshot, why not) taken by the caller, or None
 
 SNAPSHOT_DIR = "snapshots"
 RECORD_MODE, RECORD_DIR_MODE = (
@@ -148,10 +153,6 @@ def gather(config: Config, job: JobContext, epilog: bool) -> Tuple[Optional[Dict
 
 
 # -- prolog ------------------------------------------------------------------------------------
-
-Gathered = Optional[
-    Tuple[Optional[Dict[str, Any]], str]
-]  # (snapshot, why not) taken by the caller, or None
 
 
 def prolog_snapshot(
@@ -494,7 +495,6 @@ def steps(
     record, and the dcgm-exporter job mapping, as isolation.Steps (name, path, work) that hooks/
     runs in a bounded child. Each step logs its own errors and never raises."""
     from ..core.isolation import Step
-    from . import dcgm
 
     log = _log(log)
     out = []
@@ -515,6 +515,8 @@ def steps(
         # dcgm-exporter names files by NVML index; Slurm's indices are minor numbers (see counters.read_gpus)
         indices = [g["index"] for g in snap["gpus"]] if snap and snap.get("gpus") else None
         if mapping_dir and job.job_id:
+            from . import dcgm  # only with a mapping directory: the prolog's tail waits for imports
+
             out.append(
                 Step(
                     "dcgm-mapping",
@@ -524,6 +526,8 @@ def steps(
             )
     elif context == "epilog":
         if mapping_dir and job.job_id:
+            from . import dcgm
+
             out.append(
                 Step("dcgm-mapping", mapping_dir, lambda: dcgm.on_epilog(config, job, log=log))
             )

@@ -8,8 +8,9 @@ prolog (the client, the breaker, node_state and `calendar` with it).
 
 from __future__ import annotations
 
-from typing import Any, Mapping
-
+TYPE_CHECKING = False  # not typing's: no prolog process imports typing (test_startup_imports)
+if TYPE_CHECKING:
+    from typing import Any, Mapping
 # slurmctld stamps a reason with time(NULL) (whole seconds) under its node write lock. One second
 # after our drain request returned, its clock has passed our drain's second, so any drain not yet
 # visible will get a later time and sort after ours. 0.1 s covers clock rate differences (NTP slews

@@ -20,11 +20,13 @@ A process: /proc/<pid>/status ``Cpus_allowed_list`` (`taskset -cp PID`) and /pro
 
 from __future__ import annotations
 
-from typing import FrozenSet, List, Optional, Tuple
-
 from ..core.lazyre import lazy_compile
 from ..core.structs import Struct
 from ..hw.host import Host, parse_cpulist
+
+TYPE_CHECKING = False  # not typing's: no prolog process imports typing (test_startup_imports)
+if TYPE_CHECKING:
+    from typing import FrozenSet, List, Optional, Tuple
 
 CGROUP_ROOT = "/sys/fs/cgroup"
 _JOB_ID = lazy_compile(r"^[0-9]{1,10}$")

@@ -26,17 +26,20 @@ import os
 import posixpath
 import re
 import stat
-from typing import Callable, Dict, List, Optional, Tuple
 
 from ..core.lazyre import lazy_compile
 from ..hw.host import HostError, ParseError
 
+TYPE_CHECKING = False  # not typing's: no prolog process imports typing (test_startup_imports)
+if TYPE_CHECKING:
+    from typing import Callable, Dict, List, Optional, Tuple
+
+    # (path, at most this many bytes) -> the file's bytes, None if it does not exist; raises HostError
+    Reader = Callable[[str, int], Optional[bytes]]
+
 MAX_DEPTH = 8  # nested includes; real sites use one or two levels
 MAX_FILES = 64
 MAX_BYTES = 4 << 20  # all files together; a 4,000-node slurm.conf is ~400 KB
-
-# (path, at most this many bytes) -> the file's bytes, None if it does not exist; raises HostError
-Reader = Callable[[str, int], Optional[bytes]]
 
 _KEY_VALUE = lazy_compile(
     r'[ \t\r\f\v]*([A-Za-z0-9_.]+)[ \t\r\f\v]*([-*+/]?)=[ \t\r\f\v]*(?:"([^"]*)"|(\S+))(?=\s|$)'

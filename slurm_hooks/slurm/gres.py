@@ -15,12 +15,15 @@ terminal), so a saved copy of its output parses the same way; its other log line
 from __future__ import annotations
 
 import re
-from typing import Dict, FrozenSet, Iterable, List, Mapping, Optional, Tuple
 
 from ..core.lazyre import lazy_compile
 from ..core.structs import Struct, field
 from ..hw.host import ParseError, parse_cpulist
 from . import conffile
+
+TYPE_CHECKING = False  # not typing's: no prolog process imports typing (test_startup_imports)
+if TYPE_CHECKING:
+    from typing import Dict, FrozenSet, Iterable, List, Mapping, Optional, Tuple
 
 
 class GresLine(Struct):

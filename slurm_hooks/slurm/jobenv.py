@@ -14,10 +14,12 @@ bounded (MAX_USER characters, the rest marked as cut).
 
 from __future__ import annotations
 
-from typing import Mapping, Optional, Tuple
-
 from ..core.lazyre import lazy_compile
 from ..core.runner import JobContext
+
+TYPE_CHECKING = False  # not typing's: no prolog process imports typing (test_startup_imports)
+if TYPE_CHECKING:
+    from typing import Mapping, Optional, Tuple
 
 MAX_GPUS = 1024
 MAX_USER = 256  # characters of SLURM_JOB_USER kept; longer names are cut and marked

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import enum
 import math
-from typing import Iterable, List, Mapping, Optional, Sequence, Tuple
 
 from ..core.structs import Struct, replace
 from ..result import Action, Blame, Result, Status
@@ -39,6 +38,10 @@ from .reasons import (  # noqa: F401 - the reason's format and reading, used as 
     read_reason,
     sanitize,
 )
+
+TYPE_CHECKING = False  # not typing's: no prolog process imports typing (test_startup_imports)
+if TYPE_CHECKING:
+    from typing import Iterable, List, Mapping, Optional, Sequence, Tuple
 
 
 class Verdict(enum.Enum):

@@ -15,11 +15,14 @@ reasons are recognised as refinable (is_refinable).
 from __future__ import annotations
 
 import re
-from typing import List, Optional, Sequence, Tuple
 
 from ..core.lazyre import lazy_compile
 from ..core.structs import Struct
 from ..result import Action, Result
+
+TYPE_CHECKING = False  # not typing's: no prolog process imports typing (test_startup_imports)
+if TYPE_CHECKING:
+    from typing import List, Optional, Sequence, Tuple
 
 REASON_LIMIT = 512  # the longest reason the Slurm client accepts from us (slurm.MAX_REASON)
 # Slurm's own bare reasons for a failed prolog/epilog (slurmctld, 25.11.7 source): "Prolog error"

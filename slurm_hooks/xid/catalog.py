@@ -17,12 +17,16 @@ from __future__ import annotations
 import json
 import os
 import re
-from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple, Union
+from collections.abc import Mapping
 
 from ..core.lazyre import lazy_compile
 from ..core.structs import Struct
 from ..result import Action, Blame, Status
 from .kmsg import SxidEvent, XidEvent
+
+TYPE_CHECKING = False  # not typing's: no prolog process imports typing (test_startup_imports)
+if TYPE_CHECKING:
+    from typing import Any, Dict, Iterable, List, Optional, Tuple, Union
 
 __all__ = [
     "STATUSES",

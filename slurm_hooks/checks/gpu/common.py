@@ -9,15 +9,17 @@ FUNCTION_NOT_FOUND -> UNKNOWN, NOT_SUPPORTED -> the check's `not_supported` para
 
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Tuple
-
 from ...core.structs import Struct, field
 from ...hw import nvml
 from ...registry import Param
 from ...result import Action, Blame, Result, Status
 from .inventory import GpuDevice, GpuInventory, GpuSelection
 
-Reader = Callable[[nvml.NvmlSession, Any], Any]  # (session, device handle) -> value
+TYPE_CHECKING = False  # not typing's: no prolog process imports typing (test_startup_imports)
+if TYPE_CHECKING:
+    from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Tuple
+
+    Reader = Callable[[nvml.NvmlSession, Any], Any]  # (session, device handle) -> value
 
 NOT_SUPPORTED_PARAM = Param(
     "not_supported",

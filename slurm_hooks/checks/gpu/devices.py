@@ -10,11 +10,14 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from ...core.structs import Struct
 from ...hw import nvml
 from ..pci import normalize_bus_id
+
+TYPE_CHECKING = False  # not typing's: no prolog process imports typing (test_startup_imports)
+if TYPE_CHECKING:
+    from typing import Any, Callable, Dict, List, Optional, Tuple
 
 MAX_IDENTIFIED = 64  # more than any node has (NVML counts per node); a driver saying 4 billion gets no thread each
 

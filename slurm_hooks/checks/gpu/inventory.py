@@ -16,7 +16,6 @@ when minor numbers are unavailable. A Slurm index with no matching GPU is node-b
 from __future__ import annotations
 
 import time
-from typing import Any, Dict, List, Optional, Tuple
 
 from ...core.structs import Struct, field
 from ...hw import nvml
@@ -25,6 +24,10 @@ from ...result import Action, Blame, Result, Status
 from ..pci import PciDevice
 from . import wedged
 from .devices import GpuDevice, HungGpu, identify_all, nvml_text
+
+TYPE_CHECKING = False  # not typing's: no prolog process imports typing (test_startup_imports)
+if TYPE_CHECKING:
+    from typing import Any, Dict, List, Optional, Tuple
 
 DRIVER_VERSION_FILE = "/proc/driver/nvidia/version"
 

@@ -11,7 +11,6 @@ LnkSta vs LnkCap), `nvidia-smi nvlink -s`, `nvidia-smi -q | grep -A3 Fabric`.
 from __future__ import annotations
 
 import fnmatch
-from typing import Any, List, Mapping, Optional, Tuple
 
 from ...hw import nvml
 from ...registry import CONTEXTS, Param, check, gatherer
@@ -30,6 +29,10 @@ from .common import (
 )
 from .inventory import GpuDevice
 from .state import GPU_IDLE
+
+TYPE_CHECKING = False  # not typing's: no prolog process imports typing (test_startup_imports)
+if TYPE_CHECKING:
+    from typing import Any, List, Mapping, Optional, Tuple
 
 ALL = CONTEXTS  # every context
 FABRIC_STATES = {0: "NOT_SUPPORTED", 1: "NOT_STARTED", 2: "IN_PROGRESS", 3: "COMPLETED"}

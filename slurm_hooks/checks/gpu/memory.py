@@ -9,8 +9,6 @@ NVML_FI_DEV_GET_GPU_RECOVERY_ACTION (R560+). By hand: `nvidia-smi -q -d ECC,ROW_
 
 from __future__ import annotations
 
-from typing import Any, List, Mapping
-
 from ...hw import nvml
 from ...registry import CONTEXTS, Param, check, gatherer
 from ...result import Action, Result, Status
@@ -26,6 +24,10 @@ from .common import (
     read_gpus,
 )
 from .inventory import GpuDevice
+
+TYPE_CHECKING = False  # not typing's: no prolog process imports typing (test_startup_imports)
+if TYPE_CHECKING:
+    from typing import Any, List, Mapping
 
 ALL = CONTEXTS  # every context
 _LOCATIONS = (("dram", nvml.MEMORY_LOCATION_DRAM), ("sram", nvml.MEMORY_LOCATION_SRAM))

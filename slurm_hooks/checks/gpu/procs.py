@@ -8,13 +8,15 @@ nvmlDeviceGetMemoryInfo with the v2 struct (`used` without the driver's reservat
 
 from __future__ import annotations
 
-from typing import Any, List, Mapping, Tuple
-
 from ...hw import nvml
 from ...registry import Param, check, gatherer
 from ...result import Action, Blame, Result, Status
 from .common import NOT_SUPPORTED_PARAM, GpuReadings, error_result, failed, per_gpu, read_gpus
 from .inventory import GpuDevice, nvml_text
+
+TYPE_CHECKING = False  # not typing's: no prolog process imports typing (test_startup_imports)
+if TYPE_CHECKING:
+    from typing import Any, List, Mapping, Tuple
 
 MIB = 1 << 20
 

@@ -12,7 +12,6 @@ By hand: `nvidia-smi -q -d PERFORMANCE,CLOCK,POWER,TEMPERATURE`, `nvidia-smi -q 
 from __future__ import annotations
 
 import fnmatch
-from typing import Any, Dict, List, Mapping
 
 from ...hw import nvml
 from ...registry import CONTEXTS, Param, check, gatherer
@@ -32,6 +31,10 @@ from .common import (
     severity_status,
 )
 from .inventory import GpuDevice, GpuInventory
+
+TYPE_CHECKING = False  # not typing's: no prolog process imports typing (test_startup_imports)
+if TYPE_CHECKING:
+    from typing import Any, Dict, List, Mapping
 
 ALL = CONTEXTS  # every context
 COMPUTE_MODES = {0: "default", 1: "exclusive_thread", 2: "prohibited", 3: "exclusive_process"}

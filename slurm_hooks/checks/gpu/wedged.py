@@ -30,13 +30,16 @@ import math
 import os
 import threading
 import time
-from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple
 
 from ...core import atomicio, locks
 from ...core.structs import Struct, field
 from ...hw import nvml
 from ...registry import gatherer
 from ...result import Action, Blame, Result, Status
+
+TYPE_CHECKING = False  # not typing's: no prolog process imports typing (test_startup_imports)
+if TYPE_CHECKING:
+    from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple
 
 HISTORY_FILE = "gpu-hangs.json"
 SCHEMA = "slurm-hooks.gpu-hangs/1"

@@ -8,12 +8,15 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Dict, Optional
 
 from ...core import atomicio
 from ...hw import counter_window
 from ...registry import Param
 from ...result import Status
+
+TYPE_CHECKING = False  # not typing's: no prolog process imports typing (test_startup_imports)
+if TYPE_CHECKING:
+    from typing import Dict, Optional
 
 clock = time.time
 BOOT_ID = "/proc/sys/kernel/random/boot_id"

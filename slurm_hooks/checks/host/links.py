@@ -14,8 +14,6 @@ those counters are left out.
 
 from __future__ import annotations
 
-from typing import Dict, List, Optional, Tuple
-
 from ...core.lazyre import lazy_compile
 from ...core.structs import Struct
 from ...hw import counter_window
@@ -23,6 +21,10 @@ from ...hw.host import HostError
 from ...registry import DEFAULT_CONTEXTS, Param, check, gatherer
 from ...result import Action, Blame, Result, Status
 from . import common
+
+TYPE_CHECKING = False  # not typing's: no prolog process imports typing (test_startup_imports)
+if TYPE_CHECKING:
+    from typing import Dict, List, Optional, Tuple
 
 NAME = "host.ib_links"
 IB_ROOT = "/sys/class/infiniband"

@@ -14,14 +14,16 @@ else's hardware must not drain a fleet): set ce_status = "fail" to drain.
 
 from __future__ import annotations
 
-from typing import Dict, List, Optional, Tuple
-
 from ...core.structs import Struct
 from ...hw import counter_window
 from ...hw.edac import Controller, Dimm, read_edac
 from ...registry import DEFAULT_CONTEXTS, Param, check, gatherer
 from ...result import Action, Blame, Result, Status
 from . import common
+
+TYPE_CHECKING = False  # not typing's: no prolog process imports typing (test_startup_imports)
+if TYPE_CHECKING:
+    from typing import Dict, List, Optional, Tuple
 
 NAME = "host.edac"
 
