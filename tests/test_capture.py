@@ -293,6 +293,10 @@ def test_slurm_conf_behind_a_symlink_of_another_name_is_redacted(tmp_path):
         ),
         (b"ldap_bypass_password=x", b"ldap_bypass_password=<redacted>"),
         (b"StorageBypassPass=x", b"StorageBypassPass=<redacted>"),
+        # words ending in "by" + Pass are not the mitigation line's key (red team, 2026-12-04)
+        (b"StandbyPass=hunter2", b"StandbyPass=<redacted>"),
+        (b"HAStandbyPass: hunter2", b"HAStandbyPass: <redacted>"),
+        (b"DerbyPass=hunter2", b"DerbyPass=<redacted>"),
         (b"\x01\x00key=value\x00\x10", None),  # binary (PCI config space): left as read
     ],
 )

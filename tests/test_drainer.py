@@ -626,6 +626,57 @@ def test_the_suite_and_the_hooks_it_starts_lock_outside_the_hosts_run(tmp_path):
     assert done.stdout.split() == ["True", str(tmp_path / lock.name)]
 
 
+@pytest.mark.parametrize("mode", [0o1777, 0o777])
+def test_a_lock_directory_others_can_write_is_passed_over(tmp_path, monkeypatch, mode):
+    """$SLURM_HOOKS_LOCK_DIR=/tmp (a typo, or /tmp on purpose): the lock's name is predictable, so a
+    user there could create and hold it first (every drain waits out its bound and goes on unlocked,
+    two at once) or, in a 0777 directory, unlink it under its holder. Such a directory is passed
+    over for state_dir (red team, 2026-12-04: the user's flock held root's hooks off)."""
+    import fcntl
+    import os
+
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    os.chmod(str(shared), mode)
+    state = str(tmp_path / "state")
+    monkeypatch.setenv(nodelock.LOCK_DIR_ENV, str(shared))
+    name = nodelock.NodeLock(state, "node1", 1.0).name
+    planted = os.open(str(shared / name), os.O_RDWR | os.O_CREAT, 0o666)
+    os.fchown(planted, 65534, 65534)  # nobody's, held by nobody
+    fcntl.flock(planted, fcntl.LOCK_EX)
+    try:
+        with nodelock.NodeLock(state, "node1", 0.5) as lock:
+            assert lock.acquired and os.path.dirname(lock.path) == state, lock.error
+            assert lock.waited < 0.4
+    finally:
+        os.close(planted)
+
+
+@pytest.mark.parametrize("planted", ["another user's file", "a hard link", "a directory"])
+def test_a_lock_file_that_is_not_ours_alone_is_not_taken(tmp_path, monkeypatch, planted):
+    """In a directory we trust the lock file is opened only if it is a regular file of ours with one
+    link: a hard link to some other file (protected_hardlinks=0) or a file another user made is
+    passed over, and with no directory left the hook goes on without the lock, saying why."""
+    import os
+
+    state = tmp_path / "state"
+    state.mkdir(mode=0o700)
+    monkeypatch.setenv(nodelock.LOCK_DIR_ENV, "off")
+    path = state / nodelock.NodeLock(str(state), "node1", 1.0).name
+    if planted == "another user's file":
+        path.write_text("")
+        os.chown(str(path), 65534, 65534)
+    elif planted == "a hard link":
+        (tmp_path / "precious").write_text("keep")
+        os.link(str(tmp_path / "precious"), str(path))
+    else:
+        path.mkdir()
+    with nodelock.NodeLock(str(state), "node1", 0.3) as lock:
+        assert not lock.acquired and lock.fd == -1
+        assert str(state) in lock.error, lock.error
+    assert (tmp_path / "precious").read_text() == "keep" if planted == "a hard link" else True
+
+
 def test_a_long_summary_never_crashes_the_drain():
     """max_reason_length above what the client takes (a config the loader should refuse, or an older
     one) with a 2000-character summary: the reason is cut to 512, the drain happens."""

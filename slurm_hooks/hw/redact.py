@@ -63,17 +63,18 @@ _SECRET_SUFFIXES = (
     "credentials",
 )
 _SECRET_WORDS = ("password", "passwd", "secret", "token")
-# words ending in a secret's suffix that name none: the kernel log's CPU mitigation lines
+# whole keys ending in a secret's suffix that name none: the kernel log's CPU mitigation line
 # ("Speculative Store Bypass: Mitigation: ...", seen in a real H200 node's capture, where
-# "Mitigation:" was replaced)
-_NOT_SECRET_WORDS = ("bypass",)
+# "Mitigation:" was replaced). Whole keys only: StandbyPass, DerbyPass end in "bypass" too
+_NOT_SECRET_KEYS = frozenset(("bypass",))
 
 
 def is_secret_key(key: str) -> bool:
-    """AccountingStoragePass, jwt_key, api_token_file: yes; iommu.passthrough, AuthType, Bypass: no."""
+    """AccountingStoragePass, jwt_key, api_token_file, StandbyPass: yes; iommu.passthrough,
+    AuthType, Bypass: no."""
     lower = key.lower()
-    if lower.endswith(_NOT_SECRET_WORDS):
-        return any(word in lower for word in _SECRET_WORDS)
+    if lower in _NOT_SECRET_KEYS:
+        return False
     return lower.endswith(_SECRET_SUFFIXES) or any(word in lower for word in _SECRET_WORDS)
 
 

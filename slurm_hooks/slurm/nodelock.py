@@ -11,6 +11,7 @@ state_dir (the test suite does: its hooks, run as root, never make the host's /r
 from __future__ import annotations
 
 import os
+import stat
 import time
 from typing import Optional, Tuple
 
@@ -56,13 +57,35 @@ class NodeLock:
         self.error: Optional[str] = None
 
     def _open(self) -> bool:
+        """The lock file in the first directory that will do. A directory others can write
+        (core/dir_trust: $SLURM_HOOKS_LOCK_DIR=/tmp, a 0777 one) is passed over: its lock name is
+        predictable, so a local user could hold it first (every drain then waits out its bound and
+        goes on unlocked) or unlink it under the holder (two holders at once). A file that is not
+        a regular file of ours with one link is passed over too."""
+        from ..core.dir_trust import untrusted_because
+
         for directory in self.dirs:
             try:
+                why = untrusted_because(directory)
+                if why:
+                    self.error = "%s: not used for the drain lock: %s" % (directory, why)
+                    continue
                 os.makedirs(directory, mode=0o700, exist_ok=True)
                 path = os.path.join(directory, self.name)
-                self.fd = os.open(
-                    path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600
-                )
+                fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+                info = os.fstat(fd)
+                if (
+                    not stat.S_ISREG(info.st_mode)
+                    or info.st_uid != os.geteuid()
+                    or info.st_nlink != 1
+                ):
+                    os.close(fd)
+                    self.error = "%s: not a regular file of uid %d with one link" % (
+                        path,
+                        os.geteuid(),
+                    )
+                    continue
+                self.fd = fd
                 self.path = path
                 return True
             except OSError as exc:
