@@ -70,7 +70,9 @@ class Prolog:
             "SLURM_HOOKS_CONFIG": str(self.config),
             "SLURM_HOOKS_ALLOW_INSECURE_CONFIG": "1",
             "SLURM_HOOKS_CONFIG_CACHE": "off",  # slurmd's environment: not the suite's (conftest)
-            "SLURM_HOOKS_LOCK_DIR": "off",  # the node lock in state_dir, not the host's /run
+            # the node lock in the rig's own stand-in for /run (local, like the tmpfs a node has),
+            # not the host's /run, and not state_dir, which test_hangs hangs on purpose
+            "SLURM_HOOKS_LOCK_DIR": str(base / "run"),
             "SLURM_HOOKS_CHECKS_DIR": "",
             "PYTHONPATH": REPO,
             "LD_LIBRARY_PATH": node.env["LD_LIBRARY_PATH"],
