@@ -23,12 +23,14 @@ files per bounded phase; the epilog still exits 0 and logs what it abandoned, wi
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
 
 import pytest
 
+from slurm_hooks.core.isolation import REAP_WAIT_S
 from tests.helpers import REPO, fake_node_config
 from tests.prolog_rig import BOUND, CHECK_TIMEOUT, FILES, START_UP_MARGIN, Prolog, make_fifo
 
@@ -280,6 +282,41 @@ def test_prolog_with_a_hung_state_directory_exits_in_time(prolog, hung_dir):
         ("snapshot", str(hung_dir / "state" / "snapshots" / "4242.json")),
         ("state", state_file),
     ]
+
+
+def test_the_drain_lock_in_a_hung_state_directory_is_given_up_in_time(hung_dir):
+    """/run unusable, so the node's drain lock falls back to state_dir, and state_dir on a file system
+    that stopped answering: the lock's makedirs/open there never returned, and a draining hook hung
+    past every bound (stop 34's first CI run met it through a test setting). Now the look for the
+    lock file is given up at the lock's bound, and the hook goes on unlocked, saying why. (In a
+    child: before the fix it hung there, and the mount is released only when this test leaves.)"""
+    code = (
+        "import sys, time\n"
+        "from slurm_hooks.slurm import nodelock\n"
+        "started = time.monotonic()\n"
+        "with nodelock.NodeLock(sys.argv[1], 'node1', 0.5) as lock:\n"
+        "    print(lock.acquired, lock.fd, round(time.monotonic() - started, 2))\n"
+        "    print(lock.error)\n"
+    )
+    env = dict(os.environ, SLURM_HOOKS_LOCK_DIR="off")  # state_dir alone, as with /run unusable
+    child = subprocess.Popen(
+        [sys.executable, "-c", code, str(hung_dir / "state")],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    try:
+        out, err = child.communicate(timeout=0.5 + START_UP_MARGIN)
+    except subprocess.TimeoutExpired:
+        child.kill()  # not waited for: it sleeps in the kernel until the mount goes (this test's end)
+        pytest.fail("the drain lock hung on the hung state directory past its 0.5 s bound")
+    done = subprocess.CompletedProcess(child.args, child.returncode, out, err)
+    assert done.returncode == 0, done.stderr
+    state, error = done.stdout.splitlines()
+    acquired, fd, seconds = state.split()
+    assert (acquired, fd) == ("False", "-1") and float(seconds) < 0.5 + REAP_WAIT_S + 0.5, state
+    assert "did not answer within 0.5s" in error and str(hung_dir) in error, error
 
 
 def enforce(prolog) -> None:

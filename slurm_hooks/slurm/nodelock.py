@@ -19,6 +19,8 @@ from ..core.locks import flock_within
 
 LOCK_DIR = "/run/slurm-hooks"
 LOCK_DIR_ENV = "SLURM_HOOKS_LOCK_DIR"
+_MAX_FD = 1 << 20  # os.closerange's end (one close_range(2) call on Linux)
+OPEN_FLOOR_S = 0.1  # the least time one look for the lock file is given (NodeLock._open)
 
 
 def lock_dirs(state_dir: str) -> Tuple[str, ...]:
@@ -56,19 +58,81 @@ class NodeLock:
         self.waited = 0.0
         self.error: Optional[str] = None
 
-    def _open(self) -> bool:
-        """The lock file in the first directory that will do. A directory others can write
-        (core/dir_trust: $SLURM_HOOKS_LOCK_DIR=/tmp, a 0777 one) is passed over: its lock name is
-        predictable, so a local user could hold it first (every drain then waits out its bound and
-        goes on unlocked) or unlink it under the holder (two holders at once). A file that is not
-        a regular file of ours with one link is passed over too."""
+    def _open(self, seconds: float) -> bool:
+        """The lock file (_find_file), looked for by a forked child that hands its descriptor back
+        over a socket (SCM_RIGHTS: the same open file, so our flock on it is the lock), waited for
+        at most `seconds`. With /run unusable the lock falls back to state_dir, which may be on a
+        file system that stopped answering (NFS): a makedirs, lstat or open there never returns,
+        and a thread stuck so would keep this process from exiting (slurmd would wait for the
+        hook). The child is killed instead and left to init if it cannot die, as the check
+        process is (core/isolation.py), and the hook goes on without the lock, saying so."""
+        import socket
+
+        from ..core.isolation import _reap
+
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        try:
+            pid = os.fork()
+        except OSError as exc:
+            ours.close()
+            theirs.close()
+            self.error = "cannot start the lock's opener: %s" % exc
+            return False
+        if pid == 0:  # the child: never return into the caller's stack
+            try:
+                # it may outlive us stuck in the kernel: it keeps none of our descriptors (slurmd's
+                # pipes, the hook's), or whoever reads them would wait for it
+                keep = theirs.fileno()
+                null = os.open(os.devnull, os.O_RDWR)
+                for standard in (0, 1, 2):
+                    os.dup2(null, standard)
+                os.closerange(3, keep)
+                os.closerange(keep + 1, _MAX_FD)
+                fd, path, error = self._find_file()
+                socket.send_fds(
+                    theirs,
+                    [("%s\0%s" % (path, error)).encode("utf-8", "replace")],
+                    [fd] if fd >= 0 else [],
+                )
+            finally:
+                os._exit(0)
+        theirs.close()
+        try:
+            ours.settimeout(max(seconds, 0.0))
+            message, fds, _flags, _address = socket.recv_fds(ours, 1 << 16, 1)
+        except OSError:  # socket.timeout included: the directory did not answer
+            message, fds = b"", []
+        finally:
+            ours.close()
+        _reap(pid, kill=not message)
+        if not message:
+            self.error = "%s: did not answer within %.1fs (hung file system?)" % (
+                " or ".join(self.dirs),
+                seconds,
+            )
+            return False
+        path, _, error = message.decode("utf-8", "replace").partition("\0")
+        if error:
+            self.error = error
+        if not fds:
+            return False
+        self.fd, self.path = fds[0], path
+        return True
+
+    def _find_file(self) -> Tuple[int, str, str]:
+        """(fd, path, "") of the lock file in the first directory that will do, else (-1, "", why). A
+        directory others can write (core/dir_trust: $SLURM_HOOKS_LOCK_DIR=/tmp, a 0777 one) is
+        passed over: its lock name is predictable, so a local user could hold it first (every drain
+        then waits out its bound and goes on unlocked) or unlink it under the holder (two holders
+        at once). A file that is not a regular file of ours with one link is passed over too."""
         from ..core.dir_trust import untrusted_because
 
+        error = ""
         for directory in self.dirs:
             try:
                 why = untrusted_because(directory)
                 if why:
-                    self.error = "%s: not used for the drain lock: %s" % (directory, why)
+                    error = "%s: not used for the drain lock: %s" % (directory, why)
                     continue
                 os.makedirs(directory, mode=0o700, exist_ok=True)
                 path = os.path.join(directory, self.name)
@@ -80,22 +144,22 @@ class NodeLock:
                     or info.st_nlink != 1
                 ):
                     os.close(fd)
-                    self.error = "%s: not a regular file of uid %d with one link" % (
+                    error = "%s: not a regular file of uid %d with one link" % (
                         path,
                         os.geteuid(),
                     )
                     continue
-                self.fd = fd
-                self.path = path
-                return True
+                return fd, path, error
             except OSError as exc:
-                self.error = "%s: %s" % (directory, exc)
-        return False
+                error = "%s: %s" % (directory, exc)
+        return -1, "", error
 
     def __enter__(self) -> "NodeLock":
         self.started = time.time()
         start = time.monotonic()
-        while self._open():
+        # each look for the file may take OPEN_FLOOR_S even at the bound's end (a directory that
+        # answers does in microseconds): a late one is then never mistaken for a hung one
+        while self._open(max(self.timeout - (time.monotonic() - start), OPEN_FLOOR_S)):
             try:
                 taken = flock_within(self.fd, max(0.0, self.timeout - (time.monotonic() - start)))
             except OSError:  # e.g. ENOLCK: try again (bounded below)
