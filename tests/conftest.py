@@ -131,6 +131,28 @@ def write_tree(tmp_path):
 from tests.slurmcluster import slurm_cluster, slurm_cluster_factory  # noqa: E402,F401  (pytest fixtures)
 
 
+class _UnpackedCaptures(dict):
+    """{capture name: its unpacked root}, each capture unpacked the first time it is asked for."""
+
+    def __init__(self, base: str) -> None:
+        super().__init__()
+        self.base = base
+
+    def __missing__(self, name: str) -> str:
+        from tests import captures
+
+        root = self[name] = captures.unpack(name, self.base)
+        return root
+
+
+@pytest.fixture(scope="session")
+def unpacked_captures(tmp_path_factory):
+    """The real-machine captures of tests/captures, unpacked once per process: unpacked_captures[name]
+    is the root of that capture's tree. Shared by every test that asks for it, so only for tests
+    that read the tree; a test that changes one unpacks its own (tests.captures.unpack)."""
+    return _UnpackedCaptures(str(tmp_path_factory.mktemp("captures")))
+
+
 @pytest.fixture
 def fake_node():
     """fake_node("dgx-h100", overrides=None) -> a built FakeNode (tree + fake libnvidia-ml), removed afterwards."""

@@ -17,13 +17,23 @@ from tests.helpers import runs_by_name as by_check
 REAL = "128arm-2pa2n8cluster4co"  # a real machine's capture (tests/captures/manifest.toml: hwloc)
 
 
-def crafted(tmp_path, members):
-    """A real capture unpacked, then a crafted archive of `members` unpacked over it with tar(1), as
-    an admin unpacks a capture. members: (name, kind, payload): kind 'file' (bytes), 'link'
-    (target), 'fifo', 'chr' ((major, minor): needs root to create)."""
-    from tests.captures import unpack
+@pytest.fixture
+def crafted(tmp_path, unpacked_captures):
+    """crafted(members): a real capture, copied from the one unpacked for the session (a copy costs
+    a quarter of unpacking the archive again), then a crafted archive of `members` unpacked over
+    it with tar(1), as an admin unpacks a capture. members: (name, kind, payload): kind 'file'
+    (bytes), 'link' (target), 'fifo', 'chr' ((major, minor): needs root to create)."""
+    import shutil
 
-    root = unpack(REAL, str(tmp_path / "n"))
+    def make(members):
+        root = str(tmp_path / "n" / REAL)
+        shutil.copytree(unpacked_captures[REAL], root, symlinks=True)
+        return _craft_over(tmp_path, root, members)
+
+    return make
+
+
+def _craft_over(tmp_path, root, members):
     archive = str(tmp_path / "crafted.tar")
     with tarfile.open(archive, "w") as tar:
         for name, kind, payload in members:
@@ -148,11 +158,11 @@ def test_site_checks_and_config_drop_ins_inside_the_tree_are_refused(tmp_path):
 # -- device nodes and FIFOs in a crafted capture are never read --------------------------------
 
 
-def test_a_fifo_in_a_capture_is_a_bounded_wait(tmp_path):
+def test_a_fifo_in_a_capture_is_a_bounded_wait(crafted):
     """The one non-regular file read under a root: a FIFO, which is how the fake node stands for a
     sysfs read that hangs in a driver (tests/prolog_rig.py make_fifo). It carries nothing from the
     analysing machine, and the check that waits on it is cut at its timeout, UNKNOWN."""
-    root = crafted(tmp_path, [("proc/loadavg", "fifo", None)])
+    root = crafted([("proc/loadavg", "fifo", None)])
     # a child: the check thread stays stuck on the FIFO, as it would in a test process
     (result,) = replay(root, "system.load", child=True)["system.load"]["results"]
     assert result["status"] == "UNKNOWN", result
@@ -160,12 +170,11 @@ def test_a_fifo_in_a_capture_is_a_bounded_wait(tmp_path):
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="tar creates device nodes only as root")
-def test_a_device_node_in_a_capture_is_never_opened_for_data(tmp_path):
+def test_a_device_node_in_a_capture_is_never_opened_for_data(crafted):
     """As root, tar makes /dev/kmsg of a crafted capture a real character device: (1, 11) read the
     analysing machine's own kernel log as the node's, (1, 5) /dev/zero filled memory. Here
     (1, 3), /dev/null: before, an empty log said 'no Xid'; a device is not the captured log."""
     root = crafted(
-        tmp_path,
         [("dev/kmsg", "chr", (1, 3)), ("sys/devices/system/cpu/online", "chr", (1, 5))],
     )
     report = replay(root, "xid.events", "system.cpu")
@@ -200,8 +209,8 @@ MOUNTS_KEY = ".slurm-hooks/statvfs.json"
         ('{"/": [1, 2, 3, 4]}', "an object"),
     ],
 )
-def test_a_malformed_statvfs_json_is_unknown_naming_the_file(tmp_path, statvfs, expected):
-    root = crafted(tmp_path, [(MOUNTS_KEY, "file", statvfs.encode())])
+def test_a_malformed_statvfs_json_is_unknown_naming_the_file(crafted, statvfs, expected):
+    root = crafted([(MOUNTS_KEY, "file", statvfs.encode())])
     results = replay(root, "system.filesystems")["system.filesystems"]["results"]
     slash = next(r for r in results if r["component"] == "fs:/")
     assert slash["status"] == "UNKNOWN", slash
@@ -209,11 +218,10 @@ def test_a_malformed_statvfs_json_is_unknown_naming_the_file(tmp_path, statvfs, 
     assert "internal error" not in slash["summary"]
 
 
-def test_a_link_with_thousands_of_components_is_followed_not_a_crash(tmp_path):
+def test_a_link_with_thousands_of_components_is_followed_not_a_crash(crafted):
     """A symlink target may be 4095 bytes: './' * 2000 made the resolver recurse 2000 deep
     (RecursionError: 'internal error' in every check reading through it)."""
     root = crafted(
-        tmp_path,
         [
             ("sys/bus/cpu", "link", "./" * 2000 + "../devices/system/cpu"),
             ("proc/loop", "link", "loop"),

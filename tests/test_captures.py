@@ -25,13 +25,22 @@ CORPUS = captures.manifest()
 NAMES = sorted(CORPUS)
 
 
-@pytest.fixture(scope="module")
-def unpacked(tmp_path_factory):
-    base = tmp_path_factory.mktemp("captures")
-    return {name: captures.unpack(name, str(base)) for name in NAMES}
+@pytest.fixture
+def unpacked(unpacked_captures):
+    """{name: root}, each capture unpacked once per process, when a test first needs it (xdist
+    hands a module's tests to several workers, and each unpacked all 27 when the module started,
+    again whenever its tests came back after another module's)."""
+    return unpacked_captures
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="module", params=NAMES)
+def name(request):
+    """Each capture's tests run one after the other (a module-scoped parameter: pytest groups the
+    tests by it), so xdist hands them to one worker, which unpacks and checks that capture once."""
+    return request.param
+
+
+@pytest.fixture(scope="session")
 def untimed():
     registry = load_builtin_checks()
     return Registry(
@@ -49,8 +58,8 @@ def run_all(registry, name, root, log=None):
     return report
 
 
-@pytest.fixture(scope="module")
-def checked(untimed, unpacked):
+@pytest.fixture(scope="session")
+def checked(untimed, unpacked_captures):
     """Every check run once per capture, with a recording Host: {name: (report, ReadLog)}, shared by
     the tests that judge the verdicts and the one that judges what was read (a ReadLog only
     records, so the verdicts are those of a plain Host)."""
@@ -59,7 +68,7 @@ def checked(untimed, unpacked):
     def get(name):
         if name not in cache:
             log = ReadLog()
-            cache[name] = (run_all(untimed, name, unpacked[name], log), log)
+            cache[name] = (run_all(untimed, name, unpacked_captures[name], log), log)
         return cache[name]
 
     return get
@@ -100,7 +109,6 @@ def test_the_corpus_has_the_machines_issue_13_asks_for():
     assert total < 3 * 1024 * 1024, "the corpus should stay a few MB: %d bytes" % total
 
 
-@pytest.mark.parametrize("name", NAMES)
 def test_every_check_on_every_capture(checked, unpacked, name):
     entry, root = CORPUS[name], unpacked[name]
     report, _log = checked(name)
@@ -134,7 +142,6 @@ def test_every_check_on_every_capture(checked, unpacked, name):
     assert gpu_count.status is Status.SKIP  # NVML is live-only: never judged from a capture
 
 
-@pytest.mark.parametrize("name", NAMES)
 def test_stated_facts_match(unpacked, name):
     truth, got = CORPUS[name]["truth"], captures.facts(Host(unpacked[name]))
     for key in ("cpus", "sockets", "cores", "offline"):
@@ -179,7 +186,6 @@ def _same_size(mib: float, stated: str) -> bool:
     return abs(mib - int(number)) <= 1 if unit == "MiB" else abs(mib / 1024 - int(number)) <= 0.5
 
 
-@pytest.mark.parametrize("name", NAMES)
 def test_the_corpus_holds_every_file_the_checks_read(checked, unpacked, name):
     """A check that starts reading a file the build stripped would quietly see a poorer machine: every
     path missing now must have been missing from the source too. Otherwise rebuild the corpus

@@ -6,35 +6,17 @@ from __future__ import annotations
 
 import marshal
 import os
-import stat
 import zlib
 
 import pytest
 
-from tests.fakenode import FakeNode, diskimage, image, node
+from tests.fakenode import FakeNode, diskimage, image, node, pool
+from tests.fakenode.fsutil import read_tree as tree
 
 SPECS = [  # a DGX with what the builder makes of overrides (an offline CPU loses its topology)
     ("cpu-only", None),
     ("dgx-h100", {"gpu": {3: {"remapped_rows": {"pending": True}}}, "cpu": {"offline": "5,7"}}),
 ]
-
-
-def tree(root):
-    """{relative path: ('d', mode) | ('l', target) | ('f', mode, bytes)} of everything under root."""
-    found = {}
-    for directory, dirs, files in os.walk(str(root)):
-        for name in dirs + files:
-            path = os.path.join(directory, name)
-            info = os.lstat(path)
-            rel = os.path.relpath(path, str(root))
-            if stat.S_ISLNK(info.st_mode):
-                found[rel] = ("l", os.readlink(path))
-            elif stat.S_ISDIR(info.st_mode):
-                found[rel] = ("d", stat.S_IMODE(info.st_mode))
-            else:
-                with open(path, "rb") as handle:
-                    found[rel] = ("f", stat.S_IMODE(info.st_mode), handle.read())
-    return found
 
 
 def build_without_images(monkeypatch, spec, overrides):
@@ -46,9 +28,25 @@ def build_without_images(monkeypatch, spec, overrides):
 
 
 @pytest.fixture
+def builder_runs(monkeypatch):
+    """One entry for each node the builder itself writes from here on (not from an image)."""
+    runs = []
+    write_sysfs = node.write_sysfs
+
+    def counted(*args, **kwargs):
+        runs.append(args)
+        return write_sysfs(*args, **kwargs)
+
+    monkeypatch.setattr(node, "write_sysfs", counted)
+    return runs
+
+
+@pytest.fixture
 def fresh_images(monkeypatch):
     """An empty image store and no disk images, so this test sees the first, second and third
-    build of a spec."""
+    build of a spec; and no pool (pool.py), so a node from an image is written from it, not made
+    from a tree another test released."""
+    monkeypatch.setenv(pool.ENV, "off")
     monkeypatch.setattr(image, "_seen", type(image._seen)())
     monkeypatch.setattr(image, "_images", type(image._images)())
     monkeypatch.setattr(diskimage, "_directory", "")
@@ -57,7 +55,8 @@ def fresh_images(monkeypatch):
 @pytest.fixture
 def disk_images(monkeypatch, tmp_path):
     """An empty image store in memory and an empty image directory; returns a function that
-    starts a new run (memory forgotten, the directory kept)."""
+    starts a new run (memory forgotten, the directory kept). No pool, as with fresh_images."""
+    monkeypatch.setenv(pool.ENV, "off")
     monkeypatch.setattr(diskimage, "_directory", str(tmp_path / "images"))
     os.mkdir(str(tmp_path / "images"), 0o700)
 
@@ -71,15 +70,15 @@ def disk_images(monkeypatch, tmp_path):
 
 @pytest.mark.parametrize("spec,overrides", SPECS, ids=["cpu-only", "dgx-h100-overridden"])
 def test_a_node_from_the_image_is_the_node_the_builder_makes(
-    fresh_images, monkeypatch, spec, overrides
+    fresh_images, builder_runs, spec, overrides
 ):
     nodes = []
     try:
-        reference = build_without_images(monkeypatch, spec, overrides)
-        nodes.append(reference)
-        for _ in range(3):  # built, built and kept, written from the image
+        for built_so_far in (1, 2, 2):  # built, built and kept, written from the image
             nodes.append(FakeNode.build_temp(spec, overrides))
+            assert len(builder_runs) == built_so_far
         assert len(image._images) == 1, "the second build keeps an image"
+        reference = nodes[0]  # the builder's node: no image of the spec existed, none was kept
         want = tree(reference.root)
         for built in nodes[1:]:
             assert tree(built.root) == want

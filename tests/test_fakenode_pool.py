@@ -6,51 +6,14 @@ from __future__ import annotations
 
 import os
 import shutil
-import stat
 
 import pytest
 
 from tests.fakenode import FakeNode, image, load_spec, pool
+from tests.fakenode.fsutil import read_tree as tree
 from tests.fakenode.node import build_node
 
 OVERRIDDEN = {"gpu": {3: {"remapped_rows": {"pending": True}}}, "nvml": {"driver_version": "535.1"}}
-
-
-def tree(root):
-    """{relative path: ('d', mode, uid, gid) | ('l', target) | ('f', mode, uid, gid, bytes)} under root.
-
-    Walked with scandir and relative names built as it goes: os.walk with os.path.relpath for each
-    of a DGX tree's ~6,000 entries was most of this module's CPU time."""
-    found = {}
-    pending = [(str(root), "")]
-    while pending:
-        directory, prefix = pending.pop()
-        with os.scandir(directory) as entries:
-            for entry in entries:
-                rel = prefix + entry.name
-                info = entry.stat(follow_symlinks=False)
-                if stat.S_ISLNK(info.st_mode):
-                    found[rel] = ("l", os.readlink(entry.path))
-                elif stat.S_ISDIR(info.st_mode):
-                    found[rel] = ("d", stat.S_IMODE(info.st_mode), info.st_uid, info.st_gid)
-                    pending.append((entry.path, rel + "/"))
-                else:
-                    data = _contents(entry.path)
-                    found[rel] = ("f", stat.S_IMODE(info.st_mode), info.st_uid, info.st_gid, data)
-    return found
-
-
-def _contents(path):
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
-    try:
-        chunks = []
-        while True:
-            chunk = os.read(fd, 1 << 20)
-            if not chunk:
-                return b"".join(chunks)
-            chunks.append(chunk)
-    finally:
-        os.close(fd)
 
 
 _builders = {}
@@ -74,14 +37,9 @@ def builders_tree(spec, overrides=None):
     return _builders[key]
 
 
-@pytest.fixture
-def own_pool(monkeypatch, tmp_path):
-    """A pool of this test's own (none of another test's trees), with images of the specs used here
-    at hand (without disk images, a spec's image is taken at its second build)."""
-    monkeypatch.delenv(pool.ENV, raising=False)
-    monkeypatch.setattr(pool, "_unavailable", False)
-    fresh = pool.Pool()
-    monkeypatch.setattr(pool, "_pool", fresh)
+def _images_at_hand(tmp_path):
+    """Images of the specs used here (without disk images, a spec's image is taken at its second
+    build): the pool only takes a tree for a spec with an image."""
     for spec, overrides in (("dgx-h100", None), ("dgx-h100", OVERRIDDEN), ("cpu-only", None)):
         resolved = load_spec(spec, overrides)
         for attempt in range(2):  # kept at the first build with disk images, else the second
@@ -90,13 +48,54 @@ def own_pool(monkeypatch, tmp_path):
             where = tmp_path / ("%s-%d-%d" % (spec, attempt, overrides is None))
             build_node(resolved, where)
             shutil.rmtree(str(where))
+
+
+def _pool_of_its_own(monkeypatch, tmp_path, the_pool):
+    monkeypatch.delenv(pool.ENV, raising=False)
+    monkeypatch.setattr(pool, "_unavailable", False)
+    monkeypatch.setattr(pool, "_pool", the_pool)
+    _images_at_hand(tmp_path)
+
+
+@pytest.fixture
+def own_pool(monkeypatch, tmp_path):
+    """A pool of this test's own, empty (none of another test's trees), for the tests that count
+    its idle trees or break it on purpose."""
+    fresh = pool.Pool()
+    _pool_of_its_own(monkeypatch, tmp_path, fresh)
     yield fresh
     fresh.close()
 
 
-def followed(own_pool, node):
+@pytest.fixture(scope="module")
+def _module_pool():
+    module_pool = pool.Pool()
+    yield module_pool
+    module_pool.close()
+
+
+@pytest.fixture
+def shared_pool(_module_pool, monkeypatch, tmp_path):
+    """The pool of this module's tests that count nothing in it: a test's first node is made from
+    the tree the test before released (writing a whole DGX tree and removing it was most of what
+    each test cost), the rest is as with own_pool. At most one idle tree is left from before,
+    so a test's own released tree is the one its next node of that spec takes; a node a failed
+    test left handed out is removed."""
+    _pool_of_its_own(monkeypatch, tmp_path, _module_pool)
+    with _module_pool.lock:
+        _module_pool._note_changes()
+        while len(_module_pool.idle) > 1:
+            _module_pool._discard(_module_pool.idle.pop(0))
+    yield _module_pool
+    with _module_pool.lock:
+        for root, left in list(_module_pool.active.items()):
+            del _module_pool.active[root]
+            _module_pool._discard(left)
+
+
+def followed(the_pool, node):
     """The pool's record of a node handed out (None: the node is not the pool's)."""
-    return own_pool.active.get(str(node.root))
+    return the_pool.active.get(str(node.root))
 
 
 def write_in_place(node):
@@ -172,28 +171,28 @@ def _every_change_and_next_spec():
 
 @pytest.mark.parametrize("change,spec,overrides", list(_every_change_and_next_spec()))
 def test_a_reused_tree_is_the_builders_node_whatever_the_test_before_changed(
-    own_pool, change, spec, overrides
+    shared_pool, change, spec, overrides
 ):
     first = FakeNode.build_temp("dgx-h100")
-    kept = followed(own_pool, first)
+    kept = followed(shared_pool, first)
     assert kept is not None
     REPAIRED[change](first)
     first.cleanup()
     assert not first.root.exists()
     second = FakeNode.build_temp(spec, overrides)
     try:
-        assert followed(own_pool, second) is kept  # the same tree, made into this node
+        assert followed(shared_pool, second) is kept  # the same tree, made into this node
         assert second.root != first.root
         assert tree(second.root) == builders_tree(spec, overrides)
     finally:
         second.cleanup()
 
 
-def next_dgx_node_is_the_builders(own_pool, kept, reused):
+def next_dgx_node_is_the_builders(the_pool, kept, reused):
     """The next DGX node is the builder's, made from the kept tree (reused) or not."""
     second = FakeNode.build_temp("dgx-h100")
     try:
-        assert (followed(own_pool, second) is kept) is reused
+        assert (followed(the_pool, second) is kept) is reused
         if not reused:
             assert not os.path.exists(kept.root)  # removed, not left in the pool
         assert tree(second.root) == builders_tree("dgx-h100")
@@ -222,22 +221,22 @@ DISCARDED = {
 
 
 @pytest.mark.parametrize("change", sorted(DISCARDED))
-def test_a_tree_whose_directories_changed_is_never_handed_out(own_pool, change):
+def test_a_tree_whose_directories_changed_is_never_handed_out(shared_pool, change):
     first = FakeNode.build_temp("dgx-h100")
-    kept = followed(own_pool, first)
+    kept = followed(shared_pool, first)
     DISCARDED[change](first)
     first.cleanup()
-    next_dgx_node_is_the_builders(own_pool, kept, reused=False)
+    next_dgx_node_is_the_builders(shared_pool, kept, reused=False)
 
 
-def test_a_write_after_release_is_repaired(own_pool):
+def test_a_write_after_release_is_repaired(shared_pool):
     """A process that outlives its test and writes through a file it opened before the release."""
     first = FakeNode.build_temp("dgx-h100")
-    kept = followed(own_pool, first)
+    kept = followed(shared_pool, first)
     with open(str(first.path("/proc/uptime")), "r+b") as late:
         first.cleanup()
         late.write(b"999999.99 1.00\n")
-    next_dgx_node_is_the_builders(own_pool, kept, reused=True)
+    next_dgx_node_is_the_builders(shared_pool, kept, reused=True)
 
 
 def test_a_queue_overflow_discards_every_tree(own_pool):
@@ -254,10 +253,10 @@ def test_a_queue_overflow_discards_every_tree(own_pool):
         second.cleanup()
 
 
-def test_an_unexpected_event_while_the_pool_writes_discards_the_tree(own_pool, monkeypatch):
+def test_an_unexpected_event_while_the_pool_writes_discards_the_tree(shared_pool, monkeypatch):
     """Someone else writing while the pool turns a tree into the next node: not handed out."""
     first = FakeNode.build_temp("dgx-h100")
-    kept = followed(own_pool, first)
+    kept = followed(shared_pool, first)
     first.cleanup()
     turn_into = pool.Pool._turn_into
 
@@ -270,13 +269,13 @@ def test_an_unexpected_event_while_the_pool_writes_discards_the_tree(own_pool, m
     monkeypatch.setattr(pool.Pool, "_turn_into", and_someone_writes)
     second = FakeNode.build_temp("dgx-h100")
     try:
-        assert followed(own_pool, second) is not kept
+        assert followed(shared_pool, second) is not kept
         assert tree(second.root) == builders_tree("dgx-h100")
     finally:
         second.cleanup()
 
 
-def test_specs_in_turn_each_get_the_builders_node(own_pool):
+def test_specs_in_turn_each_get_the_builders_node(shared_pool):
     for spec, overrides in [
         ("dgx-h100", None),
         ("cpu-only", None),
@@ -290,26 +289,26 @@ def test_specs_in_turn_each_get_the_builders_node(own_pool):
             node.cleanup()
 
 
-def test_a_tree_made_into_a_very_different_spec_is_its_builders_node(own_pool, monkeypatch):
+def test_a_tree_made_into_a_very_different_spec_is_its_builders_node(shared_pool, monkeypatch):
     """Past MAX_DIFFERING a node is written from its image instead; here every tree is taken, and
     the pool looks at its own events every 50 writes (a DGX into a CPU-only node and back is
     thousands of writes and removals, each an event or three, and the kernel queues 16,384)."""
     monkeypatch.setattr(pool, "MAX_DIFFERING", 100.0)
     monkeypatch.setattr(pool, "CHECK_EVERY", 50)
     first = FakeNode.build_temp("dgx-h100")
-    kept = followed(own_pool, first)
+    kept = followed(shared_pool, first)
     first.write("/proc/loadavg", "9.99 9.99 9.99 1/1 1")
     first.cleanup()
     for spec in ("cpu-only", "dgx-h100"):
         node = FakeNode.build_temp(spec)
         try:
-            assert followed(own_pool, node) is kept
+            assert followed(shared_pool, node) is kept
             assert tree(node.root) == builders_tree(spec)
         finally:
             node.cleanup()
 
 
-def test_nodes_held_together_are_distinct_and_each_the_builders(own_pool):
+def test_nodes_held_together_are_distinct_and_each_the_builders(shared_pool):
     for node in [FakeNode.build_temp("dgx-h100") for _ in range(3)]:
         node.write("/proc/loadavg", "9.99 9.99 9.99 1/1 1")
         node.cleanup()
@@ -322,10 +321,10 @@ def test_nodes_held_together_are_distinct_and_each_the_builders(own_pool):
     finally:
         for node in held:
             node.cleanup()
-    assert len(own_pool.idle) == pool.MAX_POOLED  # the fourth tree removed, not kept
+    assert len(shared_pool.idle) == pool.MAX_POOLED  # the fourth tree removed, not kept
 
 
-def test_every_node_gets_a_root_and_a_library_never_seen_before(own_pool):
+def test_every_node_gets_a_root_and_a_library_never_seen_before(shared_pool):
     """glibc would hand back the previous test's library (and its state) for the same inode, and a
     root path may key a cache: both are new for every node."""
     roots, libraries = set(), set()
@@ -339,7 +338,7 @@ def test_every_node_gets_a_root_and_a_library_never_seen_before(own_pool):
     assert len(libraries) == 4
 
 
-def test_pynvml_in_this_process_reads_the_node_it_was_given(own_pool):
+def test_pynvml_in_this_process_reads_the_node_it_was_given(shared_pool):
     from tests.helpers import release_fake_nvml
 
     for spec, overrides, version in [

@@ -18,7 +18,6 @@ from __future__ import annotations
 import json
 import os
 import time
-from typing import Any, Dict
 
 import pytest
 
@@ -103,21 +102,37 @@ def test_docs_show_the_matrix_as_tested():
 
 
 class Nodes:
+    """The shared healthy node, and the node of the overlay the current row needs: rows of one
+    overlay follow each other, so only the last one is kept; the one before goes back to the pool
+    (tests/fakenode/pool.py), which makes the next overlay's node from it (a few files differ)
+    instead of writing a whole DGX tree, and removing it at the end."""
+
     def __init__(self) -> None:
         from tests.fakenode import FakeNode
 
         self._build = FakeNode.build_temp
         self.healthy = self._build("dgx-h100")
-        self._by_overlay: Dict[str, Any] = {}
+        self._overlay = None  # (key, node)
         self._active = None
 
     def for_fault(self, fault: Fault):
         if fault.overrides is None:
             return self.healthy
         key = json.dumps(fault.overrides, sort_keys=True, default=str)
-        if key not in self._by_overlay:
-            self._by_overlay[key] = self._build("dgx-h100", fault.overrides)
-        return self._by_overlay[key]
+        if self._overlay is None or self._overlay[0] != key:
+            self._drop_overlay()
+            self._overlay = (key, self._build("dgx-h100", fault.overrides))
+        return self._overlay[1]
+
+    def _drop_overlay(self) -> None:
+        if self._overlay is not None:
+            node, self._overlay = self._overlay[1], None
+            if self._active is node:
+                from tests.fakenode import fakenvml
+
+                fakenvml.unload_from_pynvml()
+                self._active = None
+            node.cleanup()
 
     def activate(self, node) -> None:
         """Point the real pynvml at `node`'s fake library with fresh slurm_hooks.hw.nvml sessions."""
@@ -134,8 +149,8 @@ class Nodes:
 
         fakenvml.unload_from_pynvml()
         nvml.reset_sessions()
-        for node in [self.healthy] + list(self._by_overlay.values()):
-            node.cleanup()
+        self._drop_overlay()
+        self.healthy.cleanup()
 
 
 @pytest.fixture(scope="module")
