@@ -364,6 +364,8 @@ class NvmlSession:
 
     def open(self) -> None:
         """Import pynvml and call nvmlInit once; raise NvmlUnavailable (cached) if that fails."""
+        if self._pynvml is not None:  # set last, once nvmlInit returned: every call after the
+            return  # first skips the lock (~900 calls per prolog on the 8-GPU example node)
         with self._lock:
             if self._pynvml is not None:
                 return
