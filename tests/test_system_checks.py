@@ -305,11 +305,9 @@ def test_system_checks_on_this_machine(registry):
 
 
 @pytest.fixture(scope="module")
-def captured(tmp_path_factory):
-    from tests import captures
-
-    base = tmp_path_factory.mktemp("captured")
-    return lambda name: captures.unpack(name, str(base / name))
+def captured(unpacked_captures):
+    """name -> the capture's root, unpacked once per process (conftest): these tests only read it."""
+    return unpacked_captures.__getitem__
 
 
 def cpu_result(registry, root, **expect):
