@@ -542,9 +542,12 @@ def test_manual_drain_goes_through_the_etiquette_and_not_the_breaker():
 
 
 def test_node_lock_serialises_and_is_bounded(tmp_path):
+    import fcntl
+
     first = nodelock.NodeLock(str(tmp_path), "node1", 1.0)
     with first:
         assert first.acquired
+        assert fcntl.fcntl(first.fd, fcntl.F_GETFD) & fcntl.FD_CLOEXEC  # no command inherits it
         start = time.monotonic()
         with nodelock.NodeLock(str(tmp_path), "node1", 0.3) as second:
             assert not second.acquired and 0.25 < time.monotonic() - start < 2.0

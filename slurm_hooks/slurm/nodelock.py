@@ -97,18 +97,23 @@ class NodeLock:
             finally:
                 os._exit(0)
         theirs.close()
+        hung = False
         try:
             ours.settimeout(max(seconds, 0.0))
             message, fds, _flags, _address = socket.recv_fds(ours, 1 << 16, 1)
-        except OSError:  # socket.timeout included: the directory did not answer
+        except socket.timeout:
+            message, fds, hung = b"", [], True
+        except OSError:
             message, fds = b"", []
         finally:
             ours.close()
         _reap(pid, kill=not message)
         if not message:
-            self.error = "%s: did not answer within %.1fs (hung file system?)" % (
-                " or ".join(self.dirs),
-                seconds,
+            self.error = (
+                "%s: did not answer within %.1fs (hung file system?)"
+                % (" or ".join(self.dirs), seconds)
+                if hung
+                else "the lock's opener (pid %d) ended without an answer" % pid
             )
             return False
         path, _, error = message.decode("utf-8", "replace").partition("\0")
@@ -116,6 +121,7 @@ class NodeLock:
             self.error = error
         if not fds:
             return False
+        os.set_inheritable(fds[0], False)  # close-on-exec, as opened: no command we start keeps it
         self.fd, self.path = fds[0], path
         return True
 
