@@ -3,6 +3,7 @@ the ownership check would refuse them, so tests that need that opt in explicitly
 
 from __future__ import annotations
 
+import gc
 import os
 import sys
 import tempfile
@@ -85,6 +86,20 @@ def pytest_sessionfinish(session):
 
 def pytest_collection_finish(session):
     sys.pycache_prefix, sys.dont_write_bytecode = _BYTECODE_SETTINGS
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_collection(session):
+    """No cyclic garbage collection while the tests are collected, and what collection built (the
+    test modules, ~2,700 items, hypothesis) frozen afterwards (gc.freeze): it lives as long as the
+    process, yet every full collection during the run traversed it again, and so did pytest's two
+    at exit (~0.3 s of CPU in each xdist worker and in a plain run)."""
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.freeze()
+        gc.enable()
 
 
 def pytest_collection_modifyitems(config, items):

@@ -67,10 +67,12 @@ def test_each_run_of_a_requeued_job_is_scored_as_a_job_of_its_own(tmp_path):
 
 
 def test_jobs_are_closed_as_the_scan_moves_on_so_memory_follows_open_jobs(tmp_path):
+    # 150 jobs over 2.5 days (~2,000 node-jobs, 48 to 74 per node: each node's window of 10 fills
+    # several times over); the synthetic fleet below has the size the detection needs
     plan = fleet_synth.make_plan(32, seed=3)
-    fleet_synth.write_fleet(str(tmp_path), plan, 300, seed=4, now=NOW, span_days=5)
+    fleet_synth.write_fleet(str(tmp_path), plan, 150, seed=4, now=NOW, span_days=2.5)
     result = fleet.scan([str(tmp_path)], settings(), now=NOW)
-    assert result.jobs_scored == 300
+    assert result.jobs_scored == 150 and result.node_jobs > 32 * 10 * 4
     assert result.max_open_jobs <= 3  # a job every 24 minutes; SETTLE_S is 15 minutes
     assert sum(len(w.marks) for w in result.windows.values()) <= 32 * 10
 
