@@ -224,6 +224,14 @@ def test_a_hung_tool_and_its_children_are_killed(tmp_path):
         os.kill(pid, 0)
 
 
+def test_a_tool_that_closes_its_output_before_it_exits_is_not_killed():
+    """cat (coreutils' close_stdout) and other tools close stdout before they exit: the end of the
+    output is not the end of the tool, whose exit status is its own, not the SIGKILL meant for
+    what it left behind."""
+    run = tools.run(["sh", "-c", "echo done; exec >&- 2>&-; sleep 0.1; exit 3"], 10.0)
+    assert run.rc == 3 and not run.timed_out and run.output == "done\n", run
+
+
 def test_output_is_bounded():
     run = tools.run([sys.executable, "-c", "print('x' * 10_000_000)"], 20.0, max_bytes=1000)
     assert run.truncated and run.rc == 0
