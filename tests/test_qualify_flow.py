@@ -5,6 +5,7 @@ test_detection_table's parameters."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -30,6 +31,11 @@ SETTINGS = {
     "fleet_min_peers": 3,
 }
 H100 = "NVIDIA H100 80GB HBM3 x8"
+_spec = importlib.util.spec_from_file_location(
+    "qualify_standin", os.path.join(STANDINS, "standin.py")
+)
+standin = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(standin)
 
 
 @pytest.fixture(scope="module")
@@ -57,20 +63,46 @@ def quick_loopback_settle(monkeypatch):
     monkeypatch.setattr(tools, "run_pair", run_pair)
 
 
+REPLAYS = ""  # rendered_replays' directory
+
+
+@pytest.fixture(scope="module", autouse=True)
+def rendered_replays(tmp_path_factory):
+    """The directory of replays the stand-ins print with cat (standin.prepare): standin_env names
+    it, and qualify() renders there, in this process, what the level's tools will print."""
+    global REPLAYS
+    REPLAYS = str(tmp_path_factory.mktemp("replays"))
+    yield
+    REPLAYS = ""
+
+
 def standin_env(**extra: str) -> dict:
     env = {k: v for k, v in os.environ.items() if not k.startswith("QUALIFY_STANDIN_")}
     env["PATH"] = STANDINS + os.pathsep + "/usr/bin:/bin"
+    env["QUALIFY_STANDIN_CACHE"] = REPLAYS
     env.update({"QUALIFY_STANDIN_" + k.upper(): v for k, v in extra.items()})
     return env
 
 
+def render_replays(env, level, ib_ports, gpus=8) -> None:
+    """What each tool of `level` prints under env, rendered into env's replay directory; a tool
+    whose replay is not there (other arguments, a log, a hang) runs standin.py instead."""
+    for test in levels.tests_for(level, gpus, flow.parse_ports(ib_ports)):
+        for argv in (test.argv, test.server_argv):
+            if argv:
+                standin.prepare(argv[0], argv[1:], env)
+
+
 def qualify(node, level="standard", env=None, settings=None, records_dir=None, **kw):
+    env = env if env is not None else standin_env()
+    settings = dict(SETTINGS, **(settings or {}))
+    render_replays(env, level, settings["ib_ports"])
     return flow.run_level(
-        dict(SETTINGS, **(settings or {})),
+        settings,
         level,
         "n1",
         Host(str(node.root)),
-        env=env if env is not None else standin_env(),
+        env=env,
         records_dir=records_dir,
         **kw,
     )
