@@ -304,29 +304,34 @@ def test_records_and_the_fleet_median(node, tmp_path):
 
 
 def test_the_command_prints_writes_and_exits_by_verdict(node, tmp_path):
+    """The first run is a `python -m slurm_hooks` child (the verb's one in this tier); the others
+    run in this process (tests/inprocess_cli.py)."""
+    from tests.inprocess_cli import cli_in_process
+
     config = tmp_path / "config.toml"
     config.write_text(
         '[general]\nroot = "%s"\n[records]\ndir = "%s"\n[qualify]\nib_ports = ["mlx5_0:1"]\n'
         % (node.root, tmp_path / "records")
     )
     config.chmod(0o600)
-    argv = [sys.executable, "-m", "slurm_hooks", "--config", str(config), "qualify"]
+    args = ["--config", str(config), "qualify"]
+    render_replays(standin_env(), "quick", ["mlx5_0:1"])
     ok = subprocess.run(
-        argv + ["--level", "quick"], env=standin_env(), capture_output=True, text=True
+        [sys.executable, "-m", "slurm_hooks"] + args + ["--level", "quick"],
+        env=standin_env(),
+        capture_output=True,
+        text=True,
     )
     assert ok.returncode == ExitCode.OK, ok.stderr
     assert "verdict: PASS: 3 tests passed" in ok.stdout and "record: " in ok.stdout
-    bad = subprocess.run(
-        argv + ["--json"], env=standin_env(fault="ib_half"), capture_output=True, text=True
-    )
+    render_replays(standin_env(fault="ib_half"), "standard", ["mlx5_0:1"])
+    bad = cli_in_process(args + ["--json"], env=standin_env(fault="ib_half"))
     assert bad.returncode == ExitCode.FAIL
     doc = json.loads(bad.stdout)
     assert doc["verdict"] == "fail" and doc["record"].endswith(".qualify")
-    missing = subprocess.run(
-        argv, env=dict(standin_env(), PATH="/usr/bin:/bin"), capture_output=True, text=True
-    )
+    missing = cli_in_process(args, env=dict(standin_env(), PATH="/usr/bin:/bin"))
     assert missing.returncode == ExitCode.UNKNOWN and "not qualified" in missing.stdout.lower()
-    shown = subprocess.run(argv + ["--list"], env=standin_env(), capture_output=True, text=True)
+    shown = cli_in_process(args + ["--list"], env=standin_env())
     assert shown.returncode == ExitCode.OK
     (line,) = shown.stdout.splitlines()  # the latest of the node's three records
     assert line.startswith("dgx-h100-01") and " standard " in line and " not qualified " in line
