@@ -27,6 +27,7 @@ HEALTH_ENV = {"SLURMD_NODENAME": "node1"}
 @pytest.fixture
 def rig(tmp_path):
     """verdict file -> what the one check says: node (FAIL, node-broken), ok, unknown, hang, crash."""
+    inherited_by_the_hooks_children()
     verdict = tmp_path / "verdict"
     verdict.write_text("ok")
     reg = Registry()
@@ -107,6 +108,18 @@ def rig(tmp_path):
             return [line for line in text.splitlines() if line.startswith(name + " ")]
 
     return Rig()
+
+
+def inherited_by_the_hooks_children() -> None:
+    """Import here what each run_hook's forked children import (the checks' child hw.nvml and
+    ctypes, the steps' child prometheus_client for the metrics file): a child that finds them in
+    sys.modules, inherited from this process, does the same work without importing them again,
+    ~20 ms of CPU in every hook run (a hook is a fresh process, so it imports them once anyway).
+    The imports themselves are the prolog start-up tests' business (test_startup_imports)."""
+    import prometheus_client  # noqa: F401
+    import prometheus_client.core  # noqa: F401
+
+    from slurm_hooks.hw import nvml  # noqa: F401
 
 
 DAY = 86400.0

@@ -1,30 +1,25 @@
 """`--json` on the verbs an admin scripts: `list`, `config check`, `capture` (and `check`, `status`,
-`explain`, `drain`, `resume`, tested beside their human output). Each document names its schema."""
+`explain`, `drain`, `resume`, tested beside their human output). Each document names its schema.
+
+They run in this process (tests/inprocess_cli.py); each verb's subprocess test is elsewhere:
+`list` test_plugins, `config check` test_cli_messages and test_cli_baseline, `capture`
+test_capture's fixture."""
 
 from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 
-from tests.helpers import REPO
 from tests.inprocess_cli import cli_in_process
-
-CLI = [sys.executable, "-m", "slurm_hooks"]
 
 
 def _run(args, env=None):
     env = dict(env or os.environ, SLURM_HOOKS_ALLOW_INSECURE_CONFIG="1")
-    return subprocess.run(
-        CLI + args, capture_output=True, text=True, cwd=REPO, env=env, timeout=120
-    )
+    return cli_in_process(args, env=env)
 
 
 def test_list_json_names_every_check_with_its_parameters():
-    human = cli_in_process(
-        ["list"], env=dict(os.environ, SLURM_HOOKS_ALLOW_INSECURE_CONFIG="1")
-    ).stdout.splitlines()  # tests/inprocess_cli.py
+    human = _run(["list"]).stdout.splitlines()
     proc = _run(["list", "--json"])
     doc = json.loads(proc.stdout)
     assert proc.returncode == 0 and doc["schema"] == "slurm-hooks.list/1"
@@ -48,10 +43,7 @@ def test_config_check_json_valid_and_invalid(tmp_path):
     assert count["enabled"] is True and count["params"]["expected"] == 8
     bad = tmp_path / "bad.toml"
     bad.write_text('[checks."gpu.count"]\nexpectd = 8\n')
-    proc = cli_in_process(
-        ["--config", str(bad), "config", "check", "--json"],
-        env=dict(os.environ, SLURM_HOOKS_ALLOW_INSECURE_CONFIG="1"),
-    )
+    proc = _run(["--config", str(bad), "config", "check", "--json"])
     doc = json.loads(proc.stdout)
     assert proc.returncode == 3 and doc["valid"] is False
     assert "expectd" in doc["error"] and str(bad) in doc["error"]

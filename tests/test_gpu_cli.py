@@ -132,10 +132,12 @@ def test_check_json_on_a_faulty_node(fake_node):
 
 
 def test_full_check_on_the_example_node_stays_fast(fake_node):
-    """Wall time of `slurm-hooks check` (every check, 8 GPUs) including interpreter start: median of 5."""
+    """Wall time of `slurm-hooks check` (every check, 8 GPUs) including interpreter start: the median
+    of 5 runs under 3 s. Runs stop once the median is known: 3 under 3 s (or 3 over) decide it,
+    whatever the other runs would take, so a passing run usually needs 3, not 5."""
     node = fake_node("dgx-h100")
     times = []
-    for _ in range(5):
+    while sum(t < 3.0 for t in times) < 3 and sum(t >= 3.0 for t in times) < 3:
         started = time.monotonic()
         proc = subprocess.run(
             CLI + ["check", "--root", str(node.root), "--live", "nvml"],
@@ -147,4 +149,5 @@ def test_full_check_on_the_example_node_stays_fast(fake_node):
         )
         times.append(time.monotonic() - started)
         assert proc.returncode == 0, proc.stdout
-    assert sorted(times)[2] < 3.0, times  # generous for loaded CI machines; typically ~0.3 s
+    # 3 s: generous for loaded CI machines; typically ~0.3 s
+    assert sum(t < 3.0 for t in times) >= 3, times

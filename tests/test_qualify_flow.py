@@ -5,6 +5,7 @@ test_detection_table's parameters."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -30,6 +31,11 @@ SETTINGS = {
     "fleet_min_peers": 3,
 }
 H100 = "NVIDIA H100 80GB HBM3 x8"
+_spec = importlib.util.spec_from_file_location(
+    "qualify_standin", os.path.join(STANDINS, "standin.py")
+)
+standin = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(standin)
 
 
 @pytest.fixture(scope="module")
@@ -57,20 +63,46 @@ def quick_loopback_settle(monkeypatch):
     monkeypatch.setattr(tools, "run_pair", run_pair)
 
 
+REPLAYS = ""  # rendered_replays' directory
+
+
+@pytest.fixture(scope="module", autouse=True)
+def rendered_replays(tmp_path_factory):
+    """The directory of replays the stand-ins print with cat (standin.prepare): standin_env names
+    it, and qualify() renders there, in this process, what the level's tools will print."""
+    global REPLAYS
+    REPLAYS = str(tmp_path_factory.mktemp("replays"))
+    yield
+    REPLAYS = ""
+
+
 def standin_env(**extra: str) -> dict:
     env = {k: v for k, v in os.environ.items() if not k.startswith("QUALIFY_STANDIN_")}
     env["PATH"] = STANDINS + os.pathsep + "/usr/bin:/bin"
+    env["QUALIFY_STANDIN_CACHE"] = REPLAYS
     env.update({"QUALIFY_STANDIN_" + k.upper(): v for k, v in extra.items()})
     return env
 
 
+def render_replays(env, level, ib_ports, gpus=8) -> None:
+    """What each tool of `level` prints under env, rendered into env's replay directory; a tool
+    whose replay is not there (other arguments, a log, a hang) runs standin.py instead."""
+    for test in levels.tests_for(level, gpus, flow.parse_ports(ib_ports)):
+        for argv in (test.argv, test.server_argv):
+            if argv:
+                standin.prepare(argv[0], argv[1:], env)
+
+
 def qualify(node, level="standard", env=None, settings=None, records_dir=None, **kw):
+    env = env if env is not None else standin_env()
+    settings = dict(SETTINGS, **(settings or {}))
+    render_replays(env, level, settings["ib_ports"])
     return flow.run_level(
-        dict(SETTINGS, **(settings or {})),
+        settings,
         level,
         "n1",
         Host(str(node.root)),
-        env=env if env is not None else standin_env(),
+        env=env,
         records_dir=records_dir,
         **kw,
     )
@@ -224,6 +256,14 @@ def test_a_hung_tool_and_its_children_are_killed(tmp_path):
         os.kill(pid, 0)
 
 
+def test_a_tool_that_closes_its_output_before_it_exits_is_not_killed():
+    """cat (coreutils' close_stdout) and other tools close stdout before they exit: the end of the
+    output is not the end of the tool, whose exit status is its own, not the SIGKILL meant for
+    what it left behind."""
+    run = tools.run(["sh", "-c", "echo done; exec >&- 2>&-; sleep 0.1; exit 3"], 10.0)
+    assert run.rc == 3 and not run.timed_out and run.output == "done\n", run
+
+
 def test_output_is_bounded():
     run = tools.run([sys.executable, "-c", "print('x' * 10_000_000)"], 20.0, max_bytes=1000)
     assert run.truncated and run.rc == 0
@@ -264,29 +304,34 @@ def test_records_and_the_fleet_median(node, tmp_path):
 
 
 def test_the_command_prints_writes_and_exits_by_verdict(node, tmp_path):
+    """The first run is a `python -m slurm_hooks` child (the verb's one in this tier); the others
+    run in this process (tests/inprocess_cli.py)."""
+    from tests.inprocess_cli import cli_in_process
+
     config = tmp_path / "config.toml"
     config.write_text(
         '[general]\nroot = "%s"\n[records]\ndir = "%s"\n[qualify]\nib_ports = ["mlx5_0:1"]\n'
         % (node.root, tmp_path / "records")
     )
     config.chmod(0o600)
-    argv = [sys.executable, "-m", "slurm_hooks", "--config", str(config), "qualify"]
+    args = ["--config", str(config), "qualify"]
+    render_replays(standin_env(), "quick", ["mlx5_0:1"])
     ok = subprocess.run(
-        argv + ["--level", "quick"], env=standin_env(), capture_output=True, text=True
+        [sys.executable, "-m", "slurm_hooks"] + args + ["--level", "quick"],
+        env=standin_env(),
+        capture_output=True,
+        text=True,
     )
     assert ok.returncode == ExitCode.OK, ok.stderr
     assert "verdict: PASS: 3 tests passed" in ok.stdout and "record: " in ok.stdout
-    bad = subprocess.run(
-        argv + ["--json"], env=standin_env(fault="ib_half"), capture_output=True, text=True
-    )
+    render_replays(standin_env(fault="ib_half"), "standard", ["mlx5_0:1"])
+    bad = cli_in_process(args + ["--json"], env=standin_env(fault="ib_half"))
     assert bad.returncode == ExitCode.FAIL
     doc = json.loads(bad.stdout)
     assert doc["verdict"] == "fail" and doc["record"].endswith(".qualify")
-    missing = subprocess.run(
-        argv, env=dict(standin_env(), PATH="/usr/bin:/bin"), capture_output=True, text=True
-    )
+    missing = cli_in_process(args, env=dict(standin_env(), PATH="/usr/bin:/bin"))
     assert missing.returncode == ExitCode.UNKNOWN and "not qualified" in missing.stdout.lower()
-    shown = subprocess.run(argv + ["--list"], env=standin_env(), capture_output=True, text=True)
+    shown = cli_in_process(args + ["--list"], env=standin_env())
     assert shown.returncode == ExitCode.OK
     (line,) = shown.stdout.splitlines()  # the latest of the node's three records
     assert line.startswith("dgx-h100-01") and " standard " in line and " not qualified " in line

@@ -3,7 +3,8 @@ one shared records directory; one of them has a GPU in HW slowdown and an Infini
 `slurm-hooks report --stragglers` over that directory names that node and those figures, and no other.
 
 The nodes are tests/prolog_rig.py's harness (as in test_perf.py: a fake GPU node, the installed hook scripts
-pointed at this checkout, a fake scontrol), each with its own SLURMD_NODENAME.
+pointed at this checkout, a fake scontrol), each with its own SLURMD_NODENAME. The report runs in this
+process (tests/inprocess_cli.py; the verb's subprocess test is test_report's).
 """
 
 from __future__ import annotations
@@ -11,12 +12,11 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 import time
 
 import pytest
 
-from tests.helpers import REPO
+from tests.inprocess_cli import cli_in_process
 from tests.prolog_rig import Prolog
 from tests.straggler_records import write_key
 
@@ -108,19 +108,8 @@ def test_the_report_names_the_skewed_node_and_its_figures(fleet_nodes, tmp_path)
         '[fleet]\nk = 1\nm = 1\nmin_job_seconds = 1.0\n[records]\nkey_file = "%s"\n'
         % (tmp_path / "admin-state", tmp_path / "records.key")
     )
-    env = dict(
-        os.environ,
-        SLURM_HOOKS_CONFIG=str(config),
-        SLURM_HOOKS_ALLOW_INSECURE_CONFIG="1",
-        PYTHONPATH=REPO,
-    )
-    done = subprocess.run(
-        [sys.executable, "-m", "slurm_hooks", "report", "--stragglers", "--json", str(shared)],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    env = dict(os.environ, SLURM_HOOKS_CONFIG=str(config), SLURM_HOOKS_ALLOW_INSECURE_CONFIG="1")
+    done = cli_in_process(["report", "--stragglers", "--json", str(shared)], env=env)
     assert done.returncode == 1, done.stderr  # ExitCode.FOUND: suspects
     data = json.loads(done.stdout)
     assert (data["records"], data["jobs_scored"], data["node_jobs"]) == (5, 1, 5), data
@@ -137,12 +126,6 @@ def test_the_report_names_the_skewed_node_and_its_figures(fleet_nodes, tmp_path)
         and evidence["value"] > 0.03
     )  # 0.3 s of a few seconds
 
-    table = subprocess.run(
-        [sys.executable, "-m", "slurm_hooks", "report", "--stragglers", str(shared)],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    table = cli_in_process(["report", "--stragglers", str(shared)], env=env)
     rows = [line.split() for line in table.stdout.splitlines()[2:]]
     assert rows and all(row[0] == SLOW for row in rows), table.stdout

@@ -161,6 +161,13 @@ def run(
         _kill_group(proc)
         proc.wait()
         raise
+    if not timed_out:  # the output ended, the tool may not have yet: it can close stdout first
+        try:  # (cat does), and the group's SIGKILL would then be taken for its own end
+            proc.wait(
+                timeout=max(0.0, min(AFTER_TOOL_GRACE_S, start + timeout_s - time.monotonic()))
+            )
+        except subprocess.TimeoutExpired:
+            pass
     _kill_group(proc)  # a child left behind by the tool (or the whole tool, at the timeout)
     try:
         rc: Optional[int] = proc.wait(timeout=5)

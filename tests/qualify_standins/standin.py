@@ -12,6 +12,11 @@ Put this directory first on PATH. Environment:
   QUALIFY_STANDIN_LOG      a file each stand-in appends its argv to
   QUALIFY_STANDIN_DELAY_S  seconds each stand-in takes before its output (the real tools take
                            minutes: a run long enough for something to happen during it)
+  QUALIFY_STANDIN_CACHE    a directory of replays already rendered (prepare() writes them, in the
+                           test's own process): the stand-in, a /bin/sh script, prints the one for
+                           its arguments and environment (cache_path) with cat, and runs this
+                           program only where there is none (a Python start costs ~20 ms of CPU
+                           each, and a qualification runs four or five tools)
 dcgmi replays only the categories its -r level runs (Deployment 1, Hardware and Integration 2,
 Stress 3), as DCGM does.
 """
@@ -43,9 +48,9 @@ def read(name: str) -> str:
         return handle.read()
 
 
-def faults() -> dict:
+def faults(env) -> dict:
     out = {}
-    for item in filter(None, os.environ.get("QUALIFY_STANDIN_FAULT", "").split(",")):
+    for item in filter(None, env.get("QUALIFY_STANDIN_FAULT", "").split(",")):
         key, _, value = item.partition("=")
         out[key.strip()] = value.strip()
     return out
@@ -72,11 +77,11 @@ def misbehave(mode: str) -> int:
     return -1
 
 
-def dcgmi(argv, fault) -> str:
+def dcgmi(argv, fault, env) -> str:
     level = int(argv[argv.index("-r") + 1]) if "-r" in argv else 1
     if "-j" not in argv:
         return read(DEFAULTS["dcgmi-text"])
-    name = os.environ.get("QUALIFY_STANDIN_DCGMI") or DEFAULTS["dcgmi"]
+    name = env.get("QUALIFY_STANDIN_DCGMI") or DEFAULTS["dcgmi"]
     if "dcgm_fail" in fault:
         name = "dcgm-3.x-json-per-gpu.json"
     if "dcgm_fail_memory" in fault:
@@ -115,9 +120,9 @@ def scale_matrix(text: str, testcase: str, gpu: int, factor: float, both: bool) 
     return "\n".join(out) + "\n"
 
 
-def nvbandwidth(argv, fault) -> str:
+def nvbandwidth(argv, fault, env) -> str:
     wanted = argv[argv.index("-t") + 1 :] if "-t" in argv else None
-    base = read(os.environ.get("QUALIFY_STANDIN_NVBANDWIDTH") or DEFAULTS["nvbandwidth"])
+    base = read(env.get("QUALIFY_STANDIN_NVBANDWIDTH") or DEFAULTS["nvbandwidth"])
     d2d = read(DEFAULTS["nvbandwidth-d2d"])
     # the d2d capture lacks its "Running" line (the reporter cut it): give it one
     d2d_block = "Running device_to_device_memcpy_read_ce.\n" + d2d[d2d.index("memcpy CE GPU") :]
@@ -135,8 +140,8 @@ def nvbandwidth(argv, fault) -> str:
     return text
 
 
-def all_reduce_perf(argv, fault) -> str:
-    text = read(os.environ.get("QUALIFY_STANDIN_ALL_REDUCE_PERF") or DEFAULTS["all_reduce_perf"])
+def all_reduce_perf(argv, fault, env) -> str:
+    text = read(env.get("QUALIFY_STANDIN_ALL_REDUCE_PERF") or DEFAULTS["all_reduce_perf"])
     out = []
     for line in text.splitlines():
         tokens = line.split()
@@ -155,11 +160,10 @@ def all_reduce_perf(argv, fault) -> str:
     return "\n".join(out) + "\n"
 
 
-def ib_write_bw(argv, fault) -> str:
-    if "localhost" not in argv:  # the server side of the loopback pair
-        time.sleep(0.2)
+def ib_write_bw(argv, fault, env) -> str:
+    if "localhost" not in argv:  # the server side of the loopback pair (it waits: wait_s)
         return "\n************************************\n* Waiting for client to connect... *\n************************************\n"
-    text = read(os.environ.get("QUALIFY_STANDIN_IB_WRITE_BW") or DEFAULTS["ib_write_bw"])
+    text = read(env.get("QUALIFY_STANDIN_IB_WRITE_BW") or DEFAULTS["ib_write_bw"])
     if "ib_half" not in fault:
         return text
     out = []
@@ -177,23 +181,74 @@ def ib_write_bw(argv, fault) -> str:
     return "\n".join(out) + "\n"
 
 
+RENDER = {
+    "dcgmi": dcgmi,
+    "nvbandwidth": nvbandwidth,
+    "all_reduce_perf": all_reduce_perf,
+    "ib_write_bw": ib_write_bw,
+}
+MODES = ("hang", "crash", "garbage", "exit3")
+
+
+def wait_s(tool: str, argv) -> float:
+    """How long `tool argv` waits before its output: the server side of the ib_write_bw pair
+    waits for its client (the ib_write_bw script waits the same before a rendered replay)."""
+    return 0.2 if tool == "ib_write_bw" and "localhost" not in argv else 0.0
+
+
+def render(tool: str, argv, env) -> str:
+    """What `tool argv` prints under env (its capture, with env's planted faults)."""
+    return RENDER[tool](list(argv), faults(env), env)
+
+
+def cache_path(cache: str, tool: str, argv, env):
+    """Where the stand-in script looks for the replay of `tool argv` under env:
+    CACHE/TOOL/f=FAULT/r=REPLAY/a ARG1 ARG2 ..., or None where a part holds a '/' (or an argument
+    a ' ') and so no name can stand for it alone, or the name is too long (the script runs
+    standin.py then)."""
+    fault = env.get("QUALIFY_STANDIN_FAULT", "")
+    replay = env.get("QUALIFY_STANDIN_" + tool.upper(), "")
+    name = " ".join(["a"] + list(argv))
+    parts = ["f=" + fault, "r=" + replay, name]
+    if any("/" in p or len(p) > 200 for p in parts) or any(" " in a for a in argv):
+        return None
+    return os.path.join(cache, tool, *parts)
+
+
+def prepare(tool: str, argv, env) -> None:
+    """Render the replay of `tool argv` under env into env's QUALIFY_STANDIN_CACHE, where the
+    stand-in script finds it; nothing for a hang, crash, garbage or exit3 (standin.py does those),
+    a log or a delay."""
+    cache = env.get("QUALIFY_STANDIN_CACHE")
+    path = cache and cache_path(cache, tool, argv, env)
+    if not path or os.path.exists(path):
+        return
+    if env.get("QUALIFY_STANDIN_" + tool.upper()) in MODES or env.get("QUALIFY_STANDIN_LOG"):
+        return
+    if env.get("QUALIFY_STANDIN_DELAY_S"):
+        return
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path + ".part", "w", encoding="utf-8") as handle:
+        handle.write(render(tool, argv, env))
+    os.replace(path + ".part", path)
+
+
 def main(tool: str, argv) -> int:
-    log = os.environ.get("QUALIFY_STANDIN_LOG")
+    env = os.environ
+    log = env.get("QUALIFY_STANDIN_LOG")
     if log:
         with open(log, "a", encoding="utf-8") as handle:
             handle.write(json.dumps([tool] + list(argv)) + "\n")
-    time.sleep(float(os.environ.get("QUALIFY_STANDIN_DELAY_S") or 0))
-    mode = os.environ.get("QUALIFY_STANDIN_" + tool.upper(), "")
+    time.sleep(float(env.get("QUALIFY_STANDIN_DELAY_S") or 0))
+    mode = env.get("QUALIFY_STANDIN_" + tool.upper(), "")
     code = misbehave(mode)
     if code >= 0:
         return code
-    fault = faults()
-    sys.stdout.write(
-        {
-            "dcgmi": dcgmi,
-            "nvbandwidth": nvbandwidth,
-            "all_reduce_perf": all_reduce_perf,
-            "ib_write_bw": ib_write_bw,
-        }[tool](argv, fault)
-    )
+    text = render(tool, argv, env)
+    time.sleep(wait_s(tool, argv))
+    sys.stdout.write(text)
     return 0
+
+
+if __name__ == "__main__":  # the stand-in scripts: standin.py TOOL ARGS
+    sys.exit(main(sys.argv[1], sys.argv[2:]))
