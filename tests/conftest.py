@@ -246,3 +246,14 @@ def _in_process_cli_never_ends_the_run(monkeypatch):
     from tests.inprocess_cli import _finish_without_exit
 
     monkeypatch.setattr(check_verbs, "finish", _finish_without_exit(set(threading.enumerate())))
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _what_the_hooks_children_import():
+    """Each in-process run_hook forks children that import hw.nvml (with ctypes) and, for the
+    metrics step, prometheus_client: imported once here, every fork inherits them instead
+    (tests/flow_rig.py, inherited_by_the_hooks_children; ~20 ms of CPU per hook run). A fresh
+    interpreter's imports are test_startup_imports' business, never this process's."""
+    from tests.flow_rig import inherited_by_the_hooks_children
+
+    inherited_by_the_hooks_children()
