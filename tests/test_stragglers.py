@@ -10,7 +10,7 @@ import random
 import statistics
 
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import settings as hyp_settings
 from hypothesis import strategies as st
 
@@ -259,17 +259,19 @@ def reference_suspects(marks, size, k, boots=None, streak=1):
 FIGURES = [m.name for m in stragglers.METRICS]
 
 
+# a few masks, as on a fleet: all figures, CPU only, GPU without power
+_WINDOW_MASKS = [
+    stragglers.ALL_METRICS,
+    stragglers.METRIC_BIT["foreign_cpu_frac"],
+    stragglers.ALL_METRICS & ~stragglers.METRIC_BIT[POWER],
+    stragglers.METRIC_BIT[HW] | stragglers.METRIC_BIT[WAIT],
+]
+
+
 @given(
     jobs=st.lists(
         st.tuples(
-            st.sampled_from(  # a few masks, as on a fleet: all figures, CPU only, GPU without power
-                [
-                    stragglers.ALL_METRICS,
-                    stragglers.METRIC_BIT["foreign_cpu_frac"],
-                    stragglers.ALL_METRICS & ~stragglers.METRIC_BIT[POWER],
-                    stragglers.METRIC_BIT[HW] | stragglers.METRIC_BIT[WAIT],
-                ]
-            ),
+            st.sampled_from(_WINDOW_MASKS),
             st.lists(st.sampled_from([HW, WAIT, POWER, "foreign_cpu_frac"]), max_size=2),
             st.sampled_from([None, "boot-a", "boot-a", "boot-a", "boot-b", "boot-c"]),
         ),
@@ -279,6 +281,20 @@ FIGURES = [m.name for m in stragglers.METRICS]
     k=st.integers(1, 4),
     prune=st.sampled_from([1, 2, 5, stragglers.PRUNE_RUNS]),
     streak=st.integers(1, 3),
+)
+@example(  # generated lists stay short (~4 jobs): here the pruning at the real PRUNE_RUNS runs
+    jobs=[
+        (
+            _WINDOW_MASKS[i % len(_WINDOW_MASKS)],
+            [HW] if i % 3 == 0 else [WAIT] if i % 5 == 0 else [],
+            "boot-a" if i < 120 else "boot-b",
+        )
+        for i in range(200)
+    ],
+    size=10,
+    k=3,
+    prune=stragglers.PRUNE_RUNS,
+    streak=2,
 )
 @hyp_settings(max_examples=400, deadline=None)
 def test_the_windows_match_their_definition(jobs, size, k, prune, streak):
