@@ -13,9 +13,12 @@ from __future__ import annotations
 import os
 import stat
 import time
-from typing import Optional, Tuple
 
 from ..core.locks import flock_within
+
+TYPE_CHECKING = False  # not typing's: a draining hook need not import it either
+if TYPE_CHECKING:
+    from typing import Optional, Tuple
 
 LOCK_DIR = "/run/slurm-hooks"
 LOCK_DIR_ENV = "SLURM_HOOKS_LOCK_DIR"
