@@ -696,3 +696,108 @@ def test_a_long_summary_never_crashes_the_drain():
     assert enacted.outcome is Outcome.DRAINED
     manual = drainer.drain_manual(SlurmClient(cluster()), "node1", "z" * 900, s)
     assert manual.outcome is Outcome.DRAINED
+
+
+@pytest.fixture
+def lock_state(tmp_path, monkeypatch):
+    """A state directory of root's alone, the lock kept there ($SLURM_HOOKS_LOCK_DIR off)."""
+
+    monkeypatch.setenv(nodelock.LOCK_DIR_ENV, "off")
+    path = tmp_path / "state"
+    path.mkdir(mode=0o700)
+    return str(path)
+
+
+def test_a_lock_file_its_holder_removes_as_it_is_opened_is_looked_for_again(
+    lock_state, monkeypatch
+):
+    """The holder's __exit__ removes the file between the opener's open and fstat (no link left):
+    the waiter looks again and takes a new file. It gave up at once and drained unlocked, while a
+    third hook could hold the new file (red team, stop 35: 2-8 early give-ups in 720 rounds)."""
+    import os
+
+    marker = os.path.join(lock_state, "unlink-once")
+    open(marker, "w").close()
+    real_open = os.open
+
+    def open_then_the_holder_removes_it(path, flags, mode=0o777, **kwargs):
+        fd = real_open(path, flags, mode, **kwargs)
+        if str(path).endswith(".lock") and os.path.exists(marker):
+            os.unlink(marker)
+            os.unlink(path)  # the holder releasing at this very moment
+        return fd
+
+    monkeypatch.setattr(nodelock.os, "open", open_then_the_holder_removes_it)
+    with nodelock.NodeLock(lock_state, "node1", 2.0) as lock:
+        assert lock.acquired, lock.error
+    assert not os.path.exists(marker)  # the removal did happen under the opener
+
+
+def test_a_lock_directory_whose_name_is_not_utf8_still_locks(tmp_path, monkeypatch):
+    """$SLURM_HOOKS_LOCK_DIR is bytes in slurmd's environment: the opener's path comes back as the
+    file system has it, not with '?' for each byte that is not UTF-8 (then the lock waited out its
+    bound and left its file behind; red team, stop 35)."""
+    import os
+
+    weird = os.path.join(os.fsencode(str(tmp_path)), b"locks-\xe9")
+    monkeypatch.setitem(os.environb, os.fsencode(nodelock.LOCK_DIR_ENV), weird)
+    state = tmp_path / "state"
+    state.mkdir(mode=0o700)
+    with nodelock.NodeLock(str(state), "node1", 0.5) as lock:
+        assert lock.acquired and os.fsencode(lock.path).startswith(weird + b"/"), lock.error
+    assert os.listdir(weird) == []  # removed by its holder
+
+
+def test_no_descriptor_left_for_the_opener_goes_on_unlocked_not_raising(lock_state, monkeypatch):
+    """socketpair refused (EMFILE): the hook goes on without the lock, saying why, as when the fork
+    is refused; it raised out of __enter__ and the draining hook failed open (red team, stop 35)."""
+    import errno
+    import socket
+
+    def no_descriptors(*_args, **_kwargs):
+        raise OSError(errno.EMFILE, "Too many open files")
+
+    monkeypatch.setattr(socket, "socketpair", no_descriptors)
+    with nodelock.NodeLock(lock_state, "node1", 0.3) as lock:
+        assert not lock.acquired and "Too many open files" in lock.error
+
+
+def test_a_lock_directory_on_a_network_file_system_is_passed_over(lock_state, monkeypatch):
+    """The lock is held while the hook talks to Slurm; on NFS a server that stops answering then
+    would hang its flock, unlink or close, which nothing can bound (the descriptor is the hook's).
+    A directory on a network file system is passed over: no lock, said why (red team, stop 35)."""
+    monkeypatch.setattr(nodelock, "mount_type", lambda path, mountinfo=None: "nfs4")
+    with nodelock.NodeLock(lock_state, "node1", 0.3) as lock:
+        assert not lock.acquired and "on a nfs4 file system" in lock.error
+
+
+# proc(5)'s example line, then lines of the same shape as the kernel writes them for the kinds of
+# mount a node has: the root, tmpfs /run, an NFS home, a Lustre scratch, an sshfs (FUSE) mount,
+# a mount point with a space (written \040)
+MOUNTINFO = """\
+36 35 98:0 /mnt1 /mnt/parent rw,noatime master:1 - ext3 /dev/root rw,errors=continue
+1 0 8:2 / / rw,relatime shared:1 - xfs /dev/sda2 rw,attr2,inode64
+25 1 0:23 / /run rw,nosuid,nodev shared:5 - tmpfs tmpfs rw,size=26G,mode=755
+112 1 0:45 / /home rw,relatime shared:60 - nfs4 fs1:/export/home rw,vers=4.2,hard,proto=tcp
+113 1 0:46 / /scratch rw,relatime shared:61 - lustre 10.0.0.1@o2ib:/scratch rw,flock
+114 1 0:47 / /var/lib/slurm-hooks rw,relatime - fuse.sshfs admin@fs2:/hooks rw,user_id=0
+115 1 8:3 / /data\\040disk rw,relatime - ext4 /dev/sda3 rw
+"""
+
+
+@pytest.mark.parametrize(
+    "path, kind, network",
+    [
+        ("/run/slurm-hooks", "tmpfs", False),
+        ("/var/lib/slurm-hooks", "fuse.sshfs", True),
+        ("/var/lib/slurm-hooks-other", "xfs", False),  # a prefix of the name is not the mount
+        ("/home/alice/state", "nfs4", True),
+        ("/scratch", "lustre", True),
+        ("/mnt/parent/x", "ext3", False),
+        ("/data disk/state", "ext4", False),
+        ("/etc", "xfs", False),
+    ],
+)
+def test_the_lock_directorys_file_system_is_read_from_mountinfo(path, kind, network):
+    assert nodelock.mount_type(path, MOUNTINFO) == kind
+    assert nodelock.is_network_fs(kind) is network

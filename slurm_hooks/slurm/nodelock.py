@@ -23,6 +23,30 @@ if TYPE_CHECKING:
 LOCK_DIR = "/run/slurm-hooks"
 LOCK_DIR_ENV = "SLURM_HOOKS_LOCK_DIR"
 _MAX_FD = 1 << 20  # os.closerange's end (one close_range(2) call on Linux)
+REMOVED_RETRIES = 20  # looks for a new lock file while holders keep removing theirs
+# file systems whose server can stop answering (statfs(2) magic names as /proc/self/mountinfo
+# writes them); any "fuse.*" too (sshfs, s3fs, gcsfuse...)
+NETWORK_FS = frozenset(
+    (
+        "nfs",
+        "nfs4",
+        "cifs",
+        "smb3",
+        "smbfs",
+        "ncpfs",
+        "lustre",
+        "gpfs",
+        "ceph",
+        "glusterfs",
+        "beegfs",
+        "9p",
+        "afs",
+        "ocfs2",
+        "gfs2",
+        "fuse",
+        "fuseblk",
+    )
+)
 OPEN_FLOOR_S = 0.1  # the least time one look for the lock file is given (NodeLock._open)
 
 
@@ -73,7 +97,11 @@ class NodeLock:
 
         from ..core.isolation import _reap
 
-        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        try:
+            ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        except OSError as exc:  # no descriptor left (EMFILE): go on without the lock, as below
+            self.error = "cannot start the lock's opener: %s" % exc
+            return False
         try:
             pid = os.fork()
         except OSError as exc:
@@ -92,18 +120,16 @@ class NodeLock:
                 os.closerange(3, keep)
                 os.closerange(keep + 1, _MAX_FD)
                 fd, path, error = self._find_file()
-                socket.send_fds(
-                    theirs,
-                    [("%s\0%s" % (path, error)).encode("utf-8", "replace")],
-                    [fd] if fd >= 0 else [],
-                )
+                # the path as the file system has it (any bytes but NUL), then why, if anything
+                message = os.fsencode(path) + b"\0" + error.encode("utf-8", "replace")
+                socket.send_fds(theirs, [message], [fd] if fd >= 0 else [])
             finally:
                 os._exit(0)
         theirs.close()
         hung = False
         try:
             ours.settimeout(max(seconds, 0.0))
-            message, fds, _flags, _address = socket.recv_fds(ours, 1 << 16, 1)
+            message, fds = _receive(ours)
         except socket.timeout:
             message, fds, hung = b"", [], True
         except OSError:
@@ -119,9 +145,10 @@ class NodeLock:
                 else "the lock's opener (pid %d) ended without an answer" % pid
             )
             return False
-        path, _, error = message.decode("utf-8", "replace").partition("\0")
+        raw_path, _, error = message.partition(b"\0")
+        path = os.fsdecode(raw_path)
         if error:
-            self.error = error
+            self.error = error.decode("utf-8", "replace")
         if not fds:
             return False
         os.set_inheritable(fds[0], False)  # close-on-exec, as opened: no command we start keeps it
@@ -133,7 +160,11 @@ class NodeLock:
         directory others can write (core/dir_trust: $SLURM_HOOKS_LOCK_DIR=/tmp, a 0777 one) is
         passed over: its lock name is predictable, so a local user could hold it first (every drain
         then waits out its bound and goes on unlocked) or unlink it under the holder (two holders
-        at once). A file that is not a regular file of ours with one link is passed over too."""
+        at once). A file that is not a regular file of ours with one link is passed over too, but
+        for one its holder just removed (no link left: the holder is done), looked for again.
+        A directory on a network file system is passed over: the lock is held while the hook
+        talks to Slurm, and a server that stops answering then would hang its flock, unlink or
+        close, which no child can bound (the descriptor is ours)."""
         from ..core.dir_trust import untrusted_because
 
         error = ""
@@ -144,15 +175,26 @@ class NodeLock:
                     error = "%s: not used for the drain lock: %s" % (directory, why)
                     continue
                 os.makedirs(directory, mode=0o700, exist_ok=True)
+                kind = mount_type(os.path.realpath(directory))
+                if is_network_fs(kind):
+                    error = "%s: not used for the drain lock: on a %s file system" % (
+                        directory,
+                        kind,
+                    )
+                    continue
                 path = os.path.join(directory, self.name)
-                fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-                info = os.fstat(fd)
-                if (
-                    not stat.S_ISREG(info.st_mode)
-                    or info.st_uid != os.geteuid()
-                    or info.st_nlink != 1
-                ):
-                    os.close(fd)
+                for _attempt in range(REMOVED_RETRIES):
+                    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+                    info = os.fstat(fd)
+                    ours = stat.S_ISREG(info.st_mode) and info.st_uid == os.geteuid()
+                    if ours and info.st_nlink == 0:  # removed by its holder meanwhile: a new one
+                        os.close(fd)
+                        fd = -1
+                        continue
+                    break
+                if not ours or info.st_nlink != 1:
+                    if fd >= 0:
+                        os.close(fd)
                     error = "%s: not a regular file of uid %d with one link" % (
                         path,
                         os.geteuid(),
@@ -199,3 +241,62 @@ class NodeLock:
                     pass
             os.close(self.fd)  # releases the flock
             self.fd = -1
+
+
+def _receive(sock) -> Tuple[bytes, list]:
+    """One message and the descriptor passed with it, close-on-exec from the moment it exists here
+    (MSG_CMSG_CLOEXEC: socket.recv_fds of Python 3.9-3.11 does not pass its flags on)."""
+    import array
+    import socket
+
+    fds = array.array("i")
+    message, ancillary, _flags, _address = sock.recvmsg(
+        1 << 16, socket.CMSG_SPACE(fds.itemsize), getattr(socket, "MSG_CMSG_CLOEXEC", 0)
+    )
+    for level, kind, data in ancillary:
+        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+            fds.frombytes(data[: len(data) - (len(data) % fds.itemsize)])
+    return message, list(fds)
+
+
+def mount_type(path: str, mountinfo: Optional[str] = None) -> str:
+    """The file system type of the mount holding absolute `path` (longest mount point that is a
+    prefix of it), from /proc/self/mountinfo (proc(5): the mount point is field 5, the type the
+    first field after " - "); "" when unknown. Reading /proc never waits on a file server."""
+    if mountinfo is None:
+        try:
+            with open("/proc/self/mountinfo", encoding="utf-8", errors="surrogateescape") as handle:
+                mountinfo = handle.read()
+        except OSError:
+            return ""
+    best, kind = -1, ""
+    for line in mountinfo.splitlines():
+        fields, sep, rest = line.partition(" - ")
+        parts = fields.split()
+        if not sep or len(parts) < 5 or not rest.split():
+            continue
+        point = _unescape(parts[4])
+        inside = path == point or path.startswith(point.rstrip("/") + "/")
+        if inside and len(point) >= best:  # a later mount over the same point hides the earlier
+            best, kind = len(point), rest.split()[0]
+    return kind
+
+
+def is_network_fs(kind: str) -> bool:
+    return kind in NETWORK_FS or kind.startswith("fuse.")
+
+
+def _unescape(field: str) -> str:
+    """mountinfo's octal escapes (\\040 for a space, \\011, \\012, \\134) back to characters."""
+    if "\\" not in field:
+        return field
+    out, i = [], 0
+    while i < len(field):
+        digits = field[i + 1 : i + 4]
+        if field[i] == "\\" and len(digits) == 3 and all(c in "01234567" for c in digits):
+            out.append(chr(int(digits, 8)))
+            i += 4
+        else:
+            out.append(field[i])
+            i += 1
+    return "".join(out)
