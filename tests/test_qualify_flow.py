@@ -8,6 +8,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -262,6 +263,68 @@ def test_a_tool_that_closes_its_output_before_it_exits_is_not_killed():
     what it left behind."""
     run = tools.run(["sh", "-c", "echo done; exec >&- 2>&-; sleep 0.1; exit 3"], 10.0)
     assert run.rc == 3 and not run.timed_out and run.output == "done\n", run
+
+
+def test_a_tool_that_cannot_be_killed_never_passes(monkeypatch):
+    """A tool that prints a passing result, closes its output and then cannot be killed (stuck in
+    the kernel in a broken GPU's teardown: here the group's SIGKILL is not sent) came back as
+    rc None, not timed out, and the judge let it pass (red team, stop 35). A tool that never
+    ended is reported as not finished, whatever it printed, and fails its test."""
+    from slurm_hooks.qualify import judge
+
+    spawned = []
+    real_popen = tools.subprocess.Popen
+
+    def popen(*args, **kwargs):
+        spawned.append(real_popen(*args, **kwargs))
+        return spawned[-1]
+
+    monkeypatch.setattr(tools.subprocess, "Popen", popen)
+    monkeypatch.setattr(tools, "_kill_group", lambda proc: None)  # the SIGKILL that cannot land
+    monkeypatch.setattr(tools, "REAP_AFTER_KILL_S", 0.2)
+    monkeypatch.setattr(tools, "AFTER_TOOL_GRACE_S", 0.2)
+    argv = ("dcgmi", "diag", "-r", "1", "-j")
+    passing = standin.render("dcgmi", list(argv[1:]), {})
+    script = "cat <<'EOF'\n%sEOF\nexec >&- 2>&-; exec sleep 30" % passing
+    try:
+        run = tools.run(["sh", "-c", script], 10.0)
+        assert run.timed_out and run.rc is None, run
+        outcome = judge.judge(levels.Test("dcgm", "dcgmi", argv, 10.0), run, {}, 1.0)
+        assert outcome.status is Status.FAIL, outcome
+    finally:
+        os.killpg(spawned[0].pid, signal.SIGKILL)
+
+
+def test_an_interruption_while_the_tool_exits_kills_its_group():
+    """qualify turns SIGINT/SIGTERM into an exception. One that lands while run() gives a tool
+    whose output ended time to exit (AFTER_TOOL_GRACE_S) left the tool's group running while
+    the interrupted qualification put the node back (red team, stop 35)."""
+
+    class Interrupted(Exception):
+        pass
+
+    def interrupted(signum, frame):
+        raise Interrupted()
+
+    spawned = []
+    real_popen = tools.subprocess.Popen
+
+    def popen(*args, **kwargs):
+        spawned.append(real_popen(*args, **kwargs))
+        return spawned[-1]
+
+    previous = signal.signal(signal.SIGALRM, interrupted)
+    try:
+        tools.subprocess.Popen = popen
+        signal.setitimer(signal.ITIMER_REAL, 0.3)  # in the grace: the output ends at once
+        with pytest.raises(Interrupted):
+            tools.run(["sh", "-c", "echo result; exec >&- 2>&-; exec sleep 30"], 30.0)
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+        tools.subprocess.Popen = real_popen
+    with pytest.raises(ProcessLookupError):
+        os.killpg(spawned[0].pid, 0)
 
 
 def test_output_is_bounded():

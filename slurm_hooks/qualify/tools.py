@@ -21,6 +21,7 @@ from ..core.structs import Struct
 
 MAX_OUTPUT_BYTES = 4 << 20  # head kept; an nccl-tests run of every size prints ~10 KB
 TAIL_BYTES = 64 << 10  # and the tail, where the summary lines are
+REAP_AFTER_KILL_S = 5.0  # a tool's group not gone this long after SIGKILL is unkillable (D state)
 AFTER_TOOL_GRACE_S = (
     1.0  # after the tool exits, how long a child still holding its stdout may keep it
 )
@@ -157,22 +158,23 @@ def run(
         return ToolRun(argv, True, rc=127, output="%s: %s" % (executable, exc))
     try:
         head, tail, truncated, timed_out = _read(proc, start + timeout_s, max_bytes)
+        if not timed_out:  # the output ended, the tool may not have yet: it can close stdout
+            try:  # first (cat does), and the group's SIGKILL would be taken for its own end
+                proc.wait(
+                    timeout=max(0.0, min(AFTER_TOOL_GRACE_S, start + timeout_s - time.monotonic()))
+                )
+            except subprocess.TimeoutExpired:
+                pass
     except BaseException:  # interrupted (a signal turned into an exception): leave no tool behind
         _kill_group(proc)
         proc.wait()
         raise
-    if not timed_out:  # the output ended, the tool may not have yet: it can close stdout first
-        try:  # (cat does), and the group's SIGKILL would then be taken for its own end
-            proc.wait(
-                timeout=max(0.0, min(AFTER_TOOL_GRACE_S, start + timeout_s - time.monotonic()))
-            )
-        except subprocess.TimeoutExpired:
-            pass
     _kill_group(proc)  # a child left behind by the tool (or the whole tool, at the timeout)
     try:
-        rc: Optional[int] = proc.wait(timeout=5)
-    except subprocess.TimeoutExpired:  # unkillable (D state): leave it, report the timeout
-        rc = None
+        rc: Optional[int] = proc.wait(timeout=REAP_AFTER_KILL_S)
+    except subprocess.TimeoutExpired:  # unkillable (D state): leave it, report the timeout: a
+        rc = None  # tool that never ended is never a pass, whatever it printed before
+        timed_out = True
     data = bytes(head) + ((b"\n[... output cut ...]\n" + bytes(tail)) if truncated else b"")
     return ToolRun(
         argv,
