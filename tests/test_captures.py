@@ -50,9 +50,30 @@ def untimed():
 
 
 def run_all(registry, name, root, log=None):
+    """Every check on the capture's tree. The checks that keep a history (host.ib_links, host.edac...)
+    write it under the tree's state directory: what this run made there is removed again, so the
+    tree, shared by every test of this worker that reads it (unpacked_captures), stays the capture
+    (red team, stop 35: host-ib.json was left in it)."""
+    import shutil
+
     config = validate(registry, captures.corpus_config(CORPUS[name]))
+    state = os.path.join(root, config.settings.paths.state_dir.lstrip("/"))
+    before = set(os.listdir(state)) if os.path.isdir(state) else None
     host = Host(root, log=log)
-    report = run_checks(registry, config, host, "manual", registry.sorted_checks(), deadline=600.0)
+    try:
+        report = run_checks(
+            registry, config, host, "manual", registry.sorted_checks(), deadline=600.0
+        )
+    finally:
+        if before is None:
+            shutil.rmtree(state, ignore_errors=True)
+        else:  # a capture may hold the directory (empty): only what the run added goes
+            for entry in set(os.listdir(state)) - before:
+                path = os.path.join(state, entry)
+                if os.path.isdir(path) and not os.path.islink(path):
+                    shutil.rmtree(path, ignore_errors=True)
+                else:
+                    os.unlink(path)
     if log is not None:
         captures.facts(host)  # what test_stated_facts_match reads: recorded too
     return report
