@@ -766,22 +766,23 @@ def test_a_lock_directory_on_a_network_file_system_is_passed_over(lock_state, mo
     """The lock is held while the hook talks to Slurm; on NFS a server that stops answering then
     would hang its flock, unlink or close, which nothing can bound (the descriptor is the hook's).
     A directory on a network file system is passed over: no lock, said why (red team, stop 35)."""
-    monkeypatch.setattr(nodelock, "mount_type", lambda path, mountinfo=None: "nfs4")
+    monkeypatch.setattr(nodelock, "mount_type", lambda path, mounts=None: "nfs4")
     with nodelock.NodeLock(lock_state, "node1", 0.3) as lock:
         assert not lock.acquired and "on a nfs4 file system" in lock.error
 
 
-# proc(5)'s example line, then lines of the same shape as the kernel writes them for the kinds of
-# mount a node has: the root, tmpfs /run, an NFS home, a Lustre scratch, an sshfs (FUSE) mount,
-# a mount point with a space (written \040)
-MOUNTINFO = """\
-36 35 98:0 /mnt1 /mnt/parent rw,noatime master:1 - ext3 /dev/root rw,errors=continue
-1 0 8:2 / / rw,relatime shared:1 - xfs /dev/sda2 rw,attr2,inode64
-25 1 0:23 / /run rw,nosuid,nodev shared:5 - tmpfs tmpfs rw,size=26G,mode=755
-112 1 0:45 / /home rw,relatime shared:60 - nfs4 fs1:/export/home rw,vers=4.2,hard,proto=tcp
-113 1 0:46 / /scratch rw,relatime shared:61 - lustre 10.0.0.1@o2ib:/scratch rw,flock
-114 1 0:47 / /var/lib/slurm-hooks rw,relatime - fuse.sshfs admin@fs2:/hooks rw,user_id=0
-115 1 8:3 / /data\\040disk rw,relatime - ext4 /dev/sda3 rw
+# /proc/self/mounts as the kernel writes it (proc(5): device, mount point, type, options, 0 0) for
+# the kinds of mount a node has: the root, tmpfs /run, an NFS home, a Lustre scratch, an sshfs
+# (FUSE) state directory, a mount point with a space (written \\040), one mounted over another
+MOUNTS = """\
+/dev/root /mnt/parent ext3 rw,noatime 0 0
+/dev/sda2 / xfs rw,attr2,inode64 0 0
+tmpfs /run tmpfs rw,nosuid,nodev,size=26G,mode=755 0 0
+fs1:/export/home /home nfs4 rw,vers=4.2,hard,proto=tcp 0 0
+10.0.0.1@o2ib:/scratch /scratch lustre rw,flock 0 0
+admin@fs2:/hooks /var/lib/slurm-hooks fuse.sshfs rw,user_id=0 0 0
+/dev/sda3 /data\\040disk ext4 rw 0 0
+/dev/sdb1 /mnt/parent ext4 rw 0 0
 """
 
 
@@ -793,11 +794,11 @@ MOUNTINFO = """\
         ("/var/lib/slurm-hooks-other", "xfs", False),  # a prefix of the name is not the mount
         ("/home/alice/state", "nfs4", True),
         ("/scratch", "lustre", True),
-        ("/mnt/parent/x", "ext3", False),
+        ("/mnt/parent/x", "ext4", False),  # the later mount over the same point
         ("/data disk/state", "ext4", False),
         ("/etc", "xfs", False),
     ],
 )
-def test_the_lock_directorys_file_system_is_read_from_mountinfo(path, kind, network):
-    assert nodelock.mount_type(path, MOUNTINFO) == kind
+def test_the_lock_directorys_file_system_is_read_from_the_mount_table(path, kind, network):
+    assert nodelock.mount_type(path, MOUNTS) == kind
     assert nodelock.is_network_fs(kind) is network

@@ -8,7 +8,7 @@ from slurm_hooks.checks import system
 from slurm_hooks.core.config import validate
 from slurm_hooks.core.runner import run_checks, select_checks
 from slurm_hooks.hw.host import Host
-from slurm_hooks.hw.procfs import LoadAvg, Mount, SwapArea
+from slurm_hooks.hw.procfs import LoadAvg, Mount, SwapArea, holding_mount
 from slurm_hooks.registry import Params
 from slurm_hooks.result import Action, Status
 
@@ -176,9 +176,9 @@ def test_holding_mount_is_longest_prefix():
         Mount("b", "/scratch", "xfs", ("rw",)),
         Mount("c", "/scratch2", "xfs", ("rw",)),
     ]
-    assert system._holding_mount("/scratch/user", mounts).device == "b"
-    assert system._holding_mount("/scratch2", mounts).device == "c"
-    assert system._holding_mount("/tmp", mounts).device == "a"
+    assert holding_mount("/scratch/user", mounts).device == "b"
+    assert holding_mount("/scratch2", mounts).device == "c"
+    assert holding_mount("/tmp", mounts).device == "a"
 
 
 def test_processes_and_kernel(registry):

@@ -17,6 +17,7 @@ from ..hw.procfs import (
     LoadAvg,
     Mount,
     SwapArea,
+    holding_mount,
     parse_cpuinfo_models,
     parse_loadavg,
     parse_meminfo,
@@ -136,7 +137,7 @@ def read_filesystems(ctx) -> Tuple[FsState, ...]:
     live = ctx.host.is_live or "statvfs" in ctx.config.get("general", "root_live_sources")
     states = []
     for path in list(dict.fromkeys(list(params.mounted) + list(params.writable))):
-        mount = _holding_mount(path, mounts)
+        mount = holding_mount(path, mounts)
         is_mountpoint = mount is not None and mount.mountpoint == path
         try:
             st = ctx.host.statvfs(path) if live else ctx.host.captured_statvfs(path)
@@ -150,18 +151,6 @@ def read_filesystems(ctx) -> Tuple[FsState, ...]:
         inodes = 100.0 * st.f_favail / st.f_files if st.f_files else 100.0
         states.append(FsState(path, mount, is_mountpoint, free, inodes))
     return tuple(states)
-
-
-def _holding_mount(path: str, mounts: List[Mount]) -> Optional[Mount]:
-    """The last-mounted entry whose mount point is `path` or its longest parent (what `df PATH` shows)."""
-    best = None
-    for mount in mounts:
-        point = mount.mountpoint.rstrip("/") + "/"
-        if (path.rstrip("/") + "/").startswith(point) and (
-            best is None or len(mount.mountpoint) >= len(best.mountpoint)
-        ):
-            best = mount
-    return best
 
 
 @gatherer("system.processes")

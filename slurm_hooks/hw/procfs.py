@@ -11,7 +11,7 @@ from .host import ParseError
 
 TYPE_CHECKING = False  # not typing's: no prolog process imports typing (test_startup_imports)
 if TYPE_CHECKING:
-    from typing import Dict, List, Tuple
+    from typing import Dict, List, Optional, Tuple
 
 
 def parse_meminfo(text: str, source: str = "/proc/meminfo") -> Dict[str, int]:
@@ -75,6 +75,18 @@ def parse_mounts(text: str, source: str = "/proc/mounts") -> List[Mount]:
             )
         )
     return mounts
+
+
+def holding_mount(path: str, mounts: List[Mount]) -> Optional[Mount]:
+    """The last-mounted entry whose mount point is `path` or its longest parent (what `df PATH` shows)."""
+    best = None
+    for mount in mounts:
+        point = mount.mountpoint.rstrip("/") + "/"
+        if (path.rstrip("/") + "/").startswith(point) and (
+            best is None or len(mount.mountpoint) >= len(best.mountpoint)
+        ):
+            best = mount
+    return best
 
 
 def _unescape(field: str) -> str:

@@ -24,7 +24,7 @@ LOCK_DIR = "/run/slurm-hooks"
 LOCK_DIR_ENV = "SLURM_HOOKS_LOCK_DIR"
 _MAX_FD = 1 << 20  # os.closerange's end (one close_range(2) call on Linux)
 REMOVED_RETRIES = 20  # looks for a new lock file while holders keep removing theirs
-# file systems whose server can stop answering (statfs(2) magic names as /proc/self/mountinfo
+# file systems whose server can stop answering (statfs(2) magic names as /proc/self/mounts
 # writes them); any "fuse.*" too (sshfs, s3fs, gcsfuse...)
 NETWORK_FS = frozenset(
     (
@@ -259,44 +259,24 @@ def _receive(sock) -> Tuple[bytes, list]:
     return message, list(fds)
 
 
-def mount_type(path: str, mountinfo: Optional[str] = None) -> str:
-    """The file system type of the mount holding absolute `path` (longest mount point that is a
-    prefix of it), from /proc/self/mountinfo (proc(5): the mount point is field 5, the type the
-    first field after " - "); "" when unknown. Reading /proc never waits on a file server."""
-    if mountinfo is None:
+def mount_type(path: str, mounts: Optional[str] = None) -> str:
+    """The file system type of the mount holding absolute `path` (hw/procfs.holding_mount, as `df`
+    finds it) in `mounts`, /proc/self/mounts by default; "" when unknown. Reading /proc never
+    waits on a file server."""
+    from ..hw.procfs import ParseError, holding_mount, parse_mounts
+
+    if mounts is None:
         try:
-            with open("/proc/self/mountinfo", encoding="utf-8", errors="surrogateescape") as handle:
-                mountinfo = handle.read()
+            with open("/proc/self/mounts", encoding="utf-8", errors="surrogateescape") as handle:
+                mounts = handle.read()
         except OSError:
             return ""
-    best, kind = -1, ""
-    for line in mountinfo.splitlines():
-        fields, sep, rest = line.partition(" - ")
-        parts = fields.split()
-        if not sep or len(parts) < 5 or not rest.split():
-            continue
-        point = _unescape(parts[4])
-        inside = path == point or path.startswith(point.rstrip("/") + "/")
-        if inside and len(point) >= best:  # a later mount over the same point hides the earlier
-            best, kind = len(point), rest.split()[0]
-    return kind
+    try:
+        mount = holding_mount(path, parse_mounts(mounts, "/proc/self/mounts"))
+    except ParseError:
+        return ""
+    return mount.fstype if mount is not None else ""
 
 
 def is_network_fs(kind: str) -> bool:
     return kind in NETWORK_FS or kind.startswith("fuse.")
-
-
-def _unescape(field: str) -> str:
-    """mountinfo's octal escapes (\\040 for a space, \\011, \\012, \\134) back to characters."""
-    if "\\" not in field:
-        return field
-    out, i = [], 0
-    while i < len(field):
-        digits = field[i + 1 : i + 4]
-        if field[i] == "\\" and len(digits) == 3 and all(c in "01234567" for c in digits):
-            out.append(chr(int(digits, 8)))
-            i += 4
-        else:
-            out.append(field[i])
-            i += 1
-    return "".join(out)
